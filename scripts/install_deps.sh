@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs the Debian packages gpueval builds against. Idempotent: re-running
+# only installs what is missing.
+set -euo pipefail
+pkgs=(build-essential cmake ninja-build pkg-config ccache
+      libtorch-dev libopenblas0-pthread nlohmann-json3-dev libfmt-dev
+      libyaml-cpp-dev libgtest-dev libsqlite3-dev libpcre2-dev
+      libsentencepiece-dev)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "[setup] all build dependencies present"
+  exit 0
+fi
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO=sudo
+echo "[setup] installing: ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
