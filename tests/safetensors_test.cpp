@@ -13,6 +13,7 @@
 #include <sstream>
 #include <thread>
 
+#include "gpueval/checkpoint.h"
 #include "gpueval/error.h"
 
 namespace gpueval {
@@ -486,6 +487,109 @@ TEST_F(SafetensorsBadInput, MissingTensorAndMissingFile) {
   const std::string absent = dir_.file("absent.safetensors");
   expect_error(error_of([&] { SafetensorsFile::open(absent); }), absent, "open failed: No such file or directory");
   expect_error(error_of([&] { SafetensorsFile::open(dir_.path()); }), dir_.path(), "not a regular file");
+}
+
+// A two-shard checkpoint as transformers saves one, plus helpers to break it.
+class SafetensorsCheckpoint : public ::testing::Test {
+ protected:
+  static constexpr char kShard1[] = "model-00001-of-00002.safetensors";
+  static constexpr char kShard2[] = "model-00002-of-00002.safetensors";
+
+  void SetUp() override {
+    write_safetensors(dir_.file(kShard1), {{"model.embed.weight", embed_}, {"model.norm.weight", norm_}});
+    write_safetensors(dir_.file(kShard2), {{"lm_head.weight", head_}});
+    write_index({{"model.embed.weight", kShard1}, {"model.norm.weight", kShard1}, {"lm_head.weight", kShard2}});
+  }
+
+  void write_index(const std::vector<std::pair<std::string, std::string>>& weight_map) {
+    std::string json = R"({"metadata": {"total_size": 76}, "weight_map": {)";
+    for (size_t i = 0; i < weight_map.size(); ++i) {
+      json += (i ? ", " : "") + ("\"" + weight_map[i].first + "\": \"" + weight_map[i].second + "\"");
+    }
+    write_bytes(index_path(), json + "}}");
+  }
+  std::string index_path() const { return dir_.file("model.safetensors.index.json"); }
+  std::string open_error() const { return error_of([&] { Checkpoint::open(dir_.path()); }); }
+
+  TempDir dir_;
+  at::Tensor embed_ = at::arange(12, at::kFloat).reshape({4, 3});       // [vocab 4, hidden 3]
+  at::Tensor norm_ = at::tensor({1.0f, 0.5f, 2.0f}).to(at::kBFloat16);  // [hidden 3]
+  at::Tensor head_ = at::randn({4, 3}).to(at::kHalf);                    // [vocab 4, hidden 3]
+};
+
+TEST_F(SafetensorsCheckpoint, ShardedTensorsAreAllReadable) {
+  const Checkpoint checkpoint = Checkpoint::open(dir_.path());
+  EXPECT_EQ(checkpoint.names(),
+            (std::vector<std::string>{"lm_head.weight", "model.embed.weight", "model.norm.weight"}));
+  EXPECT_TRUE(checkpoint.contains("model.norm.weight"));
+  EXPECT_FALSE(checkpoint.contains("model.layers.0.weight"));
+  EXPECT_EQ(checkpoint.file_of("model.embed.weight"), dir_.file(kShard1));
+  EXPECT_EQ(checkpoint.file_of("model.norm.weight"), dir_.file(kShard1));
+  EXPECT_EQ(checkpoint.file_of("lm_head.weight"), dir_.file(kShard2));
+  EXPECT_EQ(checkpoint.info("lm_head.weight").dtype, at::kHalf);
+  EXPECT_EQ(checkpoint.info("lm_head.weight").shape, (std::vector<int64_t>{4, 3}));
+  expect_same_tensor(checkpoint.tensor("model.embed.weight"), embed_, "embed");
+  expect_same_tensor(checkpoint.tensor("model.norm.weight"), norm_, "norm");
+  expect_same_tensor(checkpoint.tensor("lm_head.weight"), head_, "head");
+  EXPECT_TRUE(mapped_from(dir_.file(kShard2), checkpoint.tensor("lm_head.weight").data_ptr()));
+  expect_error(error_of([&] { checkpoint.tensor("missing.weight"); }), dir_.path(),
+               "checkpoint has no tensor named 'missing.weight'");
+  expect_error(error_of([&] { checkpoint.file_of("missing.weight"); }), dir_.path(), "'missing.weight'");
+}
+
+TEST_F(SafetensorsCheckpoint, SingleFileWinsOverIndex) {
+  write_safetensors(dir_.file("model.safetensors"), {{"only", norm_}});
+  const Checkpoint checkpoint = Checkpoint::open(dir_.path() + "/");
+  EXPECT_EQ(checkpoint.names(), std::vector<std::string>{"only"});
+  EXPECT_EQ(checkpoint.file_of("only"), dir_.file("model.safetensors"));
+  expect_same_tensor(checkpoint.tensor("only"), norm_, "only");
+}
+
+TEST_F(SafetensorsCheckpoint, MissingShard) {
+  fs::remove(dir_.file(kShard2));
+  expect_error(open_error(), index_path(),
+               "shard 'model-00002-of-00002.safetensors' (listed for tensor 'lm_head.weight') does not exist");
+}
+
+TEST_F(SafetensorsCheckpoint, IndexNamesTensorAbsentFromShard) {
+  write_index({{"model.embed.weight", kShard1}, {"model.norm.weight", kShard1}, {"lm_head.weight", kShard1}});
+  expect_error(open_error(), index_path(),
+               "tensor 'lm_head.weight' is mapped to shard 'model-00001-of-00002.safetensors', which does not contain it");
+}
+
+TEST_F(SafetensorsCheckpoint, TensorInTwoShards) {
+  write_safetensors(dir_.file(kShard2), {{"lm_head.weight", head_}, {"model.norm.weight", norm_}});
+  expect_error(open_error(), index_path(), "tensor 'model.norm.weight' appears in two shards");
+}
+
+TEST_F(SafetensorsCheckpoint, ShardTensorMissingFromIndex) {
+  write_index({{"model.embed.weight", kShard1}, {"lm_head.weight", kShard2}});
+  expect_error(open_error(), index_path(), "holds tensor 'model.norm.weight', which the index does not list");
+}
+
+TEST_F(SafetensorsCheckpoint, ShardOutsideTheDirectory) {
+  write_index({{"lm_head.weight", "../model-00002-of-00002.safetensors"}});
+  expect_error(open_error(), index_path(), "shard name '../model-00002-of-00002.safetensors' is not a file inside");
+}
+
+TEST_F(SafetensorsCheckpoint, MalformedIndex) {
+  write_bytes(index_path(), R"({"weight_map": {"a": 1}})");
+  expect_error(open_error(), index_path(), "\"weight_map\" value for tensor 'a' is a number, not a string");
+  write_bytes(index_path(), R"({"metadata": {}})");
+  expect_error(open_error(), index_path(), "index has no \"weight_map\"");
+  write_bytes(index_path(), R"({"weight_map": )");
+  expect_error(open_error(), index_path(), "index is not valid JSON");
+}
+
+TEST(SafetensorsCheckpointDir, MissingModelFile) {
+  TempDir dir;
+  write_bytes(dir.file("config.json"), "{}");
+  expect_error(error_of([&] { Checkpoint::open(dir.path()); }), dir.path(),
+               "checkpoint directory has neither model.safetensors nor model.safetensors.index.json");
+  const std::string absent = dir.file("absent");
+  expect_error(error_of([&] { Checkpoint::open(absent); }), absent, "stat failed: No such file or directory");
+  expect_error(error_of([&] { Checkpoint::open(dir.file("config.json")); }), dir.file("config.json"),
+               "checkpoint is not a directory");
 }
 
 TEST(SafetensorsWrite, BadInputLeavesExistingFileUntouched) {
