@@ -489,6 +489,41 @@ TEST_F(SafetensorsBadInput, MissingTensorAndMissingFile) {
   expect_error(error_of([&] { SafetensorsFile::open(dir_.path()); }), dir_.path(), "not a regular file");
 }
 
+TEST_F(SafetensorsBadInput, EveryTruncationIsRejected) {
+  const std::string good = dir_.file("good.safetensors");
+  write_safetensors(good, {{"a", at::arange(6, at::kFloat)}, {"b", at::ones({3}, at::kHalf)}}, {{"k", "v"}});
+  const std::string bytes = read_bytes(good);
+  // Tensors must cover the data section exactly, so no proper prefix of a file is a valid file.
+  for (size_t size = 0; size < bytes.size(); ++size) {
+    const std::string message = open_error(bytes.substr(0, size));
+    EXPECT_NE(message.find(path_), std::string::npos) << "prefix of " << size << " bytes: " << message;
+  }
+}
+
+TEST_F(SafetensorsBadInput, CorruptedHeaderBytesFailCleanly) {
+  const std::string good = dir_.file("good.safetensors");
+  write_safetensors(good, {{"a", at::arange(6, at::kFloat)}, {"b", at::ones({3}, at::kHalf)}});
+  const std::string bytes = read_bytes(good);
+  // Every single-byte change in the length and header either still parses or throws Error; none
+  // may crash or throw anything else.
+  const size_t header_end = 8 + (static_cast<uint8_t>(bytes[0]) | static_cast<uint8_t>(bytes[1]) << 8);
+  int rejected = 0;
+  for (size_t i = 0; i < header_end; ++i) {
+    for (const uint8_t value : {uint8_t{0x00}, uint8_t{0x7f}, uint8_t{0xff}, uint8_t{'9'}, uint8_t{'"'}}) {
+      std::string corrupt = bytes;
+      corrupt[i] = static_cast<char>(value);
+      write_bytes(path_, corrupt);
+      try {
+        const auto file = SafetensorsFile::open(path_);
+        for (const TensorInfo& info : file->tensors()) file->tensor(info.name).sum();
+      } catch (const Error&) {
+        ++rejected;
+      }
+    }
+  }
+  EXPECT_GT(rejected, 0);
+}
+
 // A two-shard checkpoint as transformers saves one, plus helpers to break it.
 class SafetensorsCheckpoint : public ::testing::Test {
  protected:
