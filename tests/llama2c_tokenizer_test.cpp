@@ -1,6 +1,7 @@
 // The llama2.c tokenizer conversion: tok512.bin converted to tokenizer.json
 // and run through our tokenizer.json implementation must give llama2.c's
 // encode() ids (shared/refs/tokenizer_vectors_tok512_llama2c.jsonl).
+#include <memory>
 #include <set>
 
 #include <gtest/gtest.h>
@@ -24,26 +25,21 @@ class Llama2cTokenizerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     if (!have_shared_data()) return;
-    json_ = new nlohmann::json(llama2c_tokenizer_to_json(tok512_path()));
+    json_ = std::make_unique<nlohmann::json>(llama2c_tokenizer_to_json(tok512_path()));
     const nlohmann::json config = llama2c_tokenizer_config();
-    tokenizer_ = load_tokenizer_json(*json_, "tok512.bin (converted)", &config).release();
+    tokenizer_ = load_tokenizer_json(*json_, "tok512.bin (converted)", &config);
   }
   static void TearDownTestSuite() {
-    delete tokenizer_;
-    delete json_;
-    tokenizer_ = nullptr;
-    json_ = nullptr;
+    tokenizer_.reset();
+    json_.reset();
   }
   void SetUp() override {
     if (!have_shared_data()) GTEST_SKIP() << "shared data dir " << testing::shared_dir() << " is missing";
   }
 
-  static nlohmann::json* json_;
-  static Tokenizer* tokenizer_;
+  static inline std::unique_ptr<nlohmann::json> json_;
+  static inline std::unique_ptr<Tokenizer> tokenizer_;
 };
-
-nlohmann::json* Llama2cTokenizerTest::json_ = nullptr;
-Tokenizer* Llama2cTokenizerTest::tokenizer_ = nullptr;
 
 // Where the converted tokenizer knowingly parts from llama2.c:
 // - a literal U+2581 '▁' in the input is a space to a vocabulary that spells

@@ -2,6 +2,7 @@
 // shared/refs/tokenizer_vectors_*.jsonl must give exactly the ids Hugging Face
 // `tokenizers` (or SentencePiece) gave, with and without special tokens, and
 // decode back to the recorded text.
+#include <cctype>
 #include <chrono>
 #include <functional>
 #include <map>
@@ -53,6 +54,8 @@ const Tokenizer& shared_tokenizer(const std::string& name) {
       slot = load_tokenizer(llama3_dir());
     } else if (name == "llama2_sentencepiece") {
       slot = load_tokenizer(tokenizer_data("llama2_sentencepiece/tokenizer.model"));
+    } else {
+      throw std::invalid_argument("no shared tokenizer named " + name);
     }
   }
   return *slot;
