@@ -4,8 +4,8 @@
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config ccache
       libtorch-dev libopenblas0-pthread nlohmann-json3-dev libfmt-dev
-      libyaml-cpp-dev libgtest-dev libsqlite3-dev libpcre2-dev
-      libsentencepiece-dev)
+      libyaml-cpp-dev libgtest-dev libgmock-dev libsqlite3-dev libpcre2-dev
+      libsentencepiece-dev libcli11-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

@@ -6,7 +6,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "file_io.h"
+#include "gpueval/file_io.h"
 #include "gpueval/error.h"
 #include "strict_json.h"
 

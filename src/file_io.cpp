@@ -1,4 +1,4 @@
-#include "file_io.h"
+#include "gpueval/file_io.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -162,6 +162,31 @@ void AtomicFile::commit() {
   while (::fsync(dir_fd.get()) != 0) {
     if (errno != EINTR) fail_errno(dir, "fsync");
   }
+}
+
+void write_file_atomic(const std::string& path, const std::string& contents) {
+  AtomicFile out(path);
+  out.write(contents.data(), contents.size());
+  out.commit();
+}
+
+void make_directories(const std::string& path) {
+  for (size_t pos = path.find('/', 1);; pos = path.find('/', pos + 1)) {
+    const std::string partial = path.substr(0, pos);
+    if (!partial.empty() && ::mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST) fail_errno(partial, "mkdir");
+    if (pos == std::string::npos) break;
+  }
+  if (!is_directory(path)) fail(path, "exists and is not a directory");
+}
+
+bool path_exists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+bool is_directory(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
 }  // namespace gpueval::io

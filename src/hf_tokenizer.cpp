@@ -107,6 +107,9 @@ std::string HfTokenizer::decode(const std::vector<int32_t>& ids, bool skip_speci
   std::vector<std::string> tokens;
   tokens.reserve(ids.size());
   for (int32_t id : ids) {
+    // Like transformers' all_special_ids: BOS/EOS count as special even when
+    // they are plain vocabulary entries (a converted llama2.c tokenizer).
+    if (skip_special_tokens && (id == bos_id_ || id == eos_id_)) continue;
     const std::string* token = added_->decode_string(id);
     if (token == nullptr) token = model_->id_to_token(id);
     if (token == nullptr) continue;

@@ -91,11 +91,6 @@ std::string hf_piece(const Llama2cToken& token, int32_t id) {
   return out;
 }
 
-nlohmann::json special_token(int32_t id, const char* content) {
-  return {{"id", id},          {"content", content}, {"single_word", false}, {"lstrip", false},
-          {"rstrip", false},   {"normalized", false}, {"special", true}};
-}
-
 }  // namespace
 
 nlohmann::json llama2c_tokenizer_to_json(const std::string& tokenizer_bin_path) {
@@ -151,7 +146,10 @@ nlohmann::json llama2c_tokenizer_to_json(const std::string& tokenizer_bin_path) 
       {"version", "1.0"},
       {"truncation", nullptr},
       {"padding", nullptr},
-      {"added_tokens", {special_token(kUnkId, "<unk>"), special_token(kBosId, "<s>"), special_token(kEosId, "</s>")}},
+      // No added tokens: Hugging Face would cut "<s>"/"</s>" out of the text,
+      // while llama2.c (like SentencePiece) spells them out. BOS still comes
+      // from the post-processor below.
+      {"added_tokens", nlohmann::json::array()},
       // llama2.c prepends a space token to non-empty text and reads spaces as pieces.
       {"normalizer",
        {{"type", "Sequence"},

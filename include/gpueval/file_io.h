@@ -38,7 +38,7 @@ UniqueFd open_file(const std::string& path, int flags, mode_t mode = 0);
 
 // The whole of a regular file; fails if it is larger than max_bytes rather than reading a
 // surprise multi-gigabyte file into memory.
-std::string read_file(const std::string& path, uint64_t max_bytes);
+std::string read_file(const std::string& path, uint64_t max_bytes = uint64_t{1} << 34);
 
 // write(2) until every byte is written, retrying EINTR and short writes; 0 or the errno of the
 // write that failed, so the caller can say which file it was writing.
@@ -88,5 +88,13 @@ class AtomicFile {
 
   [[noreturn]] void fail_call(const char* call, int err) const;
 };
+
+// Writes `contents` to `path` through AtomicFile: readers see the old file or the new one, never a mix.
+void write_file_atomic(const std::string& path, const std::string& contents);
+
+// mkdir -p; an existing directory is fine, an existing non-directory is an Error.
+void make_directories(const std::string& path);
+bool path_exists(const std::string& path);
+bool is_directory(const std::string& path);
 
 }  // namespace gpueval::io

@@ -1,0 +1,62 @@
+// The single-process subcommands of the `gpueval` CLI (generate, logits,
+// tokenize, score, convert-llama2c). main.cpp parses flags into these option
+// structs; each command writes its result to `out` and logs to stderr, and
+// throws gpueval::Error on bad input.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+namespace gpueval {
+
+struct ModelOptions {
+  std::string model_dir;
+  std::string device = "cpu";
+  std::string dtype = "float32";
+};
+
+struct GenerateCommand {
+  ModelOptions model;
+  std::string prompt;
+  int64_t max_new_tokens = 256;
+  double temperature = 0.0;
+  int64_t top_k = 0;
+  double top_p = 1.0;
+  uint64_t seed = 0;
+};
+void run_generate(const GenerateCommand& cmd, std::ostream& out);
+
+struct LogitsCommand {
+  ModelOptions model;
+  std::string ids;  // "1,403,407"
+};
+void run_logits(const LogitsCommand& cmd, std::ostream& out);
+
+struct TokenizeCommand {
+  std::string tokenizer;
+  bool add_special = false;
+};
+void run_tokenize(const TokenizeCommand& cmd, std::istream& in, std::ostream& out);
+
+struct ScoreCommand {
+  ModelOptions model;
+  std::string text_file;
+  int64_t max_length = 0;  // 0: the model's context
+  int64_t batch_windows = 8;
+  bool stepwise = false;   // token-at-a-time through the KV cache (the baseline)
+};
+void run_score(const ScoreCommand& cmd, std::ostream& out);
+
+struct ConvertLlama2cCommand {
+  std::string checkpoint;
+  std::string tokenizer;
+  std::string out_dir;
+};
+void run_convert_llama2c(const ConvertLlama2cCommand& cmd);
+
+// "1,403,407" -> ids; `flag` names the option in errors.
+std::vector<int32_t> parse_id_list(const std::string& text, const std::string& flag);
+
+}  // namespace gpueval

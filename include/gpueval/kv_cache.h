@@ -1,0 +1,48 @@
+// KVCache holds the keys and values a decoder has computed so far, for a batch
+// of sequences that advance together (padding keeps them aligned). Storage is
+// allocated once for `capacity` positions, so appending never reallocates.
+// It also remembers which key slots are real tokens: padding slots are never
+// attended to. One cache belongs to one forward loop; not thread-safe.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <vector>
+
+#include "gpueval/model_config.h"
+
+namespace gpueval {
+
+class KVCache {
+ public:
+  KVCache(const ModelConfig& config, int64_t batch, int64_t capacity, at::ScalarType dtype, at::Device device);
+
+  int64_t batch() const { return key_valid_.size(0); }
+  int64_t capacity() const { return key_valid_.size(1); }
+  // Positions already committed (the same for every row).
+  int64_t length() const { return length_; }
+
+  // Writes this step's keys and values for `layer` at [length, length + T) and
+  // returns views of everything so far. k, v: [B, n_kv_heads, T, head_dim].
+  // Returns ([B, n_kv_heads, length + T, head_dim], same).
+  std::pair<at::Tensor, at::Tensor> append(int64_t layer, const at::Tensor& k, const at::Tensor& v);
+
+  // Marks the step's T slots (valid: [B, T] bool) and moves length forward;
+  // called once per forward, after every layer appended.
+  void commit(const at::Tensor& valid);
+
+  // [B, length + pending] bool: which key slots hold real tokens.
+  at::Tensor key_valid(int64_t pending) const { return key_valid_.narrow(1, 0, length_ + pending); }
+  void set_pending_valid(const at::Tensor& valid);
+
+  // Keeps only the given rows (indices: [B'] int64), e.g. to drop finished sequences.
+  void select_rows(const at::Tensor& indices);
+
+ private:
+  std::vector<at::Tensor> keys_;    // per layer [B, n_kv_heads, capacity, head_dim]
+  std::vector<at::Tensor> values_;  // per layer [B, n_kv_heads, capacity, head_dim]
+  at::Tensor key_valid_;            // [B, capacity] bool
+  int64_t length_ = 0;
+};
+
+}  // namespace gpueval

@@ -1,0 +1,152 @@
+// LlamaModel is a Llama-family decoder (Llama 2/3, Mistral, Qwen2, TinyLlama)
+// in LibTorch: RMSNorm, rotary embeddings (incl. llama3 scaling), grouped-query
+// attention, SwiGLU MLP, optional q/k/v bias, tied or untied LM head.
+//
+// Parameters carry the Hugging Face names (`model.layers.0.self_attn.q_proj.weight`)
+// and are loaded from a checkpoint directory (config.json + safetensors); on CPU,
+// when the checkpoint dtype is the requested dtype, they are zero-copy views of
+// the memory-mapped file. The model is read-only after loading: forward() may
+// be called from several threads as long as each uses its own KVCache.
+//
+// Batches are padded: every call takes tokens, per-token rotary positions and
+// a validity mask, so left- and right-padded batches both work and padding is
+// never attended to.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "gpueval/kv_cache.h"
+#include "gpueval/model_config.h"
+
+namespace gpueval {
+
+// Returns the tensor called `name`, already checked to have `shape` and moved to
+// the model's device and dtype.
+using WeightSource = std::function<at::Tensor(const std::string& name, const std::vector<int64_t>& shape)>;
+
+// y = x W^T (+ b); weight [out, in], bias [out] or undefined.
+class ProjectionImpl : public torch::nn::Module {
+ public:
+  ProjectionImpl(const WeightSource& source, const std::string& prefix, int64_t in, int64_t out, bool bias);
+  at::Tensor forward(const at::Tensor& x) const;  // [..., in] -> [..., out]
+
+ private:
+  at::Tensor weight_;  // [out, in]
+  at::Tensor bias_;    // [out] or undefined
+};
+TORCH_MODULE(Projection);
+
+// Token embedding table: weight [V, D]; forward maps ids [B, T] to [B, T, D].
+class EmbeddingImpl : public torch::nn::Module {
+ public:
+  EmbeddingImpl(const WeightSource& source, const std::string& name, int64_t vocab, int64_t dim);
+  at::Tensor forward(const at::Tensor& tokens) const;
+  const at::Tensor& weight() const { return weight_; }
+
+ private:
+  at::Tensor weight_;  // [V, D]
+};
+TORCH_MODULE(Embedding);
+
+class RMSNormImpl : public torch::nn::Module {
+ public:
+  RMSNormImpl(const WeightSource& source, const std::string& name, int64_t dim, double eps);
+  at::Tensor forward(const at::Tensor& x) const;  // [..., dim] -> same; statistics in float32
+
+ private:
+  at::Tensor weight_;  // [dim]
+  double eps_;
+};
+TORCH_MODULE(RMSNorm);
+
+struct RopeTables;
+
+class AttentionImpl : public torch::nn::Module {
+ public:
+  AttentionImpl(const ModelConfig& config, const WeightSource& source, const std::string& prefix);
+  // x: [B, T, D]; mask: [B, 1, 1, T, S] float32 additive; returns [B, T, D].
+  at::Tensor forward(const at::Tensor& x, const RopeTables& rope, const at::Tensor& mask, KVCache* cache,
+                     int64_t layer) const;
+
+ private:
+  int64_t n_heads_, n_kv_heads_, head_dim_;
+  Projection q_proj_{nullptr}, k_proj_{nullptr}, v_proj_{nullptr}, o_proj_{nullptr};
+};
+TORCH_MODULE(Attention);
+
+class MlpImpl : public torch::nn::Module {
+ public:
+  MlpImpl(const ModelConfig& config, const WeightSource& source, const std::string& prefix);
+  at::Tensor forward(const at::Tensor& x) const;  // [B, T, D] -> [B, T, D]
+
+ private:
+  Projection gate_proj_{nullptr}, up_proj_{nullptr}, down_proj_{nullptr};
+};
+TORCH_MODULE(Mlp);
+
+class DecoderLayerImpl : public torch::nn::Module {
+ public:
+  DecoderLayerImpl(const ModelConfig& config, const WeightSource& source, int64_t index);
+  at::Tensor forward(const at::Tensor& x, const RopeTables& rope, const at::Tensor& mask, KVCache* cache) const;
+
+ private:
+  int64_t index_;
+  RMSNorm input_layernorm_{nullptr}, post_attention_layernorm_{nullptr};
+  Attention self_attn_{nullptr};
+  Mlp mlp_{nullptr};
+};
+TORCH_MODULE(DecoderLayer);
+
+struct LoadOptions {
+  at::Device device = at::kCPU;
+  at::ScalarType dtype = at::kFloat;
+};
+
+class LlamaModelImpl : public torch::nn::Module {
+ public:
+  LlamaModelImpl(const ModelConfig& config, const WeightSource& source, LoadOptions options);
+
+  // tokens, positions: [B, T] int64; valid: [B, T] bool (false = padding).
+  // With a cache, the step's keys are appended to it and earlier ones attended to.
+  // Returns the final-norm hidden states [B, T, D].
+  at::Tensor forward(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& valid,
+                     KVCache* cache = nullptr) const;
+  // hidden: [..., D] -> logits [..., V] in the model dtype.
+  at::Tensor logits(const at::Tensor& hidden) const;
+
+  const ModelConfig& config() const { return config_; }
+  const LoadOptions& options() const { return options_; }
+  KVCache make_cache(int64_t batch, int64_t capacity) const;
+
+ private:
+  ModelConfig config_;
+  LoadOptions options_;
+  // Registered under "model" (embed_tokens, layers.N, norm) and "lm_head", as in Hugging Face.
+  Embedding embed_tokens_{nullptr};
+  std::vector<DecoderLayer> layers_;
+  RMSNorm norm_{nullptr};
+  at::Tensor lm_head_;   // [V, D], the embedding weight itself when tied
+  at::Tensor inv_freq_;  // [head_dim / 2] float32
+};
+TORCH_MODULE(LlamaModel);
+
+// Loads `dir` (config.json + model.safetensors or a sharded index). Every
+// missing tensor, wrong shape or non-float dtype is a one-line Error naming the
+// file and the tensor.
+LlamaModel load_model(const std::string& dir, LoadOptions options = {});
+
+// Builds the model from in-memory tensors keyed by Hugging Face name (tests,
+// converters). Same checks as load_model; `where` names the source in errors.
+LlamaModel build_model(const ModelConfig& config, const std::map<std::string, at::Tensor>& weights,
+                       LoadOptions options = {}, const std::string& where = "<weights>");
+
+// Parses "float32"/"fp32", "bfloat16"/"bf16", "float16"/"fp16"/"half".
+at::ScalarType parse_dtype(const std::string& name);
+std::string dtype_name(at::ScalarType dtype);
+
+}  // namespace gpueval

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Installs the build dependencies (if missing) and builds gpueval into build/.
+# Usage: scripts/build.sh [extra cmake -D options]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install_deps.sh
+launcher=()
+command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${launcher[@]}" "$@" >/dev/null
+cmake --build build -j"$(nproc)"

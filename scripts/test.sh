@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Builds gpueval and runs the whole test suite (GoogleTest through CTest).
+# Tests that need ../shared (real model, tokenizers, references) skip with a
+# message when it is absent.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/build.sh
+ctest --test-dir build --output-on-failure -j"$(nproc)" --timeout 600

@@ -1,0 +1,177 @@
+#include "gpueval/model_config.h"
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "gpueval/error.h"
+
+namespace gpueval {
+namespace {
+
+using nlohmann::json;
+
+int64_t get_int(const json& j, const std::string& where, const char* key, std::optional<int64_t> fallback,
+                int64_t min_value) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) {
+    if (!fallback) fail(where, "missing required key '{}'", key);
+    return *fallback;
+  }
+  if (!it->is_number_integer()) fail(where, "key '{}' must be an integer, got {}", key, it->dump());
+  int64_t v = it->get<int64_t>();
+  if (v < min_value) fail(where, "key '{}' must be >= {}, got {}", key, min_value, v);
+  return v;
+}
+
+double get_double(const json& j, const std::string& where, const char* key, double fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_number()) fail(where, "key '{}' must be a number, got {}", key, it->dump());
+  return it->get<double>();
+}
+
+bool get_bool(const json& j, const std::string& where, const char* key, bool fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_boolean()) fail(where, "key '{}' must be true or false, got {}", key, it->dump());
+  return it->get<bool>();
+}
+
+RopeScaling parse_rope_scaling(const json& j, const std::string& where) {
+  RopeScaling s;
+  if (j.is_null()) return s;
+  if (!j.is_object()) fail(where, "key 'rope_scaling' must be an object or null");
+  std::string type;
+  if (j.contains("rope_type")) type = j["rope_type"].is_string() ? j["rope_type"].get<std::string>() : "";
+  else if (j.contains("type")) type = j["type"].is_string() ? j["type"].get<std::string>() : "";
+  if (type.empty()) fail(where, "rope_scaling needs a string 'rope_type' (or 'type')");
+  if (type == "default") return s;
+  if (type == "linear") {
+    s.type = RopeScalingType::kLinear;
+  } else if (type == "llama3") {
+    s.type = RopeScalingType::kLlama3;
+    s.low_freq_factor = get_double(j, where, "low_freq_factor", 1.0);
+    s.high_freq_factor = get_double(j, where, "high_freq_factor", 4.0);
+    s.original_max_position_embeddings = get_int(j, where, "original_max_position_embeddings", 8192, 1);
+    if (!(s.high_freq_factor > s.low_freq_factor))
+      fail(where, "rope_scaling: high_freq_factor ({}) must exceed low_freq_factor ({})", s.high_freq_factor,
+           s.low_freq_factor);
+  } else {
+    fail(where, "unsupported rope_scaling type '{}' (supported: default, linear, llama3)", type);
+  }
+  s.factor = get_double(j, where, "factor", 0.0);
+  if (!(s.factor > 0)) fail(where, "rope_scaling: 'factor' must be a positive number");
+  return s;
+}
+
+}  // namespace
+
+ModelConfig ModelConfig::from_json(const json& j, const std::string& where) {
+  if (!j.is_object()) fail(where, "config must be a JSON object");
+  ModelConfig c;
+  if (j.contains("model_type")) {
+    if (!j["model_type"].is_string()) fail(where, "key 'model_type' must be a string");
+    c.model_type = j["model_type"].get<std::string>();
+  }
+  if (c.model_type != "llama" && c.model_type != "mistral" && c.model_type != "qwen2")
+    fail(where, "unsupported model_type '{}' (supported: llama, mistral, qwen2)", c.model_type);
+  if (j.contains("hidden_act") && j["hidden_act"] != "silu")
+    fail(where, "unsupported hidden_act {} (only silu)", j["hidden_act"].dump());
+  if (get_bool(j, where, "mlp_bias", false)) fail(where, "mlp_bias=true is not supported");
+
+  c.vocab_size = get_int(j, where, "vocab_size", std::nullopt, 1);
+  c.hidden_size = get_int(j, where, "hidden_size", std::nullopt, 1);
+  c.intermediate_size = get_int(j, where, "intermediate_size", std::nullopt, 1);
+  c.num_hidden_layers = get_int(j, where, "num_hidden_layers", std::nullopt, 1);
+  c.num_attention_heads = get_int(j, where, "num_attention_heads", std::nullopt, 1);
+  c.num_key_value_heads = get_int(j, where, "num_key_value_heads", c.num_attention_heads, 1);
+  if (c.num_attention_heads % c.num_key_value_heads != 0)
+    fail(where, "num_attention_heads ({}) is not a multiple of num_key_value_heads ({})", c.num_attention_heads,
+         c.num_key_value_heads);
+  std::optional<int64_t> default_head_dim;
+  if (c.hidden_size % c.num_attention_heads == 0) default_head_dim = c.hidden_size / c.num_attention_heads;
+  c.head_dim = get_int(j, where, "head_dim", default_head_dim, 2);
+  if (c.head_dim % 2 != 0) fail(where, "head_dim ({}) must be even for rotary embeddings", c.head_dim);
+  c.max_position_embeddings = get_int(j, where, "max_position_embeddings", 2048, 1);
+  c.rms_norm_eps = get_double(j, where, "rms_norm_eps", 1e-6);
+  if (!(c.rms_norm_eps > 0)) fail(where, "key 'rms_norm_eps' must be positive");
+  c.rope_theta = get_double(j, where, "rope_theta", 10000.0);
+  if (!(c.rope_theta > 1)) fail(where, "key 'rope_theta' must be > 1");
+  if (j.contains("rope_scaling")) c.rope_scaling = parse_rope_scaling(j["rope_scaling"], where);
+  c.tie_word_embeddings = get_bool(j, where, "tie_word_embeddings", false);
+  // Qwen2 always has q/k/v biases; Llama has them only when attention_bias says so.
+  c.attention_bias = get_bool(j, where, "attention_bias", c.model_type == "qwen2");
+  if (j.contains("torch_dtype") && j["torch_dtype"].is_string()) c.torch_dtype = j["torch_dtype"].get<std::string>();
+  if (j.contains("bos_token_id") && !j["bos_token_id"].is_null())
+    c.bos_token_id = get_int(j, where, "bos_token_id", std::nullopt, 0);
+  if (j.contains("eos_token_id")) {
+    const json& e = j["eos_token_id"];
+    if (e.is_number_integer()) {
+      c.eos_token_ids.push_back(e.get<int64_t>());
+    } else if (e.is_array()) {
+      for (const auto& x : e) {
+        if (!x.is_number_integer()) fail(where, "key 'eos_token_id' must be an integer or a list of integers");
+        c.eos_token_ids.push_back(x.get<int64_t>());
+      }
+    } else if (!e.is_null()) {
+      fail(where, "key 'eos_token_id' must be an integer or a list of integers");
+    }
+  }
+  return c;
+}
+
+ModelConfig ModelConfig::load(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) fail(path, "cannot open config file");
+  json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) fail(path, "not valid JSON");
+  return from_json(j, path);
+}
+
+json ModelConfig::to_json() const {
+  json j = {{"architectures", {model_type == "qwen2" ? "Qwen2ForCausalLM"
+                               : model_type == "mistral" ? "MistralForCausalLM" : "LlamaForCausalLM"}},
+            {"model_type", model_type},
+            {"vocab_size", vocab_size},
+            {"hidden_size", hidden_size},
+            {"intermediate_size", intermediate_size},
+            {"num_hidden_layers", num_hidden_layers},
+            {"num_attention_heads", num_attention_heads},
+            {"num_key_value_heads", num_key_value_heads},
+            {"head_dim", head_dim},
+            {"max_position_embeddings", max_position_embeddings},
+            {"rms_norm_eps", rms_norm_eps},
+            {"rope_theta", rope_theta},
+            {"tie_word_embeddings", tie_word_embeddings},
+            {"attention_bias", attention_bias},
+            {"hidden_act", "silu"}};
+  if (rope_scaling.type == RopeScalingType::kLinear) {
+    j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", rope_scaling.factor}};
+  } else if (rope_scaling.type == RopeScalingType::kLlama3) {
+    j["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", rope_scaling.factor},
+                         {"low_freq_factor", rope_scaling.low_freq_factor},
+                         {"high_freq_factor", rope_scaling.high_freq_factor},
+                         {"original_max_position_embeddings", rope_scaling.original_max_position_embeddings}};
+  } else {
+    j["rope_scaling"] = nullptr;
+  }
+  if (!torch_dtype.empty()) j["torch_dtype"] = torch_dtype;
+  if (bos_token_id) j["bos_token_id"] = *bos_token_id;
+  if (eos_token_ids.size() == 1) j["eos_token_id"] = eos_token_ids[0];
+  else if (!eos_token_ids.empty()) j["eos_token_id"] = eos_token_ids;
+  return j;
+}
+
+int64_t ModelConfig::num_parameters() const {
+  const int64_t q = num_attention_heads * head_dim, kv = num_key_value_heads * head_dim;
+  int64_t attn = hidden_size * q + 2 * hidden_size * kv + q * hidden_size;
+  if (attention_bias) attn += q + 2 * kv;
+  const int64_t mlp = 3 * hidden_size * intermediate_size;
+  const int64_t layer = attn + mlp + 2 * hidden_size;
+  const int64_t embed = vocab_size * hidden_size;
+  return num_hidden_layers * layer + hidden_size + embed + (tie_word_embeddings ? 0 : embed);
+}
+
+}  // namespace gpueval

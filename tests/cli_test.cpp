@@ -1,0 +1,110 @@
+// The gpueval binary as users and scripts call it: real child processes, real
+// files, exit codes and one-line errors.
+#include <gmock/gmock.h>
+
+#include <cmath>
+
+#include <nlohmann/json.hpp>
+
+#include "gpueval/file_io.h"
+#include "gpueval/tokenizer.h"
+#include "test_util.h"
+
+namespace gpueval {
+namespace {
+
+using ::testing::HasSubstr;
+using nlohmann::json;
+using testing::converted_stories260k;
+using testing::run_gpueval;
+
+// A failed command's error is exactly one line, prefixed "gpueval: ", and the
+// last thing on stderr (progress lines before it start with "[gpueval]").
+void expect_one_line_error(const testing::CommandResult& r, int code, const std::string& needle) {
+  EXPECT_EQ(r.exit_code, code) << r.err;
+  const size_t start = r.err.rfind("gpueval: ");
+  ASSERT_NE(start, std::string::npos) << r.err;
+  EXPECT_TRUE(start == 0 || r.err[start - 1] == '\n') << r.err;
+  const std::string line = r.err.substr(start);
+  EXPECT_THAT(line, HasSubstr(needle));
+  EXPECT_EQ(std::count(line.begin(), line.end(), '\n'), 1) << r.err;
+  EXPECT_EQ(line.back(), '\n');
+}
+
+TEST(Cli, TokenizeMatchesLibraryAndAddsBosOnRequest) {
+  GPUEVAL_REQUIRE_SHARED();
+  const std::string dir = converted_stories260k();
+  auto r = run_gpueval({"tokenize", "--tokenizer", dir, "--add-special"},
+                       "{\"text\": \"Once upon a time\"}\n\n{\"text\": \"\"}\n");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "{\"ids\":[1,403,407,261,378]}\n{\"ids\":[1]}\n");
+  r = run_gpueval({"tokenize", "--tokenizer", dir + "/tokenizer.json"}, "{\"text\": \"Once upon a time\"}\n");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "{\"ids\":[403,407,261,378]}\n");
+}
+
+TEST(Cli, TokenizeRejectsBadLinesWithTheirNumber) {
+  GPUEVAL_REQUIRE_SHARED();
+  auto r = run_gpueval({"tokenize", "--tokenizer", converted_stories260k()}, "{\"text\": \"a\"}\n[1, 2]\n");
+  expect_one_line_error(r, 1, "<stdin>:2: expected an object with a string field \"text\"");
+  r = run_gpueval({"tokenize", "--tokenizer", converted_stories260k()}, "{\"text\": \n");
+  expect_one_line_error(r, 1, "<stdin>:1: not valid JSON");
+}
+
+TEST(Cli, MissingModelDirectoryIsOneLine) {
+  testing::TempDir dir;
+  auto r = run_gpueval({"generate", "--model", dir.file("nope"), "--prompt", "hi"});
+  expect_one_line_error(r, 1, dir.file("nope") + ": model directory does not exist");
+}
+
+TEST(Cli, BadIdsAndFlagsAreRefused) {
+  GPUEVAL_REQUIRE_SHARED();
+  auto r = run_gpueval({"logits", "--model", converted_stories260k(), "--ids", "1,x,3"});
+  expect_one_line_error(r, 1, "--ids: 'x' is not a token id");
+  r = run_gpueval({"logits", "--model", converted_stories260k(), "--ids", "1,99999"});
+  expect_one_line_error(r, 1, "outside the vocabulary");
+  r = run_gpueval({"generate", "--model", converted_stories260k(), "--dtype", "int3"});
+  expect_one_line_error(r, 1, "unknown dtype 'int3'");
+  r = run_gpueval({"generate", "--model", converted_stories260k(), "--device", "cuda:0"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.err, HasSubstr("cuda:0"));
+  r = run_gpueval({"frobnicate"});
+  EXPECT_EQ(r.exit_code, 2);
+}
+
+TEST(Cli, ScoreBatchedEqualsStepwiseAndReportsPerplexity) {
+  GPUEVAL_REQUIRE_SHARED();
+  testing::TempDir dir;
+  testing::write_text(dir.file("t.txt"), "Once upon a time, there was a little girl named Lily. She liked to play.\n");
+  auto a = run_gpueval({"score", "--model", converted_stories260k(), "--text", dir.file("t.txt"), "--max-length", "8"});
+  auto b = run_gpueval({"score", "--model", converted_stories260k(), "--text", dir.file("t.txt"), "--max-length", "8",
+                        "--stepwise"});
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  json ja = json::parse(a.out), jb = json::parse(b.out);
+  const size_t n = ja["ids"].size();
+  ASSERT_EQ(ja["logprobs"].size(), n);  // every token predicted exactly once
+  EXPECT_GT(ja["windows"].get<int>(), 1);
+  for (size_t i = 0; i < n; ++i) EXPECT_NEAR(ja["logprobs"][i].get<double>(), jb["logprobs"][i].get<double>(), 1e-5);
+  double sum = 0;
+  for (const auto& lp : ja["logprobs"]) sum += lp.get<double>();
+  EXPECT_NEAR(ja["sum_logprob"].get<double>(), sum, 1e-6);
+  EXPECT_NEAR(ja["token_perplexity"].get<double>(), std::exp(-sum / n), 1e-6);
+  // A TinyStories model finds a TinyStories sentence far likelier than chance (512-token vocabulary).
+  EXPECT_LT(ja["token_perplexity"].get<double>(), 50.0);
+}
+
+TEST(Cli, ConvertWritesAHuggingFaceDirectory) {
+  GPUEVAL_REQUIRE_SHARED();
+  testing::TempDir dir;
+  auto r = run_gpueval({"convert-llama2c", "--checkpoint", testing::shared_dir() + "/data/stories260K/stories260K.bin",
+                        "--tokenizer", testing::shared_dir() + "/data/stories260K/tok512.bin", "--out", dir.file("m")});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* f : {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"})
+    EXPECT_EQ(io::read_file(dir.file("m") + "/" + f), io::read_file(converted_stories260k() + "/" + f)) << f;
+  r = run_gpueval({"convert-llama2c", "--checkpoint", dir.file("missing.bin"), "--tokenizer", "x", "--out", dir.file("o")});
+  expect_one_line_error(r, 1, dir.file("missing.bin"));
+}
+
+}  // namespace
+}  // namespace gpueval

@@ -1,0 +1,219 @@
+// LlamaModel against the independent reference forward in tiny_model.cpp, and
+// the invariances scoring relies on: padding, batching and the KV cache must
+// not change a sequence's numbers.
+#include <c10/core/InferenceMode.h>
+
+#include "gpueval/error.h"
+#include "gpueval/generate.h"
+#include "gpueval/model.h"
+#include "gpueval/scorer.h"
+#include "test_util.h"
+#include "tiny_model.h"
+
+namespace gpueval {
+namespace {
+
+using testing::TinyModelSpec;
+
+at::Tensor model_logits(const LlamaModelImpl& model, const std::vector<int64_t>& ids) {
+  c10::InferenceMode guard;
+  const int64_t t = static_cast<int64_t>(ids.size());
+  const at::Device dev = model.options().device;
+  at::Tensor hidden = model.forward(at::tensor(ids, at::kLong).view({1, t}).to(dev),
+                                    at::arange(t, at::kLong).view({1, t}).to(dev), at::ones({1, t}, at::kBool).to(dev));
+  return model.logits(hidden)[0].to(at::kDouble);  // [T, V]
+}
+
+std::vector<int64_t> random_ids(int64_t n, int64_t vocab, uint64_t seed) {
+  at::manual_seed(seed);
+  at::Tensor t = at::randint(0, vocab, {n}, at::kLong);
+  return std::vector<int64_t>(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + n);
+}
+
+class TinyModelVariants : public ::testing::TestWithParam<TinyModelSpec> {};
+
+TEST_P(TinyModelVariants, Fp32MatchesIndependentReference) {
+  const TinyModelSpec spec = GetParam();
+  ModelConfig config = testing::tiny_config(spec);
+  auto weights = testing::tiny_weights(config, spec.seed);
+  testing::TempDir dir;
+  testing::write_tiny_model(dir.path(), config, weights);
+  LlamaModel model = load_model(dir.path());
+  // Long enough to reach every llama3 frequency band's behaviour.
+  std::vector<int64_t> ids = random_ids(40, config.vocab_size, 7);
+  at::Tensor ref = testing::reference_logits(config, weights, ids);
+  at::Tensor got = model_logits(*model, ids);
+  EXPECT_LE((got - ref).abs().max().item<double>(), 1e-4) << "max |logit| " << ref.abs().max().item<double>();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Variants, TinyModelVariants,
+    ::testing::Values(TinyModelSpec{/*tied=*/false, /*qkv_bias=*/true, /*llama3_rope=*/true},
+                      TinyModelSpec{/*tied=*/true, /*qkv_bias=*/false, /*llama3_rope=*/false},
+                      TinyModelSpec{/*tied=*/false, /*qkv_bias=*/false, /*llama3_rope=*/true, 96, 32, 48, 2,
+                                    /*heads=*/4, /*kv_heads=*/4},
+                      TinyModelSpec{/*tied=*/true, /*qkv_bias=*/true, /*llama3_rope=*/false, 96, 32, 48, 1,
+                                    /*heads=*/4, /*kv_heads=*/1}));
+
+TEST(TinyModel, LlamaThreeScalingChangesTheOutput) {
+  // Guards against the scaling being silently ignored: the same weights with
+  // and without rope_scaling must disagree.
+  TinyModelSpec spec;
+  ModelConfig scaled = testing::tiny_config(spec);
+  ModelConfig plain = scaled;
+  plain.rope_scaling = RopeScaling{};
+  auto weights = testing::tiny_weights(scaled, spec.seed);
+  std::vector<int64_t> ids = random_ids(40, scaled.vocab_size, 8);
+  at::Tensor a = model_logits(*build_model(scaled, weights), ids);
+  at::Tensor b = model_logits(*build_model(plain, weights), ids);
+  EXPECT_GT((a - b).abs().max().item<double>(), 1e-3);
+}
+
+TEST(TinyModel, Bf16StaysCloseToReference) {
+  TinyModelSpec spec;
+  ModelConfig config = testing::tiny_config(spec);
+  auto weights = testing::tiny_weights(config, spec.seed);
+  testing::TempDir dir;
+  std::map<std::string, at::Tensor> bf16;
+  for (auto& [name, t] : weights) bf16[name] = t.to(at::kBFloat16);
+  testing::write_tiny_model(dir.path(), config, bf16);
+  LlamaModel model = load_model(dir.path(), LoadOptions{at::kCPU, at::kBFloat16});
+  for (const auto& p : model->named_parameters()) EXPECT_EQ(p.value().scalar_type(), at::kBFloat16) << p.key();
+  std::vector<int64_t> ids = random_ids(24, config.vocab_size, 9);
+  // The reference runs in float64 on the bf16-rounded weights, so only activation rounding differs.
+  std::map<std::string, at::Tensor> rounded;
+  for (auto& [name, t] : bf16) rounded[name] = t.to(at::kFloat);
+  at::Tensor ref = testing::reference_logits(config, rounded, ids);
+  at::Tensor got = model_logits(*model, ids);
+  const double scale = ref.abs().max().item<double>();
+  EXPECT_LE((got - ref).abs().max().item<double>() / scale, 0.05);
+  const double agree = got.argmax(-1).eq(ref.argmax(-1)).to(at::kDouble).mean().item<double>();
+  EXPECT_GE(agree, 0.9);
+}
+
+TEST(TinyModel, ParametersHaveHuggingFaceNames) {
+  TinyModelSpec spec;
+  ModelConfig config = testing::tiny_config(spec);
+  auto weights = testing::tiny_weights(config, spec.seed);
+  LlamaModel model = build_model(config, weights);
+  std::set<std::string> names;
+  for (const auto& p : model->named_parameters()) names.insert(p.key());
+  std::set<std::string> expected;
+  for (const auto& [name, t] : weights) expected.insert(name);
+  EXPECT_EQ(names, expected);
+}
+
+struct BatchFixture : ::testing::Test {
+  void SetUp() override {
+    TinyModelSpec spec;
+    config = testing::tiny_config(spec);
+    weights = testing::tiny_weights(config, spec.seed);
+    model = build_model(config, weights);
+  }
+  ModelConfig config;
+  std::map<std::string, at::Tensor> weights;
+  LlamaModel model{nullptr};
+};
+
+TEST_F(BatchFixture, PaddedBatchEqualsEachSequenceAlone) {
+  std::vector<ScoreRequest> requests;
+  for (int i = 0; i < 5; ++i) {
+    std::vector<int64_t> ids = random_ids(3 + 9 * i, config.vocab_size, 100 + i);
+    requests.push_back({std::vector<int32_t>(ids.begin(), ids.end()), 1 + i});
+  }
+  std::vector<ScoreResult> batched = score_batch(*model, requests);
+  ASSERT_EQ(batched.size(), requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    ScoreResult alone = score_batch(*model, {requests[i]})[0];
+    ASSERT_EQ(alone.logprobs.size(), requests[i].tokens.size() - requests[i].first_target);
+    ASSERT_EQ(batched[i].logprobs.size(), alone.logprobs.size());
+    for (size_t j = 0; j < alone.logprobs.size(); ++j) {
+      EXPECT_NEAR(batched[i].logprobs[j], alone.logprobs[j], 1e-5) << "request " << i << " token " << j;
+      EXPECT_EQ(batched[i].is_greedy[j], alone.is_greedy[j]);
+    }
+  }
+}
+
+TEST_F(BatchFixture, StepwiseKvCacheEqualsOneForward) {
+  std::vector<int64_t> ids = random_ids(30, config.vocab_size, 11);
+  ScoreRequest r{std::vector<int32_t>(ids.begin(), ids.end()), 4};
+  ScoreResult batched = score_batch(*model, {r})[0];
+  ScoreResult stepwise = score_stepwise(*model, r);
+  ASSERT_EQ(stepwise.logprobs.size(), batched.logprobs.size());
+  for (size_t j = 0; j < batched.logprobs.size(); ++j) EXPECT_NEAR(stepwise.logprobs[j], batched.logprobs[j], 1e-5);
+  // And the batched path agrees with the reference's log-softmax.
+  at::Tensor ref = at::log_softmax(testing::reference_logits(config, weights, ids), -1);
+  for (size_t j = 0; j < batched.logprobs.size(); ++j)
+    EXPECT_NEAR(batched.logprobs[j], ref[3 + j][ids[4 + j]].item<double>(), 1e-4);
+}
+
+TEST_F(BatchFixture, LeftPaddedGenerationEqualsEachPromptAlone) {
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 4; ++i) {
+    auto ids = random_ids(2 + 5 * i, config.vocab_size, 200 + i);
+    prompts.emplace_back(ids.begin(), ids.end());
+  }
+  SamplingOptions o;
+  o.max_new_tokens = 12;
+  o.stop_token_ids = {5};  // some rows stop early, which exercises dropping rows from the cache
+  auto together = generate(*model, prompts, o);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    auto alone = generate(*model, {prompts[i]}, o);
+    EXPECT_EQ(together[i].tokens, alone[0].tokens) << "prompt " << i;
+    EXPECT_EQ(together[i].stopped, alone[0].stopped);
+  }
+}
+
+TEST_F(BatchFixture, GreedyGenerationFollowsReferenceArgmax) {
+  auto ids = random_ids(6, config.vocab_size, 300);
+  SamplingOptions o;
+  o.max_new_tokens = 8;
+  auto gen = generate(*model, {std::vector<int32_t>(ids.begin(), ids.end())}, o)[0];
+  ASSERT_EQ(gen.tokens.size(), 8u);
+  std::vector<int64_t> seq = ids;
+  for (int32_t tok : gen.tokens) {
+    at::Tensor ref = testing::reference_logits(config, weights, seq);
+    EXPECT_EQ(ref[-1].argmax().item<int64_t>(), tok);
+    seq.push_back(tok);
+  }
+}
+
+TEST_F(BatchFixture, SamplingDependsOnSeedNotOnBatchMates) {
+  auto a = random_ids(5, config.vocab_size, 400), b = random_ids(9, config.vocab_size, 401);
+  std::vector<int32_t> pa(a.begin(), a.end()), pb(b.begin(), b.end());
+  SamplingOptions o;
+  o.max_new_tokens = 10;
+  o.temperature = 1.0;
+  o.seeds = {42, 43};
+  auto together = generate(*model, {pa, pb}, o);
+  o.seeds = {42};
+  auto alone = generate(*model, {pa}, o);
+  EXPECT_EQ(together[0].tokens, alone[0].tokens);
+  o.seeds = {7};
+  auto other_seed = generate(*model, {pa}, o);
+  EXPECT_NE(other_seed[0].tokens, alone[0].tokens);
+}
+
+TEST(RollingWindows, PredictEveryTokenOnceWithMaximalContext) {
+  std::vector<int32_t> tokens(10);
+  for (int i = 0; i < 10; ++i) tokens[i] = 100 + i;
+  auto windows = rolling_windows(tokens, 1, 4);
+  // lm-evaluation-harness, max_seq_len 4, context_len 1:
+  // ([1,100,101,102] -> 100..103), ([101..104] -> 104..107) with 3 context, ([105..108] -> 108,109).
+  ASSERT_EQ(windows.size(), 3u);
+  EXPECT_EQ(windows[0].tokens, (std::vector<int32_t>{1, 100, 101, 102, 103}));
+  EXPECT_EQ(windows[0].first_target, 1);
+  EXPECT_EQ(windows[1].tokens, (std::vector<int32_t>{103, 104, 105, 106, 107}));
+  EXPECT_EQ(windows[1].first_target, 1);
+  EXPECT_EQ(windows[2].tokens, (std::vector<int32_t>{105, 106, 107, 108, 109}));
+  EXPECT_EQ(windows[2].first_target, 3);
+  size_t predicted = 0;
+  for (const auto& w : windows) {
+    predicted += w.tokens.size() - w.first_target;
+    EXPECT_LE(static_cast<int64_t>(w.tokens.size()) - 1, 4);
+  }
+  EXPECT_EQ(predicted, tokens.size());
+}
+
+}  // namespace
+}  // namespace gpueval

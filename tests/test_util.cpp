@@ -1,0 +1,117 @@
+#include "test_util.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <thread>
+
+#include "gpueval/llama2c_convert.h"
+
+namespace gpueval::testing {
+
+std::string source_dir() { return GPUEVAL_SOURCE_DIR; }
+
+std::string shared_dir() {
+  if (const char* env = std::getenv("GPUEVAL_SHARED_DIR")) return env;
+  return GPUEVAL_SHARED_DIR;
+}
+
+bool have_shared() {
+  struct stat st;
+  return ::stat((shared_dir() + "/data/stories260K/stories260K.bin").c_str(), &st) == 0;
+}
+
+std::string binary() { return GPUEVAL_BINARY; }
+
+TempDir::TempDir() {
+  std::string tmpl = (std::getenv("TMPDIR") ? std::string(std::getenv("TMPDIR")) : "/tmp") + "/gpueval_test.XXXXXX";
+  if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
+  path_ = tmpl;
+}
+
+TempDir::~TempDir() {
+  std::string cmd = "rm -rf '" + path_ + "'";
+  if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "could not remove %s\n", path_.c_str());
+}
+
+namespace {
+
+std::string drain(int fd) {
+  std::string s;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    s.append(buf, static_cast<size_t>(n));
+  }
+  return s;
+}
+
+}  // namespace
+
+CommandResult run_gpueval(const std::vector<std::string>& args, const std::string& stdin_text) {
+  int in_pipe[2], out_pipe[2], err_pipe[2];
+  if (::pipe2(in_pipe, O_CLOEXEC) || ::pipe2(out_pipe, O_CLOEXEC) || ::pipe2(err_pipe, O_CLOEXEC))
+    throw std::runtime_error("pipe2 failed");
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(in_pipe[0], 0);
+    ::dup2(out_pipe[1], 1);
+    ::dup2(err_pipe[1], 2);
+    std::vector<std::string> argv_s = {binary()};
+    argv_s.insert(argv_s.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& a : argv_s) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  ::close(in_pipe[0]);
+  ::close(out_pipe[1]);
+  ::close(err_pipe[1]);
+  std::thread writer([&] {
+    size_t done = 0;
+    while (done < stdin_text.size()) {
+      ssize_t n = ::write(in_pipe[1], stdin_text.data() + done, stdin_text.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      done += static_cast<size_t>(n);
+    }
+    ::close(in_pipe[1]);
+  });
+  CommandResult r;
+  std::thread err_reader([&] { r.err = drain(err_pipe[0]); });
+  r.out = drain(out_pipe[0]);
+  err_reader.join();
+  writer.join();
+  ::close(out_pipe[0]);
+  ::close(err_pipe[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+}
+
+const std::string& converted_stories260k() {
+  static TempDir dir;
+  static const bool converted = [] {
+    convert_llama2c(shared_dir() + "/data/stories260K/stories260K.bin",
+                    shared_dir() + "/data/stories260K/tok512.bin", dir.path());
+    return true;
+  }();
+  (void)converted;
+  return dir.path();
+}
+
+}  // namespace gpueval::testing

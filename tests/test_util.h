@@ -1,0 +1,51 @@
+// Fixture helpers shared by the test files: where the repository and the
+// shared data live, a self-deleting temporary directory, and running the real
+// gpueval binary as a child process.
+#pragma once
+
+#include <string>
+
+#include <gtest/gtest.h>
+
+namespace gpueval::testing {
+
+std::string source_dir();
+std::string shared_dir();  // ../shared beside the repository
+bool have_shared();
+std::string binary();      // the gpueval executable under test
+
+// Skips the current test with a message when ../shared is absent.
+#define GPUEVAL_REQUIRE_SHARED()                                                  \
+  do {                                                                            \
+    if (!::gpueval::testing::have_shared())                                       \
+      GTEST_SKIP() << "shared data not found at " << ::gpueval::testing::shared_dir(); \
+  } while (0)
+
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+// Runs `args` (argv[0] excluded) of the gpueval binary with `stdin_text` on stdin.
+CommandResult run_gpueval(const std::vector<std::string>& args, const std::string& stdin_text = "");
+
+void write_text(const std::string& path, const std::string& text);
+
+// The stories260K llama2.c checkpoint converted once per test process into a temp dir.
+const std::string& converted_stories260k();
+
+}  // namespace gpueval::testing
