@@ -63,9 +63,12 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const RopeTables& rope, c
   if (cache) std::tie(k, v) = cache->append(layer, k, v);  // [B, KV, S, hd]
   // Grouped-query attention without copying keys: query heads of one group share a kv head.
   at::Tensor qg = q.reshape({b, n_kv_heads_, groups, t, head_dim_});                          // [B, KV, G, T, hd]
-  at::Tensor scores = at::matmul(qg, k.unsqueeze(2).transpose(-1, -2)) / std::sqrt(double(head_dim_));
-  // scores: [B, KV, G, T, S]; softmax in float32 as the reference does.
-  at::Tensor probs = at::softmax(scores.to(at::kFloat) + mask, -1).to(x.scalar_type());
+  // Scaling q ([.., T, hd]) is cheaper than scaling the scores ([.., T, S]).
+  at::Tensor scores = at::matmul(qg * (1.0 / std::sqrt(double(head_dim_))), k.unsqueeze(2).transpose(-1, -2));
+  // scores: [B, KV, G, T, S], a fresh tensor, so the mask is added in place; softmax in float32.
+  scores = scores.to(at::kFloat);
+  scores.add_(mask);
+  at::Tensor probs = at::softmax(scores, -1).to(x.scalar_type());
   at::Tensor out = at::matmul(probs, v.unsqueeze(2));                                          // [B, KV, G, T, hd]
   out = out.reshape({b, n_heads_, t, head_dim_}).transpose(1, 2).reshape({b, t, n_heads_ * head_dim_});
   return o_proj_->forward(out);

@@ -1,0 +1,49 @@
+// Requests are the unit of work every task reduces to, exactly as in
+// lm-evaluation-harness: loglikelihood(context, continuation),
+// loglikelihood_rolling(text) and generate_until(context, stops, max_tokens).
+// A RequestResult is what a worker computed for one request. Both are plain
+// values that travel over the scheduler's pipes as JSON/CBOR; `index` is the
+// request's position in the run's full request list and is what ties a result
+// back to its request, whichever worker computed it.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace gpueval {
+
+enum class RequestType { kLoglikelihood, kLoglikelihoodRolling, kGenerateUntil };
+
+const char* request_type_name(RequestType type);  // "loglikelihood", "loglikelihood_rolling", "generate_until"
+RequestType parse_request_type(const std::string& name);  // throws Error
+
+struct Request {
+  int64_t index = 0;   // position in the run's request list
+  std::string task;    // task name
+  int64_t doc_id = 0;  // document within the task
+  int64_t choice = 0;  // which continuation of the document (multiple choice), else 0
+  RequestType type = RequestType::kLoglikelihood;
+  std::string context;       // loglikelihood/generate_until: the prompt; rolling: the whole text
+  std::string continuation;  // loglikelihood only
+  std::vector<std::string> stops;  // generate_until only
+  int64_t max_tokens = 256;        // generate_until only
+};
+
+struct RequestResult {
+  int64_t index = 0;
+  double logprob = 0;       // loglikelihood(_rolling): sum of target-token logprobs
+  bool is_greedy = false;   // loglikelihood: every continuation token was the argmax
+  int64_t num_tokens = 0;   // tokens scored (loglikelihood*) or generated (generate_until)
+  std::string text;         // generate_until: the continuation, cut at the first stop sequence
+};
+
+nlohmann::json to_json(const Request& r);
+Request request_from_json(const nlohmann::json& j);  // throws Error on a malformed object
+nlohmann::json to_json(const RequestResult& r);
+RequestResult result_from_json(const nlohmann::json& j);  // throws Error on a malformed object
+
+}  // namespace gpueval
