@@ -1,0 +1,65 @@
+// RunConfig is what one evaluation run was asked to do: which checkpoints, which tasks, how to
+// batch, where to write. It is read from a YAML file (configs/example.yaml documents every key)
+// and then adjusted by command-line flags, which win over the file. Every value is validated as it
+// is read: an unknown key, a value of the wrong type or out of range, or a YAML syntax error is a
+// one-line gpueval::Error naming the file, the line, the key and the problem
+// ("configs/x.yaml:7: unknown key 'batchsize' (did you mean 'batch_size'?)"), or the flag when the
+// value came from the command line ("--batch-size: must be 'auto' or a positive integer, got 'x'").
+// Relative paths in the file are resolved against the file's directory, so a config means the same
+// thing whatever directory gpueval is started from; paths given as flags are left as they are,
+// relative to the working directory like any other command-line path. A RunConfig is a plain
+// value; copy it freely.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace gpueval {
+
+struct RunConfig {
+  std::string source;                 // the YAML file as it was named, for messages
+  std::vector<std::string> models;    // checkpoint directories; at least one
+  std::vector<std::string> tasks;     // task names ("demo_choice") or paths to task YAML files; at least one
+  std::string batch_size = "auto";    // "auto" or a positive integer (max sequences per batch), as given
+  int64_t batch_tokens = 0;           // token budget per batch; 0 = choose automatically
+  std::string dtype = "auto";         // auto | float32 | bfloat16 | float16
+  uint64_t seed = 1234;
+  std::string output = "out";         // output directory
+  std::optional<int64_t> limit;       // documents per task
+  std::optional<int64_t> num_fewshot;
+  std::optional<int64_t> max_length;  // context length override
+  std::string gpus;                   // default for --gpus; "" = not set
+  // Fault handling
+  int64_t max_attempts = 3;           // a batch that killed this many workers is quarantined
+  double heartbeat_timeout_s = 30;    // a worker silent this long is treated as crashed
+  int64_t max_worker_restarts = 10;   // per device slot
+
+  // Every field, unset optionals as null: the "config" object of results.json.
+  nlohmann::json to_json() const;
+};
+
+// Reads and validates a run configuration; `model` and `tasks` are required, every other key
+// falls back to the default above.
+RunConfig load_run_config(const std::string& path);
+
+// Command-line flags that override the file; an unset field leaves the file's value.
+struct ConfigOverrides {
+  std::optional<std::string> model;   // --model: replaces every model of the file
+  std::optional<std::string> output;  // --output
+  std::optional<std::string> batch_size;  // --batch-size
+  std::optional<std::string> gpus;    // --gpus
+  std::optional<int64_t> limit;       // --limit
+  std::optional<int64_t> num_fewshot; // --num-fewshot
+  std::optional<uint64_t> seed;       // --seed
+  std::optional<std::vector<std::string>> tasks;  // --tasks: replaces the file's list
+};
+
+// Applies the set overrides, validating each new value as the file's would be; errors name the
+// flag, and leave `config` unchanged.
+void apply_overrides(RunConfig& config, const ConfigOverrides& overrides);
+
+}  // namespace gpueval

@@ -1,0 +1,407 @@
+#include "gpueval/run_config.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "gpueval/error.h"
+#include "test_util.h"
+
+namespace gpueval {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// Each test writes its config into a fresh directory; paths in it resolve against that directory.
+class RunConfigTest : public ::testing::Test {
+ protected:
+  // The canonical directory, as load_run_config resolves it (TMPDIR may be reached through a link).
+  std::string dir() const { return fs::canonical(tmp_.path()).string(); }
+
+  std::string write(const std::string& text, const std::string& name = "run.yaml") {
+    const std::string path = tmp_.file(name);
+    fs::create_directories(fs::path(path).parent_path());
+    testing::write_text(path, text);
+    return path;
+  }
+
+  RunConfig load(const std::string& text) { return load_run_config(write(text)); }
+
+  // The message of the Error that loading `text` throws; fails the test if it loads.
+  std::string error_of(const std::string& text) {
+    const std::string path = write(text);
+    try {
+      load_run_config(path);
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << "not one line: " << e.what();
+      return e.what();
+    }
+    ADD_FAILURE() << "expected an error for:\n" << text;
+    return "";
+  }
+
+  std::string overrides_error(const ConfigOverrides& overrides) {
+    RunConfig config = load("model: m\ntasks: [t]\n");
+    const RunConfig before = config;
+    try {
+      apply_overrides(config, overrides);
+    } catch (const Error& e) {
+      EXPECT_EQ(config.to_json(), before.to_json()) << "a failed override changed the config";
+      return e.what();
+    }
+    ADD_FAILURE() << "expected an error";
+    return "";
+  }
+
+  // "<dir>/run.yaml:<line>: " — how every error about a value in the file starts.
+  std::string at(int line) const { return tmp_.file("run.yaml") + ":" + std::to_string(line) + ": "; }
+
+  testing::TempDir tmp_;
+};
+
+TEST_F(RunConfigTest, FullConfigRoundTripsToJson) {
+  const RunConfig c = load(R"(# every key
+model: [ckpt/a, /abs/b]
+tasks:
+  - demo_choice
+  - tasks/extra.yaml
+batch_size: 16
+batch_tokens: 8192
+dtype: bfloat16
+seed: 18446744073709551615
+output: results/run1
+limit: 50
+num_fewshot: 5
+max_length: 2048
+gpus: 0-3
+max_attempts: 4
+heartbeat_timeout_s: 2.5
+max_worker_restarts: 0
+)");
+  const nlohmann::json expected = {
+      {"source", tmp_.file("run.yaml")},
+      {"models", {dir() + "/ckpt/a", "/abs/b"}},
+      {"tasks", {"demo_choice", dir() + "/tasks/extra.yaml"}},
+      {"batch_size", "16"},
+      {"batch_tokens", 8192},
+      {"dtype", "bfloat16"},
+      {"seed", 18446744073709551615ull},
+      {"output", dir() + "/results/run1"},
+      {"limit", 50},
+      {"num_fewshot", 5},
+      {"max_length", 2048},
+      {"gpus", "0-3"},
+      {"max_attempts", 4},
+      {"heartbeat_timeout_s", 2.5},
+      {"max_worker_restarts", 0},
+  };
+  EXPECT_EQ(c.to_json(), expected) << c.to_json().dump(2);
+  EXPECT_EQ(c.seed, 18446744073709551615ull);
+  EXPECT_EQ(c.to_json()["seed"].get<uint64_t>(), 18446744073709551615ull);
+}
+
+TEST_F(RunConfigTest, AbsentKeysTakeTheirDefaults) {
+  const RunConfig c = load("model: m\ntasks: [demo_choice]\n");
+  EXPECT_EQ(c.models, std::vector<std::string>{dir() + "/m"});
+  EXPECT_EQ(c.tasks, std::vector<std::string>{"demo_choice"});
+  EXPECT_EQ(c.batch_size, "auto");
+  EXPECT_EQ(c.batch_tokens, 0);
+  EXPECT_EQ(c.dtype, "auto");
+  EXPECT_EQ(c.seed, 1234u);
+  EXPECT_EQ(c.output, "out");  // a default is not in the file, so it stays relative to the working directory
+  EXPECT_FALSE(c.limit);
+  EXPECT_FALSE(c.num_fewshot);
+  EXPECT_FALSE(c.max_length);
+  EXPECT_EQ(c.gpus, "");
+  EXPECT_EQ(c.max_attempts, 3);
+  EXPECT_EQ(c.heartbeat_timeout_s, 30.0);
+  EXPECT_EQ(c.max_worker_restarts, 10);
+  const nlohmann::json j = c.to_json();
+  EXPECT_TRUE(j["limit"].is_null());
+  EXPECT_TRUE(j["num_fewshot"].is_null());
+  EXPECT_TRUE(j["max_length"].is_null());
+}
+
+TEST_F(RunConfigTest, NullOptionalsAreUnset) {
+  const RunConfig c = load("model: m\ntasks: [t]\nlimit: null\nnum_fewshot: ~\nmax_length:\ngpus:\n");
+  EXPECT_FALSE(c.limit);
+  EXPECT_FALSE(c.num_fewshot);
+  EXPECT_FALSE(c.max_length);
+  EXPECT_EQ(c.gpus, "");
+}
+
+TEST_F(RunConfigTest, ModelIsOnePathOrAList) {
+  EXPECT_EQ(load("model: one\ntasks: [t]\n").models, std::vector<std::string>{dir() + "/one"});
+  EXPECT_EQ(load("model: [a, b, c]\ntasks: [t]\n").models,
+            (std::vector<std::string>{dir() + "/a", dir() + "/b", dir() + "/c"}));
+  EXPECT_EQ(load("model:\n  - a\n  - b\ntasks: [t]\n").models,
+            (std::vector<std::string>{dir() + "/a", dir() + "/b"}));
+  EXPECT_EQ(load("model: [only]\ntasks: t\n").tasks, std::vector<std::string>{"t"});
+}
+
+TEST_F(RunConfigTest, RelativePathsResolveAgainstTheFilesDirectory) {
+  const std::string path = write(R"(model: ../models/stories260K/
+tasks: [demo_choice, my_tasks/x.yaml, local.yaml, other.yml, ./named, /abs/task.yaml]
+output: ../out
+)",
+                                 "configs/run.yaml");
+  const RunConfig c = load_run_config(path);
+  EXPECT_EQ(c.source, path);
+  EXPECT_EQ(c.models, std::vector<std::string>{dir() + "/models/stories260K"});
+  EXPECT_EQ(c.tasks, (std::vector<std::string>{"demo_choice", dir() + "/configs/my_tasks/x.yaml",
+                                               dir() + "/configs/local.yaml", dir() + "/configs/other.yml",
+                                               dir() + "/configs/named", "/abs/task.yaml"}));
+  EXPECT_EQ(c.output, dir() + "/out");
+}
+
+TEST_F(RunConfigTest, ResolutionDoesNotDependOnTheWorkingDirectory) {
+  const std::string path = write("model: m\ntasks: [t]\n", "sub/run.yaml");
+  const fs::path cwd = fs::current_path();
+  fs::current_path(dir() + "/sub");
+  RunConfig relative;
+  try {
+    relative = load_run_config("run.yaml");
+  } catch (...) {
+    fs::current_path(cwd);
+    throw;
+  }
+  fs::current_path(cwd);
+  EXPECT_EQ(relative.models, std::vector<std::string>{dir() + "/sub/m"});
+  EXPECT_EQ(relative.source, "run.yaml");
+  EXPECT_EQ(load_run_config(path).models, relative.models);
+}
+
+TEST_F(RunConfigTest, ShippedExampleLoadsAndDocumentsEveryKey) {
+  const std::string example = testing::source_dir() + "/configs/example.yaml";
+  const RunConfig c = load_run_config(example);
+  const std::string root = fs::canonical(testing::source_dir()).string();
+  EXPECT_EQ(c.models, std::vector<std::string>{root + "/models/stories260K"});
+  EXPECT_EQ(c.tasks, (std::vector<std::string>{"demo_choice", "demo_perplexity"}));
+  EXPECT_EQ(c.output, root + "/out");
+  EXPECT_TRUE(fs::is_directory(c.models[0])) << c.models[0];
+  // Apart from output, the example shows the defaults.
+  RunConfig defaults = load("model: m\ntasks: [t]\n");
+  nlohmann::json got = c.to_json(), want = defaults.to_json();
+  for (const char* key : {"source", "models", "tasks", "output"}) {
+    got.erase(key);
+    want.erase(key);
+  }
+  EXPECT_EQ(got, want);
+
+  std::ifstream in(example);
+  std::stringstream text;
+  text << in.rdbuf();
+  const nlohmann::json all_keys = c.to_json();
+  for (const auto& [key, value] : all_keys.items()) {
+    if (key == "source") continue;
+    const std::string name = key == "models" ? "model" : key;
+    const bool documented = text.str().find("\n" + name + ":") != std::string::npos ||
+                            text.str().find("\n# " + name + ":") != std::string::npos;
+    EXPECT_TRUE(documented) << "configs/example.yaml does not show key '" << name << "'";
+  }
+}
+
+TEST_F(RunConfigTest, UnknownKeyNamesLineAndSuggests) {
+  EXPECT_THAT(error_of("model: m\ntasks: [t]\n\n# comment\nseed: 1\n\nbatchsize: 8\n"),
+              HasSubstr(at(7) + "unknown key 'batchsize' (did you mean 'batch_size'?)"));
+  EXPECT_THAT(error_of("models: m\ntasks: [t]\n"), HasSubstr(at(1) + "unknown key 'models' (did you mean 'model'?)"));
+  EXPECT_THAT(error_of("model: m\ntasks: [t]\nfewshot: 5\n"),
+              HasSubstr(at(3) + "unknown key 'fewshot' (did you mean 'num_fewshot'?)"));
+  EXPECT_THAT(error_of("model: m\ntasks: [t]\noutput_dir: o\n"), HasSubstr("(did you mean 'output'?)"));
+  EXPECT_THAT(error_of("model: m\ntasks: [t]\ndtpye: float32\n"), HasSubstr("(did you mean 'dtype'?)"));
+  EXPECT_THAT(error_of("model: m\ntasks: [t]\nHeartbeat-Timeout-S: 5\n"),
+              HasSubstr("(did you mean 'heartbeat_timeout_s'?)"));
+  const std::string far = error_of("model: m\ntasks: [t]\nzzz: 1\n");
+  EXPECT_THAT(far, AllOf(HasSubstr(at(3) + "unknown key 'zzz'"), HasSubstr("known keys: model, tasks"),
+                         Not(HasSubstr("did you mean"))));
+}
+
+TEST_F(RunConfigTest, StructuralErrors) {
+  EXPECT_THAT(error_of(""), AllOf(HasSubstr(tmp_.file("run.yaml") + ": "), HasSubstr("empty")));
+  EXPECT_THAT(error_of("# nothing but a comment\n"), HasSubstr("empty"));
+  EXPECT_THAT(error_of("- model\n- tasks\n"), HasSubstr(at(1) + "expected a mapping of keys"));
+  EXPECT_THAT(error_of("tasks: [t]\n"),
+              AllOf(HasSubstr(tmp_.file("run.yaml") + ": "), HasSubstr("missing required key 'model'")));
+  EXPECT_THAT(error_of("model: m\n"), HasSubstr("missing required key 'tasks'"));
+  EXPECT_THAT(error_of("model: m\ntasks: [t]\nseed: 1\nseed: 2\n"),
+              HasSubstr(at(4) + "key 'seed' appears twice (first on line 3)"));
+  EXPECT_THAT(error_of("model: m\ntasks: [t]\n---\nseed: 1\n"), HasSubstr(at(4) + "a second YAML document"));
+  EXPECT_THAT(error_of("model: m\ntasks: [t]\n[a]: 1\n"), HasSubstr(at(3) + "keys must be plain names"));
+}
+
+TEST_F(RunConfigTest, YamlSyntaxErrorIsOneLineWithItsLine) {
+  EXPECT_THAT(error_of("model: m\ntasks: [a, b\nseed: 1\n"),
+              AllOf(HasSubstr(tmp_.file("run.yaml") + ":"), HasSubstr("YAML syntax error"),
+                    HasSubstr("end of sequence flow not found")));
+  EXPECT_THAT(error_of("model: m\ntasks: [t]\nseed: a: b\n"),
+              AllOf(HasSubstr(at(3) + "YAML syntax error at column"), HasSubstr("illegal map value")));
+}
+
+TEST_F(RunConfigTest, UnreadableFileNamesIt) {
+  const std::string missing = tmp_.file("absent.yaml");
+  try {
+    load_run_config(missing);
+    FAIL() << "loaded a missing file";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), AllOf(HasSubstr(missing + ": "), HasSubstr("No such file or directory")));
+  }
+  try {
+    load_run_config(tmp_.path());
+    FAIL() << "loaded a directory";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), AllOf(HasSubstr(tmp_.path() + ": "), HasSubstr("not a regular file")));
+  }
+}
+
+TEST_F(RunConfigTest, WrongTypesNameLineAndKey) {
+  const std::string head = "model: m\ntasks: [t]\n";
+  EXPECT_THAT(error_of(head + "seed: abc\n"),
+              HasSubstr(at(3) + "key 'seed' must be a non-negative integer below 2^64, got 'abc'"));
+  EXPECT_THAT(error_of(head + "limit: \"10\"\n"),
+              HasSubstr(at(3) + "key 'limit' must be a positive integer, got the quoted string \"10\""));
+  EXPECT_THAT(error_of(head + "limit: 2.5\n"), HasSubstr(at(3) + "key 'limit' must be a positive integer, got '2.5'"));
+  EXPECT_THAT(error_of(head + "batch_tokens: [1]\n"),
+              HasSubstr(at(3) + "key 'batch_tokens' must be a non-negative integer, got a list"));
+  EXPECT_THAT(error_of(head + "dtype: {a: 1}\n"),
+              HasSubstr(at(3) + "key 'dtype' must be one of auto, float32, bfloat16, float16, got a mapping"));
+  EXPECT_THAT(error_of(head + "max_attempts: true\n"),
+              HasSubstr(at(3) + "key 'max_attempts' must be a positive integer, got 'true'"));
+  EXPECT_THAT(error_of(head + "heartbeat_timeout_s: soon\n"),
+              HasSubstr(at(3) + "key 'heartbeat_timeout_s' must be a positive number of seconds, got 'soon'"));
+  EXPECT_THAT(error_of(head + "output: [a, b]\n"),
+              HasSubstr(at(3) + "key 'output' must be a directory path, got a list"));
+  EXPECT_THAT(error_of(head + "seed:\n"),
+              HasSubstr(at(3) + "key 'seed' must be a non-negative integer below 2^64, got nothing"));
+  EXPECT_THAT(error_of("model: {path: m}\ntasks: [t]\n"),
+              HasSubstr(at(1) + "key 'model' must be a checkpoint path or a list of them, got a mapping"));
+  EXPECT_THAT(error_of("model: m\ntasks:\n  - a\n  - [b]\n"),
+              HasSubstr(at(4) + "key 'tasks': each entry must be a task name or path, got a list"));
+  EXPECT_THAT(error_of("model: m\ntasks:\n"), HasSubstr(at(2) + "key 'tasks' must be a list of task names"));
+}
+
+TEST_F(RunConfigTest, OutOfRangeValuesNameLineAndKey) {
+  const std::string head = "model: m\ntasks: [t]\n";
+  EXPECT_THAT(error_of(head + "limit: 0\n"), HasSubstr(at(3) + "key 'limit' must be a positive integer, got 0"));
+  EXPECT_THAT(error_of(head + "max_length: -5\n"),
+              HasSubstr(at(3) + "key 'max_length' must be a positive integer, got -5"));
+  EXPECT_THAT(error_of(head + "num_fewshot: -1\n"),
+              HasSubstr(at(3) + "key 'num_fewshot' must be a non-negative integer, got -1"));
+  EXPECT_THAT(error_of(head + "batch_tokens: -1\n"),
+              HasSubstr(at(3) + "key 'batch_tokens' must be a non-negative integer, got -1"));
+  EXPECT_THAT(error_of(head + "max_attempts: 0\n"), HasSubstr(at(3) + "key 'max_attempts' must be a positive integer"));
+  EXPECT_THAT(error_of(head + "max_worker_restarts: -1\n"), HasSubstr(at(3) + "key 'max_worker_restarts'"));
+  EXPECT_THAT(error_of(head + "heartbeat_timeout_s: 0\n"),
+              HasSubstr(at(3) + "key 'heartbeat_timeout_s' must be a positive"));
+  EXPECT_THAT(error_of(head + "heartbeat_timeout_s: .inf\n"), HasSubstr(at(3) + "key 'heartbeat_timeout_s'"));
+  EXPECT_THAT(error_of(head + "seed: -1\n"), HasSubstr(at(3) + "key 'seed' must be a non-negative integer"));
+  EXPECT_THAT(error_of(head + "seed: 18446744073709551616\n"), HasSubstr(at(3) + "key 'seed'"));
+  EXPECT_THAT(error_of(head + "limit: 99999999999999999999\n"), HasSubstr(at(3) + "key 'limit' is out of range"));
+  EXPECT_THAT(error_of(head + "batch_size: 0\n"),
+              HasSubstr(at(3) + "key 'batch_size' must be 'auto' or a positive integer, got '0'"));
+  EXPECT_THAT(error_of(head + "batch_size: -4\n"), HasSubstr(at(3) + "key 'batch_size' must be 'auto'"));
+  EXPECT_THAT(error_of(head + "batch_size: big\n"), HasSubstr(at(3) + "key 'batch_size' must be 'auto'"));
+  EXPECT_THAT(error_of(head + "dtype: fp16\n"),
+              HasSubstr(at(3) + "key 'dtype' must be one of auto, float32, bfloat16, float16, got 'fp16'"));
+  EXPECT_THAT(error_of(head + "output: ''\n"), HasSubstr(at(3) + "key 'output' must not be empty"));
+  EXPECT_THAT(error_of(head + "gpus: 3-1\n"), HasSubstr(at(3) + "key 'gpus': range end is below its start"));
+  EXPECT_THAT(error_of(head + "gpus: x\n"), HasSubstr(at(3) + "key 'gpus': 'x' is not a GPU index or range"));
+  EXPECT_THAT(error_of(head + "gpus: ''\n"), HasSubstr(at(3) + "key 'gpus': is empty"));
+}
+
+TEST_F(RunConfigTest, EmptyOrRepeatedListsAreErrors) {
+  EXPECT_THAT(error_of("model: m\ntasks: []\n"), HasSubstr(at(2) + "key 'tasks' must list at least one task"));
+  EXPECT_THAT(error_of("model: []\ntasks: [t]\n"), HasSubstr(at(1) + "key 'model' must list at least one model"));
+  EXPECT_THAT(error_of("model: ''\ntasks: [t]\n"), HasSubstr(at(1) + "key 'model' has an empty model entry"));
+  EXPECT_THAT(error_of("model: m\ntasks:\n  - a\n  - b\n  - a\n"), HasSubstr(at(5) + "key 'tasks' lists 'a' twice"));
+  EXPECT_THAT(error_of("model: [x, ./x]\ntasks: [t]\n"), HasSubstr(at(1) + "key 'model' lists './x' twice"));
+}
+
+TEST_F(RunConfigTest, QuotedAndPlainStringsAreEqual) {
+  const RunConfig c = load("model: \"m\"\ntasks: ['t']\nbatch_size: '8'\ndtype: \"float16\"\ngpus: \"0,0\"\n");
+  EXPECT_EQ(c.batch_size, "8");
+  EXPECT_EQ(c.dtype, "float16");
+  EXPECT_EQ(c.gpus, "0,0");
+  EXPECT_EQ(c.tasks, std::vector<std::string>{"t"});
+}
+
+TEST_F(RunConfigTest, OverridesWin) {
+  RunConfig c = load("model: [a, b]\ntasks: [t]\nbatch_size: 4\nseed: 1\nlimit: 3\n");
+  ConfigOverrides o;
+  o.model = "cli/model";
+  o.output = "cli_out";
+  o.batch_size = "auto";
+  o.gpus = "cpu:2";
+  o.limit = 7;
+  o.num_fewshot = 0;
+  o.seed = 99;
+  o.tasks = std::vector<std::string>{"x", "y.yaml"};
+  apply_overrides(c, o);
+  EXPECT_EQ(c.models, std::vector<std::string>{"cli/model"});  // a flag's path is the working directory's
+  EXPECT_EQ(c.output, "cli_out");
+  EXPECT_EQ(c.batch_size, "auto");
+  EXPECT_EQ(c.gpus, "cpu:2");
+  EXPECT_EQ(c.limit, 7);
+  EXPECT_EQ(c.num_fewshot, 0);
+  EXPECT_EQ(c.seed, 99u);
+  EXPECT_EQ(c.tasks, (std::vector<std::string>{"x", "y.yaml"}));
+}
+
+TEST_F(RunConfigTest, UnsetOverridesKeepTheFile) {
+  RunConfig c = load("model: m\ntasks: [t]\nbatch_size: 4\nseed: 5\nlimit: 3\n");
+  const nlohmann::json before = c.to_json();
+  apply_overrides(c, ConfigOverrides{});
+  EXPECT_EQ(c.to_json(), before);
+}
+
+TEST_F(RunConfigTest, OverridesAreValidatedAndNameTheFlag) {
+  ConfigOverrides o;
+  o.batch_size = "0";
+  EXPECT_THAT(overrides_error(o), HasSubstr("--batch-size: must be 'auto' or a positive integer, got '0'"));
+  o = {};
+  o.batch_size = "many";
+  EXPECT_THAT(overrides_error(o), HasSubstr("--batch-size: must be 'auto'"));
+  o = {};
+  o.limit = 0;
+  EXPECT_THAT(overrides_error(o), HasSubstr("--limit: must be a positive integer, got 0"));
+  o = {};
+  o.num_fewshot = -2;
+  EXPECT_THAT(overrides_error(o), HasSubstr("--num-fewshot: must be a non-negative integer, got -2"));
+  o = {};
+  o.gpus = "2-1";
+  EXPECT_THAT(overrides_error(o), HasSubstr("--gpus 2-1: range end is below its start"));
+  o = {};
+  o.gpus = "";
+  EXPECT_THAT(overrides_error(o), HasSubstr("--gpus ''"));
+  o = {};
+  o.model = "";
+  EXPECT_THAT(overrides_error(o), HasSubstr("--model: must not be empty"));
+  o = {};
+  o.output = "";
+  EXPECT_THAT(overrides_error(o), HasSubstr("--output: must not be empty"));
+  o = {};
+  o.tasks = std::vector<std::string>{};
+  EXPECT_THAT(overrides_error(o), HasSubstr("--tasks: must list at least one task"));
+  o = {};
+  o.tasks = std::vector<std::string>{"a", ""};
+  EXPECT_THAT(overrides_error(o), HasSubstr("--tasks: has an empty task entry"));
+  o = {};
+  o.tasks = std::vector<std::string>{"a", "a"};
+  EXPECT_THAT(overrides_error(o), HasSubstr("--tasks: lists 'a' twice"));
+  // A bad flag after good ones leaves the config as it was (checked in overrides_error).
+  o = {};
+  o.seed = 7;
+  o.model = "x";
+  o.limit = -1;
+  EXPECT_THAT(overrides_error(o), HasSubstr("--limit"));
+}
+
+}  // namespace
+}  // namespace gpueval
