@@ -33,7 +33,8 @@ int32_t pick_token(const at::Tensor& logits, const SamplingOptions& o, at::Gener
 }  // namespace
 
 std::vector<Generation> generate(const LlamaModelImpl& model, const std::vector<std::vector<int32_t>>& prompts,
-                                 const SamplingOptions& o, const TokenCallback& on_token) {
+                                 const SamplingOptions& o, const TokenCallback& on_token,
+                                 const RowCheck& end_row) {
   const int64_t b = static_cast<int64_t>(prompts.size());
   std::vector<Generation> out(b);
   if (b == 0) return out;
@@ -87,6 +88,10 @@ std::vector<Generation> generate(const LlamaModelImpl& model, const std::vector<
         continue;
       }
       out[i].tokens.push_back(tok);
+      if (end_row && end_row(static_cast<size_t>(i), out[i].tokens)) {
+        out[i].ended_by_check = true;
+        continue;
+      }
       if (step + 1 == max_new) continue;
       keep_rows.push_back(static_cast<int64_t>(r));
       still_active.push_back(i);

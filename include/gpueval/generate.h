@@ -2,7 +2,9 @@
 // into one batch, prefilled in one forward, then decoded a token per step.
 // Greedy by default; with a temperature, each row samples from its own CPU
 // generator seeded by the caller, so a row's text does not depend on which
-// other rows share its batch or on the device. Finished rows leave the batch.
+// other rows share its batch or on the device. Finished rows leave the batch,
+// on a stop token, on the length limit, or when the caller's RowCheck says so
+// (stop strings, per-row token limits), so a row never waits on its batch mates.
 #pragma once
 
 #include <cstdint>
@@ -25,13 +27,19 @@ struct SamplingOptions {
 
 struct Generation {
   std::vector<int32_t> tokens;  // new tokens, stop token excluded
-  bool stopped = false;         // ended on a stop token (else on the length limit)
+  bool stopped = false;         // ended on a stop token
+  bool ended_by_check = false;  // ended because the RowCheck returned true
 };
 
 // Called after each step with (prompt index, new token); the stop token is reported too.
 using TokenCallback = std::function<void(size_t, int32_t)>;
 
+// Called after a token (not a stop token) joins a row, with (prompt index, the
+// row's new tokens so far); returning true ends that row, keeping the token.
+using RowCheck = std::function<bool(size_t, const std::vector<int32_t>&)>;
+
 std::vector<Generation> generate(const LlamaModelImpl& model, const std::vector<std::vector<int32_t>>& prompts,
-                                 const SamplingOptions& options, const TokenCallback& on_token = nullptr);
+                                 const SamplingOptions& options, const TokenCallback& on_token = nullptr,
+                                 const RowCheck& end_row = nullptr);
 
 }  // namespace gpueval

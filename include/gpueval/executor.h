@@ -1,0 +1,53 @@
+// The executor is what a worker runs for one Batch of the plan: one padded
+// scoring forward for loglikelihood and rolling windows, or one batched
+// generation for generate_until, giving an ItemResult per work item. The
+// scheduler folds item results into per-request results with combine_items,
+// summing a rolling request's windows in part order so the total does not
+// depend on which worker scored which window or when it arrived.
+//
+// execute_batch runs its forwards under c10::InferenceMode on the model's
+// device; it reads the model and tokenizer only, so several threads may
+// execute batches on the same model at once. Results are plain values that
+// travel back to the scheduler as JSON/CBOR.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "gpueval/model.h"
+#include "gpueval/planner.h"
+#include "gpueval/request.h"
+#include "gpueval/tokenizer.h"
+
+namespace gpueval {
+
+struct ItemResult {
+  int64_t request_index = 0;
+  int32_t part = 0;
+  int32_t parts = 1;       // copied from the WorkItem, so a missing last part is detectable
+  double logprob = 0;      // loglikelihood*: sum of target logprobs, in token order, in double
+  bool is_greedy = false;  // loglikelihood*: every target was the argmax
+  int64_t num_tokens = 0;  // targets scored, or tokens generated (EOS excluded)
+  std::string text;        // generate_until: the decoded continuation cut before the first stop string
+};
+
+// Throws Error for a batch that mixes generation with scoring or sampling
+// temperatures, or whose items do not fit the model.
+std::vector<ItemResult> execute_batch(const LlamaModelImpl& model, const Tokenizer& tokenizer, const Batch& batch);
+
+// One RequestResult per request, ordered by request index: rolling windows are
+// summed in part order (logprob, num_tokens; is_greedy of all parts). Throws
+// Error if a part is missing or duplicated, or parts disagree on their count.
+std::vector<RequestResult> combine_items(const std::vector<ItemResult>& items);
+
+// lm-evaluation-harness's stop handling: the text cut at the first occurrence
+// of each non-empty stop string in turn.
+std::string cut_at_stops(std::string text, const std::vector<std::string>& stops);
+
+nlohmann::json to_json(const ItemResult& r);
+ItemResult item_result_from_json(const nlohmann::json& j);  // throws Error on a malformed object
+
+}  // namespace gpueval

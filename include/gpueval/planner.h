@@ -1,0 +1,94 @@
+// The planner turns a run's requests into batches of model work. It tokenizes
+// every request exactly as lm-evaluation-harness's HFLM does (so scores are
+// comparable with published ones), splits loglikelihood_rolling texts into
+// context-sized windows, sorts the work longest first and cuts it into batches
+// under a token budget. A Batch is what the scheduler hands to a worker; it
+// travels as JSON (or CBOR) and is validated on arrival.
+//
+// The plan is a pure function of (requests, tokenizer, options): nothing in it
+// knows how many workers will run it, which is what lets any number of
+// workers, or a resumed run, produce bit-identical per-request results.
+// make_plan may tokenize on several threads (Tokenizer is thread-safe); the
+// result never depends on how many. Plans and batches are plain values.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "gpueval/request.h"
+#include "gpueval/tokenizer.h"
+
+namespace gpueval {
+
+// One unit of model work.
+//   loglikelihood:         tokens = context + continuation; tokens[first_target..] are scored.
+//   loglikelihood_rolling: one window (part k of `parts`) of a request; same fields.
+//   generate_until:        tokens = the prompt; generation stops at max_tokens, EOS or a stop string.
+struct WorkItem {
+  int64_t request_index = 0;  // Request::index
+  int32_t part = 0;           // rolling windows: 0 .. parts-1; else 0
+  int32_t parts = 1;
+  RequestType type = RequestType::kLoglikelihood;
+  std::vector<int32_t> tokens;
+  int64_t first_target = 1;        // loglikelihood*: first scored position, >= 1
+  std::vector<std::string> stops;  // generate_until
+  int64_t max_tokens = 0;          // generate_until
+  double temperature = 0.0;        // generate_until: 0 is greedy
+  uint64_t seed = 0;               // generate_until: request_seed(), so sampling never depends on the worker
+
+  // Tokens the item occupies in a padded batch: the forward's inputs
+  // (tokens - 1) for loglikelihood*, prompt + max_tokens for generate_until.
+  int64_t cost() const;
+};
+
+struct Batch {
+  int64_t id = 0;                // position in the plan
+  std::vector<WorkItem> items;   // longest first
+  int64_t padded_tokens = 0;     // items.size() * the longest item's cost
+};
+
+struct PlanOptions {
+  // Budget per batch: items * longest item's cost must stay within it. An item
+  // longer than the budget gets a batch of its own.
+  int64_t batch_tokens = 4096;
+  int64_t max_batch_size = 0;  // most items per batch; 0 = unlimited
+  // The model's context. Longer loglikelihood inputs are left-truncated to it,
+  // rolling texts are windowed by it, generate_until prompts are left-truncated
+  // to max_length - max_tokens.
+  int64_t max_length = 2048;
+  // Whether contexts start with the tokenizer's BOS (when it has one). Empty
+  // loglikelihood contexts and rolling windows use the prefix token (BOS, else
+  // EOS) whatever this says, as lm-evaluation-harness does.
+  bool add_bos = true;
+  uint64_t seed = 1234;  // run seed for generate_until sampling
+  // Tokenizer threads; 0 = one per core. Never changes the plan.
+  int threads = 0;
+};
+
+struct Plan {
+  std::vector<Batch> batches;  // ids 0..n-1, longest first
+  int64_t num_requests = 0;
+  int64_t num_items = 0;
+  int64_t total_tokens = 0;   // sum of item costs
+  int64_t padded_tokens = 0;  // sum of batch padded_tokens
+  double padding_fraction() const;  // 1 - total/padded; 0 for an empty plan
+};
+
+// Throws Error on bad options, duplicate request indices, a continuation longer
+// than max_length, or a generate_until max_tokens that leaves no room for a prompt.
+Plan make_plan(const std::vector<Request>& requests, const Tokenizer& tokenizer, const PlanOptions& options);
+
+// The seed of a generate_until request: a fixed 64-bit hash of the run seed and
+// the request's identity (task, doc_id, choice), stable across platforms.
+uint64_t request_seed(uint64_t run_seed, const std::string& task, int64_t doc_id, int64_t choice);
+
+nlohmann::json to_json(const WorkItem& item);
+WorkItem work_item_from_json(const nlohmann::json& j);  // throws Error on a malformed object
+nlohmann::json to_json(const Batch& batch);
+Batch batch_from_json(const nlohmann::json& j);  // throws Error on a malformed object
+nlohmann::json to_json(const Plan& plan);        // the batches, for logs and determinism checks
+
+}  // namespace gpueval

@@ -1,0 +1,414 @@
+#include "gpueval/planner.h"
+
+#include <algorithm>
+#include <atomic>
+#include <exception>
+#include <limits>
+#include <map>
+#include <optional>
+#include <thread>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "gpueval/error.h"
+#include "gpueval/scorer.h"
+#include "utf8.h"
+#include "wire_json.h"
+
+namespace gpueval {
+
+int64_t WorkItem::cost() const {
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  if (type == RequestType::kGenerateUntil) return n + max_tokens;
+  return std::max<int64_t>(n - 1, 0);  // the last token is only a target, never an input
+}
+
+double Plan::padding_fraction() const {
+  return padded_tokens > 0 ? 1.0 - static_cast<double>(total_tokens) / static_cast<double>(padded_tokens) : 0.0;
+}
+
+uint64_t request_seed(uint64_t run_seed, const std::string& task, int64_t doc_id, int64_t choice) {
+  // FNV-1a over a fixed little-endian layout, then a splitmix64 finalizer so
+  // that neighbouring doc_ids give unrelated seeds.
+  uint64_t h = 0xcbf29ce484222325ull;
+  auto byte = [&h](uint8_t b) {
+    h ^= b;
+    h *= 0x100000001b3ull;
+  };
+  auto word = [&byte](uint64_t v) {
+    for (int i = 0; i < 8; ++i) byte(static_cast<uint8_t>(v >> (8 * i)));
+  };
+  word(run_seed);
+  word(task.size());
+  for (char c : task) byte(static_cast<uint8_t>(c));
+  word(static_cast<uint64_t>(doc_id));
+  word(static_cast<uint64_t>(choice));
+  h ^= h >> 30;
+  h *= 0xbf58476d1ce4e5b9ull;
+  h ^= h >> 27;
+  h *= 0x94d049bb133111ebull;
+  h ^= h >> 31;
+  return h;
+}
+
+namespace {
+
+// Python's str.isspace(): Unicode White_Space plus the information separators
+// U+001C..U+001F, which is what rstrip() in lm-evaluation-harness removes.
+bool python_isspace(char32_t c) { return is_unicode_whitespace(c) || (c >= 0x1C && c <= 0x1F); }
+
+// Length in bytes of `text` without its trailing whitespace.
+size_t rstrip_length(const std::string& text) {
+  size_t end = text.size();
+  while (end > 0) {
+    const size_t start = utf8_previous(text, end);
+    size_t len = 0;
+    if (!python_isspace(utf8_decode(text, start, &len))) break;
+    end = start;
+  }
+  return end;
+}
+
+// Tokenizes requests the way HFLM does; one per make_plan call, shared
+// read-only by the tokenizing threads.
+class RequestEncoder {
+ public:
+  RequestEncoder(const Tokenizer& tokenizer, const PlanOptions& options)
+      : tokenizer_(tokenizer), options_(options), bos_(tokenizer.bos_id()) {
+    if (bos_)
+      prefix_ = *bos_;
+    else if (tokenizer.eos_id())
+      prefix_ = *tokenizer.eos_id();
+  }
+
+  std::vector<WorkItem> items_for(const Request& r) const {
+    if (utf8_invalid_offset(r.context) != r.context.size() ||
+        utf8_invalid_offset(r.continuation) != r.continuation.size())
+      throw Error("text is not valid UTF-8");
+    switch (r.type) {
+      case RequestType::kLoglikelihood: return {loglikelihood(r)};
+      case RequestType::kLoglikelihoodRolling: return rolling(r);
+      case RequestType::kGenerateUntil: return {generate_until(r)};
+    }
+    throw Error("unknown request type");
+  }
+
+ private:
+  int32_t prefix_token() const {
+    if (!prefix_) throw Error(fmt::format("{}: the tokenizer has neither a BOS nor an EOS token", tokenizer_.origin()));
+    return *prefix_;
+  }
+
+  std::vector<int32_t> encode(const std::string& text) const {
+    return tokenizer_.encode(text, /*add_special_tokens=*/false);
+  }
+
+  // (BOS +) encode(text). A text whose own encoding already starts with BOS
+  // (it begins with the BOS string) gets no second one, which is what
+  // lm-evaluation-harness's has_bos_prefix check is for.
+  std::vector<int32_t> encode_context(const std::string& text) const {
+    std::vector<int32_t> body = encode(text);
+    if (!options_.add_bos || !bos_ || (!body.empty() && body.front() == *bos_)) return body;
+    body.insert(body.begin(), *bos_);
+    return body;
+  }
+
+  WorkItem loglikelihood(const Request& r) const {
+    std::vector<int32_t> context_enc, continuation_enc;
+    if (r.context.empty()) {
+      // The prefix token stands in for the missing context, unless the
+      // continuation already starts with it.
+      continuation_enc = encode(r.continuation);
+      if (!continuation_enc.empty() && continuation_enc.front() == prefix_token()) {
+        context_enc.push_back(continuation_enc.front());
+        continuation_enc.erase(continuation_enc.begin());
+      } else {
+        context_enc.push_back(prefix_token());
+      }
+    } else {
+      // _encode_pair: trailing whitespace of the context belongs to the
+      // continuation, and the continuation is whatever encoding the whole
+      // string adds after the context's tokens.
+      const size_t keep = rstrip_length(r.context);
+      const std::string context = r.context.substr(0, keep);
+      const std::string continuation = r.context.substr(keep) + r.continuation;
+      context_enc = encode_context(context);
+      const std::vector<int32_t> whole = encode_context(context + continuation);
+      if (whole.size() > context_enc.size()) continuation_enc.assign(whole.begin() + context_enc.size(), whole.end());
+      // A context of only whitespace, without BOS, would leave nothing to condition on.
+      if (context_enc.empty()) context_enc.push_back(prefix_token());
+    }
+    const int64_t cont = static_cast<int64_t>(continuation_enc.size());
+    if (cont > options_.max_length)
+      throw Error(fmt::format("continuation of {} tokens exceeds max_length {}", cont, options_.max_length));
+    WorkItem item = base_item(r);
+    item.tokens = context_enc;
+    item.tokens.insert(item.tokens.end(), continuation_enc.begin(), continuation_enc.end());
+    // Left-truncate to max_length inputs plus the final target.
+    const int64_t keep_tokens = options_.max_length + 1;
+    if (static_cast<int64_t>(item.tokens.size()) > keep_tokens)
+      item.tokens.erase(item.tokens.begin(), item.tokens.end() - keep_tokens);
+    item.first_target = static_cast<int64_t>(item.tokens.size()) - cont;
+    return item;
+  }
+
+  std::vector<WorkItem> rolling(const Request& r) const {
+    const std::vector<int32_t> tokens = encode(r.context);
+    std::vector<ScoreRequest> windows = rolling_windows(tokens, prefix_token(), options_.max_length);
+    if (windows.empty()) windows.push_back({{prefix_token()}, 1});  // an empty text: nothing to score, logprob 0
+    if (windows.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max()))
+      throw Error(fmt::format("{} rolling windows", windows.size()));
+    std::vector<WorkItem> items;
+    for (size_t k = 0; k < windows.size(); ++k) {
+      WorkItem item = base_item(r);
+      item.part = static_cast<int32_t>(k);
+      item.parts = static_cast<int32_t>(windows.size());
+      item.tokens = std::move(windows[k].tokens);
+      item.first_target = windows[k].first_target;
+      items.push_back(std::move(item));
+    }
+    return items;
+  }
+
+  WorkItem generate_until(const Request& r) const {
+    if (r.max_tokens < 0) throw Error(fmt::format("max_tokens {} is negative", r.max_tokens));
+    if (r.max_tokens >= options_.max_length)
+      throw Error(fmt::format("max_tokens {} leaves no room for a prompt within max_length {}", r.max_tokens,
+                              options_.max_length));
+    WorkItem item = base_item(r);
+    item.tokens = encode_context(r.context);
+    if (item.tokens.empty()) item.tokens.push_back(prefix_token());  // generation needs something to start from
+    const int64_t room = options_.max_length - r.max_tokens;
+    if (static_cast<int64_t>(item.tokens.size()) > room) item.tokens.erase(item.tokens.begin(), item.tokens.end() - room);
+    item.stops = r.stops;
+    item.max_tokens = r.max_tokens;
+    item.seed = request_seed(options_.seed, r.task, r.doc_id, r.choice);
+    return item;
+  }
+
+  static WorkItem base_item(const Request& r) {
+    WorkItem item;
+    item.request_index = r.index;
+    item.type = r.type;
+    return item;
+  }
+
+  const Tokenizer& tokenizer_;
+  const PlanOptions& options_;
+  std::optional<int32_t> bos_;
+  std::optional<int32_t> prefix_;  // BOS, else EOS
+};
+
+// Work items of every request, in request order; errors name the request.
+std::vector<std::vector<WorkItem>> encode_all(const std::vector<Request>& requests, const Tokenizer& tokenizer,
+                                              const PlanOptions& options) {
+  const RequestEncoder encoder(tokenizer, options);
+  const size_t n = requests.size();
+  std::vector<std::vector<WorkItem>> items(n);
+  std::vector<std::exception_ptr> errors(n);
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < n; i = next++) {
+      try {
+        items[i] = encoder.items_for(requests[i]);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    }
+  };
+  size_t threads = options.threads > 0 ? static_cast<size_t>(options.threads)
+                                       : std::max<size_t>(1, std::thread::hardware_concurrency());
+  threads = std::min(threads, std::max<size_t>(1, n / 64));  // small runs are not worth a thread
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+  for (size_t i = 0; i < n; ++i) {
+    if (!errors[i]) continue;
+    const Request& r = requests[i];
+    try {
+      std::rethrow_exception(errors[i]);
+    } catch (const std::exception& e) {
+      throw Error(fmt::format("request {} ({} doc {} choice {}, {}): {}", r.index, r.task, r.doc_id, r.choice,
+                              request_type_name(r.type), e.what()));
+    }
+  }
+  return items;
+}
+
+// Longest first so an out-of-memory error shows early; ties by request and part.
+bool longer_first(const WorkItem& a, const WorkItem& b) {
+  const int64_t ca = a.cost(), cb = b.cost();
+  if (ca != cb) return ca > cb;
+  if (a.request_index != b.request_index) return a.request_index < b.request_index;
+  return a.part < b.part;
+}
+
+// Cuts items (already sorted longest first) greedily under the budget.
+void cut_batches(std::vector<WorkItem> items, const PlanOptions& options, std::vector<Batch>& out) {
+  Batch current;
+  int64_t longest = 0;
+  auto close = [&] {
+    if (current.items.empty()) return;
+    current.padded_tokens = static_cast<int64_t>(current.items.size()) * longest;
+    out.push_back(std::move(current));
+    current = Batch{};
+  };
+  for (WorkItem& item : items) {
+    if (current.items.empty()) {
+      longest = item.cost();
+    } else {
+      const int64_t count = static_cast<int64_t>(current.items.size()) + 1;
+      const bool fits = count * longest <= options.batch_tokens &&
+                        (options.max_batch_size == 0 || count <= options.max_batch_size);
+      if (!fits) {
+        close();
+        longest = item.cost();
+      }
+    }
+    current.items.push_back(std::move(item));
+  }
+  close();
+}
+
+}  // namespace
+
+Plan make_plan(const std::vector<Request>& requests, const Tokenizer& tokenizer, const PlanOptions& options) {
+  if (options.batch_tokens < 1) throw Error(fmt::format("plan: batch_tokens must be >= 1, got {}", options.batch_tokens));
+  if (options.max_batch_size < 0)
+    throw Error(fmt::format("plan: max_batch_size must be >= 0, got {}", options.max_batch_size));
+  if (options.max_length < 1) throw Error(fmt::format("plan: max_length must be >= 1, got {}", options.max_length));
+  {
+    std::vector<int64_t> indices;
+    for (const Request& r : requests) indices.push_back(r.index);
+    std::sort(indices.begin(), indices.end());
+    auto dup = std::adjacent_find(indices.begin(), indices.end());
+    if (dup != indices.end()) throw Error(fmt::format("plan: request index {} appears more than once", *dup));
+    if (!indices.empty() && indices.front() < 0)
+      throw Error(fmt::format("plan: request index {} is negative", indices.front()));
+  }
+
+  Plan plan;
+  plan.num_requests = static_cast<int64_t>(requests.size());
+  // Generation never shares a batch with scoring, nor with another temperature:
+  // a batch runs one kind of forward under one sampling setting.
+  std::map<std::pair<bool, double>, std::vector<WorkItem>> groups;
+  for (auto& per_request : encode_all(requests, tokenizer, options)) {
+    for (WorkItem& item : per_request) {
+      const bool generate = item.type == RequestType::kGenerateUntil;
+      plan.total_tokens += item.cost();
+      ++plan.num_items;
+      groups[{generate, generate ? item.temperature : 0.0}].push_back(std::move(item));
+    }
+  }
+  for (auto& [key, items] : groups) {
+    std::sort(items.begin(), items.end(), longer_first);
+    cut_batches(std::move(items), options, plan.batches);
+  }
+  // Batches are ordered by their first (longest) item, whatever group they came from.
+  std::sort(plan.batches.begin(), plan.batches.end(),
+            [](const Batch& a, const Batch& b) { return longer_first(a.items.front(), b.items.front()); });
+  for (size_t i = 0; i < plan.batches.size(); ++i) {
+    plan.batches[i].id = static_cast<int64_t>(i);
+    plan.padded_tokens += plan.batches[i].padded_tokens;
+  }
+  return plan;
+}
+
+nlohmann::json to_json(const WorkItem& item) {
+  nlohmann::json j = {{"request_index", item.request_index},
+                      {"part", item.part},
+                      {"parts", item.parts},
+                      {"type", request_type_name(item.type)},
+                      {"tokens", item.tokens}};
+  if (item.type == RequestType::kGenerateUntil) {
+    j["stops"] = item.stops;
+    j["max_tokens"] = item.max_tokens;
+    j["temperature"] = item.temperature;
+    j["seed"] = item.seed;
+  } else {
+    j["first_target"] = item.first_target;
+  }
+  return j;
+}
+
+namespace {
+
+WorkItem work_item_from_json(const nlohmann::json& j, const std::string& path) {
+  using namespace wire;
+  constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+  constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+  require_object(j, path);
+  WorkItem item;
+  item.request_index = get_int(field(j, "request_index", path), path + ".request_index", 0, kInt64Max);
+  item.parts = static_cast<int32_t>(get_int(field(j, "parts", path), path + ".parts", 1, kInt32Max));
+  item.part = static_cast<int32_t>(get_int(field(j, "part", path), path + ".part", 0, item.parts - 1));
+  const std::string type = get_string(field(j, "type", path), path + ".type");
+  try {
+    item.type = parse_request_type(type);
+  } catch (const Error& e) {
+    fail(path + ".type", "{}", e.what());
+  }
+  item.tokens = get_token_ids(field(j, "tokens", path), path + ".tokens");
+  const int64_t n = static_cast<int64_t>(item.tokens.size());
+  if (item.type == RequestType::kGenerateUntil) {
+    if (n == 0) fail(path + ".tokens", "a generate_until prompt needs at least one token");
+    item.stops = get_strings(field(j, "stops", path), path + ".stops");
+    item.max_tokens = get_int(field(j, "max_tokens", path), path + ".max_tokens", 0, kInt32Max);
+    item.temperature = get_double(field(j, "temperature", path), path + ".temperature");
+    if (item.temperature < 0) fail(path + ".temperature", "must be >= 0, got {}", item.temperature);
+    item.seed = get_uint64(field(j, "seed", path), path + ".seed");
+  } else {
+    if (item.type == RequestType::kLoglikelihood && item.parts != 1)
+      fail(path + ".parts", "a loglikelihood item has exactly one part, got {}", item.parts);
+    if (n < 1) fail(path + ".tokens", "a scored item needs at least one token");
+    item.first_target = get_int(field(j, "first_target", path), path + ".first_target", 1, n);
+  }
+  return item;
+}
+
+}  // namespace
+
+WorkItem work_item_from_json(const nlohmann::json& j) { return work_item_from_json(j, "work item"); }
+
+nlohmann::json to_json(const Batch& batch) {
+  nlohmann::json items = nlohmann::json::array();
+  for (const WorkItem& item : batch.items) items.push_back(to_json(item));
+  return {{"id", batch.id}, {"padded_tokens", batch.padded_tokens}, {"items", std::move(items)}};
+}
+
+Batch batch_from_json(const nlohmann::json& j) {
+  using namespace wire;
+  const std::string path = "batch";
+  constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+  require_object(j, path);
+  Batch batch;
+  batch.id = get_int(field(j, "id", path), path + ".id", 0, kInt64Max);
+  batch.padded_tokens = get_int(field(j, "padded_tokens", path), path + ".padded_tokens", 0, kInt64Max);
+  const nlohmann::json& items = array_field(j, "items", path);
+  if (items.empty()) fail(path + ".items", "a batch has at least one item");
+  int64_t longest = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    batch.items.push_back(work_item_from_json(items[i], fmt::format("{}.items[{}]", path, i)));
+    longest = std::max(longest, batch.items.back().cost());
+  }
+  // The padded size is derived data; a mismatch means the message was damaged or forged.
+  const int64_t expected = static_cast<int64_t>(batch.items.size()) * longest;
+  if (batch.padded_tokens != expected)
+    fail(path + ".padded_tokens", "{} does not match {} items of at most {} tokens", batch.padded_tokens,
+         batch.items.size(), longest);
+  return batch;
+}
+
+nlohmann::json to_json(const Plan& plan) {
+  nlohmann::json batches = nlohmann::json::array();
+  for (const Batch& b : plan.batches) batches.push_back(to_json(b));
+  return {{"num_requests", plan.num_requests},
+          {"num_items", plan.num_items},
+          {"total_tokens", plan.total_tokens},
+          {"padded_tokens", plan.padded_tokens},
+          {"batches", std::move(batches)}};
+}
+
+}  // namespace gpueval
