@@ -1,0 +1,68 @@
+// The result files of a run, laid out as lm-evaluation-harness lays out its own so that the
+// tools people use on lm-eval output read ours:
+//   results.json           lm-eval's results file (v0.4 layout): "results" {task: {"alias",
+//                          "<metric>,none", "<metric>_stderr,none"}}, "group_subtasks",
+//                          "configs", "versions", "n-shot", "higher_is_better", "n-samples",
+//                          "config", "task_hashes", "model_name", "total_evaluation_time_seconds",
+//                          plus gpueval's "incomplete" list;
+//   samples_<task>.jsonl   one line per document as lm-eval's --log_samples writes it: doc_id,
+//                          doc, target, arguments {gen_args_i: {arg_j}}, resps and
+//                          filtered_resps (values as Python str()s, as lm-eval sanitizes them),
+//                          filter, metrics, doc/prompt/target SHA-256 hashes, and each metric;
+//   report.md              a table of task, metric, value ± stderr and n, and the incomplete
+//                          or quarantined work, if any.
+// Output is a function of the inputs alone: JSON is written the way Python's json.dumps writes
+// it (floats in repr form, which round-trips exactly), records are ordered by task and doc_id
+// whatever order they arrive in, nothing takes the clock, and a timestamp appears only when the
+// caller passes one (RunSummary::date). Each file is replaced atomically. Only the aggregator
+// calls this; the functions are stateless and thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "gpueval/metrics.h"
+#include "gpueval/request.h"
+#include "gpueval/task.h"
+
+namespace gpueval {
+
+// Everything about one scored document: its requests, their results in the same order, and
+// task->process_results() of them.
+struct DocRecord {
+  const Task* task = nullptr;
+  Document doc;
+  std::vector<Request> requests;
+  std::vector<RequestResult> results;
+  DocMetrics metrics;
+};
+
+struct RunSummary {
+  nlohmann::json config = nlohmann::json::object();  // results.json "config": model_args, batch_size, device, ...
+  std::string model;                                  // model name or path ("config"."model", "model_name")
+  double wall_seconds = 0;
+  std::vector<std::string> incomplete;  // one line per quarantined batch or missing request
+  std::optional<int64_t> limit;         // documents per task asked for; n-samples "effective"
+  int64_t bootstrap_iters = kDefaultBootstrapIters;
+  std::optional<double> date;           // UNIX time the run started; left out when absent
+};
+
+// Writes results.json, samples_<task>.jsonl for every task and report.md into output_dir
+// (created if missing). `docs` holds the complete documents of `tasks` in any order; a
+// document whose results do not match its requests, or of a task not in `tasks`, or seen
+// twice, is an Error (incomplete documents belong in summary.incomplete instead).
+void write_reports(const std::string& output_dir, const std::vector<const Task*>& tasks,
+                   const std::vector<DocRecord>& docs, const RunSummary& summary);
+
+// The pieces write_reports() writes, for tests and other writers.
+nlohmann::ordered_json results_json(const std::vector<const Task*>& tasks, const std::vector<DocRecord>& docs,
+                                    const RunSummary& summary);
+nlohmann::ordered_json sample_json(const DocRecord& record);
+std::string report_markdown(const std::vector<const Task*>& tasks, const std::vector<DocRecord>& docs,
+                            const RunSummary& summary);
+
+}  // namespace gpueval

@@ -1,0 +1,122 @@
+// A Task is one benchmark defined the way lm-evaluation-harness defines its tasks: a YAML file
+// with lm-eval's key names (task, dataset_path, output_type, doc_to_text, doc_to_target,
+// doc_to_choice, target_delimiter, description, metric_list, generation_kwargs, metadata, ...)
+// over a JSONL dataset, one document per line. The Task turns each document into the same
+// requests lm-eval builds for it and scores the results with lm-eval's metrics:
+//
+//   multiple_choice        one loglikelihood(context, target_delimiter + choice) per choice;
+//                          acc, acc_norm, acc_bytes, exact_match
+//   loglikelihood          loglikelihood(context, target); perplexity, acc (= is_greedy)
+//   loglikelihood_rolling  loglikelihood_rolling(target); word_perplexity, byte_perplexity,
+//                          bits_per_byte (lm-eval reads the text from doc_to_target; a file
+//                          with doc_to_text only uses that)
+//   generate_until         generate_until(context, until, max_gen_toks); exact_match
+//
+// where context = description + doc_to_text, both templates (gpueval/template.h). Everything a
+// document needs is rendered once when the task loads, so a bad file fails at load with one
+// line naming the file and line: YAML syntax, an unknown or unsupported key, a missing required
+// key, an unknown output_type or metric, a dataset line that is not a JSON object, a template
+// field a document lacks, a label outside its choices. Few-shot prompts, filters and custom
+// process_docs/process_results are not supported yet and are rejected rather than ignored.
+//
+// A loaded Task is immutable; every method is const and safe to call from many threads.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "gpueval/metrics.h"
+#include "gpueval/request.h"
+#include "gpueval/template.h"
+
+namespace gpueval {
+
+enum class OutputType { kMultipleChoice, kLoglikelihood, kLoglikelihoodRolling, kGenerateUntil };
+
+const char* output_type_name(OutputType type);  // lm-eval's spelling: "multiple_choice", ...
+
+// One dataset line: doc_id is its position among the documents (0..n-1, file order).
+struct Document {
+  int64_t doc_id = 0;
+  nlohmann::json fields;  // the line's JSON object
+};
+
+class Task {
+ public:
+  // name_or_path: a path to a .yaml/.yml file (anything with a '/' or that suffix), or a task
+  // name looked up as <dir>/<name>.yaml in each of search_dirs in turn.
+  static Task load(const std::string& name_or_path, const std::vector<std::string>& search_dirs);
+
+  const std::string& name() const { return name_; }
+  const std::string& alias() const { return alias_; }      // task_alias, else the name
+  OutputType output_type() const { return output_type_; }
+  const std::string& yaml_path() const { return yaml_path_; }
+  const std::string& dataset_file() const { return dataset_file_; }  // dataset_path resolved
+  const std::vector<Document>& documents() const { return documents_; }
+  const std::vector<MetricSpec>& metrics() const { return metrics_; }
+  int64_t num_fewshot() const { return 0; }
+  // metadata.version, as lm-eval reports it under "versions"; null when the file has none.
+  const nlohmann::json& version() const { return version_; }
+
+  // "<dataset file>:<line>", where the document came from, for messages.
+  std::string location(const Document& doc) const;
+
+  // The prompt: description + doc_to_text.
+  std::string context(const Document& doc) const;
+  // doc_to_choice (multiple_choice, and generate_until tasks that map a target index to text).
+  std::vector<std::string> choices(const Document& doc) const;
+  // doc_to_target as lm-eval returns it: an index into the choices (integer), several indices
+  // (array), or text (string).
+  nlohmann::json target(const Document& doc) const;
+
+  // The requests of one document, in lm-eval's order (one per choice for multiple choice).
+  // `index` is left 0: build_requests() numbers a whole run.
+  std::vector<Request> requests(const Document& doc) const;
+
+  // Per-document metric values from the results of requests(doc), in the same order. Throws
+  // Error naming the document when the count of results does not match.
+  DocMetrics process_results(const Document& doc, const std::vector<RequestResult>& results) const;
+
+  // The task's definition as lm-eval dumps it into results.json "configs": the file's keys with
+  // lm-eval's defaults filled in (description "", target_delimiter " ", num_fewshot 0, ...) and
+  // metric_list entries spelled out ({metric, aggregation, higher_is_better}).
+  nlohmann::json config() const { return config_; }
+  // The same, keys in lm-eval's TaskConfig field order, for writing results.json.
+  const nlohmann::ordered_json& ordered_config() const { return config_; }
+
+ private:
+  Task() = default;
+  static Task parse(const std::string& yaml_path);
+  void load_documents();
+  std::vector<size_t> gold_indices(const Document& doc, const std::vector<std::string>& choices) const;
+
+  std::string name_;
+  std::string alias_;
+  std::string yaml_path_;
+  std::string dataset_file_;
+  OutputType output_type_ = OutputType::kGenerateUntil;
+  std::optional<Template> doc_to_text_;
+  std::optional<Template> doc_to_target_;
+  std::optional<Template> doc_to_choice_;      // a template that yields a list
+  std::optional<std::vector<std::string>> choice_list_;  // doc_to_choice written as a YAML list or map
+  std::optional<Template> description_;
+  std::string target_delimiter_ = " ";
+  std::vector<std::string> until_;
+  int64_t max_gen_toks_ = 256;
+  std::vector<MetricSpec> metrics_;
+  nlohmann::json version_;
+  nlohmann::ordered_json config_;
+  std::vector<Document> documents_;
+  std::vector<int64_t> lines_;  // source line of each document
+};
+
+// The requests of `tasks` in (task, document, choice) order over the first `limit` documents
+// of each task (all when nullopt), with `index` numbered 0..N-1.
+std::vector<Request> build_requests(const std::vector<const Task*>& tasks, std::optional<int64_t> limit = std::nullopt);
+
+}  // namespace gpueval

@@ -1,0 +1,64 @@
+// Template is the prompt language of task files (doc_to_text, doc_to_target, doc_to_choice,
+// description): the subset of Jinja2, which lm-evaluation-harness renders those keys with,
+// that field substitution needs. Literal text passes through unchanged (trailing newline
+// included, as lm-eval's keep_trailing_newline=True); `{{ path }}` is replaced by a document
+// field, where a path is a name followed by `.name`, `.0`, `[0]`, `[-1]` or `["key"]` steps.
+// A value renders as Jinja renders it, i.e. Python's str(): strings raw, numbers as Python
+// prints them, true/false/null as True/False/None, lists and objects as Python literals
+// (['a', 'b']). A path the document lacks is an error, as under lm-eval's StrictUndefined.
+//
+// Statements ({% %}), comments ({# #}), whitespace control ({{- -}}), filters (|) and other
+// expressions are rejected when the template is parsed, with the file and line it came from;
+// richer templates extend parse() and the Expression type without changing callers.
+// A Template is immutable after parse() and safe to share between threads.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace gpueval {
+
+class Template {
+ public:
+  // `name` says what the template is for in messages ("doc_to_text"); `where` is where its
+  // text was defined ("tasks/x.yaml:4"), for syntax errors.
+  static Template parse(const std::string& text, const std::string& name, const std::string& where);
+
+  const std::string& text() const { return text_; }
+  const std::string& name() const { return name_; }
+  // True when the template is one placeholder and nothing else ("{{choices}}").
+  bool is_single_expression() const;
+
+  // Renders the template for `doc`; `where` names the document ("data.jsonl:12") in the
+  // Error thrown for a missing field.
+  std::string render(const nlohmann::json& doc, const std::string& where) const;
+  // The value a single-expression template reads, with its JSON type (a list stays a list);
+  // for any other template the rendered string.
+  nlohmann::json value(const nlohmann::json& doc, const std::string& where) const;
+
+ private:
+  struct Step {
+    std::string key;              // object member; used when index is empty
+    std::optional<int64_t> index; // list position (negative counts from the end)
+  };
+  struct Expression {
+    std::string source;  // as written, for messages
+    std::vector<Step> path;
+  };
+  struct Segment {
+    std::string literal;                   // text before the expression
+    std::optional<Expression> expression;  // absent for trailing text
+  };
+
+  const nlohmann::json& lookup(const Expression& e, const nlohmann::json& doc, const std::string& where) const;
+
+  std::string text_;
+  std::string name_;
+  std::vector<Segment> segments_;
+};
+
+}  // namespace gpueval

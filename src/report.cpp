@@ -1,0 +1,281 @@
+#include "gpueval/report.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "gpueval/error.h"
+#include "gpueval/file_io.h"
+#include "python_format.h"
+#include "sha256.h"
+
+namespace gpueval {
+namespace {
+
+// One task's documents in doc_id order and its aggregated metrics.
+struct TaskResults {
+  const Task* task = nullptr;
+  std::vector<const DocRecord*> records;
+  std::vector<MetricResult> metrics;
+};
+
+std::vector<TaskResults> collect(const std::vector<const Task*>& tasks, const std::vector<DocRecord>& docs,
+                                 const RunSummary& summary) {
+  std::vector<TaskResults> out;
+  std::map<const Task*, size_t> slot;
+  std::set<std::string> names;
+  for (const Task* task : tasks) {
+    if (!names.insert(task->name()).second) fail("task '" + task->name() + "'", "listed twice");
+    if (task->name().find('/') != std::string::npos) {
+      fail("task '" + task->name() + "'", "a task name with '/' cannot name a samples file");
+    }
+    slot[task] = out.size();
+    out.push_back(TaskResults{task, {}, {}});
+  }
+  for (const DocRecord& record : docs) {
+    const auto it = slot.find(record.task);
+    if (it == slot.end()) fail("write_reports", "document {} belongs to a task not being reported", record.doc.doc_id);
+    if (record.results.size() != record.requests.size()) {
+      fail(record.task->location(record.doc), "{} results for {} requests: incomplete documents belong in the "
+           "incomplete list, not in the report", record.results.size(), record.requests.size());
+    }
+    out[it->second].records.push_back(&record);
+  }
+  for (TaskResults& t : out) {
+    std::sort(t.records.begin(), t.records.end(),
+              [](const DocRecord* a, const DocRecord* b) { return a->doc.doc_id < b->doc.doc_id; });
+    for (size_t i = 1; i < t.records.size(); ++i) {
+      if (t.records[i]->doc.doc_id == t.records[i - 1]->doc.doc_id) {
+        fail(t.task->location(t.records[i]->doc), "document {} of task '{}' is reported twice",
+             t.records[i]->doc.doc_id, t.task->name());
+      }
+    }
+    std::vector<const DocMetrics*> metrics;
+    for (const DocRecord* r : t.records) metrics.push_back(&r->metrics);
+    t.metrics = aggregate_metrics(t.task->metrics(), metrics, summary.bootstrap_iters);
+  }
+  return out;
+}
+
+// lm-eval's process_results returns int(...) for these two and floats for the others; the
+// samples file shows the difference (1 versus 1.0).
+bool is_integer_metric(const Task& task, const std::string& metric) {
+  return (task.output_type() == OutputType::kMultipleChoice && metric == "exact_match") ||
+         (task.output_type() == OutputType::kLoglikelihood && metric == "acc");
+}
+
+nlohmann::ordered_json metric_json(const Task& task, const std::string& name, const MetricValue& v) {
+  if (v.count) return nlohmann::ordered_json::array({v.value, *v.count});
+  if (is_integer_metric(task, name)) return static_cast<int64_t>(v.value);
+  return v.value;
+}
+
+nlohmann::ordered_json sample(const DocRecord& record) {
+  const Task& task = *record.task;
+  const nlohmann::json target = task.target(record.doc);
+  nlohmann::ordered_json arguments = nlohmann::ordered_json::object();
+  nlohmann::ordered_json resps = nlohmann::ordered_json::array();
+  nlohmann::ordered_json filtered = nlohmann::ordered_json::array();
+  nlohmann::ordered_json generation_kwargs = task.ordered_config().value("generation_kwargs", nlohmann::ordered_json());
+  for (size_t i = 0; i < record.requests.size(); ++i) {
+    const Request& request = record.requests[i];
+    const RequestResult& result = record.results[i];
+    // Instance.args of lm-eval's requests, and the response each LM method returns, with
+    // every leaf turned into str() as lm-eval's sanitize_list does before writing.
+    nlohmann::ordered_json args;
+    nlohmann::ordered_json response;
+    switch (request.type) {
+      case RequestType::kLoglikelihood:
+        args["arg_0"] = request.context;
+        args["arg_1"] = request.continuation;
+        response = {py::float_repr(result.logprob), result.is_greedy ? "True" : "False"};
+        break;
+      case RequestType::kLoglikelihoodRolling:
+        args["arg_0"] = request.context;
+        response = py::float_repr(result.logprob);
+        break;
+      case RequestType::kGenerateUntil:
+        args["arg_0"] = request.context;
+        args["arg_1"] = generation_kwargs;
+        response = result.text;
+        break;
+    }
+    arguments["gen_args_" + std::to_string(i)] = args;
+    resps.push_back(nlohmann::ordered_json::array({response}));
+    filtered.push_back(response);
+  }
+  const std::string target_text = py::str(target);
+  nlohmann::ordered_json line;
+  line["doc_id"] = record.doc.doc_id;
+  line["doc"] = record.doc.fields;
+  line["target"] = target_text;
+  line["arguments"] = arguments;
+  line["resps"] = resps;
+  line["filtered_resps"] = filtered;
+  line["filter"] = "none";
+  nlohmann::ordered_json names = nlohmann::ordered_json::array();
+  for (const MetricSpec& spec : task.metrics()) {
+    if (record.metrics.count(spec.name)) names.push_back(spec.name);
+  }
+  line["metrics"] = names;
+  line["doc_hash"] = sha256_hex(py::json_dumps(record.doc.fields, 2));
+  line["prompt_hash"] = sha256_hex(record.requests.empty() ? std::string() : record.requests[0].context);
+  line["target_hash"] = sha256_hex(target_text);
+  for (const MetricSpec& spec : task.metrics()) {
+    if (const auto it = record.metrics.find(spec.name); it != record.metrics.end()) {
+      line[spec.name] = metric_json(task, spec.name, it->second);
+    }
+  }
+  return line;
+}
+
+template <typename Map>
+nlohmann::ordered_json sorted_by_name(const Map& entries) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  for (const auto& [name, value] : entries) out[name] = value;
+  return out;
+}
+
+nlohmann::ordered_json results(const std::vector<TaskResults>& tasks, const RunSummary& summary) {
+  std::map<std::string, nlohmann::ordered_json> per_task, configs, versions, n_shot, higher;
+  for (const TaskResults& t : tasks) {
+    const std::string& name = t.task->name();
+    nlohmann::ordered_json r;
+    r["alias"] = t.task->alias();
+    for (const MetricResult& m : t.metrics) {
+      r[m.name + ",none"] = m.value;
+      if (m.stderr) {
+        r[m.name + "_stderr,none"] = *m.stderr;
+      } else {
+        r[m.name + "_stderr,none"] = "N/A";
+      }
+    }
+    per_task[name] = r;
+    configs[name] = t.task->ordered_config();
+    versions[name] = t.task->version();
+    n_shot[name] = t.task->num_fewshot();
+    nlohmann::ordered_json hib = nlohmann::ordered_json::object();
+    for (const MetricSpec& spec : t.task->metrics()) hib[spec.name] = spec.higher_is_better;
+    higher[name] = hib;
+  }
+  nlohmann::ordered_json out;
+  out["results"] = sorted_by_name(per_task);  // lm-eval sorts its results table by task name
+  nlohmann::ordered_json subtasks = nlohmann::ordered_json::object();
+  for (auto it = tasks.rbegin(); it != tasks.rend(); ++it) subtasks[it->task->name()] = nlohmann::ordered_json::array();
+  out["group_subtasks"] = subtasks;
+  out["configs"] = sorted_by_name(configs);
+  out["versions"] = sorted_by_name(versions);
+  out["n-shot"] = sorted_by_name(n_shot);
+  out["higher_is_better"] = sorted_by_name(higher);
+  nlohmann::ordered_json n_samples = nlohmann::ordered_json::object();
+  for (const TaskResults& t : tasks) {
+    const int64_t original = static_cast<int64_t>(t.task->documents().size());
+    const int64_t effective = summary.limit ? std::min(std::max<int64_t>(*summary.limit, 0), original) : original;
+    n_samples[t.task->name()] = {{"original", original}, {"effective", effective}};
+  }
+  out["n-samples"] = n_samples;
+
+  nlohmann::ordered_json config;
+  config["model"] = summary.model;
+  for (const auto& [key, value] : summary.config.items()) {
+    if (key != "model") config[key] = value;
+  }
+  if (!config.contains("limit")) config["limit"] = summary.limit ? nlohmann::ordered_json(*summary.limit) : nullptr;
+  if (!config.contains("bootstrap_iters")) config["bootstrap_iters"] = summary.bootstrap_iters;
+  out["config"] = config;
+  if (summary.date) out["date"] = *summary.date;
+  // lm-eval's task hash: SHA-256 of the concatenated doc, prompt and target hashes of its samples.
+  nlohmann::ordered_json task_hashes = nlohmann::ordered_json::object();
+  for (const TaskResults& t : tasks) {
+    std::string hashes;
+    for (const DocRecord* r : t.records) {
+      const nlohmann::ordered_json s = sample(*r);
+      hashes += s["doc_hash"].get<std::string>() + s["prompt_hash"].get<std::string>() +
+                s["target_hash"].get<std::string>();
+    }
+    task_hashes[t.task->name()] = sha256_hex(hashes);
+  }
+  out["task_hashes"] = task_hashes;
+  out["model_name"] = summary.model;
+  out["total_evaluation_time_seconds"] = py::float_repr(summary.wall_seconds);
+  out["incomplete"] = summary.incomplete;
+  return out;
+}
+
+std::string markdown_cell(const std::string& s) {
+  std::string out;
+  for (const char c : s) {
+    if (c == '|') {
+      out += "\\|";
+    } else if (c == '\n' || c == '\r') {
+      out += ' ';
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+std::string markdown(const std::vector<TaskResults>& tasks, const RunSummary& summary) {
+  std::string out = "# gpueval results\n\n";
+  out += fmt::format("- model: `{}`\n", markdown_cell(summary.model));
+  out += fmt::format("- wall time: {:.1f} s\n", summary.wall_seconds);
+  if (summary.limit) out += fmt::format("- limit: {} documents per task\n", *summary.limit);
+  out += "\n| Task | Version | n-shot | Metric |   | Value |   | Stderr | n |\n";
+  out += "|------|--------:|-------:|--------|---|------:|---|-------:|--:|\n";
+  for (const TaskResults& t : tasks) {
+    const std::string version = t.task->version().is_null() ? "N/A" : py::str(t.task->version());
+    if (t.metrics.empty()) {
+      out += fmt::format("| {} | {} | {} | (no documents) |  |  |  |  | 0 |\n", markdown_cell(t.task->alias()),
+                         markdown_cell(version), t.task->num_fewshot());
+    }
+    for (const MetricResult& m : t.metrics) {
+      out += fmt::format("| {} | {} | {} | {} | {} | {:.4f} | ± | {} | {} |\n", markdown_cell(t.task->alias()),
+                         markdown_cell(version), t.task->num_fewshot(), m.name, m.higher_is_better ? "↑" : "↓",
+                         m.value, m.stderr ? fmt::format("{:.4f}", *m.stderr) : "N/A", m.n);
+    }
+  }
+  if (!summary.incomplete.empty()) {
+    out += fmt::format("\n## Incomplete ({})\n\nThese were not scored; the metrics above leave them out.\n\n",
+                       summary.incomplete.size());
+    for (const std::string& item : summary.incomplete) out += "- " + markdown_cell(item) + "\n";
+  }
+  return out;
+}
+
+}  // namespace
+
+nlohmann::ordered_json sample_json(const DocRecord& record) {
+  if (!record.task) fail("sample_json", "document {} has no task", record.doc.doc_id);
+  if (record.results.size() != record.requests.size()) {
+    fail(record.task->location(record.doc), "{} results for {} requests", record.results.size(),
+         record.requests.size());
+  }
+  return sample(record);
+}
+
+nlohmann::ordered_json results_json(const std::vector<const Task*>& tasks, const std::vector<DocRecord>& docs,
+                                    const RunSummary& summary) {
+  return results(collect(tasks, docs, summary), summary);
+}
+
+std::string report_markdown(const std::vector<const Task*>& tasks, const std::vector<DocRecord>& docs,
+                            const RunSummary& summary) {
+  return markdown(collect(tasks, docs, summary), summary);
+}
+
+void write_reports(const std::string& output_dir, const std::vector<const Task*>& tasks,
+                   const std::vector<DocRecord>& docs, const RunSummary& summary) {
+  const std::vector<TaskResults> collected = collect(tasks, docs, summary);
+  io::make_directories(output_dir);
+  for (const TaskResults& t : collected) {
+    std::string lines;
+    for (const DocRecord* r : t.records) lines += py::json_dumps(sample(*r)) + "\n";
+    io::write_file_atomic(output_dir + "/samples_" + t.task->name() + ".jsonl", lines);
+  }
+  // As lm-eval writes it: json.dumps(indent=2, ensure_ascii=False), no trailing newline.
+  io::write_file_atomic(output_dir + "/results.json", py::json_dumps(results(collected, summary), 2));
+  io::write_file_atomic(output_dir + "/report.md", markdown(collected, summary));
+}
+
+}  // namespace gpueval

@@ -1,0 +1,459 @@
+// Loading a task: its YAML definition and its JSONL documents. What a loaded task does with a
+// document (requests, metrics) is in task_requests.cpp.
+#include "gpueval/task.h"
+
+#include <algorithm>
+#include <set>
+
+#include <yaml-cpp/yaml.h>
+
+#include "gpueval/error.h"
+#include "gpueval/file_io.h"
+#include "strict_json.h"
+#include "yaml_json.h"
+
+namespace gpueval {
+namespace {
+
+// lm-eval's TaskConfig fields in declaration order: the order results.json "configs" uses.
+const std::vector<std::string>& task_config_order() {
+  static const std::vector<std::string> kOrder = {
+      "task", "task_alias", "tag", "custom_dataset", "dataset_path", "dataset_name", "dataset_kwargs",
+      "training_split", "validation_split", "test_split", "fewshot_split", "process_docs", "doc_to_text",
+      "doc_to_target", "doc_to_image", "doc_to_audio", "unsafe_code", "doc_to_choice", "process_results",
+      "use_prompt", "description", "target_delimiter", "fewshot_delimiter", "fewshot_config", "num_fewshot",
+      "metric_list", "output_type", "generation_kwargs", "repeats", "filter_list", "should_decontaminate",
+      "doc_to_decontamination_query", "gen_prefix", "metadata"};
+  return kOrder;
+}
+
+// TaskConfig keys that change what lm-eval computes and that gpueval does not implement yet:
+// rejected, so a task never silently scores differently from lm-eval.
+const std::set<std::string>& unsupported_keys() {
+  static const std::set<std::string> kKeys = {
+      "custom_dataset", "process_docs", "doc_to_image", "doc_to_audio", "process_results", "use_prompt",
+      "fewshot_config", "filter_list", "gen_prefix", "group", "include", "class"};
+  return kKeys;
+}
+
+// Keys that only describe the task (dataset splits and names matter to Hugging Face datasets,
+// not to a local JSONL file): kept in the config as written.
+const std::set<std::string>& descriptive_keys() {
+  static const std::set<std::string> kKeys = {"task_alias",       "tag",        "dataset_name",  "dataset_kwargs",
+                                              "training_split",   "validation_split", "test_split", "fewshot_split",
+                                              "should_decontaminate", "doc_to_decontamination_query", "metadata"};
+  return kKeys;
+}
+
+std::optional<OutputType> parse_output_type(const std::string& s) {
+  for (const OutputType t : {OutputType::kMultipleChoice, OutputType::kLoglikelihood,
+                             OutputType::kLoglikelihoodRolling, OutputType::kGenerateUntil}) {
+    if (s == output_type_name(t)) return t;
+  }
+  return std::nullopt;
+}
+
+// The metrics lm-eval's process_results computes for each output type, in its order.
+const std::vector<std::string>& metrics_for(OutputType type) {
+  static const std::vector<std::string> kChoice = {"acc", "acc_norm", "acc_bytes", "exact_match"};
+  static const std::vector<std::string> kLoglikelihood = {"perplexity", "acc"};
+  static const std::vector<std::string> kRolling = {"word_perplexity", "byte_perplexity", "bits_per_byte"};
+  static const std::vector<std::string> kGenerate = {"exact_match"};
+  switch (type) {
+    case OutputType::kMultipleChoice: return kChoice;
+    case OutputType::kLoglikelihood: return kLoglikelihood;
+    case OutputType::kLoglikelihoodRolling: return kRolling;
+    case OutputType::kGenerateUntil: return kGenerate;
+  }
+  return kGenerate;
+}
+
+// lm-eval's DEFAULT_METRIC_REGISTRY: the metrics of a task without metric_list.
+std::vector<std::string> default_metrics(OutputType type) {
+  switch (type) {
+    case OutputType::kMultipleChoice: return {"acc", "acc_norm"};
+    case OutputType::kLoglikelihood: return {"perplexity", "acc"};
+    case OutputType::kLoglikelihoodRolling: return {"word_perplexity", "byte_perplexity", "bits_per_byte"};
+    case OutputType::kGenerateUntil: return {"exact_match"};
+  }
+  return {};
+}
+
+std::string join(const std::vector<std::string>& items, const char* separator) {
+  std::string out;
+  for (const std::string& item : items) out += (out.empty() ? "" : separator) + item;
+  return out;
+}
+
+std::string directory_of(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::string scalar_string(const YAML::Node& value, const std::string& key, const std::string& where) {
+  if (!value.IsScalar()) fail(where, "{} must be a string", key);
+  const std::string& tag = value.Tag();
+  if (tag != "?" && tag != "!" && tag != "tag:yaml.org,2002:str") {
+    fail(where, "{}: tag '{}' is not supported (gpueval runs no Python)", key, tag);
+  }
+  return value.Scalar();
+}
+
+nlohmann::ordered_json metric_entry(const std::string& name, const MetricSpec& spec) {
+  nlohmann::ordered_json entry;
+  entry["metric"] = name;
+  entry["aggregation"] = aggregation_name(spec.aggregation);
+  entry["higher_is_better"] = spec.higher_is_better;
+  return entry;
+}
+
+}  // namespace
+
+const char* output_type_name(OutputType type) {
+  switch (type) {
+    case OutputType::kMultipleChoice: return "multiple_choice";
+    case OutputType::kLoglikelihood: return "loglikelihood";
+    case OutputType::kLoglikelihoodRolling: return "loglikelihood_rolling";
+    case OutputType::kGenerateUntil: return "generate_until";
+  }
+  return "?";
+}
+
+Task Task::load(const std::string& name_or_path, const std::vector<std::string>& search_dirs) {
+  const bool is_path =
+      name_or_path.find('/') != std::string::npos || ends_with(name_or_path, ".yaml") || ends_with(name_or_path, ".yml");
+  if (is_path) {
+    if (!io::path_exists(name_or_path)) fail(name_or_path, "task file not found");
+    Task task = parse(name_or_path);
+    task.load_documents();
+    return task;
+  }
+  for (const std::string& dir : search_dirs) {
+    const std::string path = dir + "/" + name_or_path + ".yaml";
+    if (!io::path_exists(path)) continue;
+    Task task = parse(path);
+    if (task.name_ != name_or_path) fail(path, "defines task '{}', not '{}'", task.name_, name_or_path);
+    task.load_documents();
+    return task;
+  }
+  fail("task '" + name_or_path + "'", "no {}.yaml in {}", name_or_path,
+       search_dirs.empty() ? std::string("(no task directories)") : join(search_dirs, ", "));
+}
+
+Task Task::parse(const std::string& yaml_path) {
+  Task task;
+  task.yaml_path_ = yaml_path;
+  const std::string text = io::read_file(yaml_path, uint64_t{1} << 24);
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    fail(e.mark.line >= 0 ? yaml_path + ":" + std::to_string(e.mark.line + 1) : yaml_path, "invalid YAML: {}", e.msg);
+  }
+  if (!root.IsMap()) fail(yaml_path, "a task file must be a YAML mapping of keys to values");
+
+  // First pass: every key known, none twice, and typed values where lm-eval types them.
+  std::map<std::string, YAML::Node> values;
+  for (const auto& entry : root) {
+    const std::string where = yaml_where(yaml_path, entry.first);
+    if (!entry.first.IsScalar()) fail(where, "keys must be plain text");
+    const std::string key = entry.first.Scalar();
+    if (values.count(key)) fail(where, "duplicate key '{}'", key);
+    const auto& order = task_config_order();
+    if (unsupported_keys().count(key)) fail(where, "key '{}' is not supported yet", key);
+    if (std::find(order.begin(), order.end(), key) == order.end()) {
+      fail(where, "unknown key {} (lm-evaluation-harness task keys: task, dataset_path, output_type, doc_to_text, "
+           "doc_to_target, doc_to_choice, target_delimiter, description, metric_list, generation_kwargs, ...)",
+           quote_untrusted(key));
+    }
+    values[key] = entry.second;
+  }
+  auto where_of = [&](const std::string& key) { return yaml_where(yaml_path, values.at(key)); };
+  auto require = [&](const std::string& key) {
+    if (!values.count(key)) fail(yaml_path, "missing required key '{}'", key);
+  };
+
+  nlohmann::ordered_json config;  // filled in any order; put into TaskConfig order at the end
+  require("task");
+  task.name_ = scalar_string(values.at("task"), "task", where_of("task"));
+  if (task.name_.empty()) fail(where_of("task"), "task must not be empty");
+  config["task"] = task.name_;
+  task.alias_ = task.name_;
+  if (values.count("task_alias")) task.alias_ = scalar_string(values.at("task_alias"), "task_alias", where_of("task_alias"));
+
+  require("dataset_path");
+  const std::string dataset_path = scalar_string(values.at("dataset_path"), "dataset_path", where_of("dataset_path"));
+  config["dataset_path"] = dataset_path;
+  task.dataset_file_ = !dataset_path.empty() && dataset_path[0] == '/' ? dataset_path
+                                                                       : directory_of(yaml_path) + "/" + dataset_path;
+  if (!io::path_exists(task.dataset_file_)) {
+    fail(where_of("dataset_path"), "dataset_path '{}' not found ({} does not exist)", dataset_path, task.dataset_file_);
+  }
+
+  // lm-eval's TaskConfig default output_type is generate_until.
+  std::string output_type = "generate_until";
+  if (values.count("output_type")) {
+    output_type = scalar_string(values.at("output_type"), "output_type", where_of("output_type"));
+    const auto parsed = parse_output_type(output_type);
+    if (!parsed) {
+      fail(where_of("output_type"),
+           "unknown output_type '{}' (expected multiple_choice, loglikelihood, loglikelihood_rolling or generate_until)",
+           output_type);
+    }
+    task.output_type_ = *parsed;
+  }
+  const OutputType type = task.output_type_;
+
+  auto load_template = [&](const std::string& key) -> std::optional<Template> {
+    if (!values.count(key)) return std::nullopt;
+    const std::string text = scalar_string(values.at(key), key, where_of(key));
+    config[key] = text;
+    return Template::parse(text, key, where_of(key));
+  };
+  task.doc_to_text_ = load_template("doc_to_text");
+  task.doc_to_target_ = load_template("doc_to_target");
+  task.description_ = load_template("description");
+  if (!task.description_) config["description"] = "";
+
+  if (values.count("doc_to_choice")) {
+    const YAML::Node& node = values.at("doc_to_choice");
+    if (node.IsScalar()) {
+      task.doc_to_choice_ = load_template("doc_to_choice");
+    } else {
+      // A literal list (or a mapping, whose values lm-eval takes in order) shared by every document.
+      const nlohmann::ordered_json literal = yaml_to_json(node, yaml_path);
+      nlohmann::ordered_json items = literal;
+      if (literal.is_object()) {
+        items = nlohmann::ordered_json::array();
+        for (const auto& [key, value] : literal.items()) items.push_back(value);
+      }
+      if (!items.is_array()) fail(where_of("doc_to_choice"), "doc_to_choice must be a template, a list or a mapping");
+      std::vector<std::string> choices;
+      for (const auto& item : items) {
+        if (!item.is_string()) fail(where_of("doc_to_choice"), "doc_to_choice entries must be strings");
+        choices.push_back(item.get<std::string>());
+      }
+      task.choice_list_ = std::move(choices);
+      config["doc_to_choice"] = literal;
+    }
+  }
+
+  switch (type) {
+    case OutputType::kMultipleChoice:
+      require("doc_to_text");
+      require("doc_to_target");
+      require("doc_to_choice");
+      break;
+    case OutputType::kLoglikelihood:
+    case OutputType::kGenerateUntil:
+      require("doc_to_text");
+      require("doc_to_target");
+      break;
+    case OutputType::kLoglikelihoodRolling:
+      if (!task.doc_to_target_ && !task.doc_to_text_) require("doc_to_target");
+      break;
+  }
+
+  if (values.count("target_delimiter")) {
+    task.target_delimiter_ = scalar_string(values.at("target_delimiter"), "target_delimiter", where_of("target_delimiter"));
+  }
+  config["target_delimiter"] = task.target_delimiter_;
+  std::string fewshot_delimiter = "\n\n";
+  if (values.count("fewshot_delimiter")) {
+    fewshot_delimiter = scalar_string(values.at("fewshot_delimiter"), "fewshot_delimiter", where_of("fewshot_delimiter"));
+  }
+  config["fewshot_delimiter"] = fewshot_delimiter;
+
+  if (values.count("num_fewshot")) {
+    const auto n = yaml_to_json(values.at("num_fewshot"), yaml_path);
+    if (!n.is_number_integer() || n.get<int64_t>() < 0) fail(where_of("num_fewshot"), "num_fewshot must be an integer >= 0");
+    if (n.get<int64_t>() != 0) fail(where_of("num_fewshot"), "num_fewshot > 0 is not supported yet");
+  }
+  config["num_fewshot"] = 0;  // lm-eval's evaluator fills in 0 when a task sets none
+
+  if (values.count("unsafe_code") && yaml_to_json(values.at("unsafe_code"), yaml_path) != false) {
+    fail(where_of("unsafe_code"), "unsafe_code tasks are not supported");
+  }
+  config["unsafe_code"] = false;
+
+  if (values.count("repeats")) {
+    const auto n = yaml_to_json(values.at("repeats"), yaml_path);
+    if (n != 1) fail(where_of("repeats"), "repeats other than 1 is not supported yet");
+  }
+  config["repeats"] = 1;
+
+  // metric_list: entries are a metric name (gpueval's shorthand) or lm-eval's mapping
+  // {metric, aggregation, higher_is_better, further options of the metric}.
+  const std::vector<std::string>& allowed = metrics_for(type);
+  auto add_metric = [&](const std::string& name, const YAML::Node& at) -> MetricSpec& {
+    const std::string where = yaml_where(yaml_path, at);
+    auto spec = builtin_metric(name);
+    if (!spec) fail(where, "unknown metric '{}' (known for {}: {})", name, output_type_name(type), join(allowed, ", "));
+    if (std::find(allowed.begin(), allowed.end(), name) == allowed.end()) {
+      fail(where, "metric '{}' does not apply to {} tasks (use {})", name, output_type_name(type), join(allowed, ", "));
+    }
+    for (const MetricSpec& m : task.metrics_) {
+      if (m.name == name) fail(where, "metric '{}' is listed twice", name);
+    }
+    task.metrics_.push_back(*spec);
+    return task.metrics_.back();
+  };
+  if (values.count("metric_list")) {
+    const YAML::Node& list = values.at("metric_list");
+    if (!list.IsSequence() || list.size() == 0) fail(where_of("metric_list"), "metric_list must be a non-empty list");
+    nlohmann::ordered_json entries = nlohmann::ordered_json::array();
+    for (const YAML::Node& item : list) {
+      const std::string where = yaml_where(yaml_path, item);
+      if (item.IsScalar()) {
+        MetricSpec& spec = add_metric(item.Scalar(), item);
+        entries.push_back(metric_entry(spec.name, spec));
+        continue;
+      }
+      if (!item.IsMap() || !item["metric"]) fail(where, "a metric_list entry must be a name or a mapping with 'metric'");
+      nlohmann::ordered_json entry = yaml_to_json(item, yaml_path);
+      if (!entry["metric"].is_string()) fail(where, "metric must be a string");
+      MetricSpec& spec = add_metric(entry["metric"].get<std::string>(), item);
+      for (const auto& [key, value] : entry.items()) {
+        if (key == "metric") continue;
+        if (key == "aggregation") {
+          const auto aggregation = value.is_string() ? parse_aggregation(value.get<std::string>()) : std::nullopt;
+          if (!aggregation || is_weighted(*aggregation) != is_weighted(spec.aggregation)) {
+            fail(where, "aggregation {} does not fit metric '{}' (its default is '{}')", value.dump(), spec.name,
+                 aggregation_name(spec.aggregation));
+          }
+          spec.aggregation = *aggregation;
+        } else if (key == "higher_is_better") {
+          if (!value.is_boolean()) fail(where, "higher_is_better must be true or false");
+          spec.higher_is_better = value.get<bool>();
+        } else if (spec.name == "exact_match") {
+          spec.kwargs[key] = value;
+        } else {
+          fail(where, "metric '{}' takes no option '{}'", spec.name, key);
+        }
+      }
+      try {
+        if (spec.name == "exact_match") exact_match("", "", spec.kwargs);
+      } catch (const Error& e) {
+        fail(where, "{}", e.what());
+      }
+      entries.push_back(entry);
+    }
+    config["metric_list"] = entries;
+  } else {
+    for (const std::string& name : default_metrics(type)) add_metric(name, root);
+  }
+  // lm-eval reports metrics in the order its process_results computes them, whatever the
+  // order of metric_list.
+  std::stable_sort(task.metrics_.begin(), task.metrics_.end(), [&](const MetricSpec& a, const MetricSpec& b) {
+    return std::find(allowed.begin(), allowed.end(), a.name) < std::find(allowed.begin(), allowed.end(), b.name);
+  });
+
+  config["output_type"] = output_type;
+
+  if (type == OutputType::kGenerateUntil) {
+    nlohmann::ordered_json kwargs;
+    if (values.count("generation_kwargs")) {
+      kwargs = yaml_to_json(values.at("generation_kwargs"), yaml_path);
+      if (!kwargs.is_object()) fail(where_of("generation_kwargs"), "generation_kwargs must be a mapping");
+    } else {
+      // lm-eval's TaskConfig default: greedy, stopping at the few-shot delimiter.
+      kwargs["until"] = nlohmann::ordered_json::array({fewshot_delimiter});
+      kwargs["do_sample"] = false;
+      kwargs["temperature"] = 0;
+    }
+    if (!kwargs.contains("until")) kwargs["until"] = nlohmann::ordered_json::array({fewshot_delimiter});
+    const std::string where = values.count("generation_kwargs") ? where_of("generation_kwargs") : yaml_path;
+    for (const auto& [key, value] : kwargs.items()) {
+      if (key == "until") {
+        for (const auto& stop : value.is_array() ? value : nlohmann::ordered_json::array({value})) {
+          if (!stop.is_string()) fail(where, "generation_kwargs.until must be a string or a list of strings");
+          task.until_.push_back(stop.get<std::string>());
+        }
+      } else if (key == "max_gen_toks") {
+        if (!value.is_number_integer() || value.get<int64_t>() <= 0) {
+          fail(where, "generation_kwargs.max_gen_toks must be a positive integer");
+        }
+        task.max_gen_toks_ = value.get<int64_t>();
+      } else if (key == "do_sample") {
+        if (value != false) fail(where, "generation_kwargs.do_sample: only greedy decoding is supported yet");
+      } else if (key == "temperature") {
+        if (!value.is_number() || value.get<double>() != 0.0) {
+          fail(where, "generation_kwargs.temperature: only greedy decoding (0) is supported yet");
+        }
+      } else {
+        fail(where, "generation_kwargs.{} is not supported yet", key);
+      }
+    }
+    config["generation_kwargs"] = kwargs;
+  } else if (values.count("generation_kwargs")) {
+    fail(where_of("generation_kwargs"), "generation_kwargs applies to generate_until tasks only");
+  }
+
+  for (const std::string& key : descriptive_keys()) {
+    if (values.count(key)) config[key] = yaml_to_json(values.at(key), yaml_path);
+  }
+  if (!config.contains("should_decontaminate")) config["should_decontaminate"] = false;
+  task.version_ = nullptr;
+  if (config.contains("metadata")) {
+    if (!config["metadata"].is_object()) fail(where_of("metadata"), "metadata must be a mapping");
+    if (config["metadata"].contains("version")) task.version_ = config["metadata"]["version"];
+  }
+
+  for (const std::string& key : task_config_order()) {
+    if (config.contains(key)) task.config_[key] = config[key];
+  }
+  return task;
+}
+
+void Task::load_documents() {
+  const std::string text = io::read_file(dataset_file_);
+  int64_t line_number = 0;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    std::string_view line(text.data() + pos, end - pos);
+    pos = end + 1;
+    ++line_number;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.find_first_not_of(" \t") == std::string_view::npos) continue;
+    const std::string where = dataset_file_ + ":" + std::to_string(line_number);
+    const nlohmann::ordered_json parsed = parse_strict_json(line, where, "the line");
+    if (!parsed.is_object()) fail(where, "expected a JSON object, got {}", parsed.type_name());
+    documents_.push_back(Document{static_cast<int64_t>(documents_.size()), nlohmann::json(parsed)});
+    lines_.push_back(line_number);
+  }
+  if (documents_.empty()) fail(dataset_file_, "no documents");
+  // Render everything once, so a bad document fails the load, not the run.
+  for (const Document& doc : documents_) requests(doc);
+}
+
+std::string Task::location(const Document& doc) const {
+  if (doc.doc_id < 0 || doc.doc_id >= static_cast<int64_t>(lines_.size())) {
+    return dataset_file_ + ": document " + std::to_string(doc.doc_id);
+  }
+  return dataset_file_ + ":" + std::to_string(lines_[static_cast<size_t>(doc.doc_id)]);
+}
+
+std::vector<Request> build_requests(const std::vector<const Task*>& tasks, std::optional<int64_t> limit) {
+  std::vector<Request> out;
+  for (const Task* task : tasks) {
+    const auto& docs = task->documents();
+    const size_t n = limit ? std::min(docs.size(), static_cast<size_t>(std::max<int64_t>(*limit, 0))) : docs.size();
+    for (size_t i = 0; i < n; ++i) {
+      for (Request& r : task->requests(docs[i])) {
+        r.index = static_cast<int64_t>(out.size());
+        out.push_back(std::move(r));
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace gpueval
