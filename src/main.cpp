@@ -2,14 +2,19 @@
 // to the commands in commands.h; every gpueval::Error becomes one line on
 // stderr and exit code 1, a usage error exit code 2.
 #include <ATen/Parallel.h>
+#include <unistd.h>
 
 #include <iostream>
+#include <sstream>
 #include <thread>
 
 #include <CLI/CLI.hpp>
 
 #include "gpueval/commands.h"
 #include "gpueval/error.h"
+#include "gpueval/evaluation.h"
+#include "gpueval/run_config.h"
+#include "gpueval/worker.h"
 
 namespace {
 
@@ -17,6 +22,30 @@ void add_model_flags(CLI::App* app, gpueval::ModelOptions& m) {
   app->add_option("--model", m.model_dir, "model directory (config.json, *.safetensors, tokenizer)")->required();
   app->add_option("--device", m.device, "cpu or cuda:N")->capture_default_str();
   app->add_option("--dtype", m.dtype, "float32, bfloat16 or float16")->capture_default_str();
+}
+
+// `gpueval --gpus 0-3 configs/mmlu.yaml` is `gpueval run --gpus 0-3 configs/mmlu.yaml`.
+std::vector<std::string> with_default_subcommand(int argc, char** argv) {
+  static const char* kSubcommands[] = {"run", "worker", "generate", "logits", "tokenize", "score", "convert-llama2c"};
+  std::vector<std::string> args(argv, argv + argc);
+  auto ends_with = [](const std::string& s, const std::string& tail) {
+    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  bool has_subcommand = false, looks_like_run = false;
+  for (int i = 1; i < argc; ++i) {
+    for (const char* s : kSubcommands) has_subcommand = has_subcommand || args[i] == s;
+    looks_like_run = looks_like_run || args[i] == "--gpus" || args[i].rfind("--gpus=", 0) == 0 ||
+                     ends_with(args[i], ".yaml") || ends_with(args[i], ".yml");
+  }
+  if (!has_subcommand && looks_like_run) args.insert(args.begin() + 1, "run");
+  return args;
+}
+
+std::string self_executable(const char* argv0) {
+  char buf[4096];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n > 0) return std::string(buf, static_cast<size_t>(n));
+  return argv0;
 }
 
 }  // namespace
@@ -28,6 +57,30 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", GPUEVAL_VERSION);
   int threads = 0;
   app.add_option("--threads", threads, "CPU threads for LibTorch (0: all cores)");
+
+  std::string config_path;
+  gpueval::ConfigOverrides overrides;
+  auto* run_cmd = app.add_subcommand("run", "evaluate a model on a config's tasks, one worker per device (default)");
+  run_cmd->add_option("config", config_path, "run configuration (YAML)")->required();
+  run_cmd->add_option_function<std::string>("--gpus", [&](const std::string& v) { overrides.gpus = v; },
+                                            "devices: 0-3, 0,2, all, cpu, cpu:N (default: the config's gpus, else cpu)");
+  run_cmd->add_option_function<std::string>("--tasks", [&](const std::string& v) {
+    std::vector<std::string> names;
+    std::stringstream ss(v);
+    for (std::string t; std::getline(ss, t, ',');)
+      if (!t.empty()) names.push_back(t);
+    overrides.tasks = names;
+  }, "comma-separated task names (overrides the config)");
+  run_cmd->add_option_function<std::string>("--model", [&](const std::string& v) { overrides.model = v; },
+                                            "model directory (overrides the config)");
+  run_cmd->add_option_function<std::string>("--output", [&](const std::string& v) { overrides.output = v; },
+                                            "output directory (overrides the config)");
+  run_cmd->add_option_function<int64_t>("--limit", [&](const int64_t& v) { overrides.limit = v; },
+                                        "documents per task");
+  run_cmd->add_option_function<std::string>("--batch-size", [&](const std::string& v) { overrides.batch_size = v; },
+                                            "auto or the most sequences per batch");
+  run_cmd->add_option_function<uint64_t>("--seed", [&](const uint64_t& v) { overrides.seed = v; }, "run seed");
+  auto* worker_cmd = app.add_subcommand("worker", "")->group("");  // started by the scheduler only
 
   gpueval::GenerateCommand gen;
   auto* generate = app.add_subcommand("generate", "continue a prompt (greedy unless --temperature)");
@@ -64,13 +117,24 @@ int main(int argc, char** argv) {
   convert_cmd->add_option("--tokenizer", convert.tokenizer, "llama2.c tokenizer .bin")->required();
   convert_cmd->add_option("--out", convert.out_dir, "output directory")->required();
 
+  std::vector<std::string> args = with_default_subcommand(argc, argv);
+  std::vector<std::string> reversed(args.rbegin(), args.rend() - 1);  // CLI11 takes the arguments reversed
   try {
-    app.parse(argc, argv);
+    app.parse(reversed);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   at::set_num_threads(threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   try {
+    if (*worker_cmd) return gpueval::run_worker();
+    if (*run_cmd) {
+      gpueval::RunConfig config = gpueval::load_run_config(config_path);
+      gpueval::apply_overrides(config, overrides);
+      gpueval::EvaluationOptions eo;
+      eo.executable = self_executable(argv[0]);
+      eo.live_progress = ::isatty(2) != 0;
+      return gpueval::run_evaluation(config, eo);
+    }
     if (*generate) gpueval::run_generate(gen, std::cout);
     else if (*logits_cmd) gpueval::run_logits(logits, std::cout);
     else if (*tokenize_cmd) gpueval::run_tokenize(tokenize, std::cin, std::cout);

@@ -1,0 +1,98 @@
+// The Scheduler runs a Plan on one worker process per device slot and hands
+// every finished batch to a callback. It is the only place that knows about
+// processes: it fork+execs `gpueval worker` per slot (CUDA_VISIBLE_DEVICES and
+// thread counts set per worker, stdout/stderr to a per-worker log file), sends
+// batches to whichever worker is idle, and reads results, heartbeats and
+// errors back over checksummed frames (wire.h).
+//
+// Faults: a worker that exits, dies, sends a bad frame, breaks the protocol or
+// misses its heartbeat is killed if needed and restarted with backoff; its
+// in-flight batch goes back to the front of the queue. A batch that has failed
+// `max_attempts` times is quarantined: the run goes on without it and the
+// report says so. SIGINT/SIGTERM stop dispatch, end every worker and return.
+// Workers never outlive the scheduler: each is in its own process group with a
+// parent-death signal, and every Child is reaped before run() returns.
+//
+// Single-threaded: run() is an event loop around ppoll(); signals are blocked
+// except inside ppoll. Not thread-safe; one run() per Scheduler.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gpueval/devices.h"
+#include "gpueval/executor.h"
+#include "gpueval/planner.h"
+
+namespace gpueval {
+
+struct SchedulerOptions {
+  std::vector<DeviceSlot> slots;
+  std::string executable;  // the gpueval binary to exec in worker mode
+  std::string model_dir;
+  std::string dtype = "auto";
+  std::string log_dir;     // worker_<slot>.log files go here
+  int64_t max_attempts = 3;
+  double heartbeat_timeout_s = 30;
+  double heartbeat_period_s = 1;
+  int64_t max_worker_restarts = 10;  // per slot
+  std::vector<std::pair<std::string, std::string>> worker_env;  // extra environment for workers
+};
+
+struct WorkerStatus {
+  std::string name;   // "cpu:0", "cuda:1"
+  std::string state;  // starting | idle | busy | restarting | retired
+  pid_t pid = 0;
+  int64_t batch = -1;  // in flight, or -1
+  int64_t batches_done = 0;
+  int64_t tokens_done = 0;
+  double tokens_per_second = 0;  // over the batches it finished
+  double heartbeat_age_s = 0;
+  int64_t restarts = 0;
+};
+
+struct SchedulerStatus {
+  int64_t batches_total = 0, batches_done = 0, batches_quarantined = 0;
+  int64_t tokens_total = 0, tokens_done = 0;
+  double elapsed_s = 0, eta_s = -1;  // -1: unknown yet
+  std::vector<WorkerStatus> workers;
+};
+
+struct QuarantinedBatch {
+  int64_t batch_id;
+  int64_t attempts;
+  std::string last_failure;
+  std::vector<int64_t> request_indices;
+};
+
+struct SchedulerReport {
+  bool interrupted = false;
+  int signal = 0;                    // SIGINT or SIGTERM when interrupted
+  std::string fatal_error;           // non-empty: the run could not go on (e.g. the model does not load)
+  std::vector<QuarantinedBatch> quarantined;
+  int64_t batches_done = 0;
+  int64_t worker_restarts = 0;
+  double wall_seconds = 0;
+};
+
+class Scheduler {
+ public:
+  using ResultCallback = std::function<void(const Batch& batch, std::vector<ItemResult> items, const std::string& worker)>;
+  using StatusCallback = std::function<void(const SchedulerStatus& status, bool final)>;
+
+  Scheduler(SchedulerOptions options, const Plan& plan);
+  // Runs to completion, interruption or a fatal error. `on_result` is called
+  // once per finished batch, in completion order; `on_status` about once a second.
+  SchedulerReport run(const ResultCallback& on_result, const StatusCallback& on_status);
+
+ private:
+  SchedulerOptions options_;
+  const Plan& plan_;
+};
+
+}  // namespace gpueval

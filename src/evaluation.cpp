@@ -1,0 +1,186 @@
+#include "gpueval/evaluation.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <iostream>
+#include <map>
+#include <thread>
+
+#include <ATen/Context.h>
+#include <ATen/detail/CUDAHooksInterface.h>
+#include <nlohmann/json.hpp>
+
+#include "gpueval/devices.h"
+#include "gpueval/error.h"
+#include "gpueval/executor.h"
+#include "gpueval/file_io.h"
+#include "gpueval/model_config.h"
+#include "gpueval/planner.h"
+#include "gpueval/progress.h"
+#include "gpueval/report.h"
+#include "gpueval/scheduler.h"
+#include "gpueval/task.h"
+#include "gpueval/tokenizer.h"
+
+namespace gpueval {
+namespace {
+
+std::string dir_of(const std::string& path) {
+  auto slash = path.find_last_of('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+int visible_cuda_devices() {
+  // Asking the CUDA runtime here is safe: workers are exec'd, so no CUDA state crosses a fork.
+  return at::hasCUDA() ? static_cast<int>(at::detail::getCUDAHooks().getNumGPUs()) : 0;
+}
+
+}  // namespace
+
+std::vector<std::string> task_search_dirs(const RunConfig& config, const std::string& executable) {
+  std::vector<std::string> dirs;
+  if (!config.source.empty()) dirs.push_back(dir_of(config.source));
+  if (const char* env = std::getenv("GPUEVAL_TASKS_DIR")) dirs.emplace_back(env);
+  if (!executable.empty()) dirs.push_back(dir_of(executable) + "/../tasks");
+#ifdef GPUEVAL_SOURCE_TASKS_DIR
+  dirs.emplace_back(GPUEVAL_SOURCE_TASKS_DIR);
+#endif
+  return dirs;
+}
+
+int run_evaluation(const RunConfig& config, const EvaluationOptions& options) {
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  const std::string spec = config.gpus.empty() ? "cpu" : config.gpus;
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const std::vector<DeviceSlot> slots = parse_device_spec(spec, visible_cuda_devices(), cores);
+  if (config.models.size() != 1)
+    fail(config.source, "model: {} checkpoints given; one run scores one checkpoint (lists come with nightly runs)",
+         config.models.size());
+  const std::string model_dir = config.models[0];
+  if (!io::is_directory(model_dir)) fail(model_dir, "model directory does not exist");
+  const ModelConfig model_config = ModelConfig::load(model_dir + "/config.json");
+  std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(model_dir);
+
+  // Tasks and their requests, numbered in (task, document, choice) order.
+  const std::vector<std::string> search = task_search_dirs(config, options.executable);
+  std::vector<Task> tasks;
+  for (const std::string& name : config.tasks) tasks.push_back(Task::load(name, search));
+  std::vector<const Task*> task_ptrs;
+  std::map<std::string, size_t> task_index;
+  for (const Task& t : tasks) {
+    task_index[t.name()] = task_ptrs.size();
+    task_ptrs.push_back(&t);
+  }
+  const std::vector<Request> requests = build_requests(task_ptrs, config.limit);
+  std::vector<std::vector<std::vector<int64_t>>> doc_requests(tasks.size());  // [task][doc] -> request indices
+  for (const Request& r : requests) {
+    auto& docs = doc_requests[task_index.at(r.task)];
+    if (docs.size() <= static_cast<size_t>(r.doc_id)) docs.resize(static_cast<size_t>(r.doc_id) + 1);
+    docs[static_cast<size_t>(r.doc_id)].push_back(r.index);
+  }
+
+  PlanOptions po;
+  po.batch_tokens = config.batch_tokens > 0 ? config.batch_tokens : 4096;
+  if (config.batch_size != "auto") po.max_batch_size = std::stoll(config.batch_size);
+  po.max_length = config.max_length ? *config.max_length : model_config.max_position_embeddings;
+  po.add_bos = tokenizer->bos_id().has_value();
+  po.seed = config.seed;
+  const Plan plan = make_plan(requests, *tokenizer, po);
+  std::cerr << fmt::format("[sched] {} tasks, {} requests, {} batches ({} tokens, {:.1f}% padding) on {} worker(s): {}\n",
+                           tasks.size(), requests.size(), plan.batches.size(), plan.total_tokens,
+                           100 * plan.padding_fraction(), slots.size(), spec);
+
+  io::make_directories(config.output);
+  io::make_directories(config.output + "/logs");
+  ProgressReporter progress(config.output + "/status.json", config.source, options.live_progress);
+  progress.set_extra("model", model_dir);
+  progress.set_extra("tasks", config.tasks);
+
+  SchedulerOptions so;
+  so.slots = slots;
+  so.executable = options.executable;
+  so.model_dir = model_dir;
+  so.dtype = config.dtype;
+  so.log_dir = config.output + "/logs";
+  so.max_attempts = config.max_attempts;
+  so.heartbeat_timeout_s = config.heartbeat_timeout_s;
+  so.max_worker_restarts = config.max_worker_restarts;
+  Scheduler scheduler(so, plan);
+  std::vector<std::vector<ItemResult>> items_of(requests.size());
+  SchedulerReport report = scheduler.run(
+      [&](const Batch&, std::vector<ItemResult> items, const std::string&) {
+        for (ItemResult& r : items) items_of[static_cast<size_t>(r.request_index)].push_back(std::move(r));
+      },
+      [&](const SchedulerStatus& s, bool final) { progress.update(s, final); });
+
+  // Aggregate: a document counts only when every one of its requests has a result.
+  std::vector<RequestResult> results(requests.size());
+  std::vector<bool> have(requests.size(), false);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (items_of[i].empty()) continue;
+    std::sort(items_of[i].begin(), items_of[i].end(),
+              [](const ItemResult& a, const ItemResult& b) { return a.part < b.part; });
+    try {
+      results[i] = combine_items(items_of[i]).at(0);
+      have[i] = true;
+    } catch (const Error&) {
+      // Some windows of a rolling request are missing: the request is incomplete.
+    }
+  }
+  std::vector<DocRecord> records;
+  std::vector<std::string> incomplete;
+  for (size_t t = 0; t < tasks.size(); ++t) {
+    for (size_t d = 0; d < doc_requests[t].size(); ++d) {
+      DocRecord rec;
+      rec.task = &tasks[t];
+      rec.doc = tasks[t].documents()[d];
+      bool complete = true;
+      for (int64_t i : doc_requests[t][d]) {
+        rec.requests.push_back(requests[static_cast<size_t>(i)]);
+        complete = complete && have[static_cast<size_t>(i)];
+        rec.results.push_back(results[static_cast<size_t>(i)]);
+      }
+      if (!complete) {
+        incomplete.push_back(fmt::format("{} doc {}", tasks[t].name(), rec.doc.doc_id));
+        continue;
+      }
+      rec.metrics = tasks[t].process_results(rec.doc, rec.results);
+      records.push_back(std::move(rec));
+    }
+  }
+  std::vector<std::string> quarantined;
+  for (const QuarantinedBatch& q : report.quarantined) {
+    quarantined.push_back(fmt::format("batch {} quarantined after {} attempts ({}); requests {}", q.batch_id,
+                                      q.attempts, q.last_failure, fmt::join(q.request_indices, ", ")));
+    std::cerr << "[sched] " << quarantined.back() << "\n";
+  }
+  incomplete.insert(incomplete.begin(), quarantined.begin(), quarantined.end());
+
+  RunSummary summary;
+  summary.config = config.to_json();
+  summary.model = model_dir;
+  summary.wall_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  summary.incomplete = incomplete;
+  summary.limit = config.limit;
+  summary.date = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() -
+                 summary.wall_seconds;
+  write_reports(config.output, task_ptrs, records, summary);
+
+  const size_t docs_total = records.size() + incomplete.size() - quarantined.size();
+  const char* state = !report.fatal_error.empty() ? "failed"
+                      : report.interrupted        ? "interrupted"
+                      : records.size() < docs_total ? "incomplete"
+                                                  : "complete";
+  std::cerr << fmt::format("[sched] {}: {} of {} documents scored, {} worker restarts, {:.1f}s; report in {}\n", state,
+                           records.size(), docs_total, report.worker_restarts, summary.wall_seconds, config.output);
+  progress.finish(state);
+  if (!report.fatal_error.empty()) throw Error(report.fatal_error);
+  if (report.interrupted) return 128 + report.signal;
+  return records.size() == docs_total ? 0 : kExitIncomplete;
+}
+
+}  // namespace gpueval

@@ -1,0 +1,219 @@
+#include "gpueval/worker.h"
+
+#include <ATen/Parallel.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <iostream>
+#include <mutex>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "gpueval/error.h"
+#include "gpueval/executor.h"
+#include "gpueval/model.h"
+#include "gpueval/planner.h"
+#include "gpueval/subprocess.h"
+#include "gpueval/tokenizer.h"
+#include "gpueval/wire.h"
+
+namespace gpueval {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Fault {
+  enum class Kind { kNone, kCrash, kCorrupt, kHang, kSlow } kind = Kind::kNone;
+  int64_t request_index = -1;  // kSlow: milliseconds
+  std::string once_path;       // fire only if this worker creates the file
+  bool fired = false;
+
+  // Decides, at the moment of firing, whether this worker is the one.
+  bool claim() {
+    if (fired) return false;
+    if (once_path.empty()) return true;
+    int fd = ::open(once_path.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
+    if (fd < 0) return false;
+    ::close(fd);
+    fired = true;
+    return true;
+  }
+};
+
+Fault fault_from_env() {
+  Fault f;
+  const char* env = std::getenv("GPUEVAL_FAULT");
+  if (!env || !*env) return f;
+  std::string s(env);
+  auto colon = s.find(':');
+  if (colon == std::string::npos) return f;
+  const std::string kind = s.substr(0, colon);
+  f.request_index = std::atoll(s.c_str() + colon + 1);
+  if (kind == "crash") f.kind = Fault::Kind::kCrash;
+  else if (kind == "corrupt") f.kind = Fault::Kind::kCorrupt;
+  else if (kind == "hang") f.kind = Fault::Kind::kHang;
+  else if (kind == "slow") f.kind = Fault::Kind::kSlow;
+  if (const char* once = std::getenv("GPUEVAL_FAULT_ONCE")) f.once_path = once;
+  return f;
+}
+
+// "auto": float32 on CPU (bf16 matmuls are slow there); on a GPU the
+// checkpoint's own torch_dtype, bfloat16 when it names none.
+at::ScalarType resolve_dtype(const std::string& name, const at::Device& device, const std::string& model_dir) {
+  if (name != "auto") return parse_dtype(name);
+  if (device.is_cpu()) return at::kFloat;
+  const std::string stored = ModelConfig::load(model_dir + "/config.json").torch_dtype;
+  return stored.empty() ? at::kBFloat16 : parse_dtype(stored);
+}
+
+bool batch_holds(const Batch& batch, int64_t request_index) {
+  for (const auto& item : batch.items)
+    if (item.request_index == request_index) return true;
+  return false;
+}
+
+// Serialises frame writes from the main loop and the heartbeat thread.
+class FrameWriter {
+ public:
+  explicit FrameWriter(int fd) : fd_(fd) {}
+  void send(FrameType type, const nlohmann::json& payload) {
+    std::lock_guard<std::mutex> lock(mu_);
+    write_frame(fd_, Frame{type, pack_payload(payload)});
+  }
+  void send_raw(const std::string& bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    size_t done = 0;
+    while (done < bytes.size()) {
+      ssize_t n = ::write(fd_, bytes.data() + done, bytes.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return;
+      done += static_cast<size_t>(n);
+    }
+  }
+
+ private:
+  int fd_;
+  std::mutex mu_;
+};
+
+class Heartbeat {
+ public:
+  Heartbeat(FrameWriter& writer, double period_s) : writer_(writer), period_(period_s) {
+    thread_ = std::thread([this] { loop(); });
+  }
+  ~Heartbeat() { stop(); }
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopped_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stopped_) {
+      lock.unlock();
+      try {
+        writer_.send(FrameType::kHeartbeat, nlohmann::json::object());
+      } catch (const std::exception&) {
+        return;  // the scheduler is gone; the main loop sees EOF
+      }
+      lock.lock();
+      cv_.wait_for(lock, std::chrono::duration<double>(period_), [this] { return stopped_; });
+    }
+  }
+
+  FrameWriter& writer_;
+  double period_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopped_ = false;
+  std::thread thread_;
+};
+
+}  // namespace
+
+int run_worker() {
+  // The scheduler owns shutdown: a terminal's Ctrl-C must not kill us mid-frame.
+  ::signal(SIGINT, SIG_IGN);
+  ::signal(SIGPIPE, SIG_IGN);
+  const int in = inherited_command_fd();
+  const int out = inherited_result_fd();
+  FrameWriter writer(out);
+  Fault fault = fault_from_env();
+  try {
+    std::optional<Frame> hello = read_frame(in);
+    if (!hello) return 0;
+    if (hello->type != FrameType::kHello) throw FrameError("worker: expected a Hello frame first");
+    const nlohmann::json h = unpack_payload(*hello);
+    const std::string name = h.at("worker").get<std::string>();
+    const int threads = h.at("threads").get<int>();
+    if (threads > 0) at::set_num_threads(threads);
+    Heartbeat heartbeat(writer, h.value("heartbeat_s", 1.0));
+    std::cerr << fmt::format("[{}] pid {} loading {} on {} ({}, {} threads)\n", name, ::getpid(),
+                             h.at("model").get<std::string>(), h.at("device").get<std::string>(),
+                             h.at("dtype").get<std::string>(), threads);
+    const auto t0 = Clock::now();
+    LoadOptions options;
+    options.device = at::Device(h.at("device").get<std::string>());
+    options.dtype = resolve_dtype(h.at("dtype").get<std::string>(), options.device, h.at("model").get<std::string>());
+    LlamaModel model = load_model(h.at("model").get<std::string>(), options);
+    std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(h.at("model").get<std::string>());
+    const double load_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    writer.send(FrameType::kHello, {{"pid", ::getpid()}, {"load_seconds", load_s}});
+
+    for (;;) {
+      std::optional<Frame> frame = read_frame(in);
+      if (!frame || frame->type == FrameType::kShutdown) break;
+      if (frame->type != FrameType::kWork)
+        throw FrameError(fmt::format("worker: unexpected {} frame", frame_type_name(frame->type)));
+      const Batch batch = batch_from_json(unpack_payload(*frame).at("batch"));
+      if (fault.kind == Fault::Kind::kSlow)
+        std::this_thread::sleep_for(std::chrono::milliseconds(fault.request_index));
+      if (fault.kind != Fault::Kind::kNone && fault.kind != Fault::Kind::kSlow &&
+          batch_holds(batch, fault.request_index) && fault.claim()) {
+        std::cerr << fmt::format("[{}] injected fault on batch {}\n", name, batch.id);
+        if (fault.kind == Fault::Kind::kCrash) std::abort();
+        if (fault.kind == Fault::Kind::kCorrupt) {
+          std::string bytes = encode_frame(Frame{FrameType::kResult, pack_payload({{"batch_id", batch.id}})});
+          bytes[bytes.size() - 1] ^= 0x5a;
+          writer.send_raw(bytes);
+          continue;
+        }
+        if (fault.kind == Fault::Kind::kHang) {
+          heartbeat.stop();
+          for (;;) ::pause();
+        }
+      }
+      const auto b0 = Clock::now();
+      nlohmann::json items = nlohmann::json::array();
+      try {
+        for (const ItemResult& r : execute_batch(*model, *tokenizer, batch)) items.push_back(to_json(r));
+      } catch (const Error& e) {
+        writer.send(FrameType::kError, {{"batch_id", batch.id}, {"message", e.what()}});
+        continue;
+      }
+      const double secs = std::chrono::duration<double>(Clock::now() - b0).count();
+      writer.send(FrameType::kResult, {{"batch_id", batch.id}, {"items", items}, {"seconds", secs}});
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "gpueval worker: " << e.what() << "\n";
+    try {
+      writer.send(FrameType::kError, {{"batch_id", -1}, {"message", e.what()}});
+    } catch (const std::exception&) {
+    }
+    return 1;
+  }
+}
+
+}  // namespace gpueval

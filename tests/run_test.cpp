@@ -1,0 +1,260 @@
+// `gpueval run` end to end with real worker processes: results do not depend
+// on the number of workers, and crashes, hangs, corrupt frames and signals
+// are survived (or ended) the way the scheduler promises.
+#include <gmock/gmock.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <fstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "gpueval/file_io.h"
+#include "gpueval/subprocess.h"
+#include "test_util.h"
+
+namespace gpueval {
+namespace {
+
+using ::testing::HasSubstr;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+// A run config over the demo tasks, cut into many small batches so that
+// faults land mid-run.
+std::string write_config(const testing::TempDir& dir, const std::string& name, const std::string& extra = "") {
+  const std::string path = dir.file(name + ".yaml");
+  testing::write_text(path, "model: " + testing::source_dir() + "/models/stories260K\n" +
+                                "tasks: [demo_choice, demo_perplexity]\n"
+                                "output: " + dir.file(name) + "\n"
+                                "batch_tokens: 192\n"
+                                "heartbeat_timeout_s: 3\n"
+                                "max_attempts: 2\n" + extra);
+  return path;
+}
+
+// Every per-document line of every samples file, keyed by file name.
+std::map<std::string, std::string> samples_of(const std::string& out) {
+  std::map<std::string, std::string> files;
+  for (const char* task : {"demo_choice", "demo_perplexity"}) {
+    const std::string path = out + "/samples_" + task + ".jsonl";
+    files[task] = io::path_exists(path) ? io::read_file(path) : "";
+  }
+  return files;
+}
+
+json results_of(const std::string& out) { return json::parse(io::read_file(out + "/results.json")); }
+
+// The run started asynchronously, so a test can signal it and its workers.
+struct AsyncRun {
+  Child child;
+  std::string output;
+
+  static AsyncRun start(const std::vector<std::string>& args, const std::string& output,
+                        std::vector<std::pair<std::string, std::string>> env = {}) {
+    SpawnOptions so;
+    so.argv = {testing::binary()};
+    so.argv.insert(so.argv.end(), args.begin(), args.end());
+    so.env = std::move(env);
+    so.log_path = output + ".log";
+    return AsyncRun{Child::spawn(so), output};
+  }
+  // Polls status.json until `pred` holds (or the timeout passes).
+  json wait_status(const std::function<bool(const json&)>& pred, double timeout_s = 60) {
+    const auto t0 = Clock::now();
+    while (std::chrono::duration<double>(Clock::now() - t0).count() < timeout_s) {
+      const std::string path = output + "/status.json";
+      if (io::path_exists(path)) {
+        json s = json::parse(io::read_file(path), nullptr, false);
+        if (!s.is_discarded() && pred(s)) return s;
+      }
+      if (child.poll()) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return json();
+  }
+  std::string log() const { return io::path_exists(output + ".log") ? io::read_file(output + ".log") : ""; }
+};
+
+bool some_worker_busy_after_progress(const json& s) {
+  if (s.value("batches_done", 0) < 2) return false;
+  for (const auto& w : s["workers"])
+    if (w["state"] == "busy" && w["pid"].get<int>() > 0) return true;
+  return false;
+}
+
+int busy_worker_pid(const json& s) {
+  for (const auto& w : s["workers"])
+    if (w["state"] == "busy") return w["pid"].get<int>();
+  return 0;
+}
+
+bool process_gone(int pid) { return ::kill(pid, 0) != 0 && errno == ESRCH; }
+
+class RunTest : public ::testing::Test {
+ protected:
+  // One uninterrupted run on one worker: the reference every other run must equal.
+  static void SetUpTestSuite() {
+    reference_dir_ = new testing::TempDir();
+    const std::string cfg = write_config(*reference_dir_, "reference");
+    auto r = testing::run_gpueval({"run", "--gpus", "cpu:1", cfg});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    reference_ = new std::map<std::string, std::string>(samples_of(reference_dir_->file("reference")));
+  }
+  static void TearDownTestSuite() {
+    delete reference_;
+    delete reference_dir_;
+  }
+  void expect_reference_results(const std::string& out) {
+    auto got = samples_of(out);
+    for (const auto& [task, text] : *reference_) {
+      EXPECT_FALSE(text.empty()) << task;
+      EXPECT_EQ(got[task], text) << task << ": per-document results differ from the uninterrupted run";
+    }
+  }
+  static testing::TempDir* reference_dir_;
+  static std::map<std::string, std::string>* reference_;
+  testing::TempDir dir_;
+};
+testing::TempDir* RunTest::reference_dir_ = nullptr;
+std::map<std::string, std::string>* RunTest::reference_ = nullptr;
+
+TEST_F(RunTest, TwoWorkersGiveBitIdenticalResults) {
+  const std::string cfg = write_config(dir_, "two");
+  auto r = testing::run_gpueval({"--gpus", "cpu:2", cfg});  // the bare form: `gpueval --gpus … config.yaml`
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  expect_reference_results(dir_.file("two"));
+  json status = json::parse(io::read_file(dir_.file("two") + "/status.json"));
+  EXPECT_EQ(status["state"], "complete");
+  ASSERT_EQ(status["workers"].size(), 2u);
+  for (const auto& w : status["workers"]) EXPECT_GT(w["batches_done"].get<int>(), 0) << w.dump();
+  EXPECT_TRUE(io::path_exists(dir_.file("two") + "/logs/worker_cpu_1.log"));
+  EXPECT_TRUE(io::path_exists(dir_.file("two") + "/report.md"));
+}
+
+TEST_F(RunTest, KilledWorkerIsReplacedAndNothingIsLostOrDoubled) {
+  const std::string cfg = write_config(dir_, "kill");
+  AsyncRun run = AsyncRun::start({"run", "--gpus", "cpu:2", cfg}, dir_.file("kill"), {{"GPUEVAL_FAULT", "slow:40"}});
+  json s = run.wait_status(some_worker_busy_after_progress);
+  ASSERT_FALSE(s.is_null()) << run.log();
+  const int victim = busy_worker_pid(s);
+  ASSERT_GT(victim, 0);
+  ASSERT_EQ(::kill(victim, SIGKILL), 0);
+  ExitStatus st = run.child.wait();
+  ASSERT_TRUE(st.success()) << st.describe() << "\n" << run.log();
+  EXPECT_THAT(run.log(), HasSubstr("killed by signal 9"));
+  expect_reference_results(dir_.file("kill"));
+  json status = json::parse(io::read_file(dir_.file("kill") + "/status.json"));
+  int restarts = 0;
+  for (const auto& w : status["workers"]) restarts += w["restarts"].get<int>();
+  EXPECT_EQ(restarts, 1);
+}
+
+TEST_F(RunTest, StoppedWorkerMissesHeartbeatAndIsReplaced) {
+  const std::string cfg = write_config(dir_, "stop");
+  AsyncRun run = AsyncRun::start({"run", "--gpus", "cpu:2", cfg}, dir_.file("stop"), {{"GPUEVAL_FAULT", "slow:40"}});
+  json s = run.wait_status(some_worker_busy_after_progress);
+  ASSERT_FALSE(s.is_null()) << run.log();
+  const int victim = busy_worker_pid(s);
+  ASSERT_EQ(::kill(victim, SIGSTOP), 0);
+  ExitStatus st = run.child.wait();
+  ASSERT_TRUE(st.success()) << st.describe() << "\n" << run.log();
+  EXPECT_THAT(run.log(), HasSubstr("missed its heartbeat"));
+  EXPECT_TRUE(process_gone(victim));
+  expect_reference_results(dir_.file("stop"));
+}
+
+TEST_F(RunTest, CorruptFrameIsACrashNeverAResult) {
+  const std::string cfg = write_config(dir_, "corrupt");
+  auto r = testing::run_gpueval({"run", "--gpus", "cpu:1", cfg});
+  ASSERT_EQ(r.exit_code, 0);
+  // Same run, but the first worker to see request 7 answers with a damaged frame.
+  const std::string cfg2 = write_config(dir_, "corrupt2");
+  AsyncRun run = AsyncRun::start({"run", "--gpus", "cpu:1", cfg2}, dir_.file("corrupt2"),
+                                 {{"GPUEVAL_FAULT", "corrupt:7"}, {"GPUEVAL_FAULT_ONCE", dir_.file("once")}});
+  ExitStatus st = run.child.wait();
+  ASSERT_TRUE(st.success()) << st.describe() << "\n" << run.log();
+  EXPECT_TRUE(io::path_exists(dir_.file("once")));
+  EXPECT_THAT(run.log(), HasSubstr("bad frame"));
+  expect_reference_results(dir_.file("corrupt2"));
+}
+
+TEST_F(RunTest, PoisonRequestIsQuarantinedAndTheRunFinishes) {
+  const std::string cfg = write_config(dir_, "poison");
+  AsyncRun run = AsyncRun::start({"run", "--gpus", "cpu:2", cfg}, dir_.file("poison"), {{"GPUEVAL_FAULT", "crash:5"}});
+  ExitStatus st = run.child.wait();
+  EXPECT_EQ(st.kind, ExitStatus::Kind::kExited);
+  EXPECT_EQ(st.code, 3) << run.log();  // finished, but incomplete
+  EXPECT_THAT(run.log(), HasSubstr("quarantined after 2 failed attempts"));
+  const std::string report = io::read_file(dir_.file("poison") + "/report.md");
+  EXPECT_THAT(report, HasSubstr("demo_choice doc 1"));  // request 5 is the second document's second choice
+  json status = json::parse(io::read_file(dir_.file("poison") + "/status.json"));
+  EXPECT_EQ(status["state"], "incomplete");
+  EXPECT_EQ(status["batches_quarantined"], 1);
+  // Every other document was scored, with the reference's values.
+  std::string choice = samples_of(dir_.file("poison"))["demo_choice"];
+  EXPECT_EQ(samples_of(dir_.file("poison"))["demo_perplexity"], (*reference_)["demo_perplexity"]);
+  EXPECT_GT(std::count(choice.begin(), choice.end(), '\n'), 10);
+}
+
+TEST_F(RunTest, SigtermEndsTheRunAndEveryWorkerWithin143) {
+  const std::string cfg = write_config(dir_, "term");
+  AsyncRun run = AsyncRun::start({"run", "--gpus", "cpu:2", cfg}, dir_.file("term"), {{"GPUEVAL_FAULT", "slow:300"}});
+  json s = run.wait_status([](const json& st) {
+    int busy = 0;
+    for (const auto& w : st["workers"]) busy += w["state"] == "busy";
+    return busy == 2;
+  });
+  ASSERT_FALSE(s.is_null()) << run.log();
+  std::vector<int> pids;
+  for (const auto& w : s["workers"]) pids.push_back(w["pid"].get<int>());
+  const auto t0 = Clock::now();
+  run.child.signal(SIGTERM);
+  ExitStatus st = run.child.wait();
+  const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  EXPECT_EQ(st.kind, ExitStatus::Kind::kExited);
+  EXPECT_EQ(st.code, 143) << run.log();
+  EXPECT_LT(secs, 5.0);
+  for (int pid : pids) EXPECT_TRUE(process_gone(pid)) << "worker " << pid << " outlived the scheduler";
+  json status = json::parse(io::read_file(dir_.file("term") + "/status.json"));
+  EXPECT_EQ(status["state"], "interrupted");
+  EXPECT_TRUE(io::path_exists(dir_.file("term") + "/results.json"));
+}
+
+TEST_F(RunTest, SchedulerKilledWithSigkillTakesItsWorkersAlong) {
+  const std::string cfg = write_config(dir_, "sigkill");
+  AsyncRun run = AsyncRun::start({"run", "--gpus", "cpu:2", cfg}, dir_.file("sigkill"), {{"GPUEVAL_FAULT", "slow:300"}});
+  json s = run.wait_status([](const json& st) {
+    int busy = 0;
+    for (const auto& w : st["workers"]) busy += w["state"] == "busy";
+    return busy == 2;
+  });
+  ASSERT_FALSE(s.is_null()) << run.log();
+  std::vector<int> pids;
+  for (const auto& w : s["workers"]) pids.push_back(w["pid"].get<int>());
+  run.child.signal(SIGKILL);
+  run.child.wait();
+  const auto t0 = Clock::now();
+  for (int pid : pids) {
+    while (!process_gone(pid) && std::chrono::duration<double>(Clock::now() - t0).count() < 5)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_TRUE(process_gone(pid)) << "worker " << pid << " outlived a SIGKILLed scheduler";
+  }
+}
+
+TEST(RunErrors, BadDevicesAndConfigsAreOneLine) {
+  testing::TempDir dir;
+  const std::string cfg = write_config(dir, "bad");
+  auto r = testing::run_gpueval({"--gpus", "0-3", cfg});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("--gpus 0-3: no CUDA device is visible"));
+  testing::write_text(dir.file("typo.yaml"), "model: x\ntasks: [demo_choice]\nbatchsize: 3\n");
+  r = testing::run_gpueval({"run", dir.file("typo.yaml")});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("typo.yaml:3: unknown key 'batchsize'"));
+}
+
+}  // namespace
+}  // namespace gpueval
