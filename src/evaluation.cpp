@@ -56,7 +56,9 @@ int run_evaluation(const RunConfig& config, const EvaluationOptions& options) {
   const auto t0 = Clock::now();
   const std::string spec = config.gpus.empty() ? "cpu" : config.gpus;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const std::vector<DeviceSlot> slots = parse_device_spec(spec, visible_cuda_devices(), cores);
+  std::vector<DeviceSlot> slots = parse_device_spec(spec, visible_cuda_devices(), cores);
+  for (DeviceSlot& s : slots)
+    if (s.kind == DeviceSlot::Kind::kCpu) s.threads = static_cast<int>(config.cpu_threads);
   if (config.models.size() != 1)
     fail(config.source, "model: {} checkpoints given; one run scores one checkpoint (lists come with nightly runs)",
          config.models.size());

@@ -24,7 +24,7 @@ constexpr uint64_t kMaxConfigBytes = uint64_t{1} << 20;
 
 const std::vector<std::string> kKeys = {
     "model", "tasks", "batch_size", "batch_tokens", "dtype", "seed", "output", "limit", "num_fewshot",
-    "max_length", "gpus", "max_attempts", "heartbeat_timeout_s", "max_worker_restarts"};
+    "max_length", "gpus", "cpu_threads", "max_attempts", "heartbeat_timeout_s", "max_worker_restarts"};
 
 const std::vector<std::string> kDtypes = {"auto", "float32", "bfloat16", "float16"};
 
@@ -173,6 +173,8 @@ class ConfigReader {
       if (v.IsNull()) return;
       c.gpus = scalar(key, v, "a device spec such as 0-3, all or cpu:N");
       check_device_spec_syntax(c.gpus, at(v) + ": key 'gpus'");
+    } else if (key == "cpu_threads") {
+      c.cpu_threads = integer(key, v, 1);
     } else if (key == "max_attempts") {
       c.max_attempts = integer(key, v, 1);
     } else if (key == "heartbeat_timeout_s") {
@@ -326,6 +328,7 @@ nlohmann::json RunConfig::to_json() const {
       {"num_fewshot", optional(num_fewshot)},
       {"max_length", optional(max_length)},
       {"gpus", gpus},
+      {"cpu_threads", cpu_threads},
       {"max_attempts", max_attempts},
       {"heartbeat_timeout_s", heartbeat_timeout_s},
       {"max_worker_restarts", max_worker_restarts},

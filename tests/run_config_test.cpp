@@ -82,6 +82,7 @@ limit: 50
 num_fewshot: 5
 max_length: 2048
 gpus: 0-3
+cpu_threads: 2
 max_attempts: 4
 heartbeat_timeout_s: 2.5
 max_worker_restarts: 0
@@ -99,6 +100,7 @@ max_worker_restarts: 0
       {"num_fewshot", 5},
       {"max_length", 2048},
       {"gpus", "0-3"},
+      {"cpu_threads", 2},
       {"max_attempts", 4},
       {"heartbeat_timeout_s", 2.5},
       {"max_worker_restarts", 0},
@@ -124,6 +126,7 @@ TEST_F(RunConfigTest, AbsentKeysTakeTheirDefaults) {
   EXPECT_EQ(c.max_attempts, 3);
   EXPECT_EQ(c.heartbeat_timeout_s, 30.0);
   EXPECT_EQ(c.max_worker_restarts, 10);
+  EXPECT_EQ(c.cpu_threads, 1);
   const nlohmann::json j = c.to_json();
   EXPECT_TRUE(j["limit"].is_null());
   EXPECT_TRUE(j["num_fewshot"].is_null());

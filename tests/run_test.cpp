@@ -134,6 +134,32 @@ TEST_F(RunTest, TwoWorkersGiveBitIdenticalResults) {
   EXPECT_TRUE(io::path_exists(dir_.file("two") + "/report.md"));
 }
 
+// Full-size batches over real text: the shapes where a CPU worker's thread
+// count once changed the rounding (see cpu_threads in configs/example.yaml).
+TEST(RunDeterminism, OneAndTwoWorkersAgreeBitForBitOnLargeBatches) {
+  GPUEVAL_REQUIRE_SHARED();
+  testing::TempDir dir;
+  std::ifstream in(testing::shared_dir() + "/data/hellaswag/hellaswag_val_full.txt");
+  std::string line, jsonl;
+  for (int i = 0; i < 6 * 300 && std::getline(in, line); ++i)
+    if (i % 6 == 0) jsonl += json{{"text", line}}.dump() + "\n";
+  testing::write_text(dir.file("ctx.jsonl"), jsonl);
+  testing::write_text(dir.file("ctx_ppl.yaml"),
+                      "task: ctx_ppl\ndataset_path: ctx.jsonl\noutput_type: loglikelihood_rolling\n"
+                      "doc_to_text: \"\"\ndoc_to_target: \"{{text}}\"\nmetric_list:\n  - metric: word_perplexity\n");
+  testing::write_text(dir.file("run.yaml"), "model: " + testing::source_dir() + "/models/stories260K\n" +
+                                                "tasks: [ctx_ppl, demo_choice]\nbatch_tokens: 4096\n");
+  std::map<std::string, std::string> samples;
+  for (const char* gpus : {"cpu:1", "cpu:2"}) {
+    auto r = testing::run_gpueval({"run", "--gpus", gpus, "--output", dir.file(gpus), dir.file("run.yaml")});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    samples[gpus] = io::read_file(dir.file(gpus) + "/samples_ctx_ppl.jsonl") +
+                    io::read_file(dir.file(gpus) + "/samples_demo_choice.jsonl");
+  }
+  EXPECT_EQ(std::count(samples["cpu:1"].begin(), samples["cpu:1"].end(), '\n'), 360);
+  EXPECT_TRUE(samples["cpu:1"] == samples["cpu:2"]) << "per-document results depend on the number of workers";
+}
+
 TEST_F(RunTest, KilledWorkerIsReplacedAndNothingIsLostOrDoubled) {
   const std::string cfg = write_config(dir_, "kill");
   AsyncRun run = AsyncRun::start({"run", "--gpus", "cpu:2", cfg}, dir_.file("kill"), {{"GPUEVAL_FAULT", "slow:40"}});

@@ -34,6 +34,10 @@ struct RunConfig {
   std::optional<int64_t> max_length;  // context length override
   std::string gpus;                   // default for --gpus; "" = not set
   // Fault handling
+  // Intra-op threads of each CPU worker. LibTorch's CPU kernels can round
+  // differently with another thread count, so this (not the number of workers)
+  // fixes it: cpu:1 and cpu:N then give bit-identical results.
+  int64_t cpu_threads = 1;
   int64_t max_attempts = 3;           // a batch that killed this many workers is quarantined
   double heartbeat_timeout_s = 30;    // a worker silent this long is treated as crashed
   int64_t max_worker_restarts = 10;   // per device slot
