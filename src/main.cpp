@@ -79,6 +79,8 @@ int main(int argc, char** argv) {
                                         "documents per task");
   run_cmd->add_option_function<std::string>("--batch-size", [&](const std::string& v) { overrides.batch_size = v; },
                                             "auto or the most sequences per batch");
+  run_cmd->add_option_function<int64_t>("--num-fewshot", [&](const int64_t& v) { overrides.num_fewshot = v; },
+                                        "few-shot examples per prompt");
   run_cmd->add_option_function<uint64_t>("--seed", [&](const uint64_t& v) { overrides.seed = v; }, "run seed");
   auto* worker_cmd = app.add_subcommand("worker", "")->group("");  // started by the scheduler only
 
