@@ -113,9 +113,29 @@ int run_evaluation(const RunConfig& config, const EvaluationOptions& options) {
   so.max_worker_restarts = config.max_worker_restarts;
   Scheduler scheduler(so, plan);
   std::vector<std::vector<ItemResult>> items_of(requests.size());
+  // Per-task progress for status.json: a document is done when all parts of all its requests are in.
+  std::vector<std::vector<size_t>> requests_left(tasks.size());
+  std::vector<int64_t> docs_done(tasks.size(), 0);
+  for (size_t t = 0; t < tasks.size(); ++t)
+    for (const auto& doc : doc_requests[t]) requests_left[t].push_back(doc.size());
+  auto task_progress = [&] {
+    nlohmann::json j = nlohmann::json::object();
+    for (size_t t = 0; t < tasks.size(); ++t)
+      j[tasks[t].name()] = {{"documents", doc_requests[t].size()}, {"documents_done", docs_done[t]}};
+    return j;
+  };
+  progress.set_extra("task_progress", task_progress());
   SchedulerReport report = scheduler.run(
       [&](const Batch&, std::vector<ItemResult> items, const std::string&) {
-        for (ItemResult& r : items) items_of[static_cast<size_t>(r.request_index)].push_back(std::move(r));
+        for (ItemResult& r : items) {
+          const size_t i = static_cast<size_t>(r.request_index);
+          const int32_t parts = r.parts;
+          items_of[i].push_back(std::move(r));
+          if (static_cast<int32_t>(items_of[i].size()) != parts) continue;
+          const size_t t = task_index.at(requests[i].task);
+          if (--requests_left[t][static_cast<size_t>(requests[i].doc_id)] == 0) ++docs_done[t];
+        }
+        progress.set_extra("task_progress", task_progress());
       },
       [&](const SchedulerStatus& s, bool final) { progress.update(s, final); });
 

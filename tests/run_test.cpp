@@ -75,6 +75,18 @@ struct AsyncRun {
     }
     return json();
   }
+  // Waits until every worker is busy; returns their pids (empty on timeout).
+  std::vector<int> wait_all_busy() {
+    json s = wait_status([](const json& st) {
+      for (const auto& w : st["workers"])
+        if (w["state"] != "busy") return false;
+      return !st["workers"].empty();
+    });
+    std::vector<int> pids;
+    if (!s.is_null())
+      for (const auto& w : s["workers"]) pids.push_back(w["pid"].get<int>());
+    return pids;
+  }
   std::string log() const { return io::path_exists(output + ".log") ? io::read_file(output + ".log") : ""; }
 };
 
@@ -130,6 +142,8 @@ TEST_F(RunTest, TwoWorkersGiveBitIdenticalResults) {
   EXPECT_EQ(status["state"], "complete");
   ASSERT_EQ(status["workers"].size(), 2u);
   for (const auto& w : status["workers"]) EXPECT_GT(w["batches_done"].get<int>(), 0) << w.dump();
+  EXPECT_EQ(status["task_progress"]["demo_choice"], (json{{"documents", 60}, {"documents_done", 60}}));
+  EXPECT_EQ(status["task_progress"]["demo_perplexity"], (json{{"documents", 20}, {"documents_done", 20}}));
   EXPECT_TRUE(io::path_exists(dir_.file("two") + "/logs/worker_cpu_1.log"));
   EXPECT_TRUE(io::path_exists(dir_.file("two") + "/report.md"));
 }
@@ -228,14 +242,8 @@ TEST_F(RunTest, PoisonRequestIsQuarantinedAndTheRunFinishes) {
 TEST_F(RunTest, SigtermEndsTheRunAndEveryWorkerWithin143) {
   const std::string cfg = write_config(dir_, "term");
   AsyncRun run = AsyncRun::start({"run", "--gpus", "cpu:2", cfg}, dir_.file("term"), {{"GPUEVAL_FAULT", "slow:300"}});
-  json s = run.wait_status([](const json& st) {
-    int busy = 0;
-    for (const auto& w : st["workers"]) busy += w["state"] == "busy";
-    return busy == 2;
-  });
-  ASSERT_FALSE(s.is_null()) << run.log();
-  std::vector<int> pids;
-  for (const auto& w : s["workers"]) pids.push_back(w["pid"].get<int>());
+  const std::vector<int> pids = run.wait_all_busy();
+  ASSERT_EQ(pids.size(), 2u) << run.log();
   const auto t0 = Clock::now();
   run.child.signal(SIGTERM);
   ExitStatus st = run.child.wait();
@@ -252,14 +260,8 @@ TEST_F(RunTest, SigtermEndsTheRunAndEveryWorkerWithin143) {
 TEST_F(RunTest, SchedulerKilledWithSigkillTakesItsWorkersAlong) {
   const std::string cfg = write_config(dir_, "sigkill");
   AsyncRun run = AsyncRun::start({"run", "--gpus", "cpu:2", cfg}, dir_.file("sigkill"), {{"GPUEVAL_FAULT", "slow:300"}});
-  json s = run.wait_status([](const json& st) {
-    int busy = 0;
-    for (const auto& w : st["workers"]) busy += w["state"] == "busy";
-    return busy == 2;
-  });
-  ASSERT_FALSE(s.is_null()) << run.log();
-  std::vector<int> pids;
-  for (const auto& w : s["workers"]) pids.push_back(w["pid"].get<int>());
+  const std::vector<int> pids = run.wait_all_busy();
+  ASSERT_EQ(pids.size(), 2u) << run.log();
   run.child.signal(SIGKILL);
   run.child.wait();
   const auto t0 = Clock::now();
