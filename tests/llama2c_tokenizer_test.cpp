@@ -140,7 +140,7 @@ TEST(Llama2cTokenizerErrors, MissingAndTruncatedFiles) {
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()).rfind("/nonexistent/tok.bin: cannot open", 0), 0u) << e.what();
   }
-  testing::ScratchDir dir;
+  testing::TempDir dir;
   const std::string header_only = dir.write("short.bin", std::string("\x07\x00\x00\x00\x00\x00", 6));
   try {
     llama2c_tokenizer_to_json(header_only);

@@ -11,7 +11,7 @@
 namespace gpueval {
 namespace {
 
-using testing::ScratchDir;
+using testing::TempDir;
 
 // The message load_tokenizer(path) fails with; the test fails if it loads.
 std::string load_error(const std::string& path) {
@@ -31,12 +31,12 @@ TEST(TokenizerLoadTest, MissingFile) {
 }
 
 TEST(TokenizerLoadTest, EmptyDirectory) {
-  ScratchDir dir;
+  TempDir dir;
   EXPECT_EQ(load_error(dir.path()), dir.path() + ": directory holds neither tokenizer.json nor tokenizer.model");
 }
 
 TEST(TokenizerLoadTest, NotJson) {
-  ScratchDir dir;
+  TempDir dir;
   const std::string path = dir.write("tokenizer.json", "{\"model\": {\"type\": \"BPE\",\n oops");
   const std::string message = load_error(dir.path());
   EXPECT_EQ(message.rfind(path + ": not valid JSON: ", 0), 0u) << message;
@@ -44,27 +44,27 @@ TEST(TokenizerLoadTest, NotJson) {
 }
 
 TEST(TokenizerLoadTest, UnsupportedModelType) {
-  ScratchDir dir;
+  TempDir dir;
   const std::string path =
       dir.write("tokenizer.json", R"({"model": {"type": "WordPiece", "vocab": {"a": 0}, "unk_token": "[UNK]"}})");
   EXPECT_EQ(load_error(path), path + ": unsupported tokenizer model type 'WordPiece'");
 }
 
 TEST(TokenizerLoadTest, BrokenConfigBesideTheTokenizer) {
-  ScratchDir dir;
+  TempDir dir;
   dir.write("tokenizer.json", R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})");
   const std::string config = dir.write("tokenizer_config.json", "not json");
   EXPECT_EQ(load_error(dir.path()).rfind(config + ": not valid JSON: ", 0), 0u);
 }
 
 TEST(TokenizerLoadTest, BrokenSentencePieceModel) {
-  ScratchDir dir;
+  TempDir dir;
   const std::string path = dir.write("tokenizer.model", "this is not a protobuf");
   EXPECT_EQ(load_error(path).rfind(path + ": cannot load SentencePiece model: ", 0), 0u);
 }
 
 TEST(TokenizerLoadTest, DirectoryPrefersTokenizerJsonAndReadsConfig) {
-  ScratchDir dir;
+  TempDir dir;
   dir.write("tokenizer.json",
             R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2, "<go>": 3}, "merges": ["a b"]}})");
   dir.write("tokenizer.model", "ignored: tokenizer.json wins");
@@ -78,7 +78,7 @@ TEST(TokenizerLoadTest, DirectoryPrefersTokenizerJsonAndReadsConfig) {
 
 TEST(TokenizerLoadTest, SentencePieceConfigFlags) {
   if (!testing::have_shared_data()) GTEST_SKIP() << "shared data dir " << testing::shared_dir() << " is missing";
-  ScratchDir dir;
+  TempDir dir;
   std::filesystem::copy_file(testing::tokenizer_data("llama2_sentencepiece/tokenizer.model"),
                              dir.file("tokenizer.model"));
   dir.write("tokenizer_config.json", R"({"add_bos_token": false, "add_eos_token": true})");

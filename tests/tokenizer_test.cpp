@@ -28,7 +28,7 @@ using testing::tokenizer_data;
 // The shared Llama-3 tokenizer is stored gzipped; unpack it once per process,
 // with its tokenizer_config.json beside it.
 std::string llama3_dir() {
-  static const testing::ScratchDir dir;
+  static const testing::TempDir dir;
   static const std::string path = [] {
     const std::string command = "gzip -dc '" + tokenizer_data("llama3/tokenizer.json.gz") + "' > '" +
                                 dir.file("tokenizer.json") + "'";

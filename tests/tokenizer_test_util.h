@@ -15,9 +15,11 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "test_util.h"
+
 namespace gpueval::testing {
 
-inline std::string shared_dir() { return GPUEVAL_SHARED_DIR; }
+// shared_dir() comes from test_util.h (one definition for the whole test binary).
 inline bool have_shared_data() { return std::filesystem::exists(shared_dir() + "/refs"); }
 inline std::string tokenizer_data(const std::string& relative) { return shared_dir() + "/data/tokenizers/" + relative; }
 
@@ -55,30 +57,5 @@ inline std::vector<ReferenceVector> read_vectors(const std::string& name) {
 // The text as a JSON string literal, so failures show control characters.
 inline std::string quoted(const std::string& text) { return nlohmann::json(text).dump(); }
 
-// A fresh directory under the system temp dir, removed with everything in it.
-class ScratchDir {
- public:
-  ScratchDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "gpueval_tok_XXXXXX").string();
-    if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~ScratchDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
-
-  const std::string& path() const { return path_; }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-  std::string write(const std::string& name, const std::string& contents) const {
-    std::ofstream(file(name), std::ios::binary) << contents;
-    return file(name);
-  }
-
- private:
-  std::string path_;
-};
 
 }  // namespace gpueval::testing
