@@ -198,6 +198,14 @@ TEST(ReportHtmlTest, RegeneratesFromAResultsFile) {
   write_report_html(dir.file("results.json"));
   EXPECT_EQ(io::read_file(dir.file("report.html")), report_html(j));
 
+  const auto r = testing::run_gpueval({"report", "--results", dir.file("results.json"), "--out", dir.file("x.html")});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(io::read_file(dir.file("x.html")), report_html(j));
+
+  testing::write_text(dir.file("bad.json"), "{\"results\": [1]}");
+  const auto bad = testing::run_gpueval({"report", "--results", dir.file("bad.json")});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_THAT(bad.err, HasSubstr("bad.json: report_html: no \"results\" object"));
   EXPECT_THROW(write_report_html(dir.file("missing.json")), Error);
 }
 
