@@ -13,6 +13,7 @@
 #include "gpueval/commands.h"
 #include "gpueval/error.h"
 #include "gpueval/evaluation.h"
+#include "gpueval/report_html.h"
 #include "gpueval/run_config.h"
 #include "gpueval/worker.h"
 
@@ -26,7 +27,7 @@ void add_model_flags(CLI::App* app, gpueval::ModelOptions& m) {
 
 // `gpueval --gpus 0-3 configs/mmlu.yaml` is `gpueval run --gpus 0-3 configs/mmlu.yaml`.
 std::vector<std::string> with_default_subcommand(int argc, char** argv) {
-  static const char* kSubcommands[] = {"run", "worker", "generate", "logits", "tokenize", "score", "convert-llama2c"};
+  static const char* kSubcommands[] = {"run", "worker", "generate", "logits", "tokenize", "score", "convert-llama2c", "report"};
   std::vector<std::string> args(argv, argv + argc);
   auto ends_with = [](const std::string& s, const std::string& tail) {
     return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
@@ -119,6 +120,11 @@ int main(int argc, char** argv) {
   convert_cmd->add_option("--tokenizer", convert.tokenizer, "llama2.c tokenizer .bin")->required();
   convert_cmd->add_option("--out", convert.out_dir, "output directory")->required();
 
+  std::string report_results, report_out;
+  auto* report_cmd = app.add_subcommand("report", "write report.html from a results.json");
+  report_cmd->add_option("--results", report_results, "results.json of a run")->required();
+  report_cmd->add_option("--out", report_out, "output file (default: report.html beside results.json)");
+
   std::vector<std::string> args = with_default_subcommand(argc, argv);
   std::vector<std::string> reversed(args.rbegin(), args.rend() - 1);  // CLI11 takes the arguments reversed
   try {
@@ -142,6 +148,7 @@ int main(int argc, char** argv) {
     else if (*tokenize_cmd) gpueval::run_tokenize(tokenize, std::cin, std::cout);
     else if (*score_cmd) gpueval::run_score(score, std::cout);
     else if (*convert_cmd) gpueval::run_convert_llama2c(convert);
+    else if (*report_cmd) gpueval::write_report_html(report_results, report_out);
   } catch (const gpueval::Error& e) {
     std::cerr << "gpueval: " << e.what() << "\n";
     return 1;

@@ -6,6 +6,7 @@
 
 #include "gpueval/error.h"
 #include "gpueval/file_io.h"
+#include "gpueval/report_html.h"
 #include "python_format.h"
 #include "sha256.h"
 
@@ -274,8 +275,14 @@ void write_reports(const std::string& output_dir, const std::vector<const Task*>
     io::write_file_atomic(output_dir + "/samples_" + t.task->name() + ".jsonl", lines);
   }
   // As lm-eval writes it: json.dumps(indent=2, ensure_ascii=False), no trailing newline.
-  io::write_file_atomic(output_dir + "/results.json", py::json_dumps(results(collected, summary), 2));
+  const nlohmann::ordered_json results_object = results(collected, summary);
+  io::write_file_atomic(output_dir + "/results.json", py::json_dumps(results_object, 2));
   io::write_file_atomic(output_dir + "/report.md", markdown(collected, summary));
+  MetricCounts counts;
+  for (const TaskResults& t : collected) {
+    for (const MetricResult& m : t.metrics) counts[t.task->name()][m.name] = m.n;
+  }
+  io::write_file_atomic(output_dir + "/report.html", report_html(results_object, counts));
 }
 
 }  // namespace gpueval

@@ -91,7 +91,8 @@ std::vector<std::string> lines_of(const std::string& text) {
   return out;
 }
 
-const std::vector<std::string> kFiles = {"results.json", "samples_quiz.jsonl", "samples_story.jsonl", "report.md"};
+const std::vector<std::string> kFiles = {"results.json", "samples_quiz.jsonl", "samples_story.jsonl", "report.md",
+                                        "report.html"};
 
 TEST(ReportTest, FilesAreByteIdenticalAcrossWritesAndRecordOrder) {
   ReportFixture f;

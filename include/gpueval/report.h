@@ -10,7 +10,8 @@
 //                          filtered_resps (values as Python str()s, as lm-eval sanitizes them),
 //                          filter, metrics, doc/prompt/target SHA-256 hashes, and each metric;
 //   report.md              a table of task, metric, value ± stderr and n, and the incomplete
-//                          or quarantined work, if any.
+//                          or quarantined work, if any;
+//   report.html            the same for a browser, with a bar chart (report_html.h).
 // Output is a function of the inputs alone: JSON is written the way Python's json.dumps writes
 // it (floats in repr form, which round-trips exactly), records are ordered by task and doc_id
 // whatever order they arrive in, nothing takes the clock, and a timestamp appears only when the
@@ -51,7 +52,7 @@ struct RunSummary {
   std::optional<double> date;           // UNIX time the run started; left out when absent
 };
 
-// Writes results.json, samples_<task>.jsonl for every task and report.md into output_dir
+// Writes results.json, samples_<task>.jsonl for every task, report.md and report.html into output_dir
 // (created if missing). `docs` holds the complete documents of `tasks` in any order; a
 // document whose results do not match its requests, or of a task not in `tasks`, or seen
 // twice, is an Error (incomplete documents belong in summary.incomplete instead).
