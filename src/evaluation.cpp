@@ -23,6 +23,7 @@
 #include "gpueval/report.h"
 #include "gpueval/scheduler.h"
 #include "gpueval/task.h"
+#include "gpueval/task_group.h"
 #include "gpueval/tokenizer.h"
 
 namespace gpueval {
@@ -69,8 +70,14 @@ int run_evaluation(const RunConfig& config, const EvaluationOptions& options) {
 
   // Tasks and their requests, numbered in (task, document, choice) order.
   const std::vector<std::string> search = task_search_dirs(config, options.executable);
+  // Groups (`tasks: [mmlu]`) expand to their tasks; the report aggregates them back.
+  const TaskSelection selection = expand_tasks(config.tasks, search);
+  TaskLoadOptions load_options;
+  load_options.data_roots = config.data;
+  load_options.num_fewshot = config.num_fewshot;
   std::vector<Task> tasks;
-  for (const std::string& name : config.tasks) tasks.push_back(Task::load(name, search));
+  tasks.reserve(selection.tasks.size());
+  for (const std::string& name : selection.tasks) tasks.push_back(Task::load(name, search, load_options));
   std::vector<const Task*> task_ptrs;
   std::map<std::string, size_t> task_index;
   for (const Task& t : tasks) {
@@ -188,6 +195,7 @@ int run_evaluation(const RunConfig& config, const EvaluationOptions& options) {
   summary.wall_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   summary.incomplete = incomplete;
   summary.limit = config.limit;
+  summary.groups = selection.groups;
   summary.date = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() -
                  summary.wall_seconds;
   write_reports(config.output, task_ptrs, records, summary);

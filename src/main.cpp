@@ -82,6 +82,10 @@ int main(int argc, char** argv) {
                                             "auto or the most sequences per batch");
   run_cmd->add_option_function<int64_t>("--num-fewshot", [&](const int64_t& v) { overrides.num_fewshot = v; },
                                         "few-shot examples per prompt");
+  run_cmd->add_option_function<std::vector<std::string>>(
+      "--data", [&](const std::vector<std::string>& v) { overrides.data = v; },
+      "NAME=PATH: where a task's data root lives (e.g. mmlu=../shared/data/mmlu); repeatable")
+      ->allow_extra_args(false);
   run_cmd->add_option_function<uint64_t>("--seed", [&](const uint64_t& v) { overrides.seed = v; }, "run seed");
   auto* worker_cmd = app.add_subcommand("worker", "")->group("");  // started by the scheduler only
 

@@ -137,6 +137,64 @@ nlohmann::ordered_json sorted_by_name(const Map& entries) {
   return out;
 }
 
+struct GroupResults {
+  const TaskGroup* group = nullptr;
+  std::string alias;
+  std::vector<MetricResult> metrics;
+};
+
+// Each group's aggregate over the scored tasks under it, as lm-eval's consolidate_group_results.
+std::vector<GroupResults> group_results(const std::vector<TaskResults>& tasks, const RunSummary& summary) {
+  std::map<std::string, const TaskResults*> by_name;
+  for (const TaskResults& t : tasks) by_name[t.task->name()] = &t;
+  std::vector<GroupResults> out;
+  for (const TaskGroup& g : summary.groups) {
+    GroupResults r;
+    r.group = &g;
+    bool nested = false;
+    for (const TaskGroup& parent : summary.groups) {
+      const auto& m = parent.members();
+      nested = nested || std::find(m.begin(), m.end(), g.name()) != m.end();
+    }
+    r.alias = nested ? " - " + g.alias() : g.alias();
+    for (const GroupMetricSpec& spec : g.metrics()) {
+      std::vector<SubtaskScore> scores;
+      MetricResult result;
+      result.name = spec.metric;
+      for (const std::string& name : g.tasks()) {
+        const auto it = by_name.find(name);
+        if (it == by_name.end()) continue;
+        for (const MetricResult& m : it->second->metrics) {
+          if (m.name != spec.metric) continue;
+          scores.push_back(SubtaskScore{m.value, m.stderr, m.n});
+          result.higher_is_better = m.higher_is_better;
+          result.n += m.n;
+        }
+      }
+      if (scores.empty()) continue;
+      result.value = aggregate_subtask_scores(scores, spec.weight_by_size);
+      result.stderr = pooled_sample_stderr(scores);
+      r.metrics.push_back(result);
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+nlohmann::ordered_json group_entry(const GroupResults& g) {
+  nlohmann::ordered_json r;
+  for (const MetricResult& m : g.metrics) {
+    r[m.name + ",none"] = m.value;
+    if (m.stderr) {
+      r[m.name + "_stderr,none"] = *m.stderr;
+    } else {
+      r[m.name + "_stderr,none"] = "N/A";
+    }
+  }
+  r["alias"] = g.alias;
+  return r;
+}
+
 nlohmann::ordered_json results(const std::vector<TaskResults>& tasks, const RunSummary& summary) {
   std::map<std::string, nlohmann::ordered_json> per_task, configs, versions, n_shot, higher;
   for (const TaskResults& t : tasks) {
@@ -159,10 +217,23 @@ nlohmann::ordered_json results(const std::vector<TaskResults>& tasks, const RunS
     for (const MetricSpec& spec : t.task->metrics()) hib[spec.name] = spec.higher_is_better;
     higher[name] = hib;
   }
+  const std::vector<GroupResults> groups = group_results(tasks, summary);
+  std::map<std::string, nlohmann::ordered_json> per_group;
+  std::set<std::string> grouped;
+  for (const GroupResults& g : groups) {
+    per_group[g.group->name()] = group_entry(g);
+    per_task[g.group->name()] = per_group[g.group->name()];
+    versions[g.group->name()] = g.group->version();
+    for (const std::string& t : g.group->tasks()) grouped.insert(t);
+  }
   nlohmann::ordered_json out;
   out["results"] = sorted_by_name(per_task);  // lm-eval sorts its results table by task name
+  if (!groups.empty()) out["groups"] = sorted_by_name(per_group);
   nlohmann::ordered_json subtasks = nlohmann::ordered_json::object();
-  for (auto it = tasks.rbegin(); it != tasks.rend(); ++it) subtasks[it->task->name()] = nlohmann::ordered_json::array();
+  for (auto it = tasks.rbegin(); it != tasks.rend(); ++it) {
+    if (!grouped.count(it->task->name())) subtasks[it->task->name()] = nlohmann::ordered_json::array();
+  }
+  for (const GroupResults& g : groups) subtasks[g.group->name()] = g.group->members();
   out["group_subtasks"] = subtasks;
   out["configs"] = sorted_by_name(configs);
   out["versions"] = sorted_by_name(versions);
@@ -234,6 +305,19 @@ std::string markdown(const std::vector<TaskResults>& tasks, const RunSummary& su
       out += fmt::format("| {} | {} | {} | {} | {} | {:.4f} | ± | {} | {} |\n", markdown_cell(t.task->alias()),
                          markdown_cell(version), t.task->num_fewshot(), m.name, m.higher_is_better ? "↑" : "↓",
                          m.value, m.stderr ? fmt::format("{:.4f}", *m.stderr) : "N/A", m.n);
+    }
+  }
+  const std::vector<GroupResults> groups = group_results(tasks, summary);
+  if (!groups.empty()) {
+    out += "\n| Group | Version | Metric |   | Value |   | Stderr | n |\n";
+    out += "|-------|--------:|--------|---|------:|---|-------:|--:|\n";
+    for (const GroupResults& g : groups) {
+      const std::string version = g.group->version().is_null() ? "N/A" : py::str(g.group->version());
+      for (const MetricResult& m : g.metrics) {
+        out += fmt::format("| {} | {} | {} | {} | {:.4f} | ± | {} | {} |\n", markdown_cell(g.alias),
+                           markdown_cell(version), m.name, m.higher_is_better ? "↑" : "↓", m.value,
+                           m.stderr ? fmt::format("{:.4f}", *m.stderr) : "N/A", m.n);
+      }
     }
   }
   if (!summary.incomplete.empty()) {

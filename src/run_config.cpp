@@ -24,7 +24,7 @@ constexpr uint64_t kMaxConfigBytes = uint64_t{1} << 20;
 
 const std::vector<std::string> kKeys = {
     "model", "tasks", "batch_size", "batch_tokens", "dtype", "seed", "output", "limit", "num_fewshot",
-    "max_length", "gpus", "cpu_threads", "max_attempts", "heartbeat_timeout_s", "max_worker_restarts"};
+    "max_length", "data", "gpus", "cpu_threads", "max_attempts", "heartbeat_timeout_s", "max_worker_restarts"};
 
 const std::vector<std::string> kDtypes = {"auto", "float32", "bfloat16", "float16"};
 
@@ -169,6 +169,17 @@ class ConfigReader {
       if (!v.IsNull()) c.num_fewshot = integer(key, v, 0);
     } else if (key == "max_length") {
       if (!v.IsNull()) c.max_length = integer(key, v, 1);
+    } else if (key == "data") {
+      if (v.IsNull()) return;
+      if (!v.IsMap()) fail(at(v), "key 'data' must be a mapping of data root names to directories, got {}", describe(v));
+      for (auto it = v.begin(); it != v.end(); ++it) {
+        if (!it->first.IsScalar() || it->first.Scalar().empty())
+          fail(at(it->first), "key 'data': names must be plain text, got {}", describe(it->first));
+        const std::string name = it->first.Scalar();
+        const std::string path = scalar("data." + name, it->second, "a directory path");
+        check("data." + name, it->second, path_problem(path));
+        c.data[name] = resolve(path);
+      }
     } else if (key == "gpus") {
       if (v.IsNull()) return;
       c.gpus = scalar(key, v, "a device spec such as 0-3, all or cpu:N");
@@ -327,6 +338,7 @@ nlohmann::json RunConfig::to_json() const {
       {"limit", optional(limit)},
       {"num_fewshot", optional(num_fewshot)},
       {"max_length", optional(max_length)},
+      {"data", data},
       {"gpus", gpus},
       {"cpu_threads", cpu_threads},
       {"max_attempts", max_attempts},
@@ -402,6 +414,12 @@ void apply_overrides(RunConfig& config, const ConfigOverrides& overrides) {
     c.num_fewshot = overrides.num_fewshot;
   }
   if (overrides.seed) c.seed = *overrides.seed;
+  for (const std::string& entry : overrides.data) {
+    const size_t eq = entry.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == entry.size())
+      fail("--data " + entry, "must be NAME=PATH (e.g. --data mmlu=../shared/data/mmlu)");
+    c.data[entry.substr(0, eq)] = entry.substr(eq + 1);
+  }
   config = std::move(c);
 }
 

@@ -1,12 +1,14 @@
-// Loading a task: its YAML definition and its JSONL documents. What a loaded task does with a
+// Loading a task: its YAML definition, its JSONL or CSV documents and its few-shot examples. What a loaded task does with a
 // document (requests, metrics) is in task_requests.cpp.
 #include "gpueval/task.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <set>
 
 #include <yaml-cpp/yaml.h>
 
+#include "gpueval/csv.h"
 #include "gpueval/error.h"
 #include "gpueval/file_io.h"
 #include "strict_json.h"
@@ -23,7 +25,9 @@ const std::vector<std::string>& task_config_order() {
       "doc_to_target", "doc_to_image", "doc_to_audio", "unsafe_code", "doc_to_choice", "process_results",
       "use_prompt", "description", "target_delimiter", "fewshot_delimiter", "fewshot_config", "num_fewshot",
       "metric_list", "output_type", "generation_kwargs", "repeats", "filter_list", "should_decontaminate",
-      "doc_to_decontamination_query", "gen_prefix", "metadata"};
+      "doc_to_decontamination_query", "gen_prefix", "metadata",
+      // gpueval's dataset keys (task.h), after lm-eval's.
+      "dataset_kind", "column_names", "data_root", "fewshot_path"};
   return kOrder;
 }
 
@@ -32,7 +36,7 @@ const std::vector<std::string>& task_config_order() {
 const std::set<std::string>& unsupported_keys() {
   static const std::set<std::string> kKeys = {
       "custom_dataset", "process_docs", "doc_to_image", "doc_to_audio", "process_results", "use_prompt",
-      "fewshot_config", "filter_list", "gen_prefix", "group", "include", "class"};
+      "filter_list", "gen_prefix", "group", "include", "class"};
   return kKeys;
 }
 
@@ -125,20 +129,19 @@ const char* output_type_name(OutputType type) {
   return "?";
 }
 
-Task Task::load(const std::string& name_or_path, const std::vector<std::string>& search_dirs) {
+Task Task::load(const std::string& name_or_path, const std::vector<std::string>& search_dirs,
+                const TaskLoadOptions& options) {
   const bool is_path =
       name_or_path.find('/') != std::string::npos || ends_with(name_or_path, ".yaml") || ends_with(name_or_path, ".yml");
   if (is_path) {
     if (!io::path_exists(name_or_path)) fail(name_or_path, "task file not found");
-    Task task = parse(name_or_path);
+    Task task = parse(name_or_path, options);
     task.load_documents();
     return task;
   }
-  for (const std::string& dir : search_dirs) {
-    const std::string path = dir + "/" + name_or_path + ".yaml";
-    if (!io::path_exists(path)) continue;
-    Task task = parse(path);
-    if (task.name_ != name_or_path) fail(path, "defines task '{}', not '{}'", task.name_, name_or_path);
+  if (const auto path = find_task_file(name_or_path, search_dirs)) {
+    Task task = parse(*path, options);
+    if (task.name_ != name_or_path) fail(*path, "defines task '{}', not '{}'", task.name_, name_or_path);
     task.load_documents();
     return task;
   }
@@ -146,7 +149,7 @@ Task Task::load(const std::string& name_or_path, const std::vector<std::string>&
        search_dirs.empty() ? std::string("(no task directories)") : join(search_dirs, ", "));
 }
 
-Task Task::parse(const std::string& yaml_path) {
+Task Task::parse(const std::string& yaml_path, const TaskLoadOptions& options) {
   Task task;
   task.yaml_path_ = yaml_path;
   const std::string text = io::read_file(yaml_path, uint64_t{1} << 24);
@@ -187,13 +190,60 @@ Task Task::parse(const std::string& yaml_path) {
   task.alias_ = task.name_;
   if (values.count("task_alias")) task.alias_ = scalar_string(values.at("task_alias"), "task_alias", where_of("task_alias"));
 
+  // Dataset files: relative to the data root when the task names one, else to the YAML file.
+  std::string base_dir = directory_of(yaml_path);
+  if (values.count("data_root")) {
+    const std::string root = scalar_string(values.at("data_root"), "data_root", where_of("data_root"));
+    config["data_root"] = root;
+    const auto it = options.data_roots.find(root);
+    if (it != options.data_roots.end()) {
+      base_dir = it->second;
+      if (!io::is_directory(base_dir)) {
+        fail("data root '" + root + "'", "{} is not a directory (set it with --data {}=PATH or the run config's "
+             "data: {{{}: PATH}})", base_dir, root, root);
+      }
+    } else {
+      base_dir.clear();
+#ifdef GPUEVAL_SOURCE_TASKS_DIR
+      base_dir = std::string(GPUEVAL_SOURCE_TASKS_DIR) + "/../../shared/data/" + root;
+#endif
+      if (base_dir.empty() || !io::is_directory(base_dir)) {
+        fail("data root '" + root + "'", "not set and no default directory {} (set it with --data {}=PATH or the run "
+             "config's data: {{{}: PATH}})", base_dir, root, root);
+      }
+    }
+  }
+  auto resolve_data = [&](const std::string& key) {
+    const std::string path = scalar_string(values.at(key), key, where_of(key));
+    config[key] = path;
+    const std::string file = !path.empty() && path[0] == '/' ? path : base_dir + "/" + path;
+    if (!io::path_exists(file)) fail(where_of(key), "{} '{}' not found ({} does not exist)", key, path, file);
+    return file;
+  };
   require("dataset_path");
-  const std::string dataset_path = scalar_string(values.at("dataset_path"), "dataset_path", where_of("dataset_path"));
-  config["dataset_path"] = dataset_path;
-  task.dataset_file_ = !dataset_path.empty() && dataset_path[0] == '/' ? dataset_path
-                                                                       : directory_of(yaml_path) + "/" + dataset_path;
-  if (!io::path_exists(task.dataset_file_)) {
-    fail(where_of("dataset_path"), "dataset_path '{}' not found ({} does not exist)", dataset_path, task.dataset_file_);
+  task.dataset_file_ = resolve_data("dataset_path");
+  if (values.count("fewshot_path")) task.fewshot_file_ = resolve_data("fewshot_path");
+
+  if (values.count("dataset_kind")) {
+    const std::string kind = scalar_string(values.at("dataset_kind"), "dataset_kind", where_of("dataset_kind"));
+    if (kind != "jsonl" && kind != "csv") fail(where_of("dataset_kind"), "dataset_kind must be jsonl or csv, got '{}'", kind);
+    task.csv_ = kind == "csv";
+    config["dataset_kind"] = kind;
+  }
+  if (values.count("column_names")) {
+    if (!task.csv_) fail(where_of("column_names"), "column_names applies to dataset_kind: csv only");
+    const YAML::Node& node = values.at("column_names");
+    if (!node.IsSequence() || node.size() == 0) fail(where_of("column_names"), "column_names must be a non-empty list");
+    for (const YAML::Node& item : node) {
+      const std::string name = scalar_string(item, "column_names entry", yaml_where(yaml_path, item));
+      if (std::find(task.column_names_.begin(), task.column_names_.end(), name) != task.column_names_.end()) {
+        fail(yaml_where(yaml_path, item), "column '{}' is named twice", name);
+      }
+      task.column_names_.push_back(name);
+    }
+    config["column_names"] = task.column_names_;
+  } else if (task.csv_) {
+    fail(yaml_path, "missing required key 'column_names' (dataset_kind: csv files have no header)");
   }
 
   // lm-eval's TaskConfig default output_type is generate_until.
@@ -269,13 +319,36 @@ Task Task::parse(const std::string& yaml_path) {
     fewshot_delimiter = scalar_string(values.at("fewshot_delimiter"), "fewshot_delimiter", where_of("fewshot_delimiter"));
   }
   config["fewshot_delimiter"] = fewshot_delimiter;
+  task.fewshot_delimiter_ = fewshot_delimiter;
 
+  if (values.count("fewshot_config")) {
+    const nlohmann::ordered_json fc = yaml_to_json(values.at("fewshot_config"), yaml_path);
+    if (!fc.is_object()) fail(where_of("fewshot_config"), "fewshot_config must be a mapping");
+    for (const auto& [key, value] : fc.items()) {
+      if (key != "sampler" || value != "first_n") {
+        fail(where_of("fewshot_config"), "fewshot_config: only 'sampler: first_n' is supported yet");
+      }
+    }
+    config["fewshot_config"] = fc;
+  }
   if (values.count("num_fewshot")) {
     const auto n = yaml_to_json(values.at("num_fewshot"), yaml_path);
     if (!n.is_number_integer() || n.get<int64_t>() < 0) fail(where_of("num_fewshot"), "num_fewshot must be an integer >= 0");
-    if (n.get<int64_t>() != 0) fail(where_of("num_fewshot"), "num_fewshot > 0 is not supported yet");
+    task.num_fewshot_ = n.get<int64_t>();
   }
-  config["num_fewshot"] = 0;  // lm-eval's evaluator fills in 0 when a task sets none
+  if (options.num_fewshot) task.num_fewshot_ = *options.num_fewshot;
+  if (task.num_fewshot_ > 0) {
+    const std::string where = values.count("num_fewshot") ? where_of("num_fewshot") : yaml_path;
+    if (task.fewshot_file_.empty()) {
+      fail(where, "num_fewshot {} needs fewshot_path (the documents to draw examples from)", task.num_fewshot_);
+    }
+    if (!config.contains("fewshot_config")) {
+      // lm-eval's default sampler draws at random; only first_n is implemented, so say so.
+      fail(where, "num_fewshot {} needs fewshot_config: {{sampler: first_n}} (the only sampler supported)",
+           task.num_fewshot_);
+    }
+  }
+  config["num_fewshot"] = task.num_fewshot_;  // lm-eval's evaluator writes the number it used
 
   if (values.count("unsafe_code") && yaml_to_json(values.at("unsafe_code"), yaml_path) != false) {
     fail(where_of("unsafe_code"), "unsafe_code tasks are not supported");
@@ -411,8 +484,19 @@ Task Task::parse(const std::string& yaml_path) {
   return task;
 }
 
-void Task::load_documents() {
-  const std::string text = io::read_file(dataset_file_);
+std::vector<Document> Task::read_documents(const std::string& file, std::vector<int64_t>& lines) const {
+  std::vector<Document> documents;
+  if (csv_) {
+    for (const CsvRecord& record : read_csv(file, column_names_.size())) {
+      nlohmann::json fields = nlohmann::json::object();
+      for (size_t i = 0; i < column_names_.size(); ++i) fields[column_names_[i]] = record.fields[i];
+      documents.push_back(Document{static_cast<int64_t>(documents.size()), std::move(fields)});
+      lines.push_back(record.line);
+    }
+    if (documents.empty()) fail(file, "no documents");
+    return documents;
+  }
+  const std::string text = io::read_file(file);
   int64_t line_number = 0;
   size_t pos = 0;
   while (pos < text.size()) {
@@ -423,13 +507,32 @@ void Task::load_documents() {
     ++line_number;
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (line.find_first_not_of(" \t") == std::string_view::npos) continue;
-    const std::string where = dataset_file_ + ":" + std::to_string(line_number);
+    const std::string where = file + ":" + std::to_string(line_number);
     const nlohmann::ordered_json parsed = parse_strict_json(line, where, "the line");
     if (!parsed.is_object()) fail(where, "expected a JSON object, got {}", parsed.type_name());
-    documents_.push_back(Document{static_cast<int64_t>(documents_.size()), nlohmann::json(parsed)});
-    lines_.push_back(line_number);
+    documents.push_back(Document{static_cast<int64_t>(documents.size()), nlohmann::json(parsed)});
+    lines.push_back(line_number);
   }
-  if (documents_.empty()) fail(dataset_file_, "no documents");
+  if (documents.empty()) fail(file, "no documents");
+  return documents;
+}
+
+void Task::load_documents() {
+  documents_ = read_documents(dataset_file_, lines_);
+  if (num_fewshot_ > 0) {
+    std::vector<int64_t> lines;
+    std::vector<Document> pool = read_documents(fewshot_file_, lines);
+    if (static_cast<int64_t>(pool.size()) < num_fewshot_) {
+      fail(fewshot_file_, "num_fewshot {} but only {} documents to draw examples from", num_fewshot_, pool.size());
+    }
+    // first_n: the first num_fewshot documents in file order. (lm-eval drops the document being
+    // asked when examples come from the same split; fewshot_path is a different file here.)
+    for (int64_t i = 0; i < num_fewshot_; ++i) {
+      const size_t k = static_cast<size_t>(i);
+      fewshot_documents_.push_back(pool[k]);
+      fewshot_prefix_ += fewshot_example(pool[k], fewshot_file_ + ":" + std::to_string(lines[k])) + fewshot_delimiter_;
+    }
+  }
   // Render everything once, so a bad document fails the load, not the run.
   for (const Document& doc : documents_) requests(doc);
 }
@@ -439,6 +542,24 @@ std::string Task::location(const Document& doc) const {
     return dataset_file_ + ": document " + std::to_string(doc.doc_id);
   }
   return dataset_file_ + ":" + std::to_string(lines_[static_cast<size_t>(doc.doc_id)]);
+}
+
+std::optional<std::string> find_task_file(const std::string& name, const std::vector<std::string>& search_dirs) {
+  namespace fs = std::filesystem;
+  for (const std::string& dir : search_dirs) {
+    const std::string path = dir + "/" + name + ".yaml";
+    if (io::path_exists(path)) return path;
+    std::error_code ec;
+    std::vector<std::string> subdirs;
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+      if (it->is_directory(ec)) subdirs.push_back(it->path().string());
+    }
+    std::sort(subdirs.begin(), subdirs.end());
+    for (const std::string& sub : subdirs) {
+      if (io::path_exists(sub + "/" + name + ".yaml")) return sub + "/" + name + ".yaml";
+    }
+  }
+  return std::nullopt;
 }
 
 std::vector<Request> build_requests(const std::vector<const Task*>& tasks, std::optional<int64_t> limit) {

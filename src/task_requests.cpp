@@ -54,6 +54,7 @@ std::string Task::context(const Document& doc) const {
   const std::string where = location(doc);
   std::string out = description_ ? description_->render(doc.fields, where) : "";
   if (!doc_to_text_ || output_type_ == OutputType::kLoglikelihoodRolling) return out;
+  out += fewshot_prefix_;
   const nlohmann::json text = field_or_render(*doc_to_text_, doc.fields, where);
   const bool has_choices = doc_to_choice_.has_value() || choice_list_.has_value();
   // A doc_to_text that gives a number makes lm-eval treat the task as "multiple input"
@@ -63,6 +64,25 @@ std::string Task::context(const Document& doc) const {
          py::str(text));
   }
   return out + py::str(text);
+}
+
+std::string Task::fewshot_example(const Document& doc, const std::string& where) const {
+  if (!doc_to_text_) fail(where, "task '{}' has no doc_to_text for few-shot examples", name_);
+  std::string out = py::str(field_or_render(*doc_to_text_, doc.fields, where));
+  // lm-eval's sampler: a list target shows its first entry, an index the choice it names.
+  const nlohmann::json t = target(doc);
+  std::string text;
+  if (t.is_array()) {
+    if (t.empty()) fail(where, "doc_to_target gives an empty list");
+    text = py::str(t[0]);
+  } else if (t.is_number_integer() && (doc_to_choice_ || choice_list_)) {
+    const std::vector<std::string> options = choices(doc);
+    text = options.at(gold_indices(doc, options)[0]);
+  } else {
+    text = py::str(t);
+  }
+  if (!text.empty()) out += target_delimiter_ + text;
+  return out;
 }
 
 std::vector<std::string> Task::choices(const Document& doc) const {

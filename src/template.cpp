@@ -64,6 +64,13 @@ Template Template::parse(const std::string& text, const std::string& name, const
         } else if (p < inner.size() && is_name_start(inner[p])) {
           std::string key;
           while (p < inner.size() && is_name_char(inner[p])) key += inner[p++];
+          if (key == "strip" && inner.compare(p, 2, "()") == 0) {
+            p += 2;
+            skip_spaces(inner, p);
+            if (p != inner.size()) unsupported("the expression '" + inner + "' (.strip() must come last)");
+            e.strip = true;
+            break;
+          }
           e.path.push_back(Step{key, std::nullopt});
         } else {
           unsupported("the expression '" + inner + "'");
@@ -103,6 +110,48 @@ Template Template::parse(const std::string& text, const std::string& name, const
   return t;
 }
 
+namespace {
+
+// The length of the Unicode whitespace code point (as Python's str.isspace() defines it) that
+// starts s[pos] or ends just before s[end] (backward), or 0.
+size_t space_at(const std::string& s, size_t pos) {
+  const unsigned char c = static_cast<unsigned char>(s[pos]);
+  if (c == ' ' || (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x1f)) return 1;
+  static const char* const kWide[] = {"\u0085", "\u00a0", "\u1680", "\u2000", "\u2001", "\u2002", "\u2003",
+                                      "\u2004", "\u2005", "\u2006", "\u2007", "\u2008", "\u2009", "\u200a",
+                                      "\u2028", "\u2029", "\u202f", "\u205f", "\u3000"};
+  for (const char* w : kWide) {
+    const size_t n = std::char_traits<char>::length(w);
+    if (s.compare(pos, n, w) == 0) return n;
+  }
+  return 0;
+}
+
+std::string python_strip(const std::string& s) {
+  size_t begin = 0;
+  while (begin < s.size()) {
+    const size_t n = space_at(s, begin);
+    if (n == 0) break;
+    begin += n;
+  }
+  size_t end = s.size();
+  while (end > begin) {
+    // Whitespace code points are 1 to 3 bytes long in UTF-8.
+    size_t n = 0;
+    for (size_t len = 1; len <= 3 && len <= end - begin; ++len) {
+      if (space_at(s, end - len) == len) {
+        n = len;
+        break;
+      }
+    }
+    if (n == 0) break;
+    end -= n;
+  }
+  return s.substr(begin, end - begin);
+}
+
+}  // namespace
+
 bool Template::is_single_expression() const {
   return segments_.size() == 1 && segments_[0].literal.empty() && segments_[0].expression.has_value();
 }
@@ -134,13 +183,15 @@ std::string Template::render(const nlohmann::json& doc, const std::string& where
   std::string out;
   for (const Segment& segment : segments_) {
     out += segment.literal;
-    if (segment.expression) out += py::str(lookup(*segment.expression, doc, where));
+    if (!segment.expression) continue;
+    const std::string text = py::str(lookup(*segment.expression, doc, where));
+    out += segment.expression->strip ? python_strip(text) : text;
   }
   return out;
 }
 
 nlohmann::json Template::value(const nlohmann::json& doc, const std::string& where) const {
-  if (is_single_expression()) return lookup(*segments_[0].expression, doc, where);
+  if (is_single_expression() && !segments_[0].expression->strip) return lookup(*segments_[0].expression, doc, where);
   return render(doc, where);
 }
 

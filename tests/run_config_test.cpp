@@ -99,6 +99,7 @@ max_worker_restarts: 0
       {"limit", 50},
       {"num_fewshot", 5},
       {"max_length", 2048},
+      {"data", nlohmann::json::object()},
       {"gpus", "0-3"},
       {"cpu_threads", 2},
       {"max_attempts", 4},
@@ -404,6 +405,19 @@ TEST_F(RunConfigTest, OverridesAreValidatedAndNameTheFlag) {
   o.model = "x";
   o.limit = -1;
   EXPECT_THAT(overrides_error(o), HasSubstr("--limit"));
+}
+
+TEST_F(RunConfigTest, DataRootsComeFromTheFileAndTheFlag) {
+  RunConfig c = load("model: m\ntasks: [t]\ndata:\n  mmlu: ../data/mmlu\n  other: /abs/o\n");
+  EXPECT_EQ(c.data, (std::map<std::string, std::string>{{"mmlu", fs::path(dir()).parent_path().string() + "/data/mmlu"}, {"other", "/abs/o"}}));
+  ConfigOverrides o;
+  o.data = {"mmlu=cli/mmlu"};
+  apply_overrides(c, o);
+  EXPECT_EQ(c.data.at("mmlu"), "cli/mmlu");
+  EXPECT_EQ(c.data.at("other"), "/abs/o");
+  o.data = {"mmlu"};
+  EXPECT_THAT(overrides_error(o), HasSubstr("--data mmlu: must be NAME=PATH"));
+  EXPECT_THAT(error_of("model: m\ntasks: [t]\ndata: [a]\n"), HasSubstr(at(3) + "key 'data' must be a mapping"));
 }
 
 }  // namespace

@@ -341,7 +341,11 @@ TEST(TaskTest, DefinitionErrorsNameFileAndLine) {
   EXPECT_THAT(load_error(std::string(kChoiceYaml) + "filter_list: []\n"),
               HasSubstr(yaml + ":10: key 'filter_list' is not supported yet"));
   EXPECT_THAT(load_error(std::string(kChoiceYaml) + "num_fewshot: 5\n"),
-              HasSubstr(yaml + ":10: num_fewshot > 0 is not supported yet"));
+              HasSubstr(yaml + ":10: num_fewshot 5 needs fewshot_path (the documents to draw examples from)"));
+  EXPECT_THAT(load_error(std::string(kChoiceYaml) + "fewshot_path: quiz.jsonl\nnum_fewshot: 5\n"),
+              HasSubstr(yaml + ":11: num_fewshot 5 needs fewshot_config: {sampler: first_n}"));
+  EXPECT_THAT(load_error(std::string(kChoiceYaml) + "fewshot_config:\n  sampler: default\n"),
+              HasSubstr(yaml + ":11: fewshot_config: only 'sampler: first_n' is supported yet"));
   EXPECT_THAT(load_error(std::string(kChoiceYaml) + "task: again\n"), HasSubstr(yaml + ":10: duplicate key 'task'"));
   EXPECT_THAT(load_error("task: [unclosed\n"), HasSubstr(yaml + ":2: invalid YAML"));
   EXPECT_THAT(load_error("task: q\ndataset_path: quiz.jsonl\ndoc_to_text: \"{{ question | upper }}\"\n"),

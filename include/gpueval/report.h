@@ -4,13 +4,16 @@
 //                          "<metric>,none", "<metric>_stderr,none"}}, "group_subtasks",
 //                          "configs", "versions", "n-shot", "higher_is_better", "n-samples",
 //                          "config", "task_hashes", "model_name", "total_evaluation_time_seconds",
-//                          plus gpueval's "incomplete" list;
+//                          plus gpueval's "incomplete" list; with groups, lm-eval's "groups"
+//                          {group: {"<metric>,none", "<metric>_stderr,none", "alias"}} (the
+//                          scores of gpueval/task_group.h), also listed under "results", and
+//                          each group's members under "group_subtasks";
 //   samples_<task>.jsonl   one line per document as lm-eval's --log_samples writes it: doc_id,
 //                          doc, target, arguments {gen_args_i: {arg_j}}, resps and
 //                          filtered_resps (values as Python str()s, as lm-eval sanitizes them),
 //                          filter, metrics, doc/prompt/target SHA-256 hashes, and each metric;
-//   report.md              a table of task, metric, value ± stderr and n, and the incomplete
-//                          or quarantined work, if any;
+//   report.md              a table of task, metric, value ± stderr and n, one of the groups, and the
+//                          incomplete or quarantined work, if any;
 //   report.html            the same for a browser, with a bar chart (report_html.h).
 // Output is a function of the inputs alone: JSON is written the way Python's json.dumps writes
 // it (floats in repr form, which round-trips exactly), records are ordered by task and doc_id
@@ -29,6 +32,7 @@
 #include "gpueval/metrics.h"
 #include "gpueval/request.h"
 #include "gpueval/task.h"
+#include "gpueval/task_group.h"
 
 namespace gpueval {
 
@@ -50,6 +54,7 @@ struct RunSummary {
   std::optional<int64_t> limit;         // documents per task asked for; n-samples "effective"
   int64_t bootstrap_iters = kDefaultBootstrapIters;
   std::optional<double> date;           // UNIX time the run started; left out when absent
+  std::vector<TaskGroup> groups;        // the run's groups, children before parents
 };
 
 // Writes results.json, samples_<task>.jsonl for every task, report.md and report.html into output_dir

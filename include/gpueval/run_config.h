@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -32,6 +33,9 @@ struct RunConfig {
   std::optional<int64_t> limit;       // documents per task
   std::optional<int64_t> num_fewshot;
   std::optional<int64_t> max_length;  // context length override
+  // Data roots for tasks that name one (`data_root: mmlu` in a task file): name -> directory,
+  // from the file's `data: {mmlu: ../../shared/data/mmlu}` and --data NAME=PATH flags.
+  std::map<std::string, std::string> data;
   std::string gpus;                   // default for --gpus; "" = not set
   // Fault handling
   // Intra-op threads of each CPU worker. LibTorch's CPU kernels can round
@@ -60,6 +64,7 @@ struct ConfigOverrides {
   std::optional<int64_t> num_fewshot; // --num-fewshot
   std::optional<uint64_t> seed;       // --seed
   std::optional<std::vector<std::string>> tasks;  // --tasks: replaces the file's list
+  std::vector<std::string> data;      // --data NAME=PATH, repeatable; each adds or replaces one root
 };
 
 // Applies the set overrides, validating each new value as the file's would be; errors name the

@@ -1,7 +1,7 @@
 // A Task is one benchmark defined the way lm-evaluation-harness defines its tasks: a YAML file
 // with lm-eval's key names (task, dataset_path, output_type, doc_to_text, doc_to_target,
 // doc_to_choice, target_delimiter, description, metric_list, generation_kwargs, metadata, ...)
-// over a JSONL dataset, one document per line. The Task turns each document into the same
+// over a dataset file. The Task turns each document into the same
 // requests lm-eval builds for it and scores the results with lm-eval's metrics:
 //
 //   multiple_choice        one loglikelihood(context, target_delimiter + choice) per choice;
@@ -12,12 +12,33 @@
 //                          with doc_to_text only uses that)
 //   generate_until         generate_until(context, until, max_gen_toks); exact_match
 //
-// where context = description + doc_to_text, both templates (gpueval/template.h). Everything a
+// where context = description + few-shot examples + doc_to_text, all templates
+// (gpueval/template.h). Each few-shot example is doc_to_text + target_delimiter + its target
+// (the choice text when the target is an index), and examples and the question are joined by
+// fewshot_delimiter ("\n\n"), as lm-eval's ContextSampler builds them. Examples come from
+// fewshot_path, taken in file order (lm-eval's `fewshot_config: {sampler: first_n}`, the only
+// sampler supported); num_fewshot comes from the task file (default 0) unless the run sets it.
+//
+// Datasets. gpueval reads local files, so it adds a few keys to lm-eval's (they are kept in
+// results.json "configs" as written):
+//   dataset_kind: jsonl | csv   jsonl (default): one JSON object per line. csv: RFC 4180
+//                               records without a header (gpueval/csv.h);
+//   column_names: [a, b, ...]   csv only: the field name of each column; every record must
+//                               have exactly this many fields;
+//   data_root: NAME             dataset_path and fewshot_path are relative to the data root
+//                               NAME, which the run sets (`--data NAME=PATH`, or the run
+//                               config's `data: {NAME: PATH}`); without one, the shared data
+//                               directory beside the source tree (../shared/data/NAME) if it
+//                               exists. Without data_root, paths are relative to the YAML file;
+//   fewshot_path: FILE          the documents few-shot examples are drawn from (lm-eval's
+//                               fewshot_split; same kind and columns as dataset_path).
+// Everything a
 // document needs is rendered once when the task loads, so a bad file fails at load with one
 // line naming the file and line: YAML syntax, an unknown or unsupported key, a missing required
 // key, an unknown output_type or metric, a dataset line that is not a JSON object, a template
-// field a document lacks, a label outside its choices. Few-shot prompts, filters and custom
-// process_docs/process_results are not supported yet and are rejected rather than ignored.
+// field a document lacks, a label outside its choices, a CSV record with the wrong number of
+// fields. Other samplers, filters and custom process_docs/process_results are not supported
+// yet and are rejected rather than ignored.
 //
 // A loaded Task is immutable; every method is const and safe to call from many threads.
 #pragma once
@@ -40,17 +61,27 @@ enum class OutputType { kMultipleChoice, kLoglikelihood, kLoglikelihoodRolling, 
 
 const char* output_type_name(OutputType type);  // lm-eval's spelling: "multiple_choice", ...
 
+// Data root name -> directory, as the run sets them (`--data mmlu=PATH`).
+using DataRoots = std::map<std::string, std::string>;
+
+// What the run decides about every task it loads.
+struct TaskLoadOptions {
+  DataRoots data_roots;
+  std::optional<int64_t> num_fewshot;  // the run's num_fewshot: overrides the task file's
+};
+
 // One dataset line: doc_id is its position among the documents (0..n-1, file order).
 struct Document {
   int64_t doc_id = 0;
-  nlohmann::json fields;  // the line's JSON object
+  nlohmann::json fields;  // the line's JSON object; for CSV, column name -> field text
 };
 
 class Task {
  public:
   // name_or_path: a path to a .yaml/.yml file (anything with a '/' or that suffix), or a task
-  // name looked up as <dir>/<name>.yaml in each of search_dirs in turn.
-  static Task load(const std::string& name_or_path, const std::vector<std::string>& search_dirs);
+  // name looked up by find_task_file().
+  static Task load(const std::string& name_or_path, const std::vector<std::string>& search_dirs,
+                   const TaskLoadOptions& options = {});
 
   const std::string& name() const { return name_; }
   const std::string& alias() const { return alias_; }      // task_alias, else the name
@@ -59,14 +90,16 @@ class Task {
   const std::string& dataset_file() const { return dataset_file_; }  // dataset_path resolved
   const std::vector<Document>& documents() const { return documents_; }
   const std::vector<MetricSpec>& metrics() const { return metrics_; }
-  int64_t num_fewshot() const { return 0; }
+  int64_t num_fewshot() const { return num_fewshot_; }
+  // The few-shot examples every prompt starts with (after the description), in order.
+  const std::vector<Document>& fewshot_documents() const { return fewshot_documents_; }
   // metadata.version, as lm-eval reports it under "versions"; null when the file has none.
   const nlohmann::json& version() const { return version_; }
 
   // "<dataset file>:<line>", where the document came from, for messages.
   std::string location(const Document& doc) const;
 
-  // The prompt: description + doc_to_text.
+  // The prompt: description + few-shot examples + doc_to_text.
   std::string context(const Document& doc) const;
   // doc_to_choice (multiple_choice, and generate_until tasks that map a target index to text).
   std::vector<std::string> choices(const Document& doc) const;
@@ -91,14 +124,24 @@ class Task {
 
  private:
   Task() = default;
-  static Task parse(const std::string& yaml_path);
+  static Task parse(const std::string& yaml_path, const TaskLoadOptions& options);
+  std::vector<Document> read_documents(const std::string& file, std::vector<int64_t>& lines) const;
   void load_documents();
+  // doc_to_text and doc_to_target of one few-shot example, as lm-eval's sampler writes it.
+  std::string fewshot_example(const Document& doc, const std::string& where) const;
   std::vector<size_t> gold_indices(const Document& doc, const std::vector<std::string>& choices) const;
 
   std::string name_;
   std::string alias_;
   std::string yaml_path_;
   std::string dataset_file_;
+  std::string fewshot_file_;                 // empty when the task has no fewshot_path
+  bool csv_ = false;
+  std::vector<std::string> column_names_;  // csv only
+  int64_t num_fewshot_ = 0;
+  std::string fewshot_delimiter_ = "\n\n";
+  std::vector<Document> fewshot_documents_;
+  std::string fewshot_prefix_;  // the rendered examples, each followed by fewshot_delimiter
   OutputType output_type_ = OutputType::kGenerateUntil;
   std::optional<Template> doc_to_text_;
   std::optional<Template> doc_to_target_;
@@ -114,6 +157,11 @@ class Task {
   std::vector<Document> documents_;
   std::vector<int64_t> lines_;  // source line of each document
 };
+
+// Where the task or group `name` is defined: <dir>/<name>.yaml, else <dir>/<sub>/<name>.yaml
+// (one level down, subdirectories in name order), in each of search_dirs in turn; nullopt if
+// none has it.
+std::optional<std::string> find_task_file(const std::string& name, const std::vector<std::string>& search_dirs);
 
 // The requests of `tasks` in (task, document, choice) order over the first `limit` documents
 // of each task (all when nullopt), with `index` numbered 0..N-1.

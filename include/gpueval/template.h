@@ -3,7 +3,9 @@
 // that field substitution needs. Literal text passes through unchanged (trailing newline
 // included, as lm-eval's keep_trailing_newline=True); `{{ path }}` is replaced by a document
 // field, where a path is a name followed by `.name`, `.0`, `[0]`, `[-1]` or `["key"]` steps.
-// A value renders as Jinja renders it, i.e. Python's str(): strings raw, numbers as Python
+// A path may end in `.strip()`, Python's str.strip() of the rendered value (leading and
+// trailing whitespace removed, Unicode whitespace included), which lm-eval's MMLU template uses
+// on its question. A value renders as Jinja renders it, i.e. Python's str(): strings raw, numbers as Python
 // prints them, true/false/null as True/False/None, lists and objects as Python literals
 // (['a', 'b']). A path the document lacks is an error, as under lm-eval's StrictUndefined.
 //
@@ -48,6 +50,7 @@ class Template {
   struct Expression {
     std::string source;  // as written, for messages
     std::vector<Step> path;
+    bool strip = false;  // ends in .strip()
   };
   struct Segment {
     std::string literal;                   // text before the expression
