@@ -42,13 +42,15 @@ int visible_cuda_devices() {
 }  // namespace
 
 std::vector<std::string> task_search_dirs(const RunConfig& config, const std::string& executable) {
+  // Task directories come before the config's own directory: a run config named after a task
+  // (configs/mmlu.yaml running `tasks: [mmlu]`) must not be read as that task's definition.
   std::vector<std::string> dirs;
-  if (!config.source.empty()) dirs.push_back(dir_of(config.source));
   if (const char* env = std::getenv("GPUEVAL_TASKS_DIR")) dirs.emplace_back(env);
   if (!executable.empty()) dirs.push_back(dir_of(executable) + "/../tasks");
 #ifdef GPUEVAL_SOURCE_TASKS_DIR
   dirs.emplace_back(GPUEVAL_SOURCE_TASKS_DIR);
 #endif
+  if (!config.source.empty()) dirs.push_back(dir_of(config.source));
   return dirs;
 }
 

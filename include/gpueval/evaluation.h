@@ -25,8 +25,8 @@ struct EvaluationOptions {
 
 int run_evaluation(const RunConfig& config, const EvaluationOptions& options);
 
-// Where a task name is looked up: the config file's directory, $GPUEVAL_TASKS_DIR,
-// <executable dir>/../tasks, and the source tree's tasks/.
+// Where a task name is looked up, in order: $GPUEVAL_TASKS_DIR, <executable dir>/../tasks,
+// the source tree's tasks/, then the config file's directory.
 std::vector<std::string> task_search_dirs(const RunConfig& config, const std::string& executable);
 
 }  // namespace gpueval
