@@ -98,7 +98,14 @@ int run_evaluation(const RunConfig& config, const EvaluationOptions& options) {
   po.batch_tokens = config.batch_tokens > 0 ? config.batch_tokens : 4096;
   if (config.batch_size != "auto") po.max_batch_size = std::stoll(config.batch_size);
   po.max_length = config.max_length ? *config.max_length : model_config.max_position_embeddings;
-  po.add_bos = tokenizer->bos_id().has_value();
+  // What the tokenizer does by default: whether encoding with special tokens puts BOS first.
+  const std::vector<int32_t> probe = tokenizer->encode("a", /*add_special_tokens=*/true);
+  const bool tokenizer_adds_bos = tokenizer->bos_id() && !probe.empty() && probe.front() == *tokenizer->bos_id();
+  po.add_bos = resolve_add_bos(config.add_bos, tokenizer_adds_bos);
+  if (po.add_bos && !tokenizer->bos_id())
+    fail(config.source, "add_bos is true but the tokenizer of {} has no BOS token", model_dir);
+  std::cerr << fmt::format("[sched] contexts {} BOS ({}add_bos: {})\n", po.add_bos ? "start with" : "have no",
+                           config.add_bos == "auto" ? "the tokenizer's default, " : "", config.add_bos);
   po.seed = config.seed;
   const Plan plan = make_plan(requests, *tokenizer, po);
   std::cerr << fmt::format("[sched] {} tasks, {} requests, {} batches ({} tokens, {:.1f}% padding) on {} worker(s): {}\n",
@@ -193,6 +200,7 @@ int run_evaluation(const RunConfig& config, const EvaluationOptions& options) {
 
   RunSummary summary;
   summary.config = config.to_json();
+  summary.config["add_bos_token"] = po.add_bos;  // what add_bos resolved to (lm-eval's model_args name)
   summary.model = model_dir;
   summary.wall_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   summary.incomplete = incomplete;

@@ -87,6 +87,8 @@ int main(int argc, char** argv) {
       "NAME=PATH: where a task's data root lives (e.g. mmlu=../shared/data/mmlu); repeatable")
       ->allow_extra_args(false);
   run_cmd->add_option_function<uint64_t>("--seed", [&](const uint64_t& v) { overrides.seed = v; }, "run seed");
+  run_cmd->add_option_function<std::string>("--add-bos", [&](const std::string& v) { overrides.add_bos = v; },
+                                            "auto|true|false: start contexts with BOS (auto: as the tokenizer does)");
   auto* worker_cmd = app.add_subcommand("worker", "")->group("");  // started by the scheduler only
 
   gpueval::GenerateCommand gen;

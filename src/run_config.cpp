@@ -24,7 +24,7 @@ constexpr uint64_t kMaxConfigBytes = uint64_t{1} << 20;
 
 const std::vector<std::string> kKeys = {
     "model", "tasks", "batch_size", "batch_tokens", "dtype", "seed", "output", "limit", "num_fewshot",
-    "max_length", "data", "gpus", "cpu_threads", "max_attempts", "heartbeat_timeout_s", "max_worker_restarts"};
+    "max_length", "add_bos", "data", "gpus", "cpu_threads", "max_attempts", "heartbeat_timeout_s", "max_worker_restarts"};
 
 const std::vector<std::string> kDtypes = {"auto", "float32", "bfloat16", "float16"};
 
@@ -38,6 +38,11 @@ std::string batch_size_problem(const std::string& value) {
   auto [ptr, ec] = std::from_chars(value.data(), end, n);
   if (!value.empty() && value[0] != '-' && ec == std::errc() && ptr == end && n > 0) return "";
   return fmt::format("must be 'auto' or a positive integer, got '{}'", value);
+}
+
+std::string add_bos_problem(const std::string& value) {
+  if (value == "auto" || value == "true" || value == "false") return "";
+  return fmt::format("must be auto, true or false, got '{}'", value);
 }
 
 std::string dtype_problem(const std::string& value) {
@@ -169,6 +174,9 @@ class ConfigReader {
       if (!v.IsNull()) c.num_fewshot = integer(key, v, 0);
     } else if (key == "max_length") {
       if (!v.IsNull()) c.max_length = integer(key, v, 1);
+    } else if (key == "add_bos") {
+      c.add_bos = scalar(key, v, "auto, true or false");
+      check(key, v, add_bos_problem(c.add_bos));
     } else if (key == "data") {
       if (v.IsNull()) return;
       if (!v.IsMap()) fail(at(v), "key 'data' must be a mapping of data root names to directories, got {}", describe(v));
@@ -338,6 +346,7 @@ nlohmann::json RunConfig::to_json() const {
       {"limit", optional(limit)},
       {"num_fewshot", optional(num_fewshot)},
       {"max_length", optional(max_length)},
+      {"add_bos", add_bos},
       {"data", data},
       {"gpus", gpus},
       {"cpu_threads", cpu_threads},
@@ -414,6 +423,10 @@ void apply_overrides(RunConfig& config, const ConfigOverrides& overrides) {
     c.num_fewshot = overrides.num_fewshot;
   }
   if (overrides.seed) c.seed = *overrides.seed;
+  if (overrides.add_bos) {
+    check("--add-bos", add_bos_problem(*overrides.add_bos));
+    c.add_bos = *overrides.add_bos;
+  }
   for (const std::string& entry : overrides.data) {
     const size_t eq = entry.find('=');
     if (eq == std::string::npos || eq == 0 || eq + 1 == entry.size())
@@ -421,6 +434,13 @@ void apply_overrides(RunConfig& config, const ConfigOverrides& overrides) {
     c.data[entry.substr(0, eq)] = entry.substr(eq + 1);
   }
   config = std::move(c);
+}
+
+bool resolve_add_bos(const std::string& add_bos, bool tokenizer_adds_bos) {
+  const std::string problem = add_bos_problem(add_bos);
+  if (!problem.empty()) fail("add_bos", "{}", problem);
+  if (add_bos == "auto") return tokenizer_adds_bos;
+  return add_bos == "true";
 }
 
 }  // namespace gpueval

@@ -81,6 +81,7 @@ output: results/run1
 limit: 50
 num_fewshot: 5
 max_length: 2048
+add_bos: "false"
 gpus: 0-3
 cpu_threads: 2
 max_attempts: 4
@@ -99,6 +100,7 @@ max_worker_restarts: 0
       {"limit", 50},
       {"num_fewshot", 5},
       {"max_length", 2048},
+      {"add_bos", "false"},
       {"data", nlohmann::json::object()},
       {"gpus", "0-3"},
       {"cpu_threads", 2},
@@ -128,6 +130,7 @@ TEST_F(RunConfigTest, AbsentKeysTakeTheirDefaults) {
   EXPECT_EQ(c.heartbeat_timeout_s, 30.0);
   EXPECT_EQ(c.max_worker_restarts, 10);
   EXPECT_EQ(c.cpu_threads, 1);
+  EXPECT_EQ(c.add_bos, "auto");
   const nlohmann::json j = c.to_json();
   EXPECT_TRUE(j["limit"].is_null());
   EXPECT_TRUE(j["num_fewshot"].is_null());
@@ -418,6 +421,37 @@ TEST_F(RunConfigTest, DataRootsComeFromTheFileAndTheFlag) {
   o.data = {"mmlu"};
   EXPECT_THAT(overrides_error(o), HasSubstr("--data mmlu: must be NAME=PATH"));
   EXPECT_THAT(error_of("model: m\ntasks: [t]\ndata: [a]\n"), HasSubstr(at(3) + "key 'data' must be a mapping"));
+}
+
+}  // namespace
+}  // namespace gpueval
+
+namespace gpueval {
+namespace {
+
+TEST_F(RunConfigTest, AddBosIsAutoTrueOrFalse) {
+  EXPECT_EQ(load("model: m\ntasks: [t]\nadd_bos: true\n").add_bos, "true");
+  EXPECT_EQ(load("model: m\ntasks: [t]\nadd_bos: false\n").add_bos, "false");
+  EXPECT_EQ(load("model: m\ntasks: [t]\nadd_bos: auto\n").add_bos, "auto");
+  const std::string message = error_of("model: m\ntasks: [t]\nadd_bos: maybe\n");
+  EXPECT_THAT(message, AllOf(HasSubstr("run.yaml:3"), HasSubstr("add_bos"), HasSubstr("auto, true or false"),
+                             HasSubstr("maybe")));
+
+  ConfigOverrides overrides;
+  overrides.add_bos = "false";
+  RunConfig config = load("model: m\ntasks: [t]\nadd_bos: true\n");
+  apply_overrides(config, overrides);
+  EXPECT_EQ(config.add_bos, "false");
+  overrides.add_bos = "yes";
+  EXPECT_THAT(overrides_error(overrides), AllOf(HasSubstr("--add-bos"), HasSubstr("'yes'")));
+}
+
+TEST(ResolveAddBos, AutoFollowsTheTokenizerAndTheRestForce) {
+  EXPECT_TRUE(resolve_add_bos("auto", true));
+  EXPECT_FALSE(resolve_add_bos("auto", false));
+  EXPECT_TRUE(resolve_add_bos("true", false));
+  EXPECT_FALSE(resolve_add_bos("false", true));
+  EXPECT_THROW(resolve_add_bos("1", true), Error);
 }
 
 }  // namespace

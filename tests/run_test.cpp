@@ -282,6 +282,21 @@ TEST_F(RunTest, SchedulerKilledWithSigkillTakesItsWorkersAlong) {
   }
 }
 
+// add_bos: auto follows the tokenizer (stories260K's adds BOS); false drops it from every context,
+// which changes every loglikelihood; results.json records what it resolved to.
+TEST_F(RunTest, AddBosFalseDropsBosFromContexts) {
+  const std::string cfg = write_config(dir_, "nobos");
+  auto r = testing::run_gpueval({"run", "--gpus", "cpu:1", "--add-bos", "false", cfg});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("contexts have no BOS (add_bos: false)"));
+  EXPECT_EQ(results_of(dir_.file("nobos"))["config"]["add_bos_token"], false);
+  EXPECT_EQ(results_of(reference_dir_->file("reference"))["config"]["add_bos_token"], true);
+  // Multiple choice contexts lose BOS, so their loglikelihoods change; rolling windows keep theirs.
+  const auto got = samples_of(dir_.file("nobos"));
+  EXPECT_NE(got.at("demo_choice"), reference_->at("demo_choice"));
+  EXPECT_EQ(got.at("demo_perplexity"), reference_->at("demo_perplexity"));
+}
+
 TEST(RunErrors, BadDevicesAndConfigsAreOneLine) {
   testing::TempDir dir;
   const std::string cfg = write_config(dir, "bad");

@@ -33,6 +33,15 @@ struct RunConfig {
   std::optional<int64_t> limit;       // documents per task
   std::optional<int64_t> num_fewshot;
   std::optional<int64_t> max_length;  // context length override
+  // Whether each context starts with the tokenizer's BOS token: "auto" (default) does what the
+  // tokenizer's own configuration does when asked to add special tokens (tokenizer.json's
+  // post_processor, tokenizer_config.json's add_bos_token for tokenizer.model): Llama-2,
+  // Mistral and stories260K add BOS, GPT-2 and this Llama-3 revision do not. "true"/"false"
+  // force it. lm-evaluation-harness's `hf` model adds no BOS unless add_bos_token=True is in
+  // its model_args, so "false" reproduces its default requests for a Llama-2-style tokenizer.
+  // Empty contexts and rolling windows start with BOS (else EOS) whatever this says, as in
+  // lm-eval.
+  std::string add_bos = "auto";       // auto | true | false
   // Data roots for tasks that name one (`data_root: mmlu` in a task file): name -> directory,
   // from the file's `data: {mmlu: ../../shared/data/mmlu}` and --data NAME=PATH flags.
   std::map<std::string, std::string> data;
@@ -63,6 +72,7 @@ struct ConfigOverrides {
   std::optional<int64_t> limit;       // --limit
   std::optional<int64_t> num_fewshot; // --num-fewshot
   std::optional<uint64_t> seed;       // --seed
+  std::optional<std::string> add_bos; // --add-bos auto|true|false
   std::optional<std::vector<std::string>> tasks;  // --tasks: replaces the file's list
   std::vector<std::string> data;      // --data NAME=PATH, repeatable; each adds or replaces one root
 };
@@ -70,5 +80,9 @@ struct ConfigOverrides {
 // Applies the set overrides, validating each new value as the file's would be; errors name the
 // flag, and leave `config` unchanged.
 void apply_overrides(RunConfig& config, const ConfigOverrides& overrides);
+
+// The add_bos decision for a tokenizer that does (`tokenizer_adds_bos`) or does not add BOS
+// by default; throws Error on a value other than auto/true/false.
+bool resolve_add_bos(const std::string& add_bos, bool tokenizer_adds_bos);
 
 }  // namespace gpueval
