@@ -309,5 +309,35 @@ TEST(RunErrors, BadDevicesAndConfigsAreOneLine) {
   EXPECT_THAT(r.err, HasSubstr("typo.yaml:3: unknown key 'batchsize'"));
 }
 
+// Bad task definitions and datasets end the run before any worker starts: exit 1, one line on
+// stderr naming the file and line, and no results written.
+TEST(RunErrors, BadTaskFilesAreOneLineNamingFileAndLine) {
+  testing::TempDir dir;
+  testing::write_text(dir.file("quiz.jsonl"), "{\"q\": \"x\", \"choices\": [\"a\", \"b\"], \"label\": 0}\n");
+  const std::string head = "task: quiz\ndataset_path: quiz.jsonl\noutput_type: multiple_choice\n"
+                           "doc_to_text: \"{{q}}\"\ndoc_to_choice: \"{{choices}}\"\ndoc_to_target: \"{{label}}\"\n";
+  struct Case {
+    std::string yaml, data, expected;
+  };
+  const std::vector<Case> cases = {
+      {head + "metric_list:\n  - metric: bleu\n", "", "quiz.yaml:8: unknown metric 'bleu'"},
+      {"task: quiz\ndataset_path: quiz.jsonl\noutput_type: multiple_choice\ndoc_to_text: \"{{q}}\"\n"
+       "doc_to_target: \"{{label}}\"\n", "", "quiz.yaml: missing required key 'doc_to_choice'"},
+      {head, "{\"q\": \"x\", \"choices\": [\"a\"], \"label\": 0}\n\"just a string\"\n",
+       "quiz.jsonl:2: expected a JSON object, got string"},
+  };
+  for (const Case& c : cases) {
+    testing::write_text(dir.file("quiz.yaml"), c.yaml);
+    if (!c.data.empty()) testing::write_text(dir.file("quiz.jsonl"), c.data);
+    testing::write_text(dir.file("run.yaml"), "model: " + testing::source_dir() + "/models/stories260K\n" +
+                                                  "tasks: [" + dir.file("quiz.yaml") + "]\noutput: " + dir.file("out") + "\n");
+    auto r = testing::run_gpueval({"run", "--gpus", "cpu:1", dir.file("run.yaml")});
+    EXPECT_EQ(r.exit_code, 1) << c.expected;
+    EXPECT_THAT(r.err, HasSubstr(c.expected));
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_FALSE(io::path_exists(dir.file("out") + "/results.json"));
+  }
+}
+
 }  // namespace
 }  // namespace gpueval
