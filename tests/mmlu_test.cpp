@@ -34,16 +34,7 @@ Task load_mmlu(const std::string& subject, std::optional<int64_t> num_fewshot) {
   return Task::load("mmlu_" + subject, task_dirs(), options);
 }
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no Error thrown";
-  return "";
-}
+using testing::error_of;
 
 TEST(MmluTest, StripIsPythonsStrip) {
   const Template t = Template::parse("[{{q.strip()}}|{{ q }}]", "doc_to_text", "x.yaml:1");

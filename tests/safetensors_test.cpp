@@ -15,6 +15,7 @@
 
 #include "gpueval/checkpoint.h"
 #include "gpueval/error.h"
+#include "test_util.h"
 
 namespace gpueval {
 namespace {
@@ -83,17 +84,7 @@ std::string tensor_bytes(const at::Tensor& tensor) {
   return std::string(static_cast<const char*>(dense.data_ptr()), dense.numel() * dense.element_size());
 }
 
-// The message of the Error that `fn` throws; fails the test if it throws none.
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected gpueval::Error";
-  return "";
-}
+using testing::error_of;
 
 // A good error is one line naming the file and the problem.
 void expect_error(const std::string& message, const std::string& file, const std::string& problem) {

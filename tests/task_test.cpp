@@ -27,17 +27,7 @@ class TaskDir {
   testing::TempDir dir_;
 };
 
-// The message of the Error that `f` throws; fails the test when it throws nothing.
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no Error thrown";
-  return "";
-}
+using testing::error_of;
 
 const char* kChoiceYaml =
     "task: quiz\n"

@@ -7,7 +7,21 @@
 
 #include <gtest/gtest.h>
 
+#include "gpueval/error.h"
+
 namespace gpueval::testing {
+
+// The message of the gpueval::Error that `fn` throws; fails the test when it throws none.
+template <typename Fn>
+std::string error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no gpueval::Error thrown";
+  return "";
+}
 
 std::string source_dir();
 std::string shared_dir();  // ../shared beside the repository
