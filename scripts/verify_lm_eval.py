@@ -1,0 +1,451 @@
+#!/usr/bin/env python3
+"""Checks gpueval against lm-evaluation-harness itself, run on CPU on the shipped model.
+
+Not part of CI. Run it through scripts/verify_lm_eval.sh, which creates (or reuses) a venv
+outside the repository with lm-eval, torch and transformers from PyPI, and builds gpueval.
+
+What it does, all offline (HF_*_OFFLINE=1; no hub is reached):
+  1. copies models/stories260K to a work directory and loads it with transformers
+     (AutoTokenizer / AutoModelForCausalLM); compares token ids with `gpueval tokenize` and
+     logits with `gpueval logits` on a few texts;
+  2. converts the shared data (../shared/data) into the layouts lm-eval's built-in task YAMLs
+     read (cais/mmlu rows, Rowan/hellaswag rows, allenai/ai2_arc rows) as JSONL, and writes task
+     YAMLs that `include:` the installed lm-eval's own mmlu_<subject>.yaml, hellaswag.yaml and
+     arc_easy.yaml and override only the dataset keys (dataset_path: json, data_files, splits);
+  3. runs lm_eval.simple_evaluate (model hf, float32, cpu, batch_size 1, log_samples) on them,
+     with add_bos_token=True (what gpueval does: it prepends BOS when the tokenizer has one) and
+     again with add_bos_token=False, for every n-shot setting;
+  4. runs `gpueval run` on the same tasks and documents (the repo's MMLU tasks over the CSV
+     release; hellaswag and arc_easy through small gpueval task YAMLs over the same JSONL);
+  5. compares, per document and per request: context (arg_0) and continuation (arg_1) strings,
+     loglikelihood, is_greedy, and per-document acc/acc_norm; prints a table and writes it.
+
+Exit status: 0 when every prompt is identical and every |delta loglikelihood| <= --tol (1e-4)
+for the add_bos_token=True comparison, and the per-document metrics agree; 1 otherwise; 2 on a
+setup error. The add_bos_token=False numbers are reported only (gpueval has no switch to leave
+BOS out, so they measure how much BOS matters, not a gpueval bug).
+
+Measured 2026-11-29 (lm-eval 0.4.13, torch 2.9.1, transformers 4.57.3), command:
+  scripts/verify_lm_eval.sh            # = verify_lm_eval.py --limit 20 --shots 0,5
+    --mmlu abstract_algebra,anatomy,astronomy --extra hellaswag,arc_easy
+MEASURED-TABLE-PLACEHOLDER
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+for _k in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+    os.environ[_k] = "1"
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# ----------------------------------------------------------------------------- data layouts
+
+def read_csv(path: Path) -> list[list[str]]:
+    with path.open(newline="", encoding="utf-8") as f:
+        return [row for row in csv.reader(f)]
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> None:
+    with path.open("w", encoding="utf-8") as f:
+        for r in rows:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+
+
+def mmlu_rows(path: Path, subject: str) -> list[dict]:
+    """cais/mmlu's columns: question, subject, choices (4 strings), answer (0-3)."""
+    rows = []
+    for rec in read_csv(path):
+        if len(rec) != 6:
+            raise SystemExit(f"{path}: a record with {len(rec)} fields")
+        rows.append({"question": rec[0], "subject": subject, "choices": rec[1:5], "answer": "ABCD".index(rec[5])})
+    return rows
+
+
+def hellaswag_rows(path: Path, n: int) -> list[dict]:
+    """Rowan/hellaswag's columns from the klosax text release (6 lines per task: activity_label
+    + ": " + ctx, gold, 4 endings). That release keeps only ctx = ctx_a + " " + ctx_b, with ctx_b
+    not capitalized, so ctx_a carries the whole of it and ctx_b is empty: lm-eval then builds
+    query = preprocess(activity_label + ": " + ctx + " ") = the first line (strip() drops the
+    space). `query`/`choices` are for the gpueval task (lm-eval's process_docs rewrites both)."""
+    lines = path.read_text(encoding="utf-8").split("\n")
+    rows = []
+    for i in range(n):
+        block = lines[6 * i: 6 * i + 6]
+        if len(block) < 6:
+            break
+        head, gold, endings = block[0], block[1], block[2:6]
+        label, sep, ctx = head.partition(": ")
+        if not sep:
+            raise SystemExit(f"{path}:{6 * i + 1}: no ': ' after the activity label")
+        rows.append({"ind": i, "activity_label": label, "ctx_a": ctx, "ctx_b": "", "ctx": ctx, "endings": endings,
+                     "source_id": "", "split": "val", "split_type": "indomain", "label": gold,
+                     "query": head, "choices": endings})
+    return rows
+
+
+def arc_rows(path: Path, n: int) -> list[dict]:
+    """allenai/ai2_arc's columns from the MosaicML release ({"query": "Question: ...", "choices",
+    "gold"}); labels A, B, ... are made up (the release dropped them); `gold` is for gpueval."""
+    rows = []
+    with path.open(encoding="utf-8") as f:
+        for i, line in enumerate(f):
+            if i >= n:
+                break
+            d = json.loads(line)
+            q = d["query"]
+            if not q.startswith("Question: "):
+                raise SystemExit(f"{path}:{i + 1}: query does not start with 'Question: '")
+            labels = [chr(ord("A") + k) for k in range(len(d["choices"]))]
+            rows.append({"id": f"arc_easy_test_{i}", "question": q[len("Question: "):],
+                         "choices": {"text": d["choices"], "label": labels}, "answerKey": labels[d["gold"]],
+                         "gold": d["gold"]})
+    return rows
+
+
+def yaml_str(s: str) -> str:
+    return json.dumps(s)  # a JSON string is a valid YAML double-quoted scalar
+
+
+def prepare_tasks(args, work: Path, lm_eval_tasks: Path) -> dict:
+    """Writes the JSONL data, lm-eval's task YAMLs (work/lm_eval_tasks) and gpueval's YAMLs for the
+    extra tasks (work/gpueval_tasks). Returns {task: gpueval task spec (name or YAML path)}."""
+    data = Path(args.data)
+    lm_dir, gp_dir, dd = work / "lm_eval_tasks", work / "gpueval_tasks", work / "data"
+    for d in (lm_dir, gp_dir, dd):
+        d.mkdir(parents=True, exist_ok=True)
+    specs = {}
+    for subject in args.mmlu:
+        test = dd / f"mmlu_{subject}_test.jsonl"
+        dev = dd / f"mmlu_{subject}_dev.jsonl"
+        write_jsonl(test, mmlu_rows(data / "mmlu" / "test" / f"{subject}_test.csv", subject))
+        write_jsonl(dev, mmlu_rows(data / "mmlu" / "dev" / f"{subject}_dev.csv", subject))
+        builtin = lm_eval_tasks / "mmlu" / "default" / f"mmlu_{subject}.yaml"
+        if not builtin.exists():
+            raise SystemExit(f"{builtin}: no such lm-eval task")
+        (lm_dir / f"mmlu_{subject}.yaml").write_text(
+            f"include: {builtin}\n"
+            "dataset_path: json\n"
+            "dataset_name: null\n"
+            "dataset_kwargs:\n"
+            f"  data_files:\n    test: {test}\n    dev: {dev}\n")
+        specs[f"mmlu_{subject}"] = f"mmlu_{subject}"
+    n_extra = args.limit if args.limit else 10**9
+    metrics = ("metric_list:\n"
+               "  - {metric: acc, aggregation: mean, higher_is_better: true}\n"
+               "  - {metric: acc_norm, aggregation: mean, higher_is_better: true}\n"
+               "metadata:\n  version: 1.0\n")
+    if "hellaswag" in args.extra:
+        f = dd / "hellaswag_val.jsonl"
+        write_jsonl(f, hellaswag_rows(data / "hellaswag" / "hellaswag_val_full.txt", n_extra))
+        (lm_dir / "hellaswag.yaml").write_text(
+            f"include: {lm_eval_tasks / 'hellaswag' / 'hellaswag.yaml'}\n"
+            "dataset_path: json\n"
+            "dataset_name: null\n"
+            f"dataset_kwargs:\n  data_files:\n    validation: {f}\n"
+            "training_split: null\n")
+        (gp_dir / "hellaswag.yaml").write_text(
+            "task: hellaswag\n"
+            f"dataset_path: {f}\n"
+            "output_type: multiple_choice\n"
+            'doc_to_text: "{{query}}"\n'
+            'doc_to_choice: "{{choices}}"\n'
+            'doc_to_target: "{{label}}"\n' + metrics)
+        specs["hellaswag"] = str(gp_dir / "hellaswag.yaml")
+    if "arc_easy" in args.extra:
+        f = dd / "arc_easy_test.jsonl"
+        write_jsonl(f, arc_rows(data / "arc" / "arc_easy_test_mosaic.jsonl", n_extra))
+        (lm_dir / "arc_easy.yaml").write_text(
+            f"include: {lm_eval_tasks / 'arc' / 'arc_easy.yaml'}\n"
+            "dataset_path: json\n"
+            "dataset_name: null\n"
+            f"dataset_kwargs:\n  data_files:\n    test: {f}\n"
+            "training_split: null\n"
+            "validation_split: null\n")
+        (gp_dir / "arc_easy.yaml").write_text(
+            "task: arc_easy\n"
+            f"dataset_path: {f}\n"
+            "output_type: multiple_choice\n"
+            'doc_to_text: "Question: {{question}}\\nAnswer:"\n'
+            'doc_to_choice: "{{choices.text}}"\n'
+            'doc_to_target: "{{gold}}"\n' + metrics)
+        specs["arc_easy"] = str(gp_dir / "arc_easy.yaml")
+    return specs
+
+
+# ----------------------------------------------------------------------------- model checks
+
+def check_model(args, model_dir: Path) -> tuple[list[str], list[str]]:
+    """transformers vs gpueval: token ids (add_special_tokens=True) and logits.
+
+    Returns (problems, notes). Core texts must agree. Edge texts (leading whitespace, literal
+    special-token strings) are known to differ under transformers 5 (its LlamaTokenizer
+    rebuilds the pipeline with a Metaspace pre-tokenizer instead of tokenizer.json's
+    Prepend+Replace normalizer, and registers <s>/</s>/<unk> as special added tokens that
+    tokenizer.json does not list): they are reported as notes only."""
+    import torch
+    from tokenizers import Tokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    problems, notes = [], []
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    raw = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    log(f"[model] transformers: {type(tok).__name__} bos={tok.bos_token!r}/{tok.bos_token_id}, {type(model).__name__}")
+    core = ["Once upon a time, there was a little girl named Lily.",
+            "The following are multiple choice questions (with answers) about abstract algebra.\n\n"
+            "Find all c in Z_3 such that Z_3[x]/(x^2 + c) is a field.\nA. 0\nB. 1\nC. 2\nD. 3\nAnswer: B",
+            "tabs\tand \u00fcn\u00efc\u00f6d\u00e9 \u2014 123 + 456 = 579\n  two  spaces  \n"]
+    edge = [" a leading space", "  two leading spaces", "a literal <s> and </s> inside"]
+    texts = core + edge
+    inp = "".join(json.dumps({"text": t}) + "\n" for t in texts)
+    out = subprocess.run([args.gpueval, "tokenize", "--tokenizer", str(model_dir), "--add-special"], input=inp,
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    max_delta = 0.0
+    for k, (text, line) in enumerate(zip(texts, out)):
+        ours = json.loads(line)["ids"]
+        theirs = tok(text)["input_ids"]
+        plain = raw.encode(text).ids
+        if ours != theirs:
+            msg = (f"tokenize {text!r}: gpueval {ours[:10]} tokenizers-lib {plain[:10]} "
+                   f"transformers {theirs[:10]} (first 10 ids)")
+            (problems if k < len(core) else notes).append(msg)
+            continue
+        res = subprocess.run([args.gpueval, "logits", "--model", str(model_dir), "--dtype", "float32",
+                              "--ids", ",".join(map(str, ours))], capture_output=True, text=True, check=True)
+        ours_logits = torch.tensor(json.loads(res.stdout)["logits"], dtype=torch.float64)
+        with torch.no_grad():
+            hf = model(torch.tensor([theirs])).logits[0].double()
+        max_delta = max(max_delta, (ours_logits - hf).abs().max().item())
+    log(f"[model] {len(texts)} texts: {len(texts) - len(problems) - len(notes)} tokenized identically, "
+        f"max |delta logit| = {max_delta:.3g}")
+    if max_delta > args.tol:
+        problems.append(f"logits differ by up to {max_delta:.3g}")
+    return problems, notes
+
+
+# ----------------------------------------------------------------------------- runs
+
+def run_lm_eval(args, work: Path, tasks: list[str], shots: int, add_bos: bool | None, lm_cache: dict) -> dict:
+    """add_bos: HFLM's add_bos_token model arg; None leaves it unset (lm-eval's default)."""
+    import lm_eval
+    from lm_eval.models.huggingface import HFLM
+    from lm_eval.tasks import TaskManager
+
+    if add_bos not in lm_cache:
+        kw = {} if add_bos is None else {"add_bos_token": add_bos}
+        lm_cache[add_bos] = HFLM(pretrained=str(work / "model"), dtype="float32", device="cpu", batch_size=1, **kw)
+    tm = TaskManager(include_path=str(work / "lm_eval_tasks"), include_defaults=False)
+    log(f"[lm-eval] {shots}-shot add_bos_token={add_bos}: {', '.join(tasks)}")
+    res = lm_eval.simple_evaluate(model=lm_cache[add_bos], tasks=tasks, num_fewshot=shots, limit=args.limit,
+                                  log_samples=True, task_manager=tm, bootstrap_iters=0)
+    out = {}
+    for task in tasks:
+        samples = sorted(res["samples"][task], key=lambda s: s["doc_id"])
+        out[task] = {
+            "samples": {s["doc_id"]: {
+                "args": [tuple(a) for a in s["arguments"]],
+                "resps": [(float(r[0][0]), bool(r[0][1])) for r in s["resps"]],
+                "metrics": {m: float(s[m]) for m in ("acc", "acc_norm") if m in s},
+            } for s in samples},
+            "acc": res["results"][task].get("acc,none"),
+            "acc_norm": res["results"][task].get("acc_norm,none"),
+        }
+    return out
+
+
+def run_gpueval(args, work: Path, specs: dict, tasks: list[str], shots: int, add_bos) -> dict:
+    """add_bos: the run config's add_bos ("auto", True or False)."""
+    out_dir = work / f"gpueval_{shots}shot_bos_{str(add_bos).lower()}"
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    cfg = out_dir.with_suffix(".yaml")
+    cfg.write_text(json.dumps({
+        "model": str(Path(args.model).resolve()), "tasks": [specs[t] for t in tasks], "dtype": "float32",
+        "output": str(out_dir), "limit": args.limit, "num_fewshot": shots, "add_bos": add_bos,
+        "data": {"mmlu": str((Path(args.data) / "mmlu").resolve())},
+    }, indent=1) + "\n")
+    cmd = [args.gpueval, "run", "--gpus", "cpu:1", str(cfg)]
+    log(f"[gpueval] {' '.join(cmd)}")
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=None if args.verbose else subprocess.DEVNULL)
+    results = json.loads((out_dir / "results.json").read_text())
+    out = {}
+    for task in tasks:
+        samples = {}
+        with (out_dir / f"samples_{task}.jsonl").open(encoding="utf-8") as f:
+            for line in f:
+                s = json.loads(line)
+                samples[s["doc_id"]] = {
+                    "args": [(a["arg_0"], a["arg_1"]) for a in s["arguments"].values()],
+                    "resps": [(float(r[0][0]), r[0][1] == "True") for r in s["resps"]],
+                    "metrics": {m: float(s[m]) for m in ("acc", "acc_norm") if m in s},
+                }
+        r = results["results"][task]
+        out[task] = {"samples": samples, "acc": r.get("acc,none"), "acc_norm": r.get("acc_norm,none")}
+    return out
+
+
+# ----------------------------------------------------------------------------- comparison
+
+def compare(task: str, shots: str, ours: dict, theirs: dict, details: list[str], show: int = 3) -> dict:
+    """Per document and request. Returns counts and maxima."""
+    docs = sorted(set(ours["samples"]) | set(theirs["samples"]))
+    st = {"docs": len(docs), "requests": 0, "prompts_same": 0, "max_delta": 0.0, "greedy_diff": 0,
+          "metric_diff": 0, "missing": 0, "where": ""}
+    shown = 0
+    for d in docs:
+        a, b = ours["samples"].get(d), theirs["samples"].get(d)
+        if a is None or b is None or len(a["args"]) != len(b["args"]):
+            st["missing"] += 1
+            details.append(f"{task} {shots} doc {d}: request lists differ "
+                           f"({None if a is None else len(a['args'])} vs {None if b is None else len(b['args'])})")
+            continue
+        for i, ((ca, xa), (cb, xb)) in enumerate(zip(a["args"], b["args"])):
+            st["requests"] += 1
+            if ca == cb and xa == xb:
+                st["prompts_same"] += 1
+            elif shown < show:
+                shown += 1
+                k = next((j for j in range(min(len(ca), len(cb))) if ca[j] != cb[j]), min(len(ca), len(cb)))
+                details.append(f"{task} {shots} doc {d} req {i}: context differs at char {k}: "
+                               f"gpueval {ca[max(0, k - 20):k + 20]!r} vs lm-eval {cb[max(0, k - 20):k + 20]!r}; "
+                               f"continuation {xa!r} vs {xb!r}")
+            (la, ga), (lb, gb) = a["resps"][i], b["resps"][i]
+            delta = abs(la - lb) if math.isfinite(la) and math.isfinite(lb) else (0.0 if la == lb else math.inf)
+            if delta > st["max_delta"]:
+                st["max_delta"], st["where"] = delta, f"doc {d} req {i}: {la!r} vs {lb!r}"
+            st["greedy_diff"] += ga != gb
+        for m in set(a["metrics"]) & set(b["metrics"]):
+            if a["metrics"][m] != b["metrics"][m]:
+                st["metric_diff"] += 1
+                details.append(f"{task} {shots} doc {d}: {m} gpueval {a['metrics'][m]} vs lm-eval {b['metrics'][m]}")
+    return st
+
+
+def fmt_acc(r: dict) -> str:
+    s = f"{r['acc']:.4f}" if r["acc"] is not None else "-"
+    if r.get("acc_norm") is not None:
+        s += f"/{r['acc_norm']:.4f}"
+    return s
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--gpueval", default=str(REPO / "build" / "gpueval"))
+    ap.add_argument("--model", default=str(REPO / "models" / "stories260K"))
+    ap.add_argument("--data", default=str(REPO.parent / "shared" / "data"))
+    ap.add_argument("--work", help="work directory (default: a new temporary one, kept)")
+    ap.add_argument("--limit", type=int, default=20)
+    ap.add_argument("--shots", default="0,5", help="n-shot settings for MMLU (the extra tasks run 0-shot)")
+    ap.add_argument("--mmlu", default="abstract_algebra,anatomy,astronomy", help="MMLU subjects")
+    ap.add_argument("--extra", default="hellaswag,arc_easy", help="other tasks (0-shot), '' for none")
+    ap.add_argument("--tol", type=float, default=1e-4)
+    ap.add_argument("--table", default=None, help="also write the table here (default: WORK/table.md)")
+    ap.add_argument("--verbose", action="store_true", help="show gpueval's progress lines")
+    args = ap.parse_args()
+    args.mmlu = [s for s in args.mmlu.split(",") if s]
+    args.extra = [s for s in args.extra.split(",") if s]
+    shots_list = [int(s) for s in args.shots.split(",") if s != ""]
+
+    try:
+        import lm_eval
+        import torch
+        import transformers
+    except ImportError as e:
+        log(f"error: {e}; run scripts/verify_lm_eval.sh, which sets up the venv")
+        return 2
+    from importlib.metadata import version
+    versions = (f"lm-eval {version('lm_eval')}, torch {torch.__version__}, transformers {transformers.__version__}, "
+                f"tokenizers {version('tokenizers')}, datasets {version('datasets')}")
+    log(f"[versions] {versions}")
+    torch.set_num_threads(1)
+    if not Path(args.gpueval).exists():
+        log(f"error: {args.gpueval} missing; build it (cmake --build build --target gpueval)")
+        return 2
+
+    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="gpueval-lmeval-"))
+    work.mkdir(parents=True, exist_ok=True)
+    log(f"[work] {work}")
+    model_dir = work / "model"
+    if model_dir.exists():
+        shutil.rmtree(model_dir)
+    shutil.copytree(args.model, model_dir)
+
+    problems, notes = check_model(args, model_dir)
+    lm_eval_tasks = Path(lm_eval.__file__).parent / "tasks"
+    specs = prepare_tasks(args, work, lm_eval_tasks)
+
+    lm_cache: dict = {}
+    rows, details = [], []
+    for shots in shots_list:
+        tasks = [f"mmlu_{s}" for s in args.mmlu] + (list(args.extra) if shots == 0 else [])
+        if not tasks:
+            continue
+        ours_bos = run_gpueval(args, work, specs, tasks, shots, "auto")
+        ours_nobos = run_gpueval(args, work, specs, tasks, shots, False)
+        lm_bos = run_lm_eval(args, work, tasks, shots, True, lm_cache)
+        lm_nobos = run_lm_eval(args, work, tasks, shots, False, lm_cache)
+        lm_default = run_lm_eval(args, work, tasks, shots, None, lm_cache)
+        for t in tasks:
+            a = compare(t, f"{shots}-shot BOS", ours_bos[t], lm_bos[t], details)
+            b = compare(t, f"{shots}-shot no-BOS", ours_nobos[t], lm_nobos[t], details)
+            quiet: list[str] = []
+            d_bos = compare(t, "", ours_bos[t], lm_default[t], quiet, show=0)["max_delta"]
+            d_nobos = compare(t, "", ours_nobos[t], lm_default[t], quiet, show=0)["max_delta"]
+            effect = compare(t, "", ours_bos[t], ours_nobos[t], quiet, show=0)["max_delta"]
+            default = ("BOS" if d_bos <= args.tol else "no BOS" if d_nobos <= args.tol
+                       else f"neither ({d_bos:.2g}/{d_nobos:.2g})")
+            rows.append({"task": t, "shots": shots, "a": a, "b": b, "default": default, "effect": effect,
+                         "acc_a": f"{fmt_acc(ours_bos[t])} vs {fmt_acc(lm_bos[t])}",
+                         "acc_b": f"{fmt_acc(ours_nobos[t])} vs {fmt_acc(lm_nobos[t])}"})
+            for st, what in ((a, "BOS"), (b, "no-BOS")):
+                if st["max_delta"] > args.tol:
+                    details.append(f"{t} {shots}-shot {what}: max |delta loglik| {st['max_delta']:.3g} at {st['where']}")
+
+    lines = [f"gpueval vs lm-eval on {Path(args.model).name}, CPU float32, --limit {args.limit}, batch_size 1; {versions}",
+             "BOS = gpueval add_bos: auto vs lm-eval add_bos_token=True; no-BOS = add_bos: false vs add_bos_token=False;",
+             "acc(/acc_norm) as gpueval vs lm-eval; 'lm-eval default' = which gpueval run lm-eval without add_bos_token matches;",
+             "'BOS effect' = max |delta loglik| between gpueval's BOS and no-BOS runs.", "",
+             "| task | n-shot | docs | requests | prompts identical | BOS: max abs delta loglik | BOS: acc | "
+             "no-BOS: max abs delta loglik | no-BOS: acc | is_greedy/metric diffs | lm-eval default | BOS effect |",
+             "|" + "---|" * 12]
+    for r in rows:
+        a, b = r["a"], r["b"]
+        diffs = a["greedy_diff"] + b["greedy_diff"] + a["metric_diff"] + b["metric_diff"]
+        lines.append(f"| {r['task']} | {r['shots']} | {a['docs']} | {a['requests']} | {a['prompts_same']}/{a['requests']} "
+                     f"| {a['max_delta']:.2e} | {r['acc_a']} | {b['max_delta']:.2e} | {r['acc_b']} | {diffs} "
+                     f"| {r['default']} | {r['effect']:.3g} |")
+    table = "\n".join(lines) + "\n"
+    print(table)
+    table_path = Path(args.table) if args.table else work / "table.md"
+    table_path.write_text(table)
+    log(f"[table] {table_path}")
+
+    for n in notes:
+        log(f"NOTE (known transformers 5 tokenizer difference, not counted): {n}")
+    failed = bool(problems) or any(
+        st["prompts_same"] != st["requests"] or st["max_delta"] > args.tol or st["greedy_diff"] or st["metric_diff"]
+        or st["missing"] for r in rows for st in (r["a"], r["b"]))
+    for d in problems + details:
+        log(f"MISMATCH: {d}")
+    log("FAIL" if failed else "OK: prompts identical and loglikelihoods within tolerance, with and without BOS")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
