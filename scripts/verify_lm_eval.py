@@ -49,6 +49,19 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 REPO = Path(__file__).resolve().parent.parent
 
+# Differences between gpueval and lm-eval whose cause is established; they are shown in the table
+# but fail the run only with --strict.
+KNOWN = {
+    "rolling_bos": "loglikelihood_rolling with add_bos_token=True (and lm-eval 0.4.13's default, which follows the "
+                   "tokenizer): HFLM tok_encode()s the text WITH BOS and get_rolling_token_windows() prefixes BOS again, "
+                   "so the first window is [BOS, BOS, t1, ...] and P(BOS|BOS) is scored as a text token; gpueval scores "
+                   "[BOS, t1, ...] (= lm-eval with add_bos_token=False).",
+    "leading_space": "transformers 5's LlamaTokenizer drops tokenizer.json's Prepend('▁')+Replace normalizer for a "
+                     "Metaspace pre-tokenizer (prepend_scheme 'first', legacy=False) that does not add '▁' before a "
+                     "text already starting with a space: ' x' -> [▁, x] where tokenizers/SentencePiece (and gpueval) "
+                     "give [▁, ▁, x].",
+}
+
 
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
@@ -185,6 +198,28 @@ def prepare_tasks(args, work: Path, lm_eval_tasks: Path) -> dict:
             'doc_to_choice: "{{choices.text}}"\n'
             'doc_to_target: "{{gold}}"\n' + metrics)
         specs["arc_easy"] = str(gp_dir / "arc_easy.yaml")
+    # The repo's own demo tasks are written in lm-eval's YAML form: lm-eval reads the same files
+    # with only the dataset keys changed (a loglikelihood_rolling task and a multiple_choice one).
+    import yaml
+    for name in ("demo_perplexity", "demo_choice", "leading_space"):
+        if name not in args.extra:
+            continue
+        src = "demo_perplexity" if name == "leading_space" else name
+        cfg = yaml.safe_load((REPO / "tasks" / f"{src}.yaml").read_text())
+        data_file = REPO / "tasks" / cfg["dataset_path"]
+        if name == "leading_space":
+            # Texts that start with a space, as every wikitext page (" = Title = ...") does.
+            data_file = dd / "leading_space.jsonl"
+            rows = [json.loads(l) for l in (REPO / "tasks" / cfg["dataset_path"]).read_text().splitlines() if l]
+            write_jsonl(data_file, [{"text": " " + r["text"]} for r in rows])
+            specs[name] = str(gp_dir / f"{name}.yaml")
+        else:
+            specs[name] = name
+        cfg["task"] = name
+        gp_cfg = dict(cfg, dataset_path=str(data_file))
+        (gp_dir / f"{name}.yaml").write_text(yaml.safe_dump(gp_cfg, sort_keys=False, allow_unicode=True))
+        cfg.update(dataset_path="json", dataset_kwargs={"data_files": {"test": str(data_file)}}, test_split="test")
+        (lm_dir / f"{name}.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False, allow_unicode=True))
     return specs
 
 
@@ -260,11 +295,13 @@ def run_lm_eval(args, work: Path, tasks: list[str], shots: int, add_bos: bool | 
         out[task] = {
             "samples": {s["doc_id"]: {
                 "args": [tuple(a) for a in s["arguments"]],
-                "resps": [(float(r[0][0]), bool(r[0][1])) for r in s["resps"]],
+                "resps": [(float(r[0][0]), bool(r[0][1])) if isinstance(r[0], (tuple, list)) else (float(r[0]), None)
+                          for r in s["resps"]],
                 "metrics": {m: float(s[m]) for m in ("acc", "acc_norm") if m in s},
             } for s in samples},
             "acc": res["results"][task].get("acc,none"),
             "acc_norm": res["results"][task].get("acc_norm,none"),
+            "bits_per_byte": res["results"][task].get("bits_per_byte,none"),
         }
     return out
 
@@ -291,12 +328,14 @@ def run_gpueval(args, work: Path, specs: dict, tasks: list[str], shots: int, add
             for line in f:
                 s = json.loads(line)
                 samples[s["doc_id"]] = {
-                    "args": [(a["arg_0"], a["arg_1"]) for a in s["arguments"].values()],
-                    "resps": [(float(r[0][0]), r[0][1] == "True") for r in s["resps"]],
+                    "args": [tuple(a.values()) for a in s["arguments"].values()],
+                    "resps": [(float(r[0][0]), r[0][1] == "True") if isinstance(r[0], list) else (float(r[0]), None)
+                              for r in s["resps"]],
                     "metrics": {m: float(s[m]) for m in ("acc", "acc_norm") if m in s},
                 }
         r = results["results"][task]
-        out[task] = {"samples": samples, "acc": r.get("acc,none"), "acc_norm": r.get("acc_norm,none")}
+        out[task] = {"samples": samples, "acc": r.get("acc,none"), "acc_norm": r.get("acc_norm,none"),
+                     "bits_per_byte": r.get("bits_per_byte,none")}
     return out
 
 
@@ -315,9 +354,11 @@ def compare(task: str, shots: str, ours: dict, theirs: dict, details: list[str],
             details.append(f"{task} {shots} doc {d}: request lists differ "
                            f"({None if a is None else len(a['args'])} vs {None if b is None else len(b['args'])})")
             continue
-        for i, ((ca, xa), (cb, xb)) in enumerate(zip(a["args"], b["args"])):
+        for i, (ra, rb) in enumerate(zip(a["args"], b["args"])):
             st["requests"] += 1
-            if ca == cb and xa == xb:
+            ca, cb = ra[0], rb[0]
+            xa, xb = ra[1:], rb[1:]
+            if ra == rb:
                 st["prompts_same"] += 1
             elif shown < show:
                 shown += 1
@@ -338,6 +379,8 @@ def compare(task: str, shots: str, ours: dict, theirs: dict, details: list[str],
 
 
 def fmt_acc(r: dict) -> str:
+    if r["acc"] is None and r.get("bits_per_byte") is not None:
+        return f"bpb {r['bits_per_byte']:.6f}"
     s = f"{r['acc']:.4f}" if r["acc"] is not None else "-"
     if r.get("acc_norm") is not None:
         s += f"/{r['acc_norm']:.4f}"
@@ -353,10 +396,14 @@ def main() -> int:
     ap.add_argument("--limit", type=int, default=20)
     ap.add_argument("--shots", default="0,5", help="n-shot settings for MMLU (the extra tasks run 0-shot)")
     ap.add_argument("--mmlu", default="abstract_algebra,anatomy,astronomy", help="MMLU subjects")
-    ap.add_argument("--extra", default="hellaswag,arc_easy", help="other tasks (0-shot), '' for none")
+    ap.add_argument("--extra", default="hellaswag,arc_easy,demo_choice,demo_perplexity",
+                    help="other tasks, run 0-shot: hellaswag, arc_easy, demo_choice, demo_perplexity, and "
+                         "leading_space (demo_perplexity's texts with a leading space: known to differ under "
+                         "transformers 5, so not in the default); '' for none")
     ap.add_argument("--tol", type=float, default=1e-4)
     ap.add_argument("--table", default=None, help="also write the table here (default: WORK/table.md)")
     ap.add_argument("--verbose", action="store_true", help="show gpueval's progress lines")
+    ap.add_argument("--strict", action="store_true", help="fail on the known differences (KNOWN) too")
     args = ap.parse_args()
     args.mmlu = [s for s in args.mmlu.split(",") if s]
     args.extra = [s for s in args.extra.split(",") if s]
@@ -410,12 +457,20 @@ def main() -> int:
             effect = compare(t, "", ours_bos[t], ours_nobos[t], quiet, show=0)["max_delta"]
             default = ("BOS" if d_bos <= args.tol else "no BOS" if d_nobos <= args.tol
                        else f"neither ({d_bos:.2g}/{d_nobos:.2g})")
+            rolling = all(len(x) == 1 for smp in ours_bos[t]["samples"].values() for x in smp["args"])
+            known = {}
+            if rolling:
+                known["BOS"] = KNOWN["rolling_bos"]
+            if t == "leading_space" and any("leading" in n for n in notes):
+                known["BOS"] = known["no-BOS"] = KNOWN["leading_space"]
             rows.append({"task": t, "shots": shots, "a": a, "b": b, "default": default, "effect": effect,
+                         "known": known,
                          "acc_a": f"{fmt_acc(ours_bos[t])} vs {fmt_acc(lm_bos[t])}",
                          "acc_b": f"{fmt_acc(ours_nobos[t])} vs {fmt_acc(lm_nobos[t])}"})
             for st, what in ((a, "BOS"), (b, "no-BOS")):
                 if st["max_delta"] > args.tol:
-                    details.append(f"{t} {shots}-shot {what}: max |delta loglik| {st['max_delta']:.3g} at {st['where']}")
+                    details.append(f"{t} {shots}-shot {what}: max |delta loglik| {st['max_delta']:.3g} at {st['where']}"
+                                   + (" (known difference, see below)" if what in known else ""))
 
     lines = [f"gpueval vs lm-eval on {Path(args.model).name}, CPU float32, --limit {args.limit}, batch_size 1; {versions}",
              "BOS = gpueval add_bos: auto vs lm-eval add_bos_token=True; no-BOS = add_bos: false vs add_bos_token=False;",
@@ -427,9 +482,15 @@ def main() -> int:
     for r in rows:
         a, b = r["a"], r["b"]
         diffs = a["greedy_diff"] + b["greedy_diff"] + a["metric_diff"] + b["metric_diff"]
+        mark = {w: (f" (known {list(KNOWN.values()).index(r['known'][w]) + 1})" if w in r["known"] else "")
+                for w in ("BOS", "no-BOS")}
         lines.append(f"| {r['task']} | {r['shots']} | {a['docs']} | {a['requests']} | {a['prompts_same']}/{a['requests']} "
-                     f"| {a['max_delta']:.2e} | {r['acc_a']} | {b['max_delta']:.2e} | {r['acc_b']} | {diffs} "
-                     f"| {r['default']} | {r['effect']:.3g} |")
+                     f"| {a['max_delta']:.2e}{mark['BOS']} | {r['acc_a']} | {b['max_delta']:.2e}{mark['no-BOS']} "
+                     f"| {r['acc_b']} | {diffs} | {r['default']} | {r['effect']:.3g} |")
+    used = sorted({list(KNOWN.values()).index(v) + 1 for r in rows for v in r["known"].values()})
+    if used:
+        lines.append("")
+        lines += [f"known {k}: {list(KNOWN.values())[k - 1]}" for k in used]
     table = "\n".join(lines) + "\n"
     print(table)
     table_path = Path(args.table) if args.table else work / "table.md"
@@ -439,8 +500,9 @@ def main() -> int:
     for n in notes:
         log(f"NOTE (known transformers 5 tokenizer difference, not counted): {n}")
     failed = bool(problems) or any(
-        st["prompts_same"] != st["requests"] or st["max_delta"] > args.tol or st["greedy_diff"] or st["metric_diff"]
-        or st["missing"] for r in rows for st in (r["a"], r["b"]))
+        (st["prompts_same"] != st["requests"] or st["max_delta"] > args.tol or st["greedy_diff"] or st["metric_diff"]
+         or st["missing"]) and (args.strict or what not in r["known"])
+        for r in rows for st, what in ((r["a"], "BOS"), (r["b"], "no-BOS")))
     for d in problems + details:
         log(f"MISMATCH: {d}")
     log("FAIL" if failed else "OK: prompts identical and loglikelihoods within tolerance, with and without BOS")
