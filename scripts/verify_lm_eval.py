@@ -34,8 +34,10 @@ Known differences not in the table (see check_model() and KNOWN):
     both sides get the release's text, so the comparison checks the pipeline, not the data.
   - `--extra leading_space` (demo_perplexity's texts with a leading space, as wikitext pages
     have) differs under transformers 5 (known 2); measured: max |delta| 7.06 (BOS), 15.8 (no BOS).
+  - MMLU samples' `target` is the CSV's letter ("A") in gpueval, the cais/mmlu index ("0") in
+    lm-eval (so target_hash differs too); prompts, loglikelihoods and acc are unaffected.
 
-Measured 2026-11-29 in 3 min 23 s on 2 shared cores, command (from the repository root):
+Measured 2026-11-29 in 2 min 38 s on 2 shared cores, command (from the repository root):
   scripts/verify_lm_eval.sh --work /tmp/lmv-full --table /tmp/lmv-full-table.md
   (defaults: --limit 20 --shots 0,5 --mmlu abstract_algebra,anatomy,astronomy
    --extra hellaswag,arc_easy,demo_choice,demo_perplexity --tol 1e-4)
@@ -44,20 +46,21 @@ Measured 2026-11-29 in 3 min 23 s on 2 shared cores, command (from the repositor
   BOS = gpueval add_bos: auto vs lm-eval add_bos_token=True; no-BOS = add_bos: false vs add_bos_token=False;
   acc(/acc_norm) as gpueval vs lm-eval; 'lm-eval default' = the add_bos_token setting whose loglikelihoods
   lm-eval without add_bos_token reproduces exactly; 'BOS effect' = max |delta loglik| between gpueval's BOS
-  and no-BOS runs (0 where every prompt is longer than the model's 512 tokens, so truncation drops BOS).
+  and no-BOS runs (0 where every prompt is longer than the model's 512 tokens, so truncation drops BOS);
+  'target' = the samples file's target field (not checked: MMLU's CSV gives the letter, cais/mmlu an index).
 
-  | task | n-shot | docs | requests | prompts identical | BOS: max abs delta loglik | BOS: acc | no-BOS: max abs delta loglik | no-BOS: acc | is_greedy/metric diffs | lm-eval default | BOS effect |
-  |---|---|---|---|---|---|---|---|---|---|---|---|
-  | mmlu_abstract_algebra | 0 | 20 | 80 | 80/80 | 6.56e-06 | 0.0500 vs 0.0500 | 9.78e-06 | 0.0500 vs 0.0500 | 0 | =True | 0.197 |
-  | mmlu_anatomy | 0 | 20 | 80 | 80/80 | 7.39e-06 | 0.4000 vs 0.4000 | 7.39e-06 | 0.4000 vs 0.4000 | 0 | =True | 0.291 |
-  | mmlu_astronomy | 0 | 20 | 80 | 80/80 | 5.48e-06 | 0.1500 vs 0.1500 | 7.03e-06 | 0.1000 vs 0.1000 | 0 | =True | 0.392 |
-  | hellaswag | 0 | 20 | 80 | 80/80 | 5.30e-05 | 0.3500/0.1500 vs 0.3500/0.1500 | 3.67e-05 | 0.3500/0.1000 vs 0.3500/0.1000 | 0 | =True | 7.19 |
-  | arc_easy | 0 | 20 | 80 | 80/80 | 4.05e-05 | 0.1500/0.1500 vs 0.1500/0.1500 | 4.48e-05 | 0.2000/0.1000 vs 0.2000/0.1000 | 0 | =True | 4.94 |
-  | demo_choice | 0 | 20 | 80 | 80/80 | 1.11e-05 | 0.8000/0.8000 vs 0.8000/0.8000 | 1.61e-05 | 0.9000/0.7500 vs 0.9000/0.7500 | 0 | =True | 3.08 |
-  | demo_perplexity | 0 | 20 | 20 | 20/20 | 1.42e+01 (known 1) | bpb 1.152389 vs bpb 1.235759 | 3.75e-05 | bpb 1.152389 vs bpb 1.152389 | 0 | =True | 0 |
-  | mmlu_abstract_algebra | 5 | 20 | 80 | 80/80 | 9.42e-06 | 0.2000 vs 0.2000 | 9.42e-06 | 0.2000 vs 0.2000 | 0 | =True | 0 |
-  | mmlu_anatomy | 5 | 20 | 80 | 80/80 | 7.63e-06 | 0.3000 vs 0.3000 | 7.63e-06 | 0.3000 vs 0.3000 | 0 | =True | 0 |
-  | mmlu_astronomy | 5 | 20 | 80 | 80/80 | 6.20e-06 | 0.1500 vs 0.1500 | 6.20e-06 | 0.1500 vs 0.1500 | 0 | =True | 0 |
+  | task | n-shot | docs | requests | prompts identical | BOS: max abs delta loglik | BOS: acc | no-BOS: max abs delta loglik | no-BOS: acc | is_greedy/metric diffs | lm-eval default | BOS effect | samples 'target' identical |
+  |---|---|---|---|---|---|---|---|---|---|---|---|---|
+  | mmlu_abstract_algebra | 0 | 20 | 80 | 80/80 | 6.56e-06 | 0.0500 vs 0.0500 | 9.78e-06 | 0.0500 vs 0.0500 | 0 | =True | 0.197 | 0/20 |
+  | mmlu_anatomy | 0 | 20 | 80 | 80/80 | 7.39e-06 | 0.4000 vs 0.4000 | 7.39e-06 | 0.4000 vs 0.4000 | 0 | =True | 0.291 | 0/20 |
+  | mmlu_astronomy | 0 | 20 | 80 | 80/80 | 5.48e-06 | 0.1500 vs 0.1500 | 7.03e-06 | 0.1000 vs 0.1000 | 0 | =True | 0.392 | 0/20 |
+  | hellaswag | 0 | 20 | 80 | 80/80 | 5.30e-05 | 0.3500/0.1500 vs 0.3500/0.1500 | 3.67e-05 | 0.3500/0.1000 vs 0.3500/0.1000 | 0 | =True | 7.19 | 20/20 |
+  | arc_easy | 0 | 20 | 80 | 80/80 | 4.05e-05 | 0.1500/0.1500 vs 0.1500/0.1500 | 4.48e-05 | 0.2000/0.1000 vs 0.2000/0.1000 | 0 | =True | 4.94 | 20/20 |
+  | demo_choice | 0 | 20 | 80 | 80/80 | 1.11e-05 | 0.8000/0.8000 vs 0.8000/0.8000 | 1.61e-05 | 0.9000/0.7500 vs 0.9000/0.7500 | 0 | =True | 3.08 | 20/20 |
+  | demo_perplexity | 0 | 20 | 20 | 20/20 | 1.42e+01 (known 1) | bpb 1.152389 vs bpb 1.235759 | 3.75e-05 | bpb 1.152389 vs bpb 1.152389 | 0 | =True | 0 | 20/20 |
+  | mmlu_abstract_algebra | 5 | 20 | 80 | 80/80 | 9.42e-06 | 0.2000 vs 0.2000 | 9.42e-06 | 0.2000 vs 0.2000 | 0 | =True | 0 | 0/20 |
+  | mmlu_anatomy | 5 | 20 | 80 | 80/80 | 7.63e-06 | 0.3000 vs 0.3000 | 7.63e-06 | 0.3000 vs 0.3000 | 0 | =True | 0 | 0/20 |
+  | mmlu_astronomy | 5 | 20 | 80 | 80/80 | 6.20e-06 | 0.1500 vs 0.1500 | 6.20e-06 | 0.1500 vs 0.1500 | 0 | =True | 0 | 0/20 |
 
   known 1: loglikelihood_rolling with add_bos_token=True (and lm-eval 0.4.13's default, which follows the tokenizer): HFLM tok_encode()s the text WITH BOS and get_rolling_token_windows() prefixes BOS again, so the first window is [BOS, BOS, t1, ...] and P(BOS|BOS) is scored as a text token; gpueval scores [BOS, t1, ...] (= lm-eval with add_bos_token=False).
 """
@@ -331,6 +334,7 @@ def run_lm_eval(args, work: Path, tasks: list[str], shots: int, add_bos: bool | 
                 "resps": [(float(r[0][0]), bool(r[0][1])) if isinstance(r[0], (tuple, list)) else (float(r[0]), None)
                           for r in s["resps"]],
                 "metrics": {m: float(s[m]) for m in ("acc", "acc_norm") if m in s},
+                "target": str(s["target"]),  # as lm-eval's samples file writes it
             } for s in samples},
             "acc": res["results"][task].get("acc,none"),
             "acc_norm": res["results"][task].get("acc_norm,none"),
@@ -365,6 +369,7 @@ def run_gpueval(args, work: Path, specs: dict, tasks: list[str], shots: int, add
                     "resps": [(float(r[0][0]), r[0][1] == "True") if isinstance(r[0], list) else (float(r[0]), None)
                               for r in s["resps"]],
                     "metrics": {m: float(s[m]) for m in ("acc", "acc_norm") if m in s},
+                    "target": s["target"],
                 }
         r = results["results"][task]
         out[task] = {"samples": samples, "acc": r.get("acc,none"), "acc_norm": r.get("acc_norm,none"),
@@ -378,7 +383,7 @@ def compare(task: str, shots: str, ours: dict, theirs: dict, details: list[str],
     """Per document and request. Returns counts and maxima."""
     docs = sorted(set(ours["samples"]) | set(theirs["samples"]))
     st = {"docs": len(docs), "requests": 0, "prompts_same": 0, "max_delta": 0.0, "greedy_diff": 0,
-          "metric_diff": 0, "missing": 0, "where": ""}
+          "metric_diff": 0, "missing": 0, "where": "", "target_same": 0}
     shown = 0
     for d in docs:
         a, b = ours["samples"].get(d), theirs["samples"].get(d)
@@ -404,6 +409,7 @@ def compare(task: str, shots: str, ours: dict, theirs: dict, details: list[str],
             if delta > st["max_delta"]:
                 st["max_delta"], st["where"] = delta, f"doc {d} req {i}: {la!r} vs {lb!r}"
             st["greedy_diff"] += ga != gb
+        st["target_same"] += a["target"] == b["target"]
         for m in set(a["metrics"]) & set(b["metrics"]):
             if a["metrics"][m] != b["metrics"][m]:
                 st["metric_diff"] += 1
@@ -509,10 +515,12 @@ def main() -> int:
              "BOS = gpueval add_bos: auto vs lm-eval add_bos_token=True; no-BOS = add_bos: false vs add_bos_token=False;",
              "acc(/acc_norm) as gpueval vs lm-eval; 'lm-eval default' = the add_bos_token setting whose loglikelihoods",
              "lm-eval without add_bos_token reproduces exactly; 'BOS effect' = max |delta loglik| between gpueval's BOS",
-             "and no-BOS runs (0 where every prompt is longer than the model's 512 tokens, so truncation drops BOS).", "",
+             "and no-BOS runs (0 where every prompt is longer than the model's 512 tokens, so truncation drops BOS);",
+             "'target' = the samples file's target field (not checked: MMLU's CSV gives the letter, cais/mmlu an index).", "",
              "| task | n-shot | docs | requests | prompts identical | BOS: max abs delta loglik | BOS: acc | "
-             "no-BOS: max abs delta loglik | no-BOS: acc | is_greedy/metric diffs | lm-eval default | BOS effect |",
-             "|" + "---|" * 12]
+             "no-BOS: max abs delta loglik | no-BOS: acc | is_greedy/metric diffs | lm-eval default | BOS effect | "
+             "samples 'target' identical |",
+             "|" + "---|" * 13]
     for r in rows:
         a, b = r["a"], r["b"]
         diffs = a["greedy_diff"] + b["greedy_diff"] + a["metric_diff"] + b["metric_diff"]
@@ -520,7 +528,7 @@ def main() -> int:
                 for w in ("BOS", "no-BOS")}
         lines.append(f"| {r['task']} | {r['shots']} | {a['docs']} | {a['requests']} | {a['prompts_same']}/{a['requests']} "
                      f"| {a['max_delta']:.2e}{mark['BOS']} | {r['acc_a']} | {b['max_delta']:.2e}{mark['no-BOS']} "
-                     f"| {r['acc_b']} | {diffs} | {r['default']} | {r['effect']:.3g} |")
+                     f"| {r['acc_b']} | {diffs} | {r['default']} | {r['effect']:.3g} | {a['target_same']}/{a['docs']} |")
     used = sorted({list(KNOWN.values()).index(v) + 1 for r in rows for v in r["known"].values()})
     if used:
         lines.append("")
