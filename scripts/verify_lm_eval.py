@@ -1,0 +1,557 @@
+#!/usr/bin/env python3
+"""Checks gpueval against lm-evaluation-harness itself, run on CPU on the shipped model.
+
+Not part of CI. Run it through scripts/verify_lm_eval.sh, which creates (or reuses) a venv
+outside the repository with lm-eval, torch and transformers from PyPI, and builds gpueval.
+
+What it does, all offline (HF_*_OFFLINE=1; no hub is reached):
+  1. copies models/stories260K to a work directory and loads it with transformers
+     (AutoTokenizer / AutoModelForCausalLM); compares token ids with `gpueval tokenize` and
+     logits with `gpueval logits` on a few texts;
+  2. converts the shared data (../shared/data) into the layouts lm-eval's built-in task YAMLs
+     read (cais/mmlu rows, Rowan/hellaswag rows, allenai/ai2_arc rows) as JSONL, and writes task
+     YAMLs that `include:` the installed lm-eval's own mmlu_<subject>.yaml, hellaswag.yaml and
+     arc_easy.yaml and override only the dataset keys (dataset_path: json, data_files, splits);
+     the repo's demo tasks (already in lm-eval's YAML form) get only their dataset keys changed;
+  3. runs lm_eval.simple_evaluate (model hf, float32, cpu, batch_size 1, log_samples) on them
+     with add_bos_token=True, add_bos_token=False and add_bos_token unset, for every n-shot;
+  4. runs `gpueval run --gpus cpu:1` on the same tasks and documents with add_bos: auto and
+     add_bos: false (the repo's MMLU tasks over the CSV release; hellaswag and arc_easy through
+     small gpueval task YAMLs over the same JSONL);
+  5. compares, per document and per request: the argument strings (context, continuation),
+     loglikelihood, is_greedy, and per-document acc/acc_norm; prints a table and writes it.
+
+Exit status: 0 when every prompt is identical, every |delta loglikelihood| <= --tol (1e-4) and
+is_greedy and the per-document metrics agree, in both the BOS and the no-BOS comparison, except
+the differences listed in KNOWN (cause established; --strict fails on them too); 1 otherwise;
+2 on a setup error.
+
+Known differences not in the table (see check_model() and KNOWN):
+  - HellaSwag: the shared data (klosax text release) keeps ctx = ctx_a + " " + ctx_b with ctx_b
+    NOT capitalized, so lm-eval's real query (ctx_b.capitalize()) cannot be rebuilt: e.g.
+    "Roof shingle removal: A man is sitting on a roof. he" where lm-eval on Rowan/hellaswag has
+    "... roof. He". About 3,236 of the 10,042 validation contexts end in such a fragment. Here
+    both sides get the release's text, so the comparison checks the pipeline, not the data.
+  - `--extra leading_space` (demo_perplexity's texts with a leading space, as wikitext pages
+    have) differs under transformers 5 (known 2); measured: max |delta| 7.06 (BOS), 15.8 (no BOS).
+  - MMLU samples' `target` is the CSV's letter ("A") in gpueval, the cais/mmlu index ("0") in
+    lm-eval (so target_hash differs too); prompts, loglikelihoods and acc are unaffected.
+
+Measured 2026-11-29 in 2 min 38 s on 2 shared cores, command (from the repository root):
+  scripts/verify_lm_eval.sh --work /tmp/lmv-full --table /tmp/lmv-full-table.md
+  (defaults: --limit 20 --shots 0,5 --mmlu abstract_algebra,anatomy,astronomy
+   --extra hellaswag,arc_easy,demo_choice,demo_perplexity --tol 1e-4)
+
+  gpueval vs lm-eval on stories260K, CPU float32, --limit 20, batch_size 1; lm-eval 0.4.13, torch 2.15.0+cu132, transformers 5.24.0, tokenizers 0.23.3, datasets 5.2.0
+  BOS = gpueval add_bos: auto vs lm-eval add_bos_token=True; no-BOS = add_bos: false vs add_bos_token=False;
+  acc(/acc_norm) as gpueval vs lm-eval; 'lm-eval default' = the add_bos_token setting whose loglikelihoods
+  lm-eval without add_bos_token reproduces exactly; 'BOS effect' = max |delta loglik| between gpueval's BOS
+  and no-BOS runs (0 where every prompt is longer than the model's 512 tokens, so truncation drops BOS);
+  'target' = the samples file's target field (not checked: MMLU's CSV gives the letter, cais/mmlu an index).
+
+  | task | n-shot | docs | requests | prompts identical | BOS: max abs delta loglik | BOS: acc | no-BOS: max abs delta loglik | no-BOS: acc | is_greedy/metric diffs | lm-eval default | BOS effect | samples 'target' identical |
+  |---|---|---|---|---|---|---|---|---|---|---|---|---|
+  | mmlu_abstract_algebra | 0 | 20 | 80 | 80/80 | 6.56e-06 | 0.0500 vs 0.0500 | 9.78e-06 | 0.0500 vs 0.0500 | 0 | =True | 0.197 | 0/20 |
+  | mmlu_anatomy | 0 | 20 | 80 | 80/80 | 7.39e-06 | 0.4000 vs 0.4000 | 7.39e-06 | 0.4000 vs 0.4000 | 0 | =True | 0.291 | 0/20 |
+  | mmlu_astronomy | 0 | 20 | 80 | 80/80 | 5.48e-06 | 0.1500 vs 0.1500 | 7.03e-06 | 0.1000 vs 0.1000 | 0 | =True | 0.392 | 0/20 |
+  | hellaswag | 0 | 20 | 80 | 80/80 | 5.30e-05 | 0.3500/0.1500 vs 0.3500/0.1500 | 3.67e-05 | 0.3500/0.1000 vs 0.3500/0.1000 | 0 | =True | 7.19 | 20/20 |
+  | arc_easy | 0 | 20 | 80 | 80/80 | 4.05e-05 | 0.1500/0.1500 vs 0.1500/0.1500 | 4.48e-05 | 0.2000/0.1000 vs 0.2000/0.1000 | 0 | =True | 4.94 | 20/20 |
+  | demo_choice | 0 | 20 | 80 | 80/80 | 1.11e-05 | 0.8000/0.8000 vs 0.8000/0.8000 | 1.61e-05 | 0.9000/0.7500 vs 0.9000/0.7500 | 0 | =True | 3.08 | 20/20 |
+  | demo_perplexity | 0 | 20 | 20 | 20/20 | 1.42e+01 (known 1) | bpb 1.152389 vs bpb 1.235759 | 3.75e-05 | bpb 1.152389 vs bpb 1.152389 | 0 | =True | 0 | 20/20 |
+  | mmlu_abstract_algebra | 5 | 20 | 80 | 80/80 | 9.42e-06 | 0.2000 vs 0.2000 | 9.42e-06 | 0.2000 vs 0.2000 | 0 | =True | 0 | 0/20 |
+  | mmlu_anatomy | 5 | 20 | 80 | 80/80 | 7.63e-06 | 0.3000 vs 0.3000 | 7.63e-06 | 0.3000 vs 0.3000 | 0 | =True | 0 | 0/20 |
+  | mmlu_astronomy | 5 | 20 | 80 | 80/80 | 6.20e-06 | 0.1500 vs 0.1500 | 6.20e-06 | 0.1500 vs 0.1500 | 0 | =True | 0 | 0/20 |
+
+  known 1: loglikelihood_rolling with add_bos_token=True (and lm-eval 0.4.13's default, which follows the tokenizer): HFLM tok_encode()s the text WITH BOS and get_rolling_token_windows() prefixes BOS again, so the first window is [BOS, BOS, t1, ...] and P(BOS|BOS) is scored as a text token; gpueval scores [BOS, t1, ...] (= lm-eval with add_bos_token=False).
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+for _k in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+    os.environ[_k] = "1"
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+REPO = Path(__file__).resolve().parent.parent
+
+# Differences between gpueval and lm-eval whose cause is established; they are shown in the table
+# but fail the run only with --strict.
+KNOWN = {
+    "rolling_bos": "loglikelihood_rolling with add_bos_token=True (and lm-eval 0.4.13's default, which follows the "
+                   "tokenizer): HFLM tok_encode()s the text WITH BOS and get_rolling_token_windows() prefixes BOS again, "
+                   "so the first window is [BOS, BOS, t1, ...] and P(BOS|BOS) is scored as a text token; gpueval scores "
+                   "[BOS, t1, ...] (= lm-eval with add_bos_token=False).",
+    "leading_space": "transformers 5's LlamaTokenizer drops tokenizer.json's Prepend('▁')+Replace normalizer for a "
+                     "Metaspace pre-tokenizer (prepend_scheme 'first', legacy=False) that does not add '▁' before a "
+                     "text already starting with a space: ' x' -> [▁, x] where tokenizers/SentencePiece (and gpueval) "
+                     "give [▁, ▁, x].",
+}
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# ----------------------------------------------------------------------------- data layouts
+
+def read_csv(path: Path) -> list[list[str]]:
+    with path.open(newline="", encoding="utf-8") as f:
+        return [row for row in csv.reader(f)]
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> None:
+    with path.open("w", encoding="utf-8") as f:
+        for r in rows:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+
+
+def mmlu_rows(path: Path, subject: str) -> list[dict]:
+    """cais/mmlu's columns: question, subject, choices (4 strings), answer (0-3)."""
+    rows = []
+    for rec in read_csv(path):
+        if len(rec) != 6:
+            raise SystemExit(f"{path}: a record with {len(rec)} fields")
+        rows.append({"question": rec[0], "subject": subject, "choices": rec[1:5], "answer": "ABCD".index(rec[5])})
+    return rows
+
+
+def hellaswag_rows(path: Path, n: int) -> list[dict]:
+    """Rowan/hellaswag's columns from the klosax text release (6 lines per task: activity_label
+    + ": " + ctx, gold, 4 endings). That release keeps only ctx = ctx_a + " " + ctx_b, with ctx_b
+    not capitalized, so ctx_a carries the whole of it and ctx_b is empty: lm-eval then builds
+    query = preprocess(activity_label + ": " + ctx + " ") = the first line (strip() drops the
+    space). `query`/`choices` are for the gpueval task (lm-eval's process_docs rewrites both)."""
+    lines = path.read_text(encoding="utf-8").split("\n")
+    rows = []
+    for i in range(n):
+        block = lines[6 * i: 6 * i + 6]
+        if len(block) < 6:
+            break
+        head, gold, endings = block[0], block[1], block[2:6]
+        label, sep, ctx = head.partition(": ")
+        if not sep:
+            raise SystemExit(f"{path}:{6 * i + 1}: no ': ' after the activity label")
+        rows.append({"ind": i, "activity_label": label, "ctx_a": ctx, "ctx_b": "", "ctx": ctx, "endings": endings,
+                     "source_id": "", "split": "val", "split_type": "indomain", "label": gold,
+                     "query": head, "choices": endings})
+    return rows
+
+
+def arc_rows(path: Path, n: int) -> list[dict]:
+    """allenai/ai2_arc's columns from the MosaicML release ({"query": "Question: ...", "choices",
+    "gold"}); labels A, B, ... are made up (the release dropped them); `gold` is for gpueval."""
+    rows = []
+    with path.open(encoding="utf-8") as f:
+        for i, line in enumerate(f):
+            if i >= n:
+                break
+            d = json.loads(line)
+            q = d["query"]
+            if not q.startswith("Question: "):
+                raise SystemExit(f"{path}:{i + 1}: query does not start with 'Question: '")
+            labels = [chr(ord("A") + k) for k in range(len(d["choices"]))]
+            rows.append({"id": f"arc_easy_test_{i}", "question": q[len("Question: "):],
+                         "choices": {"text": d["choices"], "label": labels}, "answerKey": labels[d["gold"]],
+                         "gold": d["gold"]})
+    return rows
+
+
+def yaml_str(s: str) -> str:
+    return json.dumps(s)  # a JSON string is a valid YAML double-quoted scalar
+
+
+def prepare_tasks(args, work: Path, lm_eval_tasks: Path) -> dict:
+    """Writes the JSONL data, lm-eval's task YAMLs (work/lm_eval_tasks) and gpueval's YAMLs for the
+    extra tasks (work/gpueval_tasks). Returns {task: gpueval task spec (name or YAML path)}."""
+    data = Path(args.data)
+    lm_dir, gp_dir, dd = work / "lm_eval_tasks", work / "gpueval_tasks", work / "data"
+    for d in (lm_dir, gp_dir, dd):
+        d.mkdir(parents=True, exist_ok=True)
+    specs = {}
+    for subject in args.mmlu:
+        test = dd / f"mmlu_{subject}_test.jsonl"
+        dev = dd / f"mmlu_{subject}_dev.jsonl"
+        write_jsonl(test, mmlu_rows(data / "mmlu" / "test" / f"{subject}_test.csv", subject))
+        write_jsonl(dev, mmlu_rows(data / "mmlu" / "dev" / f"{subject}_dev.csv", subject))
+        builtin = lm_eval_tasks / "mmlu" / "default" / f"mmlu_{subject}.yaml"
+        if not builtin.exists():
+            raise SystemExit(f"{builtin}: no such lm-eval task")
+        (lm_dir / f"mmlu_{subject}.yaml").write_text(
+            f"include: {builtin}\n"
+            "dataset_path: json\n"
+            "dataset_name: null\n"
+            "dataset_kwargs:\n"
+            f"  data_files:\n    test: {test}\n    dev: {dev}\n")
+        specs[f"mmlu_{subject}"] = f"mmlu_{subject}"
+    n_extra = args.limit if args.limit else 10**9
+    metrics = ("metric_list:\n"
+               "  - {metric: acc, aggregation: mean, higher_is_better: true}\n"
+               "  - {metric: acc_norm, aggregation: mean, higher_is_better: true}\n"
+               "metadata:\n  version: 1.0\n")
+    if "hellaswag" in args.extra:
+        f = dd / "hellaswag_val.jsonl"
+        write_jsonl(f, hellaswag_rows(data / "hellaswag" / "hellaswag_val_full.txt", n_extra))
+        (lm_dir / "hellaswag.yaml").write_text(
+            f"include: {lm_eval_tasks / 'hellaswag' / 'hellaswag.yaml'}\n"
+            "dataset_path: json\n"
+            "dataset_name: null\n"
+            f"dataset_kwargs:\n  data_files:\n    validation: {f}\n"
+            "training_split: null\n")
+        (gp_dir / "hellaswag.yaml").write_text(
+            "task: hellaswag\n"
+            f"dataset_path: {f}\n"
+            "output_type: multiple_choice\n"
+            'doc_to_text: "{{query}}"\n'
+            'doc_to_choice: "{{choices}}"\n'
+            'doc_to_target: "{{label}}"\n' + metrics)
+        specs["hellaswag"] = str(gp_dir / "hellaswag.yaml")
+    if "arc_easy" in args.extra:
+        f = dd / "arc_easy_test.jsonl"
+        write_jsonl(f, arc_rows(data / "arc" / "arc_easy_test_mosaic.jsonl", n_extra))
+        (lm_dir / "arc_easy.yaml").write_text(
+            f"include: {lm_eval_tasks / 'arc' / 'arc_easy.yaml'}\n"
+            "dataset_path: json\n"
+            "dataset_name: null\n"
+            f"dataset_kwargs:\n  data_files:\n    test: {f}\n"
+            "training_split: null\n"
+            "validation_split: null\n")
+        (gp_dir / "arc_easy.yaml").write_text(
+            "task: arc_easy\n"
+            f"dataset_path: {f}\n"
+            "output_type: multiple_choice\n"
+            'doc_to_text: "Question: {{question}}\\nAnswer:"\n'
+            'doc_to_choice: "{{choices.text}}"\n'
+            'doc_to_target: "{{gold}}"\n' + metrics)
+        specs["arc_easy"] = str(gp_dir / "arc_easy.yaml")
+    # The repo's own demo tasks are written in lm-eval's YAML form: lm-eval reads the same files
+    # with only the dataset keys changed (a loglikelihood_rolling task and a multiple_choice one).
+    import yaml
+    for name in ("demo_perplexity", "demo_choice", "leading_space"):
+        if name not in args.extra:
+            continue
+        src = "demo_perplexity" if name == "leading_space" else name
+        cfg = yaml.safe_load((REPO / "tasks" / f"{src}.yaml").read_text())
+        data_file = REPO / "tasks" / cfg["dataset_path"]
+        if name == "leading_space":
+            # Texts that start with a space, as every wikitext page (" = Title = ...") does.
+            data_file = dd / "leading_space.jsonl"
+            rows = [json.loads(l) for l in (REPO / "tasks" / cfg["dataset_path"]).read_text().splitlines() if l]
+            write_jsonl(data_file, [{"text": " " + r["text"]} for r in rows])
+            specs[name] = str(gp_dir / f"{name}.yaml")
+        else:
+            specs[name] = name
+        cfg["task"] = name
+        gp_cfg = dict(cfg, dataset_path=str(data_file))
+        (gp_dir / f"{name}.yaml").write_text(yaml.safe_dump(gp_cfg, sort_keys=False, allow_unicode=True))
+        cfg.update(dataset_path="json", dataset_kwargs={"data_files": {"test": str(data_file)}}, test_split="test")
+        (lm_dir / f"{name}.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False, allow_unicode=True))
+    return specs
+
+
+# ----------------------------------------------------------------------------- model checks
+
+def check_model(args, model_dir: Path) -> tuple[list[str], list[str]]:
+    """transformers vs gpueval: token ids (add_special_tokens=True) and logits.
+
+    Returns (problems, notes). Core texts must agree. Edge texts are known to differ and are
+    reported as notes only: leading whitespace under transformers 5 (its LlamaTokenizer rebuilds
+    the pipeline with a Metaspace pre-tokenizer instead of tokenizer.json's Prepend+Replace
+    normalizer; transformers 4.57 agrees with gpueval), and literal "<s>"/"</s>" in the text
+    under transformers 4 and 5 (they register <unk>/<s>/</s> from tokenizer_config.json as
+    special added tokens and split them out; the converted tokenizer.json lists no added_tokens,
+    so the tokenizers library and gpueval spell them out character by character)."""
+    import torch
+    from tokenizers import Tokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    problems, notes = [], []
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    raw = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    log(f"[model] transformers: {type(tok).__name__} bos={tok.bos_token!r}/{tok.bos_token_id}, {type(model).__name__}")
+    core = ["Once upon a time, there was a little girl named Lily.",
+            "The following are multiple choice questions (with answers) about abstract algebra.\n\n"
+            "Find all c in Z_3 such that Z_3[x]/(x^2 + c) is a field.\nA. 0\nB. 1\nC. 2\nD. 3\nAnswer: B",
+            "tabs\tand \u00fcn\u00efc\u00f6d\u00e9 \u2014 123 + 456 = 579\n  two  spaces  \n"]
+    edge = [" a leading space", "  two leading spaces", "a literal <s> and </s> inside"]
+    texts = core + edge
+    inp = "".join(json.dumps({"text": t}) + "\n" for t in texts)
+    out = subprocess.run([args.gpueval, "tokenize", "--tokenizer", str(model_dir), "--add-special"], input=inp,
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    max_delta = 0.0
+    for k, (text, line) in enumerate(zip(texts, out)):
+        ours = json.loads(line)["ids"]
+        theirs = tok(text)["input_ids"]
+        plain = raw.encode(text).ids
+        if ours != theirs:
+            msg = (f"tokenize {text!r}: gpueval {ours[:10]} tokenizers-lib {plain[:10]} "
+                   f"transformers {theirs[:10]} (first 10 ids)")
+            (problems if k < len(core) else notes).append(msg)
+            continue
+        res = subprocess.run([args.gpueval, "logits", "--model", str(model_dir), "--dtype", "float32",
+                              "--ids", ",".join(map(str, ours))], capture_output=True, text=True, check=True)
+        ours_logits = torch.tensor(json.loads(res.stdout)["logits"], dtype=torch.float64)
+        with torch.no_grad():
+            hf = model(torch.tensor([theirs])).logits[0].double()
+        max_delta = max(max_delta, (ours_logits - hf).abs().max().item())
+    log(f"[model] {len(texts)} texts: {len(texts) - len(problems) - len(notes)} tokenized identically, "
+        f"max |delta logit| = {max_delta:.3g}")
+    if max_delta > args.tol:
+        problems.append(f"logits differ by up to {max_delta:.3g}")
+    return problems, notes
+
+
+# ----------------------------------------------------------------------------- runs
+
+def run_lm_eval(args, work: Path, tasks: list[str], shots: int, add_bos: bool | None, lm_cache: dict) -> dict:
+    """add_bos: HFLM's add_bos_token model arg; None leaves it unset (lm-eval's default)."""
+    import lm_eval
+    from lm_eval.models.huggingface import HFLM
+    from lm_eval.tasks import TaskManager
+
+    if add_bos not in lm_cache:
+        kw = {} if add_bos is None else {"add_bos_token": add_bos}
+        lm_cache[add_bos] = HFLM(pretrained=str(work / "model"), dtype="float32", device="cpu", batch_size=1, **kw)
+    tm = TaskManager(include_path=str(work / "lm_eval_tasks"), include_defaults=False)
+    log(f"[lm-eval] {shots}-shot add_bos_token={add_bos}: {', '.join(tasks)}")
+    res = lm_eval.simple_evaluate(model=lm_cache[add_bos], tasks=tasks, num_fewshot=shots, limit=args.limit,
+                                  log_samples=True, task_manager=tm, bootstrap_iters=0)
+    out = {}
+    for task in tasks:
+        samples = sorted(res["samples"][task], key=lambda s: s["doc_id"])
+        out[task] = {
+            "samples": {s["doc_id"]: {
+                "args": [tuple(a) for a in s["arguments"]],
+                "resps": [(float(r[0][0]), bool(r[0][1])) if isinstance(r[0], (tuple, list)) else (float(r[0]), None)
+                          for r in s["resps"]],
+                "metrics": {m: float(s[m]) for m in ("acc", "acc_norm") if m in s},
+                "target": str(s["target"]),  # as lm-eval's samples file writes it
+            } for s in samples},
+            "acc": res["results"][task].get("acc,none"),
+            "acc_norm": res["results"][task].get("acc_norm,none"),
+            "bits_per_byte": res["results"][task].get("bits_per_byte,none"),
+        }
+    return out
+
+
+def run_gpueval(args, work: Path, specs: dict, tasks: list[str], shots: int, add_bos) -> dict:
+    """add_bos: the run config's add_bos ("auto", True or False)."""
+    out_dir = work / f"gpueval_{shots}shot_bos_{str(add_bos).lower()}"
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    cfg = out_dir.with_suffix(".yaml")
+    cfg.write_text(json.dumps({
+        "model": str(Path(args.model).resolve()), "tasks": [specs[t] for t in tasks], "dtype": "float32",
+        "output": str(out_dir), "limit": args.limit, "num_fewshot": shots, "add_bos": add_bos,
+        "data": {"mmlu": str((Path(args.data) / "mmlu").resolve())},
+    }, indent=1) + "\n")
+    cmd = [args.gpueval, "run", "--gpus", "cpu:1", str(cfg)]
+    log(f"[gpueval] {' '.join(cmd)}")
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=None if args.verbose else subprocess.DEVNULL)
+    results = json.loads((out_dir / "results.json").read_text())
+    out = {}
+    for task in tasks:
+        samples = {}
+        with (out_dir / f"samples_{task}.jsonl").open(encoding="utf-8") as f:
+            for line in f:
+                s = json.loads(line)
+                samples[s["doc_id"]] = {
+                    "args": [tuple(a.values()) for a in s["arguments"].values()],
+                    "resps": [(float(r[0][0]), r[0][1] == "True") if isinstance(r[0], list) else (float(r[0]), None)
+                              for r in s["resps"]],
+                    "metrics": {m: float(s[m]) for m in ("acc", "acc_norm") if m in s},
+                    "target": s["target"],
+                }
+        r = results["results"][task]
+        out[task] = {"samples": samples, "acc": r.get("acc,none"), "acc_norm": r.get("acc_norm,none"),
+                     "bits_per_byte": r.get("bits_per_byte,none")}
+    return out
+
+
+# ----------------------------------------------------------------------------- comparison
+
+def compare(task: str, shots: str, ours: dict, theirs: dict, details: list[str], show: int = 3) -> dict:
+    """Per document and request. Returns counts and maxima."""
+    docs = sorted(set(ours["samples"]) | set(theirs["samples"]))
+    st = {"docs": len(docs), "requests": 0, "prompts_same": 0, "max_delta": 0.0, "greedy_diff": 0,
+          "metric_diff": 0, "missing": 0, "where": "", "target_same": 0}
+    shown = 0
+    for d in docs:
+        a, b = ours["samples"].get(d), theirs["samples"].get(d)
+        if a is None or b is None or len(a["args"]) != len(b["args"]):
+            st["missing"] += 1
+            details.append(f"{task} {shots} doc {d}: request lists differ "
+                           f"({None if a is None else len(a['args'])} vs {None if b is None else len(b['args'])})")
+            continue
+        for i, (ra, rb) in enumerate(zip(a["args"], b["args"])):
+            st["requests"] += 1
+            ca, cb = ra[0], rb[0]
+            xa, xb = ra[1:], rb[1:]
+            if ra == rb:
+                st["prompts_same"] += 1
+            elif shown < show:
+                shown += 1
+                k = next((j for j in range(min(len(ca), len(cb))) if ca[j] != cb[j]), min(len(ca), len(cb)))
+                details.append(f"{task} {shots} doc {d} req {i}: context differs at char {k}: "
+                               f"gpueval {ca[max(0, k - 20):k + 20]!r} vs lm-eval {cb[max(0, k - 20):k + 20]!r}; "
+                               f"continuation {xa!r} vs {xb!r}")
+            (la, ga), (lb, gb) = a["resps"][i], b["resps"][i]
+            delta = abs(la - lb) if math.isfinite(la) and math.isfinite(lb) else (0.0 if la == lb else math.inf)
+            if delta > st["max_delta"]:
+                st["max_delta"], st["where"] = delta, f"doc {d} req {i}: {la!r} vs {lb!r}"
+            st["greedy_diff"] += ga != gb
+        st["target_same"] += a["target"] == b["target"]
+        for m in set(a["metrics"]) & set(b["metrics"]):
+            if a["metrics"][m] != b["metrics"][m]:
+                st["metric_diff"] += 1
+                details.append(f"{task} {shots} doc {d}: {m} gpueval {a['metrics'][m]} vs lm-eval {b['metrics'][m]}")
+    return st
+
+
+def fmt_acc(r: dict) -> str:
+    if r["acc"] is None and r.get("bits_per_byte") is not None:
+        return f"bpb {r['bits_per_byte']:.6f}"
+    s = f"{r['acc']:.4f}" if r["acc"] is not None else "-"
+    if r.get("acc_norm") is not None:
+        s += f"/{r['acc_norm']:.4f}"
+    return s
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--gpueval", default=str(REPO / "build" / "gpueval"))
+    ap.add_argument("--model", default=str(REPO / "models" / "stories260K"))
+    ap.add_argument("--data", default=str(REPO.parent / "shared" / "data"))
+    ap.add_argument("--work", help="work directory (default: a new temporary one, kept)")
+    ap.add_argument("--limit", type=int, default=20)
+    ap.add_argument("--shots", default="0,5", help="n-shot settings for MMLU (the extra tasks run 0-shot)")
+    ap.add_argument("--mmlu", default="abstract_algebra,anatomy,astronomy", help="MMLU subjects")
+    ap.add_argument("--extra", default="hellaswag,arc_easy,demo_choice,demo_perplexity",
+                    help="other tasks, run 0-shot: hellaswag, arc_easy, demo_choice, demo_perplexity, and "
+                         "leading_space (demo_perplexity's texts with a leading space: known to differ under "
+                         "transformers 5, so not in the default); '' for none")
+    ap.add_argument("--tol", type=float, default=1e-4)
+    ap.add_argument("--table", default=None, help="also write the table here (default: WORK/table.md)")
+    ap.add_argument("--verbose", action="store_true", help="show gpueval's progress lines")
+    ap.add_argument("--strict", action="store_true", help="fail on the known differences (KNOWN) too")
+    args = ap.parse_args()
+    args.mmlu = [s for s in args.mmlu.split(",") if s]
+    args.extra = [s for s in args.extra.split(",") if s]
+    shots_list = [int(s) for s in args.shots.split(",") if s != ""]
+
+    try:
+        import lm_eval
+        import torch
+        import transformers
+    except ImportError as e:
+        log(f"error: {e}; run scripts/verify_lm_eval.sh, which sets up the venv")
+        return 2
+    from importlib.metadata import version
+    versions = (f"lm-eval {version('lm_eval')}, torch {torch.__version__}, transformers {transformers.__version__}, "
+                f"tokenizers {version('tokenizers')}, datasets {version('datasets')}")
+    log(f"[versions] {versions}")
+    torch.set_num_threads(1)
+    if not Path(args.gpueval).exists():
+        log(f"error: {args.gpueval} missing; build it (cmake --build build --target gpueval)")
+        return 2
+
+    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="gpueval-lmeval-"))
+    work.mkdir(parents=True, exist_ok=True)
+    log(f"[work] {work}")
+    model_dir = work / "model"
+    if model_dir.exists():
+        shutil.rmtree(model_dir)
+    shutil.copytree(args.model, model_dir)
+
+    problems, notes = check_model(args, model_dir)
+    lm_eval_tasks = Path(lm_eval.__file__).parent / "tasks"
+    specs = prepare_tasks(args, work, lm_eval_tasks)
+
+    lm_cache: dict = {}
+    rows, details, known_details = [], [], []
+    for shots in shots_list:
+        tasks = [f"mmlu_{s}" for s in args.mmlu] + (list(args.extra) if shots == 0 else [])
+        if not tasks:
+            continue
+        ours_bos = run_gpueval(args, work, specs, tasks, shots, "auto")
+        ours_nobos = run_gpueval(args, work, specs, tasks, shots, False)
+        lm_bos = run_lm_eval(args, work, tasks, shots, True, lm_cache)
+        lm_nobos = run_lm_eval(args, work, tasks, shots, False, lm_cache)
+        lm_default = run_lm_eval(args, work, tasks, shots, None, lm_cache)
+        for t in tasks:
+            a = compare(t, f"{shots}-shot BOS", ours_bos[t], lm_bos[t], details)
+            b = compare(t, f"{shots}-shot no-BOS", ours_nobos[t], lm_nobos[t], details)
+            quiet: list[str] = []
+            d_bos = compare(t, "", lm_bos[t], lm_default[t], quiet, show=0)["max_delta"]
+            d_nobos = compare(t, "", lm_nobos[t], lm_default[t], quiet, show=0)["max_delta"]
+            effect = compare(t, "", ours_bos[t], ours_nobos[t], quiet, show=0)["max_delta"]
+            default = ("=True" if d_bos == 0 else "=False" if d_nobos == 0
+                       else f"neither ({d_bos:.2g}/{d_nobos:.2g})")
+            rolling = all(len(x) == 1 for smp in ours_bos[t]["samples"].values() for x in smp["args"])
+            known = {}
+            if rolling:
+                known["BOS"] = KNOWN["rolling_bos"]
+            if t == "leading_space" and any("leading" in n for n in notes):
+                known["BOS"] = known["no-BOS"] = KNOWN["leading_space"]
+            rows.append({"task": t, "shots": shots, "a": a, "b": b, "default": default, "effect": effect,
+                         "known": known,
+                         "acc_a": f"{fmt_acc(ours_bos[t])} vs {fmt_acc(lm_bos[t])}",
+                         "acc_b": f"{fmt_acc(ours_nobos[t])} vs {fmt_acc(lm_nobos[t])}"})
+            for st, what in ((a, "BOS"), (b, "no-BOS")):
+                if st["max_delta"] > args.tol:
+                    (known_details if what in known else details).append(
+                        f"{t} {shots}-shot {what}: max |delta loglik| {st['max_delta']:.3g} at {st['where']}")
+
+    lines = [f"gpueval vs lm-eval on {Path(args.model).name}, CPU float32, --limit {args.limit}, batch_size 1; {versions}",
+             "BOS = gpueval add_bos: auto vs lm-eval add_bos_token=True; no-BOS = add_bos: false vs add_bos_token=False;",
+             "acc(/acc_norm) as gpueval vs lm-eval; 'lm-eval default' = the add_bos_token setting whose loglikelihoods",
+             "lm-eval without add_bos_token reproduces exactly; 'BOS effect' = max |delta loglik| between gpueval's BOS",
+             "and no-BOS runs (0 where every prompt is longer than the model's 512 tokens, so truncation drops BOS);",
+             "'target' = the samples file's target field (not checked: MMLU's CSV gives the letter, cais/mmlu an index).", "",
+             "| task | n-shot | docs | requests | prompts identical | BOS: max abs delta loglik | BOS: acc | "
+             "no-BOS: max abs delta loglik | no-BOS: acc | is_greedy/metric diffs | lm-eval default | BOS effect | "
+             "samples 'target' identical |",
+             "|" + "---|" * 13]
+    for r in rows:
+        a, b = r["a"], r["b"]
+        diffs = a["greedy_diff"] + b["greedy_diff"] + a["metric_diff"] + b["metric_diff"]
+        mark = {w: (f" (known {list(KNOWN.values()).index(r['known'][w]) + 1})" if w in r["known"] else "")
+                for w in ("BOS", "no-BOS")}
+        lines.append(f"| {r['task']} | {r['shots']} | {a['docs']} | {a['requests']} | {a['prompts_same']}/{a['requests']} "
+                     f"| {a['max_delta']:.2e}{mark['BOS']} | {r['acc_a']} | {b['max_delta']:.2e}{mark['no-BOS']} "
+                     f"| {r['acc_b']} | {diffs} | {r['default']} | {r['effect']:.3g} | {a['target_same']}/{a['docs']} |")
+    used = sorted({list(KNOWN.values()).index(v) + 1 for r in rows for v in r["known"].values()})
+    if used:
+        lines.append("")
+        lines += [f"known {k}: {list(KNOWN.values())[k - 1]}" for k in used]
+    table = "\n".join(lines) + "\n"
+    print(table)
+    table_path = Path(args.table) if args.table else work / "table.md"
+    table_path.write_text(table)
+    log(f"[table] {table_path}")
+
+    for n in notes:
+        log(f"NOTE (known tokenizer difference, see check_model(); not counted): {n}")
+    failed = bool(problems) or any(
+        (st["prompts_same"] != st["requests"] or st["max_delta"] > args.tol or st["greedy_diff"] or st["metric_diff"]
+         or st["missing"]) and (args.strict or what not in r["known"])
+        for r in rows for st, what in ((r["a"], "BOS"), (r["b"], "no-BOS")))
+    for d in known_details:
+        log(f"KNOWN DIFFERENCE (see the notes under the table): {d}")
+    for d in problems + details:
+        log(f"MISMATCH: {d}")
+    log("FAIL" if failed else "OK: prompts identical and loglikelihoods within tolerance, with and without BOS")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

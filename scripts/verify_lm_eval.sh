@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Compares gpueval with lm-evaluation-harness itself (not part of CI): creates or reuses a venv
+# OUTSIDE the repository (default ../venv-lmeval beside the checkout; LMEVAL_VENV=DIR to choose)
+# with lm-eval[hf] (torch, transformers, datasets) from PyPI, makes sure build/gpueval exists, and
+# runs scripts/verify_lm_eval.py with the given arguments, fully offline. Exit 1 on a mismatch.
+# Usage: scripts/verify_lm_eval.sh [--limit 20] [--shots 0,5] [--mmlu a,b,c] [--extra hellaswag,arc_easy]
+#                                  [--work DIR] [--table FILE]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv="${LMEVAL_VENV:-$(cd .. && pwd)/venv-lmeval}"
+case "$venv" in "$(pwd)"/*) echo "verify_lm_eval.sh: the venv must be outside the repository" >&2; exit 2 ;; esac
+if ! "$venv/bin/python" -c 'import lm_eval, torch, transformers' 2>/dev/null; then
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --upgrade pip
+  "$venv/bin/pip" install -q 'lm-eval[hf]'
+fi
+if [ ! -x build/gpueval ]; then
+  if [ -f build/build.ninja ]; then cmake --build build --target gpueval; else bash scripts/build.sh; fi
+fi
+export HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+exec "$venv/bin/python" scripts/verify_lm_eval.py "$@"
