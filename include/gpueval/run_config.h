@@ -37,10 +37,10 @@ struct RunConfig {
   // tokenizer's own configuration does when asked to add special tokens (tokenizer.json's
   // post_processor, tokenizer_config.json's add_bos_token for tokenizer.model): Llama-2,
   // Mistral and stories260K add BOS, GPT-2 and this Llama-3 revision do not. "true"/"false"
-  // force it. lm-evaluation-harness's `hf` model adds no BOS unless add_bos_token=True is in
-  // its model_args, so "false" reproduces its default requests for a Llama-2-style tokenizer.
-  // Empty contexts and rolling windows start with BOS (else EOS) whatever this says, as in
-  // lm-eval.
+  // force it. lm-evaluation-harness's `hf` model follows the tokenizer too when its
+  // add_bos_token is unset (0.4.13; older versions added none), so "auto" gives lm-eval's
+  // default requests and "false" those of add_bos_token=False. Empty contexts and rolling
+  // windows start with BOS (else EOS) whatever this says, as lm-eval does without BOS.
   std::string add_bos = "auto";       // auto | true | false
   // Data roots for tasks that name one (`data_root: mmlu` in a task file): name -> directory,
   // from the file's `data: {mmlu: ../../shared/data/mmlu}` and --data NAME=PATH flags.
