@@ -74,7 +74,7 @@ class ReportFixture {
     r.requests = task.requests(doc);
     for (size_t i = 0; i < results.size(); ++i) results[i].index = static_cast<int64_t>(i);
     r.results = results;
-    r.metrics = task.process_results(doc, results);
+    r.metrics = task.process_results_all(doc, results);
     records_.push_back(std::move(r));
   }
 
@@ -194,7 +194,7 @@ TEST(ReportTest, SamplesLinesAreLmEvalsAndParseBack) {
       EXPECT_EQ(j["filtered_resps"][c][1], record.results[c].is_greedy ? "True" : "False");
       EXPECT_EQ(j["arguments"]["gen_args_" + std::to_string(c)]["arg_1"], record.requests[c].continuation);
     }
-    EXPECT_EQ(j["acc"].get<double>(), record.metrics.at("acc").value);
+    EXPECT_EQ(j["acc"].get<double>(), record.metrics[0].at("acc").value);
   }
   const auto story = lines_of(io::read_file(f.out("s/samples_story.jsonl")));
   ASSERT_EQ(story.size(), 2u);
