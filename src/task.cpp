@@ -359,7 +359,8 @@ Task Task::parse(const std::string& yaml_path, const TaskLoadOptions& options) {
           "{}: few-shot file {} not found; the {} examples come from the first {} documents of {}, skipping the "
           "document being asked (lm-eval's rule when fewshot_split is the test split), so scores are not "
           "comparable to lm-eval's with the train split",
-          task.name_, task.missing_fewshot_file_, task.num_fewshot_, task.num_fewshot_ + 1, task.dataset_file_));
+          task.name_, std::filesystem::path(task.missing_fewshot_file_).lexically_normal().string(), task.num_fewshot_,
+          task.num_fewshot_ + 1, std::filesystem::path(task.dataset_file_).lexically_normal().string()));
     }
     if (!config.contains("fewshot_config")) {
       // lm-eval's default sampler draws at random; only first_n is implemented, so say so.

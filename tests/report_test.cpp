@@ -213,9 +213,9 @@ TEST(ReportTest, SamplesLinesAreLmEvalsAndParseBack) {
 TEST(ReportTest, MarkdownShowsEveryMetricAndTheIncompleteWork) {
   ReportFixture f;
   const std::string md = report_markdown(f.tasks(), f.records(), f.summary());
-  EXPECT_THAT(md, HasSubstr("| quiz | N/A | 0 | acc | ↑ | 0.6667 | ± | 0.3333 | 3 |\n"));
-  EXPECT_THAT(md, HasSubstr("| quiz | N/A | 0 | acc_norm | ↑ | 0.6667 | ± | 0.3333 | 3 |\n"));
-  EXPECT_THAT(md, HasSubstr("| story | 2.0 | 0 | bits_per_byte | ↓ | 1.5329 | ± | N/A | 2 |\n"));
+  EXPECT_THAT(md, HasSubstr("| quiz | N/A | none | 0 | acc | ↑ | 0.6667 | ± | 0.3333 | 3 |\n"));
+  EXPECT_THAT(md, HasSubstr("| quiz | N/A | none | 0 | acc_norm | ↑ | 0.6667 | ± | 0.3333 | 3 |\n"));
+  EXPECT_THAT(md, HasSubstr("| story | 2.0 | none | 0 | bits_per_byte | ↓ | 1.5329 | ± | N/A | 2 |\n"));
   EXPECT_THAT(md, HasSubstr("## Incomplete (1)"));
   EXPECT_THAT(md, HasSubstr("- batch 7 (quiz doc 3) quarantined after 3 worker crashes\n"));
   f.summary().incomplete.clear();
