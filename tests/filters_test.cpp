@@ -87,6 +87,19 @@ TEST(FiltersTest, GroupSelectCountsLikePythonIndexing) {
   EXPECT_EQ(p[1].apply({"zz"}), "none found");
 }
 
+// Python 3.7+'s findall: re.findall("[0-9]*", "a12") == ["", "12", ""].
+TEST(FiltersTest, EmptyMatchesIterateAsInPython) {
+  auto select = [](int64_t group) {
+    return parse("- name: x\n  filter:\n    - function: regex\n      regex_pattern: \"[0-9]*\"\n"
+                 "      group_select: " + std::to_string(group) + "\n    - function: take_first\n")[0];
+  };
+  EXPECT_EQ(select(0).apply({"a12"}), "");
+  EXPECT_EQ(select(1).apply({"a12"}), "12");
+  EXPECT_EQ(select(2).apply({"a12"}), "");
+  EXPECT_THAT(error_of([&] { select(3).apply({"a12"}); }), HasSubstr("out of range for the 3 matches"));
+  EXPECT_EQ(select(-2).apply({"a12"}), "12");
+}
+
 TEST(FiltersTest, TextSteps) {
   const auto p = parse("- name: a\n  filter:\n    - function: remove_whitespace\n    - function: lowercase\n"
                        "    - function: take_first\n"

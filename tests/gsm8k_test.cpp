@@ -2,6 +2,8 @@
 // test.jsonl itself when train.jsonl is missing, the asked document skipped), the stop
 // strings, exact_match with gsm8k's regexes_to_ignore under both filters, and results.json /
 // samples keyed by filter as lm-eval writes them.
+#include <algorithm>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -211,6 +213,32 @@ TEST(Gsm8kTest, ResultsAndSamplesAreKeyedByFilter) {
   EXPECT_THAT(report, HasSubstr("## Notes"));
   const std::string html = io::read_file(dir.file("report.html"));
   EXPECT_THAT(html, HasSubstr("exact_match (flexible-extract)"));
+}
+
+// A real run with the shipped model: both filters in results.json, two samples lines per
+// document, the prompt's stop strings applied to what the model wrote.
+TEST(Gsm8kTest, TinyRunWritesBothFilters) {
+  GPUEVAL_REQUIRE_SHARED();
+  testing::TempDir dir;
+  testing::write_text(dir.file("run.yaml"), "model: " + testing::source_dir() + "/models/stories260K\n" +
+                                                "tasks: [gsm8k]\noutput: " + dir.file("out") + "\n");
+  const auto r = testing::run_gpueval({"run", "--gpus", "cpu:1", "--limit", "2", "--data",
+                                       "gsm8k=" + testing::shared_dir() + "/data/gsm8k", dir.file("run.yaml")});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("note: gsm8k: few-shot file"));
+  const nlohmann::ordered_json results = nlohmann::ordered_json::parse(io::read_file(dir.file("out/results.json")));
+  const auto& g = results["results"]["gsm8k"];
+  for (const char* key : {"exact_match,strict-match", "exact_match_stderr,strict-match", "exact_match,flexible-extract",
+                          "exact_match_stderr,flexible-extract"}) {
+    EXPECT_TRUE(g.contains(key)) << key << " in " << g.dump();
+  }
+  EXPECT_EQ(results["n-samples"]["gsm8k"]["effective"], 2);
+  const std::string samples = io::read_file(dir.file("out/samples_gsm8k.jsonl"));
+  EXPECT_EQ(std::count(samples.begin(), samples.end(), '\n'), 4);
+  const auto first = nlohmann::json::parse(samples.substr(0, samples.find('\n')));
+  const std::string text = first["resps"][0][0].get<std::string>();
+  EXPECT_EQ(text.find("Question:"), std::string::npos);
+  EXPECT_EQ(first["arguments"]["gen_args_0"]["arg_1"]["until"], nlohmann::json({"Question:", "</s>", "<|im_end|>"}));
 }
 
 TEST(Gsm8kTest, BadFilterListInATaskFileNamesFileAndLine) {
