@@ -80,6 +80,9 @@ int run_evaluation(const RunConfig& config, const EvaluationOptions& options) {
   std::vector<Task> tasks;
   tasks.reserve(selection.tasks.size());
   for (const std::string& name : selection.tasks) tasks.push_back(Task::load(name, search, load_options));
+  for (const Task& task : tasks) {
+    for (const std::string& note : task.notes()) std::cerr << "[sched] note: " << note << "\n";
+  }
   std::vector<const Task*> task_ptrs;
   std::map<std::string, size_t> task_index;
   for (const Task& t : tasks) {
@@ -186,7 +189,7 @@ int run_evaluation(const RunConfig& config, const EvaluationOptions& options) {
         incomplete.push_back(fmt::format("{} doc {}", tasks[t].name(), rec.doc.doc_id));
         continue;
       }
-      rec.metrics = tasks[t].process_results(rec.doc, rec.results);
+      rec.metrics = tasks[t].process_results_all(rec.doc, rec.results);
       records.push_back(std::move(rec));
     }
   }

@@ -40,6 +40,10 @@ std::vector<TaskResults> collect(const std::vector<const Task*>& tasks, const st
       fail(record.task->location(record.doc), "{} results for {} requests: incomplete documents belong in the "
            "incomplete list, not in the report", record.results.size(), record.requests.size());
     }
+    if (record.metrics.size() != record.task->filters().size()) {
+      fail(record.task->location(record.doc), "metrics for {} filters, but task '{}' has {}", record.metrics.size(),
+           record.task->name(), record.task->filters().size());
+    }
     out[it->second].records.push_back(&record);
   }
   for (TaskResults& t : out) {
@@ -51,9 +55,15 @@ std::vector<TaskResults> collect(const std::vector<const Task*>& tasks, const st
              t.records[i]->doc.doc_id, t.task->name());
       }
     }
-    std::vector<const DocMetrics*> metrics;
-    for (const DocRecord* r : t.records) metrics.push_back(&r->metrics);
-    t.metrics = aggregate_metrics(t.task->metrics(), metrics, summary.bootstrap_iters);
+    // lm-eval's order: filter by filter, each filter's metrics in metric order.
+    for (size_t f = 0; f < t.task->filters().size(); ++f) {
+      std::vector<const DocMetrics*> metrics;
+      for (const DocRecord* r : t.records) metrics.push_back(&r->metrics[f]);
+      for (MetricResult& m : aggregate_metrics(t.task->metrics(), metrics, summary.bootstrap_iters)) {
+        m.filter = t.task->filters()[f].name();
+        t.metrics.push_back(std::move(m));
+      }
+    }
   }
   return out;
 }
@@ -71,8 +81,10 @@ nlohmann::ordered_json metric_json(const Task& task, const std::string& name, co
   return v.value;
 }
 
-nlohmann::ordered_json sample(const DocRecord& record) {
+nlohmann::ordered_json sample(const DocRecord& record, size_t filter) {
   const Task& task = *record.task;
+  const DocMetrics& metrics = record.metrics.at(filter);
+  const std::vector<std::string> texts = task.filtered_texts(record.results, filter);
   const nlohmann::json target = task.target(record.doc);
   nlohmann::ordered_json arguments = nlohmann::ordered_json::object();
   nlohmann::ordered_json resps = nlohmann::ordered_json::array();
@@ -103,7 +115,7 @@ nlohmann::ordered_json sample(const DocRecord& record) {
     }
     arguments["gen_args_" + std::to_string(i)] = args;
     resps.push_back(nlohmann::ordered_json::array({response}));
-    filtered.push_back(response);
+    filtered.push_back(request.type == RequestType::kGenerateUntil ? nlohmann::ordered_json(texts[i]) : response);
   }
   const std::string target_text = py::str(target);
   nlohmann::ordered_json line;
@@ -113,17 +125,17 @@ nlohmann::ordered_json sample(const DocRecord& record) {
   line["arguments"] = arguments;
   line["resps"] = resps;
   line["filtered_resps"] = filtered;
-  line["filter"] = "none";
+  line["filter"] = task.filters().at(filter).name();
   nlohmann::ordered_json names = nlohmann::ordered_json::array();
   for (const MetricSpec& spec : task.metrics()) {
-    if (record.metrics.count(spec.name)) names.push_back(spec.name);
+    if (metrics.count(spec.name)) names.push_back(spec.name);
   }
   line["metrics"] = names;
   line["doc_hash"] = sha256_hex(py::json_dumps(record.doc.fields, 2));
   line["prompt_hash"] = sha256_hex(record.requests.empty() ? std::string() : record.requests[0].context);
   line["target_hash"] = sha256_hex(target_text);
   for (const MetricSpec& spec : task.metrics()) {
-    if (const auto it = record.metrics.find(spec.name); it != record.metrics.end()) {
+    if (const auto it = metrics.find(spec.name); it != metrics.end()) {
       line[spec.name] = metric_json(task, spec.name, it->second);
     }
   }
@@ -165,7 +177,7 @@ std::vector<GroupResults> group_results(const std::vector<TaskResults>& tasks, c
         const auto it = by_name.find(name);
         if (it == by_name.end()) continue;
         for (const MetricResult& m : it->second->metrics) {
-          if (m.name != spec.metric) continue;
+          if (m.name != spec.metric || m.filter != "none") continue;  // groups aggregate filter "none" only
           scores.push_back(SubtaskScore{m.value, m.stderr, m.n});
           result.higher_is_better = m.higher_is_better;
           result.n += m.n;
@@ -202,11 +214,11 @@ nlohmann::ordered_json results(const std::vector<TaskResults>& tasks, const RunS
     nlohmann::ordered_json r;
     r["alias"] = t.task->alias();
     for (const MetricResult& m : t.metrics) {
-      r[m.name + ",none"] = m.value;
+      r[m.name + "," + m.filter] = m.value;
       if (m.stderr) {
-        r[m.name + "_stderr,none"] = *m.stderr;
+        r[m.name + "_stderr," + m.filter] = *m.stderr;
       } else {
-        r[m.name + "_stderr,none"] = "N/A";
+        r[m.name + "_stderr," + m.filter] = "N/A";
       }
     }
     per_task[name] = r;
@@ -260,10 +272,12 @@ nlohmann::ordered_json results(const std::vector<TaskResults>& tasks, const RunS
   nlohmann::ordered_json task_hashes = nlohmann::ordered_json::object();
   for (const TaskResults& t : tasks) {
     std::string hashes;
-    for (const DocRecord* r : t.records) {
-      const nlohmann::ordered_json s = sample(*r);
-      hashes += s["doc_hash"].get<std::string>() + s["prompt_hash"].get<std::string>() +
-                s["target_hash"].get<std::string>();
+    for (size_t f = 0; f < t.task->filters().size(); ++f) {
+      for (const DocRecord* r : t.records) {
+        const nlohmann::ordered_json s = sample(*r, f);
+        hashes += s["doc_hash"].get<std::string>() + s["prompt_hash"].get<std::string>() +
+                  s["target_hash"].get<std::string>();
+      }
     }
     task_hashes[t.task->name()] = sha256_hex(hashes);
   }
@@ -293,17 +307,18 @@ std::string markdown(const std::vector<TaskResults>& tasks, const RunSummary& su
   out += fmt::format("- model: `{}`\n", markdown_cell(summary.model));
   out += fmt::format("- wall time: {:.1f} s\n", summary.wall_seconds);
   if (summary.limit) out += fmt::format("- limit: {} documents per task\n", *summary.limit);
-  out += "\n| Task | Version | n-shot | Metric |   | Value |   | Stderr | n |\n";
-  out += "|------|--------:|-------:|--------|---|------:|---|-------:|--:|\n";
+  out += "\n| Task | Version | Filter | n-shot | Metric |   | Value |   | Stderr | n |\n";
+  out += "|------|--------:|--------|-------:|--------|---|------:|---|-------:|--:|\n";
   for (const TaskResults& t : tasks) {
     const std::string version = t.task->version().is_null() ? "N/A" : py::str(t.task->version());
     if (t.metrics.empty()) {
-      out += fmt::format("| {} | {} | {} | (no documents) |  |  |  |  | 0 |\n", markdown_cell(t.task->alias()),
+      out += fmt::format("| {} | {} |  | {} | (no documents) |  |  |  |  | 0 |\n", markdown_cell(t.task->alias()),
                          markdown_cell(version), t.task->num_fewshot());
     }
     for (const MetricResult& m : t.metrics) {
-      out += fmt::format("| {} | {} | {} | {} | {} | {:.4f} | ± | {} | {} |\n", markdown_cell(t.task->alias()),
-                         markdown_cell(version), t.task->num_fewshot(), m.name, m.higher_is_better ? "↑" : "↓",
+      out += fmt::format("| {} | {} | {} | {} | {} | {} | {:.4f} | ± | {} | {} |\n", markdown_cell(t.task->alias()),
+                         markdown_cell(version), markdown_cell(m.filter), t.task->num_fewshot(), m.name,
+                         m.higher_is_better ? "↑" : "↓",
                          m.value, m.stderr ? fmt::format("{:.4f}", *m.stderr) : "N/A", m.n);
     }
   }
@@ -320,6 +335,12 @@ std::string markdown(const std::vector<TaskResults>& tasks, const RunSummary& su
       }
     }
   }
+  std::vector<std::string> notes;
+  for (const TaskResults& t : tasks) notes.insert(notes.end(), t.task->notes().begin(), t.task->notes().end());
+  if (!notes.empty()) {
+    out += "\n## Notes\n\n";
+    for (const std::string& note : notes) out += "- " + markdown_cell(note) + "\n";
+  }
   if (!summary.incomplete.empty()) {
     out += fmt::format("\n## Incomplete ({})\n\nThese were not scored; the metrics above leave them out.\n\n",
                        summary.incomplete.size());
@@ -330,13 +351,16 @@ std::string markdown(const std::vector<TaskResults>& tasks, const RunSummary& su
 
 }  // namespace
 
-nlohmann::ordered_json sample_json(const DocRecord& record) {
+nlohmann::ordered_json sample_json(const DocRecord& record, size_t filter) {
   if (!record.task) fail("sample_json", "document {} has no task", record.doc.doc_id);
   if (record.results.size() != record.requests.size()) {
     fail(record.task->location(record.doc), "{} results for {} requests", record.results.size(),
          record.requests.size());
   }
-  return sample(record);
+  if (filter >= record.metrics.size()) {
+    fail(record.task->location(record.doc), "no metrics for filter {} ({} given)", filter, record.metrics.size());
+  }
+  return sample(record, filter);
 }
 
 nlohmann::ordered_json results_json(const std::vector<const Task*>& tasks, const std::vector<DocRecord>& docs,
@@ -355,7 +379,9 @@ void write_reports(const std::string& output_dir, const std::vector<const Task*>
   io::make_directories(output_dir);
   for (const TaskResults& t : collected) {
     std::string lines;
-    for (const DocRecord* r : t.records) lines += py::json_dumps(sample(*r)) + "\n";
+    for (size_t f = 0; f < t.task->filters().size(); ++f) {
+      for (const DocRecord* r : t.records) lines += py::json_dumps(sample(*r, f)) + "\n";
+    }
     io::write_file_atomic(output_dir + "/samples_" + t.task->name() + ".jsonl", lines);
   }
   // As lm-eval writes it: json.dumps(indent=2, ensure_ascii=False), no trailing newline.
@@ -364,7 +390,7 @@ void write_reports(const std::string& output_dir, const std::vector<const Task*>
   io::write_file_atomic(output_dir + "/report.md", markdown(collected, summary));
   MetricCounts counts;
   for (const TaskResults& t : collected) {
-    for (const MetricResult& m : t.metrics) counts[t.task->name()][m.name] = m.n;
+    for (const MetricResult& m : t.metrics) counts[t.task->name()][m.name] = m.n;  // the same n for every filter
   }
   io::write_file_atomic(output_dir + "/report.html", report_html(results_object, counts));
 }

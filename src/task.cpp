@@ -11,6 +11,7 @@
 #include "gpueval/csv.h"
 #include "gpueval/error.h"
 #include "gpueval/file_io.h"
+#include "gpueval/filters.h"
 #include "strict_json.h"
 #include "yaml_json.h"
 
@@ -36,7 +37,7 @@ const std::vector<std::string>& task_config_order() {
 const std::set<std::string>& unsupported_keys() {
   static const std::set<std::string> kKeys = {
       "custom_dataset", "process_docs", "doc_to_image", "doc_to_audio", "process_results", "use_prompt",
-      "filter_list", "gen_prefix", "group", "include", "class"};
+      "gen_prefix", "group", "include", "class"};
   return kKeys;
 }
 
@@ -222,7 +223,17 @@ Task Task::parse(const std::string& yaml_path, const TaskLoadOptions& options) {
   };
   require("dataset_path");
   task.dataset_file_ = resolve_data("dataset_path");
-  if (values.count("fewshot_path")) task.fewshot_file_ = resolve_data("fewshot_path");
+  if (values.count("fewshot_path")) {
+    // A missing few-shot file is not an error: the examples then come from dataset_path (task.h).
+    const std::string path = scalar_string(values.at("fewshot_path"), "fewshot_path", where_of("fewshot_path"));
+    config["fewshot_path"] = path;
+    const std::string file = !path.empty() && path[0] == '/' ? path : base_dir + "/" + path;
+    if (io::path_exists(file)) {
+      task.fewshot_file_ = file;
+    } else {
+      task.missing_fewshot_file_ = file;
+    }
+  }
 
   if (values.count("dataset_kind")) {
     const std::string kind = scalar_string(values.at("dataset_kind"), "dataset_kind", where_of("dataset_kind"));
@@ -339,8 +350,17 @@ Task Task::parse(const std::string& yaml_path, const TaskLoadOptions& options) {
   if (options.num_fewshot) task.num_fewshot_ = *options.num_fewshot;
   if (task.num_fewshot_ > 0) {
     const std::string where = values.count("num_fewshot") ? where_of("num_fewshot") : yaml_path;
-    if (task.fewshot_file_.empty()) {
+    if (task.fewshot_file_.empty() && task.missing_fewshot_file_.empty()) {
       fail(where, "num_fewshot {} needs fewshot_path (the documents to draw examples from)", task.num_fewshot_);
+    }
+    if (task.fewshot_file_.empty()) {
+      task.fewshot_from_dataset_ = true;
+      task.notes_.push_back(fmt::format(
+          "{}: few-shot file {} not found; the {} examples come from the first {} documents of {}, skipping the "
+          "document being asked (lm-eval's rule when fewshot_split is the test split), so scores are not "
+          "comparable to lm-eval's with the train split",
+          task.name_, std::filesystem::path(task.missing_fewshot_file_).lexically_normal().string(), task.num_fewshot_,
+          task.num_fewshot_ + 1, std::filesystem::path(task.dataset_file_).lexically_normal().string()));
     }
     if (!config.contains("fewshot_config")) {
       // lm-eval's default sampler draws at random; only first_n is implemented, so say so.
@@ -468,6 +488,16 @@ Task Task::parse(const std::string& yaml_path, const TaskLoadOptions& options) {
     fail(where_of("generation_kwargs"), "generation_kwargs applies to generate_until tasks only");
   }
 
+  if (values.count("filter_list")) {
+    if (type != OutputType::kGenerateUntil) {
+      fail(where_of("filter_list"), "filter_list applies to generate_until tasks only (gpueval)");
+    }
+    task.filters_ = parse_filter_list(values.at("filter_list"), yaml_path);
+    config["filter_list"] = yaml_to_json(values.at("filter_list"), yaml_path);
+  } else {
+    task.filters_ = {FilterPipeline::none()};
+  }
+
   for (const std::string& key : descriptive_keys()) {
     if (values.count(key)) config[key] = yaml_to_json(values.at(key), yaml_path);
   }
@@ -519,7 +549,19 @@ std::vector<Document> Task::read_documents(const std::string& file, std::vector<
 
 void Task::load_documents() {
   documents_ = read_documents(dataset_file_, lines_);
-  if (num_fewshot_ > 0) {
+  if (num_fewshot_ > 0 && fewshot_from_dataset_) {
+    // lm-eval's rule for examples from the evaluated split: num_fewshot + 1 candidates, of
+    // which context() drops the document being asked.
+    const size_t n = std::min(documents_.size(), static_cast<size_t>(num_fewshot_ + 1));
+    if (static_cast<int64_t>(documents_.size()) <= num_fewshot_) {
+      fail(dataset_file_, "num_fewshot {} from the task's own {} documents needs at least {}", num_fewshot_,
+           documents_.size(), num_fewshot_ + 1);
+    }
+    for (size_t k = 0; k < n; ++k) {
+      fewshot_documents_.push_back(documents_[k]);
+      fewshot_examples_.push_back(fewshot_example(documents_[k], location(documents_[k])) + fewshot_delimiter_);
+    }
+  } else if (num_fewshot_ > 0) {
     std::vector<int64_t> lines;
     std::vector<Document> pool = read_documents(fewshot_file_, lines);
     if (static_cast<int64_t>(pool.size()) < num_fewshot_) {

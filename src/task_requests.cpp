@@ -54,7 +54,17 @@ std::string Task::context(const Document& doc) const {
   const std::string where = location(doc);
   std::string out = description_ ? description_->render(doc.fields, where) : "";
   if (!doc_to_text_ || output_type_ == OutputType::kLoglikelihoodRolling) return out;
-  out += fewshot_prefix_;
+  if (fewshot_from_dataset_) {
+    // lm-eval compares documents, not ids: every candidate equal to this one is left out.
+    int64_t taken = 0;
+    for (size_t k = 0; k < fewshot_documents_.size() && taken < num_fewshot_; ++k) {
+      if (fewshot_documents_[k].fields == doc.fields) continue;
+      out += fewshot_examples_[k];
+      ++taken;
+    }
+  } else {
+    out += fewshot_prefix_;
+  }
   const nlohmann::json text = field_or_render(*doc_to_text_, doc.fields, where);
   const bool has_choices = doc_to_choice_.has_value() || choice_list_.has_value();
   // A doc_to_text that gives a number makes lm-eval treat the task as "multiple input"
@@ -215,8 +225,24 @@ std::vector<Request> Task::requests(const Document& doc) const {
   return out;
 }
 
-DocMetrics Task::process_results(const Document& doc, const std::vector<RequestResult>& results) const {
+std::vector<std::string> Task::filtered_texts(const std::vector<RequestResult>& results, size_t filter) const {
+  if (filter >= filters_.size()) fail(name_, "no filter {} (the task has {})", filter, filters_.size());
+  std::vector<std::string> out;
+  for (const RequestResult& r : results) {
+    out.push_back(output_type_ == OutputType::kGenerateUntil ? filters_[filter].apply({r.text}) : r.text);
+  }
+  return out;
+}
+
+std::vector<DocMetrics> Task::process_results_all(const Document& doc, const std::vector<RequestResult>& results) const {
+  std::vector<DocMetrics> out;
+  for (size_t f = 0; f < filters_.size(); ++f) out.push_back(process_results(doc, results, f));
+  return out;
+}
+
+DocMetrics Task::process_results(const Document& doc, const std::vector<RequestResult>& results, size_t filter) const {
   const std::string where = location(doc);
+  if (filter >= filters_.size()) fail(where, "no filter {} (task '{}' has {})", filter, name_, filters_.size());
   DocMetrics all;  // every metric lm-eval computes for the output type; filtered to metric_list below
   switch (output_type_) {
     case OutputType::kMultipleChoice: {
@@ -268,9 +294,10 @@ DocMetrics Task::process_results(const Document& doc, const std::vector<RequestR
         gold = options[static_cast<size_t>(i)];
       }
       const nlohmann::json golds = gold.is_array() ? gold : nlohmann::json::array({gold});
+      const std::string answer = filters_[filter].apply({results[0].text});
       for (const MetricSpec& spec : metrics_) {
         double score = 0;
-        for (const auto& g : golds) score = std::max(score, exact_match(results[0].text, py::str(g), spec.kwargs));
+        for (const auto& g : golds) score = std::max(score, exact_match(answer, py::str(g), spec.kwargs));
         all[spec.name] = MetricValue::scalar(score);
       }
       break;

@@ -135,6 +135,39 @@ std::vector<std::pair<size_t, size_t>> UnicodeRegex::find_all(std::string_view t
   return matches;
 }
 
+std::vector<UnicodeRegex::Match> UnicodeRegex::python_find_all(std::string_view text) const {
+  std::vector<Match> matches;
+  pcre2_match_data* data = pcre2_match_data_create_from_pattern(code_->code, nullptr);
+  const auto subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+  size_t search_from = 0;
+  bool after_empty = false;
+  while (search_from <= text.size()) {
+    const uint32_t flags = PCRE2_NO_UTF_CHECK | (after_empty ? PCRE2_NOTEMPTY_ATSTART : 0);
+    const int rc = pcre2_match(code_->code, subject, text.size(), search_from, flags, data, nullptr);
+    if (rc == PCRE2_ERROR_NOMATCH) break;
+    if (rc < 0) {
+      pcre2_match_data_free(data);
+      fail(code_->where, "regex match failed: {}", pcre2_message(rc));
+    }
+    const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(data);
+    const uint32_t pairs = pcre2_get_ovector_count(data);
+    Match m;
+    m.span = {ovector[0], ovector[1]};
+    for (uint32_t g = 1; g < pairs; ++g) {
+      if (ovector[2 * g] == PCRE2_UNSET) {
+        m.groups.emplace_back(std::nullopt);
+      } else {
+        m.groups.emplace_back(std::make_pair(size_t{ovector[2 * g]}, size_t{ovector[2 * g + 1]}));
+      }
+    }
+    after_empty = m.span.first == m.span.second;
+    search_from = m.span.second;
+    matches.push_back(std::move(m));
+  }
+  pcre2_match_data_free(data);
+  return matches;
+}
+
 bool UnicodeRegex::matches_at(std::string_view text, size_t pos) const {
   pcre2_match_data* data = pcre2_match_data_create_from_pattern(code_->code, nullptr);
   const int rc = pcre2_match(code_->code, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), pos,

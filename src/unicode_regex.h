@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -28,6 +29,17 @@ class UnicodeRegex {
 
   // Whether the pattern matches at exactly text[pos] (anchored there).
   bool matches_at(std::string_view text, size_t pos) const;
+
+  // One match of python_find_all(): the whole match and each capture group as [begin, end)
+  // byte offsets; a group that took no part is nullopt (Python's findall gives "" for it).
+  struct Match {
+    std::pair<size_t, size_t> span;
+    std::vector<std::optional<std::pair<size_t, size_t>>> groups;
+  };
+  // Non-overlapping matches with Python re's iteration rule (3.7+): an empty match is
+  // allowed right after a non-empty one, and after an empty match at p the next match may
+  // start at p only if it is not empty. text must be valid UTF-8.
+  std::vector<Match> python_find_all(std::string_view text) const;
 
  private:
   struct Code;

@@ -74,7 +74,7 @@ class ReportFixture {
     r.requests = task.requests(doc);
     for (size_t i = 0; i < results.size(); ++i) results[i].index = static_cast<int64_t>(i);
     r.results = results;
-    r.metrics = task.process_results(doc, results);
+    r.metrics = task.process_results_all(doc, results);
     records_.push_back(std::move(r));
   }
 
@@ -194,7 +194,7 @@ TEST(ReportTest, SamplesLinesAreLmEvalsAndParseBack) {
       EXPECT_EQ(j["filtered_resps"][c][1], record.results[c].is_greedy ? "True" : "False");
       EXPECT_EQ(j["arguments"]["gen_args_" + std::to_string(c)]["arg_1"], record.requests[c].continuation);
     }
-    EXPECT_EQ(j["acc"].get<double>(), record.metrics.at("acc").value);
+    EXPECT_EQ(j["acc"].get<double>(), record.metrics[0].at("acc").value);
   }
   const auto story = lines_of(io::read_file(f.out("s/samples_story.jsonl")));
   ASSERT_EQ(story.size(), 2u);
@@ -213,9 +213,9 @@ TEST(ReportTest, SamplesLinesAreLmEvalsAndParseBack) {
 TEST(ReportTest, MarkdownShowsEveryMetricAndTheIncompleteWork) {
   ReportFixture f;
   const std::string md = report_markdown(f.tasks(), f.records(), f.summary());
-  EXPECT_THAT(md, HasSubstr("| quiz | N/A | 0 | acc | ↑ | 0.6667 | ± | 0.3333 | 3 |\n"));
-  EXPECT_THAT(md, HasSubstr("| quiz | N/A | 0 | acc_norm | ↑ | 0.6667 | ± | 0.3333 | 3 |\n"));
-  EXPECT_THAT(md, HasSubstr("| story | 2.0 | 0 | bits_per_byte | ↓ | 1.5329 | ± | N/A | 2 |\n"));
+  EXPECT_THAT(md, HasSubstr("| quiz | N/A | none | 0 | acc | ↑ | 0.6667 | ± | 0.3333 | 3 |\n"));
+  EXPECT_THAT(md, HasSubstr("| quiz | N/A | none | 0 | acc_norm | ↑ | 0.6667 | ± | 0.3333 | 3 |\n"));
+  EXPECT_THAT(md, HasSubstr("| story | 2.0 | none | 0 | bits_per_byte | ↓ | 1.5329 | ± | N/A | 2 |\n"));
   EXPECT_THAT(md, HasSubstr("## Incomplete (1)"));
   EXPECT_THAT(md, HasSubstr("- batch 7 (quiz doc 3) quarantined after 3 worker crashes\n"));
   f.summary().incomplete.clear();

@@ -61,7 +61,7 @@ class TaskDemoModelTest : public ::testing::Test {
         }
         record.results.push_back(result);
       }
-      record.metrics = task.process_results(doc, record.results);
+      record.metrics = task.process_results_all(doc, record.results);
       records.push_back(std::move(record));
     }
     return records;

@@ -328,8 +328,10 @@ TEST(TaskTest, DefinitionErrorsNameFileAndLine) {
                          "doc_to_text: \"{{question}}\"\ndoc_to_target: \"{{label}}\"\n"),
               HasSubstr(yaml + ": missing required key 'doc_to_choice'"));
   EXPECT_THAT(load_error(std::string(kChoiceYaml) + "doc_to_txt: x\n"), HasSubstr(yaml + ":10: unknown key 'doc_to_txt'"));
+  EXPECT_THAT(load_error(std::string(kChoiceYaml) + "gen_prefix: x\n"),
+              HasSubstr(yaml + ":10: key 'gen_prefix' is not supported yet"));
   EXPECT_THAT(load_error(std::string(kChoiceYaml) + "filter_list: []\n"),
-              HasSubstr(yaml + ":10: key 'filter_list' is not supported yet"));
+              HasSubstr(yaml + ":10: filter_list applies to generate_until tasks only"));
   EXPECT_THAT(load_error(std::string(kChoiceYaml) + "num_fewshot: 5\n"),
               HasSubstr(yaml + ":10: num_fewshot 5 needs fewshot_path (the documents to draw examples from)"));
   EXPECT_THAT(load_error(std::string(kChoiceYaml) + "fewshot_path: quiz.jsonl\nnum_fewshot: 5\n"),

@@ -87,6 +87,7 @@ double bootstrap_stderr(Aggregation aggregation, const std::vector<MetricValue>&
 // One line of a task's results.
 struct MetricResult {
   std::string name;
+  std::string filter = "none";  // the task's filter pipeline (results.json keys "<name>,<filter>")
   Aggregation aggregation = Aggregation::kMean;
   bool higher_is_better = true;
   double value = 0;

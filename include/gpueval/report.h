@@ -1,19 +1,21 @@
 // The result files of a run, laid out as lm-evaluation-harness lays out its own so that the
 // tools people use on lm-eval output read ours:
 //   results.json           lm-eval's results file (v0.4 layout): "results" {task: {"alias",
-//                          "<metric>,none", "<metric>_stderr,none"}}, "group_subtasks",
+//                          "<metric>,<filter>", "<metric>_stderr,<filter>"}} (filter "none"
+//                          unless the task has a filter_list), "group_subtasks",
 //                          "configs", "versions", "n-shot", "higher_is_better", "n-samples",
 //                          "config", "task_hashes", "model_name", "total_evaluation_time_seconds",
 //                          plus gpueval's "incomplete" list; with groups, lm-eval's "groups"
 //                          {group: {"<metric>,none", "<metric>_stderr,none", "alias"}} (the
 //                          scores of gpueval/task_group.h), also listed under "results", and
 //                          each group's members under "group_subtasks";
-//   samples_<task>.jsonl   one line per document as lm-eval's --log_samples writes it: doc_id,
+//   samples_<task>.jsonl   one line per filter and document (filter by filter, documents in
+//                          order), as lm-eval's --log_samples writes it: doc_id,
 //                          doc, target, arguments {gen_args_i: {arg_j}}, resps and
 //                          filtered_resps (values as Python str()s, as lm-eval sanitizes them),
 //                          filter, metrics, doc/prompt/target SHA-256 hashes, and each metric;
-//   report.md              a table of task, metric, value ± stderr and n, one of the groups, and the
-//                          incomplete or quarantined work, if any;
+//   report.md              a table of task, filter, metric, value ± stderr and n, one of the
+//                          groups, the tasks' notes, and the incomplete or quarantined work, if any;
 //   report.html            the same for a browser, with a bar chart (report_html.h).
 // Output is a function of the inputs alone: JSON is written the way Python's json.dumps writes
 // it (floats in repr form, which round-trips exactly), records are ordered by task and doc_id
@@ -37,13 +39,13 @@
 namespace gpueval {
 
 // Everything about one scored document: its requests, their results in the same order, and
-// task->process_results() of them.
+// task->process_results_all() of them: one DocMetrics per filter of the task, in order.
 struct DocRecord {
   const Task* task = nullptr;
   Document doc;
   std::vector<Request> requests;
   std::vector<RequestResult> results;
-  DocMetrics metrics;
+  std::vector<DocMetrics> metrics;
 };
 
 struct RunSummary {
@@ -67,7 +69,7 @@ void write_reports(const std::string& output_dir, const std::vector<const Task*>
 // The pieces write_reports() writes, for tests and other writers.
 nlohmann::ordered_json results_json(const std::vector<const Task*>& tasks, const std::vector<DocRecord>& docs,
                                     const RunSummary& summary);
-nlohmann::ordered_json sample_json(const DocRecord& record);
+nlohmann::ordered_json sample_json(const DocRecord& record, size_t filter = 0);  // filter: index into task->filters()
 std::string report_markdown(const std::vector<const Task*>& tasks, const std::vector<DocRecord>& docs,
                             const RunSummary& summary);
 

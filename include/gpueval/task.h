@@ -32,13 +32,24 @@
 //                               exists. Without data_root, paths are relative to the YAML file;
 //   fewshot_path: FILE          the documents few-shot examples are drawn from (lm-eval's
 //                               fewshot_split; same kind and columns as dataset_path).
+// Few-shot examples without their file. A task file may name a fewshot_path the user does not
+// have (gsm8k's train.jsonl: its examples come from the train split, and only test.jsonl may
+// be on disk). Then the examples come from dataset_path itself, as lm-eval draws them when
+// fewshot_split equals the evaluation split: the first num_fewshot + 1 documents, less any
+// equal to the document being asked, the first num_fewshot of what is left. So document k <= n
+// gets documents 0..n without k as examples, every later document 0..n-1. The task says
+// so once in notes(), which the run logs and report.md lists; results are then not those of
+// lm-eval with the train split.
+// Filters. generate_until tasks may give lm-eval's filter_list (gpueval/filters.h): each
+// pipeline is scored on its own, and results are keyed "<metric>,<filter>"; without one,
+// every task has the single pipeline "none".
 // Everything a
 // document needs is rendered once when the task loads, so a bad file fails at load with one
 // line naming the file and line: YAML syntax, an unknown or unsupported key, a missing required
 // key, an unknown output_type or metric, a dataset line that is not a JSON object, a template
 // field a document lacks, a label outside its choices, a CSV record with the wrong number of
-// fields. Other samplers, filters and custom process_docs/process_results are not supported
-// yet and are rejected rather than ignored.
+// fields, a filter_list step gpueval does not have. Other samplers and custom
+// process_docs/process_results are not supported yet and are rejected rather than ignored.
 //
 // A loaded Task is immutable; every method is const and safe to call from many threads.
 #pragma once
@@ -51,6 +62,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gpueval/filters.h"
 #include "gpueval/metrics.h"
 #include "gpueval/request.h"
 #include "gpueval/template.h"
@@ -91,8 +103,15 @@ class Task {
   const std::vector<Document>& documents() const { return documents_; }
   const std::vector<MetricSpec>& metrics() const { return metrics_; }
   int64_t num_fewshot() const { return num_fewshot_; }
-  // The few-shot examples every prompt starts with (after the description), in order.
+  // The few-shot examples every prompt starts with (after the description), in order. When
+  // they come from dataset_path itself (fewshot_path missing), the num_fewshot + 1 candidates,
+  // of which context() leaves out the document being asked.
   const std::vector<Document>& fewshot_documents() const { return fewshot_documents_; }
+  bool fewshot_from_dataset() const { return fewshot_from_dataset_; }
+  // Things the run should tell the user about this task, once (the few-shot fallback).
+  const std::vector<std::string>& notes() const { return notes_; }
+  // The filter pipelines, in filter_list order; {"none" = take_first} without filter_list.
+  const std::vector<FilterPipeline>& filters() const { return filters_; }
   // metadata.version, as lm-eval reports it under "versions"; null when the file has none.
   const nlohmann::json& version() const { return version_; }
 
@@ -111,9 +130,15 @@ class Task {
   // `index` is left 0: build_requests() numbers a whole run.
   std::vector<Request> requests(const Document& doc) const;
 
-  // Per-document metric values from the results of requests(doc), in the same order. Throws
-  // Error naming the document when the count of results does not match.
-  DocMetrics process_results(const Document& doc, const std::vector<RequestResult>& results) const;
+  // Per-document metric values from the results of requests(doc), in the same order, as
+  // filters()[filter] gives the answers. Throws Error naming the document when the count of
+  // results does not match.
+  DocMetrics process_results(const Document& doc, const std::vector<RequestResult>& results, size_t filter = 0) const;
+  // Every filter's metrics, in filters() order.
+  std::vector<DocMetrics> process_results_all(const Document& doc, const std::vector<RequestResult>& results) const;
+  // generate_until: each request's generated text through filters()[filter] (lm-eval's
+  // filtered_resps). Other output types have nothing to filter: their texts are returned as is.
+  std::vector<std::string> filtered_texts(const std::vector<RequestResult>& results, size_t filter) const;
 
   // The task's definition as lm-eval dumps it into results.json "configs": the file's keys with
   // lm-eval's defaults filled in (description "", target_delimiter " ", num_fewshot 0, ...) and
@@ -142,6 +167,11 @@ class Task {
   std::string fewshot_delimiter_ = "\n\n";
   std::vector<Document> fewshot_documents_;
   std::string fewshot_prefix_;  // the rendered examples, each followed by fewshot_delimiter
+  bool fewshot_from_dataset_ = false;        // fewshot_path missing: examples from dataset_path
+  std::vector<std::string> fewshot_examples_;  // fewshot_from_dataset_: each candidate rendered
+  std::string missing_fewshot_file_;         // fewshot_path resolved, when it does not exist
+  std::vector<std::string> notes_;
+  std::vector<FilterPipeline> filters_;
   OutputType output_type_ = OutputType::kGenerateUntil;
   std::optional<Template> doc_to_text_;
   std::optional<Template> doc_to_target_;
