@@ -247,7 +247,10 @@ Task Task::parse(const std::string& yaml_path, const TaskLoadOptions& options) {
     }
     if (node.size() == 0) fail(where_of(key), "{} must be a path or a non-empty list of candidate paths", key);
     config[key] = yaml_to_json(node, yaml_path);
+    // Every candidate is checked, not only those before the one found, so a typo never waits
+    // for the day the earlier files are missing.
     std::vector<std::string> tried;
+    std::optional<std::pair<std::string, DatasetKind>> found;
     for (const YAML::Node& item : node) {
       const std::string where = yaml_where(yaml_path, item);
       std::string path;
@@ -267,11 +270,12 @@ Task Task::parse(const std::string& yaml_path, const TaskLoadOptions& options) {
       } else {
         path = scalar_string(item, key + " entry", where);
       }
-      if (io::path_exists(full(path))) {
-        kind = item_kind;
-        return full(path);
-      }
+      if (!found && io::path_exists(full(path))) found.emplace(full(path), item_kind);
       tried.push_back(path);
+    }
+    if (found) {
+      kind = found->second;
+      return found->first;
     }
     fail(where_of(key), "{}: none of {} exists in {}", key, join(tried, ", "), base_dir.empty() ? "." : base_dir);
   };

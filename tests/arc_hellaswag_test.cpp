@@ -169,6 +169,11 @@ TEST(ArcHellaswagTest, UnknownOrPythonProcessDocsIsRejectedWithTheLine) {
   // A candidate list names every file it tried.
   dir.write("t.yaml", "task: t\ndataset_path: [a.jsonl, b.jsonl]\ndoc_to_text: \"{{q}}\"\ndoc_to_target: \"{{q}}\"\n");
   EXPECT_EQ(error_of([&] { Task::load(yaml, {}); }), yaml + ":2: dataset_path: none of a.jsonl, b.jsonl exists in " + dir.path());
+  // Candidates after the one found are checked too.
+  dir.write("t.yaml", "task: t\ndataset_path:\n  - d.jsonl\n  - {path: x.txt, dataset_kind: text}\n"
+                      "doc_to_text: \"{{q}}\"\ndoc_to_target: \"{{q}}\"\n");
+  EXPECT_EQ(error_of([&] { Task::load(yaml, {}); }),
+            yaml + ":4: dataset_kind must be jsonl, csv or hellaswag_text, got 'text'");
 }
 
 TEST(ArcHellaswagTest, HellaswagFirstPromptsFromTheTextFile) {
