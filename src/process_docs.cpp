@@ -2,6 +2,7 @@
 
 #include "gpueval/error.h"
 #include "python_format.h"
+#include "utf8.h"
 
 namespace gpueval {
 namespace {
@@ -157,11 +158,31 @@ std::vector<std::string> doc_processor_names() {
 }
 
 std::string python_capitalize(const std::string& s) {
-  std::string out = s;
-  for (size_t i = 0; i < out.size(); ++i) {
-    const char c = out[i];
-    if (i == 0 && c >= 'a' && c <= 'z') out[i] = static_cast<char>(c - 'a' + 'A');
-    if (i > 0 && c >= 'A' && c <= 'Z') out[i] = static_cast<char>(c - 'A' + 'a');
+  std::string out;
+  size_t pos = 0;
+  while (pos < s.size()) {
+    size_t length = utf8_sequence_length(s, pos);
+    if (length == 0) {  // not UTF-8: the byte as it is
+      out += s[pos++];
+      continue;
+    }
+    char32_t c = utf8_decode(s, pos, &length);
+    if (pos == 0) {
+      // Python title-cases the first character: ß becomes "Ss", µ the Greek capital mu.
+      if (c == U'\u00df') {
+        out += "Ss";
+        pos += length;
+        continue;
+      }
+      if ((c >= 'a' && c <= 'z') || (c >= 0xe0 && c <= 0xfe && c != 0xf7)) c -= 0x20;
+      else if (c == 0xff) c = 0x178;
+      else if (c == 0xb5) c = 0x39c;
+    } else {
+      if ((c >= 'A' && c <= 'Z') || (c >= 0xc0 && c <= 0xde && c != 0xd7)) c += 0x20;
+      else if (c == 0x178) c = 0xff;
+    }
+    utf8_append(out, c);
+    pos += length;
   }
   return out;
 }

@@ -217,6 +217,12 @@ TEST(ArcHellaswagTest, HellaswagJsonlIsPreprocessedAsLmEvalDoes) {
   EXPECT_EQ(python_capitalize("tHE wide END"), "The wide end");
   EXPECT_EQ(python_capitalize(""), "");
   EXPECT_EQ(python_capitalize("1ST Place"), "1st place");
+  // Latin-1, as Python 3 gives it: 'éCOLE ÄRGER Ÿ'.capitalize() == 'École ärger ÿ'.
+  EXPECT_EQ(python_capitalize("\u00e9COLE \u00c4RGER \u0178"), "\u00c9cole \u00e4rger \u00ff");
+  EXPECT_EQ(python_capitalize("\u00dfA"), "Ssa");
+  EXPECT_EQ(python_capitalize("\u00ffX"), "\u0178x");
+  EXPECT_EQ(python_capitalize("\u00b5A"), "\u039ca");
+  EXPECT_EQ(python_capitalize("\u00d8x\u00d7\u00f7\u00de"), "\u00d8x\u00d7\u00f7\u00fe");
   EXPECT_EQ(hellaswag_preprocess("a    b   c"), "a  b  c");  // one pass of str.replace
 }
 

@@ -38,9 +38,10 @@ std::optional<DocProcessor> find_doc_processor(const std::string& name);
 // The names find_doc_processor knows, for messages.
 std::vector<std::string> doc_processor_names();
 
-// Python's str.capitalize(): the first character upper-cased, the rest lower-cased. Exact for
-// ASCII; non-ASCII characters are left as they are, where Python would change the case of
-// non-ASCII letters too ("éA" gives "éa" here, "Éa" in Python).
+// Python's str.capitalize(): the first character title-cased, the rest lower-cased. Exact for
+// ASCII and Latin-1 (U+0000-U+00FF, with Python's "ß" -> "Ss", "ÿ" -> "Ÿ", "µ" -> "Μ" first);
+// other characters are left as they are, where Python would change the case of other
+// scripts' letters too ("ĀĀ" stays "ĀĀ" here, "Āā" in Python).
 std::string python_capitalize(const std::string& s);
 
 // lm-eval's HellaSwag preprocess(): strip(); " [title]" -> ". "; every "[...]" (shortest match,
