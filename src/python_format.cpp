@@ -233,4 +233,46 @@ std::string json_dumps(const nlohmann::ordered_json& value, int indent) {
   return out;
 }
 
+namespace {
+
+// The length of the Unicode whitespace code point (as Python's str.isspace() defines it) that
+// starts s[pos] or ends just before s[end] (backward), or 0.
+size_t space_at(const std::string& s, size_t pos) {
+  const unsigned char c = static_cast<unsigned char>(s[pos]);
+  if (c == ' ' || (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x1f)) return 1;
+  static const char* const kWide[] = {"\u0085", "\u00a0", "\u1680", "\u2000", "\u2001", "\u2002", "\u2003",
+                                      "\u2004", "\u2005", "\u2006", "\u2007", "\u2008", "\u2009", "\u200a",
+                                      "\u2028", "\u2029", "\u202f", "\u205f", "\u3000"};
+  for (const char* w : kWide) {
+    const size_t n = std::char_traits<char>::length(w);
+    if (s.compare(pos, n, w) == 0) return n;
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::string strip(const std::string& s) {
+  size_t begin = 0;
+  while (begin < s.size()) {
+    const size_t n = space_at(s, begin);
+    if (n == 0) break;
+    begin += n;
+  }
+  size_t end = s.size();
+  while (end > begin) {
+    // Whitespace code points are 1 to 3 bytes long in UTF-8.
+    size_t n = 0;
+    for (size_t len = 1; len <= 3 && len <= end - begin; ++len) {
+      if (space_at(s, end - len) == len) {
+        n = len;
+        break;
+      }
+    }
+    if (n == 0) break;
+    end -= n;
+  }
+  return s.substr(begin, end - begin);
+}
+
 }  // namespace gpueval::py

@@ -23,6 +23,10 @@ std::string float_repr(double x);
 std::string str(const nlohmann::json& value);
 std::string str(const nlohmann::ordered_json& value);
 
+// str.strip(): leading and trailing whitespace removed, Unicode whitespace (str.isspace())
+// included.
+std::string strip(const std::string& s);
+
 // repr(value): strings quoted the way Python quotes them ('a', "it's", '\n').
 std::string repr(const nlohmann::json& value);
 std::string repr(const nlohmann::ordered_json& value);

@@ -12,6 +12,8 @@
 #include "gpueval/error.h"
 #include "gpueval/file_io.h"
 #include "gpueval/filters.h"
+#include "gpueval/hellaswag_text.h"
+#include "gpueval/process_docs.h"
 #include "strict_json.h"
 #include "yaml_json.h"
 
@@ -36,7 +38,7 @@ const std::vector<std::string>& task_config_order() {
 // rejected, so a task never silently scores differently from lm-eval.
 const std::set<std::string>& unsupported_keys() {
   static const std::set<std::string> kKeys = {
-      "custom_dataset", "process_docs", "doc_to_image", "doc_to_audio", "process_results", "use_prompt",
+      "custom_dataset", "doc_to_image", "doc_to_audio", "process_results", "use_prompt",
       "gen_prefix", "group", "include", "class"};
   return kKeys;
 }
@@ -108,6 +110,13 @@ std::string scalar_string(const YAML::Node& value, const std::string& key, const
     fail(where, "{}: tag '{}' is not supported (gpueval runs no Python)", key, tag);
   }
   return value.Scalar();
+}
+
+std::optional<Task::DatasetKind> parse_dataset_kind(const std::string& s) {
+  if (s == "jsonl") return Task::DatasetKind::kJsonl;
+  if (s == "csv") return Task::DatasetKind::kCsv;
+  if (s == "hellaswag_text") return Task::DatasetKind::kHellaswagText;
+  return std::nullopt;
 }
 
 nlohmann::ordered_json metric_entry(const std::string& name, const MetricSpec& spec) {
@@ -214,35 +223,70 @@ Task Task::parse(const std::string& yaml_path, const TaskLoadOptions& options) {
       }
     }
   }
-  auto resolve_data = [&](const std::string& key) {
-    const std::string path = scalar_string(values.at(key), key, where_of(key));
-    config[key] = path;
-    const std::string file = !path.empty() && path[0] == '/' ? path : base_dir + "/" + path;
-    if (!io::path_exists(file)) fail(where_of(key), "{} '{}' not found ({} does not exist)", key, path, file);
-    return file;
+  auto kind_of = [&](const YAML::Node& node, const std::string& where) {
+    const std::string kind = scalar_string(node, "dataset_kind", where);
+    const auto parsed = parse_dataset_kind(kind);
+    if (!parsed) fail(where, "dataset_kind must be jsonl, csv or hellaswag_text, got '{}'", kind);
+    return *parsed;
+  };
+  DatasetKind default_kind = DatasetKind::kJsonl;
+  if (values.count("dataset_kind")) {
+    default_kind = kind_of(values.at("dataset_kind"), where_of("dataset_kind"));
+    config["dataset_kind"] = values.at("dataset_kind").Scalar();
+  }
+  // A path, or a list of candidates of which the first that exists is used; a candidate may be
+  // {path: FILE, dataset_kind: KIND} when the layouts differ.
+  auto resolve_data = [&](const std::string& key, DatasetKind& kind) {
+    const YAML::Node& node = values.at(key);
+    auto full = [&](const std::string& path) { return !path.empty() && path[0] == '/' ? path : base_dir + "/" + path; };
+    if (!node.IsSequence()) {
+      const std::string path = scalar_string(node, key, where_of(key));
+      config[key] = path;
+      if (!io::path_exists(full(path))) fail(where_of(key), "{} '{}' not found ({} does not exist)", key, path, full(path));
+      kind = default_kind;
+      return full(path);
+    }
+    if (node.size() == 0) fail(where_of(key), "{} must be a path or a non-empty list of candidate paths", key);
+    config[key] = yaml_to_json(node, yaml_path);
+    // Every candidate is checked, not only those before the one found, so a typo never waits
+    // for the day the earlier files are missing.
+    std::vector<std::string> tried;
+    std::optional<std::pair<std::string, DatasetKind>> found;
+    for (const YAML::Node& item : node) {
+      const std::string where = yaml_where(yaml_path, item);
+      std::string path;
+      DatasetKind item_kind = default_kind;
+      if (item.IsMap()) {
+        for (const auto& entry : item) {
+          const std::string field = entry.first.IsScalar() ? entry.first.Scalar() : "";
+          if (field == "path") {
+            path = scalar_string(entry.second, key + " path", where);
+          } else if (field == "dataset_kind") {
+            item_kind = kind_of(entry.second, where);
+          } else {
+            fail(where, "a {} candidate takes path and dataset_kind, not '{}'", key, field);
+          }
+        }
+        if (path.empty()) fail(where, "a {} candidate needs a path", key);
+      } else {
+        path = scalar_string(item, key + " entry", where);
+      }
+      if (!found && io::path_exists(full(path))) found.emplace(full(path), item_kind);
+      tried.push_back(path);
+    }
+    if (found) {
+      kind = found->second;
+      return found->first;
+    }
+    fail(where_of(key), "{}: none of {} exists in {}", key, join(tried, ", "), base_dir.empty() ? "." : base_dir);
   };
   require("dataset_path");
-  task.dataset_file_ = resolve_data("dataset_path");
-  if (values.count("fewshot_path")) {
-    // A missing few-shot file is not an error: the examples then come from dataset_path (task.h).
-    const std::string path = scalar_string(values.at("fewshot_path"), "fewshot_path", where_of("fewshot_path"));
-    config["fewshot_path"] = path;
-    const std::string file = !path.empty() && path[0] == '/' ? path : base_dir + "/" + path;
-    if (io::path_exists(file)) {
-      task.fewshot_file_ = file;
-    } else {
-      task.missing_fewshot_file_ = file;
-    }
-  }
+  task.dataset_file_ = resolve_data("dataset_path", task.dataset_kind_);
+  if (values.count("fewshot_path")) task.fewshot_file_ = resolve_data("fewshot_path", task.fewshot_kind_);
+  const bool csv = task.dataset_kind_ == DatasetKind::kCsv || (!task.fewshot_file_.empty() && task.fewshot_kind_ == DatasetKind::kCsv);
 
-  if (values.count("dataset_kind")) {
-    const std::string kind = scalar_string(values.at("dataset_kind"), "dataset_kind", where_of("dataset_kind"));
-    if (kind != "jsonl" && kind != "csv") fail(where_of("dataset_kind"), "dataset_kind must be jsonl or csv, got '{}'", kind);
-    task.csv_ = kind == "csv";
-    config["dataset_kind"] = kind;
-  }
   if (values.count("column_names")) {
-    if (!task.csv_) fail(where_of("column_names"), "column_names applies to dataset_kind: csv only");
+    if (!csv) fail(where_of("column_names"), "column_names applies to dataset_kind: csv only");
     const YAML::Node& node = values.at("column_names");
     if (!node.IsSequence() || node.size() == 0) fail(where_of("column_names"), "column_names must be a non-empty list");
     for (const YAML::Node& item : node) {
@@ -253,8 +297,19 @@ Task Task::parse(const std::string& yaml_path, const TaskLoadOptions& options) {
       task.column_names_.push_back(name);
     }
     config["column_names"] = task.column_names_;
-  } else if (task.csv_) {
+  } else if (csv) {
     fail(yaml_path, "missing required key 'column_names' (dataset_kind: csv files have no header)");
+  }
+
+  if (values.count("process_docs")) {
+    // A built-in preprocessor by name; lm-eval's `!function utils.x` fails in scalar_string.
+    const std::string name = scalar_string(values.at("process_docs"), "process_docs", where_of("process_docs"));
+    const auto processor = find_doc_processor(name);
+    if (!processor) {
+      fail(where_of("process_docs"), "unknown process_docs '{}' (built in: {})", name, join(doc_processor_names(), ", "));
+    }
+    task.process_docs_ = *processor;
+    config["process_docs"] = name;
   }
 
   // lm-eval's TaskConfig default output_type is generate_until.
@@ -350,17 +405,18 @@ Task Task::parse(const std::string& yaml_path, const TaskLoadOptions& options) {
   if (options.num_fewshot) task.num_fewshot_ = *options.num_fewshot;
   if (task.num_fewshot_ > 0) {
     const std::string where = values.count("num_fewshot") ? where_of("num_fewshot") : yaml_path;
-    if (task.fewshot_file_.empty() && task.missing_fewshot_file_.empty()) {
+    if (task.fewshot_file_.empty()) {
       fail(where, "num_fewshot {} needs fewshot_path (the documents to draw examples from)", task.num_fewshot_);
     }
-    if (task.fewshot_file_.empty()) {
+    if (std::filesystem::path(task.fewshot_file_).lexically_normal() ==
+        std::filesystem::path(task.dataset_file_).lexically_normal()) {
       task.fewshot_from_dataset_ = true;
       task.notes_.push_back(fmt::format(
-          "{}: few-shot file {} not found; the {} examples come from the first {} documents of {}, skipping the "
-          "document being asked (lm-eval's rule when fewshot_split is the test split), so scores are not "
-          "comparable to lm-eval's with the train split",
-          task.name_, std::filesystem::path(task.missing_fewshot_file_).lexically_normal().string(), task.num_fewshot_,
-          task.num_fewshot_ + 1, std::filesystem::path(task.dataset_file_).lexically_normal().string()));
+          "{}: the {} few-shot examples come from the evaluated file {} itself (the first {} documents, skipping "
+          "the document being asked, lm-eval's rule when fewshot_split is the test split), so scores are not "
+          "comparable to lm-eval's with a separate few-shot split",
+          task.name_, task.num_fewshot_, std::filesystem::path(task.dataset_file_).lexically_normal().string(),
+          task.num_fewshot_ + 1));
     }
     if (!config.contains("fewshot_config")) {
       // lm-eval's default sampler draws at random; only first_n is implemented, so say so.
@@ -514,14 +570,31 @@ Task Task::parse(const std::string& yaml_path, const TaskLoadOptions& options) {
   return task;
 }
 
-std::vector<Document> Task::read_documents(const std::string& file, std::vector<int64_t>& lines) const {
+std::vector<Document> Task::read_documents(const std::string& file, DatasetKind kind, std::vector<int64_t>& lines) const {
   std::vector<Document> documents;
-  if (csv_) {
+  auto add = [&](nlohmann::json fields, int64_t line) {
+    if (process_docs_) fields = process_docs_(fields, file + ":" + std::to_string(line));
+    documents.push_back(Document{static_cast<int64_t>(documents.size()), std::move(fields)});
+    lines.push_back(line);
+  };
+  if (kind == DatasetKind::kCsv) {
     for (const CsvRecord& record : read_csv(file, column_names_.size())) {
       nlohmann::json fields = nlohmann::json::object();
       for (size_t i = 0; i < column_names_.size(); ++i) fields[column_names_[i]] = record.fields[i];
-      documents.push_back(Document{static_cast<int64_t>(documents.size()), std::move(fields)});
-      lines.push_back(record.line);
+      add(std::move(fields), record.line);
+    }
+    if (documents.empty()) fail(file, "no documents");
+    return documents;
+  }
+  if (kind == DatasetKind::kHellaswagText) {
+    // The fields lm-eval's hellaswag process_docs gives (its text already preprocessed), with
+    // label a string as in the Hugging Face copy.
+    for (HellaswagRecord& record : read_hellaswag_text(file)) {
+      nlohmann::json fields = {{"query", std::move(record.context)},
+                               {"choices", std::move(record.endings)},
+                               {"gold", record.gold},
+                               {"label", std::to_string(record.gold)}};
+      add(std::move(fields), record.line);
     }
     if (documents.empty()) fail(file, "no documents");
     return documents;
@@ -540,15 +613,14 @@ std::vector<Document> Task::read_documents(const std::string& file, std::vector<
     const std::string where = file + ":" + std::to_string(line_number);
     const nlohmann::ordered_json parsed = parse_strict_json(line, where, "the line");
     if (!parsed.is_object()) fail(where, "expected a JSON object, got {}", parsed.type_name());
-    documents.push_back(Document{static_cast<int64_t>(documents.size()), nlohmann::json(parsed)});
-    lines.push_back(line_number);
+    add(nlohmann::json(parsed), line_number);
   }
   if (documents.empty()) fail(file, "no documents");
   return documents;
 }
 
 void Task::load_documents() {
-  documents_ = read_documents(dataset_file_, lines_);
+  documents_ = read_documents(dataset_file_, dataset_kind_, lines_);
   if (num_fewshot_ > 0 && fewshot_from_dataset_) {
     // lm-eval's rule for examples from the evaluated split: num_fewshot + 1 candidates, of
     // which context() drops the document being asked.
@@ -563,7 +635,7 @@ void Task::load_documents() {
     }
   } else if (num_fewshot_ > 0) {
     std::vector<int64_t> lines;
-    std::vector<Document> pool = read_documents(fewshot_file_, lines);
+    std::vector<Document> pool = read_documents(fewshot_file_, fewshot_kind_, lines);
     if (static_cast<int64_t>(pool.size()) < num_fewshot_) {
       fail(fewshot_file_, "num_fewshot {} but only {} documents to draw examples from", num_fewshot_, pool.size());
     }

@@ -71,6 +71,21 @@ Template Template::parse(const std::string& text, const std::string& name, const
             e.strip = true;
             break;
           }
+          if (key == "index" && p < inner.size() && inner[p] == '(') {
+            const size_t end = inner.find(')', p);
+            if (end == std::string::npos) unsupported("the expression '" + inner + "'");
+            const std::string argument = inner.substr(p + 1, end - p - 1);
+            const Template arg = parse("{{" + argument + "}}", name, where);
+            const Expression& a = *arg.segments_[0].expression;
+            if (!arg.is_single_expression() || a.strip || a.index_of) {
+              unsupported("the expression '" + inner + "' (.index() takes a field)");
+            }
+            p = end + 1;
+            skip_spaces(inner, p);
+            if (p != inner.size()) unsupported("the expression '" + inner + "' (.index() must come last)");
+            e.index_of = a.path;
+            break;
+          }
           e.path.push_back(Step{key, std::nullopt});
         } else {
           unsupported("the expression '" + inner + "'");
@@ -110,56 +125,15 @@ Template Template::parse(const std::string& text, const std::string& name, const
   return t;
 }
 
-namespace {
-
-// The length of the Unicode whitespace code point (as Python's str.isspace() defines it) that
-// starts s[pos] or ends just before s[end] (backward), or 0.
-size_t space_at(const std::string& s, size_t pos) {
-  const unsigned char c = static_cast<unsigned char>(s[pos]);
-  if (c == ' ' || (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x1f)) return 1;
-  static const char* const kWide[] = {"\u0085", "\u00a0", "\u1680", "\u2000", "\u2001", "\u2002", "\u2003",
-                                      "\u2004", "\u2005", "\u2006", "\u2007", "\u2008", "\u2009", "\u200a",
-                                      "\u2028", "\u2029", "\u202f", "\u205f", "\u3000"};
-  for (const char* w : kWide) {
-    const size_t n = std::char_traits<char>::length(w);
-    if (s.compare(pos, n, w) == 0) return n;
-  }
-  return 0;
-}
-
-std::string python_strip(const std::string& s) {
-  size_t begin = 0;
-  while (begin < s.size()) {
-    const size_t n = space_at(s, begin);
-    if (n == 0) break;
-    begin += n;
-  }
-  size_t end = s.size();
-  while (end > begin) {
-    // Whitespace code points are 1 to 3 bytes long in UTF-8.
-    size_t n = 0;
-    for (size_t len = 1; len <= 3 && len <= end - begin; ++len) {
-      if (space_at(s, end - len) == len) {
-        n = len;
-        break;
-      }
-    }
-    if (n == 0) break;
-    end -= n;
-  }
-  return s.substr(begin, end - begin);
-}
-
-}  // namespace
-
 bool Template::is_single_expression() const {
   return segments_.size() == 1 && segments_[0].literal.empty() && segments_[0].expression.has_value();
 }
 
-const nlohmann::json& Template::lookup(const Expression& e, const nlohmann::json& doc, const std::string& where) const {
+const nlohmann::json& Template::lookup(const std::vector<Step>& steps, const nlohmann::json& doc,
+                                      const std::string& where) const {
   const nlohmann::json* node = &doc;
   std::string path;
-  for (const Step& step : e.path) {
+  for (const Step& step : steps) {
     if (step.index) {
       path += "[" + std::to_string(*step.index) + "]";
       int64_t i = *step.index;
@@ -179,19 +153,32 @@ const nlohmann::json& Template::lookup(const Expression& e, const nlohmann::json
   return *node;
 }
 
+nlohmann::json Template::evaluate(const Expression& e, const nlohmann::json& doc, const std::string& where) const {
+  const nlohmann::json& value = lookup(e.path, doc, where);
+  if (e.strip) return py::strip(py::str(value));
+  if (!e.index_of) return value;
+  // Python's list.index(x): the first position equal to x, a ValueError when there is none.
+  const nlohmann::json& needle = lookup(*e.index_of, doc, where);
+  if (!value.is_array()) {
+    fail(where, "{} {}: .index() of {}, which is not a list", name_, quote_untrusted(text_), py::repr(value));
+  }
+  for (size_t i = 0; i < value.size(); ++i) {
+    if (value[i] == needle) return static_cast<int64_t>(i);
+  }
+  fail(where, "{} {}: {} is not in list {}", name_, quote_untrusted(text_), py::repr(needle), py::repr(value));
+}
+
 std::string Template::render(const nlohmann::json& doc, const std::string& where) const {
   std::string out;
   for (const Segment& segment : segments_) {
     out += segment.literal;
-    if (!segment.expression) continue;
-    const std::string text = py::str(lookup(*segment.expression, doc, where));
-    out += segment.expression->strip ? python_strip(text) : text;
+    if (segment.expression) out += py::str(evaluate(*segment.expression, doc, where));
   }
   return out;
 }
 
 nlohmann::json Template::value(const nlohmann::json& doc, const std::string& where) const {
-  if (is_single_expression() && !segments_[0].expression->strip) return lookup(*segments_[0].expression, doc, where);
+  if (is_single_expression()) return evaluate(*segments_[0].expression, doc, where);
   return render(doc, where);
 }
 

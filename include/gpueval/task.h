@@ -21,8 +21,10 @@
 //
 // Datasets. gpueval reads local files, so it adds a few keys to lm-eval's (they are kept in
 // results.json "configs" as written):
-//   dataset_kind: jsonl | csv   jsonl (default): one JSON object per line. csv: RFC 4180
-//                               records without a header (gpueval/csv.h);
+//   dataset_kind: KIND          jsonl (default): one JSON object per line. csv: RFC 4180
+//                               records without a header (gpueval/csv.h). hellaswag_text:
+//                               HellaSwag's six-line records (gpueval/hellaswag_text.h), read
+//                               as {query, choices, gold, label} (label the gold as a string);
 //   column_names: [a, b, ...]   csv only: the field name of each column; every record must
 //                               have exactly this many fields;
 //   data_root: NAME             dataset_path and fewshot_path are relative to the data root
@@ -32,24 +34,30 @@
 //                               exists. Without data_root, paths are relative to the YAML file;
 //   fewshot_path: FILE          the documents few-shot examples are drawn from (lm-eval's
 //                               fewshot_split; same kind and columns as dataset_path).
-// Few-shot examples without their file. A task file may name a fewshot_path the user does not
-// have (gsm8k's train.jsonl: its examples come from the train split, and only test.jsonl may
-// be on disk). Then the examples come from dataset_path itself, as lm-eval draws them when
-// fewshot_split equals the evaluation split: the first num_fewshot + 1 documents, less any
-// equal to the document being asked, the first num_fewshot of what is left. So document k <= n
-// gets documents 0..n without k as examples, every later document 0..n-1. The task says
-// so once in notes(), which the run logs and report.md lists; results are then not those of
-// lm-eval with the train split.
+// dataset_path and fewshot_path may also be a list of candidates, of which the first that
+// exists is used, so a built-in task finds the file under the names users' copies have
+// (`dataset_path: [ARC-Easy-Test.jsonl, arc_easy_test_mosaic.jsonl]`); a candidate written
+// {path: FILE, dataset_kind: KIND} has its own layout. A copy under another name is found by
+// pointing the data root at a directory holding it under one of those names, or by a task
+// file of one's own.
+// process_docs takes the name of a built-in preprocessor (gpueval/process_docs.h: arc,
+// hellaswag) instead of lm-eval's `!function`; it rewrites every document as it is read.
+// Few-shot examples from the evaluated file. When fewshot_path resolves to dataset_path itself
+// (gsm8k's `fewshot_path: [train.jsonl, test.jsonl]` when only test.jsonl is on disk), the
+// examples come as lm-eval draws them when fewshot_split equals the evaluation split: the first
+// num_fewshot + 1 documents, less any equal to the document being asked, the first num_fewshot
+// of what is left. So document k <= n gets documents 0..n without k as examples, every later
+// document 0..n-1. The task says so once in notes(), which the run logs and report.md lists.
 // Filters. generate_until tasks may give lm-eval's filter_list (gpueval/filters.h): each
 // pipeline is scored on its own, and results are keyed "<metric>,<filter>"; without one,
 // every task has the single pipeline "none".
 // Everything a
 // document needs is rendered once when the task loads, so a bad file fails at load with one
 // line naming the file and line: YAML syntax, an unknown or unsupported key, a missing required
-// key, an unknown output_type or metric, a dataset line that is not a JSON object, a template
-// field a document lacks, a label outside its choices, a CSV record with the wrong number of
-// fields, a filter_list step gpueval does not have. Other samplers and custom
-// process_docs/process_results are not supported yet and are rejected rather than ignored.
+// key, an unknown output_type, metric or process_docs, a dataset line that is not a JSON
+// object, a template field a document lacks, a label outside its choices, a CSV record with
+// the wrong number of fields, a filter_list step gpueval does not have. Other samplers and
+// Python process_docs/process_results are not supported yet and are rejected rather than ignored.
 //
 // A loaded Task is immutable; every method is const and safe to call from many threads.
 #pragma once
@@ -64,6 +72,7 @@
 
 #include "gpueval/filters.h"
 #include "gpueval/metrics.h"
+#include "gpueval/process_docs.h"
 #include "gpueval/request.h"
 #include "gpueval/template.h"
 
@@ -90,6 +99,9 @@ struct Document {
 
 class Task {
  public:
+  // How a dataset file is laid out (the task file's dataset_kind).
+  enum class DatasetKind { kJsonl, kCsv, kHellaswagText };
+
   // name_or_path: a path to a .yaml/.yml file (anything with a '/' or that suffix), or a task
   // name looked up by find_task_file().
   static Task load(const std::string& name_or_path, const std::vector<std::string>& search_dirs,
@@ -150,7 +162,7 @@ class Task {
  private:
   Task() = default;
   static Task parse(const std::string& yaml_path, const TaskLoadOptions& options);
-  std::vector<Document> read_documents(const std::string& file, std::vector<int64_t>& lines) const;
+  std::vector<Document> read_documents(const std::string& file, DatasetKind kind, std::vector<int64_t>& lines) const;
   void load_documents();
   // doc_to_text and doc_to_target of one few-shot example, as lm-eval's sampler writes it.
   std::string fewshot_example(const Document& doc, const std::string& where) const;
@@ -161,15 +173,16 @@ class Task {
   std::string yaml_path_;
   std::string dataset_file_;
   std::string fewshot_file_;                 // empty when the task has no fewshot_path
-  bool csv_ = false;
+  DatasetKind dataset_kind_ = DatasetKind::kJsonl;
+  DatasetKind fewshot_kind_ = DatasetKind::kJsonl;
+  DocProcessor process_docs_ = nullptr;  // process_docs, applied to every document read
   std::vector<std::string> column_names_;  // csv only
   int64_t num_fewshot_ = 0;
   std::string fewshot_delimiter_ = "\n\n";
   std::vector<Document> fewshot_documents_;
   std::string fewshot_prefix_;  // the rendered examples, each followed by fewshot_delimiter
-  bool fewshot_from_dataset_ = false;        // fewshot_path missing: examples from dataset_path
+  bool fewshot_from_dataset_ = false;        // fewshot_path is dataset_path: skip the asked document
   std::vector<std::string> fewshot_examples_;  // fewshot_from_dataset_: each candidate rendered
-  std::string missing_fewshot_file_;         // fewshot_path resolved, when it does not exist
   std::vector<std::string> notes_;
   std::vector<FilterPipeline> filters_;
   OutputType output_type_ = OutputType::kGenerateUntil;

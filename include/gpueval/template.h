@@ -5,7 +5,10 @@
 // field, where a path is a name followed by `.name`, `.0`, `[0]`, `[-1]` or `["key"]` steps.
 // A path may end in `.strip()`, Python's str.strip() of the rendered value (leading and
 // trailing whitespace removed, Unicode whitespace included), which lm-eval's MMLU template uses
-// on its question. A value renders as Jinja renders it, i.e. Python's str(): strings raw, numbers as Python
+// on its question. A path may instead end in `.index(<path>)`, Python's list.index(): the
+// position of the first list entry equal to the other field's value (lm-eval's ARC target is
+// `{{choices.label.index(answerKey)}}`); a value absent from the list is an error naming the
+// document, as Python's ValueError fails lm-eval. A value renders as Jinja renders it, i.e. Python's str(): strings raw, numbers as Python
 // prints them, true/false/null as True/False/None, lists and objects as Python literals
 // (['a', 'b']). A path the document lacks is an error, as under lm-eval's StrictUndefined.
 //
@@ -51,13 +54,16 @@ class Template {
     std::string source;  // as written, for messages
     std::vector<Step> path;
     bool strip = false;  // ends in .strip()
+    std::optional<std::vector<Step>> index_of;  // ends in .index(<field>): that field's position in the list
   };
   struct Segment {
     std::string literal;                   // text before the expression
     std::optional<Expression> expression;  // absent for trailing text
   };
 
-  const nlohmann::json& lookup(const Expression& e, const nlohmann::json& doc, const std::string& where) const;
+  const nlohmann::json& lookup(const std::vector<Step>& steps, const nlohmann::json& doc, const std::string& where) const;
+  // The value of one placeholder: the field, its .strip()ped text or its .index() position.
+  nlohmann::json evaluate(const Expression& e, const nlohmann::json& doc, const std::string& where) const;
 
   std::string text_;
   std::string name_;
