@@ -15,6 +15,7 @@
 #include "gpueval/hellaswag_text.h"
 #include "gpueval/process_docs.h"
 #include "strict_json.h"
+#include "utf8.h"
 #include "yaml_json.h"
 
 namespace gpueval {
@@ -116,6 +117,7 @@ std::optional<Task::DatasetKind> parse_dataset_kind(const std::string& s) {
   if (s == "jsonl") return Task::DatasetKind::kJsonl;
   if (s == "csv") return Task::DatasetKind::kCsv;
   if (s == "hellaswag_text") return Task::DatasetKind::kHellaswagText;
+  if (s == "text") return Task::DatasetKind::kText;
   return std::nullopt;
 }
 
@@ -226,7 +228,7 @@ Task Task::parse(const std::string& yaml_path, const TaskLoadOptions& options) {
   auto kind_of = [&](const YAML::Node& node, const std::string& where) {
     const std::string kind = scalar_string(node, "dataset_kind", where);
     const auto parsed = parse_dataset_kind(kind);
-    if (!parsed) fail(where, "dataset_kind must be jsonl, csv or hellaswag_text, got '{}'", kind);
+    if (!parsed) fail(where, "dataset_kind must be jsonl, csv, hellaswag_text or text, got '{}'", kind);
     return *parsed;
   };
   DatasetKind default_kind = DatasetKind::kJsonl;
@@ -584,6 +586,17 @@ std::vector<Document> Task::read_documents(const std::string& file, DatasetKind 
       add(std::move(fields), record.line);
     }
     if (documents.empty()) fail(file, "no documents");
+    return documents;
+  }
+  if (kind == DatasetKind::kText) {
+    std::string text = io::read_file(file);
+    const size_t bad = utf8_invalid_offset(text);
+    if (bad != text.size()) {
+      const int64_t line = 1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(bad), '\n');
+      fail(file + ":" + std::to_string(line), "not UTF-8 text (invalid byte at offset {})", bad);
+    }
+    if (text.find_first_not_of(" \t\r\n") == std::string::npos) fail(file, "no documents (the file is empty)");
+    add(nlohmann::json{{"text", std::move(text)}}, 1);
     return documents;
   }
   if (kind == DatasetKind::kHellaswagText) {

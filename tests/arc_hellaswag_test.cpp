@@ -2,6 +2,7 @@
 // read (MosaicML, Hugging Face and AI2 ARC; HellaSwag's six-line text and original JSONL with
 // lm-eval's preprocessing), one-line errors for bad files, and the llama2.c reference scores of
 // the first HellaSwag documents reproduced through our requests, planner and executor.
+#include <algorithm>
 #include <fstream>
 
 #include <gmock/gmock.h>
@@ -10,6 +11,7 @@
 
 #include "gpueval/error.h"
 #include "gpueval/executor.h"
+#include "gpueval/metrics.h"
 #include "gpueval/model.h"
 #include "gpueval/planner.h"
 #include "gpueval/process_docs.h"
@@ -33,16 +35,7 @@ Task load(const std::string& name, const std::string& root_name = "", const std:
   return Task::load(name, task_dirs(), options);
 }
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no Error thrown";
-  return "";
-}
+using testing::error_of;
 
 std::vector<std::string> continuations(const std::vector<Request>& requests) {
   std::vector<std::string> out;
@@ -170,10 +163,10 @@ TEST(ArcHellaswagTest, UnknownOrPythonProcessDocsIsRejectedWithTheLine) {
   dir.write("t.yaml", "task: t\ndataset_path: [a.jsonl, b.jsonl]\ndoc_to_text: \"{{q}}\"\ndoc_to_target: \"{{q}}\"\n");
   EXPECT_EQ(error_of([&] { Task::load(yaml, {}); }), yaml + ":2: dataset_path: none of a.jsonl, b.jsonl exists in " + dir.path());
   // Candidates after the one found are checked too.
-  dir.write("t.yaml", "task: t\ndataset_path:\n  - d.jsonl\n  - {path: x.txt, dataset_kind: text}\n"
+  dir.write("t.yaml", "task: t\ndataset_path:\n  - d.jsonl\n  - {path: x.txt, dataset_kind: txt}\n"
                       "doc_to_text: \"{{q}}\"\ndoc_to_target: \"{{q}}\"\n");
   EXPECT_EQ(error_of([&] { Task::load(yaml, {}); }),
-            yaml + ":4: dataset_kind must be jsonl, csv or hellaswag_text, got 'text'");
+            yaml + ":4: dataset_kind must be jsonl, csv, hellaswag_text or text, got 'txt'");
 }
 
 TEST(ArcHellaswagTest, HellaswagFirstPromptsFromTheTextFile) {
@@ -289,12 +282,25 @@ TEST(ArcHellaswagTest, HellaswagScoresReproduceTheReference) {
     }
     const DocMetrics metrics = task.process_results(task.documents()[static_cast<size_t>(doc_id)], doc_results);
     EXPECT_EQ(metrics.at("acc").value, item.at("acc").get<double>());
-    if (doc_id == 8) {
-      EXPECT_EQ(item.at("acc_norm"), 0);
-      EXPECT_EQ(metrics.at("acc_norm").value, 1.0);
-    } else {
-      EXPECT_EQ(metrics.at("acc_norm").value, item.at("acc_norm").get<double>());
+    // The reference normalises by the UTF-8 bytes of the continuation with its leading space;
+    // lm-eval (and gpueval's acc_norm) by the characters of the choice without it. Each
+    // definition, applied to the other side's loglikelihoods, must give the other's answer, so
+    // both the numbers and our metric are checked on every item.
+    const size_t gold = item.at("gold").get<size_t>();
+    auto argmax = [](const std::vector<double>& xs) {
+      return static_cast<size_t>(std::max_element(xs.begin(), xs.end()) - xs.begin());  // first max, as numpy
+    };
+    std::vector<double> ours_by_reference_rule, reference_by_lm_eval_rule;
+    for (size_t c = 0; c < item.at("choices").size(); ++c) {
+      const std::string continuation = item.at("choices")[c].at("continuation").get<std::string>();
+      ASSERT_EQ(continuation.rfind(' ', 0), 0u);  // target_delimiter " " + ending
+      ours_by_reference_rule.push_back(doc_results[c].logprob / static_cast<double>(continuation.size()));
+      reference_by_lm_eval_rule.push_back(item.at("choices")[c].at("sum_logprob").get<double>() /
+                                          static_cast<double>(count_code_points(continuation.substr(1))));
     }
+    EXPECT_EQ(argmax(ours_by_reference_rule), item.at("pred_norm").get<size_t>());
+    EXPECT_EQ(item.at("acc_norm").get<double>(), argmax(ours_by_reference_rule) == gold ? 1.0 : 0.0);
+    EXPECT_EQ(metrics.at("acc_norm").value, argmax(reference_by_lm_eval_rule) == gold ? 1.0 : 0.0);
   }
 }
 

@@ -8,6 +8,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "gpueval/error.h"
+#include "test_util.h"
 
 namespace gpueval {
 namespace {
@@ -16,16 +17,7 @@ using ::testing::HasSubstr;
 
 std::vector<FilterPipeline> parse(const std::string& yaml) { return parse_filter_list(YAML::Load(yaml), "t.yaml"); }
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no Error thrown";
-  return "";
-}
+using testing::error_of;
 
 // gsm8k's two pipelines, as its task file writes them.
 const char* kGsm8kFilters =

@@ -33,16 +33,7 @@ RequestResult generated(const std::string& text) {
   return r;
 }
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no Error thrown";
-  return "";
-}
+using testing::error_of;
 
 // Document 1 of test.jsonl, 5-shot: documents 0, 2, 3, 4, 5 as examples (doc_to_text + " " +
 // the whole answer, joined by blank lines), then the question. Written out by hand.

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "gpueval/error.h"
+#include "gpueval/file_io.h"
 #include "test_util.h"
 
 namespace gpueval {
@@ -353,6 +354,36 @@ TEST(TaskTest, DefinitionErrorsNameFileAndLine) {
               HasSubstr("task 'missing_task': no missing_task.yaml in " + dir.path()));
   dir.write("other.yaml", kChoiceYaml);
   EXPECT_THAT(error_of([&] { Task::load("other", {dir.path()}); }), HasSubstr("defines task 'quiz', not 'other'"));
+}
+
+}  // namespace
+}  // namespace gpueval
+
+namespace gpueval {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::error_of;
+
+// dataset_kind: text makes a whole file one document, scored in rolling windows.
+TEST(TaskTest, TextFileIsOneRollingDocument) {
+  const Task task = Task::load("demo_perplexity_text", {testing::source_dir() + "/tasks"});
+  ASSERT_EQ(task.documents().size(), 1u);
+  const std::string text = io::read_file(testing::source_dir() + "/tasks/demo_perplexity_text.txt");
+  EXPECT_EQ(task.documents()[0].fields.at("text"), text);
+  const std::vector<Request> requests = task.requests(task.documents()[0]);
+  ASSERT_EQ(requests.size(), 1u);
+  EXPECT_EQ(requests[0].type, RequestType::kLoglikelihoodRolling);
+  EXPECT_EQ(requests[0].context, text);
+
+  testing::TempDir dir;
+  testing::write_text(dir.file("t.yaml"), "task: t\ndataset_path: c.txt\ndataset_kind: text\n"
+                                          "output_type: loglikelihood_rolling\ndoc_to_target: \"{{text}}\"\n");
+  testing::write_text(dir.file("c.txt"), "fine\nstill fine\nbad \xff byte\n");
+  EXPECT_THAT(error_of([&] { Task::load(dir.file("t.yaml"), {}); }),
+              HasSubstr(dir.file("c.txt") + ":3: not UTF-8 text (invalid byte at offset 20)"));
+  testing::write_text(dir.file("c.txt"), " \n\n");
+  EXPECT_THAT(error_of([&] { Task::load(dir.file("t.yaml"), {}); }), HasSubstr("c.txt: no documents"));
 }
 
 }  // namespace

@@ -24,7 +24,10 @@
 //   dataset_kind: KIND          jsonl (default): one JSON object per line. csv: RFC 4180
 //                               records without a header (gpueval/csv.h). hellaswag_text:
 //                               HellaSwag's six-line records (gpueval/hellaswag_text.h), read
-//                               as {query, choices, gold, label} (label the gold as a string);
+//                               as {query, choices, gold, label} (label the gold as a string).
+//                               text: the whole file (UTF-8) is one document {text}, for
+//                               perplexity over a corpus file (loglikelihood_rolling with
+//                               doc_to_target "{{text}}", as tasks/demo_perplexity_text.yaml);
 //   column_names: [a, b, ...]   csv only: the field name of each column; every record must
 //                               have exactly this many fields;
 //   data_root: NAME             dataset_path and fewshot_path are relative to the data root
@@ -100,7 +103,7 @@ struct Document {
 class Task {
  public:
   // How a dataset file is laid out (the task file's dataset_kind).
-  enum class DatasetKind { kJsonl, kCsv, kHellaswagText };
+  enum class DatasetKind { kJsonl, kCsv, kHellaswagText, kText };
 
   // name_or_path: a path to a .yaml/.yml file (anything with a '/' or that suffix), or a task
   // name looked up by find_task_file().
