@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gpueval/cpu_allocator.h"
 #include "gpueval/error.h"
 #include "gpueval/executor.h"
 #include "gpueval/model.h"
@@ -146,6 +147,7 @@ int run_worker() {
   // The scheduler owns shutdown: a terminal's Ctrl-C must not kill us mid-frame.
   ::signal(SIGINT, SIG_IGN);
   ::signal(SIGPIPE, SIG_IGN);
+  keep_freed_memory();  // batch after batch: reuse freed activations instead of faulting them in again
   const int in = inherited_command_fd();
   const int out = inherited_result_fd();
   FrameWriter writer(out);
