@@ -23,7 +23,7 @@ namespace fs = std::filesystem;
 constexpr uint64_t kMaxConfigBytes = uint64_t{1} << 20;
 
 const std::vector<std::string> kKeys = {
-    "model", "tasks", "batch_size", "batch_tokens", "dtype", "seed", "fewshot_seed", "output", "limit", "num_fewshot",
+    "model", "tasks", "batch_size", "batch_tokens", "dtype", "seed", "output", "limit", "num_fewshot", "fewshot_seed",
     "max_length", "add_bos", "data", "gpus", "cpu_threads", "max_attempts", "heartbeat_timeout_s", "max_worker_restarts"};
 
 const std::vector<std::string> kDtypes = {"auto", "float32", "bfloat16", "float16"};
