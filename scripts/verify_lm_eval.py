@@ -22,7 +22,9 @@ What it does, all offline (HF_*_OFFLINE=1; no hub is reached):
      loglikelihood, is_greedy, and per-document acc/acc_norm; prints a table and writes it;
   6. with `--extra gsm8k_sampler`, also compares gsm8k's few-shot prompts, drawn by lm-eval's
      default sampler, between lm-eval's gsm8k.yaml and tasks/gsm8k/gsm8k.yaml over the same local
-     data (check_gsm8k_sampler(); prompts only).
+     data (check_gsm8k_sampler(); prompts only). Measured 2026-11-29 with lm-eval 0.4.13:
+     scripts/verify_lm_eval.py --work /tmp/fs_verify --mmlu '' --shots '' --extra gsm8k_sampler
+     gives split 12/12 and self 12/12 prompts identical.
 
 Exit status: 0 when every prompt is identical, every |delta loglikelihood| <= --tol (1e-4) and
 is_greedy and the per-document metrics agree, in both the BOS and the no-BOS comparison, except
