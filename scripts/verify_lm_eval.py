@@ -19,7 +19,12 @@ What it does, all offline (HF_*_OFFLINE=1; no hub is reached):
      add_bos: false (the repo's MMLU tasks over the CSV release; hellaswag and arc_easy through
      small gpueval task YAMLs over the same JSONL);
   5. compares, per document and per request: the argument strings (context, continuation),
-     loglikelihood, is_greedy, and per-document acc/acc_norm; prints a table and writes it.
+     loglikelihood, is_greedy, and per-document acc/acc_norm; prints a table and writes it;
+  6. with `--extra gsm8k_sampler`, also compares gsm8k's few-shot prompts, drawn by lm-eval's
+     default sampler, between lm-eval's gsm8k.yaml and tasks/gsm8k/gsm8k.yaml over the same local
+     data (check_gsm8k_sampler(); prompts only). Measured 2026-11-29 with lm-eval 0.4.13:
+     scripts/verify_lm_eval.py --work /tmp/fs_verify --mmlu '' --shots '' --extra gsm8k_sampler
+     gives split 12/12 and self 12/12 prompts identical.
 
 Exit status: 0 when every prompt is identical, every |delta loglikelihood| <= --tol (1e-4) and
 is_greedy and the per-document metrics agree, in both the BOS and the no-BOS comparison, except
@@ -377,6 +382,76 @@ def run_gpueval(args, work: Path, specs: dict, tasks: list[str], shots: int, add
     return out
 
 
+def check_gsm8k_sampler(args, work: Path, lm_cache: dict) -> list[dict]:
+    """`--extra gsm8k_sampler`: few-shot prompts drawn by lm-eval's default sampler (seed 1234).
+
+    lm-eval's own gsm8k.yaml (no fewshot_config) and the repo's tasks/gsm8k/gsm8k.yaml run over
+    the same local data, and every document's context must be identical:
+      split: a made-up train split (the first 1000 lines of the shared test.jsonl) and the rest
+             as test: 5 examples drawn from train per document (random.sample's set method);
+      self:  the first 12 lines as test, fewshot_split: test (gpueval: no train.jsonl, so
+             fewshot_path falls back to test.jsonl): 6 drawn from the 12 (the pool method), the
+             asked document left out.
+    Only the prompts are compared (generation is cut to one token on lm-eval's side)."""
+    import lm_eval
+    from lm_eval.models.huggingface import HFLM
+    from lm_eval.tasks import TaskManager
+
+    lines = (Path(args.data) / "gsm8k" / "test.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+    builtin = Path(lm_eval.__file__).parent / "tasks" / "gsm8k" / "gsm8k.yaml"
+    lm_dir = work / "lm_eval_tasks_gsm8k"
+    lm_dir.mkdir(parents=True, exist_ok=True)
+    cases = {"split": {"train.jsonl": lines[:1000], "test.jsonl": lines[1000:]},
+             "self": {"test.jsonl": lines[:12]}}
+    limit = 12
+    for case, files in cases.items():
+        d = work / f"gsm8k_{case}"
+        d.mkdir(parents=True, exist_ok=True)
+        for name, content in files.items():
+            (d / name).write_text("".join(content), encoding="utf-8")
+        data_files = "".join(f"    {name.split('.')[0]}: {d / name}\n" for name in files)
+        extra = "fewshot_split: test\ntraining_split: null\n" if case == "self" else ""
+        (lm_dir / f"gsm8k_{case}.yaml").write_text(
+            f"include: {builtin}\ntask: gsm8k_{case}\ndataset_path: json\ndataset_name: null\n"
+            f"dataset_kwargs:\n  data_files:\n{data_files}" + extra)
+    if None not in lm_cache:
+        lm_cache[None] = HFLM(pretrained=str(work / "model"), dtype="float32", device="cpu", batch_size=1)
+    tm = TaskManager(include_path=str(lm_dir), include_defaults=False)
+    names = [f"gsm8k_{c}" for c in cases]
+    log(f"[lm-eval] gsm8k default sampler: {', '.join(names)} (--limit {limit})")
+    res = lm_eval.simple_evaluate(model=lm_cache[None], tasks=names, limit=limit, log_samples=True, task_manager=tm,
+                                  bootstrap_iters=0, gen_kwargs={"max_gen_toks": 1})
+    rows = []
+    for case in cases:
+        theirs = {s["doc_id"]: s["arguments"][0][0] for s in res["samples"][f"gsm8k_{case}"]}
+        out_dir = work / f"gpueval_gsm8k_{case}"
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        cfg = out_dir.with_suffix(".yaml")
+        cfg.write_text(json.dumps({"model": str(Path(args.model).resolve()), "tasks": ["gsm8k"], "dtype": "float32",
+                                   "output": str(out_dir), "limit": limit,
+                                   "data": {"gsm8k": str(work / f"gsm8k_{case}")}}) + "\n")
+        cmd = [args.gpueval, "run", "--gpus", "cpu:1", str(cfg)]
+        log(f"[gpueval] {' '.join(cmd)}")
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=None if args.verbose else subprocess.DEVNULL)
+        ours = {}
+        with (out_dir / "samples_gsm8k.jsonl").open(encoding="utf-8") as f:
+            for line in f:
+                s = json.loads(line)
+                if s.get("filter", "strict-match") == "strict-match":
+                    ours[s["doc_id"]] = s["arguments"]["gen_args_0"]["arg_0"]
+        docs = sorted(set(ours) | set(theirs))
+        same = sum(ours.get(d) == theirs.get(d) for d in docs)
+        diffs = [d for d in docs if ours.get(d) != theirs.get(d)]
+        rows.append({"case": case, "docs": len(docs), "same": same, "diffs": diffs})
+        for d in diffs[:3]:
+            a, b = ours.get(d) or "", theirs.get(d) or ""
+            k = next((j for j in range(min(len(a), len(b))) if a[j] != b[j]), min(len(a), len(b)))
+            log(f"MISMATCH: gsm8k {case} doc {d}: context differs at char {k}: gpueval {a[max(0, k - 30):k + 30]!r} "
+                f"vs lm-eval {b[max(0, k - 30):k + 30]!r}")
+    return rows
+
+
 # ----------------------------------------------------------------------------- comparison
 
 def compare(task: str, shots: str, ours: dict, theirs: dict, details: list[str], show: int = 3) -> dict:
@@ -438,7 +513,8 @@ def main() -> int:
     ap.add_argument("--extra", default="hellaswag,arc_easy,demo_choice,demo_perplexity",
                     help="other tasks, run 0-shot: hellaswag, arc_easy, demo_choice, demo_perplexity, and "
                          "leading_space (demo_perplexity's texts with a leading space: known to differ under "
-                         "transformers 5, so not in the default); '' for none")
+                         "transformers 5, so not in the default), and gsm8k_sampler (gsm8k's few-shot prompts "
+                         "drawn by lm-eval's default sampler: only the prompts are compared); '' for none")
     ap.add_argument("--tol", type=float, default=1e-4)
     ap.add_argument("--table", default=None, help="also write the table here (default: WORK/table.md)")
     ap.add_argument("--verbose", action="store_true", help="show gpueval's progress lines")
@@ -446,6 +522,8 @@ def main() -> int:
     args = ap.parse_args()
     args.mmlu = [s for s in args.mmlu.split(",") if s]
     args.extra = [s for s in args.extra.split(",") if s]
+    gsm8k_sampler = "gsm8k_sampler" in args.extra
+    args.extra = [s for s in args.extra if s != "gsm8k_sampler"]
     shots_list = [int(s) for s in args.shots.split(",") if s != ""]
 
     try:
@@ -511,6 +589,8 @@ def main() -> int:
                     (known_details if what in known else details).append(
                         f"{t} {shots}-shot {what}: max |delta loglik| {st['max_delta']:.3g} at {st['where']}")
 
+    sampler_rows = check_gsm8k_sampler(args, work, lm_cache) if gsm8k_sampler else []
+
     lines = [f"gpueval vs lm-eval on {Path(args.model).name}, CPU float32, --limit {args.limit}, batch_size 1; {versions}",
              "BOS = gpueval add_bos: auto vs lm-eval add_bos_token=True; no-BOS = add_bos: false vs add_bos_token=False;",
              "acc(/acc_norm) as gpueval vs lm-eval; 'lm-eval default' = the add_bos_token setting whose loglikelihoods",
@@ -529,6 +609,10 @@ def main() -> int:
         lines.append(f"| {r['task']} | {r['shots']} | {a['docs']} | {a['requests']} | {a['prompts_same']}/{a['requests']} "
                      f"| {a['max_delta']:.2e}{mark['BOS']} | {r['acc_a']} | {b['max_delta']:.2e}{mark['no-BOS']} "
                      f"| {r['acc_b']} | {diffs} | {r['default']} | {r['effect']:.3g} | {a['target_same']}/{a['docs']} |")
+    if sampler_rows:
+        lines += ["", "gsm8k few-shot prompts, lm-eval's default sampler (seed 1234), lm-eval's gsm8k.yaml vs "
+                  "tasks/gsm8k/gsm8k.yaml:", "", "| case | docs | prompts identical |", "|---|---|---|"]
+        lines += [f"| {r['case']} | {r['docs']} | {r['same']}/{r['docs']} |" for r in sampler_rows]
     used = sorted({list(KNOWN.values()).index(v) + 1 for r in rows for v in r["known"].values()})
     if used:
         lines.append("")
@@ -544,7 +628,8 @@ def main() -> int:
     failed = bool(problems) or any(
         (st["prompts_same"] != st["requests"] or st["max_delta"] > args.tol or st["greedy_diff"] or st["metric_diff"]
          or st["missing"]) and (args.strict or what not in r["known"])
-        for r in rows for st, what in ((r["a"], "BOS"), (r["b"], "no-BOS")))
+        for r in rows for st, what in ((r["a"], "BOS"), (r["b"], "no-BOS"))) or any(
+        r["same"] != r["docs"] for r in sampler_rows)
     for d in known_details:
         log(f"KNOWN DIFFERENCE (see the notes under the table): {d}")
     for d in problems + details:

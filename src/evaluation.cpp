@@ -77,6 +77,7 @@ int run_evaluation(const RunConfig& config, const EvaluationOptions& options) {
   TaskLoadOptions load_options;
   load_options.data_roots = config.data;
   load_options.num_fewshot = config.num_fewshot;
+  load_options.fewshot_seed = config.fewshot_seed;
   std::vector<Task> tasks;
   tasks.reserve(selection.tasks.size());
   for (const std::string& name : selection.tasks) tasks.push_back(Task::load(name, search, load_options));

@@ -1,6 +1,8 @@
 #include "python_random.h"
 
 #include <cmath>
+#include <stdexcept>
+#include <unordered_set>
 #include <vector>
 
 namespace gpueval {
@@ -70,6 +72,53 @@ double PythonRandom::random() {
 
 size_t PythonRandom::choice_index(size_t n) {
   return static_cast<size_t>(std::floor(random() * static_cast<double>(n)));
+}
+
+uint64_t PythonRandom::getrandbits(int k) {
+  if (k < 0 || k > 64) throw std::invalid_argument("getrandbits: k must be in 0..64");
+  if (k <= 32) return k == 0 ? 0 : next_uint32() >> (32 - k);
+  const uint64_t low = next_uint32();                  // the first word is the least significant
+  const uint64_t high = next_uint32() >> (64 - k);     // the last keeps its top k - 32 bits
+  return low | (high << 32);
+}
+
+uint64_t PythonRandom::randbelow(uint64_t n) {
+  if (n == 0) throw std::invalid_argument("randbelow: n must be positive");
+  int bits = 0;
+  for (uint64_t v = n; v != 0; v >>= 1) ++bits;  // n.bit_length(), not that of n - 1
+  uint64_t r = getrandbits(bits);
+  while (r >= n) r = getrandbits(bits);
+  return r;
+}
+
+std::vector<size_t> PythonRandom::sample_indices(size_t n, size_t k) {
+  if (k > n) throw std::invalid_argument("sample: sample larger than population");
+  std::vector<size_t> result;
+  result.reserve(k);
+  size_t setsize = 21;  // CPython: the size of a small set minus that of an empty list
+  if (k > 5) {
+    // 4 ** ceil(log(k * 3, 4)), with math.log's float arithmetic (log(x) / log(4)).
+    const double e = std::ceil(std::log(static_cast<double>(k * 3)) / std::log(4.0));
+    setsize += static_cast<size_t>(std::llround(std::pow(4.0, e)));
+  }
+  if (n <= setsize) {
+    std::vector<size_t> pool(n);
+    for (size_t i = 0; i < n; ++i) pool[i] = i;
+    for (size_t i = 0; i < k; ++i) {
+      const size_t j = static_cast<size_t>(randbelow(n - i));
+      result.push_back(pool[j]);
+      pool[j] = pool[n - i - 1];
+    }
+    return result;
+  }
+  std::unordered_set<size_t> selected;
+  for (size_t i = 0; i < k; ++i) {
+    size_t j = static_cast<size_t>(randbelow(n));
+    while (selected.count(j)) j = static_cast<size_t>(randbelow(n));
+    selected.insert(j);
+    result.push_back(j);
+  }
+  return result;
 }
 
 }  // namespace gpueval

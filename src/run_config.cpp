@@ -23,7 +23,7 @@ namespace fs = std::filesystem;
 constexpr uint64_t kMaxConfigBytes = uint64_t{1} << 20;
 
 const std::vector<std::string> kKeys = {
-    "model", "tasks", "batch_size", "batch_tokens", "dtype", "seed", "output", "limit", "num_fewshot",
+    "model", "tasks", "batch_size", "batch_tokens", "dtype", "seed", "output", "limit", "num_fewshot", "fewshot_seed",
     "max_length", "add_bos", "data", "gpus", "cpu_threads", "max_attempts", "heartbeat_timeout_s", "max_worker_restarts"};
 
 const std::vector<std::string> kDtypes = {"auto", "float32", "bfloat16", "float16"};
@@ -164,6 +164,8 @@ class ConfigReader {
       check(key, v, dtype_problem(c.dtype));
     } else if (key == "seed") {
       c.seed = unsigned_integer(key, v);
+    } else if (key == "fewshot_seed") {
+      c.fewshot_seed = unsigned_integer(key, v);
     } else if (key == "output") {
       std::string output = scalar(key, v, "a directory path");
       check(key, v, path_problem(output));
@@ -342,6 +344,7 @@ nlohmann::json RunConfig::to_json() const {
       {"batch_tokens", batch_tokens},
       {"dtype", dtype},
       {"seed", seed},
+      {"fewshot_seed", fewshot_seed},
       {"output", output},
       {"limit", optional(limit)},
       {"num_fewshot", optional(num_fewshot)},

@@ -14,6 +14,7 @@
 #include "gpueval/filters.h"
 #include "gpueval/hellaswag_text.h"
 #include "gpueval/process_docs.h"
+#include "python_random.h"
 #include "strict_json.h"
 #include "utf8.h"
 #include "yaml_json.h"
@@ -389,13 +390,21 @@ Task Task::parse(const std::string& yaml_path, const TaskLoadOptions& options) {
   config["fewshot_delimiter"] = fewshot_delimiter;
   task.fewshot_delimiter_ = fewshot_delimiter;
 
+  task.fewshot_seed_ = options.fewshot_seed;
   if (values.count("fewshot_config")) {
-    const nlohmann::ordered_json fc = yaml_to_json(values.at("fewshot_config"), yaml_path);
+    // lm-eval's samplers: default (random.sample, also without fewshot_config) and first_n.
+    const YAML::Node& node = values.at("fewshot_config");
+    const nlohmann::ordered_json fc = yaml_to_json(node, yaml_path);
     if (!fc.is_object()) fail(where_of("fewshot_config"), "fewshot_config must be a mapping");
-    for (const auto& [key, value] : fc.items()) {
-      if (key != "sampler" || value != "first_n") {
-        fail(where_of("fewshot_config"), "fewshot_config: only 'sampler: first_n' is supported yet");
+    for (const auto& entry : node) {
+      const std::string key = entry.first.IsScalar() ? entry.first.Scalar() : "";
+      const std::string where = yaml_where(yaml_path, entry.first);
+      if (key != "sampler") fail(where, "fewshot_config: only 'sampler' is supported yet, not {}", quote_untrusted(key));
+      const std::string sampler = scalar_string(entry.second, "fewshot_config.sampler", where);
+      if (sampler != "default" && sampler != "first_n") {
+        fail(where, "fewshot_config: unknown sampler {} (lm-eval's samplers: default, first_n)", quote_untrusted(sampler));
       }
+      task.fewshot_sampler_ = sampler;
     }
     config["fewshot_config"] = fc;
   }
@@ -414,16 +423,12 @@ Task Task::parse(const std::string& yaml_path, const TaskLoadOptions& options) {
         std::filesystem::path(task.dataset_file_).lexically_normal()) {
       task.fewshot_from_dataset_ = true;
       task.notes_.push_back(fmt::format(
-          "{}: the {} few-shot examples come from the evaluated file {} itself (the first {} documents, skipping "
-          "the document being asked, lm-eval's rule when fewshot_split is the test split), so scores are not "
-          "comparable to lm-eval's with a separate few-shot split",
+          "{}: the {} few-shot examples come from the evaluated file {} itself ({}, skipping the document being "
+          "asked, lm-eval's rule when fewshot_split is the test split), so scores are not comparable to lm-eval's "
+          "with a separate few-shot split",
           task.name_, task.num_fewshot_, std::filesystem::path(task.dataset_file_).lexically_normal().string(),
-          task.num_fewshot_ + 1));
-    }
-    if (!config.contains("fewshot_config")) {
-      // lm-eval's default sampler draws at random; only first_n is implemented, so say so.
-      fail(where, "num_fewshot {} needs fewshot_config: {{sampler: first_n}} (the only sampler supported)",
-           task.num_fewshot_);
+          task.fewshot_sampler_ == "first_n" ? "the first documents"
+                                             : fmt::format("drawn at random, seed {}", task.fewshot_seed_)));
     }
   }
   config["num_fewshot"] = task.num_fewshot_;  // lm-eval's evaluator writes the number it used
@@ -634,34 +639,93 @@ std::vector<Document> Task::read_documents(const std::string& file, DatasetKind 
 
 void Task::load_documents() {
   documents_ = read_documents(dataset_file_, dataset_kind_, lines_);
-  if (num_fewshot_ > 0 && fewshot_from_dataset_) {
-    // lm-eval's rule for examples from the evaluated split: num_fewshot + 1 candidates, of
-    // which context() drops the document being asked.
-    const size_t n = std::min(documents_.size(), static_cast<size_t>(num_fewshot_ + 1));
-    if (static_cast<int64_t>(documents_.size()) <= num_fewshot_) {
-      fail(dataset_file_, "num_fewshot {} from the task's own {} documents needs at least {}", num_fewshot_,
-           documents_.size(), num_fewshot_ + 1);
-    }
-    for (size_t k = 0; k < n; ++k) {
-      fewshot_documents_.push_back(documents_[k]);
-      fewshot_examples_.push_back(fewshot_example(documents_[k], location(documents_[k])) + fewshot_delimiter_);
-    }
-  } else if (num_fewshot_ > 0) {
-    std::vector<int64_t> lines;
-    std::vector<Document> pool = read_documents(fewshot_file_, fewshot_kind_, lines);
-    if (static_cast<int64_t>(pool.size()) < num_fewshot_) {
-      fail(fewshot_file_, "num_fewshot {} but only {} documents to draw examples from", num_fewshot_, pool.size());
-    }
-    // first_n: the first num_fewshot documents in file order. (lm-eval drops the document being
-    // asked when examples come from the same split; fewshot_path is a different file here.)
-    for (int64_t i = 0; i < num_fewshot_; ++i) {
-      const size_t k = static_cast<size_t>(i);
-      fewshot_documents_.push_back(pool[k]);
-      fewshot_prefix_ += fewshot_example(pool[k], fewshot_file_ + ":" + std::to_string(lines[k])) + fewshot_delimiter_;
-    }
+  if (num_fewshot_ > 0) {
+    if (!fewshot_from_dataset_) fewshot_pool_ = read_documents(fewshot_file_, fewshot_kind_, fewshot_lines_);
+    draw_fewshot();
   }
   // Render everything once, so a bad document fails the load, not the run.
   for (const Document& doc : documents_) requests(doc);
+}
+
+void Task::draw_fewshot() {
+  const std::vector<Document>& pool = fewshot_pool();
+  const size_t n = static_cast<size_t>(num_fewshot_);
+  const bool first_n = fewshot_sampler_ == "first_n";
+  // lm-eval passes the asked document to the sampler when fewshot_split is the test split
+  // (here: fewshot_path is dataset_path); the default sampler then draws n + 1.
+  const size_t needed = fewshot_from_dataset_ ? n + 1 : n;
+  if (pool.size() < needed) {
+    if (fewshot_from_dataset_) {
+      fail(dataset_file_, "num_fewshot {} from the task's own {} documents needs at least {}", num_fewshot_,
+           pool.size(), needed);
+    }
+    fail(fewshot_file_, "num_fewshot {} but only {} documents to draw examples from", num_fewshot_, pool.size());
+  }
+  // One generator for the task, advanced document by document in file order, as lm-eval's
+  // build_all_requests calls sampler.sample() once per document (Random(fewshot_random_seed)).
+  PythonRandom rnd(fewshot_seed_);
+  fewshot_draws_.assign(documents_.size(), {});
+  for (size_t d = 0; d < documents_.size(); ++d) {
+    const Document& doc = documents_[d];
+    std::vector<size_t>& out = fewshot_draws_[d];
+    // lm-eval compares documents with != (dict equality), so every copy of the asked one goes.
+    auto is_asked = [&](size_t k) { return fewshot_from_dataset_ && pool[k].fields == doc.fields; };
+    auto too_few = [&](size_t have) {
+      fail(location(doc), "only {} of the {} few-shot documents differ from this one; num_fewshot is {}", have,
+           pool.size(), num_fewshot_);
+    };
+    if (first_n) {
+      // FirstNSampler: the pool without the asked document, the first n.
+      for (size_t k = 0; k < pool.size() && out.size() < n; ++k) {
+        if (!is_asked(k)) out.push_back(k);
+      }
+      if (out.size() < n) too_few(out.size());
+      continue;
+    }
+    // ContextSampler.sample: rnd.sample(pool, n), or with the asked document
+    // rnd.sample(pool, n + 1) less its copies, the first n. lm-eval tests `not eval_doc`, so an
+    // empty document counts as none.
+    const bool skip = fewshot_from_dataset_ && !doc.fields.empty();
+    if (!skip) {
+      out = rnd.sample_indices(pool.size(), n);
+      continue;
+    }
+    for (const size_t k : rnd.sample_indices(pool.size(), n + 1)) {
+      if (!is_asked(k) && out.size() < n) out.push_back(k);
+    }
+    if (out.size() < n) {
+      // Copies of the asked document took the headroom: lm-eval draws n again from the pool
+      // without them.
+      std::vector<size_t> others;
+      for (size_t k = 0; k < pool.size(); ++k) {
+        if (!is_asked(k)) others.push_back(k);
+      }
+      if (others.size() < n) too_few(others.size());
+      out.clear();
+      for (const size_t i : rnd.sample_indices(others.size(), n)) out.push_back(others[i]);
+    }
+  }
+  // Render each example used once; context() joins them.
+  fewshot_rendered_.assign(pool.size(), std::string());
+  std::vector<bool> used(pool.size(), false);
+  for (const std::vector<size_t>& draws : fewshot_draws_) {
+    for (const size_t k : draws) used[k] = true;
+  }
+  for (size_t k = 0; k < pool.size(); ++k) {
+    if (!used[k]) continue;
+    const std::string where =
+        fewshot_from_dataset_ ? location(pool[k]) : fewshot_file_ + ":" + std::to_string(fewshot_lines_[k]);
+    fewshot_rendered_[k] = fewshot_example(pool[k], where) + fewshot_delimiter_;
+  }
+}
+
+const std::vector<size_t>& Task::fewshot_indices(const Document& doc) const {
+  static const std::vector<size_t> kNone;
+  if (num_fewshot_ == 0) return kNone;
+  if (doc.doc_id < 0 || doc.doc_id >= static_cast<int64_t>(fewshot_draws_.size())) {
+    fail(location(doc), "document {} is not a document of task '{}'", doc.doc_id, name_);
+  }
+  return fewshot_draws_[static_cast<size_t>(doc.doc_id)];
 }
 
 std::string Task::location(const Document& doc) const {

@@ -54,17 +54,7 @@ std::string Task::context(const Document& doc) const {
   const std::string where = location(doc);
   std::string out = description_ ? description_->render(doc.fields, where) : "";
   if (!doc_to_text_ || output_type_ == OutputType::kLoglikelihoodRolling) return out;
-  if (fewshot_from_dataset_) {
-    // lm-eval compares documents, not ids: every candidate equal to this one is left out.
-    int64_t taken = 0;
-    for (size_t k = 0; k < fewshot_documents_.size() && taken < num_fewshot_; ++k) {
-      if (fewshot_documents_[k].fields == doc.fields) continue;
-      out += fewshot_examples_[k];
-      ++taken;
-    }
-  } else {
-    out += fewshot_prefix_;
-  }
+  for (const size_t k : fewshot_indices(doc)) out += fewshot_rendered_[k];  // drawn at load
   const nlohmann::json text = field_or_render(*doc_to_text_, doc.fields, where);
   const bool has_choices = doc_to_choice_.has_value() || choice_list_.has_value();
   // A doc_to_text that gives a number makes lm-eval treat the task as "multiple input"

@@ -1,5 +1,6 @@
-// GSM8K as lm-evaluation-harness defines it: the 5-shot prompt byte for byte (examples from
-// test.jsonl itself when train.jsonl is missing, the asked document skipped), the stop
+// GSM8K as lm-evaluation-harness defines it: the 5-shot prompt byte for byte (examples drawn by
+// lm-eval's default sampler; from test.jsonl itself when train.jsonl is missing, the asked
+// document skipped), the stop
 // strings, exact_match with gsm8k's regexes_to_ignore under both filters, and results.json /
 // samples keyed by filter as lm-eval writes them.
 #include <algorithm>
@@ -35,59 +36,62 @@ RequestResult generated(const std::string& text) {
 
 using testing::error_of;
 
-// Document 1 of test.jsonl, 5-shot: documents 0, 2, 3, 4, 5 as examples (doc_to_text + " " +
-// the whole answer, joined by blank lines), then the question. Written out by hand.
+// Document 1 of test.jsonl, 5-shot, the examples from test.jsonl itself as lm-eval's default
+// sampler draws them when fewshot_split is the test split: the second call of
+// random.Random(1234).sample(docs, 6), the asked document dropped, the first five kept
+// (documents 171, 201, 726, 484, 35), each doc_to_text + " " + the whole answer, joined by
+// blank lines, then the question. Printed by lm-eval 0.4.13's ContextSampler over the same file.
 const std::string kDoc1Prompt = std::string() +
-    "Question: Janet’s ducks lay 16 eggs per day. She eats three for breakfast every morning and bakes muffins for "
-    "her friends every day with four. She sells the remainder at the farmers' market daily for $2 per fresh duck "
-    "egg. How much in dollars does she make every day at the farmers' market?\nAnswer: Janet sells 16 - 3 - 4 = "
-    "<<16-3-4=9>>9 duck eggs a day.\nShe makes 9 * 2 = $<<9*2=18>>18 every day at the farmer’s market.\n#### 18\n\n"
-    "Question: Josh decides to try flipping a house.  He buys a house for $80,000 and then puts in $50,000 in "
-    "repairs.  This increased the value of the house by 150%.  How much profit did he make?\nAnswer: The cost of "
-    "the house and repairs came out to 80,000+50,000=$<<80000+50000=130000>>130,000\nHe increased the value of "
-    "the house by 80,000*1.5=<<80000*1.5=120000>>120,000\nSo the new value of the house is "
-    "120,000+80,000=$<<120000+80000=200000>>200,000\nSo he made a profit of "
-    "200,000-130,000=$<<200000-130000=70000>>70,000\n#### 70000\n\n"
-    "Question: James decides to run 3 sprints 3 times a week.  He runs 60 meters each sprint.  How many total "
-    "meters does he run a week?\nAnswer: He sprints 3*3=<<3*3=9>>9 times\nSo he runs 9*60=<<9*60=540>>540 "
-    "meters\n#### 540\n\n"
-    "Question: Every day, Wendi feeds each of her chickens three cups of mixed chicken feed, containing seeds, "
-    "mealworms and vegetables to help keep them healthy.  She gives the chickens their feed in three separate "
-    "meals. In the morning, she gives her flock of chickens 15 cups of feed.  In the afternoon, she gives her "
-    "chickens another 25 cups of feed.  How many cups of feed does she need to give her chickens in the final "
-    "meal of the day if the size of Wendi's flock is 20 chickens?\nAnswer: If each chicken eats 3 cups of feed "
-    "per day, then for 20 chickens they would need 3*20=<<3*20=60>>60 cups of feed per day.\nIf she feeds the "
-    "flock 15 cups of feed in the morning, and 25 cups in the afternoon, then the final meal would require "
-    "60-15-25=<<60-15-25=20>>20 cups of chicken feed.\n#### 20\n\n"
-    "Question: Kylar went to the store to buy glasses for his new apartment. One glass costs $5, but every "
-    "second glass costs only 60% of the price. Kylar wants to buy 16 glasses. How much does he need to pay for "
-    "them?\nAnswer: The discount price of one glass is 60/100 * 5 = $<<60/100*5=3>>3.\nIf every second glass is "
-    "cheaper, that means Kylar is going to buy 16 / 2 = <<16/2=8>>8 cheaper glasses.\nSo for the cheaper "
-    "glasses, Kylar is going to pay 8 * 3 = $<<8*3=24>>24.\nAnd for the regular-priced glasses, Kylar will pay "
-    "8 * 5 = $<<8*5=40>>40.\nSo in total Kylar needs to pay 24 + 40 = $<<24+40=64>>64 for the glasses he wants "
-    "to buy.\n#### 64\n\n"
-    "Question: A robe takes 2 bolts of blue fiber and half that much white fiber.  How many bolts in total does "
-    "it take?\nAnswer:";
+    "Question: Jake is walking through the Museum of Entomology. He sees 80 spiders with 8 legs each, 90 "
+    "insects with 6 legs each, and 3 rare mutant invertebrates with 10 legs each. How many legs does Jake "
+    "see total?\nAnswer: First find the total number of spider legs: 80 spiders * 8 legs/spider = <<80*8=640>>640 "
+    "legs\nThen find the total number of insect legs: 90 spiders * 6 legs/spider = <<90*6=540>>540 legs\n"
+    "Then find the total number of mutant invertebrate legs: 3 mutants * 10 legs/mutant = <<3*10=30>>30 legs\n"
+    "Then add the number of each kind of leg to find the total he saw: 640 legs + 540 legs + 30 legs = <<640+540+30=1210>>1210 "
+    "legs\n#### 1210\n\nQuestion: John wins an award at work.  The award has a 1 time monetary reward of "
+    "$5000 and a 5% raise in salary.  If he makes 2000 a week, every week of the year and he got the award "
+    "on the first day of the year how much money did he make that year?\nAnswer: He makes 2000*52=$<<2000*52=104000>>104,000 "
+    "a year\nSo the raise is worth .05*104,000=$<<.05*104000=5200>>5200\nSo he makes 104,000+5200=$<<104000+5200=109200>>109,200 "
+    "from his salary\nSo in total he made 109,200+5,000=$<<109200+5000=114200>>114,200\n#### 114,200\n\nQuestion: "
+    "Topher, the green giant, wears enormous shoes.  The length of one of his shoes is 10 inches longer than "
+    "9 times the length of one of Bobby’s shoes.  If the length of one of Topher’s shoes is 8-feet and 4-inches, "
+    "how long, in inches, is one of Bobby’s shoes?\nAnswer: Since Topher’s shoe is 8 feet and 4 inches long, "
+    "then it is (8 * 12) + 4 = <<8*12+4=100>>100 inches long.\nIf we let the length of one of Bobby’s shoes, "
+    "in inches, be x.\nThen the length of Topher’s shoe is represented by the equation, 9*x + 10 = 100.\n"
+    "Subtracting 10 from each side of the equation, the expression simplifies to 9x = 90\nSolving for x, "
+    "the length of one of Bobby’s shoes is x = <<10=10>>10\n#### 10\n\nQuestion: Stetson made a bet with "
+    "Alec that he would give up $10 for each orange he eats. While at the farm, Stetson ate 2/5 of the oranges "
+    "they picked. If they picked 60 oranges, calculate the total amount of money Stetson gave up?\nAnswer: "
+    "If they picked 60 oranges and Stetson ate 2/5 of them, he ate 2/5*60 = <<60*2/5=24>>24 oranges.\nIf "
+    "he gave $10 for every orange he ate, then he gave up $10*24 = $<<10*24=240>>240\n#### 240\n\nQuestion: "
+    "Mike plays ping pong for 40 minutes.  In the first 20 minutes, he scores 4 points.  In the second 20 "
+    "minutes, he scores 25% more points.  How many total points did he score?\nAnswer: He scored 4*.25=<<4*.25=1>>1 "
+    "point more in the second 20 minutes\nSo he scored 4+1=<<4+1=5>>5 points in the second 20 minutes\nSo "
+    "in total, he scored 4+5=<<4+5=9>>9 points in the 40 minutes\n#### 9\n\nQuestion: A robe takes 2 bolts "
+    "of blue fiber and half that much white fiber.  How many bolts in total does it take?\nAnswer:";
 
 TEST(Gsm8kTest, FiveShotPromptFromTheTestFileSkipsTheAskedDocument) {
   GPUEVAL_REQUIRE_SHARED();
   const Task task = load_gsm8k();
   EXPECT_EQ(task.num_fewshot(), 5);
+  EXPECT_EQ(task.fewshot_sampler(), "default");
   ASSERT_TRUE(task.fewshot_from_dataset());
   ASSERT_EQ(task.notes().size(), 1u);
   EXPECT_THAT(task.notes()[0], HasSubstr("come from the evaluated file"));
   const auto& docs = task.documents();
   ASSERT_EQ(docs.size(), 1319u);
   EXPECT_EQ(task.context(docs[1]), kDoc1Prompt);
-  // From document 6 on, the examples are documents 0..4.
-  const std::string later = task.context(docs[7]);
-  EXPECT_EQ(later.rfind("Question: Janet’s ducks", 0), 0u);
-  EXPECT_THAT(later, HasSubstr("#### 20\n\nQuestion: " + docs[7].fields["question"].get<std::string>() + "\nAnswer:"));
-  EXPECT_EQ(later.find("Kylar"), std::string::npos);
-  // Document 5 is among the candidates: its examples are 0..4 too, and Kylar comes only after them.
-  const std::string fifth = task.context(docs[5]);
-  EXPECT_GT(fifth.find("Kylar"), fifth.find("#### 20\n\nQuestion: Kylar"));
-  EXPECT_NE(fifth.find("#### 20\n\nQuestion: Kylar"), std::string::npos);
+  // lm-eval's draws for the first twelve documents (ContextSampler, seed 1234, eval_doc = the
+  // document), as lm-eval printed them.
+  const std::vector<std::vector<size_t>> expected = {
+      {902, 239, 15, 185, 1192}, {171, 201, 726, 484, 35},   {32, 708, 1276, 991, 1261},
+      {304, 186, 374, 234, 29},  {996, 511, 132, 1108, 954}, {1231, 182, 1054, 1185, 94},
+      {1139, 129, 619, 985, 727}, {510, 409, 928, 1085, 39}, {144, 11, 683, 294, 968},
+      {342, 110, 156, 1203, 1016}, {154, 1141, 440, 295, 55}, {227, 1084, 289, 625, 930}};
+  for (size_t i = 0; i < expected.size(); ++i) EXPECT_EQ(task.fewshot_indices(docs[i]), expected[i]) << "document " << i;
+  for (const Document& doc : docs) {
+    for (const size_t k : task.fewshot_indices(doc)) ASSERT_NE(docs[k].fields, doc.fields) << "document " << doc.doc_id;
+  }
 }
 
 TEST(Gsm8kTest, TrainFileIsUsedWhenPresent) {
@@ -105,9 +109,10 @@ TEST(Gsm8kTest, TrainFileIsUsedWhenPresent) {
   const Task task = Task::load("gsm8k", {testing::source_dir() + "/tasks"}, options);
   EXPECT_FALSE(task.fewshot_from_dataset());
   EXPECT_TRUE(task.notes().empty());
+  // Document 1 gets the second random.Random(1234).sample(train, 5): [0, 4, 1, 3, 2] (python3).
   EXPECT_EQ(task.context(task.documents()[1]),
-            "Question: Q1?\nAnswer: A1\n#### 1\n\nQuestion: Q2?\nAnswer: #### 2\n\nQuestion: Q3?\nAnswer: #### 3\n\n"
-            "Question: Q4?\nAnswer: #### 4\n\nQuestion: Q5?\nAnswer: #### 5\n\nQuestion: A robe takes 2 bolts of "
+            "Question: Q1?\nAnswer: A1\n#### 1\n\nQuestion: Q5?\nAnswer: #### 5\n\nQuestion: Q2?\nAnswer: #### 2\n\n"
+            "Question: Q4?\nAnswer: #### 4\n\nQuestion: Q3?\nAnswer: #### 3\n\nQuestion: A robe takes 2 bolts of "
             "blue fiber and half that much white fiber.  How many bolts in total does it take?\nAnswer:");
 }
 

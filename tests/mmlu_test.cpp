@@ -127,7 +127,8 @@ TEST(MmluTest, FiveShotPromptTakesTheFirstFiveDevRows) {
   const Task task = load_mmlu("abstract_algebra", 5);
   EXPECT_EQ(task.num_fewshot(), 5);
   EXPECT_EQ(task.config()["num_fewshot"], 5);
-  ASSERT_EQ(task.fewshot_documents().size(), 5u);
+  EXPECT_EQ(task.fewshot_sampler(), "first_n");
+  EXPECT_EQ(task.fewshot_indices(task.documents().at(3)), (std::vector<size_t>{0, 1, 2, 3, 4}));
   const std::vector<Request> requests = task.requests(task.documents().at(0));
   ASSERT_EQ(requests.size(), 4u);
   EXPECT_EQ(requests[0].context,

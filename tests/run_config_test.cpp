@@ -77,6 +77,7 @@ batch_size: 16
 batch_tokens: 8192
 dtype: bfloat16
 seed: 18446744073709551615
+fewshot_seed: 7
 output: results/run1
 limit: 50
 num_fewshot: 5
@@ -96,6 +97,7 @@ max_worker_restarts: 0
       {"batch_tokens", 8192},
       {"dtype", "bfloat16"},
       {"seed", 18446744073709551615ull},
+      {"fewshot_seed", 7},
       {"output", dir() + "/results/run1"},
       {"limit", 50},
       {"num_fewshot", 5},
@@ -121,6 +123,7 @@ TEST_F(RunConfigTest, AbsentKeysTakeTheirDefaults) {
   EXPECT_EQ(c.batch_tokens, 0);
   EXPECT_EQ(c.dtype, "auto");
   EXPECT_EQ(c.seed, 1234u);
+  EXPECT_EQ(c.fewshot_seed, 1234u);
   EXPECT_EQ(c.output, "out");  // a default is not in the file, so it stays relative to the working directory
   EXPECT_FALSE(c.limit);
   EXPECT_FALSE(c.num_fewshot);

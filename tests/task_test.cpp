@@ -335,10 +335,8 @@ TEST(TaskTest, DefinitionErrorsNameFileAndLine) {
               HasSubstr(yaml + ":10: filter_list applies to generate_until tasks only"));
   EXPECT_THAT(load_error(std::string(kChoiceYaml) + "num_fewshot: 5\n"),
               HasSubstr(yaml + ":10: num_fewshot 5 needs fewshot_path (the documents to draw examples from)"));
-  EXPECT_THAT(load_error(std::string(kChoiceYaml) + "fewshot_path: quiz.jsonl\nnum_fewshot: 5\n"),
-              HasSubstr(yaml + ":11: num_fewshot 5 needs fewshot_config: {sampler: first_n}"));
-  EXPECT_THAT(load_error(std::string(kChoiceYaml) + "fewshot_config:\n  sampler: default\n"),
-              HasSubstr(yaml + ":11: fewshot_config: only 'sampler: first_n' is supported yet"));
+  EXPECT_THAT(load_error(std::string(kChoiceYaml) + "fewshot_config:\n  sampler: balanced\n"),
+              HasSubstr(yaml + ":11: fewshot_config: unknown sampler 'balanced' (lm-eval's samplers: default, first_n)"));
   EXPECT_THAT(load_error(std::string(kChoiceYaml) + "task: again\n"), HasSubstr(yaml + ":10: duplicate key 'task'"));
   EXPECT_THAT(load_error("task: [unclosed\n"), HasSubstr(yaml + ":2: invalid YAML"));
   EXPECT_THAT(load_error("task: q\ndataset_path: quiz.jsonl\ndoc_to_text: \"{{ question | upper }}\"\n"),

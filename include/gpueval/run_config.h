@@ -29,6 +29,7 @@ struct RunConfig {
   int64_t batch_tokens = 0;           // token budget per batch; 0 = choose automatically
   std::string dtype = "auto";         // auto | float32 | bfloat16 | float16
   uint64_t seed = 1234;
+  uint64_t fewshot_seed = 1234;     // seeds lm-eval's default few-shot sampler (its fewshot_random_seed)
   std::string output = "out";         // output directory
   std::optional<int64_t> limit;       // documents per task
   std::optional<int64_t> num_fewshot;

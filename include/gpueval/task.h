@@ -16,8 +16,14 @@
 // (gpueval/template.h). Each few-shot example is doc_to_text + target_delimiter + its target
 // (the choice text when the target is an index), and examples and the question are joined by
 // fewshot_delimiter ("\n\n"), as lm-eval's ContextSampler builds them. Examples come from
-// fewshot_path, taken in file order (lm-eval's `fewshot_config: {sampler: first_n}`, the only
-// sampler supported); num_fewshot comes from the task file (default 0) unless the run sets it.
+// fewshot_path, chosen by lm-eval's samplers: `fewshot_config: {sampler: first_n}` takes them
+// in file order; `{sampler: default}` or no fewshot_config draws them as lm-eval's default
+// sampler does, random.Random(fewshot_seed).sample(pool, num_fewshot) per document, one
+// Random for the whole task advanced in document order (fewshot_seed is the run's, default
+// 1234 as lm-eval's fewshot_random_seed). Every document's draws are made at load, so the
+// prompts do not depend on --limit or on the workers; they equal lm-eval's for the first
+// `limit` documents of a single-process (world_size 1) lm-eval run. num_fewshot comes from
+// the task file (default 0) unless the run sets it.
 //
 // Datasets. gpueval reads local files, so it adds a few keys to lm-eval's (they are kept in
 // results.json "configs" as written):
@@ -47,10 +53,12 @@
 // hellaswag) instead of lm-eval's `!function`; it rewrites every document as it is read.
 // Few-shot examples from the evaluated file. When fewshot_path resolves to dataset_path itself
 // (gsm8k's `fewshot_path: [train.jsonl, test.jsonl]` when only test.jsonl is on disk), the
-// examples come as lm-eval draws them when fewshot_split equals the evaluation split: the first
-// num_fewshot + 1 documents, less any equal to the document being asked, the first num_fewshot
-// of what is left. So document k <= n gets documents 0..n without k as examples, every later
-// document 0..n-1. The task says so once in notes(), which the run logs and report.md lists.
+// examples come as lm-eval chooses them when fewshot_split equals the evaluation split: the
+// default sampler draws num_fewshot + 1, drops every one equal (by content, as lm-eval's !=) to
+// the document being asked and keeps the first num_fewshot (if copies of the document left too
+// few, it draws num_fewshot again from the documents unequal to it); first_n takes the first
+// num_fewshot documents unequal to it. The task says so once in notes(), which the run logs and
+// report.md lists.
 // Filters. generate_until tasks may give lm-eval's filter_list (gpueval/filters.h): each
 // pipeline is scored on its own, and results are keyed "<metric>,<filter>"; without one,
 // every task has the single pipeline "none".
@@ -59,7 +67,7 @@
 // line naming the file and line: YAML syntax, an unknown or unsupported key, a missing required
 // key, an unknown output_type, metric or process_docs, a dataset line that is not a JSON
 // object, a template field a document lacks, a label outside its choices, a CSV record with
-// the wrong number of fields, a filter_list step gpueval does not have. Other samplers and
+// the wrong number of fields, a filter_list step gpueval does not have, an unknown sampler.
 // Python process_docs/process_results are not supported yet and are rejected rather than ignored.
 //
 // A loaded Task is immutable; every method is const and safe to call from many threads.
@@ -92,6 +100,7 @@ using DataRoots = std::map<std::string, std::string>;
 struct TaskLoadOptions {
   DataRoots data_roots;
   std::optional<int64_t> num_fewshot;  // the run's num_fewshot: overrides the task file's
+  uint64_t fewshot_seed = 1234;        // seeds the default sampler (lm-eval's fewshot_random_seed)
 };
 
 // One dataset line: doc_id is its position among the documents (0..n-1, file order).
@@ -118,11 +127,14 @@ class Task {
   const std::vector<Document>& documents() const { return documents_; }
   const std::vector<MetricSpec>& metrics() const { return metrics_; }
   int64_t num_fewshot() const { return num_fewshot_; }
-  // The few-shot examples every prompt starts with (after the description), in order. When
-  // they come from dataset_path itself (fewshot_path missing), the num_fewshot + 1 candidates,
-  // of which context() leaves out the document being asked.
-  const std::vector<Document>& fewshot_documents() const { return fewshot_documents_; }
+  // The documents few-shot examples are drawn from: fewshot_path's (documents() itself when
+  // fewshot_from_dataset()); empty when num_fewshot is 0.
+  const std::vector<Document>& fewshot_pool() const { return fewshot_from_dataset_ ? documents_ : fewshot_pool_; }
+  // The examples of `doc` (one of documents()), as indices into fewshot_pool() in prompt order.
+  const std::vector<size_t>& fewshot_indices(const Document& doc) const;
   bool fewshot_from_dataset() const { return fewshot_from_dataset_; }
+  // fewshot_config's sampler: "default" (also without fewshot_config) or "first_n".
+  const std::string& fewshot_sampler() const { return fewshot_sampler_; }
   // Things the run should tell the user about this task, once (the few-shot fallback).
   const std::vector<std::string>& notes() const { return notes_; }
   // The filter pipelines, in filter_list order; {"none" = take_first} without filter_list.
@@ -167,6 +179,8 @@ class Task {
   static Task parse(const std::string& yaml_path, const TaskLoadOptions& options);
   std::vector<Document> read_documents(const std::string& file, DatasetKind kind, std::vector<int64_t>& lines) const;
   void load_documents();
+  // Every document's few-shot indices, drawn in document order as lm-eval's sampler draws them.
+  void draw_fewshot();
   // doc_to_text and doc_to_target of one few-shot example, as lm-eval's sampler writes it.
   std::string fewshot_example(const Document& doc, const std::string& where) const;
   std::vector<size_t> gold_indices(const Document& doc, const std::vector<std::string>& choices) const;
@@ -182,10 +196,13 @@ class Task {
   std::vector<std::string> column_names_;  // csv only
   int64_t num_fewshot_ = 0;
   std::string fewshot_delimiter_ = "\n\n";
-  std::vector<Document> fewshot_documents_;
-  std::string fewshot_prefix_;  // the rendered examples, each followed by fewshot_delimiter
+  std::string fewshot_sampler_ = "default";
+  uint64_t fewshot_seed_ = 1234;
   bool fewshot_from_dataset_ = false;        // fewshot_path is dataset_path: skip the asked document
-  std::vector<std::string> fewshot_examples_;  // fewshot_from_dataset_: each candidate rendered
+  std::vector<Document> fewshot_pool_;       // fewshot_path's documents (empty when from the dataset)
+  std::vector<int64_t> fewshot_lines_;       // their source lines
+  std::vector<std::vector<size_t>> fewshot_draws_;  // per document: its examples' pool indices
+  std::vector<std::string> fewshot_rendered_;  // per pool index: the example and fewshot_delimiter ("" if unused)
   std::vector<std::string> notes_;
   std::vector<FilterPipeline> filters_;
   OutputType output_type_ = OutputType::kGenerateUntil;
