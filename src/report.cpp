@@ -323,7 +323,10 @@ std::string markdown(const std::vector<TaskResults>& tasks, const RunSummary& su
     }
   }
   const std::vector<GroupResults> groups = group_results(tasks, summary);
-  if (!groups.empty()) {
+  // A group without aggregate_metric_list (ai2_arc, like lm-eval's tags) has no row to show.
+  const bool any_group_score =
+      std::any_of(groups.begin(), groups.end(), [](const GroupResults& g) { return !g.metrics.empty(); });
+  if (any_group_score) {
     out += "\n| Group | Version | Metric |   | Value |   | Stderr | n |\n";
     out += "|-------|--------:|--------|---|------:|---|-------:|--:|\n";
     for (const GroupResults& g : groups) {

@@ -11,6 +11,7 @@
 
 #include "gpueval/error.h"
 #include "gpueval/executor.h"
+#include "gpueval/file_io.h"
 #include "gpueval/metrics.h"
 #include "gpueval/model.h"
 #include "gpueval/planner.h"
@@ -302,6 +303,24 @@ TEST(ArcHellaswagTest, HellaswagScoresReproduceTheReference) {
     EXPECT_EQ(item.at("acc_norm").get<double>(), argmax(ours_by_reference_rule) == gold ? 1.0 : 0.0);
     EXPECT_EQ(metrics.at("acc_norm").value, argmax(reference_by_lm_eval_rule) == gold ? 1.0 : 0.0);
   }
+}
+
+// ai2_arc selects both ARC tasks and, like lm-eval's tag, has no score of its own: results.json
+// lists it with its members, report.md shows no group table for it.
+TEST(ArcHellaswagTest, Ai2ArcRunHasNoGroupScore) {
+  GPUEVAL_REQUIRE_SHARED();
+  testing::TempDir dir;
+  testing::write_text(dir.file("run.yaml"), "model: " + testing::source_dir() + "/models/stories260K\n" +
+                                                "tasks: [ai2_arc]\noutput: " + dir.file("out") + "\n");
+  const auto r = testing::run_gpueval({"run", "--gpus", "cpu:1", "--limit", "3", dir.file("run.yaml")});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json results = nlohmann::json::parse(io::read_file(dir.file("out/results.json")));
+  EXPECT_EQ(results["group_subtasks"]["ai2_arc"], nlohmann::json({"arc_easy", "arc_challenge"}));
+  EXPECT_TRUE(results["results"]["arc_easy"].contains("acc_norm,none"));
+  EXPECT_FALSE(results["groups"]["ai2_arc"].contains("acc,none"));
+  const std::string report = io::read_file(dir.file("out/report.md"));
+  EXPECT_THAT(report, HasSubstr("| arc_challenge |"));
+  EXPECT_THAT(report, ::testing::Not(HasSubstr("| Group |")));
 }
 
 }  // namespace
