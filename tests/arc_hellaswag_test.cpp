@@ -260,17 +260,7 @@ TEST(ArcHellaswagTest, HellaswagScoresReproduceTheReference) {
     items.push_back(item);
   }
   ASSERT_EQ(items.size(), 20u);
-  const std::string model_dir = testing::source_dir() + "/models/stories260K";
-  const LlamaModel model = load_model(model_dir);
-  const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(model_dir);
-  PlanOptions options;
-  options.batch_tokens = 8192;
-  options.max_length = model->config().max_position_embeddings;
-  std::vector<ItemResult> scored;
-  for (const Batch& b : make_plan(requests, *tokenizer, options).batches) {
-    for (ItemResult& r : execute_batch(*model, *tokenizer, b)) scored.push_back(std::move(r));
-  }
-  const std::vector<RequestResult> results = combine_items(scored);
+  const std::vector<RequestResult> results = testing::score_with_stories260k(requests);
   ASSERT_EQ(results.size(), requests.size());
   size_t next = 0;
   for (const nlohmann::json& item : items) {

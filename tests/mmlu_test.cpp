@@ -90,17 +90,7 @@ TEST(MmluTest, ZeroShotScoresReproduceTheReference) {
     }
   }
   ASSERT_EQ(requests.size(), 40u);
-  const std::string model_dir = testing::source_dir() + "/models/stories260K";
-  const LlamaModel model = load_model(model_dir);
-  const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(model_dir);
-  PlanOptions options;
-  options.batch_tokens = 8192;
-  options.max_length = model->config().max_position_embeddings;
-  std::vector<ItemResult> items;
-  for (const Batch& b : make_plan(requests, *tokenizer, options).batches) {
-    for (ItemResult& r : execute_batch(*model, *tokenizer, b)) items.push_back(std::move(r));
-  }
-  const std::vector<RequestResult> results = combine_items(items);
+  const std::vector<RequestResult> results = testing::score_with_stories260k(requests);
   ASSERT_EQ(results.size(), requests.size());
   for (size_t i = 0; i < results.size(); ++i) EXPECT_NEAR(results[i].logprob, expected[i], 1e-4) << i;
 }

@@ -10,7 +10,11 @@
 #include <fstream>
 #include <thread>
 
+#include "gpueval/executor.h"
 #include "gpueval/llama2c_convert.h"
+#include "gpueval/model.h"
+#include "gpueval/planner.h"
+#include "gpueval/tokenizer.h"
 
 namespace gpueval::testing {
 
@@ -118,6 +122,20 @@ const std::string& converted_stories260k() {
   }();
   (void)converted;
   return dir.path();
+}
+
+std::vector<RequestResult> score_with_stories260k(const std::vector<Request>& requests) {
+  const std::string model_dir = source_dir() + "/models/stories260K";
+  const LlamaModel model = load_model(model_dir);
+  const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(model_dir);
+  PlanOptions options;
+  options.batch_tokens = 8192;
+  options.max_length = model->config().max_position_embeddings;
+  std::vector<ItemResult> items;
+  for (const Batch& b : make_plan(requests, *tokenizer, options).batches) {
+    for (ItemResult& r : execute_batch(*model, *tokenizer, b)) items.push_back(std::move(r));
+  }
+  return combine_items(items);
 }
 
 }  // namespace gpueval::testing

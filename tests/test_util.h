@@ -4,10 +4,12 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
 #include "gpueval/error.h"
+#include "gpueval/request.h"
 
 namespace gpueval::testing {
 
@@ -63,5 +65,10 @@ void write_text(const std::string& path, const std::string& text);
 
 // The stories260K llama2.c checkpoint converted once per test process into a temp dir.
 const std::string& converted_stories260k();
+
+// Scores `requests` (indices 0..n-1) with the shipped models/stories260K in process, the way a
+// worker does (plan with the model's context, execute every batch, combine windows); the
+// results in index order.
+std::vector<RequestResult> score_with_stories260k(const std::vector<Request>& requests);
 
 }  // namespace gpueval::testing
