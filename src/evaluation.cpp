@@ -111,10 +111,18 @@ int run_evaluation(const RunConfig& config, const EvaluationOptions& options) {
   std::cerr << fmt::format("[sched] contexts {} BOS ({}add_bos: {})\n", po.add_bos ? "start with" : "have no",
                            config.add_bos == "auto" ? "the tokenizer's default, " : "", config.add_bos);
   po.seed = config.seed;
+  po.prefix_reuse = config.prefix_reuse;
   const Plan plan = make_plan(requests, *tokenizer, po);
   std::cerr << fmt::format("[sched] {} tasks, {} requests, {} batches ({} tokens, {:.1f}% padding) on {} worker(s): {}\n",
                            tasks.size(), requests.size(), plan.batches.size(), plan.total_tokens,
                            100 * plan.padding_fraction(), slots.size(), spec);
+  if (po.prefix_reuse)
+    std::cerr << fmt::format("[sched] prefix reuse: {} tokens in rows + {} shared prefixes of {} tokens in all, "
+                             "for {} requested ({:.2f}x fewer with one worker)\n",
+                             plan.row_tokens, plan.num_prefixes, plan.prefix_tokens, plan.total_tokens,
+                             plan.row_tokens + plan.prefix_tokens > 0
+                                 ? static_cast<double>(plan.total_tokens) / (plan.row_tokens + plan.prefix_tokens)
+                                 : 1.0);
 
   io::make_directories(config.output);
   io::make_directories(config.output + "/logs");
@@ -210,6 +218,17 @@ int run_evaluation(const RunConfig& config, const EvaluationOptions& options) {
   summary.incomplete = incomplete;
   summary.limit = config.limit;
   summary.groups = selection.groups;
+  summary.batching = {{"prefix_reuse", po.prefix_reuse},
+                      {"batch_tokens", po.batch_tokens},
+                      {"batches", plan.batches.size()},
+                      {"tokens_requested", plan.total_tokens},
+                      {"tokens_computed", report.stats.tokens_computed},
+                      {"prefix_tokens_computed", report.stats.prefix_tokens},
+                      {"shared_prefixes", plan.num_prefixes},
+                      {"row_tokens", plan.row_tokens},
+                      {"padded_tokens", plan.padded_tokens},
+                      {"padding_fraction", plan.padding_fraction()},
+                      {"oom_splits", report.stats.oom_splits}};
   summary.date = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() -
                  summary.wall_seconds;
   write_reports(config.output, task_ptrs, records, summary);

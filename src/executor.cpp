@@ -6,11 +6,15 @@
 #include <limits>
 #include <map>
 
+#include <c10/core/InferenceMode.h>
+#include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
 
 #include "gpueval/error.h"
 #include "gpueval/generate.h"
 #include "gpueval/scorer.h"
+#include "gpueval/logprob_gather.h"
+#include "gpueval/packing.h"
 #include "wire_json.h"
 
 namespace gpueval {
@@ -34,30 +38,124 @@ ItemResult result_for(const WorkItem& item) {
   return r;
 }
 
-std::vector<ItemResult> score_items(const LlamaModelImpl& model, const Batch& batch) {
+// Frees what the device allocator keeps cached after an out-of-memory error (CUDA); nothing on the CPU.
+void release_cached_memory(const at::Device&) {}
+
+// Runs rows [begin, end) of a packed batch; an out-of-memory error splits the range in two.
+class RowRunner {
+ public:
+  RowRunner(const LlamaModelImpl& model, const Batch& batch, const std::vector<PackedRow>& rows,
+            const PrefixKV* prefix, const ExecutionOptions& options, ExecutionStats& stats,
+            std::vector<ItemResult>& out)
+      : model_(model), batch_(batch), rows_(rows), prefix_(prefix), options_(options), stats_(stats), out_(out) {}
+
+  void run(size_t begin, size_t end) {
+    try {
+      forward(begin, end);
+    } catch (const c10::OutOfMemoryError& e) {
+      release_cached_memory(model_.options().device);
+      if (end - begin == 1)
+        throw Error(fmt::format("batch {}: a single row of {} tokens does not fit in memory: {}", batch_.id,
+                                rows_[begin].tokens.size(), first_line(e.what())));
+      ++stats_.oom_splits;
+      const size_t mid = begin + (end - begin) / 2;
+      run(begin, mid);
+      run(mid, end);
+    }
+  }
+
+ private:
+  static std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+  void forward(size_t begin, size_t end) {
+    const int64_t b = static_cast<int64_t>(end - begin);
+    int64_t t = 0;
+    for (size_t r = begin; r < end; ++r) t = std::max<int64_t>(t, static_cast<int64_t>(rows_[r].tokens.size()));
+    if (options_.before_forward) options_.before_forward(b, t);
+    const int64_t pad_position = prefix_ ? prefix_->length() : 0;
+    at::Tensor tokens = at::zeros({b, t}, at::kLong);
+    at::Tensor positions = at::full({b, t}, pad_position, at::kLong);
+    at::Tensor valid = at::zeros({b, t}, at::kBool);
+    at::Tensor segments = at::zeros({b, t}, at::kLong);
+    auto tok = tokens.accessor<int64_t, 2>();
+    auto pos = positions.accessor<int64_t, 2>();
+    auto val = valid.accessor<bool, 2>();
+    auto seg = segments.accessor<int64_t, 2>();
+    std::vector<int64_t> flat, targets;
+    int64_t real = 0;
+    for (int64_t i = 0; i < b; ++i) {
+      const PackedRow& row = rows_[begin + static_cast<size_t>(i)];
+      for (size_t j = 0; j < row.tokens.size(); ++j) {
+        const int32_t id = row.tokens[j];
+        if (id < 0 || id >= model_.config().vocab_size)
+          throw Error(fmt::format("batch {}: token id {} outside the vocabulary [0, {})", batch_.id, id,
+                                  model_.config().vocab_size));
+        tok[i][static_cast<int64_t>(j)] = id;
+        pos[i][static_cast<int64_t>(j)] = row.positions[j];
+        val[i][static_cast<int64_t>(j)] = true;
+        seg[i][static_cast<int64_t>(j)] = row.segments[j];
+      }
+      real += static_cast<int64_t>(row.tokens.size());
+      for (const PackedRow::Target& target : row.targets) {
+        flat.push_back(i * t + target.column);
+        targets.push_back(target.token);
+      }
+    }
+    const at::Device device = model_.options().device;
+    at::Tensor hidden = model_.forward_packed(tokens.to(device), positions.to(device), valid.to(device),
+                                              segments.to(device), prefix_);  // [B, T, D]
+    at::Tensor picked = hidden.reshape({b * t, hidden.size(2)}).index_select(0, at::tensor(flat, at::kLong).to(device));
+    TargetScores scores = target_logprobs(model_, picked, at::tensor(targets, at::kLong).to(device));
+    at::Tensor lp = scores.logprobs.to(at::kCPU).contiguous();
+    at::Tensor gr = scores.is_greedy.to(at::kCPU).contiguous();
+    const float* lps = lp.data_ptr<float>();
+    const bool* grs = gr.data_ptr<bool>();
+    // Each item's targets in token order, summed in double as ScoreResult::sum does.
+    size_t k = 0;
+    for (size_t r = begin; r < end; ++r) {
+      for (const PackedRow::Target& target : rows_[r].targets) {
+        ItemResult& res = out_[target.item];
+        res.logprob += static_cast<double>(lps[k]);
+        res.is_greedy = res.is_greedy && grs[k];
+        res.num_tokens += 1;
+        ++k;
+      }
+    }
+    stats_.tokens_computed += real;
+  }
+
+  const LlamaModelImpl& model_;
+  const Batch& batch_;
+  const std::vector<PackedRow>& rows_;
+  const PrefixKV* prefix_;
+  const ExecutionOptions& options_;
+  ExecutionStats& stats_;
+  std::vector<ItemResult>& out_;
+};
+
+std::vector<ItemResult> score_items(const LlamaModelImpl& model, const Batch& batch, const ExecutionOptions& options,
+                                    ExecutionStats& stats) {
+  c10::InferenceMode guard;
   std::vector<ItemResult> out;
-  std::vector<ScoreRequest> requests;
-  std::vector<size_t> scored;  // out index of each request
   for (const WorkItem& item : batch.items) {
     out.push_back(result_for(item));
-    if (item.first_target < 1 || item.first_target > static_cast<int64_t>(item.tokens.size()))
-      throw Error(fmt::format("batch {}: request {} part {}: first_target {} outside [1, {}]", batch.id,
-                              item.request_index, item.part, item.first_target, item.tokens.size()));
-    // An item with nothing to predict (an empty rolling text) scores log 1 = 0 without the model.
-    if (item.first_target == static_cast<int64_t>(item.tokens.size())) {
-      out.back().is_greedy = true;
-      continue;
+    out.back().is_greedy = true;  // and-ed over the targets; an item with none (an empty rolling text) scores log 1 = 0
+  }
+  const std::vector<PackedRow> rows = pack_rows(batch);
+  if (rows.empty()) return out;
+  std::shared_ptr<const PrefixKV> prefix;
+  if (!batch.prefix.empty()) {
+    int64_t computed = 0;
+    if (options.prefixes) {
+      prefix = options.prefixes->get(model, batch.prefix, &computed);
+    } else {
+      prefix = std::make_shared<const PrefixKV>(model.prefill(batch.prefix));
+      computed = static_cast<int64_t>(batch.prefix.size());
     }
-    requests.push_back({item.tokens, item.first_target});
-    scored.push_back(out.size() - 1);
+    stats.prefix_tokens += computed;
+    stats.tokens_computed += computed;
   }
-  std::vector<ScoreResult> scores = score_batch(model, requests);
-  for (size_t k = 0; k < scores.size(); ++k) {
-    ItemResult& r = out[scored[k]];
-    r.logprob = scores[k].sum();
-    r.is_greedy = scores[k].all_greedy();
-    r.num_tokens = static_cast<int64_t>(scores[k].logprobs.size());
-  }
+  RowRunner(model, batch, rows, prefix.get(), options, stats, out).run(0, rows.size());
   return out;
 }
 
@@ -142,15 +240,57 @@ std::vector<ItemResult> generate_items(const LlamaModelImpl& model, const Tokeni
   return out;
 }
 
+// Generation with the same out-of-memory handling as scoring: rows are
+// independent (own seed, own stop), so halves give the same results.
+std::vector<ItemResult> generate_split(const LlamaModelImpl& model, const Tokenizer& tokenizer, const Batch& batch,
+                                       const ExecutionOptions& options, ExecutionStats& stats) {
+  try {
+    int64_t width = 0;
+    for (const WorkItem& item : batch.items) width = std::max(width, item.cost());
+    if (options.before_forward) options.before_forward(static_cast<int64_t>(batch.items.size()), width);
+    std::vector<ItemResult> out = generate_items(model, tokenizer, batch);
+    for (const WorkItem& item : batch.items) stats.tokens_computed += static_cast<int64_t>(item.tokens.size());
+    for (const ItemResult& r : out) stats.tokens_computed += r.num_tokens;
+    return out;
+  } catch (const c10::OutOfMemoryError& e) {
+    release_cached_memory(model.options().device);
+    if (batch.items.size() == 1)
+      throw Error(fmt::format("batch {}: a single generation of {} tokens does not fit in memory", batch.id,
+                              batch.items.front().cost()));
+    ++stats.oom_splits;
+    Batch half = batch;
+    const auto mid = batch.items.begin() + static_cast<std::ptrdiff_t>(batch.items.size() / 2);
+    half.items.assign(batch.items.begin(), mid);
+    std::vector<ItemResult> out = generate_split(model, tokenizer, half, options, stats);
+    half.items.assign(mid, batch.items.end());
+    std::vector<ItemResult> rest = generate_split(model, tokenizer, half, options, stats);
+    out.insert(out.end(), rest.begin(), rest.end());
+    return out;
+  }
+}
+
 }  // namespace
 
-std::vector<ItemResult> execute_batch(const LlamaModelImpl& model, const Tokenizer& tokenizer, const Batch& batch) {
+std::vector<ItemResult> execute_batch(const LlamaModelImpl& model, const Tokenizer& tokenizer, const Batch& batch,
+                                      const ExecutionOptions& options, ExecutionStats* stats) {
   if (batch.items.empty()) return {};
   const bool generate = batch.items.front().type == RequestType::kGenerateUntil;
   for (const WorkItem& item : batch.items)
     if ((item.type == RequestType::kGenerateUntil) != generate)
       throw Error(fmt::format("batch {}: generate_until items mixed with loglikelihood items", batch.id));
-  return generate ? generate_items(model, tokenizer, batch) : score_items(model, batch);
+  ExecutionStats local;
+  ExecutionStats& s = stats ? *stats : local;
+  return generate ? generate_split(model, tokenizer, batch, options, s) : score_items(model, batch, options, s);
+}
+
+nlohmann::json ExecutionStats::to_json() const {
+  return {{"tokens_computed", tokens_computed}, {"prefix_tokens", prefix_tokens}, {"oom_splits", oom_splits}};
+}
+
+void ExecutionStats::add(const ExecutionStats& other) {
+  tokens_computed += other.tokens_computed;
+  prefix_tokens += other.prefix_tokens;
+  oom_splits += other.oom_splits;
 }
 
 std::vector<RequestResult> combine_items(const std::vector<ItemResult>& items) {

@@ -89,6 +89,8 @@ int main(int argc, char** argv) {
   run_cmd->add_option_function<uint64_t>("--seed", [&](const uint64_t& v) { overrides.seed = v; }, "run seed");
   run_cmd->add_option_function<std::string>("--add-bos", [&](const std::string& v) { overrides.add_bos = v; },
                                             "auto|true|false: start contexts with BOS (auto: as the tokenizer does)");
+  run_cmd->add_option_function<std::string>("--prefix-reuse", [&](const std::string& v) { overrides.prefix_reuse = v; },
+                                            "on|off: compute shared contexts and few-shot prefixes once (default on)");
   auto* worker_cmd = app.add_subcommand("worker", "")->group("");  // started by the scheduler only
 
   gpueval::GenerateCommand gen;

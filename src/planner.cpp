@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gpueval/error.h"
+#include "gpueval/packing.h"
 #include "gpueval/scorer.h"
 #include "utf8.h"
 #include "wire_json.h"
@@ -25,7 +26,7 @@ int64_t WorkItem::cost() const {
 }
 
 double Plan::padding_fraction() const {
-  return padded_tokens > 0 ? 1.0 - static_cast<double>(total_tokens) / static_cast<double>(padded_tokens) : 0.0;
+  return padded_tokens > 0 ? 1.0 - static_cast<double>(row_tokens) / static_cast<double>(padded_tokens) : 0.0;
 }
 
 uint64_t request_seed(uint64_t run_seed, const std::string& task, int64_t doc_id, int64_t choice) {
@@ -237,48 +238,174 @@ std::vector<std::vector<WorkItem>> encode_all(const std::vector<Request>& reques
   return items;
 }
 
-// Longest first so an out-of-memory error shows early; ties by request and part.
-bool longer_first(const WorkItem& a, const WorkItem& b) {
-  const int64_t ca = a.cost(), cb = b.cost();
-  if (ca != cb) return ca > cb;
+bool request_order(const WorkItem& a, const WorkItem& b) {
   if (a.request_index != b.request_index) return a.request_index < b.request_index;
   return a.part < b.part;
 }
 
-// Cuts items (already sorted longest first) greedily under the budget.
-void cut_batches(std::vector<WorkItem> items, const PlanOptions& options, std::vector<Batch>& out) {
-  Batch current;
-  int64_t longest = 0;
+// The unit the budget counts: a row of a packed forward (a context group's
+// items) or one generate_until item.
+struct Row {
+  std::vector<WorkItem> items;
+  int64_t cost = 0;  // padded width this row needs
+};
+
+bool longer_row_first(const Row& a, const Row& b) {
+  if (a.cost != b.cost) return a.cost > b.cost;
+  return request_order(a.items.front(), b.items.front());
+}
+
+// Cuts rows (sorted longest first) greedily under the budget; every batch gets `like`'s sharing fields.
+void cut_batches(std::vector<Row> rows, const PlanOptions& options, const Batch& like, std::vector<Batch>& out) {
+  Batch current = like;
+  int64_t count = 0, longest = 0;
   auto close = [&] {
-    if (current.items.empty()) return;
-    current.padded_tokens = static_cast<int64_t>(current.items.size()) * longest;
+    if (count == 0) return;
     out.push_back(std::move(current));
-    current = Batch{};
+    current = like;
+    count = 0;
   };
-  for (WorkItem& item : items) {
-    if (current.items.empty()) {
-      longest = item.cost();
-    } else {
-      const int64_t count = static_cast<int64_t>(current.items.size()) + 1;
-      const bool fits = count * longest <= options.batch_tokens &&
-                        (options.max_batch_size == 0 || count <= options.max_batch_size);
-      if (!fits) {
-        close();
-        longest = item.cost();
-      }
+  for (Row& row : rows) {
+    if (count > 0) {
+      const bool fits = (count + 1) * longest <= options.batch_tokens &&
+                        (options.max_batch_size == 0 || count + 1 <= options.max_batch_size);
+      if (!fits) close();
     }
-    current.items.push_back(std::move(item));
+    if (count == 0) longest = row.cost;
+    ++count;
+    for (WorkItem& item : row.items) current.items.push_back(std::move(item));
   }
   close();
 }
 
-}  // namespace
+// Batches for a plan's items (in any order): packing, prefix search, cutting and ordering.
+void batch_items(std::vector<WorkItem> items, const PlanOptions& options, Plan& plan) {
+  std::sort(items.begin(), items.end(), request_order);
+  std::vector<WorkItem> scoring;
+  std::map<double, std::vector<WorkItem>> generation;  // by temperature: a batch samples under one setting
+  for (WorkItem& item : items) {
+    if (item.type == RequestType::kGenerateUntil) generation[item.temperature].push_back(std::move(item));
+    else scoring.push_back(std::move(item));
+  }
+  // Units of consecutive batches, ordered by their longest row (prefix included) so that the
+  // batch most likely to run out of memory comes first; a prefix's batches stay together.
+  struct Unit {
+    std::vector<Batch> batches;
+    int64_t longest = 0;
+    int64_t first_request = 0;
+  };
+  std::vector<Unit> units;
+  auto add_units = [&](std::vector<Row> rows, const Batch& like, bool one_unit) {
+    if (rows.empty()) return;
+    std::sort(rows.begin(), rows.end(), longer_row_first);
+    std::vector<Batch> batches;
+    cut_batches(std::move(rows), options, like, batches);
+    if (one_unit) {
+      Unit u{std::move(batches), 0, 0};
+      u.longest = u.batches.front().items.front().cost();  // the whole sequence, prefix included
+      u.first_request = u.batches.front().items.front().request_index;
+      units.push_back(std::move(u));
+      return;
+    }
+    for (Batch& b : batches) {
+      Unit u;
+      u.longest = b.items.front().cost();
+      u.first_request = b.items.front().request_index;
+      u.batches.push_back(std::move(b));
+      units.push_back(std::move(u));
+    }
+  };
 
-Plan make_plan(const std::vector<Request>& requests, const Tokenizer& tokenizer, const PlanOptions& options) {
+  const std::vector<ContextGroup> groups = group_by_context(scoring, options.prefix_reuse);
+  std::vector<Row> loose;
+  auto row_of = [&](const ContextGroup& g, size_t prefix) {
+    Row row;
+    for (size_t i : g.items) row.items.push_back(scoring[i]);
+    row.cost = row_cost(g, scoring, prefix);
+    return row;
+  };
+  if (options.prefix_reuse) {
+    for (const PrefixCluster& c :
+         find_shared_prefixes(groups, static_cast<size_t>(std::max<int64_t>(1, options.min_prefix_tokens)))) {
+      if (c.prefix_length == 0) {
+        for (size_t g : c.groups) loose.push_back(row_of(groups[g], 0));
+        continue;
+      }
+      Batch like;
+      like.share_contexts = true;
+      const auto& context = groups[c.groups.front()].context;
+      like.prefix.assign(context.begin(), context.begin() + static_cast<std::ptrdiff_t>(c.prefix_length));
+      like.prefix_id = plan.num_prefixes++;
+      plan.prefix_tokens += static_cast<int64_t>(c.prefix_length);
+      std::vector<Row> rows;
+      for (size_t g : c.groups) rows.push_back(row_of(groups[g], c.prefix_length));
+      add_units(std::move(rows), like, /*one_unit=*/true);
+    }
+  } else {
+    for (const ContextGroup& g : groups) loose.push_back(row_of(g, 0));
+  }
+  Batch loose_like;
+  loose_like.share_contexts = options.prefix_reuse;
+  add_units(std::move(loose), loose_like, /*one_unit=*/false);
+  for (auto& [temperature, gen] : generation) {
+    std::vector<Row> rows;
+    for (WorkItem& item : gen) {
+      Row row;
+      row.cost = item.cost();
+      row.items.push_back(std::move(item));
+      rows.push_back(std::move(row));
+    }
+    add_units(std::move(rows), Batch{}, /*one_unit=*/false);
+  }
+  std::stable_sort(units.begin(), units.end(), [](const Unit& a, const Unit& b) {
+    if (a.longest != b.longest) return a.longest > b.longest;
+    return a.first_request < b.first_request;
+  });
+  for (Unit& u : units) {
+    for (Batch& b : u.batches) {
+      b.id = static_cast<int64_t>(plan.batches.size());
+      b.padded_tokens = batch_padded_tokens(b);
+      plan.padded_tokens += b.padded_tokens;
+      plan.batches.push_back(std::move(b));
+    }
+  }
+  for (const Batch& b : plan.batches) {
+    if (b.items.front().type == RequestType::kGenerateUntil) {
+      for (const WorkItem& item : b.items) plan.row_tokens += item.cost();
+    } else {
+      for (const PackedRow& row : pack_rows(b)) plan.row_tokens += static_cast<int64_t>(row.tokens.size());
+    }
+  }
+}
+
+void check_options(const PlanOptions& options) {
   if (options.batch_tokens < 1) throw Error(fmt::format("plan: batch_tokens must be >= 1, got {}", options.batch_tokens));
   if (options.max_batch_size < 0)
     throw Error(fmt::format("plan: max_batch_size must be >= 0, got {}", options.max_batch_size));
   if (options.max_length < 1) throw Error(fmt::format("plan: max_length must be >= 1, got {}", options.max_length));
+}
+
+}  // namespace
+
+int64_t batch_padded_tokens(const Batch& batch) {
+  if (batch.items.empty()) return 0;
+  int64_t rows = 0, longest = 0;
+  if (batch.items.front().type == RequestType::kGenerateUntil) {
+    for (const WorkItem& item : batch.items) {
+      ++rows;
+      longest = std::max(longest, item.cost());
+    }
+  } else {
+    for (const PackedRow& row : pack_rows(batch)) {
+      ++rows;
+      longest = std::max(longest, static_cast<int64_t>(row.tokens.size()));
+    }
+  }
+  return rows * longest;
+}
+
+Plan make_plan(const std::vector<Request>& requests, const Tokenizer& tokenizer, const PlanOptions& options) {
+  check_options(options);
   {
     std::vector<int64_t> indices;
     for (const Request& r : requests) indices.push_back(r.index);
@@ -291,29 +418,35 @@ Plan make_plan(const std::vector<Request>& requests, const Tokenizer& tokenizer,
 
   Plan plan;
   plan.num_requests = static_cast<int64_t>(requests.size());
-  // Generation never shares a batch with scoring, nor with another temperature:
-  // a batch runs one kind of forward under one sampling setting.
-  std::map<std::pair<bool, double>, std::vector<WorkItem>> groups;
+  std::vector<WorkItem> items;
   for (auto& per_request : encode_all(requests, tokenizer, options)) {
     for (WorkItem& item : per_request) {
-      const bool generate = item.type == RequestType::kGenerateUntil;
       plan.total_tokens += item.cost();
       ++plan.num_items;
-      groups[{generate, generate ? item.temperature : 0.0}].push_back(std::move(item));
+      items.push_back(std::move(item));
     }
   }
-  for (auto& [key, items] : groups) {
-    std::sort(items.begin(), items.end(), longer_first);
-    cut_batches(std::move(items), options, plan.batches);
-  }
-  // Batches are ordered by their first (longest) item, whatever group they came from.
-  std::sort(plan.batches.begin(), plan.batches.end(),
-            [](const Batch& a, const Batch& b) { return longer_first(a.items.front(), b.items.front()); });
-  for (size_t i = 0; i < plan.batches.size(); ++i) {
-    plan.batches[i].id = static_cast<int64_t>(i);
-    plan.padded_tokens += plan.batches[i].padded_tokens;
-  }
+  batch_items(std::move(items), options, plan);
   return plan;
+}
+
+Plan rebatch(const Plan& plan, const PlanOptions& options) {
+  check_options(options);
+  Plan out;
+  out.num_requests = plan.num_requests;
+  out.num_items = plan.num_items;
+  out.total_tokens = plan.total_tokens;
+  std::vector<WorkItem> items;
+  for (const Batch& b : plan.batches) items.insert(items.end(), b.items.begin(), b.items.end());
+  batch_items(std::move(items), options, out);
+  return out;
+}
+
+int64_t longest_item(const Plan& plan) {
+  int64_t longest = 0;
+  for (const Batch& b : plan.batches)
+    for (const WorkItem& item : b.items) longest = std::max(longest, item.cost());
+  return longest;
 }
 
 nlohmann::json to_json(const WorkItem& item) {
@@ -375,7 +508,13 @@ WorkItem work_item_from_json(const nlohmann::json& j) { return work_item_from_js
 nlohmann::json to_json(const Batch& batch) {
   nlohmann::json items = nlohmann::json::array();
   for (const WorkItem& item : batch.items) items.push_back(to_json(item));
-  return {{"id", batch.id}, {"padded_tokens", batch.padded_tokens}, {"items", std::move(items)}};
+  nlohmann::json j = {{"id", batch.id}, {"padded_tokens", batch.padded_tokens}, {"items", std::move(items)}};
+  if (batch.share_contexts) j["share_contexts"] = true;
+  if (!batch.prefix.empty()) {
+    j["prefix"] = batch.prefix;
+    j["prefix_id"] = batch.prefix_id;
+  }
+  return j;
 }
 
 Batch batch_from_json(const nlohmann::json& j) {
@@ -388,16 +527,27 @@ Batch batch_from_json(const nlohmann::json& j) {
   batch.padded_tokens = get_int(field(j, "padded_tokens", path), path + ".padded_tokens", 0, kInt64Max);
   const nlohmann::json& items = array_field(j, "items", path);
   if (items.empty()) fail(path + ".items", "a batch has at least one item");
-  int64_t longest = 0;
-  for (size_t i = 0; i < items.size(); ++i) {
+  for (size_t i = 0; i < items.size(); ++i)
     batch.items.push_back(work_item_from_json(items[i], fmt::format("{}.items[{}]", path, i)));
-    longest = std::max(longest, batch.items.back().cost());
+  const bool generate = batch.items.front().type == RequestType::kGenerateUntil;
+  for (const WorkItem& item : batch.items)
+    if ((item.type == RequestType::kGenerateUntil) != generate)
+      fail(path + ".items", "generate_until items mixed with loglikelihood items");
+  if (j.contains("share_contexts")) batch.share_contexts = get_bool(j.at("share_contexts"), path + ".share_contexts");
+  if (j.contains("prefix")) {
+    batch.prefix = get_token_ids(j.at("prefix"), path + ".prefix");
+    batch.prefix_id = get_int(field(j, "prefix_id", path), path + ".prefix_id", 0, kInt64Max);
+    if (generate) fail(path + ".prefix", "a generate_until batch has no prefix");
   }
   // The padded size is derived data; a mismatch means the message was damaged or forged.
-  const int64_t expected = static_cast<int64_t>(batch.items.size()) * longest;
+  int64_t expected = 0;
+  try {
+    expected = batch_padded_tokens(batch);
+  } catch (const Error& e) {
+    fail(path, "{}", e.what());
+  }
   if (batch.padded_tokens != expected)
-    fail(path + ".padded_tokens", "{} does not match {} items of at most {} tokens", batch.padded_tokens,
-         batch.items.size(), longest);
+    fail(path + ".padded_tokens", "{} does not match the {} tokens its rows need", batch.padded_tokens, expected);
   return batch;
 }
 

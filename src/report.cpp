@@ -267,6 +267,7 @@ nlohmann::ordered_json results(const std::vector<TaskResults>& tasks, const RunS
   if (!config.contains("limit")) config["limit"] = summary.limit ? nlohmann::ordered_json(*summary.limit) : nullptr;
   if (!config.contains("bootstrap_iters")) config["bootstrap_iters"] = summary.bootstrap_iters;
   out["config"] = config;
+  if (!summary.batching.empty()) out["batching"] = summary.batching;
   if (summary.date) out["date"] = *summary.date;
   // lm-eval's task hash: SHA-256 of the concatenated doc, prompt and target hashes of its samples.
   nlohmann::ordered_json task_hashes = nlohmann::ordered_json::object();
@@ -307,6 +308,12 @@ std::string markdown(const std::vector<TaskResults>& tasks, const RunSummary& su
   out += fmt::format("- model: `{}`\n", markdown_cell(summary.model));
   out += fmt::format("- wall time: {:.1f} s\n", summary.wall_seconds);
   if (summary.limit) out += fmt::format("- limit: {} documents per task\n", *summary.limit);
+  if (summary.batching.contains("tokens_computed")) {
+    const auto& b = summary.batching;
+    out += fmt::format("- tokens: {} computed for {} requested (prefix reuse {}), {:.1f}% padding\n",
+                       b.at("tokens_computed").get<int64_t>(), b.at("tokens_requested").get<int64_t>(),
+                       b.at("prefix_reuse").get<bool>() ? "on" : "off", 100 * b.at("padding_fraction").get<double>());
+  }
   out += "\n| Task | Version | Filter | n-shot | Metric |   | Value |   | Stderr | n |\n";
   out += "|------|--------:|--------|-------:|--------|---|------:|---|-------:|--:|\n";
   for (const TaskResults& t : tasks) {

@@ -24,7 +24,7 @@ constexpr uint64_t kMaxConfigBytes = uint64_t{1} << 20;
 
 const std::vector<std::string> kKeys = {
     "model", "tasks", "batch_size", "batch_tokens", "dtype", "seed", "output", "limit", "num_fewshot", "fewshot_seed",
-    "max_length", "add_bos", "data", "gpus", "cpu_threads", "max_attempts", "heartbeat_timeout_s", "max_worker_restarts"};
+    "max_length", "add_bos", "prefix_reuse", "data", "gpus", "cpu_threads", "max_attempts", "heartbeat_timeout_s", "max_worker_restarts"};
 
 const std::vector<std::string> kDtypes = {"auto", "float32", "bfloat16", "float16"};
 
@@ -43,6 +43,19 @@ std::string batch_size_problem(const std::string& value) {
 std::string add_bos_problem(const std::string& value) {
   if (value == "auto" || value == "true" || value == "false") return "";
   return fmt::format("must be auto, true or false, got '{}'", value);
+}
+
+// "true"/"on" or "false"/"off" into *out; "" when fine.
+std::string switch_problem(const std::string& value, bool* out) {
+  if (value == "true" || value == "on") {
+    *out = true;
+    return "";
+  }
+  if (value == "false" || value == "off") {
+    *out = false;
+    return "";
+  }
+  return fmt::format("must be true/on or false/off, got '{}'", value);
 }
 
 std::string dtype_problem(const std::string& value) {
@@ -179,6 +192,8 @@ class ConfigReader {
     } else if (key == "add_bos") {
       c.add_bos = scalar(key, v, "auto, true or false");
       check(key, v, add_bos_problem(c.add_bos));
+    } else if (key == "prefix_reuse") {
+      check(key, v, switch_problem(scalar(key, v, "true or false"), &c.prefix_reuse));
     } else if (key == "data") {
       if (v.IsNull()) return;
       if (!v.IsMap()) fail(at(v), "key 'data' must be a mapping of data root names to directories, got {}", describe(v));
@@ -350,6 +365,7 @@ nlohmann::json RunConfig::to_json() const {
       {"num_fewshot", optional(num_fewshot)},
       {"max_length", optional(max_length)},
       {"add_bos", add_bos},
+      {"prefix_reuse", prefix_reuse},
       {"data", data},
       {"gpus", gpus},
       {"cpu_threads", cpu_threads},
@@ -430,6 +446,7 @@ void apply_overrides(RunConfig& config, const ConfigOverrides& overrides) {
     check("--add-bos", add_bos_problem(*overrides.add_bos));
     c.add_bos = *overrides.add_bos;
   }
+  if (overrides.prefix_reuse) check("--prefix-reuse", switch_problem(*overrides.prefix_reuse, &c.prefix_reuse));
   for (const std::string& entry : overrides.data) {
     const size_t eq = entry.find('=');
     if (eq == std::string::npos || eq == 0 || eq + 1 == entry.size())

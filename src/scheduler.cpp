@@ -98,6 +98,7 @@ struct Worker {
   Clock::time_point last_seen;
   Clock::time_point start_at;   // when a kDown worker may be (re)started
   int64_t batch = -1;
+  int64_t prefix_id = -1;       // the prefix of its last batch: its PrefixCache holds it
   Clock::time_point batch_started;
   std::string outbox;           // frames not yet written to the worker
   size_t outbox_sent = 0;
@@ -208,6 +209,7 @@ class Loop {
     w.outbox.clear();
     w.outbox_sent = 0;
     w.state = State::kStarting;
+    w.prefix_id = -1;  // a new process starts with an empty prefix cache
     w.last_seen = Clock::now();
     w.batch = -1;
     const nlohmann::json hello = {{"worker", w.slot.name()}, {"model", o_.model_dir},
@@ -239,12 +241,33 @@ class Loop {
     w.outbox_sent = 0;
   }
 
+  // The queue position of the batch `w` should take: one with the prefix it
+  // already holds, else one whose prefix no other worker holds (so each prefix
+  // is computed by as few workers as possible), else the next in plan order.
+  size_t pick_for(const Worker& w) const {
+    auto held_by_other = [&](int64_t prefix_id) {
+      for (const Worker& o : workers_)
+        if (&o != &w && o.prefix_id == prefix_id && o.state != State::kRetired && o.state != State::kDown) return true;
+      return false;
+    };
+    if (w.prefix_id >= 0)
+      for (size_t k = 0; k < queue_.size(); ++k)
+        if (plan_.batches[queue_[k]].prefix_id == w.prefix_id) return k;
+    for (size_t k = 0; k < queue_.size(); ++k) {
+      const int64_t id = plan_.batches[queue_[k]].prefix_id;
+      if (id < 0 || !held_by_other(id)) return k;
+    }
+    return 0;
+  }
+
   void dispatch() {
     for (Worker& w : workers_) {
       if (queue_.empty()) return;
       if (w.state != State::kIdle) continue;
-      const size_t i = queue_.front();
-      queue_.pop_front();
+      const size_t k = pick_for(w);
+      const size_t i = queue_[k];
+      queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(k));
+      if (plan_.batches[i].prefix_id >= 0) w.prefix_id = plan_.batches[i].prefix_id;
       w.state = State::kBusy;
       w.batch = static_cast<int64_t>(i);
       w.batch_started = Clock::now();
@@ -349,6 +372,14 @@ class Loop {
           throw Error("results out of order");
     } catch (const std::exception& e) {
       return crash(w, fmt::format("protocol error: {}", e.what()));
+    }
+    if (j.contains("stats")) {
+      const nlohmann::json& st = j.at("stats");
+      ExecutionStats stats;
+      stats.tokens_computed = st.value("tokens_computed", int64_t{0});
+      stats.prefix_tokens = st.value("prefix_tokens", int64_t{0});
+      stats.oom_splits = st.value("oom_splits", int64_t{0});
+      report_.stats.add(stats);
     }
     const double secs = seconds_between(w.batch_started, Clock::now());
     w.busy_seconds += secs;

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <thread>
 
+#include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
 
 #include "gpueval/cpu_allocator.h"
@@ -20,6 +21,7 @@
 #include "gpueval/executor.h"
 #include "gpueval/model.h"
 #include "gpueval/planner.h"
+#include "gpueval/prefix_cache.h"
 #include "gpueval/subprocess.h"
 #include "gpueval/tokenizer.h"
 #include "gpueval/wire.h"
@@ -30,8 +32,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 struct Fault {
-  enum class Kind { kNone, kCrash, kCorrupt, kHang, kSlow } kind = Kind::kNone;
-  int64_t request_index = -1;  // kSlow: milliseconds
+  enum class Kind { kNone, kCrash, kCorrupt, kHang, kSlow, kOom } kind = Kind::kNone;
+  int64_t request_index = -1;  // kSlow: milliseconds; kOom: the most padded tokens a forward may hold
   std::string once_path;       // fire only if this worker creates the file
   bool fired = false;
 
@@ -60,6 +62,7 @@ Fault fault_from_env() {
   else if (kind == "corrupt") f.kind = Fault::Kind::kCorrupt;
   else if (kind == "hang") f.kind = Fault::Kind::kHang;
   else if (kind == "slow") f.kind = Fault::Kind::kSlow;
+  else if (kind == "oom") f.kind = Fault::Kind::kOom;
   if (const char* once = std::getenv("GPUEVAL_FAULT_ONCE")) f.once_path = once;
   return f;
 }
@@ -172,6 +175,17 @@ int run_worker() {
     std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(h.at("model").get<std::string>());
     const double load_s = std::chrono::duration<double>(Clock::now() - t0).count();
     writer.send(FrameType::kHello, {{"pid", ::getpid()}, {"load_seconds", load_s}});
+    PrefixCache prefixes;
+    ExecutionOptions exec;
+    exec.prefixes = &prefixes;
+    if (fault.kind == Fault::Kind::kOom) {
+      // Injected: a forward of more than N padded tokens runs out of memory, as a full GPU would.
+      const int64_t limit = fault.request_index;
+      exec.before_forward = [limit](int64_t rows, int64_t width) {
+        TORCH_CHECK_WITH(OutOfMemoryError, rows * width <= limit, "injected out of memory: ", rows, " rows x ",
+                         width, " tokens > ", limit);
+      };
+    }
 
     for (;;) {
       std::optional<Frame> frame = read_frame(in);
@@ -181,7 +195,7 @@ int run_worker() {
       const Batch batch = batch_from_json(unpack_payload(*frame).at("batch"));
       if (fault.kind == Fault::Kind::kSlow)
         std::this_thread::sleep_for(std::chrono::milliseconds(fault.request_index));
-      if (fault.kind != Fault::Kind::kNone && fault.kind != Fault::Kind::kSlow &&
+      if (fault.kind != Fault::Kind::kNone && fault.kind != Fault::Kind::kSlow && fault.kind != Fault::Kind::kOom &&
           batch_holds(batch, fault.request_index) && fault.claim()) {
         std::cerr << fmt::format("[{}] injected fault on batch {}\n", name, batch.id);
         if (fault.kind == Fault::Kind::kCrash) std::abort();
@@ -198,14 +212,19 @@ int run_worker() {
       }
       const auto b0 = Clock::now();
       nlohmann::json items = nlohmann::json::array();
+      ExecutionStats stats;
       try {
-        for (const ItemResult& r : execute_batch(*model, *tokenizer, batch)) items.push_back(to_json(r));
+        for (const ItemResult& r : execute_batch(*model, *tokenizer, batch, exec, &stats)) items.push_back(to_json(r));
       } catch (const Error& e) {
         writer.send(FrameType::kError, {{"batch_id", batch.id}, {"message", e.what()}});
         continue;
       }
       const double secs = std::chrono::duration<double>(Clock::now() - b0).count();
-      writer.send(FrameType::kResult, {{"batch_id", batch.id}, {"items", items}, {"seconds", secs}});
+      if (stats.oom_splits > 0)
+        std::cerr << fmt::format("[{}] batch {} ran out of memory and was split {} time(s)\n", name, batch.id,
+                                 stats.oom_splits);
+      writer.send(FrameType::kResult,
+                  {{"batch_id", batch.id}, {"items", items}, {"seconds", secs}, {"stats", stats.to_json()}});
     }
     return 0;
   } catch (const std::exception& e) {

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gpueval/error.h"
+#include "gpueval/packing.h"
 #include "gpueval/planner.h"
 #include "test_util.h"
 
@@ -251,8 +252,11 @@ std::vector<Request> mixed_requests() {
 
 TEST(Planner, EveryRequestAppearsExactlyOnceWithAllItsParts) {
   const auto requests = mixed_requests();
-  for (int64_t budget : {1, 100, 700, 5000, 1 << 30}) {
-    Plan plan = make_plan(requests, tokenizer(), options(budget, 64));
+  for (int64_t budget : {1, 100, 700, 5000, 1 << 30})
+  for (bool reuse : {true, false}) {
+    PlanOptions o = options(budget, 64);
+    o.prefix_reuse = reuse;
+    Plan plan = make_plan(requests, tokenizer(), o);
     std::map<int64_t, std::set<int32_t>> seen;
     std::map<int64_t, int32_t> parts;
     int64_t items = 0, total = 0, padded = 0;
@@ -278,7 +282,93 @@ TEST(Planner, EveryRequestAppearsExactlyOnceWithAllItsParts) {
     EXPECT_EQ(plan.padded_tokens, padded);
     EXPECT_GE(plan.padding_fraction(), 0.0);
     EXPECT_LT(plan.padding_fraction(), 1.0);
-    if (budget == 1) EXPECT_EQ(plan.batches.size(), static_cast<size_t>(items));
+    if (budget == 1 && !reuse) EXPECT_EQ(plan.batches.size(), static_cast<size_t>(items));
+  }
+}
+
+// MMLU-like: per subject a few-shot prefix, then a question, with four one-token answers.
+std::vector<Request> fewshot_requests(int subjects, int docs) {
+  std::vector<Request> rs;
+  const char* names[] = {"animals", "toys", "food"};
+  for (int s = 0; s < subjects; ++s) {
+    std::string fewshot = std::string("The following are questions about ") + names[s] + ".\n\n";
+    for (int e = 0; e < 3; ++e)
+      fewshot += fmt::format("Question {} about {}: what did Lily see in the park?\nAnswer: B\n\n", e, names[s]);
+    for (int d = 0; d < docs; ++d) {
+      for (const char* letter : {" A", " B", " C", " D"}) {
+        Request r = loglikelihood(static_cast<int64_t>(rs.size()),
+                                  fewshot + fmt::format("Why was Tom {} happy on day {}?\nAnswer:", names[s], d), letter);
+        r.task = names[s];
+        r.doc_id = d;
+        rs.push_back(std::move(r));
+      }
+    }
+  }
+  return rs;
+}
+
+TEST(Planner, PrefixReuseComputesFewShotPrefixesAndSharedContextsOnce) {
+  const auto requests = fewshot_requests(3, 7);
+  PlanOptions o = options(200, 512);
+  const Plan plan = make_plan(requests, tokenizer(), o);
+  EXPECT_EQ(plan.num_prefixes, 3);
+  std::set<int64_t> finished_prefixes;
+  int64_t last_prefix = -1, rows = 0;
+  for (const Batch& b : plan.batches) {
+    EXPECT_TRUE(b.share_contexts);
+    ASSERT_FALSE(b.prefix.empty());
+    // A prefix's batches are consecutive: the worker that holds it keeps going.
+    if (b.prefix_id != last_prefix) {
+      EXPECT_TRUE(finished_prefixes.insert(b.prefix_id).second) << "prefix " << b.prefix_id << " comes back";
+      last_prefix = b.prefix_id;
+    }
+    std::set<int64_t> docs;
+    for (const WorkItem& item : b.items) {
+      ASSERT_GT(item.tokens.size(), b.prefix.size());
+      EXPECT_TRUE(std::equal(b.prefix.begin(), b.prefix.end(), item.tokens.begin()));
+      docs.insert(item.request_index / 4);
+    }
+    // The four answers of a question share one row (and so one batch).
+    EXPECT_EQ(b.items.size(), 4 * docs.size());
+    const auto packed = pack_rows(b);
+    EXPECT_EQ(packed.size(), docs.size());
+    rows += static_cast<int64_t>(packed.size());
+    int64_t longest = 0;
+    for (const PackedRow& r : packed) longest = std::max<int64_t>(longest, static_cast<int64_t>(r.tokens.size()));
+    EXPECT_EQ(b.padded_tokens, static_cast<int64_t>(packed.size()) * longest);
+    if (packed.size() > 1) EXPECT_LE(b.padded_tokens, o.batch_tokens);
+  }
+  EXPECT_EQ(rows, 3 * 7);
+  // Every token is computed once: at least 3x fewer than one row per request (here ~10x).
+  EXPECT_LT(3 * (plan.row_tokens + plan.prefix_tokens), plan.total_tokens);
+  // Off: nothing is shared and every request's every token is computed.
+  o.prefix_reuse = false;
+  const Plan off = make_plan(requests, tokenizer(), o);
+  EXPECT_EQ(off.num_prefixes, 0);
+  EXPECT_EQ(off.prefix_tokens, 0);
+  EXPECT_EQ(off.row_tokens, off.total_tokens);
+  EXPECT_EQ(off.total_tokens, plan.total_tokens);
+  for (const Batch& b : off.batches) {
+    EXPECT_FALSE(b.share_contexts);
+    EXPECT_TRUE(b.prefix.empty());
+    EXPECT_EQ(b.prefix_id, -1);
+  }
+}
+
+TEST(Planner, RebatchEqualsAPlanMadeWithTheNewBudget) {
+  auto requests = fewshot_requests(2, 5);
+  for (Request r : mixed_requests()) {
+    r.index = static_cast<int64_t>(requests.size());
+    requests.push_back(std::move(r));
+  }
+  for (bool reuse : {true, false}) {
+    PlanOptions small = options(100, 64), large = options(5000, 64);
+    small.prefix_reuse = large.prefix_reuse = reuse;
+    large.max_batch_size = 3;
+    const Plan plan = make_plan(requests, tokenizer(), small);
+    EXPECT_EQ(to_json(rebatch(plan, large)).dump(), to_json(make_plan(requests, tokenizer(), large)).dump());
+    EXPECT_EQ(to_json(rebatch(rebatch(plan, large), small)).dump(), to_json(plan).dump());
+    EXPECT_EQ(longest_item(plan), 64);  // the left-truncated request
   }
 }
 
@@ -286,6 +376,7 @@ TEST(Planner, BatchesRespectTheBudgetAndNeverMixGenerationWithScoring) {
   const auto requests = mixed_requests();
   for (int64_t max_batch_size : {0, 3}) {
     PlanOptions o = options(600, 64);
+    o.prefix_reuse = false;  // one row per item
     o.max_batch_size = max_batch_size;
     Plan plan = make_plan(requests, tokenizer(), o);
     for (const Batch& b : plan.batches) {
@@ -309,6 +400,7 @@ bool before(const WorkItem& a, const WorkItem& b) {
 TEST(Planner, LongestFirstAndCutGreedily) {
   const auto requests = mixed_requests();
   PlanOptions o = options(900, 64);
+  o.prefix_reuse = false;  // one row per item
   Plan plan = make_plan(requests, tokenizer(), o);
   ASSERT_GT(plan.batches.size(), 3u);
   for (size_t i = 0; i < plan.batches.size(); ++i) {
@@ -363,7 +455,13 @@ TEST(Planner, RejectsBadOptionsAndDuplicateRequests) {
 }
 
 TEST(Planner, BatchJsonRoundTrips) {
-  Plan plan = make_plan(mixed_requests(), tokenizer(), options(700, 64));
+  auto requests = fewshot_requests(2, 3);
+  for (Request r : mixed_requests()) {
+    r.index = static_cast<int64_t>(requests.size());
+    requests.push_back(std::move(r));
+  }
+  Plan plan = make_plan(requests, tokenizer(), options(700, 512));
+  EXPECT_GT(plan.num_prefixes, 0);
   // The largest seed must survive both encodings exactly.
   for (Batch& b : plan.batches)
     for (WorkItem& item : b.items)
@@ -429,6 +527,21 @@ TEST(Planner, MalformedBatchJsonIsAnError) {
     EXPECT_THAT([&] { batch_from_json(j); }, ::testing::ThrowsMessage<Error>(::testing::StartsWith("batch")))
         << c.name;
   }
+  // A batch with a shared prefix: items that do not extend it, or a prefix without its id.
+  const Plan shared = make_plan(fewshot_requests(1, 2), tokenizer(), options(1000, 512));
+  ASSERT_EQ(shared.batches.size(), 1u);
+  const nlohmann::json good = to_json(shared.batches[0]);
+  EXPECT_NO_THROW(batch_from_json(good));
+  nlohmann::json j = good;
+  j["prefix"][2] = j["prefix"][2].get<int>() + 1;
+  EXPECT_THAT([&] { batch_from_json(j); },
+              ::testing::ThrowsMessage<Error>(::testing::HasSubstr("does not extend the batch's")));
+  j = good;
+  j.erase("prefix_id");
+  EXPECT_THAT([&] { batch_from_json(j); }, ::testing::ThrowsMessage<Error>(::testing::HasSubstr("prefix_id")));
+  j = good;
+  j["share_contexts"] = false;  // the rows, and so the padded size, change
+  EXPECT_THAT([&] { batch_from_json(j); }, ::testing::ThrowsMessage<Error>(::testing::HasSubstr("padded_tokens")));
 }
 
 }  // namespace

@@ -1,6 +1,10 @@
-// The executor is what a worker runs for one Batch of the plan: one padded
-// scoring forward for loglikelihood and rolling windows, or one batched
-// generation for generate_until, giving an ItemResult per work item. The
+// The executor is what a worker runs for one Batch of the plan: one packed
+// scoring forward for loglikelihood and rolling windows (packing.h: a shared
+// context once per row, a shared prefix from the worker's PrefixCache), or one
+// batched generation for generate_until, giving an ItemResult per work item.
+// A forward that runs out of device memory (c10::OutOfMemoryError) is retried
+// as two halves of the batch, recursively, so the run goes on with the results
+// a smaller batch gives; only a single row that does not fit is an Error. The
 // scheduler folds item results into per-request results with combine_items,
 // summing a rolling request's windows in part order so the total does not
 // depend on which worker scored which window or when it arrived.
@@ -12,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -19,6 +24,7 @@
 
 #include "gpueval/model.h"
 #include "gpueval/planner.h"
+#include "gpueval/prefix_cache.h"
 #include "gpueval/request.h"
 #include "gpueval/tokenizer.h"
 
@@ -34,9 +40,26 @@ struct ItemResult {
   std::string text;        // generate_until: the decoded continuation cut before the first stop string
 };
 
+struct ExecutionOptions {
+  PrefixCache* prefixes = nullptr;  // null: a batch's prefix is computed for it alone
+  // Called before every forward with its rows and padded width; it may throw
+  // c10::OutOfMemoryError (fault injection, a host memory guard), which is
+  // handled as a real out-of-memory error.
+  std::function<void(int64_t rows, int64_t width)> before_forward;
+};
+
+struct ExecutionStats {
+  int64_t tokens_computed = 0;  // real (unpadded) tokens through the model, prefixes included
+  int64_t prefix_tokens = 0;    // of which prefix tokens computed for this batch (cache misses)
+  int64_t oom_splits = 0;       // times a forward ran out of memory and was split
+  nlohmann::json to_json() const;
+  void add(const ExecutionStats& other);
+};
+
 // Throws Error for a batch that mixes generation with scoring or sampling
 // temperatures, or whose items do not fit the model.
-std::vector<ItemResult> execute_batch(const LlamaModelImpl& model, const Tokenizer& tokenizer, const Batch& batch);
+std::vector<ItemResult> execute_batch(const LlamaModelImpl& model, const Tokenizer& tokenizer, const Batch& batch,
+                                      const ExecutionOptions& options = {}, ExecutionStats* stats = nullptr);
 
 // One RequestResult per request, ordered by request index: rolling windows are
 // summed in part order (logprob, num_tokens; is_greedy of all parts). Throws

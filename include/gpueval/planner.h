@@ -46,8 +46,14 @@ struct WorkItem {
 
 struct Batch {
   int64_t id = 0;                // position in the plan
-  std::vector<WorkItem> items;   // longest first
-  int64_t padded_tokens = 0;     // items.size() * the longest item's cost
+  std::vector<WorkItem> items;   // longest first (a context group's items together)
+  // Prefix reuse (packing.h): items with the same context share one row, and
+  // every item starts with `prefix`, whose keys and values a worker computes
+  // once and keeps for the following batches with the same prefix_id.
+  bool share_contexts = false;
+  std::vector<int32_t> prefix;   // empty: none
+  int64_t prefix_id = -1;        // the plan's id of `prefix`; -1 when empty
+  int64_t padded_tokens = 0;     // rows * the longest row (packing.h's pack_rows)
 };
 
 struct PlanOptions {
@@ -66,24 +72,45 @@ struct PlanOptions {
   uint64_t seed = 1234;  // run seed for generate_until sampling
   // Tokenizer threads; 0 = one per core. Never changes the plan.
   int threads = 0;
+  // Shared computation (packing.h): a context's continuations run as one row,
+  // and a prefix of at least min_prefix_tokens shared by a set of contexts
+  // (a task's few-shot examples) is computed once per worker. Off: one row per
+  // item, every token computed for every request, as lm-evaluation-harness does.
+  bool prefix_reuse = true;
+  int64_t min_prefix_tokens = 16;
 };
 
 struct Plan {
   std::vector<Batch> batches;  // ids 0..n-1, longest first
   int64_t num_requests = 0;
   int64_t num_items = 0;
-  int64_t total_tokens = 0;   // sum of item costs
+  int64_t total_tokens = 0;   // sum of item costs: the tokens a run without any reuse computes
+  int64_t row_tokens = 0;     // tokens in the plan's rows (after packing, without prefixes)
+  int64_t prefix_tokens = 0;  // sum of the distinct prefixes' lengths
   int64_t padded_tokens = 0;  // sum of batch padded_tokens
-  double padding_fraction() const;  // 1 - total/padded; 0 for an empty plan
+  int64_t num_prefixes = 0;   // distinct prefixes (prefix ids 0 .. num_prefixes-1)
+  double padding_fraction() const;  // 1 - rows/padded; 0 for an empty plan
 };
 
 // Throws Error on bad options, duplicate request indices, a continuation longer
 // than max_length, or a generate_until max_tokens that leaves no room for a prompt.
+// Batches of one prefix are consecutive in the plan.
 Plan make_plan(const std::vector<Request>& requests, const Tokenizer& tokenizer, const PlanOptions& options);
 
 // The seed of a generate_until request: a fixed 64-bit hash of the run seed and
 // the request's identity (task, doc_id, choice), stable across platforms.
 uint64_t request_seed(uint64_t run_seed, const std::string& task, int64_t doc_id, int64_t choice);
+
+// The same plan's work cut under other batch limits (batch_tokens,
+// max_batch_size); the items, their grouping and prefixes do not change.
+Plan rebatch(const Plan& plan, const PlanOptions& options);
+
+// A batch's padded size: rows (packing.h's pack_rows; generate_until: items)
+// times the longest row. Throws Error for items that do not extend the prefix.
+int64_t batch_padded_tokens(const Batch& batch);
+
+// The longest item cost in the plan: the length an auto batch size is probed at.
+int64_t longest_item(const Plan& plan);
 
 nlohmann::json to_json(const WorkItem& item);
 WorkItem work_item_from_json(const nlohmann::json& j);  // throws Error on a malformed object

@@ -57,6 +57,8 @@ struct RunSummary {
   int64_t bootstrap_iters = kDefaultBootstrapIters;
   std::optional<double> date;           // UNIX time the run started; left out when absent
   std::vector<TaskGroup> groups;        // the run's groups, children before parents
+  // How the work was batched and what was computed (results.json "batching"); empty: left out.
+  nlohmann::json batching = nlohmann::json::object();
 };
 
 // Writes results.json, samples_<task>.jsonl for every task, report.md and report.html into output_dir

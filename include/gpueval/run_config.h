@@ -43,6 +43,10 @@ struct RunConfig {
   // default requests and "false" those of add_bos_token=False. Empty contexts and rolling
   // windows start with BOS (else EOS) whatever this says, as lm-eval does without BOS.
   std::string add_bos = "auto";       // auto | true | false
+  // Compute shared work once (planner.h, packing.h): a context's continuations in one row, a
+  // prefix shared by many contexts (the few-shot examples) once per worker. Results equal those
+  // without it (fp32: logprobs within 1e-5); off computes every request's every token.
+  bool prefix_reuse = true;
   // Data roots for tasks that name one (`data_root: mmlu` in a task file): name -> directory,
   // from the file's `data: {mmlu: ../../shared/data/mmlu}` and --data NAME=PATH flags.
   std::map<std::string, std::string> data;
@@ -74,6 +78,7 @@ struct ConfigOverrides {
   std::optional<int64_t> num_fewshot; // --num-fewshot
   std::optional<uint64_t> seed;       // --seed
   std::optional<std::string> add_bos; // --add-bos auto|true|false
+  std::optional<std::string> prefix_reuse;  // --prefix-reuse on|off
   std::optional<std::vector<std::string>> tasks;  // --tasks: replaces the file's list
   std::vector<std::string> data;      // --data NAME=PATH, repeatable; each adds or replaces one root
 };

@@ -2,7 +2,9 @@
 // every finished batch to a callback. It is the only place that knows about
 // processes: it fork+execs `gpueval worker` per slot (CUDA_VISIBLE_DEVICES and
 // thread counts set per worker, stdout/stderr to a per-worker log file), sends
-// batches to whichever worker is idle, and reads results, heartbeats and
+// batches to whichever worker is idle (the next batch with the prefix it already
+// holds, Batch::prefix_id, else one whose prefix no other worker holds, else the
+// next in plan order), and reads results, heartbeats and
 // errors back over checksummed frames (wire.h).
 //
 // Faults: a worker that exits, dies, sends a bad frame, breaks the protocol or
@@ -78,6 +80,7 @@ struct SchedulerReport {
   int64_t batches_done = 0;
   int64_t worker_restarts = 0;
   double wall_seconds = 0;
+  ExecutionStats stats;  // summed over the batches that finished (tokens computed, OOM splits)
 };
 
 class Scheduler {

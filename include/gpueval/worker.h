@@ -13,6 +13,8 @@
 //   GPUEVAL_FAULT=corrupt:<request index>  answer that batch with a corrupted frame
 //   GPUEVAL_FAULT=hang:<request index>     stop heartbeats and hang on that batch
 //   GPUEVAL_FAULT=slow:<milliseconds>      sleep that long before every batch
+//   GPUEVAL_FAULT=oom:<tokens>             every forward of more than <tokens> padded tokens throws
+//                                          c10::OutOfMemoryError, as a full GPU does (the batch is split)
 //   GPUEVAL_FAULT_ONCE=<path>              fire the fault only once per run: the worker that
 //                                          creates <path> (O_EXCL) fires, every later one does not
 #pragma once
