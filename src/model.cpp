@@ -13,6 +13,15 @@ namespace {
 
 std::string shape_str(at::IntArrayRef shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
+// allowed: [B, T, S] bool -> [B, 1, 1, T, S] float32, 0 where allowed.
+at::Tensor additive_mask(const at::Tensor& allowed) {
+  const int64_t b = allowed.size(0), t = allowed.size(1), s = allowed.size(2);
+  // A lowest-finite fill (not -inf) keeps fully masked query rows finite.
+  return at::zeros({b, t, s}, at::TensorOptions().dtype(at::kFloat).device(allowed.device()))
+      .masked_fill(allowed.logical_not(), std::numeric_limits<float>::lowest())
+      .view({b, 1, 1, t, s});
+}
+
 at::Tensor as_parameter(torch::nn::Module& m, const std::string& name, at::Tensor t) {
   return m.register_parameter(name, std::move(t), /*requires_grad=*/false);
 }
@@ -53,25 +62,45 @@ AttentionImpl::AttentionImpl(const ModelConfig& c, const WeightSource& source, c
 }
 
 at::Tensor AttentionImpl::forward(const at::Tensor& x, const RopeTables& rope, const at::Tensor& mask,
-                                  KVCache* cache, int64_t layer) const {
-  const int64_t b = x.size(0), t = x.size(1), groups = n_heads_ / n_kv_heads_;
+                                  KVCache* cache, int64_t layer, const PrefixKV* prefix) const {
+  const int64_t b = x.size(0), t = x.size(1);
   at::Tensor q = q_proj_->forward(x).view({b, t, n_heads_, head_dim_}).transpose(1, 2);     // [B, H, T, hd]
   at::Tensor k = k_proj_->forward(x).view({b, t, n_kv_heads_, head_dim_}).transpose(1, 2);  // [B, KV, T, hd]
   at::Tensor v = v_proj_->forward(x).view({b, t, n_kv_heads_, head_dim_}).transpose(1, 2);  // [B, KV, T, hd]
   q = apply_rope(q, rope);
   k = apply_rope(k, rope);
-  if (cache) std::tie(k, v) = cache->append(layer, k, v);  // [B, KV, S, hd]
+  if (cache) std::tie(k, v) = cache->append(layer, k, v);  // [B, KV, S', hd]
+  return o_proj_->forward(attend(q, k, v, mask, prefix, layer));
+}
+
+at::Tensor AttentionImpl::attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                 const at::Tensor& mask, const PrefixKV* prefix, int64_t layer) const {
+  const int64_t b = q.size(0), t = q.size(2), groups = n_heads_ / n_kv_heads_;
+  const int64_t p = prefix ? prefix->length() : 0, rows = b * groups * t;
   // Grouped-query attention without copying keys: query heads of one group share a kv head.
-  at::Tensor qg = q.reshape({b, n_kv_heads_, groups, t, head_dim_});                          // [B, KV, G, T, hd]
   // Scaling q ([.., T, hd]) is cheaper than scaling the scores ([.., T, S]).
-  at::Tensor scores = at::matmul(qg * (1.0 / std::sqrt(double(head_dim_))), k.unsqueeze(2).transpose(-1, -2));
-  // scores: [B, KV, G, T, S], a fresh tensor, so the mask is added in place; softmax in float32.
+  at::Tensor qg = q.reshape({b, n_kv_heads_, groups, t, head_dim_}) * (1.0 / std::sqrt(double(head_dim_)));
+  at::Tensor scores = at::matmul(qg, k.unsqueeze(2).transpose(-1, -2));  // [B, KV, G, T, S']
+  at::Tensor q_rows;                                                       // [KV, B*G*T, hd]
+  if (p > 0) {
+    // Every query of every row against the one copy of the prefix: [KV, B*G*T, hd] x [KV, hd, P].
+    q_rows = qg.permute({1, 0, 2, 3, 4}).reshape({n_kv_heads_, rows, head_dim_});
+    at::Tensor prefix_scores = at::bmm(q_rows, prefix->keys[layer][0].transpose(1, 2));  // [KV, B*G*T, P]
+    prefix_scores = prefix_scores.view({n_kv_heads_, b, groups, t, p}).permute({1, 0, 2, 3, 4});
+    scores = at::cat({prefix_scores, scores}, -1);                                       // [B, KV, G, T, S]
+  }
+  // scores is a fresh tensor (or becomes one in float32), so the mask is added in place; softmax in float32.
   scores = scores.to(at::kFloat);
   scores.add_(mask);
-  at::Tensor probs = at::softmax(scores, -1).to(x.scalar_type());
-  at::Tensor out = at::matmul(probs, v.unsqueeze(2));                                          // [B, KV, G, T, hd]
-  out = out.reshape({b, n_heads_, t, head_dim_}).transpose(1, 2).reshape({b, t, n_heads_ * head_dim_});
-  return o_proj_->forward(out);
+  at::Tensor probs = at::softmax(scores, -1).to(q.scalar_type());
+  const int64_t s_own = k.size(2);
+  at::Tensor out = at::matmul(probs.narrow(-1, p, s_own), v.unsqueeze(2));  // [B, KV, G, T, hd]
+  if (p > 0) {
+    at::Tensor prefix_probs = probs.narrow(-1, 0, p).permute({1, 0, 2, 3, 4}).reshape({n_kv_heads_, rows, p});
+    at::Tensor prefix_out = at::bmm(prefix_probs, prefix->values[layer][0]);  // [KV, B*G*T, hd]
+    out.add_(prefix_out.view({n_kv_heads_, b, groups, t, head_dim_}).permute({1, 0, 2, 3, 4}));
+  }
+  return out.reshape({b, n_heads_, t, head_dim_}).transpose(1, 2).reshape({b, t, n_heads_ * head_dim_});
 }
 
 MlpImpl::MlpImpl(const ModelConfig& c, const WeightSource& source, const std::string& prefix) {
@@ -96,8 +125,8 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, const WeightSource& sou
 }
 
 at::Tensor DecoderLayerImpl::forward(const at::Tensor& x, const RopeTables& rope, const at::Tensor& mask,
-                                     KVCache* cache) const {
-  at::Tensor h = x + self_attn_->forward(input_layernorm_->forward(x), rope, mask, cache, index_);
+                                     KVCache* cache, const PrefixKV* prefix) const {
+  at::Tensor h = x + self_attn_->forward(input_layernorm_->forward(x), rope, mask, cache, index_, prefix);
   return h + mlp_->forward(post_attention_layernorm_->forward(h));
 }
 
@@ -123,7 +152,7 @@ LlamaModelImpl::LlamaModelImpl(const ModelConfig& c, const WeightSource& source,
 
 at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& valid,
                                    KVCache* cache) const {
-  const int64_t b = tokens.size(0), t = tokens.size(1);
+  const int64_t t = tokens.size(1);
   const int64_t past = cache ? cache->length() : 0;
   at::Tensor key_valid;  // [B, S]
   if (cache) {
@@ -137,15 +166,74 @@ at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens, const at::Tensor& p
   at::Tensor q_slot = at::arange(past, s, at::TensorOptions().dtype(at::kLong).device(tokens.device()));  // [T]
   at::Tensor k_slot = at::arange(0, s, at::TensorOptions().dtype(at::kLong).device(tokens.device()));     // [S]
   at::Tensor allowed = k_slot.unsqueeze(0).le(q_slot.unsqueeze(1)).unsqueeze(0).logical_and(key_valid.unsqueeze(1));
-  // A lowest-finite fill (not -inf) keeps fully padded query rows finite.
-  at::Tensor mask = at::zeros({b, t, s}, at::TensorOptions().dtype(at::kFloat).device(tokens.device()))
-                        .masked_fill(allowed.logical_not(), std::numeric_limits<float>::lowest())
-                        .view({b, 1, 1, t, s});
+  at::Tensor h = run_layers(tokens, positions, additive_mask(allowed), cache, nullptr);
+  if (cache) cache->commit(valid);
+  return h;
+}
+
+at::Tensor LlamaModelImpl::run_layers(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& mask,
+                                      KVCache* cache, const PrefixKV* prefix) const {
   RopeTables rope = rope_tables(inv_freq_, positions, options_.dtype);
   at::Tensor h = embed_tokens_->forward(tokens);  // [B, T, D]
-  for (const auto& layer : layers_) h = layer->forward(h, rope, mask, cache);
-  if (cache) cache->commit(valid);
+  for (const auto& layer : layers_) h = layer->forward(h, rope, mask, cache, prefix);
   return norm_->forward(h);
+}
+
+PrefixKV LlamaModelImpl::prefill(const std::vector<int32_t>& tokens) const {
+  const int64_t p = static_cast<int64_t>(tokens.size());
+  if (p == 0) throw Error("prefill: the prefix has no tokens");
+  if (p > config_.max_position_embeddings)
+    throw Error(fmt::format("prefill: the prefix has {} tokens, more than max_position_embeddings {}", p,
+                            config_.max_position_embeddings));
+  for (int32_t id : tokens)
+    if (id < 0 || id >= config_.vocab_size)
+      throw Error(fmt::format("prefill: token id {} is outside the vocabulary of {}", id, config_.vocab_size));
+  c10::InferenceMode guard;
+  const auto on_device = at::TensorOptions().device(options_.device);
+  at::Tensor ids = at::tensor(std::vector<int64_t>(tokens.begin(), tokens.end()), at::kLong).view({1, p});
+  // The cache holds exactly P positions, so its committed views are the whole storage: nothing to clone.
+  KVCache cache = make_cache(1, p);
+  forward(ids.to(options_.device), at::arange(p, on_device.dtype(at::kLong)).view({1, p}),
+          at::ones({1, p}, on_device.dtype(at::kBool)), &cache);
+  PrefixKV prefix;
+  for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
+    prefix.keys.push_back(cache.keys(l));
+    prefix.values.push_back(cache.values(l));
+  }
+  return prefix;
+}
+
+at::Tensor LlamaModelImpl::forward_packed(const at::Tensor& tokens, const at::Tensor& positions,
+                                          const at::Tensor& valid, const at::Tensor& segments,
+                                          const PrefixKV* prefix) const {
+  const int64_t b = tokens.size(0), t = tokens.size(1);
+  for (const at::Tensor* x : {&positions, &valid, &segments})
+    if (!x->sizes().equals(tokens.sizes()))
+      throw Error(fmt::format("forward_packed: tokens are {} but positions, valid or segments are {}",
+                              shape_str(tokens.sizes()), shape_str(x->sizes())));
+  const int64_t p = prefix ? prefix->length() : 0;
+  if (p > 0 && static_cast<int64_t>(prefix->keys.size()) != config_.num_hidden_layers)
+    throw Error(fmt::format("forward_packed: the prefix has {} layers, the model {}", prefix->keys.size(),
+                            config_.num_hidden_layers));
+  // Within a row: key j <= query i, a real token, and in the trunk or in the query's own branch.
+  at::Tensor idx = at::arange(t, at::TensorOptions().dtype(at::kLong).device(tokens.device()));
+  at::Tensor causal = idx.unsqueeze(0).le(idx.unsqueeze(1)).unsqueeze(0);                         // [1, T, T]
+  at::Tensor same_branch = segments.unsqueeze(2).eq(segments.unsqueeze(1));                          // [B, T, T]
+  at::Tensor key_in_trunk = segments.eq(0).unsqueeze(1);                                            // [B, 1, T]
+  at::Tensor allowed = causal.logical_and(valid.unsqueeze(1)).logical_and(same_branch.logical_or(key_in_trunk));
+  // Every query sees the whole prefix.
+  if (p > 0)
+    allowed = at::cat({at::ones({b, t, p}, allowed.options()), allowed}, -1);  // [B, T, P + T]
+  return run_layers(tokens, positions, additive_mask(allowed), nullptr, p > 0 ? prefix : nullptr);
+}
+
+int64_t PrefixKV::length() const { return keys.empty() ? 0 : keys[0].size(2); }
+
+int64_t PrefixKV::bytes() const {
+  int64_t n = 0;
+  for (const auto* list : {&keys, &values})
+    for (const at::Tensor& x : *list) n += static_cast<int64_t>(x.storage().nbytes());
+  return n;
 }
 
 at::Tensor LlamaModelImpl::logits(const at::Tensor& hidden) const { return at::linear(hidden, lm_head_); }

@@ -31,6 +31,10 @@ class KVCache {
   // called once per forward, after every layer appended.
   void commit(const at::Tensor& valid);
 
+  // Views of the committed keys and values of `layer`: [B, n_kv_heads, length, head_dim].
+  at::Tensor keys(int64_t layer) const { return keys_[layer].narrow(2, 0, length_); }
+  at::Tensor values(int64_t layer) const { return values_[layer].narrow(2, 0, length_); }
+
   // [B, length + pending] bool: which key slots hold real tokens.
   at::Tensor key_valid(int64_t pending) const { return key_valid_.narrow(1, 0, length_ + pending); }
   void set_pending_valid(const at::Tensor& valid);

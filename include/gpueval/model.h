@@ -11,6 +11,11 @@
 // Batches are padded: every call takes tokens, per-token rotary positions and
 // a validity mask, so left- and right-padded batches both work and padding is
 // never attended to.
+//
+// Shared prefixes (few-shot examples, a context with several continuations):
+// prefill() computes a prefix's keys and values once, and forward_packed() runs
+// rows that all attend to it without copying it per row. A packed row is a
+// trunk followed by branches; each branch sees the trunk but not the others.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -19,6 +24,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "gpueval/kv_cache.h"
 #include "gpueval/model_config.h"
@@ -66,14 +72,30 @@ TORCH_MODULE(RMSNorm);
 
 struct RopeTables;
 
+// Keys and values of a token prefix that every row of a batch shares: computed once (batch 1) and
+// attended to by every row without being copied per row. Read-only once built: several threads may
+// attend to one PrefixKV.
+struct PrefixKV {
+  std::vector<at::Tensor> keys;    // per layer [1, n_kv_heads, P, head_dim], after RoPE, model dtype/device
+  std::vector<at::Tensor> values;  // per layer [1, n_kv_heads, P, head_dim]
+  int64_t length() const;          // P; 0 when empty
+  int64_t bytes() const;           // storage held, for cache accounting
+};
+
 class AttentionImpl : public torch::nn::Module {
  public:
   AttentionImpl(const ModelConfig& config, const WeightSource& source, const std::string& prefix);
-  // x: [B, T, D]; mask: [B, 1, 1, T, S] float32 additive; returns [B, T, D].
+  // x: [B, T, D]; returns [B, T, D]. Keys are, in order, the prefix's P (prefix may be null or empty;
+  // [1, KV, P, hd] each, shared by all rows), the cache's earlier ones and this step's: S in all.
+  // mask: [B, 1, 1, T, S] float32 additive.
   at::Tensor forward(const at::Tensor& x, const RopeTables& rope, const at::Tensor& mask, KVCache* cache,
-                     int64_t layer) const;
+                     int64_t layer, const PrefixKV* prefix = nullptr) const;
 
  private:
+  // q: [B, H, T, hd], k, v: [B, KV, S', hd]; the prefix's keys come before k's. Returns [B, T, H * hd].
+  at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
+                    const PrefixKV* prefix, int64_t layer) const;
+
   int64_t n_heads_, n_kv_heads_, head_dim_;
   Projection q_proj_{nullptr}, k_proj_{nullptr}, v_proj_{nullptr}, o_proj_{nullptr};
 };
@@ -92,7 +114,8 @@ TORCH_MODULE(Mlp);
 class DecoderLayerImpl : public torch::nn::Module {
  public:
   DecoderLayerImpl(const ModelConfig& config, const WeightSource& source, int64_t index);
-  at::Tensor forward(const at::Tensor& x, const RopeTables& rope, const at::Tensor& mask, KVCache* cache) const;
+  at::Tensor forward(const at::Tensor& x, const RopeTables& rope, const at::Tensor& mask, KVCache* cache,
+                     const PrefixKV* prefix = nullptr) const;
 
  private:
   int64_t index_;
@@ -116,6 +139,16 @@ class LlamaModelImpl : public torch::nn::Module {
   // Returns the final-norm hidden states [B, T, D].
   at::Tensor forward(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& valid,
                      KVCache* cache = nullptr) const;
+  // Runs `tokens` at positions 0..P-1 as one sequence and returns their keys and values (throws Error if
+  // empty, longer than max_position_embeddings or an id is outside the vocabulary).
+  PrefixKV prefill(const std::vector<int32_t>& tokens) const;
+  // A batch of packed rows after an optional shared prefix. tokens, positions: [B, T] int64; valid: [B, T] bool;
+  // segments: [B, T] int64, 0 = the row's trunk, k > 0 = branch k of that row. Query i of a row attends to every
+  // prefix key, and to key j of its own row when j <= i, valid[j], and (segments[j] == 0 || segments[j] == segments[i]).
+  // Trunk tokens come first in a row; positions are absolute (the trunk starts at P, each branch continues from
+  // the trunk's end). prefix may be null or empty. Returns final-norm hidden states [B, T, D].
+  at::Tensor forward_packed(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& valid,
+                            const at::Tensor& segments, const PrefixKV* prefix) const;
   // hidden: [..., D] -> logits [..., V] in the model dtype.
   at::Tensor logits(const at::Tensor& hidden) const;
 
@@ -124,6 +157,10 @@ class LlamaModelImpl : public torch::nn::Module {
   KVCache make_cache(int64_t batch, int64_t capacity) const;
 
  private:
+  // Embedding, every layer and the final norm; mask: [B, 1, 1, T, S] as AttentionImpl takes it.
+  at::Tensor run_layers(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& mask,
+                        KVCache* cache, const PrefixKV* prefix) const;
+
   ModelConfig config_;
   LoadOptions options_;
   // Registered under "model" (embed_tokens, layers.N, norm) and "lm_head", as in Hugging Face.
