@@ -238,6 +238,15 @@ int run_evaluation(const RunConfig& config, const EvaluationOptions& options) {
                       : report.interrupted        ? "interrupted"
                       : records.size() < docs_total ? "incomplete"
                                                   : "complete";
+  std::cerr << fmt::format("[sched] computed {} tokens for {} requested ({:.2f}x fewer; {} prefix tokens){}\n",
+                           report.stats.tokens_computed, plan.total_tokens,
+                           report.stats.tokens_computed > 0
+                               ? static_cast<double>(plan.total_tokens) / report.stats.tokens_computed
+                               : 1.0,
+                           report.stats.prefix_tokens,
+                           report.stats.oom_splits > 0
+                               ? fmt::format(", {} out-of-memory splits", report.stats.oom_splits)
+                               : std::string());
   std::cerr << fmt::format("[sched] {}: {} of {} documents scored, {} worker restarts, {:.1f}s; report in {}\n", state,
                            records.size(), docs_total, report.worker_restarts, summary.wall_seconds, config.output);
   progress.finish(state);

@@ -47,7 +47,7 @@ RMSNormImpl::RMSNormImpl(const WeightSource& source, const std::string& name, in
 }
 
 at::Tensor RMSNormImpl::forward(const at::Tensor& x) const {
-  at::Tensor xf = x.to(at::kFloat);
+  at::Tensor xf = x.to(at::promote_types(x.scalar_type(), at::kFloat));
   at::Tensor normed = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps_);
   return weight_ * normed.to(x.scalar_type());
 }
@@ -89,8 +89,9 @@ at::Tensor AttentionImpl::attend(const at::Tensor& q, const at::Tensor& k, const
     prefix_scores = prefix_scores.view({n_kv_heads_, b, groups, t, p}).permute({1, 0, 2, 3, 4});
     scores = at::cat({prefix_scores, scores}, -1);                                       // [B, KV, G, T, S]
   }
-  // scores is a fresh tensor (or becomes one in float32), so the mask is added in place; softmax in float32.
-  scores = scores.to(at::kFloat);
+  // scores is a fresh tensor (or becomes one in float32), so the mask is added in place; softmax in
+  // float32 (float64 for a float64 model, the reference the others are checked against).
+  scores = scores.to(at::promote_types(q.scalar_type(), at::kFloat));
   scores.add_(mask);
   at::Tensor probs = at::softmax(scores, -1).to(q.scalar_type());
   const int64_t s_own = k.size(2);

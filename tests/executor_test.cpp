@@ -118,7 +118,8 @@ TEST(Executor, ResultsDoNotDependOnTheBatching) {
   for (size_t i = 0; i < a.size(); ++i) {
     EXPECT_EQ(a[i].index, static_cast<int64_t>(i));
     EXPECT_EQ(b[i].index, static_cast<int64_t>(i));
-    EXPECT_NEAR(a[i].logprob, b[i].logprob, 1e-5) << "request " << i;
+    // float32 rounding with other batch shapes: within 1e-5 per scored token.
+    EXPECT_NEAR(a[i].logprob, b[i].logprob, 1e-5 * std::max<int64_t>(1, a[i].num_tokens)) << "request " << i;
     EXPECT_EQ(a[i].is_greedy, b[i].is_greedy) << "request " << i;
     EXPECT_EQ(a[i].num_tokens, b[i].num_tokens) << "request " << i;
     EXPECT_EQ(a[i].text, b[i].text) << "request " << i;

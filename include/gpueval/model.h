@@ -62,7 +62,7 @@ TORCH_MODULE(Embedding);
 class RMSNormImpl : public torch::nn::Module {
  public:
   RMSNormImpl(const WeightSource& source, const std::string& name, int64_t dim, double eps);
-  at::Tensor forward(const at::Tensor& x) const;  // [..., dim] -> same; statistics in float32
+  at::Tensor forward(const at::Tensor& x) const;  // [..., dim] -> same; statistics in float32 (float64 for float64)
 
  private:
   at::Tensor weight_;  // [dim]

@@ -5,7 +5,8 @@
 // ItemResult per work item; Shutdown or EOF ends it. A background thread sends
 // a Heartbeat every `heartbeat_s` seconds, from before the model starts
 // loading, so the scheduler can tell a slow worker from a hung one. The worker
-// owns its model replica, tokenizer and KV caches, seeds sampling per request
+// owns its model replica, tokenizer, KV caches and the shared prefixes of
+// recent batches (prefix_cache.h), seeds sampling per request
 // (the planner put the seed on each item), and never writes a report.
 //
 // Test-only fault injection, read from the environment at start-up:
