@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <iostream>
 #include <sstream>
 
@@ -13,6 +14,8 @@
 #include "gpueval/generate.h"
 #include "gpueval/llama2c_convert.h"
 #include "gpueval/model.h"
+#include "gpueval/model_config.h"
+#include "gpueval/random_model.h"
 #include "gpueval/scorer.h"
 #include "gpueval/tokenizer.h"
 
@@ -237,6 +240,21 @@ void run_convert_llama2c(const ConvertLlama2cCommand& cmd) {
   convert_llama2c(cmd.checkpoint, cmd.tokenizer, cmd.out_dir);
   std::cerr << fmt::format("[gpueval] wrote {}/{{config.json,model.safetensors,tokenizer.json,tokenizer_config.json}}\n",
                            cmd.out_dir);
+}
+
+void run_init_model(const InitModelCommand& cmd) {
+  if (cmd.out_dir.empty()) throw Error("--out: an output directory is required");
+  if (io::path_exists(cmd.out_dir) && !cmd.force) {
+    if (!io::is_directory(cmd.out_dir)) fail(cmd.out_dir, "--out exists and is not a directory");
+    if (!std::filesystem::is_empty(cmd.out_dir))
+      fail(cmd.out_dir, "--out directory is not empty (pass --force to overwrite the model there)");
+  }
+  auto t0 = Clock::now();
+  write_random_model(cmd.out_dir, cmd.spec, cmd.tokenizer_dir);
+  const ModelConfig config = ModelConfig::load(cmd.out_dir + "/config.json");
+  std::cerr << fmt::format("[gpueval] wrote {} (random llama, {:.2f}M parameters, vocab {}, {}, seed {}) in {:.2f}s\n",
+                           cmd.out_dir, config.num_parameters() / 1e6, config.vocab_size, config.torch_dtype,
+                           cmd.spec.seed, seconds_since(t0));
 }
 
 }  // namespace gpueval

@@ -27,7 +27,7 @@ void add_model_flags(CLI::App* app, gpueval::ModelOptions& m) {
 
 // `gpueval --gpus 0-3 configs/mmlu.yaml` is `gpueval run --gpus 0-3 configs/mmlu.yaml`.
 std::vector<std::string> with_default_subcommand(int argc, char** argv) {
-  static const char* kSubcommands[] = {"run", "worker", "generate", "logits", "tokenize", "score", "convert-llama2c", "report"};
+  static const char* kSubcommands[] = {"run", "worker", "generate", "logits", "tokenize", "score", "convert-llama2c", "init-model", "report"};
   std::vector<std::string> args(argv, argv + argc);
   auto ends_with = [](const std::string& s, const std::string& tail) {
     return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
@@ -128,6 +128,25 @@ int main(int argc, char** argv) {
   convert_cmd->add_option("--tokenizer", convert.tokenizer, "llama2.c tokenizer .bin")->required();
   convert_cmd->add_option("--out", convert.out_dir, "output directory")->required();
 
+  gpueval::InitModelCommand init;
+  auto* init_cmd = app.add_subcommand("init-model", "write a random-weight Llama checkpoint with a real tokenizer");
+  gpueval::RandomModelSpec& spec = init.spec;
+  init_cmd->add_option("--tokenizer", init.tokenizer_dir, "directory with tokenizer.json, tokenizer.model or tokenizer.bin")
+      ->required();
+  init_cmd->add_option("--out", init.out_dir, "output directory")->required();
+  init_cmd->add_option("--hidden", spec.hidden, "hidden size")->capture_default_str();
+  init_cmd->add_option("--intermediate", spec.intermediate, "MLP size")->capture_default_str();
+  init_cmd->add_option("--layers", spec.layers, "decoder layers")->capture_default_str();
+  init_cmd->add_option("--heads", spec.heads, "attention heads")->capture_default_str();
+  init_cmd->add_option("--kv-heads", spec.kv_heads, "key/value heads")->capture_default_str();
+  init_cmd->add_option("--max-positions", spec.max_positions, "context length")->capture_default_str();
+  init_cmd->add_option("--vocab", spec.vocab, "embedding rows (0: the tokenizer's vocabulary)")->capture_default_str();
+  init_cmd->add_option("--rope-theta", spec.rope_theta, "rotary base")->capture_default_str();
+  init_cmd->add_flag("--tied", spec.tied, "share the embedding with the output head");
+  init_cmd->add_option("--seed", spec.seed, "weights seed")->capture_default_str();
+  init_cmd->add_option("--dtype", spec.dtype, "float32, bfloat16 or float16")->capture_default_str();
+  init_cmd->add_flag("--force", init.force, "write into a non-empty --out directory");
+
   std::string report_results, report_out;
   auto* report_cmd = app.add_subcommand("report", "write report.html from a results.json");
   report_cmd->add_option("--results", report_results, "results.json of a run")->required();
@@ -156,6 +175,7 @@ int main(int argc, char** argv) {
     else if (*tokenize_cmd) gpueval::run_tokenize(tokenize, std::cin, std::cout);
     else if (*score_cmd) gpueval::run_score(score, std::cout);
     else if (*convert_cmd) gpueval::run_convert_llama2c(convert);
+    else if (*init_cmd) gpueval::run_init_model(init);
     else if (*report_cmd) gpueval::write_report_html(report_results, report_out);
   } catch (const gpueval::Error& e) {
     std::cerr << "gpueval: " << e.what() << "\n";

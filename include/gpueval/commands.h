@@ -1,5 +1,5 @@
 // The single-process subcommands of the `gpueval` CLI (generate, logits,
-// tokenize, score, convert-llama2c). main.cpp parses flags into these option
+// tokenize, score, convert-llama2c, init-model). main.cpp parses flags into these option
 // structs; each command writes its result to `out` and logs to stderr, and
 // throws gpueval::Error on bad input.
 #pragma once
@@ -8,6 +8,8 @@
 #include <iosfwd>
 #include <string>
 #include <vector>
+
+#include "gpueval/random_model.h"
 
 namespace gpueval {
 
@@ -55,6 +57,14 @@ struct ConvertLlama2cCommand {
   std::string out_dir;
 };
 void run_convert_llama2c(const ConvertLlama2cCommand& cmd);
+
+struct InitModelCommand {
+  std::string tokenizer_dir;
+  std::string out_dir;
+  RandomModelSpec spec;
+  bool force = false;  // write into an existing non-empty out_dir
+};
+void run_init_model(const InitModelCommand& cmd);
 
 // "1,403,407" -> ids; `flag` names the option in errors.
 std::vector<int32_t> parse_id_list(const std::string& text, const std::string& flag);
