@@ -116,6 +116,10 @@ int run_evaluation(const RunConfig& config, const EvaluationOptions& options) {
   std::cerr << fmt::format("[sched] {} tasks, {} requests, {} batches ({} tokens, {:.1f}% padding) on {} worker(s): {}\n",
                            tasks.size(), requests.size(), plan.batches.size(), plan.total_tokens,
                            100 * plan.padding_fraction(), slots.size(), spec);
+  if (plan.truncated_requests > 0)
+    std::cerr << fmt::format("[sched] warning: {} of {} requests are longer than the context of {} tokens and were "
+                             "left-truncated, as lm-evaluation-harness does\n",
+                             plan.truncated_requests, requests.size(), po.max_length);
   if (po.prefix_reuse)
     std::cerr << fmt::format("[sched] prefix reuse: {} tokens in rows + {} shared prefixes of {} tokens in all, "
                              "for {} requested ({:.2f}x fewer with one worker)\n",
@@ -228,7 +232,9 @@ int run_evaluation(const RunConfig& config, const EvaluationOptions& options) {
                       {"row_tokens", plan.row_tokens},
                       {"padded_tokens", plan.padded_tokens},
                       {"padding_fraction", plan.padding_fraction()},
-                      {"oom_splits", report.stats.oom_splits}};
+                      {"oom_splits", report.stats.oom_splits},
+                      {"truncated_requests", plan.truncated_requests},
+                      {"max_length", po.max_length}};
   summary.date = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() -
                  summary.wall_seconds;
   write_reports(config.output, task_ptrs, records, summary);

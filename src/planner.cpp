@@ -148,8 +148,10 @@ class RequestEncoder {
     item.tokens.insert(item.tokens.end(), continuation_enc.begin(), continuation_enc.end());
     // Left-truncate to max_length inputs plus the final target.
     const int64_t keep_tokens = options_.max_length + 1;
-    if (static_cast<int64_t>(item.tokens.size()) > keep_tokens)
+    if (static_cast<int64_t>(item.tokens.size()) > keep_tokens) {
       item.tokens.erase(item.tokens.begin(), item.tokens.end() - keep_tokens);
+      ++truncated_;
+    }
     item.first_target = static_cast<int64_t>(item.tokens.size()) - cont;
     return item;
   }
@@ -181,7 +183,10 @@ class RequestEncoder {
     item.tokens = encode_context(r.context);
     if (item.tokens.empty()) item.tokens.push_back(prefix_token());  // generation needs something to start from
     const int64_t room = options_.max_length - r.max_tokens;
-    if (static_cast<int64_t>(item.tokens.size()) > room) item.tokens.erase(item.tokens.begin(), item.tokens.end() - room);
+    if (static_cast<int64_t>(item.tokens.size()) > room) {
+      item.tokens.erase(item.tokens.begin(), item.tokens.end() - room);
+      ++truncated_;
+    }
     item.stops = r.stops;
     item.max_tokens = r.max_tokens;
     item.seed = request_seed(options_.seed, r.task, r.doc_id, r.choice);
@@ -199,11 +204,14 @@ class RequestEncoder {
   const PlanOptions& options_;
   std::optional<int32_t> bos_;
   std::optional<int32_t> prefix_;  // BOS, else EOS
+
+ public:
+  mutable std::atomic<int64_t> truncated_{0};  // requests left-truncated to fit the context
 };
 
 // Work items of every request, in request order; errors name the request.
 std::vector<std::vector<WorkItem>> encode_all(const std::vector<Request>& requests, const Tokenizer& tokenizer,
-                                              const PlanOptions& options) {
+                                              const PlanOptions& options, int64_t* truncated) {
   const RequestEncoder encoder(tokenizer, options);
   const size_t n = requests.size();
   std::vector<std::vector<WorkItem>> items(n);
@@ -235,6 +243,7 @@ std::vector<std::vector<WorkItem>> encode_all(const std::vector<Request>& reques
                               request_type_name(r.type), e.what()));
     }
   }
+  *truncated = encoder.truncated_.load();
   return items;
 }
 
@@ -419,7 +428,7 @@ Plan make_plan(const std::vector<Request>& requests, const Tokenizer& tokenizer,
   Plan plan;
   plan.num_requests = static_cast<int64_t>(requests.size());
   std::vector<WorkItem> items;
-  for (auto& per_request : encode_all(requests, tokenizer, options)) {
+  for (auto& per_request : encode_all(requests, tokenizer, options, &plan.truncated_requests)) {
     for (WorkItem& item : per_request) {
       plan.total_tokens += item.cost();
       ++plan.num_items;
@@ -436,6 +445,7 @@ Plan rebatch(const Plan& plan, const PlanOptions& options) {
   out.num_requests = plan.num_requests;
   out.num_items = plan.num_items;
   out.total_tokens = plan.total_tokens;
+  out.truncated_requests = plan.truncated_requests;
   std::vector<WorkItem> items;
   for (const Batch& b : plan.batches) items.insert(items.end(), b.items.begin(), b.items.end());
   batch_items(std::move(items), options, out);

@@ -159,6 +159,11 @@ TEST(Planner, LongInputsAreLeftTruncatedToMaxLengthPlusTheLastTarget) {
   EXPECT_EQ(item.tokens, std::vector<int32_t>(whole.end() - (max_length + 1), whole.end()));
   EXPECT_EQ(item.first_target, max_length + 1 - static_cast<int64_t>(cont));
   EXPECT_EQ(item.cost(), max_length);
+  // The plan counts what it truncated, so the run can say so.
+  const Plan plan = make_plan({loglikelihood(0, context, continuation), loglikelihood(1, "Hi", " there")}, tokenizer(),
+                              options(1 << 20, max_length));
+  EXPECT_EQ(plan.truncated_requests, 1);
+  EXPECT_EQ(rebatch(plan, options(10, max_length)).truncated_requests, 1);
   // A continuation longer than the context window cannot be scored, as in lm-evaluation-harness.
   EXPECT_THROW(make_plan({loglikelihood(7, "Hi", long_text(1))}, tokenizer(), options(1 << 20, 8)), Error);
 }

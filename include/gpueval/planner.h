@@ -89,6 +89,7 @@ struct Plan {
   int64_t prefix_tokens = 0;  // sum of the distinct prefixes' lengths
   int64_t padded_tokens = 0;  // sum of batch padded_tokens
   int64_t num_prefixes = 0;   // distinct prefixes (prefix ids 0 .. num_prefixes-1)
+  int64_t truncated_requests = 0;  // loglikelihood/generate_until requests left-truncated to fit max_length
   double padding_fraction() const;  // 1 - rows/padded; 0 for an empty plan
 };
 
