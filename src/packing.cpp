@@ -25,15 +25,20 @@ std::vector<int32_t> context_of(const WorkItem& item) {
 
 std::vector<ContextGroup> group_by_context(const std::vector<WorkItem>& items, bool share) {
   std::vector<ContextGroup> groups;
-  std::map<std::vector<int32_t>, size_t> index;  // context -> group
+  // context -> the group its next item may join, and the branch inputs that group already holds
+  std::map<std::vector<int32_t>, std::pair<size_t, int64_t>> open;
   for (size_t i = 0; i < items.size(); ++i) {
     std::vector<int32_t> context = context_of(items[i]);
+    const int64_t inputs = branch_inputs(items[i]);
     if (share) {
-      auto [it, inserted] = index.emplace(context, groups.size());
-      if (!inserted) {
-        groups[it->second].items.push_back(i);
+      auto it = open.find(context);
+      const int64_t room = std::max<int64_t>(static_cast<int64_t>(context.size()), kMinBranchRoom);
+      if (it != open.end() && it->second.second + inputs <= room) {
+        groups[it->second.first].items.push_back(i);
+        it->second.second += inputs;
         continue;
       }
+      open[context] = {groups.size(), inputs};
     }
     groups.push_back({std::move(context), {i}});
   }

@@ -29,7 +29,13 @@ struct ContextGroup {
 };
 
 // Groups scoring items by identical context, in order of first appearance.
+// Items join their context's group while the group's continuation inputs add
+// up to no more than the context (or kMinBranchRoom tokens): sharing pays for
+// the context once and never makes a row much longer than its sequences, so a
+// short context with long continuations (a rolling text's first window after
+// BOS) is not turned into one long row. Beyond that a new group starts.
 // With share = false every item is its own group (no sharing).
+constexpr int64_t kMinBranchRoom = 16;
 std::vector<ContextGroup> group_by_context(const std::vector<WorkItem>& items, bool share);
 
 // Tokens a group's row occupies after a prefix of `prefix_length` tokens: the
