@@ -88,6 +88,8 @@ cpu_threads: 2
 max_attempts: 4
 heartbeat_timeout_s: 2.5
 max_worker_restarts: 0
+max_memory: 512MiB
+calibration_cache: cache/cal.sqlite
 )");
   const nlohmann::json expected = {
       {"source", tmp_.file("run.yaml")},
@@ -109,6 +111,8 @@ max_worker_restarts: 0
       {"max_attempts", 4},
       {"heartbeat_timeout_s", 2.5},
       {"max_worker_restarts", 0},
+      {"max_memory", "512MiB"},
+      {"calibration_cache", dir() + "/cache/cal.sqlite"},
   };
   EXPECT_EQ(c.to_json(), expected) << c.to_json().dump(2);
   EXPECT_EQ(c.seed, 18446744073709551615ull);
