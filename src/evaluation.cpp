@@ -13,6 +13,8 @@
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <nlohmann/json.hpp>
 
+#include "gpueval/calibration.h"
+#include "gpueval/calibration_cache.h"
 #include "gpueval/devices.h"
 #include "gpueval/error.h"
 #include "gpueval/executor.h"
@@ -54,43 +56,75 @@ std::vector<std::string> task_search_dirs(const RunConfig& config, const std::st
   return dirs;
 }
 
-int run_evaluation(const RunConfig& config, const EvaluationOptions& options) {
-  using Clock = std::chrono::steady_clock;
-  const auto t0 = Clock::now();
-  const std::string spec = config.gpus.empty() ? "cpu" : config.gpus;
+RunInputs load_run_inputs(const RunConfig& config, const std::string& executable) {
+  RunInputs in;
+  in.spec = config.gpus.empty() ? "cpu" : config.gpus;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  std::vector<DeviceSlot> slots = parse_device_spec(spec, visible_cuda_devices(), cores);
-  for (DeviceSlot& s : slots)
+  in.slots = parse_device_spec(in.spec, visible_cuda_devices(), cores);
+  for (DeviceSlot& s : in.slots)
     if (s.kind == DeviceSlot::Kind::kCpu) s.threads = static_cast<int>(config.cpu_threads);
   if (config.models.size() != 1)
     fail(config.source, "model: {} checkpoints given; one run scores one checkpoint (lists come with nightly runs)",
          config.models.size());
-  const std::string model_dir = config.models[0];
-  if (!io::is_directory(model_dir)) fail(model_dir, "model directory does not exist");
-  const ModelConfig model_config = ModelConfig::load(model_dir + "/config.json");
-  std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(model_dir);
+  in.model_dir = config.models[0];
+  if (!io::is_directory(in.model_dir)) fail(in.model_dir, "model directory does not exist");
+  in.model_config = ModelConfig::load(in.model_dir + "/config.json");
+  in.tokenizer = load_tokenizer(in.model_dir);
 
-  // Tasks and their requests, numbered in (task, document, choice) order.
-  const std::vector<std::string> search = task_search_dirs(config, options.executable);
+  const std::vector<std::string> search = task_search_dirs(config, executable);
   // Groups (`tasks: [mmlu]`) expand to their tasks; the report aggregates them back.
-  const TaskSelection selection = expand_tasks(config.tasks, search);
+  in.selection = expand_tasks(config.tasks, search);
   TaskLoadOptions load_options;
   load_options.data_roots = config.data;
   load_options.num_fewshot = config.num_fewshot;
   load_options.fewshot_seed = config.fewshot_seed;
-  std::vector<Task> tasks;
-  tasks.reserve(selection.tasks.size());
-  for (const std::string& name : selection.tasks) tasks.push_back(Task::load(name, search, load_options));
-  for (const Task& task : tasks) {
+  in.tasks.reserve(in.selection.tasks.size());
+  for (const std::string& name : in.selection.tasks) in.tasks.push_back(Task::load(name, search, load_options));
+  for (const Task& task : in.tasks) {
     for (const std::string& note : task.notes()) std::cerr << "[sched] note: " << note << "\n";
   }
+  std::vector<const Task*> task_ptrs;
+  for (const Task& t : in.tasks) task_ptrs.push_back(&t);
+  in.requests = build_requests(task_ptrs, config.limit);
+
+  PlanOptions& po = in.plan_options;
+  po.batch_tokens = config.batch_tokens > 0 ? config.batch_tokens : 4096;
+  if (config.batch_size != "auto") po.max_batch_size = std::stoll(config.batch_size);
+  po.max_length = config.max_length ? *config.max_length : in.model_config.max_position_embeddings;
+  // What the tokenizer does by default: whether encoding with special tokens puts BOS first.
+  const std::vector<int32_t> probe = in.tokenizer->encode("a", /*add_special_tokens=*/true);
+  const bool tokenizer_adds_bos =
+      in.tokenizer->bos_id() && !probe.empty() && probe.front() == *in.tokenizer->bos_id();
+  po.add_bos = resolve_add_bos(config.add_bos, tokenizer_adds_bos);
+  if (po.add_bos && !in.tokenizer->bos_id())
+    fail(config.source, "add_bos is true but the tokenizer of {} has no BOS token", in.model_dir);
+  std::cerr << fmt::format("[sched] contexts {} BOS ({}add_bos: {})\n", po.add_bos ? "start with" : "have no",
+                           config.add_bos == "auto" ? "the tokenizer's default, " : "", config.add_bos);
+  po.seed = config.seed;
+  po.prefix_reuse = config.prefix_reuse;
+  return in;
+}
+
+int64_t longest_item_cost(const RunInputs& inputs) {
+  return std::max<int64_t>(1, longest_item(make_plan(inputs.requests, *inputs.tokenizer, inputs.plan_options)));
+}
+
+int run_evaluation(const RunConfig& config, const EvaluationOptions& options) {
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  RunInputs in = load_run_inputs(config, options.executable);
+  const std::string& spec = in.spec;
+  const std::vector<DeviceSlot>& slots = in.slots;
+  const std::string& model_dir = in.model_dir;
+  std::vector<Task>& tasks = in.tasks;
+  const TaskSelection& selection = in.selection;
+  const std::vector<Request>& requests = in.requests;
   std::vector<const Task*> task_ptrs;
   std::map<std::string, size_t> task_index;
   for (const Task& t : tasks) {
     task_index[t.name()] = task_ptrs.size();
     task_ptrs.push_back(&t);
   }
-  const std::vector<Request> requests = build_requests(task_ptrs, config.limit);
   std::vector<std::vector<std::vector<int64_t>>> doc_requests(tasks.size());  // [task][doc] -> request indices
   for (const Request& r : requests) {
     auto& docs = doc_requests[task_index.at(r.task)];
@@ -98,24 +132,34 @@ int run_evaluation(const RunConfig& config, const EvaluationOptions& options) {
     docs[static_cast<size_t>(r.doc_id)].push_back(r.index);
   }
 
-  PlanOptions po;
-  po.batch_tokens = config.batch_tokens > 0 ? config.batch_tokens : 4096;
-  if (config.batch_size != "auto") po.max_batch_size = std::stoll(config.batch_size);
-  po.max_length = config.max_length ? *config.max_length : model_config.max_position_embeddings;
-  // What the tokenizer does by default: whether encoding with special tokens puts BOS first.
-  const std::vector<int32_t> probe = tokenizer->encode("a", /*add_special_tokens=*/true);
-  const bool tokenizer_adds_bos = tokenizer->bos_id() && !probe.empty() && probe.front() == *tokenizer->bos_id();
-  po.add_bos = resolve_add_bos(config.add_bos, tokenizer_adds_bos);
-  if (po.add_bos && !tokenizer->bos_id())
-    fail(config.source, "add_bos is true but the tokenizer of {} has no BOS token", model_dir);
-  std::cerr << fmt::format("[sched] contexts {} BOS ({}add_bos: {})\n", po.add_bos ? "start with" : "have no",
-                           config.add_bos == "auto" ? "the tokenizer's default, " : "", config.add_bos);
-  po.seed = config.seed;
-  po.prefix_reuse = config.prefix_reuse;
-  const Plan plan = make_plan(requests, *tokenizer, po);
-  std::cerr << fmt::format("[sched] {} tasks, {} requests, {} batches ({} tokens, {:.1f}% padding) on {} worker(s): {}\n",
+  io::make_directories(config.output);
+  io::make_directories(config.output + "/logs");
+  PlanOptions po = in.plan_options;
+  std::string budget_source = "config";
+  Plan plan = make_plan(requests, *in.tokenizer, po);
+  if (config.batch_size == "auto" && config.batch_tokens <= 0) {
+    CalibrationOptions co;
+    co.executable = options.executable;
+    co.model_dir = model_dir;
+    co.dtype = config.dtype;
+    co.max_memory = config.max_memory;
+    co.cache_path = CalibrationCache::default_path(config.calibration_cache);
+    co.length = std::max<int64_t>(1, longest_item(plan));
+    co.recalibrate = options.recalibrate;
+    co.log_dir = config.output + "/logs";
+    const std::vector<DeviceBudget> budgets = calibrate_devices(slots, co);
+    po.batch_tokens = budgets.front().batch_tokens;
+    budget_source = budgets.front().source;
+    for (const DeviceBudget& b : budgets)
+      if (b.batch_tokens < po.batch_tokens) {
+        po.batch_tokens = b.batch_tokens;
+        budget_source = b.source;
+      }
+    plan = rebatch(plan, po);  // the same items, cut under the chosen budget
+  }
+  std::cerr << fmt::format("[sched] {} tasks, {} requests, {} batches ({} tokens, {:.1f}% padding, budget {} tokens) on {} worker(s): {}\n",
                            tasks.size(), requests.size(), plan.batches.size(), plan.total_tokens,
-                           100 * plan.padding_fraction(), slots.size(), spec);
+                           100 * plan.padding_fraction(), po.batch_tokens, slots.size(), spec);
   if (plan.truncated_requests > 0)
     std::cerr << fmt::format("[sched] warning: {} of {} requests are longer than the context of {} tokens and were "
                              "left-truncated, as lm-evaluation-harness does\n",
@@ -128,8 +172,6 @@ int run_evaluation(const RunConfig& config, const EvaluationOptions& options) {
                                  ? static_cast<double>(plan.total_tokens) / (plan.row_tokens + plan.prefix_tokens)
                                  : 1.0);
 
-  io::make_directories(config.output);
-  io::make_directories(config.output + "/logs");
   ProgressReporter progress(config.output + "/status.json", config.source, options.live_progress);
   progress.set_extra("model", model_dir);
   progress.set_extra("tasks", config.tasks);
@@ -217,6 +259,8 @@ int run_evaluation(const RunConfig& config, const EvaluationOptions& options) {
   RunSummary summary;
   summary.config = config.to_json();
   summary.config["add_bos_token"] = po.add_bos;  // what add_bos resolved to (lm-eval's model_args name)
+  summary.config["batch_tokens_used"] = po.batch_tokens;
+  summary.config["batch_tokens_source"] = budget_source;  // config | probed | cache
   summary.model = model_dir;
   summary.wall_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   summary.incomplete = incomplete;

@@ -10,6 +10,7 @@
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
 
+#include "gpueval/device_memory.h"
 #include "gpueval/error.h"
 #include "gpueval/generate.h"
 #include "gpueval/scorer.h"
@@ -37,9 +38,6 @@ ItemResult result_for(const WorkItem& item) {
   r.parts = item.parts;
   return r;
 }
-
-// Frees what the device allocator keeps cached after an out-of-memory error (CUDA); nothing on the CPU.
-void release_cached_memory(const at::Device&) {}
 
 // Runs rows [begin, end) of a packed batch; an out-of-memory error splits the range in two.
 class RowRunner {

@@ -10,6 +10,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "gpueval/calibration.h"
 #include "gpueval/commands.h"
 #include "gpueval/error.h"
 #include "gpueval/evaluation.h"
@@ -27,7 +28,7 @@ void add_model_flags(CLI::App* app, gpueval::ModelOptions& m) {
 
 // `gpueval --gpus 0-3 configs/mmlu.yaml` is `gpueval run --gpus 0-3 configs/mmlu.yaml`.
 std::vector<std::string> with_default_subcommand(int argc, char** argv) {
-  static const char* kSubcommands[] = {"run", "worker", "generate", "logits", "tokenize", "score", "convert-llama2c", "init-model", "report"};
+  static const char* kSubcommands[] = {"run", "worker", "generate", "logits", "tokenize", "score", "convert-llama2c", "init-model", "report", "calibrate"};
   std::vector<std::string> args(argv, argv + argc);
   auto ends_with = [](const std::string& s, const std::string& tail) {
     return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
@@ -91,7 +92,29 @@ int main(int argc, char** argv) {
                                             "auto|true|false: start contexts with BOS (auto: as the tokenizer does)");
   run_cmd->add_option_function<std::string>("--prefix-reuse", [&](const std::string& v) { overrides.prefix_reuse = v; },
                                             "on|off: compute shared contexts and few-shot prefixes once (default on)");
+  bool recalibrate = false;
+  run_cmd->add_flag("--recalibrate", recalibrate, "probe batch budgets even when the calibration cache has them");
+  run_cmd->add_option_function<std::string>("--max-memory", [&](const std::string& v) { overrides.max_memory = v; },
+                                            "memory per CPU worker for batch probing: 6GiB, 512MiB, or a share such as 0.5");
   auto* worker_cmd = app.add_subcommand("worker", "")->group("");  // started by the scheduler only
+
+  std::string calibrate_config;
+  gpueval::ConfigOverrides calibrate_overrides;
+  gpueval::CalibrateCommandOptions calibrate;
+  auto* calibrate_cmd =
+      app.add_subcommand("calibrate", "probe each device's batch budget for a config, print it and cache it");
+  calibrate_cmd->add_option("config", calibrate_config, "run configuration (YAML)")->required();
+  calibrate_cmd->add_option_function<std::string>(
+      "--gpus", [&](const std::string& v) { calibrate_overrides.gpus = v; }, "devices: 0-3, 0,2, all, cpu, cpu:N");
+  calibrate_cmd->add_flag("--recalibrate", calibrate.recalibrate, "probe again even when the cache has an entry");
+  calibrate_cmd->add_option_function<std::string>(
+      "--output", [&](const std::string& v) { calibrate.output = v; },
+      "where calibration.json, calibration.svg and logs/ go (default: the config's output)");
+  calibrate_cmd->add_option_function<std::string>(
+      "--max-memory", [&](const std::string& v) { calibrate_overrides.max_memory = v; },
+      "memory per CPU worker: 6GiB, 512MiB, or a share such as 0.5 (default: 0.8 of available / workers)");
+  calibrate_cmd->add_option_function<std::string>(
+      "--model", [&](const std::string& v) { calibrate_overrides.model = v; }, "model directory (overrides the config)");
 
   gpueval::GenerateCommand gen;
   auto* generate = app.add_subcommand("generate", "continue a prompt (greedy unless --temperature)");
@@ -168,7 +191,14 @@ int main(int argc, char** argv) {
       gpueval::EvaluationOptions eo;
       eo.executable = self_executable(argv[0]);
       eo.live_progress = ::isatty(2) != 0;
+      eo.recalibrate = recalibrate;
       return gpueval::run_evaluation(config, eo);
+    }
+    if (*calibrate_cmd) {
+      gpueval::RunConfig config = gpueval::load_run_config(calibrate_config);
+      gpueval::apply_overrides(config, calibrate_overrides);
+      calibrate.executable = self_executable(argv[0]);
+      return gpueval::run_calibrate(config, calibrate);
     }
     if (*generate) gpueval::run_generate(gen, std::cout);
     else if (*logits_cmd) gpueval::run_logits(logits, std::cout);

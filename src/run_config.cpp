@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
 
+#include "gpueval/batch_probe.h"
 #include "gpueval/devices.h"
 #include "gpueval/error.h"
 #include "gpueval/file_io.h"
@@ -24,7 +25,8 @@ constexpr uint64_t kMaxConfigBytes = uint64_t{1} << 20;
 
 const std::vector<std::string> kKeys = {
     "model", "tasks", "batch_size", "batch_tokens", "dtype", "seed", "output", "limit", "num_fewshot", "fewshot_seed",
-    "max_length", "add_bos", "prefix_reuse", "data", "gpus", "cpu_threads", "max_attempts", "heartbeat_timeout_s", "max_worker_restarts"};
+    "max_length", "add_bos", "prefix_reuse", "data", "gpus", "cpu_threads", "max_attempts", "heartbeat_timeout_s", "max_worker_restarts",
+    "max_memory", "calibration_cache"};
 
 const std::vector<std::string> kDtypes = {"auto", "float32", "bfloat16", "float16"};
 
@@ -68,6 +70,17 @@ std::string min_problem(int64_t value, int64_t min_value) {
   if (min_value == 1) return fmt::format("must be a positive integer, got {}", value);
   if (min_value == 0) return fmt::format("must be a non-negative integer, got {}", value);
   return fmt::format("must be at least {}, got {}", min_value, value);
+}
+
+// Checks the form only: a share ("0.5") is resolved against the memory available at run time.
+std::string max_memory_problem(const std::string& value) {
+  try {
+    parse_memory_amount(value, int64_t{1} << 40, "");
+  } catch (const Error& e) {
+    std::string m = e.what();
+    return m.compare(0, 2, ": ") == 0 ? m.substr(2) : m;
+  }
+  return "";
 }
 
 std::string path_problem(const std::string& value) {
@@ -217,6 +230,15 @@ class ConfigReader {
       c.heartbeat_timeout_s = seconds(key, v);
     } else if (key == "max_worker_restarts") {
       c.max_worker_restarts = integer(key, v, 0);
+    } else if (key == "max_memory") {
+      if (v.IsNull()) return;
+      c.max_memory = scalar(key, v, "an amount such as 6GiB or a share such as 0.5");
+      check(key, v, max_memory_problem(c.max_memory));
+    } else if (key == "calibration_cache") {
+      if (v.IsNull()) return;
+      const std::string path = scalar(key, v, "a file path");
+      check(key, v, path_problem(path));
+      c.calibration_cache = resolve(path);
     }
   }
 
@@ -372,6 +394,8 @@ nlohmann::json RunConfig::to_json() const {
       {"max_attempts", max_attempts},
       {"heartbeat_timeout_s", heartbeat_timeout_s},
       {"max_worker_restarts", max_worker_restarts},
+      {"max_memory", max_memory},
+      {"calibration_cache", calibration_cache},
   };
 }
 
@@ -442,6 +466,10 @@ void apply_overrides(RunConfig& config, const ConfigOverrides& overrides) {
     c.num_fewshot = overrides.num_fewshot;
   }
   if (overrides.seed) c.seed = *overrides.seed;
+  if (overrides.max_memory) {
+    check("--max-memory", max_memory_problem(*overrides.max_memory));
+    c.max_memory = *overrides.max_memory;
+  }
   if (overrides.add_bos) {
     check("--add-bos", add_bos_problem(*overrides.add_bos));
     c.add_bos = *overrides.add_bos;

@@ -16,7 +16,9 @@
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
 
+#include "gpueval/batch_probe.h"
 #include "gpueval/cpu_allocator.h"
+#include "gpueval/device_memory.h"
 #include "gpueval/error.h"
 #include "gpueval/executor.h"
 #include "gpueval/model.h"
@@ -190,6 +192,18 @@ int run_worker() {
     for (;;) {
       std::optional<Frame> frame = read_frame(in);
       if (!frame || frame->type == FrameType::kShutdown) break;
+      if (frame->type == FrameType::kProbe) {
+        const ProbeOptions probe = probe_options_from_json(unpack_payload(*frame));
+        try {
+          const ProbeResult r = probe_batch_tokens(*model, probe);
+          writer.send(FrameType::kResult, {{"probe", to_json(r)},
+                                           {"device", device_description(options.device, threads)},
+                                           {"dtype", dtype_name(options.dtype)}});
+        } catch (const Error& e) {
+          writer.send(FrameType::kError, {{"batch_id", -1}, {"message", e.what()}});
+        }
+        continue;
+      }
       if (frame->type != FrameType::kWork)
         throw FrameError(fmt::format("worker: unexpected {} frame", frame_type_name(frame->type)));
       const Batch batch = batch_from_json(unpack_payload(*frame).at("batch"));

@@ -88,6 +88,8 @@ cpu_threads: 2
 max_attempts: 4
 heartbeat_timeout_s: 2.5
 max_worker_restarts: 0
+max_memory: 512MiB
+calibration_cache: cache/cal.sqlite
 )");
   const nlohmann::json expected = {
       {"source", tmp_.file("run.yaml")},
@@ -109,6 +111,8 @@ max_worker_restarts: 0
       {"max_attempts", 4},
       {"heartbeat_timeout_s", 2.5},
       {"max_worker_restarts", 0},
+      {"max_memory", "512MiB"},
+      {"calibration_cache", dir() + "/cache/cal.sqlite"},
   };
   EXPECT_EQ(c.to_json(), expected) << c.to_json().dump(2);
   EXPECT_EQ(c.seed, 18446744073709551615ull);
@@ -455,6 +459,47 @@ TEST(ResolveAddBos, AutoFollowsTheTokenizerAndTheRestForce) {
   EXPECT_TRUE(resolve_add_bos("true", false));
   EXPECT_FALSE(resolve_add_bos("false", true));
   EXPECT_THROW(resolve_add_bos("1", true), Error);
+}
+
+}  // namespace
+}  // namespace gpueval
+
+namespace gpueval {
+namespace {
+
+class RunConfigMemoryTest : public ::testing::Test {
+ protected:
+  std::string write(const std::string& text) { return tmp_.write("run.yaml", text); }
+  std::string at(int line) const { return tmp_.file("run.yaml") + ":" + std::to_string(line) + ": "; }
+  testing::TempDir tmp_;
+};
+
+TEST_F(RunConfigMemoryTest, MaxMemoryAndCalibrationCacheKeys) {
+  const RunConfig c = load_run_config(write("model: m\ntasks: [t]\nmax_memory: 6GiB\ncalibration_cache: c/cal.sqlite\n"));
+  EXPECT_EQ(c.max_memory, "6GiB");
+  EXPECT_EQ(c.calibration_cache, std::filesystem::canonical(tmp_.path()).string() + "/c/cal.sqlite");
+  EXPECT_EQ(c.to_json()["max_memory"], "6GiB");
+  EXPECT_EQ(load_run_config(write("model: m\ntasks: [t]\nmax_memory: 0.5\n")).max_memory, "0.5");
+  EXPECT_EQ(load_run_config(write("model: m\ntasks: [t]\n")).max_memory, "");
+
+  const std::string bad = testing::error_of([&] { load_run_config(write("model: m\ntasks: [t]\nmax_memory: lots\n")); });
+  EXPECT_THAT(bad, ::testing::HasSubstr(at(3) + "key 'max_memory' must be an amount such as 6GiB"));
+  EXPECT_EQ(std::count(bad.begin(), bad.end(), '\n'), 0);
+  EXPECT_THAT(testing::error_of([&] { load_run_config(write("model: m\ntasks: [t]\nmax_memory: 6 GB\n")); }),
+              ::testing::HasSubstr(at(3) + "key 'max_memory' unknown unit ' GB'"));
+  EXPECT_THAT(testing::error_of([&] { load_run_config(write("model: m\ntasks: [t]\nmax_memory: [1]\n")); }),
+              ::testing::HasSubstr(at(3) + "key 'max_memory' must be an amount"));
+
+  RunConfig o = c;
+  ConfigOverrides flags;
+  flags.max_memory = "2x";
+  const std::string flag_error = testing::error_of([&] { apply_overrides(o, flags); });
+  EXPECT_EQ(flag_error, "--max-memory: unknown unit 'x' in '2x' (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB, or a "
+                        "share such as 0.5)");
+  EXPECT_EQ(o.max_memory, "6GiB");
+  flags.max_memory = "512MiB";
+  apply_overrides(o, flags);
+  EXPECT_EQ(o.max_memory, "512MiB");
 }
 
 }  // namespace

@@ -32,6 +32,17 @@ bool have_shared() {
 
 std::string binary() { return GPUEVAL_BINARY; }
 
+namespace {
+// Runs without batch_tokens probe and cache their batch budgets; tests keep that cache beside the
+// test binary (shared by every test, so each model/device is probed once), never in ~/.cache.
+const bool kCacheDirSet = [] {
+  std::string dir = GPUEVAL_BINARY;
+  dir = dir.substr(0, dir.find_last_of('/')) + "/test_calibration_cache";
+  ::setenv("GPUEVAL_CACHE_DIR", dir.c_str(), /*overwrite=*/0);
+  return true;
+}();
+}  // namespace
+
 TempDir::TempDir() {
   std::string tmpl = (std::getenv("TMPDIR") ? std::string(std::getenv("TMPDIR")) : "/tmp") + "/gpueval_test.XXXXXX";
   if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");

@@ -18,7 +18,8 @@ namespace {
 using ::testing::HasSubstr;
 
 const FrameType kAllTypes[] = {FrameType::kHello,     FrameType::kWork,  FrameType::kResult,
-                               FrameType::kHeartbeat, FrameType::kError, FrameType::kShutdown};
+                               FrameType::kHeartbeat, FrameType::kError, FrameType::kShutdown,
+                               FrameType::kProbe};
 
 std::string random_bytes(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -68,6 +69,7 @@ TEST(WireTest, FrameTypeNames) {
   EXPECT_STREQ(frame_type_name(FrameType::kHeartbeat), "heartbeat");
   EXPECT_STREQ(frame_type_name(FrameType::kError), "error");
   EXPECT_STREQ(frame_type_name(FrameType::kShutdown), "shutdown");
+  EXPECT_STREQ(frame_type_name(FrameType::kProbe), "probe");
   EXPECT_STREQ(frame_type_name(static_cast<FrameType>(0)), "unknown");
 }
 
@@ -246,7 +248,7 @@ TEST(WireTest, OversizeLengthIsRejectedBeforeThePayload) {
 
 TEST(WireTest, EncodeRefusesAnUnknownType) {
   EXPECT_THROW(encode_frame({static_cast<FrameType>(0), ""}), Error);
-  EXPECT_THROW(encode_frame({static_cast<FrameType>(7), ""}), Error);
+  EXPECT_THROW(encode_frame({static_cast<FrameType>(8), ""}), Error);
 }
 
 TEST(WireTest, WriteAndReadLargeFramesThroughNonBlockingPipe) {

@@ -10,9 +10,19 @@
 // still written).
 #pragma once
 
+#include <map>
+#include <memory>
 #include <string>
+#include <vector>
 
+#include "gpueval/devices.h"
+#include "gpueval/model_config.h"
+#include "gpueval/planner.h"
+#include "gpueval/request.h"
 #include "gpueval/run_config.h"
+#include "gpueval/task.h"
+#include "gpueval/task_group.h"
+#include "gpueval/tokenizer.h"
 
 namespace gpueval {
 
@@ -21,7 +31,28 @@ constexpr int kExitIncomplete = 3;
 struct EvaluationOptions {
   std::string executable;  // this binary, exec'd in worker mode
   bool live_progress = false;  // redraw one progress line (stderr is a terminal)
+  bool recalibrate = false;    // probe batch budgets even when the calibration cache has them
 };
+
+// What a run (or `gpueval calibrate`) works on, loaded and checked: the device slots, the model,
+// the tasks and their requests (numbered in (task, document, choice) order), and the plan options
+// with everything but the batch budget decided. Movable, not copyable (it owns the tokenizer).
+struct RunInputs {
+  std::string spec;                  // the device spec used (--gpus, else the config's, else "cpu")
+  std::vector<DeviceSlot> slots;
+  std::string model_dir;
+  ModelConfig model_config;
+  std::unique_ptr<Tokenizer> tokenizer;
+  TaskSelection selection;
+  std::vector<Task> tasks;
+  std::vector<Request> requests;
+  PlanOptions plan_options;          // batch_tokens: the config's, else 4096
+};
+
+RunInputs load_run_inputs(const RunConfig& config, const std::string& executable);
+
+// The cost (WorkItem::cost) of the longest item the run's requests plan into.
+int64_t longest_item_cost(const RunInputs& inputs);
 
 int run_evaluation(const RunConfig& config, const EvaluationOptions& options);
 

@@ -59,6 +59,11 @@ struct RunConfig {
   int64_t max_attempts = 3;           // a batch that killed this many workers is quarantined
   double heartbeat_timeout_s = 30;    // a worker silent this long is treated as crashed
   int64_t max_worker_restarts = 10;   // per device slot
+  // Memory a CPU worker may use when its batch budget is probed: "6GiB", "512MiB", or a share of
+  // available memory such as "0.5"; "" = 0.8 * MemAvailable / number of CPU workers. GPUs use
+  // their whole memory.
+  std::string max_memory;
+  std::string calibration_cache;      // SQLite file; "" = calibration_cache.h's default
 
   // Every field, unset optionals as null: the "config" object of results.json.
   nlohmann::json to_json() const;
@@ -79,6 +84,7 @@ struct ConfigOverrides {
   std::optional<uint64_t> seed;       // --seed
   std::optional<std::string> add_bos; // --add-bos auto|true|false
   std::optional<std::string> prefix_reuse;  // --prefix-reuse on|off
+  std::optional<std::string> max_memory;  // --max-memory
   std::optional<std::vector<std::string>> tasks;  // --tasks: replaces the file's list
   std::vector<std::string> data;      // --data NAME=PATH, repeatable; each adds or replaces one root
 };

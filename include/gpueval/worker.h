@@ -2,7 +2,8 @@
 // (never run by hand). It reads frames on fd 3 and writes frames on fd 4
 // (wire.h): a Hello that names the model, device, dtype and thread count;
 // then Work frames, each a planned batch, answered by a Result frame with one
-// ItemResult per work item; Shutdown or EOF ends it. A background thread sends
+// ItemResult per work item; or Probe frames (batch_probe.h options), answered by a Result
+// frame {"probe", "device", "dtype"}; Shutdown or EOF ends it. A background thread sends
 // a Heartbeat every `heartbeat_s` seconds, from before the model starts
 // loading, so the scheduler can tell a slow worker from a hung one. The worker
 // owns its model replica, tokenizer, KV caches and the shared prefixes of

@@ -1,0 +1,162 @@
+#include "gpueval/calibration_cache.h"
+
+#include <sqlite3.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "gpueval/error.h"
+#include "gpueval/file_io.h"
+
+namespace gpueval {
+namespace {
+
+constexpr int kBusyTimeoutMs = 10000;
+
+const char* kSchema =
+    "CREATE TABLE IF NOT EXISTS calibration ("
+    " model TEXT NOT NULL, dtype TEXT NOT NULL, device TEXT NOT NULL, length_bucket INTEGER NOT NULL,"
+    " batch_tokens INTEGER NOT NULL, memory_limit_bytes INTEGER NOT NULL, points TEXT NOT NULL,"
+    " created REAL NOT NULL, version TEXT NOT NULL,"
+    " PRIMARY KEY (model, dtype, device, length_bucket))";
+
+// One connection, closed on scope exit; every failure throws Error naming the file and SQLite's message.
+class Db {
+ public:
+  Db(const std::string& path, bool create) : path_(path) {
+    const int flags = SQLITE_OPEN_READWRITE | (create ? SQLITE_OPEN_CREATE : 0) | SQLITE_OPEN_NOMUTEX;
+    if (sqlite3_open_v2(path.c_str(), &db_, flags, nullptr) != SQLITE_OK) check(SQLITE_ERROR, "open");
+    sqlite3_busy_timeout(db_, kBusyTimeoutMs);
+    exec("PRAGMA journal_mode=WAL");
+    exec(kSchema);
+  }
+  ~Db() { sqlite3_close(db_); }
+  Db(const Db&) = delete;
+  Db& operator=(const Db&) = delete;
+
+  void exec(const char* sql) {
+    char* message = nullptr;
+    if (sqlite3_exec(db_, sql, nullptr, nullptr, &message) != SQLITE_OK) {
+      const std::string m = message ? message : sqlite3_errmsg(db_);
+      sqlite3_free(message);
+      fail(path_, "{}", m);
+    }
+  }
+  void check(int rc, const char* what) const {
+    if (rc != SQLITE_OK && rc != SQLITE_ROW && rc != SQLITE_DONE)
+      fail(path_, "{}: {}", what, db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc));
+  }
+  sqlite3* get() const { return db_; }
+
+ private:
+  std::string path_;
+  sqlite3* db_ = nullptr;
+};
+
+class Statement {
+ public:
+  Statement(const Db& db, const char* sql) : db_(db) { db.check(sqlite3_prepare_v2(db.get(), sql, -1, &st_, nullptr), "prepare"); }
+  ~Statement() { sqlite3_finalize(st_); }
+  void bind(int i, const std::string& s) { db_.check(sqlite3_bind_text(st_, i, s.c_str(), -1, SQLITE_TRANSIENT), "bind"); }
+  void bind(int i, int64_t v) { db_.check(sqlite3_bind_int64(st_, i, v), "bind"); }
+  void bind(int i, double v) { db_.check(sqlite3_bind_double(st_, i, v), "bind"); }
+  bool step() {
+    const int rc = sqlite3_step(st_);
+    db_.check(rc, "step");
+    return rc == SQLITE_ROW;
+  }
+  int64_t int_at(int i) const { return sqlite3_column_int64(st_, i); }
+  double double_at(int i) const { return sqlite3_column_double(st_, i); }
+  std::string text_at(int i) const {
+    const unsigned char* t = sqlite3_column_text(st_, i);
+    return t ? reinterpret_cast<const char*>(t) : "";
+  }
+
+ private:
+  const Db& db_;
+  sqlite3_stmt* st_ = nullptr;
+};
+
+void bind_key(Statement& s, const CalibrationKey& key) {
+  s.bind(1, key.model);
+  s.bind(2, key.dtype);
+  s.bind(3, key.device);
+  s.bind(4, key.length_bucket);
+}
+
+std::string dir_of(const std::string& path) {
+  auto slash = path.find_last_of('/');
+  return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+}
+
+}  // namespace
+
+int64_t length_bucket(int64_t longest_cost) {
+  int64_t b = 1;
+  while (b < longest_cost) b *= 2;
+  return b;
+}
+
+std::string CalibrationCache::default_path(const std::string& configured) {
+  if (!configured.empty()) return configured;
+  auto env = [](const char* name) -> std::string {
+    const char* v = std::getenv(name);
+    return v && *v ? v : "";
+  };
+  if (!env("GPUEVAL_CACHE_DIR").empty()) return env("GPUEVAL_CACHE_DIR") + "/calibration.sqlite";
+  if (!env("XDG_CACHE_HOME").empty()) return env("XDG_CACHE_HOME") + "/gpueval/calibration.sqlite";
+  const std::string home = env("HOME").empty() ? "." : env("HOME");
+  return home + "/.cache/gpueval/calibration.sqlite";
+}
+
+std::optional<CalibrationEntry> CalibrationCache::lookup(const CalibrationKey& key) const {
+  if (!io::path_exists(path_)) return std::nullopt;
+  try {
+    Db db(path_, /*create=*/false);
+    Statement s(db,
+                "SELECT batch_tokens, memory_limit_bytes, points, created, version FROM calibration"
+                " WHERE model = ?1 AND dtype = ?2 AND device = ?3 AND length_bucket = ?4");
+    bind_key(s, key);
+    if (!s.step()) return std::nullopt;
+    CalibrationEntry e;
+    e.batch_tokens = s.int_at(0);
+    e.memory_limit_bytes = s.int_at(1);
+    e.probe = probe_result_from_json(nlohmann::json::parse(s.text_at(2)));
+    e.created = s.double_at(3);
+    e.version = s.text_at(4);
+    if (e.batch_tokens <= 0) fail(path_, "entry has batch_tokens {}", e.batch_tokens);
+    return e;
+  } catch (const std::exception& e) {
+    std::cerr << "[sched] warning: calibration cache " << e.what() << "; ignoring it and probing again\n";
+    return std::nullopt;
+  }
+}
+
+bool CalibrationCache::store(const CalibrationKey& key, const CalibrationEntry& entry) const {
+  try {
+    io::make_directories(dir_of(path_));
+    Db db(path_, /*create=*/true);
+    Statement s(db,
+                "INSERT OR REPLACE INTO calibration (model, dtype, device, length_bucket, batch_tokens,"
+                " memory_limit_bytes, points, created, version) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)");
+    bind_key(s, key);
+    s.bind(5, entry.batch_tokens);
+    s.bind(6, entry.memory_limit_bytes);
+    s.bind(7, to_json(entry.probe).dump());
+    const double now = entry.created > 0 ? entry.created
+                                         : std::chrono::duration<double>(
+                                               std::chrono::system_clock::now().time_since_epoch()).count();
+    s.bind(8, now);
+    s.bind(9, entry.version.empty() ? std::string(GPUEVAL_VERSION) : entry.version);
+    s.step();
+    return true;
+  } catch (const std::exception& e) {
+    std::cerr << "[sched] warning: calibration cache " << e.what() << "; not stored\n";
+    return false;
+  }
+}
+
+}  // namespace gpueval

@@ -1,0 +1,130 @@
+// `gpueval calibrate` and `gpueval run` with batch_size auto: probing in a real worker process,
+// the table, calibration.svg/.json, and the cache a later run reads instead of probing.
+#include "gpueval/calibration.h"
+
+#include <gmock/gmock.h>
+
+#include <cstdlib>
+
+#include <nlohmann/json.hpp>
+
+#include "gpueval/file_io.h"
+#include "test_util.h"
+
+namespace gpueval {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+using nlohmann::json;
+
+// Points GPUEVAL_CACHE_DIR (inherited by the gpueval children) at a fresh directory.
+class CalibrationTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (const char* v = std::getenv("GPUEVAL_CACHE_DIR")) saved_ = v;
+    ::setenv("GPUEVAL_CACHE_DIR", cache_.path().c_str(), 1);
+  }
+  void TearDown() override { ::setenv("GPUEVAL_CACHE_DIR", saved_.c_str(), 1); }
+  testing::TempDir cache_;
+  testing::TempDir out_;
+  std::string saved_;
+};
+
+TEST_F(CalibrationTest, ProbeOnSlotRunsInAWorker) {
+  DeviceSlot slot;
+  slot.threads = 1;
+  ProbeOptions o;
+  o.length = 64;
+  o.max_tokens = 2048;
+  o.repeats = 1;
+  o.memory_limit_bytes = int64_t{4} << 30;
+  const ProbeResult r = probe_on_slot(slot, testing::binary(), testing::source_dir() + "/models/stories260K", "auto",
+                                      o, out_.file("probe.log"));
+  ASSERT_FALSE(r.points.empty());
+  EXPECT_EQ(r.points.front().batch_tokens, 256);
+  EXPECT_EQ(r.points.front().rows, 4);
+  EXPECT_EQ(r.memory_limit_bytes, o.memory_limit_bytes);
+  EXPECT_GT(r.chosen_batch_tokens, 0);
+  // The worker's peak includes its own model and LibTorch: more than a few MiB, far below the limit.
+  EXPECT_GT(r.points.front().peak_bytes, int64_t{8} << 20);
+  EXPECT_THAT(io::read_file(out_.file("probe.log")), HasSubstr("[cpu:0] pid"));
+
+  o.memory_limit_bytes = 1 << 20;  // nothing fits: the worker's error comes back as one line
+  const std::string err = testing::error_of([&] {
+    probe_on_slot(slot, testing::binary(), testing::source_dir() + "/models/stories260K", "auto", o);
+  });
+  EXPECT_THAT(err, HasSubstr("probe on cpu:0: batch probe: not even 256 tokens"));
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 0);
+}
+
+TEST_F(CalibrationTest, CalibrateThenRunReadsTheCache) {
+  const std::string config = testing::source_dir() + "/configs/demo.yaml";
+  auto r = testing::run_gpueval({"calibrate", "--gpus", "cpu:1", "--output", out_.file("cal"), config});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("batch_tokens"));
+  EXPECT_THAT(r.out, HasSubstr("peak MiB"));
+  EXPECT_THAT(r.err, HasSubstr("probing batch budgets on cpu:0"));
+  EXPECT_TRUE(io::path_exists(cache_.file("calibration.sqlite")));
+  const json cal = json::parse(io::read_file(out_.file("cal") + "/calibration.json"));
+  ASSERT_EQ(cal["devices"].size(), 1u);
+  const json& dev = cal["devices"][0];
+  const int64_t chosen = dev["batch_tokens"].get<int64_t>();
+  EXPECT_GT(chosen, 0);
+  EXPECT_EQ(dev["source"], "probed");
+  EXPECT_THAT(dev["device"].get<std::string>(), HasSubstr("x1 threads"));
+  ASSERT_GE(dev["probe"]["points"].size(), 2u);
+  // The table marks the chosen row, and that row is the chosen budget.
+  int starred = 0;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find(" yes  *") == std::string::npos) continue;
+    ++starred;
+    EXPECT_THAT(line, HasSubstr(" " + std::to_string(chosen) + " ")) << r.out;
+  }
+  EXPECT_EQ(starred, 1) << r.out;
+  const std::string svg = io::read_file(out_.file("cal") + "/calibration.svg");
+  EXPECT_EQ(svg.rfind("<svg xmlns=\"http://www.w3.org/2000/svg\"", 0), 0u);
+  EXPECT_THAT(svg, HasSubstr("data-chosen=\"" + std::to_string(chosen) + "\""));
+  EXPECT_THAT(svg, HasSubstr("<polyline class=\"tps\""));
+  EXPECT_THAT(svg, Not(HasSubstr("http://www.w3.org/1999/xlink")));
+
+  // A run with batch_size auto finds the budget in the cache and does not probe.
+  r = testing::run_gpueval({"run", "--gpus", "cpu:1", "--output", out_.file("run"), config});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("[sched] batch budget " + std::to_string(chosen) + " tokens for cpu: "));
+  EXPECT_THAT(r.err, HasSubstr("(calibration cache)"));
+  EXPECT_THAT(r.err, Not(HasSubstr("probing batch budgets")));
+  EXPECT_FALSE(io::path_exists(out_.file("run") + "/logs/probe_cpu_0.log"));
+  json results = json::parse(io::read_file(out_.file("run") + "/results.json"));
+  EXPECT_EQ(results["config"]["batch_tokens_source"], "cache");
+  EXPECT_EQ(results["config"]["batch_tokens_used"], chosen);
+
+  // --recalibrate probes again, in a worker whose log is kept.
+  r = testing::run_gpueval({"run", "--gpus", "cpu:1", "--recalibrate", "--output", out_.file("re"), config});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("probing batch budgets on cpu:0"));
+  EXPECT_THAT(r.err, Not(HasSubstr("(calibration cache)")));
+  EXPECT_TRUE(io::path_exists(out_.file("re") + "/logs/probe_cpu_0.log"));
+  results = json::parse(io::read_file(out_.file("re") + "/results.json"));
+  EXPECT_EQ(results["config"]["batch_tokens_source"], "probed");
+  EXPECT_GT(results["config"]["batch_tokens_used"].get<int64_t>(), 0);
+
+  // A fixed batch size skips probing and the cache.
+  r = testing::run_gpueval({"run", "--gpus", "cpu:1", "--batch-size", "8", "--output", out_.file("fixed"), config});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, Not(HasSubstr("batch budget")));
+  results = json::parse(io::read_file(out_.file("fixed") + "/results.json"));
+  EXPECT_EQ(results["config"]["batch_tokens_source"], "config");
+  EXPECT_EQ(results["config"]["batch_tokens_used"], 4096);
+}
+
+TEST_F(CalibrationTest, BadMaxMemoryFlagIsOneLine) {
+  auto r = testing::run_gpueval({"calibrate", "--max-memory", "lots", testing::source_dir() + "/configs/demo.yaml"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("gpueval: --max-memory: must be an amount"));
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+}
+
+}  // namespace
+}  // namespace gpueval
