@@ -46,12 +46,14 @@ TEST(Packing, ItemsOfOneContextShareAGroupOnlyWhenAsked) {
   EXPECT_EQ(row_cost(shared[1], items, 0), 2 + 1);
   // A short context with long continuations: groups close once their inputs outgrow the context.
   std::vector<WorkItem> windows;
-  for (int32_t w = 0; w < 5; ++w) windows.push_back(item(w, {1}, range(100 * w, 10)));  // 9 inputs each
+  for (int32_t w = 0; w < 5; ++w) windows.push_back(item(w, {1}, range(100 * w, 8)));  // 7 inputs each
   const auto rolling = group_by_context(windows, true);
-  ASSERT_EQ(rolling.size(), 3u);  // 9 + 9 <= 16 < 27
-  EXPECT_EQ(rolling[0].items, (std::vector<size_t>{0}));
-  EXPECT_EQ(rolling[1].items, (std::vector<size_t>{1, 2}));
-  EXPECT_EQ(rolling[2].items, (std::vector<size_t>{3, 4}));
+  ASSERT_EQ(rolling.size(), 3u);  // 7 + 7 <= kMinBranchRoom (16) < 7 + 7 + 7
+  EXPECT_EQ(rolling[0].items, (std::vector<size_t>{0, 1}));
+  EXPECT_EQ(rolling[1].items, (std::vector<size_t>{2, 3}));
+  EXPECT_EQ(rolling[2].items, (std::vector<size_t>{4}));
+  windows.push_back(item(5, {1}, range(900, 20)));  // alone: more inputs than the room, never split
+  EXPECT_EQ(group_by_context(windows, true).back().items, std::vector<size_t>{5});
   const auto alone = group_by_context(items, false);
   ASSERT_EQ(alone.size(), 4u);
   for (size_t i = 0; i < alone.size(); ++i) {

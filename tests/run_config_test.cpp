@@ -83,6 +83,7 @@ limit: 50
 num_fewshot: 5
 max_length: 2048
 add_bos: "false"
+prefix_reuse: off
 gpus: 0-3
 cpu_threads: 2
 max_attempts: 4
@@ -105,6 +106,7 @@ calibration_cache: cache/cal.sqlite
       {"num_fewshot", 5},
       {"max_length", 2048},
       {"add_bos", "false"},
+      {"prefix_reuse", false},
       {"data", nlohmann::json::object()},
       {"gpus", "0-3"},
       {"cpu_threads", 2},
@@ -451,6 +453,21 @@ TEST_F(RunConfigTest, AddBosIsAutoTrueOrFalse) {
   EXPECT_EQ(config.add_bos, "false");
   overrides.add_bos = "yes";
   EXPECT_THAT(overrides_error(overrides), AllOf(HasSubstr("--add-bos"), HasSubstr("'yes'")));
+}
+
+TEST_F(RunConfigTest, PrefixReuseIsOnOrOff) {
+  EXPECT_TRUE(load("model: m\ntasks: [t]\n").prefix_reuse);
+  EXPECT_FALSE(load("model: m\ntasks: [t]\nprefix_reuse: false\n").prefix_reuse);
+  EXPECT_TRUE(load("model: m\ntasks: [t]\nprefix_reuse: on\n").prefix_reuse);
+  EXPECT_THAT(error_of("model: m\ntasks: [t]\nprefix_reuse: sometimes\n"),
+              AllOf(HasSubstr("run.yaml:3"), HasSubstr("prefix_reuse"), HasSubstr("sometimes")));
+  ConfigOverrides overrides;
+  overrides.prefix_reuse = "off";
+  RunConfig config = load("model: m\ntasks: [t]\n");
+  apply_overrides(config, overrides);
+  EXPECT_FALSE(config.prefix_reuse);
+  overrides.prefix_reuse = "maybe";
+  EXPECT_THAT(overrides_error(overrides), AllOf(HasSubstr("--prefix-reuse"), HasSubstr("'maybe'")));
 }
 
 TEST(ResolveAddBos, AutoFollowsTheTokenizerAndTheRestForce) {

@@ -251,7 +251,8 @@ TEST_F(RunTest, PoisonRequestIsQuarantinedAndTheRunFinishes) {
 
 TEST_F(RunTest, SigtermEndsTheRunAndEveryWorkerWithin143) {
   const std::string cfg = write_config(dir_, "term");
-  AsyncRun run = AsyncRun::start({"run", "--gpus", "cpu:2", cfg}, dir_.file("term"), {{"GPUEVAL_FAULT", "slow:300"}});
+  // 22 batches (prefix reuse packs the 260 requests) at 600 ms: several status.json rewrites with both busy.
+  AsyncRun run = AsyncRun::start({"run", "--gpus", "cpu:2", cfg}, dir_.file("term"), {{"GPUEVAL_FAULT", "slow:600"}});
   const std::vector<int> pids = run.wait_all_busy();
   ASSERT_EQ(pids.size(), 2u) << run.log();
   const auto t0 = Clock::now();
