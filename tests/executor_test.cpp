@@ -20,17 +20,8 @@
 namespace gpueval {
 namespace {
 
-std::string model_dir() { return testing::source_dir() + "/models/stories260K"; }
-
-const LlamaModelImpl& model() {
-  static const LlamaModel m = load_model(model_dir());
-  return *m;
-}
-
-const Tokenizer& tokenizer() {
-  static const std::unique_ptr<Tokenizer> tok = load_tokenizer(model_dir());
-  return *tok;
-}
+const LlamaModelImpl& model() { return testing::stories260k_model(); }
+const Tokenizer& tokenizer() { return testing::stories260k_tokenizer(); }
 
 Request make_request(int64_t index, RequestType type, std::string context, std::string continuation = "") {
   Request r;

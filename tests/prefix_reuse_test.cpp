@@ -23,16 +23,8 @@ namespace {
 using ::testing::HasSubstr;
 
 std::string model_dir() { return testing::source_dir() + "/models/stories260K"; }
-
-const LlamaModelImpl& model() {
-  static const LlamaModel m = load_model(model_dir());
-  return *m;
-}
-
-const Tokenizer& tokenizer() {
-  static const std::unique_ptr<Tokenizer> tok = load_tokenizer(model_dir());
-  return *tok;
-}
+const LlamaModelImpl& model() { return testing::stories260k_model(); }
+const Tokenizer& tokenizer() { return testing::stories260k_tokenizer(); }
 
 // Two "subjects": a few-shot prefix, then questions with one-token letters and multi-token answers.
 std::vector<Request> requests() {

@@ -135,16 +135,25 @@ const std::string& converted_stories260k() {
   return dir.path();
 }
 
+const LlamaModelImpl& stories260k_model() {
+  static const LlamaModel model = load_model(source_dir() + "/models/stories260K");
+  return *model;
+}
+
+const Tokenizer& stories260k_tokenizer() {
+  static const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(source_dir() + "/models/stories260K");
+  return *tokenizer;
+}
+
 std::vector<RequestResult> score_with_stories260k(const std::vector<Request>& requests) {
-  const std::string model_dir = source_dir() + "/models/stories260K";
-  const LlamaModel model = load_model(model_dir);
-  const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(model_dir);
+  const LlamaModelImpl& model = stories260k_model();
+  const Tokenizer& tokenizer = stories260k_tokenizer();
   PlanOptions options;
   options.batch_tokens = 8192;
-  options.max_length = model->config().max_position_embeddings;
+  options.max_length = model.config().max_position_embeddings;
   std::vector<ItemResult> items;
-  for (const Batch& b : make_plan(requests, *tokenizer, options).batches) {
-    for (ItemResult& r : execute_batch(*model, *tokenizer, b)) items.push_back(std::move(r));
+  for (const Batch& b : make_plan(requests, tokenizer, options).batches) {
+    for (ItemResult& r : execute_batch(model, tokenizer, b)) items.push_back(std::move(r));
   }
   return combine_items(items);
 }

@@ -9,7 +9,9 @@
 #include <gtest/gtest.h>
 
 #include "gpueval/error.h"
+#include "gpueval/model.h"
 #include "gpueval/request.h"
+#include "gpueval/tokenizer.h"
 
 namespace gpueval::testing {
 
@@ -65,6 +67,10 @@ void write_text(const std::string& path, const std::string& text);
 
 // The stories260K llama2.c checkpoint converted once per test process into a temp dir.
 const std::string& converted_stories260k();
+
+// The shipped models/stories260K and its tokenizer, loaded once per test process (fp32, CPU).
+const LlamaModelImpl& stories260k_model();
+const Tokenizer& stories260k_tokenizer();
 
 // Scores `requests` (indices 0..n-1) with the shipped models/stories260K in process, the way a
 // worker does (plan with the model's context, execute every batch, combine windows); the
