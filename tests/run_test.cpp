@@ -93,8 +93,9 @@ struct AsyncRun {
   std::string log() const { return io::path_exists(output + ".log") ? io::read_file(output + ".log") : ""; }
 };
 
-// status.json is rewritten about once a second, so the run must last several seconds
-// (slow:200 makes 39 batches take ~4 s on two workers) for this to be seen mid-run.
+// status.json is rewritten about once a second, so a run must last many seconds for a test to
+// see it mid-run on a loaded CI machine: slow:500 makes the 22 batches take ~6 s on two workers.
+// Tests that kill the run early use slow:1500 (they never wait for it to finish).
 bool some_worker_busy_after_progress(const json& s) {
   if (s.value("batches_done", 0) < 1) return false;
   for (const auto& w : s["workers"])
@@ -186,7 +187,7 @@ TEST(RunDeterminism, OneAndTwoWorkersAgreeBitForBitOnLargeBatches) {
 
 TEST_F(RunTest, KilledWorkerIsReplacedAndNothingIsLostOrDoubled) {
   const std::string cfg = write_config(dir_, "kill");
-  AsyncRun run = AsyncRun::start({"run", "--gpus", "cpu:2", cfg}, dir_.file("kill"), {{"GPUEVAL_FAULT", "slow:200"}});
+  AsyncRun run = AsyncRun::start({"run", "--gpus", "cpu:2", cfg}, dir_.file("kill"), {{"GPUEVAL_FAULT", "slow:500"}});
   json s = run.wait_status(some_worker_busy_after_progress);
   ASSERT_FALSE(s.is_null()) << run.log();
   const int victim = busy_worker_pid(s);
@@ -204,7 +205,7 @@ TEST_F(RunTest, KilledWorkerIsReplacedAndNothingIsLostOrDoubled) {
 
 TEST_F(RunTest, StoppedWorkerMissesHeartbeatAndIsReplaced) {
   const std::string cfg = write_config(dir_, "stop", "", /*heartbeat_timeout_s=*/3);
-  AsyncRun run = AsyncRun::start({"run", "--gpus", "cpu:2", cfg}, dir_.file("stop"), {{"GPUEVAL_FAULT", "slow:200"}});
+  AsyncRun run = AsyncRun::start({"run", "--gpus", "cpu:2", cfg}, dir_.file("stop"), {{"GPUEVAL_FAULT", "slow:500"}});
   json s = run.wait_status(some_worker_busy_after_progress);
   ASSERT_FALSE(s.is_null()) << run.log();
   const int victim = busy_worker_pid(s);
@@ -251,8 +252,8 @@ TEST_F(RunTest, PoisonRequestIsQuarantinedAndTheRunFinishes) {
 
 TEST_F(RunTest, SigtermEndsTheRunAndEveryWorkerWithin143) {
   const std::string cfg = write_config(dir_, "term");
-  // 22 batches (prefix reuse packs the 260 requests) at 600 ms: several status.json rewrites with both busy.
-  AsyncRun run = AsyncRun::start({"run", "--gpus", "cpu:2", cfg}, dir_.file("term"), {{"GPUEVAL_FAULT", "slow:600"}});
+  // 22 batches (prefix reuse packs the 260 requests) at 1.5 s: many status.json rewrites with both busy.
+  AsyncRun run = AsyncRun::start({"run", "--gpus", "cpu:2", cfg}, dir_.file("term"), {{"GPUEVAL_FAULT", "slow:1500"}});
   const std::vector<int> pids = run.wait_all_busy();
   ASSERT_EQ(pids.size(), 2u) << run.log();
   const auto t0 = Clock::now();
@@ -270,7 +271,7 @@ TEST_F(RunTest, SigtermEndsTheRunAndEveryWorkerWithin143) {
 
 TEST_F(RunTest, SchedulerKilledWithSigkillTakesItsWorkersAlong) {
   const std::string cfg = write_config(dir_, "sigkill");
-  AsyncRun run = AsyncRun::start({"run", "--gpus", "cpu:2", cfg}, dir_.file("sigkill"), {{"GPUEVAL_FAULT", "slow:300"}});
+  AsyncRun run = AsyncRun::start({"run", "--gpus", "cpu:2", cfg}, dir_.file("sigkill"), {{"GPUEVAL_FAULT", "slow:1500"}});
   const std::vector<int> pids = run.wait_all_busy();
   ASSERT_EQ(pids.size(), 2u) << run.log();
   run.child.signal(SIGKILL);
