@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <functional>
 #include <cstdlib>
 #include <iostream>
 #include <map>
@@ -15,6 +16,7 @@
 
 #include "gpueval/calibration.h"
 #include "gpueval/calibration_cache.h"
+#include "gpueval/checkpoints.h"
 #include "gpueval/devices.h"
 #include "gpueval/error.h"
 #include "gpueval/executor.h"
@@ -56,17 +58,16 @@ std::vector<std::string> task_search_dirs(const RunConfig& config, const std::st
   return dirs;
 }
 
-RunInputs load_run_inputs(const RunConfig& config, const std::string& executable) {
+RunInputs load_run_inputs(const RunConfig& config, const std::string& executable, const std::string& model_dir) {
   RunInputs in;
   in.spec = config.gpus.empty() ? "cpu" : config.gpus;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   in.slots = parse_device_spec(in.spec, visible_cuda_devices(), cores);
   for (DeviceSlot& s : in.slots)
     if (s.kind == DeviceSlot::Kind::kCpu) s.threads = static_cast<int>(config.cpu_threads);
-  if (config.models.size() != 1)
-    fail(config.source, "model: {} checkpoints given; one run scores one checkpoint (lists come with nightly runs)",
-         config.models.size());
-  in.model_dir = config.models[0];
+  if (model_dir.empty() && (config.models.size() != 1 || is_glob(config.models[0])))
+    fail(config.source, "model: this command takes one checkpoint, not a list or a glob");
+  in.model_dir = model_dir.empty() ? config.models[0] : model_dir;
   if (!io::is_directory(in.model_dir)) fail(in.model_dir, "model directory does not exist");
   in.model_config = ModelConfig::load(in.model_dir + "/config.json");
   in.tokenizer = load_tokenizer(in.model_dir);
@@ -109,10 +110,31 @@ int64_t longest_item_cost(const RunInputs& inputs) {
   return std::max<int64_t>(1, longest_item(make_plan(inputs.requests, *inputs.tokenizer, inputs.plan_options)));
 }
 
-int run_evaluation(const RunConfig& config, const EvaluationOptions& options) {
-  using Clock = std::chrono::steady_clock;
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Called once a checkpoint is scored (not when it was interrupted): its complete documents, the
+// results.json written for it, and its state.
+using ScoredCallback =
+    std::function<void(const std::vector<DocRecord>& records, const nlohmann::json& results, const std::string& state)>;
+
+// Scores one checkpoint into `output_dir` with the scheduler's workers, writes its report files,
+// hands its complete documents and results.json to `on_scored`, and returns its state
+// (complete | incomplete | interrupted) and exit code. A fatal error is thrown as Error.
+struct CheckpointOutcome {
+  std::string state;
+  int exit_code = 0;
+};
+
+CheckpointOutcome evaluate_checkpoint(const RunConfig& run_config, const EvaluationOptions& options,
+                                      const Checkpoint& checkpoint, const std::string& output_dir,
+                                      Scheduler& scheduler, ProgressReporter& progress, const ScoredCallback& on_scored) {
   const auto t0 = Clock::now();
-  RunInputs in = load_run_inputs(config, options.executable);
+  RunConfig config = run_config;  // this checkpoint's view: its model and its output directory
+  config.output = output_dir;
+  config.models = {checkpoint.path};
+  RunInputs in = load_run_inputs(config, options.executable, checkpoint.path);
   const std::string& spec = in.spec;
   const std::vector<DeviceSlot>& slots = in.slots;
   const std::string& model_dir = in.model_dir;
@@ -172,20 +194,9 @@ int run_evaluation(const RunConfig& config, const EvaluationOptions& options) {
                                  ? static_cast<double>(plan.total_tokens) / (plan.row_tokens + plan.prefix_tokens)
                                  : 1.0);
 
-  ProgressReporter progress(config.output + "/status.json", config.source, options.live_progress);
   progress.set_extra("model", model_dir);
   progress.set_extra("tasks", config.tasks);
 
-  SchedulerOptions so;
-  so.slots = slots;
-  so.executable = options.executable;
-  so.model_dir = model_dir;
-  so.dtype = config.dtype;
-  so.log_dir = config.output + "/logs";
-  so.max_attempts = config.max_attempts;
-  so.heartbeat_timeout_s = config.heartbeat_timeout_s;
-  so.max_worker_restarts = config.max_worker_restarts;
-  Scheduler scheduler(so, plan);
   std::vector<std::vector<ItemResult>> items_of(requests.size());
   // Per-task progress for status.json: a document is done when all parts of all its requests are in.
   std::vector<std::vector<size_t>> requests_left(tasks.size());
@@ -200,6 +211,7 @@ int run_evaluation(const RunConfig& config, const EvaluationOptions& options) {
   };
   progress.set_extra("task_progress", task_progress());
   SchedulerReport report = scheduler.run(
+      plan, model_dir,
       [&](const Batch&, std::vector<ItemResult> items, const std::string&) {
         for (ItemResult& r : items) {
           const size_t i = static_cast<size_t>(r.request_index);
@@ -299,10 +311,97 @@ int run_evaluation(const RunConfig& config, const EvaluationOptions& options) {
                                : std::string());
   std::cerr << fmt::format("[sched] {}: {} of {} documents scored, {} worker restarts, {:.1f}s; report in {}\n", state,
                            records.size(), docs_total, report.worker_restarts, summary.wall_seconds, config.output);
-  progress.finish(state);
-  if (!report.fatal_error.empty()) throw Error(report.fatal_error);
-  if (report.interrupted) return 128 + report.signal;
-  return records.size() == docs_total ? 0 : kExitIncomplete;
+  if (!report.fatal_error.empty()) {
+    progress.finish(state);
+    throw Error(report.fatal_error);
+  }
+  if (on_scored && !report.interrupted) {
+    const nlohmann::json results = nlohmann::json::parse(io::read_file(config.output + "/results.json"));
+    on_scored(records, results, state);
+  }
+  CheckpointOutcome outcome;
+  outcome.state = state;
+  outcome.exit_code = report.interrupted ? 128 + report.signal : records.size() == docs_total ? 0 : kExitIncomplete;
+  return outcome;
+}
+
+SchedulerOptions scheduler_options(const RunConfig& config, const EvaluationOptions& options,
+                                   const std::vector<DeviceSlot>& slots) {
+  SchedulerOptions so;
+  so.slots = slots;
+  so.executable = options.executable;
+  so.dtype = config.dtype;
+  so.log_dir = config.output + "/logs";
+  so.max_attempts = config.max_attempts;
+  so.heartbeat_timeout_s = config.heartbeat_timeout_s;
+  so.max_worker_restarts = config.max_worker_restarts;
+  return so;
+}
+
+// The nightly loop: every checkpoint into <output>/<name>/, oldest first, with one set of workers
+// that switch checkpoints in place. A checkpoint that fails (a bad file, workers that keep
+// dying) is reported and the others are still scored. status.json carries a line per checkpoint.
+int run_checkpoints(const RunConfig& config, const EvaluationOptions& options, const std::vector<Checkpoint>& checkpoints,
+                    Scheduler& scheduler, ProgressReporter& progress) {
+  nlohmann::json lines = nlohmann::json::array();
+  std::vector<std::string> names;
+  for (const Checkpoint& c : checkpoints) {
+    lines.push_back({{"name", c.name}, {"path", c.path}, {"fingerprint", c.fingerprint.substr(0, 16)}, {"state", "queued"}});
+    names.push_back(c.name);
+  }
+  std::cerr << fmt::format("[sched] {} checkpoints, oldest first: {}\n", checkpoints.size(), fmt::join(names, ", "));
+  progress.set_extra("checkpoints", lines);
+  bool failed = false, incomplete = false;
+  for (size_t k = 0; k < checkpoints.size(); ++k) {
+    const Checkpoint& c = checkpoints[k];
+    lines[k]["state"] = "running";
+    progress.set_extra("checkpoint", c.name);
+    progress.set_extra("checkpoints", lines);
+    std::cerr << fmt::format("[sched] checkpoint {} of {}: {} ({})\n", k + 1, checkpoints.size(), c.name, c.path);
+    try {
+      if (!c.error.empty()) throw Error(c.error);
+      const CheckpointOutcome outcome =
+          evaluate_checkpoint(config, options, c, config.output + "/" + c.name, scheduler, progress, nullptr);
+      lines[k]["state"] = outcome.state;
+      progress.set_extra("checkpoints", lines);
+      if (outcome.state == "interrupted") {
+        progress.finish("interrupted");
+        return outcome.exit_code;
+      }
+      incomplete = incomplete || outcome.exit_code != 0;
+    } catch (const Error& e) {
+      std::cerr << fmt::format("[sched] checkpoint {} failed: {}\n", c.name, e.what());
+      lines[k]["state"] = "failed";
+      lines[k]["error"] = e.what();
+      progress.set_extra("checkpoints", lines);
+      failed = true;
+    }
+  }
+  progress.set_extra("checkpoint", nullptr);
+  progress.finish(failed ? "failed" : incomplete ? "incomplete" : "complete");
+  return failed ? 1 : incomplete ? kExitIncomplete : 0;
+}
+
+}  // namespace
+
+int run_evaluation(const RunConfig& config, const EvaluationOptions& options) {
+  const std::vector<Checkpoint> checkpoints = resolve_checkpoints(config.models, config.source);
+  const bool nightly = config.models.size() > 1 || is_glob(config.models[0]);
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<DeviceSlot> slots = parse_device_spec(config.gpus.empty() ? "cpu" : config.gpus, visible_cuda_devices(), cores);
+  for (DeviceSlot& s : slots)
+    if (s.kind == DeviceSlot::Kind::kCpu) s.threads = static_cast<int>(config.cpu_threads);
+  io::make_directories(config.output + "/logs");
+  Scheduler scheduler(scheduler_options(config, options, slots));
+  ProgressReporter progress(config.output + "/status.json", config.source, options.live_progress);
+  if (!nightly) {
+    if (!checkpoints[0].error.empty()) throw Error(checkpoints[0].error);
+    const CheckpointOutcome outcome =
+        evaluate_checkpoint(config, options, checkpoints[0], config.output, scheduler, progress, nullptr);
+    progress.finish(outcome.state);
+    return outcome.exit_code;
+  }
+  return run_checkpoints(config, options, checkpoints, scheduler, progress);
 }
 
 }  // namespace gpueval

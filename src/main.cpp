@@ -73,8 +73,17 @@ int main(int argc, char** argv) {
       if (!t.empty()) names.push_back(t);
     overrides.tasks = names;
   }, "comma-separated task names (overrides the config)");
-  run_cmd->add_option_function<std::string>("--model", [&](const std::string& v) { overrides.model = v; },
-                                            "model directory (overrides the config)");
+  run_cmd
+      ->add_option_function<std::vector<std::string>>(
+          "--model", [&](const std::vector<std::string>& v) { overrides.model = v; },
+          "checkpoint directory or glob such as 'runs/exp7/step-*' (repeatable; overrides the config)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->allow_extra_args(false);
+  run_cmd->add_option_function<std::string>("--history", [&](const std::string& v) { overrides.history = v; },
+                                            "history database of nightly scores (default: see `gpueval history`)");
+  run_cmd->add_option_function<double>(
+      "--fail-on-regression", [&](const double& v) { overrides.fail_on_regression = v; },
+      "exit 4, naming the task, when a score drops by more than POINTS against the previous checkpoint");
   run_cmd->add_option_function<std::string>("--output", [&](const std::string& v) { overrides.output = v; },
                                             "output directory (overrides the config)");
   run_cmd->add_option_function<int64_t>("--limit", [&](const int64_t& v) { overrides.limit = v; },
@@ -114,7 +123,7 @@ int main(int argc, char** argv) {
       "--max-memory", [&](const std::string& v) { calibrate_overrides.max_memory = v; },
       "memory per CPU worker: 6GiB, 512MiB, or a share such as 0.5 (default: 0.8 of available / workers)");
   calibrate_cmd->add_option_function<std::string>(
-      "--model", [&](const std::string& v) { calibrate_overrides.model = v; }, "model directory (overrides the config)");
+      "--model", [&](const std::string& v) { calibrate_overrides.model = std::vector<std::string>{v}; }, "model directory (overrides the config)");
 
   gpueval::GenerateCommand gen;
   auto* generate = app.add_subcommand("generate", "continue a prompt (greedy unless --temperature)");

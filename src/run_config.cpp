@@ -26,7 +26,7 @@ constexpr uint64_t kMaxConfigBytes = uint64_t{1} << 20;
 const std::vector<std::string> kKeys = {
     "model", "tasks", "batch_size", "batch_tokens", "dtype", "seed", "output", "limit", "num_fewshot", "fewshot_seed",
     "max_length", "add_bos", "prefix_reuse", "data", "gpus", "cpu_threads", "max_attempts", "heartbeat_timeout_s", "max_worker_restarts",
-    "max_memory", "calibration_cache"};
+    "max_memory", "calibration_cache", "history", "fail_on_regression"};
 
 const std::vector<std::string> kDtypes = {"auto", "float32", "bfloat16", "float16"};
 
@@ -73,6 +73,15 @@ std::string min_problem(int64_t value, int64_t min_value) {
 }
 
 // Checks the form only: a share ("0.5") is resolved against the memory available at run time.
+// "" when `text` is a finite number >= 0.
+std::string points_problem(const std::string& text) {
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(value) || value < 0)
+    return fmt::format("must be a number of points >= 0, got '{}'", text);
+  return "";
+}
+
 std::string max_memory_problem(const std::string& value) {
   try {
     parse_memory_amount(value, int64_t{1} << 40, "");
@@ -239,7 +248,25 @@ class ConfigReader {
       const std::string path = scalar(key, v, "a file path");
       check(key, v, path_problem(path));
       c.calibration_cache = resolve(path);
+    } else if (key == "history") {
+      if (v.IsNull()) return;
+      const std::string path = scalar(key, v, "a file path");
+      check(key, v, path_problem(path));
+      c.history = resolve(path);
+    } else if (key == "fail_on_regression") {
+      if (v.IsNull()) return;
+      c.fail_on_regression = points(key, v);
     }
+  }
+
+  // A drop in points: a number >= 0.
+  double points(const std::string& key, const YAML::Node& v) const {
+    constexpr const char* kExpected = "a number of points >= 0 (2 = two percentage points of accuracy)";
+    if (!v.IsScalar() || v.Tag() == "!" || v.Scalar().empty())
+      fail(at(v), "key '{}' must be {}, got {}", key, kExpected, describe(v));
+    const std::string problem = points_problem(v.Scalar());
+    if (!problem.empty()) fail(at(v), "key '{}' must be {}, got {}", key, kExpected, describe(v));
+    return std::strtod(v.Scalar().c_str(), nullptr);
   }
 
   // "file:line" for a node. An empty value (`limit:`) is marked where the next token starts, often
@@ -396,6 +423,8 @@ nlohmann::json RunConfig::to_json() const {
       {"max_worker_restarts", max_worker_restarts},
       {"max_memory", max_memory},
       {"calibration_cache", calibration_cache},
+      {"history", history},
+      {"fail_on_regression", fail_on_regression ? nlohmann::json(*fail_on_regression) : nlohmann::json()},
   };
 }
 
@@ -432,8 +461,9 @@ void apply_overrides(RunConfig& config, const ConfigOverrides& overrides) {
   };
   RunConfig c = config;
   if (overrides.model) {
-    check("--model", path_problem(*overrides.model));
-    c.models = {*overrides.model};
+    if (overrides.model->empty()) fail("--model", "must name at least one checkpoint");
+    for (const std::string& m : *overrides.model) check("--model", path_problem(m));
+    c.models = *overrides.model;
   }
   if (overrides.tasks) {
     if (overrides.tasks->empty()) fail("--tasks", "must list at least one task");
@@ -469,6 +499,15 @@ void apply_overrides(RunConfig& config, const ConfigOverrides& overrides) {
   if (overrides.max_memory) {
     check("--max-memory", max_memory_problem(*overrides.max_memory));
     c.max_memory = *overrides.max_memory;
+  }
+  if (overrides.history) {
+    check("--history", path_problem(*overrides.history));
+    c.history = *overrides.history;
+  }
+  if (overrides.fail_on_regression) {
+    if (!std::isfinite(*overrides.fail_on_regression) || *overrides.fail_on_regression < 0)
+      fail("--fail-on-regression", "must be a number of points >= 0, got {}", *overrides.fail_on_regression);
+    c.fail_on_regression = overrides.fail_on_regression;
   }
   if (overrides.add_bos) {
     check("--add-bos", add_bos_problem(*overrides.add_bos));

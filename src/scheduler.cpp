@@ -92,6 +92,7 @@ const char* state_name(State s) {
 
 struct Worker {
   DeviceSlot slot;
+  std::string model;            // the checkpoint it holds or is loading
   std::optional<Child> child;
   FrameDecoder decoder;
   State state = State::kDown;
@@ -108,11 +109,39 @@ struct Worker {
   double busy_seconds = 0;
 };
 
+// Ends every worker: a Shutdown frame and a few seconds to exit after a clean run, signals at
+// once after an interruption or a fatal error. Every Child is reaped.
+void shutdown_workers(std::vector<Worker>& workers, const SchedulerReport& report) {
+  const bool clean = !report.interrupted && report.fatal_error.empty();
+  for (Worker& w : workers) {
+    if (!w.child) continue;
+    if (clean) {
+      w.outbox.clear();
+      w.outbox_sent = 0;
+      try {
+        write_frame(w.child->command_fd(), Frame{FrameType::kShutdown, pack_payload(nlohmann::json::object())});
+      } catch (const std::exception&) {
+      }
+    }
+    w.child->close_command();
+  }
+  // After a Shutdown frame a worker exits by itself; give it a few seconds before signals.
+  const auto deadline = Clock::now() + std::chrono::seconds(clean ? 5 : 0);
+  for (Worker& w : workers) {
+    if (!w.child) continue;
+    while (!w.child->poll() && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    ExitStatus st = w.child->kill_and_wait(std::chrono::milliseconds(1000));
+    if (!st.success() && clean) std::cerr << fmt::format("[sched] worker {} {} at shutdown\n", w.slot.name(), st.describe());
+    w.child.reset();
+    w.state = State::kRetired;
+  }
+}
+
 class Loop {
  public:
-  Loop(const SchedulerOptions& o, const Plan& plan, const Scheduler::ResultCallback& on_result,
-       const Scheduler::StatusCallback& on_status)
-      : o_(o), plan_(plan), on_result_(on_result), on_status_(on_status) {
+  Loop(const SchedulerOptions& o, std::vector<Worker>& workers, const Plan& plan, const std::string& model_dir,
+       const Scheduler::ResultCallback& on_result, const Scheduler::StatusCallback& on_status)
+      : o_(o), plan_(plan), model_dir_(model_dir), on_result_(on_result), on_status_(on_status), workers_(workers) {
     for (size_t i = 0; i < plan.batches.size(); ++i) {
       queue_.push_back(i);
       index_of_[plan.batches[i].id] = i;
@@ -120,11 +149,20 @@ class Loop {
     }
     attempts_.assign(plan.batches.size(), 0);
     failures_.assign(plan.batches.size(), "");
-    for (const DeviceSlot& s : o.slots) {
-      Worker w;
-      w.slot = s;
-      w.start_at = Clock::now();
-      workers_.push_back(std::move(w));
+    // Workers kept from the previous checkpoint: their counters start again, one that was
+    // retired or shut down gets a new process, and heartbeats that queued up in the pipes
+    // while no loop was reading them do not count as silence.
+    const auto now = Clock::now();
+    for (Worker& w : workers_) {
+      w.restarts = 0;
+      w.batches_done = 0;
+      w.tokens_done = 0;
+      w.busy_seconds = 0;
+      w.last_seen = now;
+      if (!w.child) {
+        w.state = State::kDown;
+        w.start_at = now;
+      }
     }
   }
 
@@ -153,7 +191,9 @@ class Loop {
       check_health();
       maybe_status(false);
     }
-    shutdown_workers();
+    // Interrupted or failed: every worker ends now. Otherwise they stay for the next checkpoint
+    // (Scheduler::shutdown ends them).
+    if (report_.interrupted || !report_.fatal_error.empty()) shutdown_workers(workers_, report_);
     report_.wall_seconds = seconds_between(start_, Clock::now());
     for (size_t i : quarantined_)
       report_.quarantined.push_back({plan_.batches[i].id, attempts_[i], failures_[i], request_indices(i)});
@@ -212,7 +252,8 @@ class Loop {
     w.prefix_id = -1;  // a new process starts with an empty prefix cache
     w.last_seen = Clock::now();
     w.batch = -1;
-    const nlohmann::json hello = {{"worker", w.slot.name()}, {"model", o_.model_dir},
+    w.model = model_dir_;
+    const nlohmann::json hello = {{"worker", w.slot.name()}, {"model", model_dir_},
                                   {"dtype", o_.dtype},       {"device", device},
                                   {"threads", w.slot.threads}, {"heartbeat_s", o_.heartbeat_period_s}};
     send(w, Frame{FrameType::kHello, pack_payload(hello)});
@@ -264,6 +305,14 @@ class Loop {
     for (Worker& w : workers_) {
       if (queue_.empty()) return;
       if (w.state != State::kIdle) continue;
+      if (w.model != model_dir_) {
+        // It holds the previous checkpoint: it loads this one in place (a second Hello).
+        w.model = model_dir_;
+        w.state = State::kStarting;
+        w.prefix_id = -1;
+        send(w, Frame{FrameType::kHello, pack_payload({{"model", model_dir_}, {"dtype", o_.dtype}})});
+        continue;
+      }
       const size_t k = pick_for(w);
       const size_t i = queue_[k];
       queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(k));
@@ -339,8 +388,8 @@ class Loop {
       case FrameType::kHello:
         if (w.state != State::kStarting) return crash(w, "protocol error: unexpected Hello");
         w.state = State::kIdle;
-        std::cerr << fmt::format("[sched] worker {} ready (model loaded in {:.2f}s)\n", w.slot.name(),
-                                 j.value("load_seconds", 0.0));
+        std::cerr << fmt::format("[sched] worker {} ready ({} loaded in {:.2f}s)\n", w.slot.name(),
+                                 j.value("model", std::string("model")), j.value("load_seconds", 0.0));
         return;
       case FrameType::kResult:
         return on_result_frame(w, j);
@@ -443,32 +492,6 @@ class Loop {
     }
   }
 
-  void shutdown_workers() {
-    for (Worker& w : workers_) {
-      if (!w.child) continue;
-      if (!report_.interrupted && report_.fatal_error.empty()) {
-        w.outbox.clear();
-        w.outbox_sent = 0;
-        try {
-          write_frame(w.child->command_fd(), Frame{FrameType::kShutdown, pack_payload(nlohmann::json::object())});
-        } catch (const std::exception&) {
-        }
-      }
-      w.child->close_command();
-    }
-    // After a Shutdown frame a worker exits by itself; give it a few seconds before signals.
-    const auto deadline = Clock::now() + std::chrono::seconds(report_.interrupted ? 0 : 5);
-    for (Worker& w : workers_) {
-      if (!w.child) continue;
-      while (!w.child->poll() && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(2));
-      ExitStatus st = w.child->kill_and_wait(std::chrono::milliseconds(1000));
-      if (!st.success() && !report_.interrupted)
-        std::cerr << fmt::format("[sched] worker {} {} at shutdown\n", w.slot.name(), st.describe());
-      w.child.reset();
-      w.state = State::kRetired;
-    }
-  }
-
   void maybe_status(bool final) {
     const auto now = Clock::now();
     if (!final && seconds_between(last_status_, now) < 1.0) return;
@@ -500,6 +523,7 @@ class Loop {
 
   const SchedulerOptions& o_;
   const Plan& plan_;
+  const std::string& model_dir_;
   const Scheduler::ResultCallback& on_result_;
   const Scheduler::StatusCallback& on_status_;
   std::deque<size_t> queue_;
@@ -507,7 +531,7 @@ class Loop {
   std::vector<int64_t> attempts_;
   std::vector<std::string> failures_;
   std::vector<size_t> quarantined_;
-  std::vector<Worker> workers_;
+  std::vector<Worker>& workers_;
   int64_t tokens_total_ = 0, tokens_done_ = 0;
   Clock::time_point start_, last_status_;
   SchedulerReport report_;
@@ -515,12 +539,30 @@ class Loop {
 
 }  // namespace
 
-Scheduler::Scheduler(SchedulerOptions options, const Plan& plan) : options_(std::move(options)), plan_(plan) {}
+struct Scheduler::Pool {
+  std::vector<Worker> workers;
+};
 
-SchedulerReport Scheduler::run(const ResultCallback& on_result, const StatusCallback& on_status) {
+Scheduler::Scheduler(SchedulerOptions options) : options_(std::move(options)), pool_(std::make_unique<Pool>()) {
+  for (const DeviceSlot& s : options_.slots) {
+    Worker w;
+    w.slot = s;
+    w.start_at = Clock::now();
+    pool_->workers.push_back(std::move(w));
+  }
+}
+
+Scheduler::~Scheduler() { shutdown(); }
+
+SchedulerReport Scheduler::run(const Plan& plan, const std::string& model_dir, const ResultCallback& on_result,
+                               const StatusCallback& on_status) {
   if (options_.slots.empty()) throw Error("scheduler: no device slots");
-  Loop loop(options_, plan_, on_result, on_status);
+  Loop loop(options_, pool_->workers, plan, model_dir, on_result, on_status);
   return loop.run();
+}
+
+void Scheduler::shutdown() {
+  if (pool_) shutdown_workers(pool_->workers, SchedulerReport());
 }
 
 }  // namespace gpueval

@@ -166,18 +166,31 @@ int run_worker() {
     const int threads = h.at("threads").get<int>();
     if (threads > 0) at::set_num_threads(threads);
     Heartbeat heartbeat(writer, h.value("heartbeat_s", 1.0));
-    std::cerr << fmt::format("[{}] pid {} loading {} on {} ({}, {} threads)\n", name, ::getpid(),
-                             h.at("model").get<std::string>(), h.at("device").get<std::string>(),
-                             h.at("dtype").get<std::string>(), threads);
-    const auto t0 = Clock::now();
     LoadOptions options;
     options.device = at::Device(h.at("device").get<std::string>());
-    options.dtype = resolve_dtype(h.at("dtype").get<std::string>(), options.device, h.at("model").get<std::string>());
-    LlamaModel model = load_model(h.at("model").get<std::string>(), options);
-    std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(h.at("model").get<std::string>());
-    const double load_s = std::chrono::duration<double>(Clock::now() - t0).count();
-    writer.send(FrameType::kHello, {{"pid", ::getpid()}, {"load_seconds", load_s}});
+    LlamaModel model{nullptr};
+    std::unique_ptr<Tokenizer> tokenizer;
     PrefixCache prefixes;
+    // Loads the Hello's model, first dropping the one held (a later Hello switches checkpoints in
+    // place: the next checkpoint of a nightly run loads without a new process), then says Hello back.
+    auto load = [&](const nlohmann::json& hello_payload) {
+      const std::string model_dir = hello_payload.at("model").get<std::string>();
+      const bool reload = !model.is_empty();
+      prefixes = PrefixCache();
+      model = nullptr;
+      tokenizer.reset();
+      if (reload) release_cached_memory(options.device);
+      std::cerr << fmt::format("[{}] pid {} {} {} on {} ({}, {} threads)\n", name, ::getpid(),
+                               reload ? "switching to" : "loading", model_dir, options.device.str(),
+                               hello_payload.at("dtype").get<std::string>(), threads);
+      const auto t0 = Clock::now();
+      options.dtype = resolve_dtype(hello_payload.at("dtype").get<std::string>(), options.device, model_dir);
+      model = load_model(model_dir, options);
+      tokenizer = load_tokenizer(model_dir);
+      const double load_s = std::chrono::duration<double>(Clock::now() - t0).count();
+      writer.send(FrameType::kHello, {{"pid", ::getpid()}, {"load_seconds", load_s}, {"model", model_dir}});
+    };
+    load(h);
     ExecutionOptions exec;
     exec.prefixes = &prefixes;
     if (fault.kind == Fault::Kind::kOom) {
@@ -192,6 +205,10 @@ int run_worker() {
     for (;;) {
       std::optional<Frame> frame = read_frame(in);
       if (!frame || frame->type == FrameType::kShutdown) break;
+      if (frame->type == FrameType::kHello) {
+        load(unpack_payload(*frame));
+        continue;
+      }
       if (frame->type == FrameType::kProbe) {
         const ProbeOptions probe = probe_options_from_json(unpack_payload(*frame));
         try {

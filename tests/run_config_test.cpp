@@ -91,6 +91,8 @@ heartbeat_timeout_s: 2.5
 max_worker_restarts: 0
 max_memory: 512MiB
 calibration_cache: cache/cal.sqlite
+history: hist/history.sqlite
+fail_on_regression: 1.5
 )");
   const nlohmann::json expected = {
       {"source", tmp_.file("run.yaml")},
@@ -115,6 +117,8 @@ calibration_cache: cache/cal.sqlite
       {"max_worker_restarts", 0},
       {"max_memory", "512MiB"},
       {"calibration_cache", dir() + "/cache/cal.sqlite"},
+      {"history", dir() + "/hist/history.sqlite"},
+      {"fail_on_regression", 1.5},
   };
   EXPECT_EQ(c.to_json(), expected) << c.to_json().dump(2);
   EXPECT_EQ(c.seed, 18446744073709551615ull);
@@ -351,7 +355,7 @@ TEST_F(RunConfigTest, QuotedAndPlainStringsAreEqual) {
 TEST_F(RunConfigTest, OverridesWin) {
   RunConfig c = load("model: [a, b]\ntasks: [t]\nbatch_size: 4\nseed: 1\nlimit: 3\n");
   ConfigOverrides o;
-  o.model = "cli/model";
+  o.model = std::vector<std::string>{"cli/model"};
   o.output = "cli_out";
   o.batch_size = "auto";
   o.gpus = "cpu:2";
@@ -397,7 +401,7 @@ TEST_F(RunConfigTest, OverridesAreValidatedAndNameTheFlag) {
   o.gpus = "";
   EXPECT_THAT(overrides_error(o), HasSubstr("--gpus ''"));
   o = {};
-  o.model = "";
+  o.model = std::vector<std::string>{""};
   EXPECT_THAT(overrides_error(o), HasSubstr("--model: must not be empty"));
   o = {};
   o.output = "";
@@ -414,7 +418,7 @@ TEST_F(RunConfigTest, OverridesAreValidatedAndNameTheFlag) {
   // A bad flag after good ones leaves the config as it was (checked in overrides_error).
   o = {};
   o.seed = 7;
-  o.model = "x";
+  o.model = std::vector<std::string>{"x"};
   o.limit = -1;
   EXPECT_THAT(overrides_error(o), HasSubstr("--limit"));
 }
@@ -517,6 +521,40 @@ TEST_F(RunConfigMemoryTest, MaxMemoryAndCalibrationCacheKeys) {
   flags.max_memory = "512MiB";
   apply_overrides(o, flags);
   EXPECT_EQ(o.max_memory, "512MiB");
+}
+
+}  // namespace
+}  // namespace gpueval
+
+namespace gpueval {
+namespace {
+
+TEST(RunConfigNightly, HistoryAndFailOnRegressionKeysAndFlags) {
+  testing::TempDir tmp;
+  const RunConfig c = load_run_config(
+      tmp.write("run.yaml", "model: runs/step-*\ntasks: [t]\nhistory: h.sqlite\nfail_on_regression: 2\n"));
+  EXPECT_EQ(c.models, std::vector<std::string>{std::filesystem::canonical(tmp.path()).string() + "/runs/step-*"});
+  EXPECT_EQ(c.history, std::filesystem::canonical(tmp.path()).string() + "/h.sqlite");
+  ASSERT_TRUE(c.fail_on_regression);
+  EXPECT_DOUBLE_EQ(*c.fail_on_regression, 2.0);
+  EXPECT_FALSE(load_run_config(tmp.write("plain.yaml", "model: m\ntasks: [t]\n")).fail_on_regression);
+  EXPECT_THAT(testing::error_of([&] {
+                load_run_config(tmp.write("bad.yaml", "model: m\ntasks: [t]\nfail_on_regression: -1\n"));
+              }),
+              ::testing::HasSubstr("bad.yaml:3: key 'fail_on_regression' must be a number of points >= 0"));
+
+  RunConfig o = c;
+  ConfigOverrides flags;
+  flags.model = std::vector<std::string>{"a", "b/step-*"};
+  flags.history = "other.sqlite";
+  flags.fail_on_regression = 0.5;
+  apply_overrides(o, flags);
+  EXPECT_EQ(o.models, (std::vector<std::string>{"a", "b/step-*"}));
+  EXPECT_EQ(o.history, "other.sqlite");
+  EXPECT_DOUBLE_EQ(*o.fail_on_regression, 0.5);
+  flags.fail_on_regression = -3;
+  EXPECT_THAT(testing::error_of([&] { apply_overrides(o, flags); }),
+              ::testing::HasSubstr("--fail-on-regression: must be a number of points >= 0"));
 }
 
 }  // namespace

@@ -10,9 +10,12 @@
 #include <fstream>
 #include <thread>
 
+#include <ATen/CPUGeneratorImpl.h>
+
 #include "gpueval/executor.h"
 #include "gpueval/llama2c_convert.h"
 #include "gpueval/model.h"
+#include "gpueval/safetensors.h"
 #include "gpueval/planner.h"
 #include "gpueval/tokenizer.h"
 
@@ -133,6 +136,32 @@ const std::string& converted_stories260k() {
   }();
   (void)converted;
   return dir.path();
+}
+
+void perturbed_copy(const std::string& src, const std::string& dst, double scale, uint64_t seed) {
+  namespace fs = std::filesystem;
+  fs::create_directories(dst);
+  at::Generator gen = at::detail::createCPUGenerator(seed);
+  for (const auto& entry : fs::directory_iterator(src)) {
+    const std::string name = entry.path().filename().string();
+    const std::string to = dst + "/" + name;
+    if (name.size() <= 12 || name.compare(name.size() - 12, 12, ".safetensors") != 0 || scale == 0) {
+      fs::copy_file(entry.path(), to, fs::copy_options::overwrite_existing);
+      continue;
+    }
+    const auto file = SafetensorsFile::open(entry.path().string());
+    std::vector<std::pair<std::string, at::Tensor>> tensors;
+    for (const TensorInfo& t : file->tensors()) {
+      at::Tensor w = file->tensor(t.name).clone();
+      if (at::isFloatingType(w.scalar_type()) && w.numel() > 1) {
+        const at::Tensor w32 = w.to(at::kFloat);
+        const at::Tensor noise = at::randn(w32.sizes(), gen, at::TensorOptions().dtype(at::kFloat));
+        w = (w32 + noise * (scale * w32.std().item<double>())).to(w.scalar_type());
+      }
+      tensors.emplace_back(t.name, w);
+    }
+    write_safetensors(to, tensors, file->metadata());
+  }
 }
 
 const LlamaModelImpl& stories260k_model() {

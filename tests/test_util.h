@@ -68,6 +68,11 @@ void write_text(const std::string& path, const std::string& text);
 // The stories260K llama2.c checkpoint converted once per test process into a temp dir.
 const std::string& converted_stories260k();
 
+// Copies the checkpoint directory `src` to `dst` (created) with every floating-point weight w
+// replaced by w + scale * std(w) * N(0, 1) (a generator seeded with `seed`): a checkpoint of the
+// same architecture whose scores differ. scale 0 gives a byte-identical copy.
+void perturbed_copy(const std::string& src, const std::string& dst, double scale, uint64_t seed);
+
 // The shipped models/stories260K and its tokenizer, loaded once per test process (fp32, CPU).
 const LlamaModelImpl& stories260k_model();
 const Tokenizer& stories260k_tokenizer();

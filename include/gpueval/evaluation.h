@@ -49,7 +49,8 @@ struct RunInputs {
   PlanOptions plan_options;          // batch_tokens: the config's, else 4096
 };
 
-RunInputs load_run_inputs(const RunConfig& config, const std::string& executable);
+// `model_dir`: the checkpoint to load; empty: the config's one model (an Error for a list or a glob).
+RunInputs load_run_inputs(const RunConfig& config, const std::string& executable, const std::string& model_dir = "");
 
 // The cost (WorkItem::cost) of the longest item the run's requests plan into.
 int64_t longest_item_cost(const RunInputs& inputs);

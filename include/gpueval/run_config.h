@@ -23,7 +23,7 @@ namespace gpueval {
 
 struct RunConfig {
   std::string source;                 // the YAML file as it was named, for messages
-  std::vector<std::string> models;    // checkpoint directories; at least one
+  std::vector<std::string> models;    // checkpoint directories or globs (checkpoints.h); at least one
   std::vector<std::string> tasks;     // task names ("demo_choice") or paths to task YAML files; at least one
   std::string batch_size = "auto";    // "auto" or a positive integer (max sequences per batch), as given
   int64_t batch_tokens = 0;           // token budget per batch; 0 = choose automatically
@@ -64,6 +64,10 @@ struct RunConfig {
   // their whole memory.
   std::string max_memory;
   std::string calibration_cache;      // SQLite file; "" = calibration_cache.h's default
+  // Nightly runs (history.h): the history database ("" = its default path), and the drop of a
+  // task's score against the previous checkpoint, in points, that fails the run (exit 4).
+  std::string history;
+  std::optional<double> fail_on_regression;
 
   // Every field, unset optionals as null: the "config" object of results.json.
   nlohmann::json to_json() const;
@@ -75,7 +79,7 @@ RunConfig load_run_config(const std::string& path);
 
 // Command-line flags that override the file; an unset field leaves the file's value.
 struct ConfigOverrides {
-  std::optional<std::string> model;   // --model: replaces every model of the file
+  std::optional<std::vector<std::string>> model;  // --model (repeatable; globs allowed): replaces the file's models
   std::optional<std::string> output;  // --output
   std::optional<std::string> batch_size;  // --batch-size
   std::optional<std::string> gpus;    // --gpus
@@ -85,6 +89,8 @@ struct ConfigOverrides {
   std::optional<std::string> add_bos; // --add-bos auto|true|false
   std::optional<std::string> prefix_reuse;  // --prefix-reuse on|off
   std::optional<std::string> max_memory;  // --max-memory
+  std::optional<std::string> history;     // --history
+  std::optional<double> fail_on_regression;  // --fail-on-regression POINTS
   std::optional<std::vector<std::string>> tasks;  // --tasks: replaces the file's list
   std::vector<std::string> data;      // --data NAME=PATH, repeatable; each adds or replaces one root
 };

@@ -15,14 +15,21 @@
 // Workers never outlive the scheduler: each is in its own process group with a
 // parent-death signal, and every Child is reaped before run() returns.
 //
+// Workers outlive one run(): a nightly run scores checkpoint after checkpoint with
+// one Scheduler, and a worker holding the previous checkpoint loads the next one in
+// place (a second Hello frame; it frees the old weights first), so the process,
+// its CUDA context and its threads stay. run() after an interruption or a fatal
+// error starts new processes. The destructor (or shutdown()) ends every worker.
+//
 // Single-threaded: run() is an event loop around ppoll(); signals are blocked
-// except inside ppoll. Not thread-safe; one run() per Scheduler.
+// except inside ppoll. Not thread-safe; one run() at a time.
 #pragma once
 
 #include <sys/types.h>
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,7 +43,6 @@ namespace gpueval {
 struct SchedulerOptions {
   std::vector<DeviceSlot> slots;
   std::string executable;  // the gpueval binary to exec in worker mode
-  std::string model_dir;
   std::string dtype = "auto";
   std::string log_dir;     // worker_<slot>.log files go here
   int64_t max_attempts = 3;
@@ -88,14 +94,23 @@ class Scheduler {
   using ResultCallback = std::function<void(const Batch& batch, std::vector<ItemResult> items, const std::string& worker)>;
   using StatusCallback = std::function<void(const SchedulerStatus& status, bool final)>;
 
-  Scheduler(SchedulerOptions options, const Plan& plan);
-  // Runs to completion, interruption or a fatal error. `on_result` is called
-  // once per finished batch, in completion order; `on_status` about once a second.
-  SchedulerReport run(const ResultCallback& on_result, const StatusCallback& on_status);
+  explicit Scheduler(SchedulerOptions options);  // starts no process yet
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Runs `plan` on the checkpoint in `model_dir` to completion, interruption or a fatal error.
+  // `on_result` is called once per finished batch, in completion order; `on_status` about
+  // once a second. Workers stay up afterwards unless the run was interrupted or failed.
+  SchedulerReport run(const Plan& plan, const std::string& model_dir, const ResultCallback& on_result,
+                      const StatusCallback& on_status);
+  // Ends every worker (a Shutdown frame, then signals after a few seconds); idempotent.
+  void shutdown();
 
  private:
+  struct Pool;
   SchedulerOptions options_;
-  const Plan& plan_;
+  std::unique_ptr<Pool> pool_;
 };
 
 }  // namespace gpueval

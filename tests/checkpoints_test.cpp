@@ -1,0 +1,125 @@
+// Checkpoint lists and globs (checkpoints.h) and the checkpoint fingerprint that tells nightly
+// checkpoints of one architecture apart (model_fingerprint.h).
+#include <sys/stat.h>
+#include <utime.h>
+
+#include <filesystem>
+#include <set>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "gpueval/checkpoints.h"
+#include "gpueval/error.h"
+#include "gpueval/file_io.h"
+#include "gpueval/model_fingerprint.h"
+#include "gpueval/safetensors.h"
+#include "test_util.h"
+
+namespace gpueval {
+namespace {
+
+using ::testing::HasSubstr;
+namespace fs = std::filesystem;
+
+std::string stories() { return testing::source_dir() + "/models/stories260K"; }
+
+// Sets the mtime of every file in `dir` (when the checkpoint was "written").
+void set_written(const std::string& dir, time_t when) {
+  for (const auto& e : fs::directory_iterator(dir)) {
+    utimbuf t{when, when};
+    ASSERT_EQ(::utime(e.path().c_str(), &t), 0);
+  }
+}
+
+TEST(CheckpointFingerprint, SeesWeightChangesTheArchitectureFingerprintIgnores) {
+  testing::TempDir dir;
+  testing::perturbed_copy(stories(), dir.file("copy"), 0.0, 1);
+  testing::perturbed_copy(stories(), dir.file("noisy"), 0.01, 1);
+  // Same architecture, headers and sizes: one model fingerprint (one calibration entry)...
+  EXPECT_EQ(model_fingerprint(dir.file("noisy")), model_fingerprint(stories()));
+  // ...but the weights differ, and a byte-identical copy is the same checkpoint.
+  EXPECT_NE(checkpoint_fingerprint(dir.file("noisy")), checkpoint_fingerprint(stories()));
+  EXPECT_EQ(checkpoint_fingerprint(dir.file("copy")), checkpoint_fingerprint(stories()));
+  EXPECT_EQ(checkpoint_fingerprint(stories()).size(), 64u);
+}
+
+TEST(CheckpointFingerprint, OneFlippedWeightInAnyTensorIsSeen) {
+  testing::TempDir dir;
+  testing::perturbed_copy(stories(), dir.file("a"), 0.0, 1);
+  const std::string weights = dir.file("a") + "/model.safetensors";
+  const std::string before = checkpoint_fingerprint(dir.file("a"));
+  // Every tensor is sampled: flip one bit at the start of the tensor stored last.
+  std::string bytes = io::read_file(weights);
+  uint64_t header_len = 0;
+  for (int i = 0; i < 8; ++i) header_len |= uint64_t{static_cast<unsigned char>(bytes[i])} << (8 * i);
+  uint64_t last = 0;
+  for (const TensorInfo& t : SafetensorsFile::open(weights)->tensors()) last = std::max(last, t.data_begin);
+  bytes[8 + header_len + last] ^= 0x01;
+  io::write_file_atomic(weights, bytes);
+  EXPECT_NE(checkpoint_fingerprint(dir.file("a")), before);
+}
+
+TEST(Checkpoints, GlobExpandsOldestFirstSkippingNonCheckpoints) {
+  testing::TempDir dir;
+  fs::create_directories(dir.file("run/logs"));  // matches the glob, holds no config.json
+  testing::perturbed_copy(stories(), dir.file("run/step-10"), 0.01, 10);
+  testing::perturbed_copy(stories(), dir.file("run/step-2"), 0.01, 2);
+  testing::perturbed_copy(stories(), dir.file("run/step-300"), 0.01, 300);
+  set_written(dir.file("run/step-10"), 1700000200);
+  set_written(dir.file("run/step-2"), 1700000100);
+  set_written(dir.file("run/step-300"), 1700000050);  // rewritten earlier than the others: it goes first
+  const auto cks = resolve_checkpoints({dir.file("run/*")}, "cfg.yaml");
+  ASSERT_EQ(cks.size(), 3u);
+  EXPECT_EQ(cks[0].name, "step-300");
+  EXPECT_EQ(cks[1].name, "step-2");
+  EXPECT_EQ(cks[2].name, "step-10");
+  EXPECT_EQ(cks[1].path, dir.file("run/step-2"));
+  EXPECT_DOUBLE_EQ(cks[1].mtime, 1700000100);
+  EXPECT_EQ(cks[0].fingerprint, checkpoint_fingerprint(dir.file("run/step-300")));
+  // Written at the same second: natural order of the names.
+  for (const char* s : {"step-10", "step-2", "step-300"}) set_written(dir.file(std::string("run/") + s), 1700000000);
+  const auto tied = resolve_checkpoints({dir.file("run/step-*")}, "cfg.yaml");
+  ASSERT_EQ(tied.size(), 3u);
+  EXPECT_EQ(tied[0].name, "step-2");
+  EXPECT_EQ(tied[1].name, "step-10");
+  EXPECT_EQ(tied[2].name, "step-300");
+}
+
+TEST(Checkpoints, ListsDropDuplicatesAndNameClashesGetTheParent) {
+  testing::TempDir dir;
+  testing::perturbed_copy(stories(), dir.file("a/final"), 0.01, 1);
+  testing::perturbed_copy(stories(), dir.file("b/final"), 0.01, 2);
+  testing::perturbed_copy(stories(), dir.file("b/copy-of-a"), 0.0, 0);
+  fs::copy(dir.file("a/final"), dir.file("b/copy-of-a"), fs::copy_options::overwrite_existing | fs::copy_options::recursive);
+  const auto cks = resolve_checkpoints(
+      {dir.file("a/final"), dir.file("b/final"), dir.file("a/final/"), dir.file("b/copy-of-a")}, "cfg.yaml");
+  ASSERT_EQ(cks.size(), 2u);  // the repeated path and the byte-identical copy are scored once
+  std::set<std::string> names{cks[0].name, cks[1].name};
+  EXPECT_EQ(names, (std::set<std::string>{"a_final", "b_final"}));
+}
+
+TEST(Checkpoints, BadEntriesAreOneLineErrors) {
+  testing::TempDir dir;
+  fs::create_directories(dir.file("empty"));
+  EXPECT_THAT(testing::error_of([&] { resolve_checkpoints({dir.file("nope")}, "cfg.yaml"); }),
+              HasSubstr(dir.file("nope") + ": model directory does not exist"));
+  EXPECT_THAT(testing::error_of([&] { resolve_checkpoints({dir.file("empty")}, "cfg.yaml"); }),
+              HasSubstr(dir.file("empty") + ": not a checkpoint directory: it has no config.json"));
+  EXPECT_THAT(testing::error_of([&] { resolve_checkpoints({dir.file("step-*")}, "cfg.yaml"); }),
+              HasSubstr("cfg.yaml: model '" + dir.file("step-*") + "' matches no checkpoint directory"));
+}
+
+TEST(Checkpoints, NaturalOrder) {
+  EXPECT_TRUE(natural_less("step-2", "step-10"));
+  EXPECT_FALSE(natural_less("step-10", "step-2"));
+  EXPECT_TRUE(natural_less("a", "b"));
+  EXPECT_TRUE(natural_less("ckpt", "ckpt-1"));
+  EXPECT_TRUE(natural_less("x1", "x01"));
+  EXPECT_FALSE(natural_less("x01", "x1"));
+  EXPECT_FALSE(natural_less("same9", "same9"));
+  EXPECT_TRUE(natural_less("s99999999999999999999999", "s100000000000000000000000"));  // no overflow
+}
+
+}  // namespace
+}  // namespace gpueval
