@@ -1,0 +1,113 @@
+// Nightly runs end to end with real worker processes: a glob of checkpoints scored oldest first
+// by one set of workers that switch checkpoints in place, one output directory per checkpoint,
+// a status.json line per checkpoint, and a damaged checkpoint that fails alone.
+#include <utime.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <string>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "gpueval/file_io.h"
+#include "test_util.h"
+
+namespace gpueval {
+namespace {
+
+using ::testing::HasSubstr;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+void set_written(const std::string& dir, time_t when) {
+  for (const auto& e : fs::directory_iterator(dir)) {
+    utimbuf t{when, when};
+    ASSERT_EQ(::utime(e.path().c_str(), &t), 0);
+  }
+}
+
+size_t count_of(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
+class NightlyTest : public ::testing::Test {
+ protected:
+  // runs/step-100 (a byte copy of the shipped stories260K), step-200 (slightly perturbed) and
+  // step-300 (heavily perturbed, so it scores worse), written in that order.
+  void SetUp() override {
+    const std::string stories = testing::source_dir() + "/models/stories260K";
+    testing::perturbed_copy(stories, dir_.file("runs/step-100"), 0.0, 1);
+    testing::perturbed_copy(stories, dir_.file("runs/step-200"), 0.02, 2);
+    testing::perturbed_copy(stories, dir_.file("runs/step-300"), 0.3, 3);
+    set_written(dir_.file("runs/step-100"), 1700000100);
+    set_written(dir_.file("runs/step-200"), 1700000200);
+    set_written(dir_.file("runs/step-300"), 1700000300);
+  }
+
+  std::string config(const std::string& name, const std::string& model, const std::string& extra = "") {
+    const std::string path = dir_.file(name + ".yaml");
+    testing::write_text(path, "model: " + model + "\ntasks: [demo_choice, demo_perplexity]\noutput: " + dir_.file(name) +
+                                  "\nbatch_tokens: 512\nhistory: " + dir_.file("history.sqlite") + "\n" + extra);
+    return path;
+  }
+
+  testing::TempDir dir_;
+};
+
+TEST_F(NightlyTest, GlobIsScoredOldestFirstByWorkersThatSwitchCheckpointsInPlace) {
+  auto r = testing::run_gpueval({"run", "--gpus", "cpu:2", config("night", dir_.file("runs/step-*"))});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("3 checkpoints, oldest first: step-100, step-200, step-300"));
+  // Two worker processes for the whole night; each loaded the later checkpoints in place.
+  EXPECT_EQ(count_of(r.err, "[sched] started worker"), 2u) << r.err;
+  for (const char* w : {"cpu_0", "cpu_1"}) {
+    const std::string log = io::read_file(dir_.file("night") + "/logs/worker_" + w + ".log");
+    EXPECT_EQ(count_of(log, "switching to"), 2u) << log;
+  }
+  // The byte copy of stories260K scores exactly what a plain run of stories260K scores.
+  auto single = testing::run_gpueval(
+      {"run", "--gpus", "cpu:1", config("single", testing::source_dir() + "/models/stories260K")});
+  ASSERT_EQ(single.exit_code, 0) << single.err;
+  const json night100 = json::parse(io::read_file(dir_.file("night/step-100/results.json")));
+  const json plain = json::parse(io::read_file(dir_.file("single/results.json")));
+  EXPECT_EQ(night100["results"], plain["results"]);
+  EXPECT_EQ(io::read_file(dir_.file("night/step-100/samples_demo_choice.jsonl")),
+            io::read_file(dir_.file("single/samples_demo_choice.jsonl")));
+  const json night300 = json::parse(io::read_file(dir_.file("night/step-300/results.json")));
+  EXPECT_LT(night300["results"]["demo_choice"]["acc,none"].get<double>(),
+            night100["results"]["demo_choice"]["acc,none"].get<double>() - 0.2);
+  // status.json: one line per checkpoint, in order.
+  const json status = json::parse(io::read_file(dir_.file("night/status.json")));
+  EXPECT_EQ(status["state"], "complete");
+  ASSERT_EQ(status["checkpoints"].size(), 3u);
+  for (size_t k = 0; k < 3; ++k) {
+    EXPECT_EQ(status["checkpoints"][k]["name"], "step-" + std::to_string(100 * (k + 1)));
+    EXPECT_EQ(status["checkpoints"][k]["state"], "complete");
+  }
+}
+
+TEST_F(NightlyTest, ADamagedCheckpointFailsAloneAndTheOthersAreScored) {
+  // step-200's weights were cut short (a save that did not finish).
+  const std::string weights = dir_.file("runs/step-200/model.safetensors");
+  const std::string bytes = io::read_file(weights);
+  io::write_file_atomic(weights, bytes.substr(0, bytes.size() / 2));
+  set_written(dir_.file("runs/step-200"), 1700000200);
+  auto r = testing::run_gpueval({"run", "--gpus", "cpu:1", config("night", dir_.file("runs/step-*"))});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("[sched] checkpoint step-200 failed: " + weights));
+  EXPECT_TRUE(io::path_exists(dir_.file("night/step-100/results.json")));
+  EXPECT_TRUE(io::path_exists(dir_.file("night/step-300/results.json")));
+  EXPECT_FALSE(io::path_exists(dir_.file("night/step-200/results.json")));
+  const json status = json::parse(io::read_file(dir_.file("night/status.json")));
+  EXPECT_EQ(status["state"], "failed");
+  EXPECT_EQ(status["checkpoints"][1]["state"], "failed");
+  EXPECT_THAT(status["checkpoints"][1]["error"].get<std::string>(), HasSubstr(weights));
+  EXPECT_EQ(status["checkpoints"][2]["state"], "complete");
+}
+
+}  // namespace
+}  // namespace gpueval
