@@ -293,6 +293,7 @@ void run_history(const HistoryCommand& cmd, std::ostream& out) {
     }
   }
   if (!cmd.task.empty() && shown.empty()) {
+    std::sort(all_tasks.begin(), all_tasks.end());
     std::string list;
     for (const std::string& t : all_tasks) list += (list.empty() ? "" : ", ") + t;
     fail("--task", "no task '{}' in {} (tasks: {})", cmd.task, path, list.empty() ? "none" : list);
