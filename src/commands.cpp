@@ -312,6 +312,7 @@ void run_history(const HistoryCommand& cmd, std::ostream& out) {
     } else {
       out << trend_table(trend, nullptr, cmd.task);
     }
+    if (!cmd.report.empty()) write_trend_reports(cmd.report + "/" + config, history, config);
   }
 }
 

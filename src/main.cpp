@@ -183,6 +183,8 @@ int main(int argc, char** argv) {
                           "history file (default: $GPUEVAL_HISTORY, else $XDG_DATA_HOME/gpueval/history.sqlite, "
                           "else ~/.local/share/gpueval/history.sqlite)");
   history_cmd->add_option("--config", history.config, "only configs whose fingerprint starts with this");
+  history_cmd->add_option("--report", history.report,
+                          "also write each config's trend report.md and report.html into DIR/<config fingerprint>/");
 
   std::vector<std::string> args = with_default_subcommand(argc, argv);
   std::vector<std::string> reversed(args.rbegin(), args.rend() - 1);  // CLI11 takes the arguments reversed

@@ -174,6 +174,14 @@ TEST(HistoryCliTest, PrintsEveryCheckpointOfEveryConfig) {
   EXPECT_THAT(r.out, HasSubstr("| checkpoint | story word_perplexity ↓ | Δ |\n"));
   EXPECT_THAT(r.out, HasSubstr("| step-200 <b>&amp;</b> | 45.0000 | -5.0000 |\n"));
   EXPECT_THAT(r.out, Not(HasSubstr("cfg-other")));
+
+  // --report writes the config's trend report, the same bytes as write_trend_reports().
+  r = testing::run_gpueval({"history", "--history", path, "--config", "cfg-main", "--report", dir.file("rep")});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  write_trend_reports(dir.file("direct"), History::open(path), "cfg-main");
+  EXPECT_EQ(io::read_file(dir.file("rep/cfg-main/report.html")), io::read_file(dir.file("direct/report.html")));
+  EXPECT_EQ(io::read_file(dir.file("rep/cfg-main/report.md")), io::read_file(dir.file("direct/report.md")));
+  EXPECT_FALSE(io::path_exists(dir.file("rep/cfg-other")));
 }
 
 TEST(HistoryCliTest, FailsClearly) {

@@ -70,6 +70,7 @@ struct HistoryCommand {
   std::string history;  // the history file; empty: History::default_path()
   std::string task;     // only this task's (or group's) column; empty: every task
   std::string config;   // only configs whose fingerprint starts with this; empty: every config
+  std::string report;   // non-empty: also write each shown config's report.md/report.html into report/<fingerprint>/
 };
 // `gpueval history`: per config (most recently run first), the checkpoint x task table of
 // trend_report.h's trend_table(). A missing file, an unknown --task or a --config that matches
