@@ -1,7 +1,5 @@
 #include "gpueval/calibration_cache.h"
 
-#include <sqlite3.h>
-
 #include <chrono>
 #include <cstdlib>
 #include <iostream>
@@ -10,11 +8,10 @@
 
 #include "gpueval/error.h"
 #include "gpueval/file_io.h"
+#include "sqlite_db.h"
 
 namespace gpueval {
 namespace {
-
-constexpr int kBusyTimeoutMs = 10000;
 
 const char* kSchema =
     "CREATE TABLE IF NOT EXISTS calibration ("
@@ -23,61 +20,15 @@ const char* kSchema =
     " created REAL NOT NULL, version TEXT NOT NULL,"
     " PRIMARY KEY (model, dtype, device, length_bucket))";
 
-// One connection, closed on scope exit; every failure throws Error naming the file and SQLite's message.
-class Db {
+using sqlite::Statement;
+
+// One connection with the table in place, closed on scope exit.
+class Db : public sqlite::Db {
  public:
-  Db(const std::string& path, bool create) : path_(path) {
-    const int flags = SQLITE_OPEN_READWRITE | (create ? SQLITE_OPEN_CREATE : 0) | SQLITE_OPEN_NOMUTEX;
-    if (sqlite3_open_v2(path.c_str(), &db_, flags, nullptr) != SQLITE_OK) check(SQLITE_ERROR, "open");
-    sqlite3_busy_timeout(db_, kBusyTimeoutMs);
+  Db(const std::string& path, bool create) : sqlite::Db(path, create) {
     exec("PRAGMA journal_mode=WAL");
     exec(kSchema);
   }
-  ~Db() { sqlite3_close(db_); }
-  Db(const Db&) = delete;
-  Db& operator=(const Db&) = delete;
-
-  void exec(const char* sql) {
-    char* message = nullptr;
-    if (sqlite3_exec(db_, sql, nullptr, nullptr, &message) != SQLITE_OK) {
-      const std::string m = message ? message : sqlite3_errmsg(db_);
-      sqlite3_free(message);
-      fail(path_, "{}", m);
-    }
-  }
-  void check(int rc, const char* what) const {
-    if (rc != SQLITE_OK && rc != SQLITE_ROW && rc != SQLITE_DONE)
-      fail(path_, "{}: {}", what, db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc));
-  }
-  sqlite3* get() const { return db_; }
-
- private:
-  std::string path_;
-  sqlite3* db_ = nullptr;
-};
-
-class Statement {
- public:
-  Statement(const Db& db, const char* sql) : db_(db) { db.check(sqlite3_prepare_v2(db.get(), sql, -1, &st_, nullptr), "prepare"); }
-  ~Statement() { sqlite3_finalize(st_); }
-  void bind(int i, const std::string& s) { db_.check(sqlite3_bind_text(st_, i, s.c_str(), -1, SQLITE_TRANSIENT), "bind"); }
-  void bind(int i, int64_t v) { db_.check(sqlite3_bind_int64(st_, i, v), "bind"); }
-  void bind(int i, double v) { db_.check(sqlite3_bind_double(st_, i, v), "bind"); }
-  bool step() {
-    const int rc = sqlite3_step(st_);
-    db_.check(rc, "step");
-    return rc == SQLITE_ROW;
-  }
-  int64_t int_at(int i) const { return sqlite3_column_int64(st_, i); }
-  double double_at(int i) const { return sqlite3_column_double(st_, i); }
-  std::string text_at(int i) const {
-    const unsigned char* t = sqlite3_column_text(st_, i);
-    return t ? reinterpret_cast<const char*>(t) : "";
-  }
-
- private:
-  const Db& db_;
-  sqlite3_stmt* st_ = nullptr;
 };
 
 void bind_key(Statement& s, const CalibrationKey& key) {

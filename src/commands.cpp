@@ -1,5 +1,6 @@
 #include "gpueval/commands.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -12,12 +13,14 @@
 #include "gpueval/error.h"
 #include "gpueval/file_io.h"
 #include "gpueval/generate.h"
+#include "gpueval/history.h"
 #include "gpueval/llama2c_convert.h"
 #include "gpueval/model.h"
 #include "gpueval/model_config.h"
 #include "gpueval/random_model.h"
 #include "gpueval/scorer.h"
 #include "gpueval/tokenizer.h"
+#include "gpueval/trend_report.h"
 
 namespace gpueval {
 namespace {
@@ -255,6 +258,62 @@ void run_init_model(const InitModelCommand& cmd) {
   std::cerr << fmt::format("[gpueval] wrote {} (random llama, {:.2f}M parameters, vocab {}, {}, seed {}) in {:.2f}s\n",
                            cmd.out_dir, config.num_parameters() / 1e6, config.vocab_size, config.torch_dtype,
                            cmd.spec.seed, seconds_since(t0));
+}
+
+void run_history(const HistoryCommand& cmd, std::ostream& out) {
+  const std::string path = History::default_path(cmd.history);
+  const History history = History::open(path, /*create=*/false);
+  std::vector<std::string> configs = history.configs();
+  if (configs.empty()) {
+    out << path << ": no runs recorded yet\n";
+    return;
+  }
+  if (!cmd.config.empty()) {
+    std::vector<std::string> matching;
+    for (const std::string& c : configs) {
+      if (c.compare(0, cmd.config.size(), cmd.config) == 0) matching.push_back(c);
+    }
+    if (matching.empty()) {
+      std::string list;
+      for (const std::string& c : configs) list += (list.empty() ? "" : ", ") + c;
+      fail("--config", "no config in {} starts with '{}' (configs: {})", path, cmd.config, list);
+    }
+    configs = matching;
+  }
+  std::vector<std::pair<std::string, std::vector<ScoredCheckpoint>>> shown;
+  std::vector<std::string> all_tasks;
+  for (const std::string& c : configs) {
+    std::vector<ScoredCheckpoint> trend = history.trend(c);
+    const std::vector<std::string> tasks = trend_tasks(trend);
+    for (const std::string& t : tasks) {
+      if (std::find(all_tasks.begin(), all_tasks.end(), t) == all_tasks.end()) all_tasks.push_back(t);
+    }
+    if (cmd.task.empty() || std::find(tasks.begin(), tasks.end(), cmd.task) != tasks.end()) {
+      shown.emplace_back(c, std::move(trend));
+    }
+  }
+  if (!cmd.task.empty() && shown.empty()) {
+    std::sort(all_tasks.begin(), all_tasks.end());
+    std::string list;
+    for (const std::string& t : all_tasks) list += (list.empty() ? "" : ", ") + t;
+    fail("--task", "no task '{}' in {} (tasks: {})", cmd.task, path, list.empty() ? "none" : list);
+  }
+  bool first = true;
+  for (const auto& [config, trend] : shown) {
+    if (!first) out << "\n";
+    first = false;
+    const nlohmann::json json = history.config_of(config);
+    std::string model;
+    if (json.is_object() && json.contains("model") && json["model"].is_string()) model = json["model"].get<std::string>();
+    out << "## config " << config << " (" << trend.size() << " checkpoint" << (trend.size() == 1 ? "" : "s")
+        << (model.empty() ? "" : ", model " + model) << ")\n\n";
+    if (trend.empty()) {
+      out << "No checkpoint of this config has been scored.\n";
+    } else {
+      out << trend_table(trend, nullptr, cmd.task);
+    }
+    if (!cmd.report.empty()) write_trend_reports(cmd.report + "/" + config, history, config);
+  }
 }
 
 }  // namespace gpueval

@@ -28,7 +28,7 @@ void add_model_flags(CLI::App* app, gpueval::ModelOptions& m) {
 
 // `gpueval --gpus 0-3 configs/mmlu.yaml` is `gpueval run --gpus 0-3 configs/mmlu.yaml`.
 std::vector<std::string> with_default_subcommand(int argc, char** argv) {
-  static const char* kSubcommands[] = {"run", "worker", "generate", "logits", "tokenize", "score", "convert-llama2c", "init-model", "report", "calibrate"};
+  static const char* kSubcommands[] = {"run", "worker", "generate", "logits", "tokenize", "score", "convert-llama2c", "init-model", "report", "calibrate", "history"};
   std::vector<std::string> args(argv, argv + argc);
   auto ends_with = [](const std::string& s, const std::string& tail) {
     return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
@@ -184,6 +184,17 @@ int main(int argc, char** argv) {
   report_cmd->add_option("--results", report_results, "results.json of a run")->required();
   report_cmd->add_option("--out", report_out, "output file (default: report.html beside results.json)");
 
+  gpueval::HistoryCommand history;
+  auto* history_cmd =
+      app.add_subcommand("history", "print each checkpoint's scores per task from the history database, oldest first");
+  history_cmd->add_option("--task", history.task, "only this task's (or group's) primary metric");
+  history_cmd->add_option("--history", history.history,
+                          "history file (default: $GPUEVAL_HISTORY, else $XDG_DATA_HOME/gpueval/history.sqlite, "
+                          "else ~/.local/share/gpueval/history.sqlite)");
+  history_cmd->add_option("--config", history.config, "only configs whose fingerprint starts with this");
+  history_cmd->add_option("--report", history.report,
+                          "also write each config's trend report.md and report.html into DIR/<config fingerprint>/");
+
   std::vector<std::string> args = with_default_subcommand(argc, argv);
   std::vector<std::string> reversed(args.rbegin(), args.rend() - 1);  // CLI11 takes the arguments reversed
   try {
@@ -216,6 +227,7 @@ int main(int argc, char** argv) {
     else if (*convert_cmd) gpueval::run_convert_llama2c(convert);
     else if (*init_cmd) gpueval::run_init_model(init);
     else if (*report_cmd) gpueval::write_report_html(report_results, report_out);
+    else if (*history_cmd) gpueval::run_history(history, std::cout);
   } catch (const gpueval::Error& e) {
     std::cerr << "gpueval: " << e.what() << "\n";
     return 1;

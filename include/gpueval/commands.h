@@ -1,5 +1,5 @@
 // The single-process subcommands of the `gpueval` CLI (generate, logits,
-// tokenize, score, convert-llama2c, init-model). main.cpp parses flags into these option
+// tokenize, score, convert-llama2c, init-model, history). main.cpp parses flags into these option
 // structs; each command writes its result to `out` and logs to stderr, and
 // throws gpueval::Error on bad input.
 #pragma once
@@ -65,6 +65,17 @@ struct InitModelCommand {
   bool force = false;  // write into an existing non-empty out_dir
 };
 void run_init_model(const InitModelCommand& cmd);
+
+struct HistoryCommand {
+  std::string history;  // the history file; empty: History::default_path()
+  std::string task;     // only this task's (or group's) column; empty: every task
+  std::string config;   // only configs whose fingerprint starts with this; empty: every config
+  std::string report;   // non-empty: also write each shown config's report.md/report.html into report/<fingerprint>/
+};
+// `gpueval history`: per config (most recently run first), the checkpoint x task table of
+// trend_report.h's trend_table(). A missing file, an unknown --task or a --config that matches
+// nothing is an Error; a file without runs prints one line saying so.
+void run_history(const HistoryCommand& cmd, std::ostream& out);
 
 // "1,403,407" -> ids; `flag` names the option in errors.
 std::vector<int32_t> parse_id_list(const std::string& text, const std::string& flag);

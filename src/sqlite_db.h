@@ -1,0 +1,122 @@
+// A thin RAII layer over one SQLite connection, shared by the project's SQLite files (the
+// calibration cache, the history database): a connection with a busy timeout, prepared
+// statements with typed binds and columns, and a write transaction. Every failure throws
+// gpueval::Error naming the database file and SQLite's message ("<path>: step: database is
+// locked"). Private to src/. A connection belongs to one thread at a time (SQLITE_OPEN_NOMUTEX).
+#pragma once
+
+#include <sqlite3.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "gpueval/error.h"
+
+namespace gpueval::sqlite {
+
+// How long a connection waits for another writer's lock before failing with SQLITE_BUSY.
+constexpr int kBusyTimeoutMs = 10000;
+
+class Db {
+ public:
+  Db(const std::string& path, bool create) : path_(path) {
+    const int flags = SQLITE_OPEN_READWRITE | (create ? SQLITE_OPEN_CREATE : 0) | SQLITE_OPEN_NOMUTEX;
+    const int rc = sqlite3_open_v2(path.c_str(), &db_, flags, nullptr);
+    if (rc != SQLITE_OK) {
+      const std::string message = db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
+      sqlite3_close(db_);
+      db_ = nullptr;
+      fail(path_, "open: {}", message);
+    }
+    sqlite3_busy_timeout(db_, kBusyTimeoutMs);
+  }
+  ~Db() { sqlite3_close(db_); }
+  Db(const Db&) = delete;
+  Db& operator=(const Db&) = delete;
+
+  void exec(const char* sql) {
+    char* message = nullptr;
+    if (sqlite3_exec(db_, sql, nullptr, nullptr, &message) != SQLITE_OK) {
+      const std::string m = message ? message : sqlite3_errmsg(db_);
+      sqlite3_free(message);
+      fail(path_, "{}", m);
+    }
+  }
+  void check(int rc, const char* what) const {
+    if (rc != SQLITE_OK && rc != SQLITE_ROW && rc != SQLITE_DONE)
+      fail(path_, "{}: {}", what, db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc));
+  }
+  sqlite3* get() const { return db_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  sqlite3* db_ = nullptr;
+};
+
+class Statement {
+ public:
+  Statement(const Db& db, const char* sql) : db_(db) { db.check(sqlite3_prepare_v2(db.get(), sql, -1, &st_, nullptr), "prepare"); }
+  ~Statement() { sqlite3_finalize(st_); }
+  Statement(const Statement&) = delete;
+  Statement& operator=(const Statement&) = delete;
+
+  void bind(int i, const std::string& s) { db_.check(sqlite3_bind_text(st_, i, s.c_str(), -1, SQLITE_TRANSIENT), "bind"); }
+  void bind(int i, int64_t v) { db_.check(sqlite3_bind_int64(st_, i, v), "bind"); }
+  void bind(int i, double v) { db_.check(sqlite3_bind_double(st_, i, v), "bind"); }
+  void bind(int i, const std::optional<double>& v) {
+    if (v) {
+      bind(i, *v);
+    } else {
+      db_.check(sqlite3_bind_null(st_, i), "bind");
+    }
+  }
+  bool step() {
+    const int rc = sqlite3_step(st_);
+    db_.check(rc, "step");
+    return rc == SQLITE_ROW;
+  }
+  // Makes the statement ready to run again with new binds.
+  void reset() {
+    sqlite3_reset(st_);
+    sqlite3_clear_bindings(st_);
+  }
+  int64_t int_at(int i) const { return sqlite3_column_int64(st_, i); }
+  double double_at(int i) const { return sqlite3_column_double(st_, i); }
+  bool null_at(int i) const { return sqlite3_column_type(st_, i) == SQLITE_NULL; }
+  std::optional<double> optional_double_at(int i) const {
+    return null_at(i) ? std::nullopt : std::optional<double>(double_at(i));
+  }
+  std::string text_at(int i) const {
+    const unsigned char* t = sqlite3_column_text(st_, i);
+    return t ? reinterpret_cast<const char*>(t) : "";
+  }
+
+ private:
+  const Db& db_;
+  sqlite3_stmt* st_ = nullptr;
+};
+
+// BEGIN IMMEDIATE on construction (the write lock is taken up front, so two writers queue on the
+// busy timeout instead of one failing at its first write), ROLLBACK on destruction unless
+// commit() ran.
+class WriteTransaction {
+ public:
+  explicit WriteTransaction(Db& db) : db_(db) { db_.exec("BEGIN IMMEDIATE"); }
+  ~WriteTransaction() {
+    if (!done_) sqlite3_exec(db_.get(), "ROLLBACK", nullptr, nullptr, nullptr);
+  }
+  WriteTransaction(const WriteTransaction&) = delete;
+  WriteTransaction& operator=(const WriteTransaction&) = delete;
+  void commit() {
+    db_.exec("COMMIT");
+    done_ = true;
+  }
+
+ private:
+  Db& db_;
+  bool done_ = false;
+};
+
+}  // namespace gpueval::sqlite

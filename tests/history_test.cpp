@@ -1,0 +1,474 @@
+// The history database: records round-trip, replace and forget; bad files are refused with
+// one line naming them; two writers share a file; results.json and DocRecords become rows.
+#include "gpueval/history.h"
+
+#include <sqlite3.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "gpueval/file_io.h"
+#include "gpueval/task.h"
+#include "test_util.h"
+
+namespace gpueval {
+namespace {
+
+using ::testing::HasSubstr;
+using Ordered = nlohmann::ordered_json;
+
+CheckpointInfo checkpoint(const std::string& name, double mtime) {
+  return CheckpointInfo{"fp-" + name, "/runs/a/" + name, name, mtime};
+}
+
+ScoreRow row(const std::string& task, const std::string& metric, double value, std::optional<double> se, int64_t n,
+             bool higher = true, bool group = false, const std::string& filter = "none") {
+  ScoreRow r;
+  r.task = task;
+  r.metric = metric;
+  r.filter = filter;
+  r.value = value;
+  r.stderr_value = se;
+  r.n = n;
+  r.higher_is_better = higher;
+  r.is_group = group;
+  return r;
+}
+
+std::vector<ScoreRow> scores(double acc) {
+  return {row("quiz", "acc", acc, 0.05, 3), row("quiz", "acc_norm", acc / 2, 0.04, 3),
+          row("quiz", "exact_match", 0.5, std::nullopt, 3, true, false, "strict-match"),
+          row("story", "word_perplexity", 40 + acc, std::nullopt, 2, false),
+          row("all", "acc", acc + 0.01, 0.02, 5, true, true)};
+}
+
+std::vector<SampleRow> samples(std::vector<double> acc) {
+  std::vector<SampleRow> out;
+  for (size_t i = 0; i < acc.size(); ++i) out.push_back(SampleRow{"quiz", "acc", static_cast<int64_t>(i), acc[i]});
+  out.push_back(SampleRow{"story", "loglikelihood", 7, -12.5});
+  return out;
+}
+
+void expect_rows_equal(const std::vector<ScoreRow>& got, const std::vector<ScoreRow>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    SCOPED_TRACE(want[i].task + " " + want[i].metric);
+    EXPECT_EQ(got[i].task, want[i].task);
+    EXPECT_EQ(got[i].metric, want[i].metric);
+    EXPECT_EQ(got[i].filter, want[i].filter);
+    EXPECT_EQ(got[i].value, want[i].value);
+    EXPECT_EQ(got[i].stderr_value, want[i].stderr_value);
+    EXPECT_EQ(got[i].n, want[i].n);
+    EXPECT_EQ(got[i].higher_is_better, want[i].higher_is_better);
+    EXPECT_EQ(got[i].is_group, want[i].is_group);
+  }
+}
+
+TEST(HistoryTest, RecordAndTrendRoundTripOldestFirst) {
+  testing::TempDir dir;
+  const std::string path = dir.file("nested/deeper/history.sqlite");
+  History h = History::open(path);
+  EXPECT_TRUE(io::path_exists(path));
+  const int64_t run = h.begin_run("cfgA", {{"model", "m"}, {"tasks", {"quiz"}}}, "gpueval run a.yaml");
+  EXPECT_GT(run, 0);
+  // Recorded newest first; the trend orders by mtime, then name.
+  h.record(run, checkpoint("step-300", 300), "cfgA", "complete", scores(0.6), samples({1, 0, 1}));
+  h.record(run, checkpoint("step-100", 100), "cfgA", "complete", scores(0.4), samples({0, 0, 1}));
+  h.record(run, checkpoint("step-200b", 200), "cfgA", "incomplete", scores(0.5), {});
+  h.record(run, checkpoint("step-200a", 200), "cfgA", "complete", scores(0.45), {});
+
+  const std::vector<ScoredCheckpoint> trend = h.trend("cfgA");
+  ASSERT_EQ(trend.size(), 4u);
+  EXPECT_EQ(trend[0].checkpoint.name, "step-100");
+  EXPECT_EQ(trend[1].checkpoint.name, "step-200a");
+  EXPECT_EQ(trend[2].checkpoint.name, "step-200b");
+  EXPECT_EQ(trend[3].checkpoint.name, "step-300");
+  EXPECT_EQ(trend[0].checkpoint.path, "/runs/a/step-100");
+  EXPECT_EQ(trend[0].checkpoint.fingerprint, "fp-step-100");
+  EXPECT_EQ(trend[0].checkpoint.mtime, 100);
+  EXPECT_EQ(trend[0].run_id, run);
+  EXPECT_GT(trend[0].scored_at, 1.6e9);
+  EXPECT_EQ(trend[2].state, "incomplete");
+  EXPECT_EQ(trend[3].state, "complete");
+  expect_rows_equal(trend[0].scores, scores(0.4));
+  expect_rows_equal(trend[3].scores, scores(0.6));
+
+  const std::vector<SampleRow> s = h.samples("fp-step-300", "cfgA");
+  ASSERT_EQ(s.size(), 4u);
+  EXPECT_EQ(s[0].task, "quiz");
+  EXPECT_EQ(s[0].doc_id, 0);
+  EXPECT_EQ(s[1].value, 0);
+  EXPECT_EQ(s[3].task, "story");
+  EXPECT_EQ(s[3].value, -12.5);
+  EXPECT_EQ(h.samples("fp-step-300", "cfgA", "quiz").size(), 3u);
+  EXPECT_TRUE(h.samples("fp-step-300", "cfgB").empty());
+  EXPECT_TRUE(h.trend("cfgB").empty());
+
+  EXPECT_TRUE(h.is_scored("fp-step-100", "cfgA"));
+  EXPECT_FALSE(h.is_scored("fp-step-200b", "cfgA"));  // incomplete
+  EXPECT_FALSE(h.is_scored("fp-step-100", "cfgB"));
+
+  // Everything is on disk: a second connection sees it.
+  const History again = History::open(path, /*create=*/false);
+  EXPECT_EQ(again.trend("cfgA").size(), 4u);
+}
+
+TEST(HistoryTest, RecordReplacesTheEarlierRecordAndForgetRemovesIt) {
+  testing::TempDir dir;
+  History h = History::open(dir.file("h.sqlite"));
+  const int64_t run1 = h.begin_run("cfg", {}, "run 1");
+  h.record(run1, checkpoint("a", 1), "cfg", "incomplete", scores(0.3), samples({1, 1, 1}));
+  EXPECT_FALSE(h.is_scored("fp-a", "cfg"));
+  const int64_t run2 = h.begin_run("cfg", {}, "run 2");
+  EXPECT_GT(run2, run1);
+  CheckpointInfo moved = checkpoint("a", 5);
+  moved.path = "/elsewhere/a";
+  h.record(run2, moved, "cfg", "complete", {row("quiz", "acc", 0.9, 0.01, 3)}, samples({0, 1}));
+  EXPECT_TRUE(h.is_scored("fp-a", "cfg"));
+  auto trend = h.trend("cfg");
+  ASSERT_EQ(trend.size(), 1u);
+  EXPECT_EQ(trend[0].run_id, run2);
+  EXPECT_EQ(trend[0].checkpoint.path, "/elsewhere/a");
+  EXPECT_EQ(trend[0].checkpoint.mtime, 5);
+  expect_rows_equal(trend[0].scores, {row("quiz", "acc", 0.9, 0.01, 3)});
+  EXPECT_EQ(h.samples("fp-a", "cfg").size(), 3u);  // two quiz docs and the story one, not the earlier four
+
+  // The same checkpoint under another config is another record.
+  h.record(run2, checkpoint("a", 5), "other", "complete", scores(0.2), {});
+  h.forget("fp-a", "cfg");
+  EXPECT_FALSE(h.is_scored("fp-a", "cfg"));
+  EXPECT_TRUE(h.trend("cfg").empty());
+  EXPECT_TRUE(h.samples("fp-a", "cfg").empty());
+  EXPECT_TRUE(h.is_scored("fp-a", "other"));
+  EXPECT_EQ(h.trend("other").size(), 1u);
+  h.forget("fp-never", "cfg");  // nothing to forget is fine
+}
+
+TEST(HistoryTest, BadRecordsAreRefusedWhole) {
+  testing::TempDir dir;
+  const std::string path = dir.file("h.sqlite");
+  History h = History::open(path);
+  const int64_t run = h.begin_run("cfg", {}, "");
+  h.record(run, checkpoint("a", 1), "cfg", "complete", scores(0.5), {});
+  EXPECT_THAT(testing::error_of([&] { h.record(run, checkpoint("a", 1), "cfg", "done", scores(0.1), {}); }),
+              HasSubstr("state 'done'"));
+  // A repeated key fails the transaction: the earlier record stays as it was.
+  std::vector<ScoreRow> twice = scores(0.1);
+  twice.push_back(twice.front());
+  const std::string err = testing::error_of([&] { h.record(run, checkpoint("a", 1), "cfg", "complete", twice, {}); });
+  EXPECT_THAT(err, HasSubstr(path));
+  const auto trend = h.trend("cfg");
+  ASSERT_EQ(trend.size(), 1u);
+  expect_rows_equal(trend[0].scores, scores(0.5));
+  // The connection is usable after the rollback.
+  h.record(run, checkpoint("b", 2), "cfg", "complete", scores(0.7), {});
+  EXPECT_EQ(h.trend("cfg").size(), 2u);
+}
+
+TEST(HistoryTest, ConfigsMostRecentFirstAndTheirLatestConfig) {
+  testing::TempDir dir;
+  History h = History::open(dir.file("h.sqlite"));
+  EXPECT_TRUE(h.configs().empty());
+  h.begin_run("old", {{"model", "m1"}}, "");
+  h.begin_run("new", {{"model", "m2"}}, "");
+  h.begin_run("old", {{"model", "m3"}, {"limit", 5}}, "");
+  EXPECT_EQ(h.configs(), (std::vector<std::string>{"old", "new"}));
+  EXPECT_EQ(h.config_of("old"), (nlohmann::json{{"model", "m3"}, {"limit", 5}}));
+  EXPECT_EQ(h.config_of("new")["model"], "m2");
+  EXPECT_TRUE(h.config_of("missing").is_null());
+}
+
+TEST(HistoryTest, RefusesFilesThatAreNotAHistory) {
+  testing::TempDir dir;
+  const std::string garbage = dir.write("garbage.sqlite", std::string(4096, 'x') + "not sqlite at all");
+  std::string err = testing::error_of([&] { History::open(garbage); });
+  EXPECT_EQ(err.rfind(garbage + ": ", 0), 0u) << err;
+  EXPECT_THAT(err, HasSubstr("not a gpueval history"));
+  EXPECT_EQ(err.find('\n'), std::string::npos);
+
+  // A SQLite file of something else.
+  const std::string other = dir.file("other.sqlite");
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(other.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "CREATE TABLE calibration (x INTEGER)", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(db);
+  err = testing::error_of([&] { History::open(other); });
+  EXPECT_EQ(err.rfind(other + ": ", 0), 0u) << err;
+  EXPECT_THAT(err, HasSubstr("not a gpueval history"));
+  EXPECT_THAT(err, HasSubstr("calibration"));
+
+  // A history written by a newer gpueval.
+  const std::string newer = dir.file("newer.sqlite");
+  History::open(newer);
+  ASSERT_EQ(sqlite3_open(newer.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "UPDATE meta SET value = '99' WHERE key = 'schema_version'", nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  err = testing::error_of([&] { History::open(newer); });
+  EXPECT_EQ(err.rfind(newer + ": ", 0), 0u) << err;
+  EXPECT_THAT(err, HasSubstr("schema version 99"));
+
+  // A file cut short is damaged, and says so.
+  const std::string cut = dir.file("cut.sqlite");
+  {
+    History h = History::open(cut);
+    const int64_t run = h.begin_run("cfg", {}, "");
+    for (int i = 0; i < 200; ++i) {
+      std::vector<SampleRow> many;
+      for (int d = 0; d < 50; ++d) many.push_back(SampleRow{"quiz", "acc", d, static_cast<double>(d % 2)});
+      h.record(run, checkpoint("c" + std::to_string(i), i), "cfg", "complete", scores(0.5), many);
+    }
+  }
+  ASSERT_EQ(sqlite3_open(cut.c_str(), &db), SQLITE_OK);  // fold the WAL into the file first
+  ASSERT_EQ(sqlite3_exec(db, "PRAGMA wal_checkpoint(TRUNCATE); PRAGMA journal_mode=DELETE", nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  const std::string bytes = io::read_file(cut);
+  ASSERT_GT(bytes.size(), 40000u);
+  testing::write_text(cut, bytes.substr(0, bytes.size() / 2));
+  err = testing::error_of([&] { History::open(cut).trend("cfg"); });
+  EXPECT_EQ(err.rfind(cut + ": ", 0), 0u) << err;
+
+  err = testing::error_of([&] { History::open(dir.file("absent.sqlite"), /*create=*/false); });
+  EXPECT_EQ(err, dir.file("absent.sqlite") + ": no history file");
+  EXPECT_FALSE(io::path_exists(dir.file("absent.sqlite")));
+}
+
+// Two processes, each with its own connection, write the same file at once, as two nightly
+// runs would: every record of both arrives, none is lost to "database is locked".
+TEST(HistoryTest, ConcurrentWritersInTwoProcesses) {
+  testing::TempDir dir;
+  const std::string path = dir.file("shared/history.sqlite");
+  constexpr int kEach = 25;
+  std::vector<pid_t> children;
+  for (int w = 0; w < 2; ++w) {
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      int code = 0;
+      try {
+        History h = History::open(path);  // both may create the file
+        const std::string config = "cfg" + std::to_string(w);
+        const int64_t run = h.begin_run(config, {{"writer", w}}, "");
+        for (int i = 0; i < kEach; ++i) {
+          std::vector<SampleRow> s;
+          for (int d = 0; d < 200; ++d) s.push_back(SampleRow{"quiz", "acc", d, static_cast<double>((d + i) % 2)});
+          h.record(run, checkpoint("w" + std::to_string(w) + "-" + std::to_string(i), i), config, "complete",
+                   scores(i / 100.0), s);
+          h.record(run, checkpoint("shared-" + std::to_string(i), i), "both", "complete", scores(w), {});
+        }
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "writer %d: %s\n", w, e.what());
+        code = 1;
+      }
+      ::_exit(code);
+    }
+    children.push_back(pid);
+  }
+  for (const pid_t pid : children) {
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "writer failed: status " << status;
+  }
+  const History h = History::open(path, false);
+  for (int w = 0; w < 2; ++w) {
+    const auto trend = h.trend("cfg" + std::to_string(w));
+    ASSERT_EQ(trend.size(), static_cast<size_t>(kEach));
+    for (const ScoredCheckpoint& sc : trend) {
+      EXPECT_EQ(sc.scores.size(), scores(0).size());
+      EXPECT_EQ(h.samples(sc.checkpoint.fingerprint, "cfg" + std::to_string(w)).size(), 200u);
+    }
+  }
+  const auto both = h.trend("both");
+  ASSERT_EQ(both.size(), static_cast<size_t>(kEach));
+  for (const ScoredCheckpoint& sc : both) EXPECT_EQ(sc.scores.size(), scores(0).size());  // one writer's, whole
+  EXPECT_EQ(h.configs().size(), 2u);  // "both" has no begin_run
+}
+
+TEST(HistoryTest, TwoConnectionsInOneProcessWriteInTurns) {
+  testing::TempDir dir;
+  const std::string path = dir.file("h.sqlite");
+  History a = History::open(path);
+  History b = History::open(path);
+  const int64_t ra = a.begin_run("cfg", {}, "a");
+  const int64_t rb = b.begin_run("cfg", {}, "b");
+  EXPECT_NE(ra, rb);
+  for (int i = 0; i < 6; ++i) {
+    History& h = i % 2 ? b : a;
+    h.record(i % 2 ? rb : ra, checkpoint("c" + std::to_string(i), i), "cfg", "complete", scores(i / 10.0), {});
+    EXPECT_EQ((i % 2 ? a : b).trend("cfg").size(), static_cast<size_t>(i + 1));  // the other connection sees it
+  }
+  History moved = std::move(a);
+  EXPECT_TRUE(moved.is_scored("fp-c0", "cfg"));
+}
+
+TEST(HistoryTest, DefaultPath) {
+  struct Env {
+    std::string name;
+    std::optional<std::string> saved;
+  };
+  std::vector<Env> env = {{"GPUEVAL_HISTORY", {}}, {"XDG_DATA_HOME", {}}, {"HOME", {}}};
+  for (Env& e : env) {
+    if (const char* v = std::getenv(e.name.c_str())) e.saved = v;
+  }
+  ::setenv("GPUEVAL_HISTORY", "/h/explicit.sqlite", 1);
+  ::setenv("XDG_DATA_HOME", "/xdg", 1);
+  ::setenv("HOME", "/home/u", 1);
+  EXPECT_EQ(History::default_path("cfg/h.sqlite"), "cfg/h.sqlite");
+  EXPECT_EQ(History::default_path(), "/h/explicit.sqlite");
+  ::unsetenv("GPUEVAL_HISTORY");
+  EXPECT_EQ(History::default_path(), "/xdg/gpueval/history.sqlite");
+  ::setenv("XDG_DATA_HOME", "", 1);
+  EXPECT_EQ(History::default_path(), "/home/u/.local/share/gpueval/history.sqlite");
+  for (const Env& e : env) {
+    if (e.saved) {
+      ::setenv(e.name.c_str(), e.saved->c_str(), 1);
+    } else {
+      ::unsetenv(e.name.c_str());
+    }
+  }
+}
+
+// The results.json of a real run of the demo config: one row per task, metric and filter, in
+// the file's order, values and stderrs as written.
+TEST(HistoryTest, ScoresFromTheResultsOfARealRun) {
+  testing::TempDir dir;
+  const std::string cfg = dir.file("demo.yaml");
+  testing::write_text(cfg, "model: " + testing::source_dir() + "/models/stories260K\n"
+                           "tasks: [demo_choice, demo_perplexity]\noutput: " + dir.file("out") + "\nlimit: 12\n");
+  const auto r = testing::run_gpueval({"run", "--gpus", "cpu:1", cfg});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Ordered results = Ordered::parse(io::read_file(dir.file("out/results.json")));
+  const std::vector<ScoreRow> rows = scores_from_results(results);
+
+  std::vector<std::string> want_keys;
+  for (const auto& [task, entry] : results["results"].items()) {
+    for (const auto& [key, value] : entry.items()) {
+      if (key.find(',') != std::string::npos && key.find("_stderr,") == std::string::npos) want_keys.push_back(task + " " + key);
+    }
+  }
+  ASSERT_EQ(rows.size(), want_keys.size());
+  ASSERT_GE(rows.size(), 5u);  // acc, acc_norm; word_perplexity, byte_perplexity, bits_per_byte
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const ScoreRow& row = rows[i];
+    SCOPED_TRACE(want_keys[i]);
+    EXPECT_EQ(row.task + " " + row.metric + "," + row.filter, want_keys[i]);
+    const Ordered& entry = results["results"][row.task];
+    EXPECT_EQ(row.value, entry[row.metric + "," + row.filter].get<double>());
+    const Ordered& se = entry[row.metric + "_stderr," + row.filter];
+    if (se.is_number()) {
+      ASSERT_TRUE(row.stderr_value);
+      EXPECT_EQ(*row.stderr_value, se.get<double>());
+    } else {
+      EXPECT_EQ(se, "N/A");
+      EXPECT_FALSE(row.stderr_value);
+    }
+    EXPECT_EQ(row.n, 12);
+    EXPECT_EQ(row.higher_is_better, results["higher_is_better"][row.task][row.metric].get<bool>());
+    EXPECT_FALSE(row.is_group);
+  }
+  EXPECT_EQ(rows[0].task, "demo_choice");
+  EXPECT_EQ(rows[0].metric, "acc");  // the primary metric comes first
+  EXPECT_TRUE(rows[0].stderr_value);
+  const auto ppl = std::find_if(rows.begin(), rows.end(), [](const ScoreRow& r) { return r.task == "demo_perplexity"; });
+  ASSERT_NE(ppl, rows.end());
+  EXPECT_EQ(ppl->metric, "word_perplexity");
+  EXPECT_FALSE(ppl->higher_is_better);
+  EXPECT_FALSE(ppl->stderr_value);
+
+  EXPECT_THAT(testing::error_of([] { scores_from_results(Ordered::object()); }), HasSubstr("no \"results\""));
+}
+
+// lm-eval's group layout: a group's n is the sum over the tasks under it, through nested groups.
+TEST(HistoryTest, ScoresFromResultsWithNestedGroups) {
+  const Ordered results = Ordered::parse(R"({
+    "results": {
+      "all": {"alias": "all", "acc,none": 0.5, "acc_stderr,none": 0.01},
+      "sub": {"alias": " - sub", "acc,none": 0.6, "acc_stderr,none": "N/A"},
+      "t1": {"alias": "  - t1", "acc,none": 0.7, "acc_stderr,none": 0.1, "acc_norm,none": 0.2, "acc_norm_stderr,none": 0.1},
+      "t2": {"alias": "  - t2", "acc,none": 0.5, "acc_stderr,none": 0.1},
+      "t3": {"alias": " - t3", "ppl,none": 9.5, "ppl_stderr,none": "N/A", "acc,none": "N/A"}
+    },
+    "groups": {"all": {"acc,none": 0.5}, "sub": {"acc,none": 0.6}},
+    "group_subtasks": {"sub": ["t1", "t2"], "all": ["sub", "t3"]},
+    "higher_is_better": {"t1": {"acc": true, "acc_norm": true}, "t2": {"acc": true}, "t3": {"ppl": false}},
+    "n-samples": {"t1": {"original": 10, "effective": 10}, "t2": {"original": 30, "effective": 20},
+                  "t3": {"original": 5, "effective": 5}}
+  })");
+  const std::vector<ScoreRow> rows = scores_from_results(results);
+  ASSERT_EQ(rows.size(), 6u);  // t3's "N/A" acc is not a score
+  EXPECT_EQ(rows[0].task, "all");
+  EXPECT_TRUE(rows[0].is_group);
+  EXPECT_EQ(rows[0].n, 35);
+  EXPECT_EQ(rows[0].stderr_value, 0.01);
+  EXPECT_TRUE(rows[1].is_group);
+  EXPECT_EQ(rows[1].n, 30);
+  EXPECT_FALSE(rows[1].stderr_value);
+  EXPECT_EQ(rows[2].task + rows[2].metric, "t1acc");
+  EXPECT_EQ(rows[3].task + rows[3].metric, "t1acc_norm");
+  EXPECT_EQ(rows[4].n, 20);
+  EXPECT_EQ(rows[5].task + rows[5].metric, "t3ppl");
+  EXPECT_FALSE(rows[5].higher_is_better);
+  EXPECT_FALSE(rows[5].is_group);
+}
+
+TEST(HistoryTest, SamplesFromRecordsKeepPerDocumentNumbersOfTheFirstFilter) {
+  testing::TempDir dir;
+  testing::write_text(dir.file("quiz.jsonl"),
+                      "{\"question\": \"Sky?\", \"choices\": [\"blue\", \"green\"], \"label\": 0}\n"
+                      "{\"question\": \"Sun?\", \"choices\": [\"hot\", \"cold\"], \"label\": 1}\n");
+  testing::write_text(dir.file("quiz.yaml"),
+                      "task: quiz\ndataset_path: quiz.jsonl\noutput_type: multiple_choice\n"
+                      "doc_to_text: \"Q: {{question}}\\nA:\"\ndoc_to_choice: \"{{choices}}\"\n"
+                      "doc_to_target: \"{{label}}\"\nmetric_list: [acc, acc_norm]\n");
+  testing::write_text(dir.file("story.jsonl"), "{\"text\": \"One day.\"}\n");
+  testing::write_text(dir.file("story.yaml"),
+                      "task: story\ndataset_path: story.jsonl\noutput_type: loglikelihood_rolling\n"
+                      "doc_to_text: \"\"\ndoc_to_target: \"{{text}}\"\n");
+  const Task quiz = Task::load(dir.file("quiz.yaml"), {});
+  const Task story = Task::load(dir.file("story.yaml"), {});
+  auto result = [](double logprob) {
+    RequestResult r;
+    r.logprob = logprob;
+    return r;
+  };
+  std::vector<DocRecord> records;
+  auto add = [&](const Task& task, const Document& doc, std::vector<RequestResult> results) {
+    DocRecord r;
+    r.task = &task;
+    r.doc = doc;
+    r.requests = task.requests(doc);
+    for (size_t i = 0; i < results.size(); ++i) results[i].index = static_cast<int64_t>(i);
+    r.results = results;
+    r.metrics = task.process_results_all(doc, results);
+    records.push_back(std::move(r));
+  };
+  add(quiz, quiz.documents()[1], {result(-0.5), result(-2.0)});  // picks "hot", the label is 1: wrong
+  add(story, story.documents()[0], {result(-9.0)});
+  add(quiz, quiz.documents()[0], {result(-0.5), result(-2.0)});  // picks "blue": right
+
+  const std::vector<SampleRow> rows = samples_from_records(records);
+  // acc and acc_norm of both quiz documents; the story's metrics are all weighted pairs.
+  ASSERT_EQ(rows.size(), 4u);
+  for (const SampleRow& r : rows) EXPECT_EQ(r.task, "quiz");
+  EXPECT_EQ(rows[0].metric, "acc");
+  EXPECT_EQ(rows[0].doc_id, 0);
+  EXPECT_EQ(rows[0].value, 1.0);
+  EXPECT_EQ(rows[1].doc_id, 1);
+  EXPECT_EQ(rows[1].value, 0.0);
+  EXPECT_EQ(rows[2].metric, "acc_norm");
+  for (const SampleRow& r : rows) {
+    const DocRecord& rec = records[r.doc_id == 0 ? 2 : 0];
+    EXPECT_EQ(rec.metrics[0].at(r.metric).value, r.value);
+  }
+}
+
+}  // namespace
+}  // namespace gpueval

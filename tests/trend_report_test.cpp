@@ -1,0 +1,213 @@
+// The trend report files and `gpueval history`, from a history database written here.
+#include "gpueval/trend_report.h"
+
+#include <regex>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "gpueval/file_io.h"
+#include "test_util.h"
+
+namespace gpueval {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+ScoreRow row(const std::string& task, const std::string& metric, double value, std::optional<double> se,
+             bool higher = true, bool group = false) {
+  ScoreRow r;
+  r.task = task;
+  r.metric = metric;
+  r.value = value;
+  r.stderr_value = se;
+  r.n = 8;
+  r.higher_is_better = higher;
+  r.is_group = group;
+  return r;
+}
+
+const std::vector<std::string> kNames = {"step-100", "step-200 <b>&amp;</b>", "step-300"};
+
+// Three checkpoints of one config: a right/wrong task whose accuracy falls at the end, a
+// perplexity task, and a group over them; and a second config with one checkpoint.
+std::string write_history(const testing::TempDir& dir) {
+  const std::string path = dir.file("history.sqlite");
+  History h = History::open(path);
+  const int64_t run = h.begin_run("cfg-main", {{"model", "models/<tiny>"}, {"tasks", {"quiz", "story"}}}, "");
+  const std::vector<std::vector<double>> right = {
+      {1, 0, 0, 1, 0, 1, 0, 0}, {1, 1, 0, 1, 1, 1, 0, 1}, {0, 1, 0, 0, 1, 0, 0, 1}};
+  for (size_t i = 0; i < kNames.size(); ++i) {
+    double acc = 0;
+    std::vector<SampleRow> samples;
+    for (size_t d = 0; d < right[i].size(); ++d) {
+      acc += right[i][d] / right[i].size();
+      samples.push_back(SampleRow{"quiz", "acc", static_cast<int64_t>(d), right[i][d]});
+    }
+    const std::vector<ScoreRow> scores = {row("all", "acc", acc - 0.01, 0.05, true, true),
+                                          row("quiz", "acc", acc, 0.17), row("quiz", "acc_norm", 0.5, 0.17),
+                                          row("story", "word_perplexity", 50.0 - 5.0 * i, std::nullopt, false)};
+    h.record(run, CheckpointInfo{"fp" + std::to_string(i), "/ck/" + kNames[i], kNames[i], 1000.0 * (i + 1)}, "cfg-main",
+             "complete", scores, samples);
+  }
+  const int64_t other = h.begin_run("cfg-other", {{"model", "m2"}}, "");
+  h.record(other, CheckpointInfo{"fpx", "/x", "solo", 5}, "cfg-other", "complete", {row("quiz", "acc", 0.25, 0.1)}, {});
+  return path;
+}
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+TEST(TrendReportTest, HtmlHasOneChartPerTaskWithABandAndEscapedNames) {
+  testing::TempDir dir;
+  const History h = History::open(write_history(dir));
+  write_trend_reports(dir.file("out"), h, "cfg-main", 1.0);
+  const std::string html = io::read_file(dir.file("out/report.html"));
+
+  EXPECT_EQ(count(html, "<svg class=\"trend"), 3u);  // group all, quiz, story
+  EXPECT_EQ(count(html, "<svg class=\"trend group\""), 1u);
+  EXPECT_LT(html.find("id=\"group-all\""), html.find("id=\"task-quiz\""));  // groups first
+  // A band over every point (three up, three back) where a task has stderrs; none for story.
+  static const std::regex kBand(R"re(<path class="band" d="M[0-9. ]+(L[0-9. ]+){5}Z"/>)re");
+  EXPECT_EQ(std::distance(std::sregex_iterator(html.begin(), html.end(), kBand), std::sregex_iterator()), 2);
+  EXPECT_EQ(count(html, "<circle class=\"pt"), 9u);
+  EXPECT_EQ(count(html, "<path class=\"line\""), 3u);
+
+  EXPECT_THAT(html, HasSubstr("step-200 &lt;b&gt;&amp;amp;&lt;/b&gt;"));
+  EXPECT_THAT(html, Not(HasSubstr("<b>")));
+  EXPECT_THAT(html, HasSubstr("models/&lt;tiny&gt;"));
+  EXPECT_THAT(html, Not(HasSubstr("<script")));
+  EXPECT_THAT(html, Not(HasSubstr("http")));
+  EXPECT_THAT(html, Not(HasSubstr("src=")));
+
+  // quiz went from 6/8 to 3/8: lost docs 0, 3, 5; gained 2... none; regression of 37.5 points.
+  EXPECT_THAT(html, HasSubstr("right → wrong (3): 0, 3, 5"));
+  EXPECT_THAT(html, Not(HasSubstr("wrong → right (0)")));
+  EXPECT_THAT(html, HasSubstr("id=\"regressions\""));
+  EXPECT_THAT(html, HasSubstr("37.50 points worse"));
+  EXPECT_THAT(html, HasSubstr("<circle class=\"pt regressed\""));
+  // The change table: b and c from the documents, p of that split.
+  EXPECT_THAT(html, HasSubstr(fmt::format("<td class=\"num\">8</td><td class=\"num\">3</td><td class=\"num\">0</td>"
+                                          "<td class=\"num\">{:.3f}</td>",
+                                          mcnemar_p(3, 0))));
+
+  // Same history, same bytes; and the file is trend_html() of load_trend().
+  write_trend_reports(dir.file("again"), h, "cfg-main", 1.0);
+  EXPECT_EQ(io::read_file(dir.file("again/report.html")), html);
+  EXPECT_EQ(io::read_file(dir.file("again/report.md")), io::read_file(dir.file("out/report.md")));
+  EXPECT_EQ(trend_html(load_trend(h, "cfg-main", 1.0)), html);
+}
+
+TEST(TrendReportTest, HtmlCapsTheListedFlips) {
+  testing::TempDir dir;
+  History h = History::open(dir.file("h.sqlite"));
+  const int64_t run = h.begin_run("cfg", {}, "");
+  for (int i = 0; i < 2; ++i) {
+    std::vector<SampleRow> s;
+    for (int d = 0; d < 60; ++d) s.push_back(SampleRow{"t", "acc", d, (d < 50) == (i == 0) ? 1.0 : 0.0});
+    h.record(run, CheckpointInfo{"f" + std::to_string(i), "", "c" + std::to_string(i), static_cast<double>(i)}, "cfg",
+             "complete", {row("t", "acc", i ? 10 / 60.0 : 50 / 60.0, 0.05)}, s);
+  }
+  const std::string html = trend_html(load_trend(h, "cfg"));
+  EXPECT_THAT(html, HasSubstr("right → wrong (50): 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, "
+                              "19 and 30 more"));
+  EXPECT_THAT(html, HasSubstr("wrong → right (10): 50, 51, 52, 53, 54, 55, 56, 57, 58, 59</li>"));
+  EXPECT_THAT(html, Not(HasSubstr("id=\"regressions\"")));  // no threshold given
+}
+
+TEST(TrendReportTest, MarkdownTableHasEveryCheckpointWithDeltasAndPValues) {
+  testing::TempDir dir;
+  const History h = History::open(write_history(dir));
+  const TrendData data = load_trend(h, "cfg-main", 1.0);
+  ASSERT_EQ(data.steps.size(), 2u);
+  const std::string md = trend_markdown(data);
+  size_t last = 0;
+  for (const std::string& name : kNames) {
+    const size_t at = md.find("| " + name + " |");
+    ASSERT_NE(at, std::string::npos) << name;
+    EXPECT_GT(at, last);  // oldest first
+    last = at;
+  }
+  EXPECT_THAT(md, HasSubstr("| checkpoint | group all acc ↑ | Δ | p | quiz acc ↑ | Δ | p | story word_perplexity ↓ | Δ | p |"));
+  EXPECT_THAT(md, HasSubstr("| step-300 | 0.3650 ± 0.0500 | -0.3750 |  | 0.3750 ± 0.1700 | -0.3750 | " +
+                            fmt::format("{:.3f}", mcnemar_p(3, 0)) + " | 40.0000 | -5.0000 |  |"));
+  EXPECT_THAT(md, HasSubstr("## Regressions (drop > 1 points)"));
+  EXPECT_THAT(md, HasSubstr("- group all acc: 0.7400 → 0.3650"));
+  EXPECT_THAT(md, HasSubstr("- quiz acc: 3 right→wrong, 0 wrong→right of 8"));
+  EXPECT_THAT(md, HasSubstr("  - right→wrong: 0, 3, 5\n"));
+  EXPECT_THAT(md, HasSubstr("### step-100 → step-200 <b>&amp;</b>"));
+  EXPECT_THAT(md, Not(HasSubstr("cfg-other")));
+}
+
+TEST(TrendReportTest, EmptyTrendStillWritesBothFiles) {
+  testing::TempDir dir;
+  const History h = History::open(dir.file("h.sqlite"));
+  write_trend_reports(dir.file("out"), h, "nothing");
+  EXPECT_THAT(io::read_file(dir.file("out/report.md")), HasSubstr("No checkpoint of this config has been scored."));
+  EXPECT_THAT(io::read_file(dir.file("out/report.html")), HasSubstr("No checkpoint of this config has been scored."));
+}
+
+TEST(HistoryCliTest, PrintsEveryCheckpointOfEveryConfig) {
+  testing::TempDir dir;
+  const std::string path = write_history(dir);
+  auto r = testing::run_gpueval({"history", "--history", path});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  size_t last = 0;
+  for (const std::string& name : kNames) {
+    const size_t at = r.out.find("| " + name + " |");
+    ASSERT_NE(at, std::string::npos) << name << "\n" << r.out;
+    EXPECT_GT(at, last);
+    last = at;
+  }
+  // The most recently run config first.
+  EXPECT_LT(r.out.find("## config cfg-other (1 checkpoint, model m2)"), r.out.find("## config cfg-main (3 checkpoints"));
+  EXPECT_THAT(r.out, HasSubstr("| step-300 | 0.3650 ± 0.0500 | -0.3750 | 0.3750 ± 0.1700 | -0.3750 | 40.0000 | -5.0000 |"));
+
+  r = testing::run_gpueval({"history", "--history", path, "--task", "story", "--config", "cfg-m"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("| checkpoint | story word_perplexity ↓ | Δ |\n"));
+  EXPECT_THAT(r.out, HasSubstr("| step-200 <b>&amp;</b> | 45.0000 | -5.0000 |\n"));
+  EXPECT_THAT(r.out, Not(HasSubstr("cfg-other")));
+
+  // --report writes the config's trend report, the same bytes as write_trend_reports().
+  r = testing::run_gpueval({"history", "--history", path, "--config", "cfg-main", "--report", dir.file("rep")});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  write_trend_reports(dir.file("direct"), History::open(path), "cfg-main");
+  EXPECT_EQ(io::read_file(dir.file("rep/cfg-main/report.html")), io::read_file(dir.file("direct/report.html")));
+  EXPECT_EQ(io::read_file(dir.file("rep/cfg-main/report.md")), io::read_file(dir.file("direct/report.md")));
+  EXPECT_FALSE(io::path_exists(dir.file("rep/cfg-other")));
+}
+
+TEST(HistoryCliTest, FailsClearly) {
+  testing::TempDir dir;
+  const std::string path = write_history(dir);
+  auto r = testing::run_gpueval({"history", "--history", path, "--task", "nope"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.err, "gpueval: --task: no task 'nope' in " + path + " (tasks: all, quiz, story)\n");
+
+  r = testing::run_gpueval({"history", "--history", path, "--config", "zzz"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("no config in " + path + " starts with 'zzz' (configs: cfg-other, cfg-main)"));
+
+  r = testing::run_gpueval({"history", "--history", dir.file("missing.sqlite")});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.err, "gpueval: " + dir.file("missing.sqlite") + ": no history file\n");
+  EXPECT_FALSE(io::path_exists(dir.file("missing.sqlite")));
+
+  History::open(dir.file("empty.sqlite"));
+  r = testing::run_gpueval({"history", "--history", dir.file("empty.sqlite")});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, dir.file("empty.sqlite") + ": no runs recorded yet\n");
+
+  r = testing::run_gpueval({"--help"});
+  EXPECT_THAT(r.out, HasSubstr("history"));
+}
+
+}  // namespace
+}  // namespace gpueval
