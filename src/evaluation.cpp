@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <cstdlib>
@@ -17,6 +18,10 @@
 #include "gpueval/calibration.h"
 #include "gpueval/calibration_cache.h"
 #include "gpueval/checkpoints.h"
+#include "gpueval/run_identity.h"
+#include "gpueval/trend_report.h"
+#include "gpueval/trend.h"
+#include "gpueval/history.h"
 #include "gpueval/devices.h"
 #include "gpueval/error.h"
 #include "gpueval/executor.h"
@@ -116,8 +121,8 @@ using Clock = std::chrono::steady_clock;
 
 // Called once a checkpoint is scored (not when it was interrupted): its complete documents, the
 // results.json written for it, and its state.
-using ScoredCallback =
-    std::function<void(const std::vector<DocRecord>& records, const nlohmann::json& results, const std::string& state)>;
+using ScoredCallback = std::function<void(const std::vector<DocRecord>& records, const nlohmann::ordered_json& results,
+                                          const std::string& state)>;
 
 // Scores one checkpoint into `output_dir` with the scheduler's workers, writes its report files,
 // hands its complete documents and results.json to `on_scored`, and returns its state
@@ -316,7 +321,8 @@ CheckpointOutcome evaluate_checkpoint(const RunConfig& run_config, const Evaluat
     throw Error(report.fatal_error);
   }
   if (on_scored && !report.interrupted) {
-    const nlohmann::json results = nlohmann::json::parse(io::read_file(config.output + "/results.json"));
+    // ordered: the first metric of each task is its primary one (trend.h)
+    const nlohmann::ordered_json results = nlohmann::ordered_json::parse(io::read_file(config.output + "/results.json"));
     on_scored(records, results, state);
   }
   CheckpointOutcome outcome;
@@ -338,30 +344,122 @@ SchedulerOptions scheduler_options(const RunConfig& config, const EvaluationOpti
   return so;
 }
 
+// What a run keeps in the history database (history.h): every checkpoint it scores, with the
+// per-task scores and per-document outcomes the trend report and regression checks read.
+class HistoryRecorder {
+ public:
+  HistoryRecorder(const RunConfig& config, const std::string& config_fp)
+      : history_(History::open(History::default_path(config.history))), config_fp_(config_fp) {
+    run_id_ = history_.begin_run(config_fp, config.to_json(), config.source);
+  }
+  History& history() { return history_; }
+  const std::string& config_fingerprint() const { return config_fp_; }
+  // The callback evaluate_checkpoint() calls once `c` is scored; `line` (its status.json line)
+  // gets its primary scores.
+  ScoredCallback recorder(const Checkpoint& c, nlohmann::json* line) {
+    return [this, &c, line](const std::vector<DocRecord>& records, const nlohmann::ordered_json& results,
+                            const std::string& state) {
+      const std::vector<ScoreRow> scores = scores_from_results(results);
+      history_.record(run_id_, info(c), config_fp_, state == "complete" ? "complete" : "incomplete", scores,
+                      samples_from_records(records));
+      if (line) (*line)["scores"] = primary_json(scores);
+      scored_.push_back(c.name);
+    };
+  }
+  static CheckpointInfo info(const Checkpoint& c) { return CheckpointInfo{c.fingerprint, c.path, c.name, c.mtime}; }
+  static nlohmann::json primary_json(const std::vector<ScoreRow>& scores) {
+    ScoredCheckpoint sc;
+    sc.scores = scores;
+    nlohmann::json out = nlohmann::json::object();
+    for (const ScoreRow& r : primary_scores(sc))
+      out[r.task] = {{"metric", r.metric}, {"value", r.value},
+                     {"stderr", r.stderr_value ? nlohmann::json(*r.stderr_value) : nlohmann::json()}};
+    return out;
+  }
+  // Drops against the previous checkpoint of more than `points` where the newer one was scored
+  // by this run, each logged as one line naming the task.
+  std::vector<Regression> regressions(double points) const {
+    std::vector<Regression> out;
+    for (const Regression& r : find_regressions(history_.trend(config_fp_), points)) {
+      if (std::find(scored_.begin(), scored_.end(), r.current) == scored_.end()) continue;
+      std::cerr << fmt::format("[sched] regression: {} {} fell from {:.4f} ({}) to {:.4f} ({}), {:.2f} {} > {}\n", r.task,
+                               r.metric, r.before, r.previous, r.after, r.current, r.drop_points,
+                               r.in_points ? "points" : "units", points);
+      out.push_back(r);
+    }
+    return out;
+  }
+
+ private:
+  History history_;
+  std::string config_fp_;
+  int64_t run_id_ = 0;
+  std::vector<std::string> scored_;
+};
+
+// The config fingerprint (run_identity.h) of a run: its tasks' requests and the settings that
+// change results, independent of the checkpoint.
+std::string run_config_fingerprint(const RunConfig& config, const std::string& executable) {
+  const std::vector<std::string> search = task_search_dirs(config, executable);
+  const TaskSelection selection = expand_tasks(config.tasks, search);
+  TaskLoadOptions load_options;
+  load_options.data_roots = config.data;
+  load_options.num_fewshot = config.num_fewshot;
+  load_options.fewshot_seed = config.fewshot_seed;
+  std::vector<Task> tasks;
+  for (const std::string& name : selection.tasks) tasks.push_back(Task::load(name, search, load_options));
+  std::vector<const Task*> task_ptrs;
+  for (const Task& t : tasks) task_ptrs.push_back(&t);
+  return config_fingerprint(config, build_requests(task_ptrs, config.limit));
+}
+
 // The nightly loop: every checkpoint into <output>/<name>/, oldest first, with one set of workers
-// that switch checkpoints in place. A checkpoint that fails (a bad file, workers that keep
-// dying) is reported and the others are still scored. status.json carries a line per checkpoint.
+// that switch checkpoints in place. Checkpoints the history holds complete for this config are
+// skipped (--fresh scores them again). A checkpoint that fails (a bad file, workers that keep
+// dying) is reported and the others are still scored. status.json carries a line per
+// checkpoint; report.md and report.html in <output> show the trend of every checkpoint the
+// history holds for this config.
 int run_checkpoints(const RunConfig& config, const EvaluationOptions& options, const std::vector<Checkpoint>& checkpoints,
-                    Scheduler& scheduler, ProgressReporter& progress) {
+                    Scheduler& scheduler, ProgressReporter& progress, HistoryRecorder& recorder) {
+  History& history = recorder.history();
+  const std::string& config_fp = recorder.config_fingerprint();
   nlohmann::json lines = nlohmann::json::array();
   std::vector<std::string> names;
+  std::map<std::string, const ScoredCheckpoint*> earlier;  // fingerprint -> its history record
+  const std::vector<ScoredCheckpoint> trend = history.trend(config_fp);
+  for (const ScoredCheckpoint& sc : trend) earlier[sc.checkpoint.fingerprint] = &sc;
+  size_t skipped = 0;
   for (const Checkpoint& c : checkpoints) {
-    lines.push_back({{"name", c.name}, {"path", c.path}, {"fingerprint", c.fingerprint.substr(0, 16)}, {"state", "queued"}});
+    nlohmann::json line = {{"name", c.name}, {"path", c.path}, {"fingerprint", c.fingerprint.substr(0, 16)}, {"state", "queued"}};
+    if (c.error.empty() && options.fresh) history.forget(c.fingerprint, config_fp);
+    if (c.error.empty() && !options.fresh && history.is_scored(c.fingerprint, config_fp)) {
+      line["state"] = "skipped";
+      if (earlier.count(c.fingerprint)) line["scores"] = HistoryRecorder::primary_json(earlier[c.fingerprint]->scores);
+      ++skipped;
+    }
+    lines.push_back(line);
     names.push_back(c.name);
   }
   std::cerr << fmt::format("[sched] {} checkpoints, oldest first: {}\n", checkpoints.size(), fmt::join(names, ", "));
+  if (skipped > 0)
+    std::cerr << fmt::format("[sched] {} already scored for this config (history {}): skipped; --fresh scores them again\n",
+                             skipped, history.path());
   progress.set_extra("checkpoints", lines);
   bool failed = false, incomplete = false;
   for (size_t k = 0; k < checkpoints.size(); ++k) {
     const Checkpoint& c = checkpoints[k];
+    if (lines[k]["state"] == "skipped") {
+      std::cerr << fmt::format("[sched] checkpoint {} of {}: {} already scored, skipped\n", k + 1, checkpoints.size(), c.name);
+      continue;
+    }
     lines[k]["state"] = "running";
     progress.set_extra("checkpoint", c.name);
     progress.set_extra("checkpoints", lines);
     std::cerr << fmt::format("[sched] checkpoint {} of {}: {} ({})\n", k + 1, checkpoints.size(), c.name, c.path);
     try {
       if (!c.error.empty()) throw Error(c.error);
-      const CheckpointOutcome outcome =
-          evaluate_checkpoint(config, options, c, config.output + "/" + c.name, scheduler, progress, nullptr);
+      const CheckpointOutcome outcome = evaluate_checkpoint(config, options, c, config.output + "/" + c.name, scheduler,
+                                                            progress, recorder.recorder(c, &lines[k]));
       lines[k]["state"] = outcome.state;
       progress.set_extra("checkpoints", lines);
       if (outcome.state == "interrupted") {
@@ -377,9 +475,15 @@ int run_checkpoints(const RunConfig& config, const EvaluationOptions& options, c
       failed = true;
     }
   }
+  scheduler.shutdown();
   progress.set_extra("checkpoint", nullptr);
-  progress.finish(failed ? "failed" : incomplete ? "incomplete" : "complete");
-  return failed ? 1 : incomplete ? kExitIncomplete : 0;
+  write_trend_reports(config.output, history, config_fp, config.fail_on_regression);
+  std::cerr << fmt::format("[sched] trend of {} checkpoints: {}/report.md, {}/report.html\n", history.trend(config_fp).size(),
+                           config.output, config.output);
+  const bool regressed = config.fail_on_regression && !recorder.regressions(*config.fail_on_regression).empty();
+  const char* state = failed ? "failed" : regressed ? "regressed" : incomplete ? "incomplete" : "complete";
+  progress.finish(state);
+  return failed ? 1 : regressed ? kExitRegression : incomplete ? kExitIncomplete : 0;
 }
 
 }  // namespace
@@ -391,17 +495,21 @@ int run_evaluation(const RunConfig& config, const EvaluationOptions& options) {
   std::vector<DeviceSlot> slots = parse_device_spec(config.gpus.empty() ? "cpu" : config.gpus, visible_cuda_devices(), cores);
   for (DeviceSlot& s : slots)
     if (s.kind == DeviceSlot::Kind::kCpu) s.threads = static_cast<int>(config.cpu_threads);
+  if (!nightly && !checkpoints[0].error.empty()) throw Error(checkpoints[0].error);
+  HistoryRecorder recorder(config, run_config_fingerprint(config, options.executable));
   io::make_directories(config.output + "/logs");
   Scheduler scheduler(scheduler_options(config, options, slots));
   ProgressReporter progress(config.output + "/status.json", config.source, options.live_progress);
-  if (!nightly) {
-    if (!checkpoints[0].error.empty()) throw Error(checkpoints[0].error);
-    const CheckpointOutcome outcome =
-        evaluate_checkpoint(config, options, checkpoints[0], config.output, scheduler, progress, nullptr);
-    progress.finish(outcome.state);
-    return outcome.exit_code;
-  }
-  return run_checkpoints(config, options, checkpoints, scheduler, progress);
+  if (nightly) return run_checkpoints(config, options, checkpoints, scheduler, progress, recorder);
+  // One checkpoint: its report in <output>, its scores into the history (it is resumed from its
+  // journal, never skipped).
+  const CheckpointOutcome outcome = evaluate_checkpoint(config, options, checkpoints[0], config.output, scheduler,
+                                                        progress, recorder.recorder(checkpoints[0], nullptr));
+  scheduler.shutdown();
+  const bool regressed = outcome.exit_code == 0 && config.fail_on_regression &&
+                         !recorder.regressions(*config.fail_on_regression).empty();
+  progress.finish(regressed ? "regressed" : outcome.state);
+  return regressed ? kExitRegression : outcome.exit_code;
 }
 
 }  // namespace gpueval

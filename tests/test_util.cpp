@@ -138,6 +138,17 @@ const std::string& converted_stories260k() {
   return dir.path();
 }
 
+namespace {
+// gpueval runs under test keep their history (history.h) in a temp file, not the user's.
+const bool kPrivateHistory = [] {
+  if (!std::getenv("GPUEVAL_HISTORY")) {
+    static TempDir dir;
+    ::setenv("GPUEVAL_HISTORY", dir.file("history.sqlite").c_str(), 1);
+  }
+  return true;
+}();
+}  // namespace
+
 void perturbed_copy(const std::string& src, const std::string& dst, double scale, uint64_t seed) {
   namespace fs = std::filesystem;
   fs::create_directories(dst);

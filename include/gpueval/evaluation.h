@@ -5,8 +5,14 @@
 // writes the report files (results.json, samples_<task>.jsonl, report.md) plus
 // status.json and per-worker logs into the output directory.
 //
+// Several checkpoints (a list or a glob: checkpoints.h) make a nightly run: each is scored into
+// <output>/<name>/ by one set of workers, oldest first, skipping those the history database
+// (history.h) already holds for this config, and <output>/report.md and report.html show the
+// trend (trend_report.h). Every scored checkpoint, one alone too, goes into the history.
+//
 // Exit codes: 0 complete; 3 finished but incomplete (quarantined batches);
-// 1 fatal error; 130/143 interrupted by SIGINT/SIGTERM (what was done is
+// 4 a score regressed (fail_on_regression); 1 fatal error (nightly: a checkpoint failed,
+// the others were scored); 130/143 interrupted by SIGINT/SIGTERM (what was done is
 // still written).
 #pragma once
 
@@ -27,6 +33,7 @@
 namespace gpueval {
 
 constexpr int kExitIncomplete = 3;
+constexpr int kExitRegression = 4;  // --fail-on-regression: a score fell by more than the points given
 
 struct EvaluationOptions {
   std::string executable;  // this binary, exec'd in worker mode
