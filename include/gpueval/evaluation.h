@@ -3,10 +3,12 @@
 // number of workers), runs them on one worker process per device slot through
 // the Scheduler, aggregates per-request results into per-document metrics, and
 // writes the report files (results.json, samples_<task>.jsonl, report.md) plus
-// status.json and per-worker logs into the output directory.
+// status.json and per-worker logs into the output directory. Every finished
+// batch is committed to <output>/journal.sqlite first (run_journal.h), so
+// running the same command again resumes: only missing requests are computed.
 //
 // Exit codes: 0 complete; 3 finished but incomplete (quarantined batches);
-// 1 fatal error; 130/143 interrupted by SIGINT/SIGTERM (what was done is
+// 1 fatal error (including a journal that cannot be written, e.g. a full disk); 130/143 interrupted by SIGINT/SIGTERM (what was done is
 // still written).
 #pragma once
 
@@ -32,6 +34,7 @@ struct EvaluationOptions {
   std::string executable;  // this binary, exec'd in worker mode
   bool live_progress = false;  // redraw one progress line (stderr is a terminal)
   bool recalibrate = false;    // probe batch budgets even when the calibration cache has them
+  bool fresh = false;          // --fresh: start the output's journal over instead of resuming from it
 };
 
 // What a run (or `gpueval calibrate`) works on, loaded and checked: the device slots, the model,

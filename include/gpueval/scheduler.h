@@ -91,6 +91,8 @@ class Scheduler {
   Scheduler(SchedulerOptions options, const Plan& plan);
   // Runs to completion, interruption or a fatal error. `on_result` is called
   // once per finished batch, in completion order; `on_status` about once a second.
+  // An exception thrown by `on_result` is a fatal error: its message becomes
+  // fatal_error, no further result is delivered and the workers are ended.
   SchedulerReport run(const ResultCallback& on_result, const StatusCallback& on_status);
 
  private:
