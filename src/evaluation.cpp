@@ -281,7 +281,7 @@ int run_evaluation(const RunConfig& config, const EvaluationOptions& options) {
   summary.config = config.to_json();
   summary.config["add_bos_token"] = po.add_bos;  // what add_bos resolved to (lm-eval's model_args name)
   summary.config["batch_tokens_used"] = po.batch_tokens;
-  summary.config["batch_tokens_source"] = budget_source;  // config | probed | cache
+  summary.config["batch_tokens_source"] = budget_source;  // config | probed | cache | journal
   summary.model = model_dir;
   summary.wall_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   summary.incomplete = incomplete;
