@@ -27,9 +27,11 @@
 #include "gpueval/executor.h"
 #include "gpueval/file_io.h"
 #include "gpueval/model_config.h"
+#include "gpueval/model_fingerprint.h"
 #include "gpueval/planner.h"
 #include "gpueval/progress.h"
 #include "gpueval/report.h"
+#include "gpueval/run_journal.h"
 #include "gpueval/scheduler.h"
 #include "gpueval/task.h"
 #include "gpueval/task_group.h"
@@ -161,10 +163,18 @@ CheckpointOutcome evaluate_checkpoint(const RunConfig& run_config, const Evaluat
 
   io::make_directories(config.output);
   io::make_directories(config.output + "/logs");
+  // Journal (run_journal.h): what an earlier run of this model and config already scored.
+  RunJournal journal(config.output, checkpoint.fingerprint, model_dir, config, requests, options.fresh);
   PlanOptions po = in.plan_options;
   std::string budget_source = "config";
   Plan plan = make_plan(requests, *in.tokenizer, po);
-  if (config.batch_size == "auto" && config.batch_tokens <= 0) {
+  const bool auto_budget = config.batch_size == "auto" && config.batch_tokens <= 0;
+  const std::optional<int64_t> journal_budget = journal.batch_tokens();  // what the stored results were planned with
+  if (auto_budget && journal_budget) {
+    po.batch_tokens = *journal_budget;  // the same plan as the interrupted run, so the same results
+    budget_source = "journal";
+    plan = rebatch(plan, po);
+  } else if (auto_budget) {
     CalibrationOptions co;
     co.executable = options.executable;
     co.model_dir = model_dir;
@@ -183,7 +193,12 @@ CheckpointOutcome evaluate_checkpoint(const RunConfig& run_config, const Evaluat
         budget_source = b.source;
       }
     plan = rebatch(plan, po);  // the same items, cut under the chosen budget
+  } else if (journal_budget && *journal_budget != po.batch_tokens) {
+    std::cerr << fmt::format("[sched] note: resumed results were computed with a budget of {} tokens, this run plans "
+                             "with {}; results are not bit-identical to an uninterrupted run\n",
+                             *journal_budget, po.batch_tokens);
   }
+  if (!journal_budget) journal.set_batch_tokens(po.batch_tokens);
   std::cerr << fmt::format("[sched] {} tasks, {} requests, {} batches ({} tokens, {:.1f}% padding, budget {} tokens) on {} worker(s): {}\n",
                            tasks.size(), requests.size(), plan.batches.size(), plan.total_tokens,
                            100 * plan.padding_fraction(), po.batch_tokens, slots.size(), spec);
@@ -203,6 +218,7 @@ CheckpointOutcome evaluate_checkpoint(const RunConfig& run_config, const Evaluat
   progress.set_extra("tasks", config.tasks);
 
   std::vector<std::vector<ItemResult>> items_of(requests.size());
+  const Plan todo = journal.remaining(plan, items_of);  // the batches not all in the journal; the rest fill items_of
   // Per-task progress for status.json: a document is done when all parts of all its requests are in.
   std::vector<std::vector<size_t>> requests_left(tasks.size());
   std::vector<int64_t> docs_done(tasks.size(), 0);
@@ -214,17 +230,22 @@ CheckpointOutcome evaluate_checkpoint(const RunConfig& run_config, const Evaluat
       j[tasks[t].name()] = {{"documents", doc_requests[t].size()}, {"documents_done", docs_done[t]}};
     return j;
   };
+  auto request_done = [&](size_t i) {
+    const size_t t = task_index.at(requests[i].task);
+    if (--requests_left[t][static_cast<size_t>(requests[i].doc_id)] == 0) ++docs_done[t];
+  };
+  for (size_t i = 0; i < requests.size(); ++i)  // resumed from the journal
+    if (!items_of[i].empty() && static_cast<int32_t>(items_of[i].size()) == items_of[i].front().parts) request_done(i);
   progress.set_extra("task_progress", task_progress());
   SchedulerReport report = scheduler.run(
-      plan, model_dir,
+      todo, model_dir,
       [&](const Batch&, std::vector<ItemResult> items, const std::string&) {
+        journal.record(items);  // committed before it counts; a failure ends the run (scheduler.h)
         for (ItemResult& r : items) {
           const size_t i = static_cast<size_t>(r.request_index);
           const int32_t parts = r.parts;
           items_of[i].push_back(std::move(r));
-          if (static_cast<int32_t>(items_of[i].size()) != parts) continue;
-          const size_t t = task_index.at(requests[i].task);
-          if (--requests_left[t][static_cast<size_t>(requests[i].doc_id)] == 0) ++docs_done[t];
+          if (static_cast<int32_t>(items_of[i].size()) == parts) request_done(i);
         }
         progress.set_extra("task_progress", task_progress());
       },
@@ -277,7 +298,7 @@ CheckpointOutcome evaluate_checkpoint(const RunConfig& run_config, const Evaluat
   summary.config = config.to_json();
   summary.config["add_bos_token"] = po.add_bos;  // what add_bos resolved to (lm-eval's model_args name)
   summary.config["batch_tokens_used"] = po.batch_tokens;
-  summary.config["batch_tokens_source"] = budget_source;  // config | probed | cache
+  summary.config["batch_tokens_source"] = budget_source;  // config | probed | cache | journal
   summary.model = model_dir;
   summary.wall_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   summary.incomplete = incomplete;
@@ -296,9 +317,16 @@ CheckpointOutcome evaluate_checkpoint(const RunConfig& run_config, const Evaluat
                       {"oom_splits", report.stats.oom_splits},
                       {"truncated_requests", plan.truncated_requests},
                       {"max_length", po.max_length}};
+  summary.journal = journal.summary();
   summary.date = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() -
                  summary.wall_seconds;
-  write_reports(config.output, task_ptrs, records, summary);
+  try {
+    write_reports(config.output, task_ptrs, records, summary);
+  } catch (const std::exception& e) {
+    if (report.fatal_error.empty()) throw;
+    // The run failed already (e.g. a full disk): say why the report is missing, keep the original error.
+    std::cerr << "[sched] cannot write the report: " << e.what() << "\n";
+  }
 
   const size_t docs_total = records.size() + incomplete.size() - quarantined.size();
   const char* state = !report.fatal_error.empty() ? "failed"
@@ -314,6 +342,8 @@ CheckpointOutcome evaluate_checkpoint(const RunConfig& run_config, const Evaluat
                            report.stats.oom_splits > 0
                                ? fmt::format(", {} out-of-memory splits", report.stats.oom_splits)
                                : std::string());
+  std::cerr << fmt::format("[sched] journal {}: computed {} requests in {} batches\n", journal.path(),
+                           journal.requests_computed(), journal.batches_computed());
   std::cerr << fmt::format("[sched] {}: {} of {} documents scored, {} worker restarts, {:.1f}s; report in {}\n", state,
                            records.size(), docs_total, report.worker_restarts, summary.wall_seconds, config.output);
   if (!report.fatal_error.empty()) {

@@ -103,6 +103,8 @@ int main(int argc, char** argv) {
                                             "on|off: compute shared contexts and few-shot prefixes once (default on)");
   bool recalibrate = false;
   run_cmd->add_flag("--recalibrate", recalibrate, "probe batch budgets even when the calibration cache has them");
+  bool fresh = false;
+  run_cmd->add_flag("--fresh", fresh, "start over: discard the output directory's journal instead of resuming from it");
   run_cmd->add_option_function<std::string>("--max-memory", [&](const std::string& v) { overrides.max_memory = v; },
                                             "memory per CPU worker for batch probing: 6GiB, 512MiB, or a share such as 0.5");
   auto* worker_cmd = app.add_subcommand("worker", "")->group("");  // started by the scheduler only
@@ -212,6 +214,7 @@ int main(int argc, char** argv) {
       eo.executable = self_executable(argv[0]);
       eo.live_progress = ::isatty(2) != 0;
       eo.recalibrate = recalibrate;
+      eo.fresh = fresh;
       return gpueval::run_evaluation(config, eo);
     }
     if (*calibrate_cmd) {

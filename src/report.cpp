@@ -268,6 +268,7 @@ nlohmann::ordered_json results(const std::vector<TaskResults>& tasks, const RunS
   if (!config.contains("bootstrap_iters")) config["bootstrap_iters"] = summary.bootstrap_iters;
   out["config"] = config;
   if (!summary.batching.empty()) out["batching"] = summary.batching;
+  if (!summary.journal.empty()) out["journal"] = summary.journal;
   if (summary.date) out["date"] = *summary.date;
   // lm-eval's task hash: SHA-256 of the concatenated doc, prompt and target hashes of its samples.
   nlohmann::ordered_json task_hashes = nlohmann::ordered_json::object();

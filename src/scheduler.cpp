@@ -438,7 +438,13 @@ class Loop {
     report_.batches_done += 1;
     w.state = State::kIdle;
     w.batch = -1;
-    on_result_(batch, std::move(items), w.slot.name());
+    // A result the aggregator cannot keep (its journal is full) ends the run; nothing after it is delivered.
+    if (!report_.fatal_error.empty()) return;
+    try {
+      on_result_(batch, std::move(items), w.slot.name());
+    } catch (const std::exception& e) {
+      report_.fatal_error = e.what();
+    }
   }
 
   // The in-flight batch failed on `w`: back to the queue or into quarantine.

@@ -13,6 +13,7 @@
 
 #include "gpueval/file_io.h"
 #include "gpueval/subprocess.h"
+#include "async_run.h"
 #include "test_util.h"
 
 namespace gpueval {
@@ -50,48 +51,7 @@ std::map<std::string, std::string> samples_of(const std::string& out) {
 
 json results_of(const std::string& out) { return json::parse(io::read_file(out + "/results.json")); }
 
-// The run started asynchronously, so a test can signal it and its workers.
-struct AsyncRun {
-  Child child;
-  std::string output;
-
-  static AsyncRun start(const std::vector<std::string>& args, const std::string& output,
-                        std::vector<std::pair<std::string, std::string>> env = {}) {
-    SpawnOptions so;
-    so.argv = {testing::binary()};
-    so.argv.insert(so.argv.end(), args.begin(), args.end());
-    so.env = std::move(env);
-    so.log_path = output + ".log";
-    return AsyncRun{Child::spawn(so), output};
-  }
-  // Polls status.json until `pred` holds (or the timeout passes).
-  json wait_status(const std::function<bool(const json&)>& pred, double timeout_s = 60) {
-    const auto t0 = Clock::now();
-    while (std::chrono::duration<double>(Clock::now() - t0).count() < timeout_s) {
-      const std::string path = output + "/status.json";
-      if (io::path_exists(path)) {
-        json s = json::parse(io::read_file(path), nullptr, false);
-        if (!s.is_discarded() && pred(s)) return s;
-      }
-      if (child.poll()) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return json();
-  }
-  // Waits until every worker is busy; returns their pids (empty on timeout).
-  std::vector<int> wait_all_busy() {
-    json s = wait_status([](const json& st) {
-      for (const auto& w : st["workers"])
-        if (w["state"] != "busy") return false;
-      return !st["workers"].empty();
-    });
-    std::vector<int> pids;
-    if (!s.is_null())
-      for (const auto& w : s["workers"]) pids.push_back(w["pid"].get<int>());
-    return pids;
-  }
-  std::string log() const { return io::path_exists(output + ".log") ? io::read_file(output + ".log") : ""; }
-};
+using testing::AsyncRun;
 
 // status.json is rewritten about once a second, so a run must last many seconds for a test to
 // see it mid-run on a loaded CI machine: slow:500 makes the 22 batches take ~6 s on two workers.

@@ -3,7 +3,9 @@
 // number of workers), runs them on one worker process per device slot through
 // the Scheduler, aggregates per-request results into per-document metrics, and
 // writes the report files (results.json, samples_<task>.jsonl, report.md) plus
-// status.json and per-worker logs into the output directory.
+// status.json and per-worker logs into the output directory. Every finished
+// batch is committed to <output>/journal.sqlite first (run_journal.h), so
+// running the same command again resumes: only missing requests are computed.
 //
 // Several checkpoints (a list or a glob: checkpoints.h) make a nightly run: each is scored into
 // <output>/<name>/ by one set of workers, oldest first, skipping those the history database
@@ -11,8 +13,9 @@
 // trend (trend_report.h). Every scored checkpoint, one alone too, goes into the history.
 //
 // Exit codes: 0 complete; 3 finished but incomplete (quarantined batches);
-// 4 a score regressed (fail_on_regression); 1 fatal error (nightly: a checkpoint failed,
-// the others were scored); 130/143 interrupted by SIGINT/SIGTERM (what was done is
+// 4 a score regressed (fail_on_regression); 1 fatal error (including a journal that cannot be
+// written, e.g. a full disk; nightly: a checkpoint failed, the others were scored); 130/143
+// interrupted by SIGINT/SIGTERM (what was done is
 // still written).
 #pragma once
 
@@ -39,6 +42,7 @@ struct EvaluationOptions {
   std::string executable;  // this binary, exec'd in worker mode
   bool live_progress = false;  // redraw one progress line (stderr is a terminal)
   bool recalibrate = false;    // probe batch budgets even when the calibration cache has them
+  bool fresh = false;          // --fresh: start the output's journal over instead of resuming from it
 };
 
 // What a run (or `gpueval calibrate`) works on, loaded and checked: the device slots, the model,

@@ -102,6 +102,8 @@ class Scheduler {
   // Runs `plan` on the checkpoint in `model_dir` to completion, interruption or a fatal error.
   // `on_result` is called once per finished batch, in completion order; `on_status` about
   // once a second. Workers stay up afterwards unless the run was interrupted or failed.
+  // An exception thrown by `on_result` is a fatal error: its message becomes fatal_error,
+  // no further result is delivered and the workers are ended.
   SchedulerReport run(const Plan& plan, const std::string& model_dir, const ResultCallback& on_result,
                       const StatusCallback& on_status);
   // Ends every worker (a Shutdown frame, then signals after a few seconds); idempotent.
