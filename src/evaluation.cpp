@@ -412,7 +412,7 @@ class HistoryRecorder {
     std::vector<Regression> out;
     for (const Regression& r : find_regressions(history_.trend(config_fp_), points)) {
       if (std::find(scored_.begin(), scored_.end(), r.current) == scored_.end()) continue;
-      std::cerr << fmt::format("[sched] regression: {} {} fell from {:.4f} ({}) to {:.4f} ({}), {:.2f} {} > {}\n", r.task,
+      std::cerr << fmt::format("[sched] regression: {} {} went from {:.4f} ({}) to {:.4f} ({}): {:.2f} {} worse, more than {}\n", r.task,
                                r.metric, r.before, r.previous, r.after, r.current, r.drop_points,
                                r.in_points ? "points" : "units", points);
       out.push_back(r);

@@ -109,5 +109,58 @@ TEST_F(NightlyTest, ADamagedCheckpointFailsAloneAndTheOthersAreScored) {
   EXPECT_EQ(status["checkpoints"][2]["state"], "complete");
 }
 
+// The nightly scenario: step-100 was scored by an earlier run; tonight's glob skips it,
+// scores the other two with the same workers, the history and the trend report show all three,
+// and --fail-on-regression fires on step-300, which is worse.
+TEST_F(NightlyTest, ScoredCheckpointIsSkippedTrendShowsAllThreeAndRegressionFires) {
+  auto first = testing::run_gpueval({"run", "--gpus", "cpu:1", config("first", dir_.file("runs/step-100"))});
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+
+  auto r = testing::run_gpueval(
+      {"run", "--gpus", "cpu:2", "--fail-on-regression", "5", config("night", dir_.file("runs/step-*"))});
+  EXPECT_EQ(r.exit_code, 4) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("1 already scored for this config"));
+  EXPECT_THAT(r.err, HasSubstr("checkpoint 1 of 3: step-100 already scored, skipped"));
+  EXPECT_FALSE(io::path_exists(dir_.file("night/step-100")));  // nothing computed for it
+  EXPECT_TRUE(io::path_exists(dir_.file("night/step-200/results.json")));
+  EXPECT_THAT(r.err, HasSubstr("[sched] regression: demo_choice acc went from"));
+  EXPECT_THAT(r.err, HasSubstr("(step-200) to "));
+  EXPECT_THAT(r.err, HasSubstr("(step-300): "));
+  EXPECT_EQ(count_of(r.err, "regression: demo_choice"), 1u);
+
+  // status.json: a line per checkpoint with its primary scores, the skipped one's from the history.
+  const json status = json::parse(io::read_file(dir_.file("night/status.json")));
+  EXPECT_EQ(status["state"], "regressed");
+  EXPECT_EQ(status["checkpoints"][0]["state"], "skipped");
+  const json first_results = json::parse(io::read_file(dir_.file("first/results.json")));
+  EXPECT_EQ(status["checkpoints"][0]["scores"]["demo_choice"]["value"], first_results["results"]["demo_choice"]["acc,none"]);
+  EXPECT_EQ(status["checkpoints"][2]["scores"]["demo_choice"]["metric"], "acc");
+  const json last_results = json::parse(io::read_file(dir_.file("night/step-300/results.json")));
+  EXPECT_EQ(status["checkpoints"][2]["scores"]["demo_choice"]["value"], last_results["results"]["demo_choice"]["acc,none"]);
+
+  // The history and the morning report hold all three, oldest first.
+  auto h = testing::run_gpueval({"history", "--history", dir_.file("history.sqlite"), "--task", "demo_choice"});
+  ASSERT_EQ(h.exit_code, 0) << h.err;
+  const size_t p100 = h.out.find("step-100"), p200 = h.out.find("step-200"), p300 = h.out.find("step-300");
+  ASSERT_NE(p100, std::string::npos) << h.out;
+  ASSERT_NE(p300, std::string::npos) << h.out;
+  EXPECT_LT(p100, p200);
+  EXPECT_LT(p200, p300);
+  const std::string html = io::read_file(dir_.file("night/report.html"));
+  for (const char* name : {"step-100", "step-200", "step-300"}) {
+    EXPECT_THAT(html, HasSubstr(name));
+    EXPECT_THAT(io::read_file(dir_.file("night/report.md")), HasSubstr(std::string("| ") + name + " |"));
+  }
+  EXPECT_THAT(html, HasSubstr("demo_choice"));
+  EXPECT_THAT(html, HasSubstr("Regressions"));
+
+  // The same command again: everything is in the history; no worker starts, no regression is new.
+  auto again = testing::run_gpueval(
+      {"run", "--gpus", "cpu:2", "--fail-on-regression", "5", config("night", dir_.file("runs/step-*"))});
+  EXPECT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_THAT(again.err, HasSubstr("3 already scored for this config"));
+  EXPECT_EQ(count_of(again.err, "[sched] started worker"), 0u);
+}
+
 }  // namespace
 }  // namespace gpueval
