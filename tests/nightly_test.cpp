@@ -1,6 +1,7 @@
 // Nightly runs end to end with real worker processes: a glob of checkpoints scored oldest first
 // by one set of workers that switch checkpoints in place, one output directory per checkpoint,
 // a status.json line per checkpoint, and a damaged checkpoint that fails alone.
+#include <signal.h>
 #include <utime.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "async_run.h"
 #include "gpueval/file_io.h"
 #include "test_util.h"
 
@@ -107,6 +109,40 @@ TEST_F(NightlyTest, ADamagedCheckpointFailsAloneAndTheOthersAreScored) {
   EXPECT_EQ(status["checkpoints"][1]["state"], "failed");
   EXPECT_THAT(status["checkpoints"][1]["error"].get<std::string>(), HasSubstr(weights));
   EXPECT_EQ(status["checkpoints"][2]["state"], "complete");
+}
+
+// kill -9 of the whole process group in the middle of the second checkpoint, then the same
+// command: the first is skipped (the history has it), the second resumes from its journal and
+// computes only what it lacked, the third is scored; every result equals an uninterrupted run's.
+TEST_F(NightlyTest, KilledNightResumesWhereItStopped) {
+  const std::string cfg = config("night", dir_.file("runs/step-*"));
+  {
+    testing::AsyncRun run = testing::AsyncRun::start({"run", "--gpus", "cpu:2", cfg}, dir_.file("night"),
+                                                     {{"GPUEVAL_FAULT", "slow:400"}});
+    const json s = run.wait_status(
+        [](const json& st) { return st.value("checkpoint", json()) == "step-200" && st.value("batches_done", 0) >= 1; });
+    ASSERT_FALSE(s.is_null()) << run.log();
+    ASSERT_EQ(::kill(-run.child.pid(), SIGKILL), 0);
+    run.child.wait();
+  }
+  auto r = testing::run_gpueval({"run", "--gpus", "cpu:2", cfg});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("step-100 already scored, skipped"));
+  const json j200 = json::parse(io::read_file(dir_.file("night/step-200/results.json")))["journal"];
+  const json j300 = json::parse(io::read_file(dir_.file("night/step-300/results.json")))["journal"];
+  EXPECT_GT(j200["requests_resumed"].get<int64_t>(), 0) << r.err;
+  EXPECT_GT(j200["requests_computed"].get<int64_t>(), 0) << r.err;
+  EXPECT_EQ(j200["requests_resumed"].get<int64_t>() + j200["requests_computed"].get<int64_t>(), 260);
+  EXPECT_EQ(j300["requests_resumed"], 0);
+  EXPECT_EQ(j300["requests_computed"], 260);
+  // An uninterrupted run of step-200 on one worker gives the same bytes.
+  auto ref = testing::run_gpueval({"run", "--gpus", "cpu:1", config("ref200", dir_.file("runs/step-200"))});
+  ASSERT_EQ(ref.exit_code, 0) << ref.err;
+  for (const char* task : {"demo_choice", "demo_perplexity"})
+    EXPECT_EQ(io::read_file(dir_.file("night/step-200/samples_") + task + ".jsonl"),
+              io::read_file(dir_.file("ref200/samples_") + task + ".jsonl"));
+  EXPECT_EQ(json::parse(io::read_file(dir_.file("night/step-200/results.json")))["results"],
+            json::parse(io::read_file(dir_.file("ref200/results.json")))["results"]);
 }
 
 // The nightly scenario: step-100 was scored by an earlier run; tonight's glob skips it,
