@@ -20,6 +20,7 @@ namespace gpueval {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using nlohmann::json;
 namespace fs = std::filesystem;
 
@@ -196,6 +197,17 @@ TEST_F(NightlyTest, ScoredCheckpointIsSkippedTrendShowsAllThreeAndRegressionFire
   EXPECT_EQ(again.exit_code, 0) << again.err;
   EXPECT_THAT(again.err, HasSubstr("3 already scored for this config"));
   EXPECT_EQ(count_of(again.err, "[sched] started worker"), 0u);
+
+  // --fresh scores every checkpoint again, each from scratch, with the same results.
+  auto fresh = testing::run_gpueval({"run", "--gpus", "cpu:1", "--fresh", config("night", dir_.file("runs/step-*"))});
+  EXPECT_EQ(fresh.exit_code, 0) << fresh.err;
+  EXPECT_THAT(fresh.err, Not(HasSubstr("already scored for this config")));
+  EXPECT_THAT(fresh.err, Not(HasSubstr("already scored, skipped")));
+  for (const char* c : {"step-100", "step-200", "step-300"}) {
+    const json j = json::parse(io::read_file(dir_.file("night/") + c + "/results.json"));
+    EXPECT_EQ(j["journal"]["requests_computed"], 260) << c;
+  }
+  EXPECT_EQ(json::parse(io::read_file(dir_.file("night/step-300/results.json")))["results"], last_results["results"]);
 }
 
 }  // namespace
