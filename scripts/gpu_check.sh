@@ -170,7 +170,7 @@ fi
 
 # ---- 5. Logits against LlamaForCausalLM
 if [ -n "$bin" ] && [ -n "$model" ]; then
-  prompts=6
+  prompts=4  # each prompt is one `gpueval logits` call (model load + [T, 128256] logits as JSON)
   [ "$mode" = cpu ] && prompts=3
   rc=0
   step logits "$(left 120)" "$py" scripts/gpu/compare_logits.py "$model" --gpueval "$bin" --device "$device" \

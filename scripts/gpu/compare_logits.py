@@ -56,6 +56,15 @@ def hf_logits(model, ids, device):
         return model(input_ids=x).logits[0].float().cpu().numpy()
 
 
+def load_hf(path, dtype, device):
+    from transformers import LlamaForCausalLM
+    try:
+        m = LlamaForCausalLM.from_pretrained(path, dtype=dtype)
+    except TypeError:  # transformers < 4.56 names it torch_dtype
+        m = LlamaForCausalLM.from_pretrained(path, torch_dtype=dtype)
+    return m.to(device).eval()
+
+
 def diff(a, b):
     import numpy as np
     d = np.abs(a - b)
@@ -78,7 +87,7 @@ def main():
     t0 = time.time()
     import numpy as np
     import torch
-    from transformers import AutoTokenizer, LlamaForCausalLM
+    from transformers import AutoTokenizer
 
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     binary = args.gpueval or next((p for p in (os.path.join(repo, "build-cuda", "gpueval"),
@@ -94,7 +103,7 @@ def main():
     seqs = [[bos] + ids for ids in hf_ids]
 
     torch_dtype = getattr(torch, args.dtype)
-    hf = LlamaForCausalLM.from_pretrained(args.model, dtype=torch_dtype).to(args.device).eval()
+    hf = load_hf(args.model, torch_dtype, args.device)
     ours = [gpueval_logits(binary, args.model, s, args.device, args.dtype, args.threads) for s in seqs]
     theirs = [hf_logits(hf, s, args.device) for s in seqs]
     a, b = np.concatenate(ours), np.concatenate(theirs)
@@ -107,7 +116,7 @@ def main():
         del hf
         if args.device.startswith("cuda"):
             torch.cuda.empty_cache()
-        ref_model = LlamaForCausalLM.from_pretrained(args.model, dtype=torch.float32).to(args.device).eval()
+        ref_model = load_hf(args.model, torch.float32, args.device)
         ref = np.concatenate([hf_logits(ref_model, s, args.device) for s in seqs])
         floor, vs_ref = diff(b, ref), diff(a, ref)
         top2 = np.sort(ref, axis=-1)[:, -2:]

@@ -64,7 +64,11 @@ def main():
         raise SystemExit(f"hf_score_bench: no samples_*.jsonl requests in {args.run_dir}")
     tok = AutoTokenizer.from_pretrained(args.model)
     enc = [encode(tok, c, x) for _, _, c, x, _ in reqs]
-    model = LlamaForCausalLM.from_pretrained(args.model, dtype=getattr(torch, args.dtype)).to(args.device).eval()
+    try:
+        model = LlamaForCausalLM.from_pretrained(args.model, dtype=getattr(torch, args.dtype))
+    except TypeError:  # transformers < 4.56 names it torch_dtype
+        model = LlamaForCausalLM.from_pretrained(args.model, torch_dtype=getattr(torch, args.dtype))
+    model = model.to(args.device).eval()
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
     order = sorted(range(len(enc)), key=lambda k: -len(enc[k][0]))
     batches, cur = [], []
