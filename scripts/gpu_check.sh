@@ -285,8 +285,9 @@ EOF
   wait "$ballast" 2>/dev/null || true
   if [ -f "$work/calibrate/calibration.json" ]; then
     cp "$work/calibrate/calibration.json" "$OUT/calibration.json"
-    res=$(field "$OUT/calibration.json" '(lambda d: f"OOM at {[p["batch_tokens"] for p in d["probe"]["points"] if p["note"] == "out of memory"]} tok; chose {d["batch_tokens"]}")(devices[0])')
-    oom=$(field "$OUT/calibration.json" 'any(p["note"] == "out of memory" for p in devices[0]["probe"]["points"]) and devices[0]["batch_tokens"] > 0')
+    "$py" scripts/gpu/summarize.py oom "$OUT/calibration.json" >"$work/oom.json"
+    res=$(field "$work/oom.json" 'result')
+    oom=$(field "$work/oom.json" '"True" if globals()["pass"] else "False"')
     row "OOM during probe" "$res" "$([ "$oom" = True ] && [ "$rc" = 0 ] && echo PASS || echo FAIL)"
   else
     row "OOM during probe" "calibrate exit $rc, no calibration.json; see the log" FAIL

@@ -3,6 +3,7 @@
 
   summarize.py run RUN_DIR RUN_LOG              -> JSON: accuracy, tokens, seconds, tok/s of our run
   summarize.py mfu RUN_JSON MODEL_JSON [HF_JSON] -> JSON: FLOPs/token, MFU of ours (and transformers')
+  summarize.py oom CALIBRATION_JSON             -> JSON: {pass, result}: the probe met an OOM, chose a budget
 
 Our scoring time is the scheduler's elapsed_s (status.json) less the slowest worker's model load
 ("loaded in X s" in the run log). tok/s counts the requested tokens (context + continuation of every
@@ -49,11 +50,23 @@ def mfu(run, model, hf=None):
     return out
 
 
+def oom(calibration):
+    """The probe met a real CUDA OOM (a point noted "out of memory") and still chose a budget."""
+    d = calibration["devices"][0]
+    points = d["probe"]["points"]
+    at = [p["batch_tokens"] for p in points if p["note"] == "out of memory"]
+    fit = [p["batch_tokens"] for p in points if p["fits"]]
+    ok = bool(at) and d["batch_tokens"] > 0
+    return {"pass": ok, "result": f"OOM at {at or 'none'} tokens; fitted {fit}; chose {d['batch_tokens']}"}
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "run":
         print(json.dumps(run_figures(sys.argv[2], sys.argv[3])))
     elif sys.argv[1] == "mfu":
         load = lambda p: json.load(open(p)) if p and os.path.exists(p) else None
         print(json.dumps(mfu(load(sys.argv[2]), load(sys.argv[3]), load(sys.argv[4]) if len(sys.argv) > 4 else None)))
+    elif sys.argv[1] == "oom":
+        print(json.dumps(oom(json.load(open(sys.argv[2])))))
     else:
         sys.exit(__doc__)
