@@ -67,8 +67,36 @@ RopeScaling parse_rope_scaling(const json& j, const std::string& where) {
 
 }  // namespace
 
-ModelConfig ModelConfig::from_json(const json& j, const std::string& where) {
-  if (!j.is_object()) fail(where, "config must be a JSON object");
+namespace {
+
+// transformers >= 5 writes `rope_parameters` {rope_theta, rope_type, factor, ...} and `dtype`
+// where earlier versions wrote `rope_theta`, `rope_scaling` and `torch_dtype`: the older keys,
+// where set (not null), win; otherwise the newer ones are read as if they were the older.
+json with_legacy_keys(const json& j, const std::string& where) {
+  json out = j;
+  auto unset = [&](const char* key) { return !out.contains(key) || out[key].is_null(); };
+  if (j.contains("rope_parameters") && !j["rope_parameters"].is_null()) {
+    const json& p = j["rope_parameters"];
+    if (!p.is_object()) fail(where, "key 'rope_parameters' must be an object or null");
+    if (unset("rope_theta") && p.contains("rope_theta")) out["rope_theta"] = p["rope_theta"];
+    const std::string type = p.value("rope_type", p.value("type", std::string("default")));
+    if (unset("rope_scaling") && type != "default") {
+      json scaling = p;
+      scaling.erase("rope_theta");
+      out["rope_scaling"] = scaling;
+    }
+  }
+  if (unset("torch_dtype") && j.contains("dtype")) out["torch_dtype"] = j["dtype"];
+  for (const char* key : {"rope_theta", "rope_scaling", "torch_dtype"})
+    if (out.contains(key) && out[key].is_null()) out.erase(key);
+  return out;
+}
+
+}  // namespace
+
+ModelConfig ModelConfig::from_json(const json& raw, const std::string& where) {
+  if (!raw.is_object()) fail(where, "config must be a JSON object");
+  const json j = with_legacy_keys(raw, where);
   ModelConfig c;
   if (j.contains("model_type")) {
     if (!j["model_type"].is_string()) fail(where, "key 'model_type' must be a string");
