@@ -137,7 +137,9 @@ TEST(KernelsCuda, LogprobGatherMatchesReference) {
           << where << " max |diff| " << (got.logprobs - want.logprobs).abs().max().item<float>();
       EXPECT_TRUE(at::equal(got.is_greedy, want.is_greedy)) << where;
       EXPECT_TRUE(got.is_greedy[0].item<bool>()) << where;
-      if (s.n > 1 && s.v > 2) EXPECT_FALSE(got.is_greedy[1].item<bool>()) << where;
+      if (s.n > 1 && s.v > 2) {
+        EXPECT_FALSE(got.is_greedy[1].item<bool>()) << where;
+      }
     }
   }
 }
