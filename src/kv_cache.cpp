@@ -1,6 +1,7 @@
 #include "gpueval/kv_cache.h"
 
 #include "gpueval/error.h"
+#include "gpueval/kernels.h"
 
 namespace gpueval {
 
@@ -17,8 +18,7 @@ std::pair<at::Tensor, at::Tensor> KVCache::append(int64_t layer, const at::Tenso
   const int64_t t = k.size(2);
   if (length_ + t > capacity())
     throw Error(fmt::format("KV cache: {} + {} positions exceed its capacity of {}", length_, t, capacity()));
-  keys_[layer].narrow(2, length_, t).copy_(k);
-  values_[layer].narrow(2, length_, t).copy_(v);
+  kv_append(keys_[layer], values_[layer], k, v, length_);
   return {keys_[layer].narrow(2, 0, length_ + t), values_[layer].narrow(2, 0, length_ + t)};
 }
 

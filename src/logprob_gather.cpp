@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "gpueval/kernels.h"
+
 namespace gpueval {
 
 TargetScores logprob_gather_reference(const at::Tensor& logits, const at::Tensor& targets) {
@@ -21,7 +23,7 @@ TargetScores target_logprobs(const LlamaModelImpl& model, const at::Tensor& hidd
   std::vector<at::Tensor> logprobs, greedy;
   for (int64_t start = 0; start < n; start += rows) {
     const int64_t len = std::min(rows, n - start);
-    TargetScores s = logprob_gather_reference(model.logits(hidden.narrow(0, start, len)), targets.narrow(0, start, len));
+    TargetScores s = logprob_gather(model.logits(hidden.narrow(0, start, len)), targets.narrow(0, start, len));
     logprobs.push_back(s.logprobs);
     greedy.push_back(s.is_greedy);
   }

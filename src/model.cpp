@@ -5,6 +5,7 @@
 #include <c10/core/InferenceMode.h>
 
 #include "gpueval/error.h"
+#include "gpueval/kernels.h"
 #include "gpueval/rope.h"
 #include "gpueval/checkpoint.h"
 
@@ -47,9 +48,7 @@ RMSNormImpl::RMSNormImpl(const WeightSource& source, const std::string& name, in
 }
 
 at::Tensor RMSNormImpl::forward(const at::Tensor& x) const {
-  at::Tensor xf = x.to(at::promote_types(x.scalar_type(), at::kFloat));
-  at::Tensor normed = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps_);
-  return weight_ * normed.to(x.scalar_type());
+  return rms_norm(x, weight_, eps_);
 }
 
 AttentionImpl::AttentionImpl(const ModelConfig& c, const WeightSource& source, const std::string& prefix)
@@ -67,8 +66,8 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const RopeTables& rope, c
   at::Tensor q = q_proj_->forward(x).view({b, t, n_heads_, head_dim_}).transpose(1, 2);     // [B, H, T, hd]
   at::Tensor k = k_proj_->forward(x).view({b, t, n_kv_heads_, head_dim_}).transpose(1, 2);  // [B, KV, T, hd]
   at::Tensor v = v_proj_->forward(x).view({b, t, n_kv_heads_, head_dim_}).transpose(1, 2);  // [B, KV, T, hd]
-  q = apply_rope(q, rope);
-  k = apply_rope(k, rope);
+  q = rotary_embedding(q, rope);
+  k = rotary_embedding(k, rope);
   if (cache) std::tie(k, v) = cache->append(layer, k, v);  // [B, KV, S', hd]
   return o_proj_->forward(attend(q, k, v, mask, prefix, layer));
 }
