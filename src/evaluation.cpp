@@ -367,6 +367,7 @@ SchedulerOptions scheduler_options(const RunConfig& config, const EvaluationOpti
   so.slots = slots;
   so.executable = options.executable;
   so.dtype = config.dtype;
+  so.load = config.load;
   so.log_dir = config.output + "/logs";
   so.max_attempts = config.max_attempts;
   so.heartbeat_timeout_s = config.heartbeat_timeout_s;
