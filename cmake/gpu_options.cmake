@@ -55,6 +55,20 @@ if(GPUEVAL_WITH_CUDA_KERNELS AND NOT GPUEVAL_CUDA)
   message(FATAL_ERROR "GPUEVAL_WITH_CUDA_KERNELS=ON needs GPUEVAL_CUDA (a LibTorch built with CUDA)")
 endif()
 
+# LibTorch 2.x ships its own {fmt} (12.x) in its include dir and its headers use it; that include dir
+# comes before /usr/include, so our <fmt/...> are the bundled ones too and Debian's libfmt (9.x) would
+# not match them at link time: with a bundled {fmt}, use it header-only.
+# (Debian's LibTorch has none: its include dir is /usr/include, where the system {fmt} is.)
+get_target_property(_gpueval_fmt_include fmt::fmt INTERFACE_INCLUDE_DIRECTORIES)
+get_filename_component(_gpueval_torch_include "${TORCH_INSTALL_PREFIX}/include" REALPATH)
+if(EXISTS "${_gpueval_torch_include}/fmt/format.h" AND NOT "${_gpueval_torch_include}" IN_LIST _gpueval_fmt_include)
+  add_library(gpueval_fmt_header_only INTERFACE)
+  target_compile_definitions(gpueval_fmt_header_only INTERFACE FMT_HEADER_ONLY=1)
+  set(GPUEVAL_FMT gpueval_fmt_header_only)
+else()
+  set(GPUEVAL_FMT fmt::fmt)
+endif()
+
 function(gpueval_print_build_summary)
   set(_torch_version "${Torch_VERSION}")
   if(NOT _torch_version)

@@ -13,6 +13,7 @@
 
 #include <ATen/Context.h>
 #include <ATen/detail/CUDAHooksInterface.h>
+#include <fmt/ranges.h>  // fmt::join ({fmt} 11+ keeps it here)
 #include <nlohmann/json.hpp>
 
 #include "gpueval/calibration.h"

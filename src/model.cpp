@@ -3,6 +3,7 @@
 #include <limits>
 
 #include <c10/core/InferenceMode.h>
+#include <fmt/ranges.h>  // fmt::join ({fmt} 11+ keeps it here)
 #include <torch/version.h>
 
 #include "gpueval/error.h"
