@@ -15,6 +15,15 @@
 #ifdef GPUEVAL_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <torch/version.h>
+// The allocator's statistics moved from c10::cuda::CUDACachingAllocator to c10::CachingAllocator in 2.x.
+namespace gpueval_cuda_stat {
+#if TORCH_VERSION_MAJOR >= 2
+using c10::CachingAllocator::StatType;
+#else
+using c10::cuda::CUDACachingAllocator::StatType;
+#endif
+}  // namespace gpueval_cuda_stat
 #endif
 
 namespace gpueval {
@@ -99,7 +108,7 @@ int64_t peak_memory_bytes(const at::Device& device) {
   if (device.is_cpu()) return proc_kib_field("/proc/self/status", "VmHWM:");
 #ifdef GPUEVAL_WITH_CUDA
   if (device.is_cuda()) {
-    using c10::cuda::CUDACachingAllocator::StatType;
+    using gpueval_cuda_stat::StatType;
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(cuda_index(device));
     return stats.reserved_bytes[static_cast<size_t>(StatType::AGGREGATE)].peak;
   }
@@ -111,7 +120,7 @@ int64_t current_memory_bytes(const at::Device& device) {
   if (device.is_cpu()) return proc_kib_field("/proc/self/status", "VmRSS:");
 #ifdef GPUEVAL_WITH_CUDA
   if (device.is_cuda()) {
-    using c10::cuda::CUDACachingAllocator::StatType;
+    using gpueval_cuda_stat::StatType;
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(cuda_index(device));
     return stats.reserved_bytes[static_cast<size_t>(StatType::AGGREGATE)].current;
   }

@@ -13,6 +13,7 @@
 
 #include <ATen/Context.h>
 #include <ATen/detail/CUDAHooksInterface.h>
+#include <fmt/ranges.h>  // fmt::join ({fmt} 11+ keeps it here)
 #include <nlohmann/json.hpp>
 
 #include "gpueval/calibration.h"
@@ -367,6 +368,7 @@ SchedulerOptions scheduler_options(const RunConfig& config, const EvaluationOpti
   so.slots = slots;
   so.executable = options.executable;
   so.dtype = config.dtype;
+  so.load = config.load;
   so.log_dir = config.output + "/logs";
   so.max_attempts = config.max_attempts;
   so.heartbeat_timeout_s = config.heartbeat_timeout_s;

@@ -8,6 +8,8 @@
 #include <cstring>
 #include <map>
 
+#include <fmt/ranges.h>  // fmt::join ({fmt} 11+ keeps it here)
+
 #include "gpueval/error.h"
 #include "gpueval/file_io.h"
 

@@ -3,6 +3,8 @@
 #include <limits>
 
 #include <c10/core/InferenceMode.h>
+#include <fmt/ranges.h>  // fmt::join ({fmt} 11+ keeps it here)
+#include <torch/version.h>
 
 #include "gpueval/error.h"
 #include "gpueval/kernels.h"
@@ -21,6 +23,25 @@ at::Tensor additive_mask(const at::Tensor& allowed) {
   return at::zeros({b, t, s}, at::TensorOptions().dtype(at::kFloat).device(allowed.device()))
       .masked_fill(allowed.logical_not(), std::numeric_limits<float>::lowest())
       .view({b, 1, 1, t, s});
+}
+
+// Fused attention (at::scaled_dot_product_attention) runs where LibTorch has it (2.x) and the tensors
+// are on a GPU; CPU runs keep the explicit path below, so their results are the same on every LibTorch.
+#if TORCH_VERSION_MAJOR >= 2
+constexpr bool kHaveSdpa = true;
+#else
+constexpr bool kHaveSdpa = false;
+#endif
+bool use_sdpa(const at::Tensor& x) { return kHaveSdpa && x.is_cuda(); }
+
+// The additive mask as SDPA takes it: [B, 1, 1, T, S] float32 -> [B, 1, T, S] in the model's dtype (a
+// float mask must match the query's). lowest() of float32 would overflow bf16/fp16 to -inf, and a row
+// of padding queries that sees no key must stay finite, so the fill is the dtype's own lowest.
+at::Tensor sdpa_mask(const at::Tensor& mask, at::ScalarType dtype) {
+  at::Tensor m = mask.squeeze(1);  // [B, 1, T, S]
+  if (dtype == at::kFloat || dtype == at::kDouble) return m.to(dtype);
+  const double low = dtype == at::kHalf ? -65504.0 : -3.3895313892515355e38;  // lowest finite fp16 / bf16
+  return m.clamp_min(low).to(dtype);
 }
 
 at::Tensor as_parameter(torch::nn::Module& m, const std::string& name, at::Tensor t) {
@@ -76,6 +97,29 @@ at::Tensor AttentionImpl::attend(const at::Tensor& q, const at::Tensor& k, const
                                  const at::Tensor& mask, const PrefixKV* prefix, int64_t layer) const {
   const int64_t b = q.size(0), t = q.size(2), groups = n_heads_ / n_kv_heads_;
   const int64_t p = prefix ? prefix->length() : 0, rows = b * groups * t;
+#if TORCH_VERSION_MAJOR >= 2
+  if (use_sdpa(q)) {
+    // The shared prefix is expanded to every row here (SDPA takes one key sequence per row); the
+    // explicit path below avoids that copy, the fused kernel more than pays for it on a GPU.
+    at::Tensor keys = k, values = v;  // [B, KV, S, hd]
+    if (p > 0) {
+      keys = at::cat({prefix->keys[layer].expand({b, n_kv_heads_, p, head_dim_}), k}, 2);
+      values = at::cat({prefix->values[layer].expand({b, n_kv_heads_, p, head_dim_}), v}, 2);
+    }
+#if TORCH_VERSION_MAJOR > 2 || TORCH_VERSION_MINOR >= 5
+    at::Tensor out = at::scaled_dot_product_attention(q, keys, values, mask, 0.0, false, std::nullopt,
+                                                      /*enable_gqa=*/groups > 1);  // [B, H, T, hd]
+#else
+    // Before 2.5 SDPA has no grouped-query mode: each kv head is repeated for its query heads.
+    if (groups > 1) {
+      keys = keys.repeat_interleave(groups, 1);
+      values = values.repeat_interleave(groups, 1);
+    }
+    at::Tensor out = at::scaled_dot_product_attention(q, keys, values, mask);  // [B, H, T, hd]
+#endif
+    return out.transpose(1, 2).reshape({b, t, n_heads_ * head_dim_});
+  }
+#endif
   // Grouped-query attention without copying keys: query heads of one group share a kv head.
   // Scaling q ([.., T, hd]) is cheaper than scaling the scores ([.., T, S]).
   at::Tensor qg = q.reshape({b, n_kv_heads_, groups, t, head_dim_}) * (1.0 / std::sqrt(double(head_dim_)));
@@ -175,7 +219,9 @@ at::Tensor LlamaModelImpl::run_layers(const at::Tensor& tokens, const at::Tensor
                                       KVCache* cache, const PrefixKV* prefix) const {
   RopeTables rope = rope_tables(inv_freq_, positions, options_.dtype);
   at::Tensor h = embed_tokens_->forward(tokens);  // [B, T, D]
-  for (const auto& layer : layers_) h = layer->forward(h, rope, mask, cache, prefix);
+  // Converted once for all layers: [B, 1, T, S] in the model's dtype on the SDPA path.
+  const at::Tensor layer_mask = use_sdpa(tokens) ? sdpa_mask(mask, options_.dtype) : mask;
+  for (const auto& layer : layers_) h = layer->forward(h, rope, layer_mask, cache, prefix);
   return norm_->forward(h);
 }
 

@@ -26,7 +26,7 @@ constexpr uint64_t kMaxConfigBytes = uint64_t{1} << 20;
 const std::vector<std::string> kKeys = {
     "model", "tasks", "batch_size", "batch_tokens", "dtype", "seed", "output", "limit", "num_fewshot", "fewshot_seed",
     "max_length", "add_bos", "prefix_reuse", "data", "gpus", "cpu_threads", "max_attempts", "heartbeat_timeout_s", "max_worker_restarts",
-    "max_memory", "calibration_cache", "history", "fail_on_regression"};
+    "max_memory", "calibration_cache", "history", "fail_on_regression", "load"};
 
 const std::vector<std::string> kDtypes = {"auto", "float32", "bfloat16", "float16"};
 
@@ -197,6 +197,10 @@ class ConfigReader {
     } else if (key == "dtype") {
       c.dtype = scalar(key, v, "one of auto, float32, bfloat16, float16");
       check(key, v, dtype_problem(c.dtype));
+    } else if (key == "load") {
+      c.load = scalar(key, v, "mmap or broadcast");
+      if (c.load != "mmap" && c.load != "broadcast")
+        check(key, v, fmt::format("must be mmap or broadcast, got '{}'", c.load));
     } else if (key == "seed") {
       c.seed = unsigned_integer(key, v);
     } else if (key == "fewshot_seed") {
@@ -407,6 +411,7 @@ nlohmann::json RunConfig::to_json() const {
       {"batch_size", batch_size},
       {"batch_tokens", batch_tokens},
       {"dtype", dtype},
+      {"load", load},
       {"seed", seed},
       {"fewshot_seed", fewshot_seed},
       {"output", output},

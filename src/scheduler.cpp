@@ -19,6 +19,7 @@
 
 #include "gpueval/error.h"
 #include "gpueval/subprocess.h"
+#include "gpueval/weight_broadcast.h"
 #include "gpueval/wire.h"
 
 namespace gpueval {
@@ -104,6 +105,7 @@ struct Worker {
   std::string outbox;           // frames not yet written to the worker
   size_t outbox_sent = 0;
   int64_t restarts = 0;
+  int broadcast_rank = -1;      // its rank while its first load goes over NCCL, else -1
   int64_t batches_done = 0;
   int64_t tokens_done = 0;
   double busy_seconds = 0;
@@ -164,6 +166,13 @@ class Loop {
         w.start_at = now;
       }
     }
+    // A weight broadcast needs every rank to start together: only when no worker is running yet.
+    broadcast_group_ = o_.load == "broadcast" &&
+                       std::none_of(workers_.begin(), workers_.end(), [](const Worker& w) { return bool(w.child); });
+    for (size_t i = 0; i < workers_.size(); ++i) workers_[i].broadcast_rank = broadcast_group_ ? static_cast<int>(i) : -1;
+    if (broadcast_group_)
+      std::cerr << fmt::format("[sched] load: broadcast: worker {} reads the checkpoint, NCCL sends it to {} other(s)\n",
+                               workers_[0].slot.name(), workers_.size() - 1);
   }
 
   SchedulerReport run() {
@@ -253,9 +262,11 @@ class Loop {
     w.last_seen = Clock::now();
     w.batch = -1;
     w.model = model_dir_;
-    const nlohmann::json hello = {{"worker", w.slot.name()}, {"model", model_dir_},
-                                  {"dtype", o_.dtype},       {"device", device},
-                                  {"threads", w.slot.threads}, {"heartbeat_s", o_.heartbeat_period_s}};
+    nlohmann::json hello = {{"worker", w.slot.name()}, {"model", model_dir_},
+                            {"dtype", o_.dtype},       {"device", device},
+                            {"threads", w.slot.threads}, {"heartbeat_s", o_.heartbeat_period_s}};
+    if (broadcast_group_ && w.broadcast_rank >= 0)
+      hello["broadcast"] = {{"rank", w.broadcast_rank}, {"world", static_cast<int>(workers_.size())}};
     send(w, Frame{FrameType::kHello, pack_payload(hello)});
     std::cerr << fmt::format("[sched] started worker {} (pid {})\n", w.slot.name(), w.child->pid());
   }
@@ -390,6 +401,18 @@ class Loop {
         w.state = State::kIdle;
         std::cerr << fmt::format("[sched] worker {} ready ({} loaded in {:.2f}s)\n", w.slot.name(),
                                  j.value("model", std::string("model")), j.value("load_seconds", 0.0));
+        if (broadcast_group_ && std::none_of(workers_.begin(), workers_.end(), [](const Worker& o) {
+              return o.broadcast_rank >= 0 && o.state == State::kStarting;
+            }))
+          end_broadcast_group();
+        return;
+      case FrameType::kBroadcast:
+        // Rank 0's NCCL id, once, while the group loads: every other rank gets it.
+        if (!broadcast_group_ || w.broadcast_rank != 0 || w.state != State::kStarting || !j.contains("nccl_id"))
+          return crash(w, "protocol error: unexpected broadcast frame");
+        for (Worker& o : workers_)
+          if (o.broadcast_rank > 0 && o.child)
+            send(o, Frame{FrameType::kBroadcast, pack_payload({{"nccl_id", j.at("nccl_id")}})});
         return;
       case FrameType::kResult:
         return on_result_frame(w, j);
@@ -465,8 +488,21 @@ class Loop {
     if (!restart && w.state == State::kBusy) w.state = State::kIdle;
   }
 
+  // The group has loaded (or failed): later starts of any worker load with mmap.
+  void end_broadcast_group() {
+    broadcast_group_ = false;
+    for (Worker& o : workers_) o.broadcast_rank = -1;
+  }
+
   void crash(Worker& w, const std::string& reason) {
     std::cerr << fmt::format("[sched] worker {} failed: {}\n", w.slot.name(), reason);
+    if (broadcast_group_ && w.broadcast_rank >= 0) {
+      // The other ranks would wait for it inside NCCL forever: they restart too, loading with mmap.
+      end_broadcast_group();
+      for (Worker& o : workers_)
+        if (&o != &w && o.child && o.state == State::kStarting)
+          crash(o, fmt::format("lost worker {} of its weight broadcast", w.slot.name()));
+    }
     fail_batch(w, fmt::format("worker {} {}", w.slot.name(), reason), /*restart=*/true);
     if (w.child) {
       w.child->kill_and_wait(std::chrono::milliseconds(0));
@@ -538,6 +574,7 @@ class Loop {
   std::vector<std::string> failures_;
   std::vector<size_t> quarantined_;
   std::vector<Worker>& workers_;
+  bool broadcast_group_ = false;  // the workers' first load goes over NCCL (weight_broadcast.h)
   int64_t tokens_total_ = 0, tokens_done_ = 0;
   Clock::time_point start_, last_status_;
   SchedulerReport report_;
@@ -550,6 +587,15 @@ struct Scheduler::Pool {
 };
 
 Scheduler::Scheduler(SchedulerOptions options) : options_(std::move(options)), pool_(std::make_unique<Pool>()) {
+  if (options_.load != "mmap" && options_.load != "broadcast")
+    throw Error(fmt::format("scheduler: load must be mmap or broadcast, got '{}'", options_.load));
+  if (options_.load == "broadcast") {
+    const std::string why = broadcast_fallback_reason(options_.slots);
+    if (!why.empty()) {
+      std::cerr << fmt::format("[sched] load: broadcast falls back to per-worker mmap: {}\n", why);
+      options_.load = "mmap";
+    }
+  }
   for (const DeviceSlot& s : options_.slots) {
     Worker w;
     w.slot = s;

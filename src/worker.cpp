@@ -26,6 +26,7 @@
 #include "gpueval/prefix_cache.h"
 #include "gpueval/subprocess.h"
 #include "gpueval/tokenizer.h"
+#include "gpueval/weight_broadcast.h"
 #include "gpueval/wire.h"
 
 namespace gpueval {
@@ -146,6 +147,39 @@ class Heartbeat {
   std::thread thread_;
 };
 
+// `load: broadcast` (weight_broadcast.h): rank 0 makes the NCCL id and sends it up in a kBroadcast
+// frame; the other ranks read theirs, forwarded by the scheduler, as the frame after their Hello.
+LlamaModel load_broadcast(const nlohmann::json& spec, const std::string& model_dir, const LoadOptions& options,
+                          int in, FrameWriter& writer, const std::string& name) {
+  BroadcastGroup group;
+  group.rank = spec.at("rank").get<int>();
+  group.world = spec.at("world").get<int>();
+#ifdef GPUEVAL_WITH_NCCL
+  if (group.rank == 0) {
+    group.nccl_id = new_broadcast_id();
+    writer.send(FrameType::kBroadcast, {{"nccl_id", group.nccl_id}});
+  } else {
+    std::optional<Frame> f = read_frame(in);
+    if (!f || f->type != FrameType::kBroadcast)
+      throw FrameError(fmt::format("worker: expected a broadcast frame after Hello, got {}",
+                                   f ? frame_type_name(f->type) : "end of stream"));
+    group.nccl_id = unpack_payload(*f).at("nccl_id").get<std::string>();
+  }
+  std::cerr << fmt::format("[{}] weights over NCCL: rank {} of {}{}\n", name, group.rank, group.world,
+                           group.rank == 0 ? " (reads the checkpoint)" : "");
+  return load_model_broadcast(model_dir, options, group);
+#else
+  (void)in;
+  (void)writer;
+  (void)name;
+  (void)model_dir;
+  (void)options;
+  // The scheduler only asks for a broadcast when this build has NCCL.
+  throw Error(fmt::format("worker: asked to load by NCCL broadcast (rank {} of {}), but this build has no NCCL",
+                          group.rank, group.world));
+#endif
+}
+
 }  // namespace
 
 int run_worker() {
@@ -180,12 +214,17 @@ int run_worker() {
       model = nullptr;
       tokenizer.reset();
       if (reload) release_cached_memory(options.device);
-      std::cerr << fmt::format("[{}] pid {} {} {} on {} ({}, {} threads)\n", name, ::getpid(),
-                               reload ? "switching to" : "loading", model_dir, options.device.str(),
-                               hello_payload.at("dtype").get<std::string>(), threads);
       const auto t0 = Clock::now();
-      options.dtype = resolve_dtype(hello_payload.at("dtype").get<std::string>(), options.device, model_dir);
-      model = load_model(model_dir, options);
+      const std::string requested = hello_payload.at("dtype").get<std::string>();
+      options.dtype = resolve_dtype(requested, options.device, model_dir);
+      std::cerr << fmt::format("[{}] pid {} {} {} on {} ({} -> {}, {} threads)\n", name, ::getpid(),
+                               reload ? "switching to" : "loading", model_dir, options.device.str(), requested,
+                               dtype_name(options.dtype), threads);
+      if (hello_payload.contains("broadcast")) {
+        model = load_broadcast(hello_payload.at("broadcast"), model_dir, options, in, writer, name);
+      } else {
+        model = load_model(model_dir, options);
+      }
       tokenizer = load_tokenizer(model_dir);
       const double load_s = std::chrono::duration<double>(Clock::now() - t0).count();
       writer.send(FrameType::kHello, {{"pid", ::getpid()}, {"load_seconds", load_s}, {"model", model_dir}});

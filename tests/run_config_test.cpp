@@ -76,6 +76,7 @@ tasks:
 batch_size: 16
 batch_tokens: 8192
 dtype: bfloat16
+load: broadcast
 seed: 18446744073709551615
 fewshot_seed: 7
 output: results/run1
@@ -101,6 +102,7 @@ fail_on_regression: 1.5
       {"batch_size", "16"},
       {"batch_tokens", 8192},
       {"dtype", "bfloat16"},
+      {"load", "broadcast"},
       {"seed", 18446744073709551615ull},
       {"fewshot_seed", 7},
       {"output", dir() + "/results/run1"},
@@ -132,6 +134,7 @@ TEST_F(RunConfigTest, AbsentKeysTakeTheirDefaults) {
   EXPECT_EQ(c.batch_size, "auto");
   EXPECT_EQ(c.batch_tokens, 0);
   EXPECT_EQ(c.dtype, "auto");
+  EXPECT_EQ(c.load, "mmap");
   EXPECT_EQ(c.seed, 1234u);
   EXPECT_EQ(c.fewshot_seed, 1234u);
   EXPECT_EQ(c.output, "out");  // a default is not in the file, so it stays relative to the working directory
@@ -330,6 +333,9 @@ TEST_F(RunConfigTest, OutOfRangeValuesNameLineAndKey) {
   EXPECT_THAT(error_of(head + "batch_size: big\n"), HasSubstr(at(3) + "key 'batch_size' must be 'auto'"));
   EXPECT_THAT(error_of(head + "dtype: fp16\n"),
               HasSubstr(at(3) + "key 'dtype' must be one of auto, float32, bfloat16, float16, got 'fp16'"));
+  EXPECT_THAT(error_of(head + "load: nccl\n"),
+              HasSubstr(at(3) + "key 'load' must be mmap or broadcast, got 'nccl'"));
+  EXPECT_THAT(error_of(head + "load: [mmap]\n"), HasSubstr(at(3) + "key 'load' must be mmap or broadcast, got a"));
   EXPECT_THAT(error_of(head + "output: ''\n"), HasSubstr(at(3) + "key 'output' must not be empty"));
   EXPECT_THAT(error_of(head + "gpus: 3-1\n"), HasSubstr(at(3) + "key 'gpus': range end is below its start"));
   EXPECT_THAT(error_of(head + "gpus: x\n"), HasSubstr(at(3) + "key 'gpus': 'x' is not a GPU index or range"));

@@ -20,6 +20,7 @@ namespace gpueval {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
@@ -117,6 +118,23 @@ TEST_F(RunTest, TwoWorkersGiveBitIdenticalResults) {
   EXPECT_EQ(status["task_progress"]["demo_perplexity"], (json{{"documents", 20}, {"documents_done", 20}}));
   EXPECT_TRUE(io::path_exists(dir_.file("two") + "/logs/worker_cpu_1.log"));
   EXPECT_TRUE(io::path_exists(dir_.file("two") + "/report.md"));
+}
+
+// `load: broadcast` on CPU workers (or in a build without NCCL): one line says it falls back to
+// per-worker mmap, and the run gives exactly the mmap results.
+TEST_F(RunTest, LoadBroadcastFallsBackToMmapOnCpuWorkers) {
+  const std::string cfg = write_config(dir_, "bcast", "load: broadcast\n");
+  auto r = testing::run_gpueval({"run", "--gpus", "cpu:2", cfg});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+#ifdef GPUEVAL_WITH_NCCL
+  const char* why = "the workers are not all on GPUs";
+#else
+  const char* why = "this build has no NCCL";
+#endif
+  EXPECT_THAT(r.err, HasSubstr(std::string("[sched] load: broadcast falls back to per-worker mmap: ") + why));
+  EXPECT_THAT(r.err, Not(HasSubstr("NCCL sends it")));
+  expect_reference_results(dir_.file("bcast"));
+  EXPECT_EQ(results_of(dir_.file("bcast"))["config"]["load"], "broadcast");
 }
 
 // Full-size batches over real text: the shapes where a CPU worker's thread

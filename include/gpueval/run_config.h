@@ -28,6 +28,9 @@ struct RunConfig {
   std::string batch_size = "auto";    // "auto" or a positive integer (max sequences per batch), as given
   int64_t batch_tokens = 0;           // token budget per batch; 0 = choose automatically
   std::string dtype = "auto";         // auto | float32 | bfloat16 | float16
+  // How workers get the weights: each maps the safetensors itself (mmap), or worker 0 reads them and
+  // NCCL broadcasts them to the other GPU workers (broadcast; mmap where NCCL or GPUs are absent).
+  std::string load = "mmap";
   uint64_t seed = 1234;
   uint64_t fewshot_seed = 1234;     // seeds lm-eval's default few-shot sampler (its fewshot_random_seed)
   std::string output = "out";         // output directory

@@ -44,6 +44,11 @@ struct SchedulerOptions {
   std::vector<DeviceSlot> slots;
   std::string executable;  // the gpueval binary to exec in worker mode
   std::string dtype = "auto";
+  // mmap: each worker maps the checkpoint; broadcast: at the first start of the workers, worker 0
+  // reads it and NCCL sends it to the others (weight_broadcast.h). A broadcast these slots or this
+  // build cannot do becomes mmap, said in one line on stderr; restarted workers and later
+  // checkpoints load with mmap.
+  std::string load = "mmap";
   std::string log_dir;     // worker_<slot>.log files go here
   int64_t max_attempts = 3;
   double heartbeat_timeout_s = 30;

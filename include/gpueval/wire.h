@@ -1,5 +1,5 @@
 // The wire between the scheduler and its worker processes: self-checking frames carried over
-// pipes. A frame is one message (hello, work, result, heartbeat, error, shutdown, probe) whose payload
+// pipes. A frame is one message (hello, work, result, heartbeat, error, shutdown, probe, broadcast) whose payload
 // is opaque bytes, by convention CBOR (pack_payload / unpack_payload). Frames are encoded into
 // plain std::string values the caller owns; a FrameDecoder owns the bytes it has been fed and
 // nothing else. Nothing here is shared: a FrameDecoder belongs to one reader, and
@@ -22,9 +22,10 @@
 namespace gpueval {
 
 // kProbe asks a worker to measure batch budgets (batch_probe.h): payload ProbeOptions, answered by
-// a kResult holding a ProbeResult, or a kError.
+// a kResult holding a ProbeResult, or a kError. kBroadcast carries {"nccl_id": hex} for
+// `load: broadcast` (weight_broadcast.h): from rank 0 to the scheduler, then to the other ranks.
 enum class FrameType : uint8_t {
-  kHello = 1, kWork = 2, kResult = 3, kHeartbeat = 4, kError = 5, kShutdown = 6, kProbe = 7
+  kHello = 1, kWork = 2, kResult = 3, kHeartbeat = 4, kError = 5, kShutdown = 6, kProbe = 7, kBroadcast = 8
 };
 
 // "hello", "work", ...; "unknown" for a value outside the enum.
