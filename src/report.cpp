@@ -8,6 +8,7 @@
 #include "gpueval/file_io.h"
 #include "gpueval/report_html.h"
 #include "python_format.h"
+#include "markdown.h"
 #include "sha256.h"
 
 namespace gpueval {
@@ -287,20 +288,6 @@ nlohmann::ordered_json results(const std::vector<TaskResults>& tasks, const RunS
   out["model_name"] = summary.model;
   out["total_evaluation_time_seconds"] = py::float_repr(summary.wall_seconds);
   out["incomplete"] = summary.incomplete;
-  return out;
-}
-
-std::string markdown_cell(const std::string& s) {
-  std::string out;
-  for (const char c : s) {
-    if (c == '|') {
-      out += "\\|";
-    } else if (c == '\n' || c == '\r') {
-      out += ' ';
-    } else {
-      out += c;
-    }
-  }
   return out;
 }
 

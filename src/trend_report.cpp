@@ -13,6 +13,7 @@
 #include "gpueval/file_io.h"
 #include "gpueval/report_html.h"
 #include "html_style.h"
+#include "markdown.h"
 
 namespace gpueval {
 namespace {
@@ -65,20 +66,6 @@ std::string delta_text(double d) { return d == 0 ? std::string("±0") : fmt::for
 std::string p_text(double p) { return p >= 0.001 ? fmt::format("{:.3f}", p) : fmt::format("{:.1e}", p); }
 std::string value_with_stderr(const ScoreRow& r) {
   return value_text(r.value) + (r.stderr_value ? " ± " + value_text(*r.stderr_value) : "");
-}
-
-std::string markdown_cell(const std::string& s) {
-  std::string out;
-  for (const char c : s) {
-    if (c == '|') {
-      out += "\\|";
-    } else if (c == '\n' || c == '\r') {
-      out += ' ';
-    } else {
-      out += c;
-    }
-  }
-  return out;
 }
 
 std::string utc_text(double t) {

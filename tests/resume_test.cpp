@@ -14,6 +14,7 @@
 
 #include "async_run.h"
 #include "gpueval/file_io.h"
+#include "run_outputs.h"
 #include "test_util.h"
 
 namespace gpueval {
@@ -34,16 +35,8 @@ std::string write_config(const testing::TempDir& dir, const std::string& name, c
   return path;
 }
 
-std::map<std::string, std::string> samples_of(const std::string& out) {
-  std::map<std::string, std::string> files;
-  for (const char* task : {"demo_choice", "demo_perplexity"}) {
-    const std::string path = out + "/samples_" + task + ".jsonl";
-    files[task] = io::path_exists(path) ? io::read_file(path) : "";
-  }
-  return files;
-}
-
-json results_of(const std::string& out) { return json::parse(io::read_file(out + "/results.json")); }
+using testing::results_of;
+using testing::samples_of;
 
 // Reads the journal with SQLite directly, never checkpointing on close, so that looking does
 // not change what the next run finds.

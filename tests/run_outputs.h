@@ -1,0 +1,27 @@
+// What a `gpueval run` of the demo tasks wrote, read back for end-to-end tests.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "gpueval/file_io.h"
+
+namespace gpueval::testing {
+
+// Every per-document line of each demo task's samples file, keyed by task ("" when absent).
+inline std::map<std::string, std::string> samples_of(const std::string& out) {
+  std::map<std::string, std::string> files;
+  for (const char* task : {"demo_choice", "demo_perplexity"}) {
+    const std::string path = out + "/samples_" + task + ".jsonl";
+    files[task] = io::path_exists(path) ? io::read_file(path) : "";
+  }
+  return files;
+}
+
+inline nlohmann::json results_of(const std::string& out) {
+  return nlohmann::json::parse(io::read_file(out + "/results.json"));
+}
+
+}  // namespace gpueval::testing
