@@ -104,7 +104,7 @@ int main(int argc, char** argv) {
   bool recalibrate = false;
   run_cmd->add_flag("--recalibrate", recalibrate, "probe batch budgets even when the calibration cache has them");
   bool fresh = false;
-  run_cmd->add_flag("--fresh", fresh, "start over: discard the output directory's journal instead of resuming from it");
+  run_cmd->add_flag("--fresh", fresh, "start over: discard the journal instead of resuming from it, and score again the checkpoints the history holds");
   run_cmd->add_option_function<std::string>("--max-memory", [&](const std::string& v) { overrides.max_memory = v; },
                                             "memory per CPU worker for batch probing: 6GiB, 512MiB, or a share such as 0.5");
   auto* worker_cmd = app.add_subcommand("worker", "")->group("");  // started by the scheduler only
