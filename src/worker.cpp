@@ -21,6 +21,7 @@
 #include "gpueval/device_memory.h"
 #include "gpueval/error.h"
 #include "gpueval/executor.h"
+#include "gpueval/file_io.h"
 #include "gpueval/model.h"
 #include "gpueval/planner.h"
 #include "gpueval/prefix_cache.h"
@@ -34,12 +35,32 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Injected faults for the fault tests: GPUEVAL_FAULT=<kind>:<n>.
+//   crash:R, corrupt:R, hang:R   on the batch holding request R: abort, a damaged frame, silence
+//   hold:R (hold:any)            on the batch holding request R (any batch): log "holding batch",
+//                                keep heartbeating, and run it only once GPUEVAL_FAULT_RELEASE exists
+//   slow:MS                      sleep MS milliseconds before every batch
+//   oom:T                        a forward of more than T padded tokens runs out of memory
+// GPUEVAL_FAULT_ONCE=path fires it in the one worker that creates the file; GPUEVAL_FAULT_MODEL=s
+// only while the loaded checkpoint's path ends with s. Tests wait on what a fault logs, not on time.
 struct Fault {
-  enum class Kind { kNone, kCrash, kCorrupt, kHang, kSlow, kOom } kind = Kind::kNone;
+  enum class Kind { kNone, kCrash, kCorrupt, kHang, kHold, kSlow, kOom } kind = Kind::kNone;
   int64_t request_index = -1;  // kSlow: milliseconds; kOom: the most padded tokens a forward may hold
+  bool any_batch = false;      // kHold: every batch
   std::string once_path;       // fire only if this worker creates the file
+  std::string release_path;    // kHold: the file that lets a held batch go on
+  std::string model_suffix;    // fire only on a checkpoint whose path ends with this
   bool fired = false;
 
+  bool applies_to(const Batch& batch, const std::string& model_dir) const {
+    if (model_dir.size() < model_suffix.size() ||
+        model_dir.compare(model_dir.size() - model_suffix.size(), model_suffix.size(), model_suffix) != 0)
+      return false;
+    if (any_batch) return true;
+    for (const auto& item : batch.items)
+      if (item.request_index == request_index) return true;
+    return false;
+  }
   // Decides, at the moment of firing, whether this worker is the one.
   bool claim() {
     if (fired) return false;
@@ -61,12 +82,16 @@ Fault fault_from_env() {
   if (colon == std::string::npos) return f;
   const std::string kind = s.substr(0, colon);
   f.request_index = std::atoll(s.c_str() + colon + 1);
+  f.any_batch = s.compare(colon + 1, std::string::npos, "any") == 0;
   if (kind == "crash") f.kind = Fault::Kind::kCrash;
   else if (kind == "corrupt") f.kind = Fault::Kind::kCorrupt;
   else if (kind == "hang") f.kind = Fault::Kind::kHang;
+  else if (kind == "hold") f.kind = Fault::Kind::kHold;
   else if (kind == "slow") f.kind = Fault::Kind::kSlow;
   else if (kind == "oom") f.kind = Fault::Kind::kOom;
   if (const char* once = std::getenv("GPUEVAL_FAULT_ONCE")) f.once_path = once;
+  if (const char* release = std::getenv("GPUEVAL_FAULT_RELEASE")) f.release_path = release;
+  if (const char* model = std::getenv("GPUEVAL_FAULT_MODEL")) f.model_suffix = model;
   return f;
 }
 
@@ -77,12 +102,6 @@ at::ScalarType resolve_dtype(const std::string& name, const at::Device& device, 
   if (device.is_cpu()) return at::kFloat;
   const std::string stored = ModelConfig::load(model_dir + "/config.json").torch_dtype;
   return stored.empty() ? at::kBFloat16 : parse_dtype(stored);
-}
-
-bool batch_holds(const Batch& batch, int64_t request_index) {
-  for (const auto& item : batch.items)
-    if (item.request_index == request_index) return true;
-  return false;
 }
 
 // Serialises frame writes from the main loop and the heartbeat thread.
@@ -203,12 +222,13 @@ int run_worker() {
     LoadOptions options;
     options.device = at::Device(h.at("device").get<std::string>());
     LlamaModel model{nullptr};
+    std::string model_dir;  // the checkpoint `model` holds
     std::unique_ptr<Tokenizer> tokenizer;
     PrefixCache prefixes;
     // Loads the Hello's model, first dropping the one held (a later Hello switches checkpoints in
     // place: the next checkpoint of a nightly run loads without a new process), then says Hello back.
     auto load = [&](const nlohmann::json& hello_payload) {
-      const std::string model_dir = hello_payload.at("model").get<std::string>();
+      model_dir = hello_payload.at("model").get<std::string>();
       const bool reload = !model.is_empty();
       prefixes = PrefixCache();
       model = nullptr;
@@ -266,8 +286,13 @@ int run_worker() {
       if (fault.kind == Fault::Kind::kSlow)
         std::this_thread::sleep_for(std::chrono::milliseconds(fault.request_index));
       if (fault.kind != Fault::Kind::kNone && fault.kind != Fault::Kind::kSlow && fault.kind != Fault::Kind::kOom &&
-          batch_holds(batch, fault.request_index) && fault.claim()) {
+          fault.applies_to(batch, model_dir) && fault.claim()) {
         std::cerr << fmt::format("[{}] injected fault on batch {}\n", name, batch.id);
+        if (fault.kind == Fault::Kind::kHold) {
+          std::cerr << fmt::format("[{}] pid {} holding batch {}\n", name, ::getpid(), batch.id) << std::flush;
+          while (fault.release_path.empty() || !io::path_exists(fault.release_path))
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
         if (fault.kind == Fault::Kind::kCrash) std::abort();
         if (fault.kind == Fault::Kind::kCorrupt) {
           std::string bytes = encode_frame(Frame{FrameType::kResult, pack_payload({{"batch_id", batch.id}})});

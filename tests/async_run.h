@@ -3,7 +3,10 @@
 #pragma once
 
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
 #include <functional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
@@ -32,7 +35,9 @@ struct AsyncRun {
     return AsyncRun{Child::spawn(so), output};
   }
   // Polls status.json until `pred` holds (or the timeout passes, or the run ends); null then.
-  nlohmann::json wait_status(const std::function<bool(const nlohmann::json&)>& pred, double timeout_s = 60) {
+  // The timeout only bounds a broken run: every condition a test waits for is one the run is
+  // made to reach (a held batch, see GPUEVAL_FAULT=hold in src/worker.cpp), however slow the machine.
+  nlohmann::json wait_status(const std::function<bool(const nlohmann::json&)>& pred, double timeout_s = 300) {
     using Clock = std::chrono::steady_clock;
     const auto t0 = Clock::now();
     while (std::chrono::duration<double>(Clock::now() - t0).count() < timeout_s) {
@@ -57,6 +62,30 @@ struct AsyncRun {
     if (!s.is_null())
       for (const auto& w : s["workers"]) pids.push_back(w["pid"].get<int>());
     return pids;
+  }
+  // Waits until a worker log (<output>/logs/worker_*.log) has a line containing `needle`;
+  // returns that line (empty if the run ended or the timeout passed first).
+  std::string wait_worker_line(const std::string& needle, double timeout_s = 300) {
+    using Clock = std::chrono::steady_clock;
+    const auto t0 = Clock::now();
+    while (std::chrono::duration<double>(Clock::now() - t0).count() < timeout_s) {
+      const std::string logs = output + "/logs";
+      std::error_code ec;
+      for (const auto& e : std::filesystem::directory_iterator(logs, ec)) {
+        if (e.path().filename().string().rfind("worker_", 0) != 0) continue;
+        std::istringstream lines(io::read_file(e.path().string()));
+        for (std::string line; std::getline(lines, line);)
+          if (line.find(needle) != std::string::npos) return line;
+      }
+      if (child.poll()) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return "";
+  }
+  // The pid in a worker's "[cpu:1] pid 1234 holding batch 5" line.
+  static int pid_in(const std::string& line) {
+    const size_t at = line.find(" pid ");
+    return at == std::string::npos ? 0 : std::atoi(line.c_str() + at + 5);
   }
   std::string log() const { return io::path_exists(output + ".log") ? io::read_file(output + ".log") : ""; }
 };

@@ -100,10 +100,11 @@ class ResumeTest : public ::testing::Test {
     EXPECT_EQ(results_of(out)["results"].dump(), *reference_results_);
   }
 
-  // Starts `name` on two workers slowed down, waits until at least two batches are in the
-  // journal, and kills the whole process group with SIGKILL.
+  // Starts `name` on two workers, one of which holds request 200's batch (so the run cannot end),
+  // waits until at least two batches are in the journal, and kills the whole process group with SIGKILL.
   void kill_mid_run(const std::string& cfg, const std::string& out) {
-    AsyncRun run = AsyncRun::start({"run", "--gpus", "cpu:2", cfg}, out, {{"GPUEVAL_FAULT", "slow:500"}});
+    AsyncRun run = AsyncRun::start({"run", "--gpus", "cpu:2", cfg}, out,
+                                   {{"GPUEVAL_FAULT", "hold:200"}, {"GPUEVAL_FAULT_ONCE", out + ".held"}});
     const json s = run.wait_status([](const json& st) { return st.value("batches_done", 0) >= 2; });
     ASSERT_FALSE(s.is_null()) << run.log();
     ASSERT_EQ(::kill(-run.child.pid(), SIGKILL), 0);

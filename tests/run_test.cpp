@@ -46,20 +46,11 @@ using testing::samples_of;
 
 using testing::AsyncRun;
 
-// status.json is rewritten about once a second, so a run must last many seconds for a test to
-// see it mid-run on a loaded CI machine: slow:500 makes the 22 batches take ~6 s on two workers.
-// Tests that kill the run early use slow:1500 (they never wait for it to finish).
-bool some_worker_busy_after_progress(const json& s) {
-  if (s.value("batches_done", 0) < 1) return false;
-  for (const auto& w : s["workers"])
-    if (w["state"] == "busy" && w["pid"].get<int>() > 0) return true;
-  return false;
-}
-
-int busy_worker_pid(const json& s) {
-  for (const auto& w : s["workers"])
-    if (w["state"] == "busy") return w["pid"].get<int>();
-  return 0;
+// Faults land mid-run by construction, never by timing: GPUEVAL_FAULT=hold:R makes the one worker
+// (GPUEVAL_FAULT_ONCE) that gets request R's batch log "holding batch" and keep it, heartbeating,
+// until it is killed; the other worker goes on. hold:any holds every worker on its first batch.
+std::vector<std::pair<std::string, std::string>> hold_once(const testing::TempDir& dir, int request) {
+  return {{"GPUEVAL_FAULT", "hold:" + std::to_string(request)}, {"GPUEVAL_FAULT_ONCE", dir.file("held")}};
 }
 
 bool process_gone(int pid) { return ::kill(pid, 0) != 0 && errno == ESRCH; }
@@ -157,11 +148,9 @@ TEST(RunDeterminism, OneAndTwoWorkersAgreeBitForBitOnLargeBatches) {
 
 TEST_F(RunTest, KilledWorkerIsReplacedAndNothingIsLostOrDoubled) {
   const std::string cfg = write_config(dir_, "kill");
-  AsyncRun run = AsyncRun::start({"run", "--gpus", "cpu:2", cfg}, dir_.file("kill"), {{"GPUEVAL_FAULT", "slow:500"}});
-  json s = run.wait_status(some_worker_busy_after_progress);
-  ASSERT_FALSE(s.is_null()) << run.log();
-  const int victim = busy_worker_pid(s);
-  ASSERT_GT(victim, 0);
+  AsyncRun run = AsyncRun::start({"run", "--gpus", "cpu:2", cfg}, dir_.file("kill"), hold_once(dir_, 100));
+  const int victim = AsyncRun::pid_in(run.wait_worker_line("holding batch"));
+  ASSERT_GT(victim, 0) << run.log();
   ASSERT_EQ(::kill(victim, SIGKILL), 0);
   ExitStatus st = run.child.wait();
   ASSERT_TRUE(st.success()) << st.describe() << "\n" << run.log();
@@ -174,11 +163,10 @@ TEST_F(RunTest, KilledWorkerIsReplacedAndNothingIsLostOrDoubled) {
 }
 
 TEST_F(RunTest, StoppedWorkerMissesHeartbeatAndIsReplaced) {
-  const std::string cfg = write_config(dir_, "stop", "", /*heartbeat_timeout_s=*/3);
-  AsyncRun run = AsyncRun::start({"run", "--gpus", "cpu:2", cfg}, dir_.file("stop"), {{"GPUEVAL_FAULT", "slow:500"}});
-  json s = run.wait_status(some_worker_busy_after_progress);
-  ASSERT_FALSE(s.is_null()) << run.log();
-  const int victim = busy_worker_pid(s);
+  const std::string cfg = write_config(dir_, "stop", "", /*heartbeat_timeout_s=*/5);
+  AsyncRun run = AsyncRun::start({"run", "--gpus", "cpu:2", cfg}, dir_.file("stop"), hold_once(dir_, 100));
+  const int victim = AsyncRun::pid_in(run.wait_worker_line("holding batch"));
+  ASSERT_GT(victim, 0) << run.log();
   ASSERT_EQ(::kill(victim, SIGSTOP), 0);
   ExitStatus st = run.child.wait();
   ASSERT_TRUE(st.success()) << st.describe() << "\n" << run.log();
@@ -222,8 +210,8 @@ TEST_F(RunTest, PoisonRequestIsQuarantinedAndTheRunFinishes) {
 
 TEST_F(RunTest, SigtermEndsTheRunAndEveryWorkerWithin143) {
   const std::string cfg = write_config(dir_, "term");
-  // 22 batches (prefix reuse packs the 260 requests) at 1.5 s: many status.json rewrites with both busy.
-  AsyncRun run = AsyncRun::start({"run", "--gpus", "cpu:2", cfg}, dir_.file("term"), {{"GPUEVAL_FAULT", "slow:1500"}});
+  // Both workers hold their first batch, so status.json shows both busy until the signal.
+  AsyncRun run = AsyncRun::start({"run", "--gpus", "cpu:2", cfg}, dir_.file("term"), {{"GPUEVAL_FAULT", "hold:any"}});
   const std::vector<int> pids = run.wait_all_busy();
   ASSERT_EQ(pids.size(), 2u) << run.log();
   const auto t0 = Clock::now();
@@ -232,7 +220,7 @@ TEST_F(RunTest, SigtermEndsTheRunAndEveryWorkerWithin143) {
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   EXPECT_EQ(st.kind, ExitStatus::Kind::kExited);
   EXPECT_EQ(st.code, 143) << run.log();
-  EXPECT_LT(secs, 5.0);
+  EXPECT_LT(secs, 10.0);  // no grace period for held workers: they are signalled at once
   for (int pid : pids) EXPECT_TRUE(process_gone(pid)) << "worker " << pid << " outlived the scheduler";
   json status = json::parse(io::read_file(dir_.file("term") + "/status.json"));
   EXPECT_EQ(status["state"], "interrupted");
@@ -241,7 +229,7 @@ TEST_F(RunTest, SigtermEndsTheRunAndEveryWorkerWithin143) {
 
 TEST_F(RunTest, SchedulerKilledWithSigkillTakesItsWorkersAlong) {
   const std::string cfg = write_config(dir_, "sigkill");
-  AsyncRun run = AsyncRun::start({"run", "--gpus", "cpu:2", cfg}, dir_.file("sigkill"), {{"GPUEVAL_FAULT", "slow:1500"}});
+  AsyncRun run = AsyncRun::start({"run", "--gpus", "cpu:2", cfg}, dir_.file("sigkill"), {{"GPUEVAL_FAULT", "hold:any"}});
   const std::vector<int> pids = run.wait_all_busy();
   ASSERT_EQ(pids.size(), 2u) << run.log();
   run.child.signal(SIGKILL);

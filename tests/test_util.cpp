@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -22,6 +23,12 @@
 namespace gpueval::testing {
 
 std::string source_dir() { return GPUEVAL_SOURCE_DIR; }
+
+double cpu_seconds() {
+  timespec t{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
 
 std::string shared_dir() {
   if (const char* env = std::getenv("GPUEVAL_SHARED_DIR")) return env;

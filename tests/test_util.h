@@ -31,6 +31,7 @@ std::string source_dir();
 std::string shared_dir();  // ../shared beside the repository
 bool have_shared();
 std::string binary();      // the gpueval executable under test
+double cpu_seconds();      // CPU time this process has used: for bounds a loaded machine must not break
 
 // Skips the current test with a message when ../shared is absent.
 #define GPUEVAL_REQUIRE_SHARED()                                                  \
