@@ -1,5 +1,5 @@
 // Fused log-softmax + gather of target-token log-probabilities, reference:
-// logprob_gather_reference in src/logprob_gather.cpp. One block per row; each thread walks its share
+// logprob_gather_reference in src/model/logprob_gather.cpp. One block per row; each thread walks its share
 // of the vocabulary once (16-byte loads where the row is aligned) keeping, in float32 registers, an
 // online maximum and sum of exp(x - max), whether a NaN or +inf was seen, and its first argmax. The
 // block then merges the threads' states; nothing of size [N, V] is written.

@@ -10,11 +10,11 @@
 #include <nlohmann/json.hpp>
 
 #include "gpueval/error.h"
-#include "gpueval/executor.h"
-#include "gpueval/file_io.h"
+#include "run/executor.h"
+#include "common/file_io.h"
 #include "gpueval/metrics.h"
 #include "gpueval/model.h"
-#include "gpueval/planner.h"
+#include "plan/planner.h"
 #include "gpueval/process_docs.h"
 #include "gpueval/task.h"
 #include "gpueval/task_group.h"

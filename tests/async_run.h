@@ -14,8 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "gpueval/file_io.h"
-#include "gpueval/subprocess.h"
+#include "common/file_io.h"
+#include "run/subprocess.h"
 #include "test_util.h"
 
 namespace gpueval::testing {
@@ -36,7 +36,7 @@ struct AsyncRun {
   }
   // Polls status.json until `pred` holds (or the timeout passes, or the run ends); null then.
   // The timeout only bounds a broken run: every condition a test waits for is one the run is
-  // made to reach (a held batch, see GPUEVAL_FAULT=hold in src/worker.cpp), however slow the machine.
+  // made to reach (a held batch, see GPUEVAL_FAULT=hold in src/run/worker.cpp), however slow the machine.
   nlohmann::json wait_status(const std::function<bool(const nlohmann::json&)>& pred, double timeout_s = 300) {
     using Clock = std::chrono::steady_clock;
     const auto t0 = Clock::now();

@@ -1,11 +1,11 @@
 // Batch probing on the real stories260K: the sweep, the memory limit, and the choice rule.
-#include "gpueval/batch_probe.h"
+#include "run/batch_probe.h"
 
 #include <gmock/gmock.h>
 
 #include <nlohmann/json.hpp>
 
-#include "gpueval/device_memory.h"
+#include "run/device_memory.h"
 #include "gpueval/model.h"
 #include "test_util.h"
 

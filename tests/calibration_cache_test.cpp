@@ -1,5 +1,5 @@
 // The SQLite calibration cache and the model fingerprint it is keyed by.
-#include "gpueval/calibration_cache.h"
+#include "store/calibration_cache.h"
 
 #include <gmock/gmock.h>
 
@@ -7,8 +7,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "gpueval/file_io.h"
-#include "gpueval/model_fingerprint.h"
+#include "common/file_io.h"
+#include "model/model_fingerprint.h"
+#include "run/batch_probe.h"
 #include "test_util.h"
 
 namespace gpueval {
@@ -29,10 +30,12 @@ CalibrationEntry entry(int64_t tokens) {
   p.tokens_per_second = 1234.5;
   p.peak_bytes = 99 << 20;
   p.fits = true;
-  e.probe.points = {p};
-  e.probe.chosen_batch_tokens = tokens;
-  e.probe.memory_limit_bytes = e.memory_limit_bytes;
-  e.probe.reason = "test";
+  ProbeResult probe;
+  probe.points = {p};
+  probe.chosen_batch_tokens = tokens;
+  probe.memory_limit_bytes = e.memory_limit_bytes;
+  probe.reason = "test";
+  e.probe = to_json(probe);
   return e;
 }
 
@@ -45,7 +48,8 @@ TEST(CalibrationCache, StoreLookupRoundTripAndReplace) {
   ASSERT_TRUE(got);
   EXPECT_EQ(got->batch_tokens, 2048);
   EXPECT_EQ(got->memory_limit_bytes, int64_t{3} << 30);
-  EXPECT_EQ(to_json(got->probe), to_json(entry(2048).probe));
+  EXPECT_EQ(got->probe, entry(2048).probe);
+  EXPECT_EQ(to_json(probe_result_from_json(got->probe)), entry(2048).probe);
   EXPECT_EQ(got->version, GPUEVAL_VERSION);
   EXPECT_GT(got->created, 1.7e9);
   ASSERT_TRUE(cache.store(key(), entry(4096)));

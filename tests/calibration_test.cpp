@@ -1,6 +1,6 @@
 // `gpueval calibrate` and `gpueval run` with batch_size auto: probing in a real worker process,
 // the table, calibration.svg/.json, and the cache a later run reads instead of probing.
-#include "gpueval/calibration.h"
+#include "evaluation/calibration.h"
 
 #include <gmock/gmock.h>
 
@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "gpueval/file_io.h"
+#include "common/file_io.h"
 #include "test_util.h"
 
 namespace gpueval {

@@ -9,11 +9,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "gpueval/checkpoints.h"
+#include "evaluation/checkpoints.h"
 #include "gpueval/error.h"
-#include "gpueval/file_io.h"
-#include "gpueval/model_fingerprint.h"
-#include "gpueval/safetensors.h"
+#include "common/file_io.h"
+#include "model/model_fingerprint.h"
+#include "model/safetensors.h"
 #include "test_util.h"
 
 namespace gpueval {

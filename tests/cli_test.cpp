@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "gpueval/file_io.h"
+#include "common/file_io.h"
 #include "gpueval/tokenizer.h"
 #include "test_util.h"
 

@@ -1,4 +1,4 @@
-#include "gpueval/cpu_allocator.h"
+#include "run/cpu_allocator.h"
 
 #include <gtest/gtest.h>
 

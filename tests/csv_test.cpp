@@ -1,4 +1,4 @@
-#include "gpueval/csv.h"
+#include "tasks/csv.h"
 
 #include <dirent.h>
 

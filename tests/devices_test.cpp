@@ -1,4 +1,4 @@
-#include "gpueval/devices.h"
+#include "run/devices.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -12,9 +12,9 @@
 #include <nlohmann/json.hpp>
 
 #include "gpueval/error.h"
-#include "gpueval/executor.h"
-#include "gpueval/planner.h"
-#include "gpueval/scorer.h"
+#include "run/executor.h"
+#include "plan/planner.h"
+#include "model/scorer.h"
 #include "test_util.h"
 
 namespace gpueval {

@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gpueval/error.h"
-#include "gpueval/file_io.h"
+#include "common/file_io.h"
 #include "gpueval/metrics.h"
 #include "gpueval/report.h"
 #include "gpueval/task.h"

@@ -14,7 +14,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "gpueval/file_io.h"
+#include "common/file_io.h"
 #include "gpueval/task.h"
 #include "test_util.h"
 

@@ -1,5 +1,5 @@
 // The journal on its own: exact storage, identity checks, corruption, a full disk.
-#include "gpueval/journal.h"
+#include "store/journal.h"
 
 #include <gmock/gmock.h>
 #include <sqlite3.h>
@@ -10,7 +10,7 @@
 #include <fstream>
 #include <limits>
 
-#include "gpueval/file_io.h"
+#include "common/file_io.h"
 #include "test_util.h"
 
 namespace gpueval {

@@ -10,9 +10,9 @@
 #include <gtest/gtest.h>
 
 #include "gpueval/error.h"
-#include "gpueval/kernels.h"
-#include "gpueval/logprob_gather.h"
-#include "gpueval/rope.h"
+#include "model/kernels.h"
+#include "model/logprob_gather.h"
+#include "model/rope.h"
 
 #ifdef GPUEVAL_WITH_CUDA_KERNELS
 #include <c10/cuda/CUDACachingAllocator.h>

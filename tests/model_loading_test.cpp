@@ -9,10 +9,10 @@
 #include <nlohmann/json.hpp>
 
 #include "gpueval/error.h"
-#include "gpueval/file_io.h"
-#include "gpueval/llama2c_convert.h"
+#include "common/file_io.h"
+#include "model/llama2c_convert.h"
 #include "gpueval/model.h"
-#include "gpueval/safetensors.h"
+#include "model/safetensors.h"
 #include "test_util.h"
 #include "tiny_model.h"
 

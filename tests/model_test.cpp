@@ -4,9 +4,9 @@
 #include <c10/core/InferenceMode.h>
 
 #include "gpueval/error.h"
-#include "gpueval/generate.h"
+#include "model/generate.h"
 #include "gpueval/model.h"
-#include "gpueval/scorer.h"
+#include "model/scorer.h"
 #include "test_util.h"
 #include "tiny_model.h"
 

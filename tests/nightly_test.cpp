@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "async_run.h"
-#include "gpueval/file_io.h"
+#include "common/file_io.h"
 #include "test_util.h"
 
 namespace gpueval {

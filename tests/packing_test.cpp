@@ -6,7 +6,7 @@
 #include <gmock/gmock.h>
 
 #include "gpueval/error.h"
-#include "gpueval/packing.h"
+#include "plan/packing.h"
 #include "test_util.h"
 
 namespace gpueval {

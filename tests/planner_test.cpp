@@ -12,8 +12,8 @@
 #include <nlohmann/json.hpp>
 
 #include "gpueval/error.h"
-#include "gpueval/packing.h"
-#include "gpueval/planner.h"
+#include "plan/packing.h"
+#include "plan/planner.h"
 #include "test_util.h"
 
 namespace gpueval {

@@ -10,11 +10,11 @@
 #include <nlohmann/json.hpp>
 
 #include "gpueval/error.h"
-#include "gpueval/executor.h"
-#include "gpueval/file_io.h"
-#include "gpueval/packing.h"
-#include "gpueval/planner.h"
-#include "gpueval/prefix_cache.h"
+#include "run/executor.h"
+#include "common/file_io.h"
+#include "plan/packing.h"
+#include "plan/planner.h"
+#include "run/prefix_cache.h"
 #include "test_util.h"
 
 namespace gpueval {

@@ -1,6 +1,6 @@
 // write_random_model() and `gpueval init-model`: a random Llama with the real Llama-2 SentencePiece
 // tokenizer that loads, gives finite logits, and is a pure function of its spec and seed.
-#include "gpueval/random_model.h"
+#include "model/random_model.h"
 
 #include <gmock/gmock.h>
 
@@ -10,8 +10,8 @@
 #include <c10/core/InferenceMode.h>
 #include <nlohmann/json.hpp>
 
-#include "gpueval/checkpoint.h"
-#include "gpueval/file_io.h"
+#include "model/checkpoint.h"
+#include "common/file_io.h"
 #include "gpueval/model.h"
 #include "gpueval/tokenizer.h"
 #include "test_util.h"

@@ -1,4 +1,4 @@
-#include "gpueval/report_html.h"
+#include "report/report_html.h"
 
 #include <cmath>
 #include <map>
@@ -10,7 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "gpueval/error.h"
-#include "gpueval/file_io.h"
+#include "common/file_io.h"
 #include "test_util.h"
 
 namespace gpueval {

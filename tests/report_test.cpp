@@ -11,7 +11,7 @@
 
 #include "../src/python_format.h"
 #include "gpueval/error.h"
-#include "gpueval/file_io.h"
+#include "common/file_io.h"
 #include "test_util.h"
 
 namespace gpueval {

@@ -1,5 +1,5 @@
 // Fingerprints of what decides a run's results, and the per-request journal key.
-#include "gpueval/run_identity.h"
+#include "evaluation/run_identity.h"
 
 #include <gmock/gmock.h>
 

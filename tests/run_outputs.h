@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "gpueval/file_io.h"
+#include "common/file_io.h"
 
 namespace gpueval::testing {
 

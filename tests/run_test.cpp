@@ -11,8 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "gpueval/file_io.h"
-#include "gpueval/subprocess.h"
+#include "common/file_io.h"
+#include "run/subprocess.h"
 #include "async_run.h"
 #include "run_outputs.h"
 #include "test_util.h"

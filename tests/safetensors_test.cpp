@@ -1,4 +1,4 @@
-#include "gpueval/safetensors.h"
+#include "model/safetensors.h"
 
 #include <gtest/gtest.h>
 #include <sys/resource.h>
@@ -13,7 +13,7 @@
 #include <sstream>
 #include <thread>
 
-#include "gpueval/checkpoint.h"
+#include "model/checkpoint.h"
 #include "gpueval/error.h"
 #include "test_util.h"
 

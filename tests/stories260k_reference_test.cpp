@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "gpueval/generate.h"
+#include "model/generate.h"
 #include "gpueval/model.h"
 #include "gpueval/tokenizer.h"
 #include "test_util.h"

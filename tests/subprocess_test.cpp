@@ -1,4 +1,4 @@
-#include "gpueval/subprocess.h"
+#include "run/subprocess.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -17,8 +17,8 @@
 #include <gtest/gtest.h>
 
 #include "gpueval/error.h"
-#include "gpueval/file_io.h"
-#include "gpueval/wire.h"
+#include "common/file_io.h"
+#include "run/wire.h"
 #include "test_util.h"
 
 namespace gpueval {

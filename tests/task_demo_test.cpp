@@ -4,10 +4,10 @@
 
 #include <gtest/gtest.h>
 
-#include "gpueval/file_io.h"
+#include "common/file_io.h"
 #include "gpueval/model.h"
 #include "gpueval/report.h"
-#include "gpueval/scorer.h"
+#include "model/scorer.h"
 #include "gpueval/task.h"
 #include "gpueval/tokenizer.h"
 #include "test_util.h"

@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "gpueval/error.h"
-#include "gpueval/file_io.h"
+#include "common/file_io.h"
 #include "test_util.h"
 
 namespace gpueval {

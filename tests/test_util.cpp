@@ -13,11 +13,11 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
-#include "gpueval/executor.h"
-#include "gpueval/llama2c_convert.h"
+#include "run/executor.h"
+#include "model/llama2c_convert.h"
 #include "gpueval/model.h"
-#include "gpueval/safetensors.h"
-#include "gpueval/planner.h"
+#include "model/safetensors.h"
+#include "plan/planner.h"
 #include "gpueval/tokenizer.h"
 
 namespace gpueval::testing {

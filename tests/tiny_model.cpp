@@ -4,8 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "gpueval/file_io.h"
-#include "gpueval/safetensors.h"
+#include "common/file_io.h"
+#include "model/safetensors.h"
 
 namespace gpueval::testing {
 

@@ -1,5 +1,5 @@
 // The trend report files and `gpueval history`, from a history database written here.
-#include "gpueval/trend_report.h"
+#include "report/trend_report.h"
 
 #include <regex>
 #include <string>
@@ -8,7 +8,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "gpueval/file_io.h"
+#include "common/file_io.h"
 #include "test_util.h"
 
 namespace gpueval {

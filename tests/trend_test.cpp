@@ -1,6 +1,6 @@
 // Trend analysis: the exact McNemar test against scipy, flips between two checkpoints, and
 // regressions at the newest checkpoint in both metric directions and both units.
-#include "gpueval/trend.h"
+#include "report/trend.h"
 
 #include <cmath>
 

@@ -1,4 +1,4 @@
-#include "gpueval/weight_broadcast.h"
+#include "run/weight_broadcast.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

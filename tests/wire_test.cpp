@@ -1,4 +1,4 @@
-#include "gpueval/wire.h"
+#include "run/wire.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -10,7 +10,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "gpueval/file_io.h"
+#include "common/file_io.h"
 
 namespace gpueval {
 namespace {

@@ -19,19 +19,9 @@
 // still written).
 #pragma once
 
-#include <map>
-#include <memory>
 #include <string>
-#include <vector>
 
-#include "gpueval/devices.h"
-#include "gpueval/model_config.h"
-#include "gpueval/planner.h"
-#include "gpueval/request.h"
 #include "gpueval/run_config.h"
-#include "gpueval/task.h"
-#include "gpueval/task_group.h"
-#include "gpueval/tokenizer.h"
 
 namespace gpueval {
 
@@ -45,31 +35,6 @@ struct EvaluationOptions {
   bool fresh = false;          // --fresh: start the output's journal over instead of resuming from it
 };
 
-// What a run (or `gpueval calibrate`) works on, loaded and checked: the device slots, the model,
-// the tasks and their requests (numbered in (task, document, choice) order), and the plan options
-// with everything but the batch budget decided. Movable, not copyable (it owns the tokenizer).
-struct RunInputs {
-  std::string spec;                  // the device spec used (--gpus, else the config's, else "cpu")
-  std::vector<DeviceSlot> slots;
-  std::string model_dir;
-  ModelConfig model_config;
-  std::unique_ptr<Tokenizer> tokenizer;
-  TaskSelection selection;
-  std::vector<Task> tasks;
-  std::vector<Request> requests;
-  PlanOptions plan_options;          // batch_tokens: the config's, else 4096
-};
-
-// `model_dir`: the checkpoint to load; empty: the config's one model (an Error for a list or a glob).
-RunInputs load_run_inputs(const RunConfig& config, const std::string& executable, const std::string& model_dir = "");
-
-// The cost (WorkItem::cost) of the longest item the run's requests plan into.
-int64_t longest_item_cost(const RunInputs& inputs);
-
 int run_evaluation(const RunConfig& config, const EvaluationOptions& options);
-
-// Where a task name is looked up, in order: $GPUEVAL_TASKS_DIR, <executable dir>/../tasks,
-// the source tree's tasks/, then the config file's directory.
-std::vector<std::string> task_search_dirs(const RunConfig& config, const std::string& executable);
 
 }  // namespace gpueval

@@ -27,7 +27,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "gpueval/report.h"
+#include "gpueval/task.h"
 
 namespace gpueval {
 

@@ -38,15 +38,6 @@
 
 namespace gpueval {
 
-// Everything about one scored document: its requests, their results in the same order, and
-// task->process_results_all() of them: one DocMetrics per filter of the task, in order.
-struct DocRecord {
-  const Task* task = nullptr;
-  Document doc;
-  std::vector<Request> requests;
-  std::vector<RequestResult> results;
-  std::vector<DocMetrics> metrics;
-};
 
 struct RunSummary {
   nlohmann::json config = nlohmann::json::object();  // results.json "config": model_args, batch_size, device, ...

@@ -28,8 +28,8 @@
 // Datasets. gpueval reads local files, so it adds a few keys to lm-eval's (they are kept in
 // results.json "configs" as written):
 //   dataset_kind: KIND          jsonl (default): one JSON object per line. csv: RFC 4180
-//                               records without a header (gpueval/csv.h). hellaswag_text:
-//                               HellaSwag's six-line records (gpueval/hellaswag_text.h), read
+//                               records without a header (src/tasks/csv.h). hellaswag_text:
+//                               HellaSwag's six-line records (src/tasks/hellaswag_text.h), read
 //                               as {query, choices, gold, label} (label the gold as a string).
 //                               text: the whole file (UTF-8) is one document {text}, for
 //                               perplexity over a corpus file (loglikelihood_rolling with
@@ -229,5 +229,15 @@ std::optional<std::string> find_task_file(const std::string& name, const std::ve
 // The requests of `tasks` in (task, document, choice) order over the first `limit` documents
 // of each task (all when nullopt), with `index` numbered 0..N-1.
 std::vector<Request> build_requests(const std::vector<const Task*>& tasks, std::optional<int64_t> limit = std::nullopt);
+
+// Everything about one scored document: its requests, their results in the same order, and
+// task->process_results_all() of them: one DocMetrics per filter of the task, in order.
+struct DocRecord {
+  const Task* task = nullptr;
+  Document doc;
+  std::vector<Request> requests;
+  std::vector<RequestResult> results;
+  std::vector<DocMetrics> metrics;
+};
 
 }  // namespace gpueval

@@ -1,0 +1,83 @@
+// The single-process subcommands of the `gpueval` CLI (generate, logits,
+// tokenize, score, convert-llama2c, init-model, history). main.cpp parses flags into these option
+// structs; each command writes its result to `out` and logs to stderr, and
+// throws gpueval::Error on bad input.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "model/random_model.h"
+
+namespace gpueval {
+
+struct ModelOptions {
+  std::string model_dir;
+  std::string device = "cpu";
+  std::string dtype = "float32";
+};
+
+struct GenerateCommand {
+  ModelOptions model;
+  std::string prompt;
+  int64_t max_new_tokens = 256;
+  double temperature = 0.0;
+  int64_t top_k = 0;
+  double top_p = 1.0;
+  uint64_t seed = 0;
+};
+void run_generate(const GenerateCommand& cmd, std::ostream& out);
+
+struct LogitsCommand {
+  ModelOptions model;
+  std::string ids;  // "1,403,407"
+};
+void run_logits(const LogitsCommand& cmd, std::ostream& out);
+
+struct TokenizeCommand {
+  std::string tokenizer;
+  bool add_special = false;
+};
+void run_tokenize(const TokenizeCommand& cmd, std::istream& in, std::ostream& out);
+
+struct ScoreCommand {
+  ModelOptions model;
+  std::string text_file;
+  int64_t max_length = 0;  // 0: the model's context
+  int64_t batch_windows = 8;
+  bool stepwise = false;   // token-at-a-time through the KV cache (the baseline)
+};
+void run_score(const ScoreCommand& cmd, std::ostream& out);
+
+struct ConvertLlama2cCommand {
+  std::string checkpoint;
+  std::string tokenizer;
+  std::string out_dir;
+};
+void run_convert_llama2c(const ConvertLlama2cCommand& cmd);
+
+struct InitModelCommand {
+  std::string tokenizer_dir;
+  std::string out_dir;
+  RandomModelSpec spec;
+  bool force = false;  // write into an existing non-empty out_dir
+};
+void run_init_model(const InitModelCommand& cmd);
+
+struct HistoryCommand {
+  std::string history;  // the history file; empty: History::default_path()
+  std::string task;     // only this task's (or group's) column; empty: every task
+  std::string config;   // only configs whose fingerprint starts with this; empty: every config
+  std::string report;   // non-empty: also write each shown config's report.md/report.html into report/<fingerprint>/
+};
+// `gpueval history`: per config (most recently run first), the checkpoint x task table of
+// trend_report.h's trend_table(). A missing file, an unknown --task or a --config that matches
+// nothing is an Error; a file without runs prints one line saying so.
+void run_history(const HistoryCommand& cmd, std::ostream& out);
+
+// "1,403,407" -> ids; `flag` names the option in errors.
+std::vector<int32_t> parse_id_list(const std::string& text, const std::string& flag);
+
+}  // namespace gpueval

@@ -1,0 +1,83 @@
+#include "common/yaml_json.h"
+
+#include <cmath>
+#include <limits>
+#include <regex>
+#include <set>
+
+#include "gpueval/error.h"
+#include "common/strict_json.h"
+
+namespace gpueval {
+namespace {
+
+nlohmann::ordered_json plain_scalar(const std::string& s) {
+  static const std::set<std::string> kTrue = {"yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON"};
+  static const std::set<std::string> kFalse = {"no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF"};
+  static const std::set<std::string> kNull = {"", "~", "null", "Null", "NULL"};
+  static const std::regex kDecimal("[-+]?(0|[1-9][0-9_]*)");
+  static const std::regex kOctal("[-+]?0[0-7_]+");
+  static const std::regex kHex("[-+]?0x[0-9a-fA-F_]+");
+  static const std::regex kFloat("[-+]?([0-9][0-9_]*)?\\.[0-9_]*([eE][-+][0-9]+)?");
+  static const std::regex kInf("[-+]?\\.(inf|Inf|INF)");
+  static const std::regex kNan("\\.(nan|NaN|NAN)");
+  if (kNull.count(s)) return nullptr;
+  if (kTrue.count(s)) return true;
+  if (kFalse.count(s)) return false;
+  std::string digits;
+  for (const char c : s) {
+    if (c != '_') digits += c;
+  }
+  try {
+    if (std::regex_match(s, kDecimal)) return std::stoll(digits);
+    if (std::regex_match(s, kHex)) return std::stoll(digits, nullptr, 16);
+    if (std::regex_match(s, kOctal)) return std::stoll(digits, nullptr, 8);
+    if (std::regex_match(s, kFloat) && s != "." && s.find_first_of("0123456789") != std::string::npos) {
+      return std::stod(digits);
+    }
+  } catch (const std::out_of_range&) {
+    return s;  // beyond int64: kept as text rather than silently rounded
+  }
+  if (std::regex_match(s, kInf)) return s[0] == '-' ? -std::numeric_limits<double>::infinity()
+                                                    : std::numeric_limits<double>::infinity();
+  if (std::regex_match(s, kNan)) return std::numeric_limits<double>::quiet_NaN();
+  return s;
+}
+
+}  // namespace
+
+std::string yaml_where(const std::string& file, const YAML::Node& node) {
+  const YAML::Mark mark = node.Mark();
+  if (mark.line < 0) return file;
+  return file + ":" + std::to_string(mark.line + 1);
+}
+
+nlohmann::ordered_json yaml_to_json(const YAML::Node& node, const std::string& file) {
+  const std::string& tag = node.Tag();
+  switch (node.Type()) {
+    case YAML::NodeType::Null:
+    case YAML::NodeType::Undefined: return nullptr;
+    case YAML::NodeType::Scalar:
+      if (tag == "?") return plain_scalar(node.Scalar());
+      if (tag == "!" || tag == "tag:yaml.org,2002:str") return node.Scalar();
+      fail(yaml_where(file, node), "tag '{}' is not supported", tag);
+    case YAML::NodeType::Sequence: {
+      nlohmann::ordered_json out = nlohmann::ordered_json::array();
+      for (const YAML::Node& item : node) out.push_back(yaml_to_json(item, file));
+      return out;
+    }
+    case YAML::NodeType::Map: {
+      nlohmann::ordered_json out = nlohmann::ordered_json::object();
+      for (const auto& entry : node) {
+        if (!entry.first.IsScalar()) fail(yaml_where(file, entry.first), "mapping keys must be plain text");
+        const std::string key = entry.first.Scalar();
+        if (out.contains(key)) fail(yaml_where(file, entry.first), "duplicate key {}", quote_untrusted(key));
+        out[key] = yaml_to_json(entry.second, file);
+      }
+      return out;
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace gpueval

@@ -1,0 +1,367 @@
+#include "evaluation/calibration.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <iostream>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "store/calibration_cache.h"
+#include "run/device_memory.h"
+#include "gpueval/error.h"
+#include "gpueval/evaluation.h"
+#include "evaluation/run_inputs.h"
+#include "common/file_io.h"
+#include "gpueval/model.h"
+#include "model/model_fingerprint.h"
+#include "report/report_html.h"
+#include "run/subprocess.h"
+#include "run/wire.h"
+
+namespace gpueval {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A worker silent this long (no heartbeat, no reply) is taken for hung.
+constexpr double kProbeSilenceSeconds = 120;
+
+double mib(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
+
+// What the worker will resolve `dtype` to (worker.cpp's rule): "auto" is float32 on the CPU and
+// the checkpoint's torch_dtype (else bfloat16) on a GPU.
+std::string resolved_dtype(const std::string& dtype, const DeviceSlot& slot, const std::string& model_dir) {
+  if (dtype != "auto") return dtype_name(parse_dtype(dtype));
+  if (slot.kind == DeviceSlot::Kind::kCpu) return dtype_name(at::kFloat);
+  const std::string stored = ModelConfig::load(model_dir + "/config.json").torch_dtype;
+  return stored.empty() ? dtype_name(at::kBFloat16) : dtype_name(parse_dtype(stored));
+}
+
+at::Device device_of(const DeviceSlot& slot) {
+  return slot.kind == DeviceSlot::Kind::kCpu ? at::Device(at::kCPU)
+                                             : at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(slot.index));
+}
+
+// Reads frames until one that is not a heartbeat arrives.
+Frame next_reply(Child& child, FrameDecoder& decoder, const std::string& who) {
+  auto last = Clock::now();
+  for (;;) {
+    if (std::optional<Frame> f = decoder.next()) {
+      if (f->type == FrameType::kHeartbeat) {
+        last = Clock::now();
+        continue;
+      }
+      return *f;
+    }
+    pollfd p{child.result_fd(), POLLIN, 0};
+    const int rc = ::poll(&p, 1, 1000);
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc < 0) fail(who, "poll failed: {}", std::strerror(errno));
+    if (rc == 0) {
+      if (std::chrono::duration<double>(Clock::now() - last).count() > kProbeSilenceSeconds)
+        fail(who, "probe worker silent for {:.0f}s", kProbeSilenceSeconds);
+      continue;
+    }
+    char buf[65536];
+    const ssize_t n = ::read(child.result_fd(), buf, sizeof buf);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (n < 0) fail(who, "read from probe worker failed: {}", std::strerror(errno));
+    if (n == 0) {
+      const ExitStatus status = child.wait();
+      fail(who, "probe worker {} before answering", status.describe());
+    }
+    decoder.feed(buf, static_cast<size_t>(n));
+    last = Clock::now();
+  }
+}
+
+}  // namespace
+
+ProbeResult probe_on_slot(const DeviceSlot& slot, const std::string& executable, const std::string& model_dir,
+                          const std::string& dtype, const ProbeOptions& options, const std::string& log_path) {
+  const std::string who = "probe on " + slot.name();
+  SpawnOptions so;
+  so.argv = {executable, "worker"};
+  so.env.emplace_back("OMP_NUM_THREADS", std::to_string(std::max(1, slot.threads)));
+  std::string device = "cpu";
+  if (slot.kind == DeviceSlot::Kind::kCuda) {
+    so.env.emplace_back("CUDA_VISIBLE_DEVICES", std::to_string(slot.index));
+    device = "cuda:0";
+  }
+  so.log_path = log_path;
+  try {
+    Child child = Child::spawn(so);
+    const nlohmann::json hello = {{"worker", slot.name()}, {"model", model_dir},  {"dtype", dtype},
+                                  {"device", device},      {"threads", slot.threads}, {"heartbeat_s", 1.0}};
+    write_frame(child.command_fd(), Frame{FrameType::kHello, pack_payload(hello)});
+    write_frame(child.command_fd(), Frame{FrameType::kProbe, pack_payload(to_json(options))});
+    FrameDecoder decoder;
+    Frame reply = next_reply(child, decoder, who);
+    if (reply.type == FrameType::kHello) reply = next_reply(child, decoder, who);
+    const nlohmann::json body = unpack_payload(reply);
+    if (reply.type == FrameType::kError) fail(who, "{}", body.value("message", std::string("worker error")));
+    if (reply.type != FrameType::kResult) fail(who, "unexpected {} frame from the worker", frame_type_name(reply.type));
+    ProbeResult result = probe_result_from_json(body.at("probe"));
+    write_frame(child.command_fd(), Frame{FrameType::kShutdown, ""});
+    child.close_command();
+    child.kill_and_wait(std::chrono::milliseconds(5000));
+    return result;
+  } catch (const FrameError& e) {
+    fail(who, "{}", e.what());
+  } catch (const nlohmann::json::exception& e) {
+    fail(who, "malformed reply: {}", e.what());
+  }
+}
+
+std::vector<DeviceBudget> calibrate_devices(const std::vector<DeviceSlot>& slots, const CalibrationOptions& o) {
+  if (slots.empty()) fail("calibration", "no device slots");
+  // Distinct devices in slot order: "cpu" for every CPU slot, "cuda:N" per GPU.
+  std::vector<DeviceBudget> budgets;
+  std::map<std::string, size_t> index;
+  int cpu_workers = 0;
+  for (const DeviceSlot& s : slots) {
+    const std::string key = s.kind == DeviceSlot::Kind::kCpu ? "cpu" : "cuda:" + std::to_string(s.index);
+    if (s.kind == DeviceSlot::Kind::kCpu) ++cpu_workers;
+    auto [it, inserted] = index.emplace(key, budgets.size());
+    if (!inserted) {
+      ++budgets[it->second].workers;
+      continue;
+    }
+    DeviceBudget b;
+    b.slot = s;
+    budgets.push_back(b);
+  }
+  const std::string fingerprint = model_fingerprint(o.model_dir);
+  const CalibrationCache cache(o.cache_path);
+  ProbeOptions po;
+  po.length = o.length;
+  if (o.full_sweep) {
+    po.repeats = 3;
+    po.patience = 2;
+    po.max_point_seconds = 20;
+  } else {
+    po.repeats = 1;
+    po.max_point_seconds = 5;
+  }
+  for (DeviceBudget& b : budgets) {
+    const at::Device device = device_of(b.slot);
+    b.device = device_description(device, b.slot.threads);
+    b.dtype = resolved_dtype(o.dtype, b.slot, o.model_dir);
+    if (b.slot.kind == DeviceSlot::Kind::kCpu) {
+      const int64_t available = available_host_bytes();
+      b.memory_limit_bytes = o.max_memory.empty()
+                                 ? static_cast<int64_t>(0.8 * static_cast<double>(available) / std::max(1, cpu_workers))
+                                 : parse_memory_amount(o.max_memory, available, o.max_memory_where);
+    } else if (b.workers > 1) {
+      b.memory_limit_bytes = device_total_bytes(device) / b.workers;
+    }
+    const CalibrationKey key{fingerprint, b.dtype, b.device, length_bucket(o.length)};
+    if (!o.recalibrate) {
+      std::optional<CalibrationEntry> hit = cache.lookup(key);
+      std::optional<ProbeResult> cached;
+      if (hit) {
+        try {
+          cached = probe_result_from_json(hit->probe);
+        } catch (const Error& e) {
+          std::cerr << fmt::format("[sched] warning: calibration cache {}: {}; probing again\n", cache.path(), e.what());
+        }
+      }
+      if (cached) {
+        // The cached choice holds only if its measured peak fits this run's limit too.
+        int64_t peak = 0;
+        for (const ProbePoint& p : cached->points)
+          if (p.batch_tokens == hit->batch_tokens) peak = p.peak_bytes;
+        if (b.memory_limit_bytes == 0 || static_cast<double>(peak) <= po.safety * static_cast<double>(b.memory_limit_bytes)) {
+          b.batch_tokens = hit->batch_tokens;
+          b.source = "cache";
+          b.probe = *cached;
+          std::cerr << fmt::format("[sched] batch budget {} tokens for {} (calibration cache)\n", b.batch_tokens,
+                                   b.device);
+          continue;
+        }
+        std::cerr << fmt::format("[sched] calibration cache: {} tokens for {} peaked at {:.0f} MiB, over this run's "
+                                 "{:.0f} MiB limit; probing again\n",
+                                 hit->batch_tokens, b.device, mib(peak), mib(b.memory_limit_bytes));
+      }
+    }
+    po.memory_limit_bytes = b.memory_limit_bytes;
+    // Longer than the bucket's length never happens in this run; probing at the bucket's upper
+    // end keeps one cache entry valid for every run in the bucket.
+    po.length = std::max<int64_t>(1, length_bucket(o.length));
+    std::cerr << fmt::format("[sched] probing batch budgets on {} ({}, rows of {} tokens, limit {:.0f} MiB)\n",
+                             b.slot.name(), b.device, po.length,
+                             b.memory_limit_bytes > 0 ? mib(b.memory_limit_bytes) : mib(device_total_bytes(device)));
+    std::string log_path;
+    if (!o.log_dir.empty()) {
+      std::string name = b.slot.name();
+      std::replace(name.begin(), name.end(), ':', '_');
+      log_path = o.log_dir + "/probe_" + name + ".log";
+    }
+    const auto t0 = Clock::now();
+    b.probe = probe_on_slot(b.slot, o.executable, o.model_dir, o.dtype, po, log_path);
+    b.batch_tokens = b.probe.chosen_batch_tokens;
+    b.source = "probed";
+    if (b.memory_limit_bytes == 0) b.memory_limit_bytes = b.probe.memory_limit_bytes;
+    std::cerr << fmt::format("[sched] batch budget {} tokens for {} (probed in {:.1f}s: {})\n", b.batch_tokens,
+                             b.device, std::chrono::duration<double>(Clock::now() - t0).count(), b.probe.reason);
+    CalibrationEntry entry;
+    entry.batch_tokens = b.batch_tokens;
+    entry.memory_limit_bytes = b.probe.memory_limit_bytes;
+    entry.probe = to_json(b.probe);
+    cache.store(key, entry);
+  }
+  return budgets;
+}
+
+nlohmann::json calibration_json(const std::vector<DeviceBudget>& budgets) {
+  nlohmann::json devices = nlohmann::json::array();
+  for (const DeviceBudget& b : budgets)
+    devices.push_back({{"slot", b.slot.name()},
+                       {"workers", b.workers},
+                       {"device", b.device},
+                       {"dtype", b.dtype},
+                       {"memory_limit_bytes", b.probe.memory_limit_bytes},
+                       {"batch_tokens", b.batch_tokens},
+                       {"source", b.source},
+                       {"probe", to_json(b.probe)}});
+  return {{"version", GPUEVAL_VERSION}, {"devices", devices}};
+}
+
+std::string calibration_table(const std::vector<DeviceBudget>& budgets) {
+  std::string out = fmt::format("{:<44} {:>12} {:>6} {:>12} {:>9} {:>5}  {}\n", "device", "batch_tokens", "rows",
+                                "tok/s", "peak MiB", "fits", "chosen");
+  for (const DeviceBudget& b : budgets) {
+    for (const ProbePoint& p : b.probe.points) {
+      const bool chosen = p.batch_tokens == b.batch_tokens && p.fits;
+      std::string dev = b.device.size() > 44 ? b.device.substr(0, 44) : b.device;
+      out += fmt::format("{:<44} {:>12} {:>6} {:>12.0f} {:>9.1f} {:>5}  {}{}\n", dev, p.batch_tokens, p.rows,
+                         p.tokens_per_second, mib(p.peak_bytes), p.fits ? "yes" : "no", chosen ? "*" : "",
+                         p.note.empty() ? "" : (chosen ? " " : "") + p.note);
+    }
+    out += fmt::format("{:<44} chosen {} tokens ({}): {}\n", b.device.size() > 44 ? b.device.substr(0, 44) : b.device,
+                       b.batch_tokens, b.source, b.probe.reason);
+  }
+  return out;
+}
+
+std::string calibration_svg(const std::vector<DeviceBudget>& budgets) {
+  constexpr double kWidth = 720, kPanel = 280, kLeft = 80, kRight = 80, kTop = 40, kBottom = 50;
+  const double height = kPanel * static_cast<double>(std::max<size_t>(budgets.size(), 1));
+  std::string out = fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0:.0f}\" height=\"{1:.0f}\" viewBox=\"0 0 {0:.0f} {1:.0f}\" "
+      "role=\"img\" aria-label=\"batch budget calibration\">\n"
+      "<style>text{{font-family:ui-monospace,'DejaVu Sans Mono',Menlo,monospace;font-size:11px;fill:#1d2433}}"
+      ".grid{{stroke:#e3e6ec}}.tps{{stroke:#4c78a8;fill:none;stroke-width:2}}.mem{{stroke:#e8871e;fill:none;"
+      "stroke-width:2;stroke-dasharray:5 3}}.limit{{stroke:#c0392b;stroke-dasharray:2 3}}.nofit{{fill:#c0392b}}"
+      ".pt{{fill:#4c78a8}}.mpt{{fill:#e8871e}}.chosen{{fill:none;stroke:#1d2433;stroke-width:2}}</style>\n",
+      kWidth, height);
+  for (size_t d = 0; d < budgets.size(); ++d) {
+    const DeviceBudget& b = budgets[d];
+    const double y0 = kPanel * static_cast<double>(d);
+    const double plot_w = kWidth - kLeft - kRight, plot_h = kPanel - kTop - kBottom;
+    double lo = 1e300, hi = 0, max_tps = 0, max_mem = static_cast<double>(b.probe.memory_limit_bytes);
+    for (const ProbePoint& p : b.probe.points) {
+      lo = std::min(lo, std::log2(static_cast<double>(p.batch_tokens)));
+      hi = std::max(hi, std::log2(static_cast<double>(p.batch_tokens)));
+      max_tps = std::max(max_tps, p.tokens_per_second);
+      max_mem = std::max(max_mem, static_cast<double>(p.peak_bytes));
+    }
+    out += fmt::format("<text x=\"{:.0f}\" y=\"{:.0f}\" font-weight=\"bold\">{} ({}, {}): {} tokens</text>\n", kLeft,
+                       y0 + 20, html_escape(b.device), html_escape(b.dtype), html_escape(b.source), b.batch_tokens);
+    if (b.probe.points.empty()) continue;
+    if (hi <= lo) hi = lo + 1;
+    if (max_tps <= 0) max_tps = 1;
+    if (max_mem <= 0) max_mem = 1;
+    auto x_of = [&](int64_t t) { return kLeft + plot_w * (std::log2(static_cast<double>(t)) - lo) / (hi - lo); };
+    auto y_tps = [&](double v) { return y0 + kTop + plot_h * (1 - v / (max_tps * 1.1)); };
+    auto y_mem = [&](double v) { return y0 + kTop + plot_h * (1 - v / (max_mem * 1.1)); };
+    // Axes: x ticks at each point, left tok/s, right MiB.
+    for (const ProbePoint& p : b.probe.points) {
+      const double x = x_of(p.batch_tokens);
+      out += fmt::format("<line class=\"grid\" x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\"/>"
+                         "<text x=\"{0:.1f}\" y=\"{3:.1f}\" text-anchor=\"middle\">{4}</text>\n",
+                         x, y0 + kTop, y0 + kTop + plot_h, y0 + kTop + plot_h + 15, p.batch_tokens);
+    }
+    for (int i = 0; i <= 4; ++i) {
+      const double f = i / 4.0;
+      const double y = y0 + kTop + plot_h * (1 - f);
+      out += fmt::format("<line class=\"grid\" x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\"/>"
+                         "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\">{:.0f}</text>"
+                         "<text x=\"{:.1f}\" y=\"{:.1f}\">{:.0f}</text>\n",
+                         kLeft, y, kLeft + plot_w, y, kLeft - 6, y + 4, f * max_tps * 1.1, kLeft + plot_w + 6, y + 4,
+                         f * max_mem * 1.1 / (1 << 20));
+    }
+    out += fmt::format("<text x=\"{:.0f}\" y=\"{:.0f}\" fill=\"#4c78a8\">tok/s</text>"
+                       "<text x=\"{:.0f}\" y=\"{:.0f}\" text-anchor=\"end\">peak MiB (dashed)</text>"
+                       "<text x=\"{:.0f}\" y=\"{:.0f}\" text-anchor=\"middle\">batch tokens (rows x length)</text>\n",
+                       10.0, y0 + kTop - 8, kWidth - 6, y0 + kTop - 8, kLeft + plot_w / 2, y0 + kPanel - 12);
+    if (b.probe.memory_limit_bytes > 0) {
+      const double y = y_mem(0.9 * static_cast<double>(b.probe.memory_limit_bytes));
+      out += fmt::format("<line class=\"limit\" x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\">"
+                         "<title>90% of the memory limit</title></line>\n",
+                         kLeft, y, kLeft + plot_w, y);
+    }
+    std::string tps_line, mem_line;
+    for (const ProbePoint& p : b.probe.points) {
+      const double x = x_of(p.batch_tokens);
+      if (p.tokens_per_second > 0) tps_line += fmt::format("{:.1f},{:.1f} ", x, y_tps(p.tokens_per_second));
+      mem_line += fmt::format("{:.1f},{:.1f} ", x, y_mem(static_cast<double>(p.peak_bytes)));
+    }
+    out += fmt::format("<polyline class=\"tps\" points=\"{}\"/>\n<polyline class=\"mem\" points=\"{}\"/>\n", tps_line,
+                       mem_line);
+    for (const ProbePoint& p : b.probe.points) {
+      const double x = x_of(p.batch_tokens);
+      const std::string title =
+          html_escape(fmt::format("{} tokens, {} rows: {:.0f} tok/s, peak {:.1f} MiB{}{}", p.batch_tokens, p.rows,
+                                  p.tokens_per_second, mib(p.peak_bytes), p.fits ? "" : ", does not fit",
+                                  p.note.empty() ? "" : " (" + p.note + ")"));
+      if (p.tokens_per_second > 0)
+        out += fmt::format("<circle class=\"{}\" cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"4\"><title>{}</title></circle>\n",
+                           p.fits ? "pt" : "nofit", x, y_tps(p.tokens_per_second), title);
+      out += fmt::format("<rect class=\"{}\" x=\"{:.1f}\" y=\"{:.1f}\" width=\"7\" height=\"7\"><title>{}</title></rect>\n",
+                         p.fits ? "mpt" : "nofit", x - 3.5, y_mem(static_cast<double>(p.peak_bytes)) - 3.5, title);
+      if (p.fits && p.batch_tokens == b.batch_tokens)
+        out += fmt::format("<circle class=\"chosen\" data-chosen=\"{}\" cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"9\">"
+                           "<title>chosen: {}</title></circle>\n",
+                           p.batch_tokens, x, y_tps(p.tokens_per_second), title);
+    }
+  }
+  out += "</svg>\n";
+  return out;
+}
+
+int run_calibrate(const RunConfig& config, const CalibrateCommandOptions& options) {
+  const RunInputs in = load_run_inputs(config, options.executable);
+  const std::string output = options.output ? *options.output : config.output;
+  io::make_directories(output);
+  io::make_directories(output + "/logs");
+  CalibrationOptions co;
+  co.executable = options.executable;
+  co.model_dir = in.model_dir;
+  co.dtype = config.dtype;
+  co.max_memory = config.max_memory;
+  co.cache_path = CalibrationCache::default_path(config.calibration_cache);
+  co.length = longest_item_cost(in);
+  co.recalibrate = options.recalibrate;
+  co.full_sweep = true;
+  co.log_dir = output + "/logs";
+  std::cerr << fmt::format("[sched] calibrating {} on {}: longest request {} tokens; cache {}\n", in.model_dir, in.spec,
+                           co.length, co.cache_path);
+  const std::vector<DeviceBudget> budgets = calibrate_devices(in.slots, co);
+  std::cout << calibration_table(budgets) << std::flush;
+  io::write_file_atomic(output + "/calibration.json", calibration_json(budgets).dump(2) + "\n");
+  io::write_file_atomic(output + "/calibration.svg", calibration_svg(budgets));
+  std::cerr << fmt::format("[sched] wrote {0}/calibration.json and {0}/calibration.svg\n", output);
+  return 0;
+}
+
+}  // namespace gpueval

@@ -1,0 +1,64 @@
+#include "evaluation/run_identity.h"
+
+#include <optional>
+
+#include "common/sha256.h"
+
+namespace gpueval {
+namespace {
+
+// name, length and bytes: "context\x1f12:Hello world!\x1e"
+void field(std::string& out, const char* name, const std::string& value) {
+  out += name;
+  out += '\x1f';
+  out += std::to_string(value.size());
+  out += ':';
+  out += value;
+  out += '\x1e';
+}
+
+void field(std::string& out, const char* name, int64_t value) { field(out, name, std::to_string(value)); }
+
+void field(std::string& out, const char* name, const std::optional<int64_t>& value) {
+  field(out, name, value ? std::to_string(*value) : std::string("null"));
+}
+
+}  // namespace
+
+std::string canonical_request(const Request& r) {
+  std::string out;
+  field(out, "task", r.task);
+  field(out, "doc_id", r.doc_id);
+  field(out, "choice", r.choice);
+  field(out, "type", request_type_name(r.type));
+  field(out, "context", r.context);
+  field(out, "continuation", r.continuation);
+  field(out, "stops", static_cast<int64_t>(r.stops.size()));
+  for (const std::string& s : r.stops) field(out, "stop", s);
+  field(out, "max_tokens", r.max_tokens);
+  return out;
+}
+
+std::string config_fingerprint(const RunConfig& config, const std::vector<Request>& requests) {
+  std::string out = "gpueval-config-v1\n";
+  field(out, "dtype", config.dtype);
+  field(out, "add_bos", config.add_bos);
+  field(out, "max_length", config.max_length);
+  field(out, "seed", std::to_string(config.seed));
+  field(out, "limit", config.limit);
+  field(out, "num_fewshot", config.num_fewshot);
+  field(out, "fewshot_seed", std::to_string(config.fewshot_seed));
+  field(out, "requests", static_cast<int64_t>(requests.size()));
+  for (const Request& r : requests) field(out, "request", canonical_request(r));
+  return sha256_hex(out);
+}
+
+std::string request_key(const std::string& model_fp, const std::string& config_fp, const Request& r) {
+  std::string out = "gpueval-request-v1\n";
+  field(out, "model", model_fp);
+  field(out, "config", config_fp);
+  field(out, "request", canonical_request(r));
+  return sha256_hex(out);
+}
+
+}  // namespace gpueval

@@ -1,0 +1,95 @@
+#include "evaluation/run_inputs.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <iostream>
+#include <thread>
+
+#include <ATen/Context.h>
+#include <ATen/detail/CUDAHooksInterface.h>
+
+#include "common/file_io.h"
+#include "evaluation/checkpoints.h"
+#include "gpueval/error.h"
+
+namespace gpueval {
+namespace {
+
+std::string dir_of(const std::string& path) {
+  auto slash = path.find_last_of('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+int visible_cuda_devices() {
+  // Asking the CUDA runtime here is safe: workers are exec'd, so no CUDA state crosses a fork.
+  return at::hasCUDA() ? static_cast<int>(at::detail::getCUDAHooks().getNumGPUs()) : 0;
+}
+
+}  // namespace
+
+std::vector<std::string> task_search_dirs(const RunConfig& config, const std::string& executable) {
+  // Task directories come before the config's own directory: a run config named after a task
+  // (configs/mmlu.yaml running `tasks: [mmlu]`) must not be read as that task's definition.
+  std::vector<std::string> dirs;
+  if (const char* env = std::getenv("GPUEVAL_TASKS_DIR")) dirs.emplace_back(env);
+  if (!executable.empty()) dirs.push_back(dir_of(executable) + "/../tasks");
+#ifdef GPUEVAL_SOURCE_TASKS_DIR
+  dirs.emplace_back(GPUEVAL_SOURCE_TASKS_DIR);
+#endif
+  if (!config.source.empty()) dirs.push_back(dir_of(config.source));
+  return dirs;
+}
+
+RunInputs load_run_inputs(const RunConfig& config, const std::string& executable, const std::string& model_dir) {
+  RunInputs in;
+  in.spec = config.gpus.empty() ? "cpu" : config.gpus;
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  in.slots = parse_device_spec(in.spec, visible_cuda_devices(), cores);
+  for (DeviceSlot& s : in.slots)
+    if (s.kind == DeviceSlot::Kind::kCpu) s.threads = static_cast<int>(config.cpu_threads);
+  if (model_dir.empty() && (config.models.size() != 1 || is_glob(config.models[0])))
+    fail(config.source, "model: this command takes one checkpoint, not a list or a glob");
+  in.model_dir = model_dir.empty() ? config.models[0] : model_dir;
+  if (!io::is_directory(in.model_dir)) fail(in.model_dir, "model directory does not exist");
+  in.model_config = ModelConfig::load(in.model_dir + "/config.json");
+  in.tokenizer = load_tokenizer(in.model_dir);
+
+  const std::vector<std::string> search = task_search_dirs(config, executable);
+  // Groups (`tasks: [mmlu]`) expand to their tasks; the report aggregates them back.
+  in.selection = expand_tasks(config.tasks, search);
+  TaskLoadOptions load_options;
+  load_options.data_roots = config.data;
+  load_options.num_fewshot = config.num_fewshot;
+  load_options.fewshot_seed = config.fewshot_seed;
+  in.tasks.reserve(in.selection.tasks.size());
+  for (const std::string& name : in.selection.tasks) in.tasks.push_back(Task::load(name, search, load_options));
+  for (const Task& task : in.tasks) {
+    for (const std::string& note : task.notes()) std::cerr << "[sched] note: " << note << "\n";
+  }
+  std::vector<const Task*> task_ptrs;
+  for (const Task& t : in.tasks) task_ptrs.push_back(&t);
+  in.requests = build_requests(task_ptrs, config.limit);
+
+  PlanOptions& po = in.plan_options;
+  po.batch_tokens = config.batch_tokens > 0 ? config.batch_tokens : 4096;
+  if (config.batch_size != "auto") po.max_batch_size = std::stoll(config.batch_size);
+  po.max_length = config.max_length ? *config.max_length : in.model_config.max_position_embeddings;
+  // What the tokenizer does by default: whether encoding with special tokens puts BOS first.
+  const std::vector<int32_t> probe = in.tokenizer->encode("a", /*add_special_tokens=*/true);
+  const bool tokenizer_adds_bos =
+      in.tokenizer->bos_id() && !probe.empty() && probe.front() == *in.tokenizer->bos_id();
+  po.add_bos = resolve_add_bos(config.add_bos, tokenizer_adds_bos);
+  if (po.add_bos && !in.tokenizer->bos_id())
+    fail(config.source, "add_bos is true but the tokenizer of {} has no BOS token", in.model_dir);
+  std::cerr << fmt::format("[sched] contexts {} BOS ({}add_bos: {})\n", po.add_bos ? "start with" : "have no",
+                           config.add_bos == "auto" ? "the tokenizer's default, " : "", config.add_bos);
+  po.seed = config.seed;
+  po.prefix_reuse = config.prefix_reuse;
+  return in;
+}
+
+int64_t longest_item_cost(const RunInputs& inputs) {
+  return std::max<int64_t>(1, longest_item(make_plan(inputs.requests, *inputs.tokenizer, inputs.plan_options)));
+}
+
+}  // namespace gpueval

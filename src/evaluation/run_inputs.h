@@ -1,0 +1,47 @@
+// What a run (or `gpueval calibrate`) works on, loaded and checked from its RunConfig: the device
+// slots, the model's config and tokenizer, the tasks and their requests, and the plan options with
+// everything but the batch budget decided. The first step of the evaluation flow (evaluation.h);
+// it calls tasks/, tokenizer/, model/ (config only), plan/ and run/devices, never a process.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gpueval/model_config.h"
+#include "gpueval/request.h"
+#include "gpueval/run_config.h"
+#include "gpueval/task.h"
+#include "gpueval/task_group.h"
+#include "gpueval/tokenizer.h"
+#include "plan/planner.h"
+#include "run/devices.h"
+
+namespace gpueval {
+
+// What a run (or `gpueval calibrate`) works on, loaded and checked: the device slots, the model,
+// the tasks and their requests (numbered in (task, document, choice) order), and the plan options
+// with everything but the batch budget decided. Movable, not copyable (it owns the tokenizer).
+struct RunInputs {
+  std::string spec;                  // the device spec used (--gpus, else the config's, else "cpu")
+  std::vector<DeviceSlot> slots;
+  std::string model_dir;
+  ModelConfig model_config;
+  std::unique_ptr<Tokenizer> tokenizer;
+  TaskSelection selection;
+  std::vector<Task> tasks;
+  std::vector<Request> requests;
+  PlanOptions plan_options;          // batch_tokens: the config's, else 4096
+};
+
+// `model_dir`: the checkpoint to load; empty: the config's one model (an Error for a list or a glob).
+RunInputs load_run_inputs(const RunConfig& config, const std::string& executable, const std::string& model_dir = "");
+
+// The cost (WorkItem::cost) of the longest item the run's requests plan into.
+int64_t longest_item_cost(const RunInputs& inputs);
+
+// Where a task name is looked up, in order: $GPUEVAL_TASKS_DIR, <executable dir>/../tasks,
+// the source tree's tasks/, then the config file's directory.
+std::vector<std::string> task_search_dirs(const RunConfig& config, const std::string& executable);
+
+}  // namespace gpueval

@@ -1,0 +1,67 @@
+// How an evaluation run uses its journal (journal.h) to resume: it keys every
+// request of the run (run_identity.h), loads what an earlier run of the same
+// model and config stored, drops from the plan every batch whose items are all
+// stored (their results are taken from the journal instead), and records each
+// finished batch as it arrives. The plan itself is made exactly as an
+// uninterrupted run makes it, and a batch with only some items stored runs
+// whole, so every result is computed in the same batch it would have been
+// computed in without the interruption: a resumed run's results are bit for
+// bit those of an uninterrupted one, with any number of workers.
+//
+// Not thread-safe; the aggregator (run_evaluation) owns it.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "run/executor.h"
+#include "store/journal.h"
+#include "plan/planner.h"
+#include "gpueval/request.h"
+#include "gpueval/run_config.h"
+
+namespace gpueval {
+
+class RunJournal {
+ public:
+  // Opens <output_dir>/journal.sqlite for (model_fp, config, requests); fresh starts it over.
+  // Throws Error as Journal::open does (another model or config, a corrupt journal).
+  RunJournal(const std::string& output_dir, const std::string& model_fp, const std::string& model_path,
+             const RunConfig& config, const std::vector<Request>& requests, bool fresh);
+
+  const std::string& path() const { return journal_.path(); }
+  std::optional<int64_t> batch_tokens() const { return journal_.batch_tokens(); }
+  void set_batch_tokens(int64_t tokens) { journal_.set_batch_tokens(tokens); }
+
+  // The plan with only the batches that still need computing (ids kept); the
+  // stored items of every dropped batch are appended to items_of[request_index].
+  // Logs "[sched] journal <path>: N of M requests already scored; computing K in B batches".
+  Plan remaining(const Plan& plan, std::vector<std::vector<ItemResult>>& items_of);
+
+  // Commits a finished batch's items in one transaction. Throws Error
+  // ("<path>: cannot record results: database or disk is full") when it cannot.
+  void record(const std::vector<ItemResult>& items);
+
+  // results.json's "journal": path, requests_resumed, requests_computed,
+  // batches_resumed, batches_computed.
+  nlohmann::json summary() const;
+  int64_t requests_computed() const { return requests_computed_; }
+  int64_t batches_computed() const { return batches_computed_; }
+
+ private:
+  std::string config_fp_;  // before journal_: it is opened with it
+  Journal journal_;
+  std::vector<std::string> keys_;                          // [request index] -> request key
+  std::map<std::pair<int64_t, int32_t>, ItemResult> stored_;  // (request index, part) -> stored item
+  std::vector<bool> computed_;                             // [request index]: recorded by this run
+  int64_t requests_resumed_ = 0, requests_computed_ = 0;
+  int64_t batches_resumed_ = 0, batches_computed_ = 0;
+};
+
+}  // namespace gpueval

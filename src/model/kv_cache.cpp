@@ -1,0 +1,40 @@
+#include "gpueval/kv_cache.h"
+
+#include "gpueval/error.h"
+#include "model/kernels.h"
+
+namespace gpueval {
+
+KVCache::KVCache(const ModelConfig& c, int64_t batch, int64_t capacity, at::ScalarType dtype, at::Device device) {
+  auto opts = at::TensorOptions().dtype(dtype).device(device);
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    keys_.push_back(at::zeros({batch, c.num_key_value_heads, capacity, c.head_dim}, opts));
+    values_.push_back(at::zeros({batch, c.num_key_value_heads, capacity, c.head_dim}, opts));
+  }
+  key_valid_ = at::zeros({batch, capacity}, at::TensorOptions().dtype(at::kBool).device(device));
+}
+
+std::pair<at::Tensor, at::Tensor> KVCache::append(int64_t layer, const at::Tensor& k, const at::Tensor& v) {
+  const int64_t t = k.size(2);
+  if (length_ + t > capacity())
+    throw Error(fmt::format("KV cache: {} + {} positions exceed its capacity of {}", length_, t, capacity()));
+  kv_append(keys_[layer], values_[layer], k, v, length_);
+  return {keys_[layer].narrow(2, 0, length_ + t), values_[layer].narrow(2, 0, length_ + t)};
+}
+
+void KVCache::set_pending_valid(const at::Tensor& valid) {
+  key_valid_.narrow(1, length_, valid.size(1)).copy_(valid);
+}
+
+void KVCache::commit(const at::Tensor& valid) {
+  set_pending_valid(valid);
+  length_ += valid.size(1);
+}
+
+void KVCache::select_rows(const at::Tensor& indices) {
+  for (auto& k : keys_) k = k.index_select(0, indices);
+  for (auto& v : values_) v = v.index_select(0, indices);
+  key_valid_ = key_valid_.index_select(0, indices);
+}
+
+}  // namespace gpueval

@@ -1,0 +1,355 @@
+#include "gpueval/model.h"
+
+#include <limits>
+
+#include <c10/core/InferenceMode.h>
+#include <fmt/ranges.h>  // fmt::join ({fmt} 11+ keeps it here)
+#include <torch/version.h>
+
+#include "gpueval/error.h"
+#include "model/kernels.h"
+#include "model/rope.h"
+#include "model/checkpoint.h"
+
+namespace gpueval {
+namespace {
+
+std::string shape_str(at::IntArrayRef shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
+
+// allowed: [B, T, S] bool -> [B, 1, 1, T, S] float32, 0 where allowed.
+at::Tensor additive_mask(const at::Tensor& allowed) {
+  const int64_t b = allowed.size(0), t = allowed.size(1), s = allowed.size(2);
+  // A lowest-finite fill (not -inf) keeps fully masked query rows finite.
+  return at::zeros({b, t, s}, at::TensorOptions().dtype(at::kFloat).device(allowed.device()))
+      .masked_fill(allowed.logical_not(), std::numeric_limits<float>::lowest())
+      .view({b, 1, 1, t, s});
+}
+
+// Fused attention (at::scaled_dot_product_attention) runs where LibTorch has it (2.x) and the tensors
+// are on a GPU; CPU runs keep the explicit path below, so their results are the same on every LibTorch.
+#if TORCH_VERSION_MAJOR >= 2
+constexpr bool kHaveSdpa = true;
+#else
+constexpr bool kHaveSdpa = false;
+#endif
+bool use_sdpa(const at::Tensor& x) { return kHaveSdpa && x.is_cuda(); }
+
+// The additive mask as SDPA takes it: [B, 1, 1, T, S] float32 -> [B, 1, T, S] in the model's dtype (a
+// float mask must match the query's). lowest() of float32 would overflow bf16/fp16 to -inf, and a row
+// of padding queries that sees no key must stay finite, so the fill is the dtype's own lowest.
+at::Tensor sdpa_mask(const at::Tensor& mask, at::ScalarType dtype) {
+  at::Tensor m = mask.squeeze(1);  // [B, 1, T, S]
+  if (dtype == at::kFloat || dtype == at::kDouble) return m.to(dtype);
+  const double low = dtype == at::kHalf ? -65504.0 : -3.3895313892515355e38;  // lowest finite fp16 / bf16
+  return m.clamp_min(low).to(dtype);
+}
+
+at::Tensor as_parameter(torch::nn::Module& m, const std::string& name, at::Tensor t) {
+  return m.register_parameter(name, std::move(t), /*requires_grad=*/false);
+}
+
+}  // namespace
+
+ProjectionImpl::ProjectionImpl(const WeightSource& source, const std::string& prefix, int64_t in, int64_t out,
+                               bool bias) {
+  weight_ = as_parameter(*this, "weight", source(prefix + ".weight", {out, in}));
+  if (bias) bias_ = as_parameter(*this, "bias", source(prefix + ".bias", {out}));
+}
+
+at::Tensor ProjectionImpl::forward(const at::Tensor& x) const { return at::linear(x, weight_, bias_); }
+
+EmbeddingImpl::EmbeddingImpl(const WeightSource& source, const std::string& name, int64_t vocab, int64_t dim) {
+  weight_ = as_parameter(*this, "weight", source(name, {vocab, dim}));
+}
+
+at::Tensor EmbeddingImpl::forward(const at::Tensor& tokens) const { return at::embedding(weight_, tokens); }
+
+RMSNormImpl::RMSNormImpl(const WeightSource& source, const std::string& name, int64_t dim, double eps) : eps_(eps) {
+  weight_ = as_parameter(*this, "weight", source(name, {dim}));
+}
+
+at::Tensor RMSNormImpl::forward(const at::Tensor& x) const {
+  return rms_norm(x, weight_, eps_);
+}
+
+AttentionImpl::AttentionImpl(const ModelConfig& c, const WeightSource& source, const std::string& prefix)
+    : n_heads_(c.num_attention_heads), n_kv_heads_(c.num_key_value_heads), head_dim_(c.head_dim) {
+  const int64_t d = c.hidden_size;
+  q_proj_ = register_module("q_proj", Projection(source, prefix + ".q_proj", d, n_heads_ * head_dim_, c.attention_bias));
+  k_proj_ = register_module("k_proj", Projection(source, prefix + ".k_proj", d, n_kv_heads_ * head_dim_, c.attention_bias));
+  v_proj_ = register_module("v_proj", Projection(source, prefix + ".v_proj", d, n_kv_heads_ * head_dim_, c.attention_bias));
+  o_proj_ = register_module("o_proj", Projection(source, prefix + ".o_proj", n_heads_ * head_dim_, d, false));
+}
+
+at::Tensor AttentionImpl::forward(const at::Tensor& x, const RopeTables& rope, const at::Tensor& mask,
+                                  KVCache* cache, int64_t layer, const PrefixKV* prefix) const {
+  const int64_t b = x.size(0), t = x.size(1);
+  at::Tensor q = q_proj_->forward(x).view({b, t, n_heads_, head_dim_}).transpose(1, 2);     // [B, H, T, hd]
+  at::Tensor k = k_proj_->forward(x).view({b, t, n_kv_heads_, head_dim_}).transpose(1, 2);  // [B, KV, T, hd]
+  at::Tensor v = v_proj_->forward(x).view({b, t, n_kv_heads_, head_dim_}).transpose(1, 2);  // [B, KV, T, hd]
+  q = rotary_embedding(q, rope);
+  k = rotary_embedding(k, rope);
+  if (cache) std::tie(k, v) = cache->append(layer, k, v);  // [B, KV, S', hd]
+  return o_proj_->forward(attend(q, k, v, mask, prefix, layer));
+}
+
+at::Tensor AttentionImpl::attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                 const at::Tensor& mask, const PrefixKV* prefix, int64_t layer) const {
+  const int64_t b = q.size(0), t = q.size(2), groups = n_heads_ / n_kv_heads_;
+  const int64_t p = prefix ? prefix->length() : 0, rows = b * groups * t;
+#if TORCH_VERSION_MAJOR >= 2
+  if (use_sdpa(q)) {
+    // The shared prefix is expanded to every row here (SDPA takes one key sequence per row); the
+    // explicit path below avoids that copy, the fused kernel more than pays for it on a GPU.
+    at::Tensor keys = k, values = v;  // [B, KV, S, hd]
+    if (p > 0) {
+      keys = at::cat({prefix->keys[layer].expand({b, n_kv_heads_, p, head_dim_}), k}, 2);
+      values = at::cat({prefix->values[layer].expand({b, n_kv_heads_, p, head_dim_}), v}, 2);
+    }
+#if TORCH_VERSION_MAJOR > 2 || TORCH_VERSION_MINOR >= 5
+    at::Tensor out = at::scaled_dot_product_attention(q, keys, values, mask, 0.0, false, std::nullopt,
+                                                      /*enable_gqa=*/groups > 1);  // [B, H, T, hd]
+#else
+    // Before 2.5 SDPA has no grouped-query mode: each kv head is repeated for its query heads.
+    if (groups > 1) {
+      keys = keys.repeat_interleave(groups, 1);
+      values = values.repeat_interleave(groups, 1);
+    }
+    at::Tensor out = at::scaled_dot_product_attention(q, keys, values, mask);  // [B, H, T, hd]
+#endif
+    return out.transpose(1, 2).reshape({b, t, n_heads_ * head_dim_});
+  }
+#endif
+  // Grouped-query attention without copying keys: query heads of one group share a kv head.
+  // Scaling q ([.., T, hd]) is cheaper than scaling the scores ([.., T, S]).
+  at::Tensor qg = q.reshape({b, n_kv_heads_, groups, t, head_dim_}) * (1.0 / std::sqrt(double(head_dim_)));
+  at::Tensor scores = at::matmul(qg, k.unsqueeze(2).transpose(-1, -2));  // [B, KV, G, T, S']
+  at::Tensor q_rows;                                                       // [KV, B*G*T, hd]
+  if (p > 0) {
+    // Every query of every row against the one copy of the prefix: [KV, B*G*T, hd] x [KV, hd, P].
+    q_rows = qg.permute({1, 0, 2, 3, 4}).reshape({n_kv_heads_, rows, head_dim_});
+    at::Tensor prefix_scores = at::bmm(q_rows, prefix->keys[layer][0].transpose(1, 2));  // [KV, B*G*T, P]
+    prefix_scores = prefix_scores.view({n_kv_heads_, b, groups, t, p}).permute({1, 0, 2, 3, 4});
+    scores = at::cat({prefix_scores, scores}, -1);                                       // [B, KV, G, T, S]
+  }
+  // scores is a fresh tensor (or becomes one in float32), so the mask is added in place; softmax in
+  // float32 (float64 for a float64 model, the reference the others are checked against).
+  scores = scores.to(at::promote_types(q.scalar_type(), at::kFloat));
+  scores.add_(mask);
+  at::Tensor probs = at::softmax(scores, -1).to(q.scalar_type());
+  const int64_t s_own = k.size(2);
+  at::Tensor out = at::matmul(probs.narrow(-1, p, s_own), v.unsqueeze(2));  // [B, KV, G, T, hd]
+  if (p > 0) {
+    at::Tensor prefix_probs = probs.narrow(-1, 0, p).permute({1, 0, 2, 3, 4}).reshape({n_kv_heads_, rows, p});
+    at::Tensor prefix_out = at::bmm(prefix_probs, prefix->values[layer][0]);  // [KV, B*G*T, hd]
+    out.add_(prefix_out.view({n_kv_heads_, b, groups, t, head_dim_}).permute({1, 0, 2, 3, 4}));
+  }
+  return out.reshape({b, n_heads_, t, head_dim_}).transpose(1, 2).reshape({b, t, n_heads_ * head_dim_});
+}
+
+MlpImpl::MlpImpl(const ModelConfig& c, const WeightSource& source, const std::string& prefix) {
+  gate_proj_ = register_module("gate_proj", Projection(source, prefix + ".gate_proj", c.hidden_size, c.intermediate_size, false));
+  up_proj_ = register_module("up_proj", Projection(source, prefix + ".up_proj", c.hidden_size, c.intermediate_size, false));
+  down_proj_ = register_module("down_proj", Projection(source, prefix + ".down_proj", c.intermediate_size, c.hidden_size, false));
+}
+
+at::Tensor MlpImpl::forward(const at::Tensor& x) const {
+  return down_proj_->forward(at::silu(gate_proj_->forward(x)) * up_proj_->forward(x));
+}
+
+DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, const WeightSource& source, int64_t index) : index_(index) {
+  const std::string prefix = fmt::format("model.layers.{}", index);
+  input_layernorm_ = register_module(
+      "input_layernorm", RMSNorm(source, prefix + ".input_layernorm.weight", c.hidden_size, c.rms_norm_eps));
+  self_attn_ = register_module("self_attn", Attention(c, source, prefix + ".self_attn"));
+  post_attention_layernorm_ = register_module(
+      "post_attention_layernorm",
+      RMSNorm(source, prefix + ".post_attention_layernorm.weight", c.hidden_size, c.rms_norm_eps));
+  mlp_ = register_module("mlp", Mlp(c, source, prefix + ".mlp"));
+}
+
+at::Tensor DecoderLayerImpl::forward(const at::Tensor& x, const RopeTables& rope, const at::Tensor& mask,
+                                     KVCache* cache, const PrefixKV* prefix) const {
+  at::Tensor h = x + self_attn_->forward(input_layernorm_->forward(x), rope, mask, cache, index_, prefix);
+  return h + mlp_->forward(post_attention_layernorm_->forward(h));
+}
+
+LlamaModelImpl::LlamaModelImpl(const ModelConfig& c, const WeightSource& source, LoadOptions options)
+    : config_(c), options_(options) {
+  // Module names cannot contain dots, so the Hugging Face hierarchy is built from plain containers.
+  auto body = register_module("model", std::make_shared<torch::nn::Module>("LlamaDecoder"));
+  embed_tokens_ = body->register_module(
+      "embed_tokens", Embedding(source, "model.embed_tokens.weight", c.vocab_size, c.hidden_size));
+  auto layers = body->register_module("layers", std::make_shared<torch::nn::Module>("Layers"));
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i)
+    layers_.push_back(layers->register_module(std::to_string(i), DecoderLayer(c, source, i)));
+  norm_ = body->register_module("norm", RMSNorm(source, "model.norm.weight", c.hidden_size, c.rms_norm_eps));
+  if (c.tie_word_embeddings) {
+    lm_head_ = embed_tokens_->weight();
+  } else {
+    auto head = register_module("lm_head", std::make_shared<torch::nn::Module>("LmHead"));
+    lm_head_ = head->register_parameter("weight", source("lm_head.weight", {c.vocab_size, c.hidden_size}),
+                                        /*requires_grad=*/false);
+  }
+  inv_freq_ = rope_inv_freq(c, options.device);
+}
+
+at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& valid,
+                                   KVCache* cache) const {
+  const int64_t t = tokens.size(1);
+  const int64_t past = cache ? cache->length() : 0;
+  at::Tensor key_valid;  // [B, S]
+  if (cache) {
+    cache->set_pending_valid(valid);
+    key_valid = cache->key_valid(t);
+  } else {
+    key_valid = valid;
+  }
+  const int64_t s = past + t;
+  // Query t (absolute slot past + t) sees key slot j when j <= past + t and j is a real token.
+  at::Tensor q_slot = at::arange(past, s, at::TensorOptions().dtype(at::kLong).device(tokens.device()));  // [T]
+  at::Tensor k_slot = at::arange(0, s, at::TensorOptions().dtype(at::kLong).device(tokens.device()));     // [S]
+  at::Tensor allowed = k_slot.unsqueeze(0).le(q_slot.unsqueeze(1)).unsqueeze(0).logical_and(key_valid.unsqueeze(1));
+  at::Tensor h = run_layers(tokens, positions, additive_mask(allowed), cache, nullptr);
+  if (cache) cache->commit(valid);
+  return h;
+}
+
+at::Tensor LlamaModelImpl::run_layers(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& mask,
+                                      KVCache* cache, const PrefixKV* prefix) const {
+  RopeTables rope = rope_tables(inv_freq_, positions, options_.dtype);
+  at::Tensor h = embed_tokens_->forward(tokens);  // [B, T, D]
+  // Converted once for all layers: [B, 1, T, S] in the model's dtype on the SDPA path.
+  const at::Tensor layer_mask = use_sdpa(tokens) ? sdpa_mask(mask, options_.dtype) : mask;
+  for (const auto& layer : layers_) h = layer->forward(h, rope, layer_mask, cache, prefix);
+  return norm_->forward(h);
+}
+
+PrefixKV LlamaModelImpl::prefill(const std::vector<int32_t>& tokens) const {
+  const int64_t p = static_cast<int64_t>(tokens.size());
+  if (p == 0) throw Error("prefill: the prefix has no tokens");
+  if (p > config_.max_position_embeddings)
+    throw Error(fmt::format("prefill: the prefix has {} tokens, more than max_position_embeddings {}", p,
+                            config_.max_position_embeddings));
+  for (int32_t id : tokens)
+    if (id < 0 || id >= config_.vocab_size)
+      throw Error(fmt::format("prefill: token id {} is outside the vocabulary of {}", id, config_.vocab_size));
+  c10::InferenceMode guard;
+  const auto on_device = at::TensorOptions().device(options_.device);
+  at::Tensor ids = at::tensor(std::vector<int64_t>(tokens.begin(), tokens.end()), at::kLong).view({1, p});
+  // The cache holds exactly P positions, so its committed views are the whole storage: nothing to clone.
+  KVCache cache = make_cache(1, p);
+  forward(ids.to(options_.device), at::arange(p, on_device.dtype(at::kLong)).view({1, p}),
+          at::ones({1, p}, on_device.dtype(at::kBool)), &cache);
+  PrefixKV prefix;
+  for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
+    prefix.keys.push_back(cache.keys(l));
+    prefix.values.push_back(cache.values(l));
+  }
+  return prefix;
+}
+
+at::Tensor LlamaModelImpl::forward_packed(const at::Tensor& tokens, const at::Tensor& positions,
+                                          const at::Tensor& valid, const at::Tensor& segments,
+                                          const PrefixKV* prefix) const {
+  const int64_t b = tokens.size(0), t = tokens.size(1);
+  for (const at::Tensor* x : {&positions, &valid, &segments})
+    if (!x->sizes().equals(tokens.sizes()))
+      throw Error(fmt::format("forward_packed: tokens are {} but positions, valid or segments are {}",
+                              shape_str(tokens.sizes()), shape_str(x->sizes())));
+  const int64_t p = prefix ? prefix->length() : 0;
+  if (p > 0 && static_cast<int64_t>(prefix->keys.size()) != config_.num_hidden_layers)
+    throw Error(fmt::format("forward_packed: the prefix has {} layers, the model {}", prefix->keys.size(),
+                            config_.num_hidden_layers));
+  // Within a row: key j <= query i, a real token, and in the trunk or in the query's own branch.
+  at::Tensor idx = at::arange(t, at::TensorOptions().dtype(at::kLong).device(tokens.device()));
+  at::Tensor causal = idx.unsqueeze(0).le(idx.unsqueeze(1)).unsqueeze(0);                         // [1, T, T]
+  at::Tensor same_branch = segments.unsqueeze(2).eq(segments.unsqueeze(1));                          // [B, T, T]
+  at::Tensor key_in_trunk = segments.eq(0).unsqueeze(1);                                            // [B, 1, T]
+  at::Tensor allowed = causal.logical_and(valid.unsqueeze(1)).logical_and(same_branch.logical_or(key_in_trunk));
+  // Every query sees the whole prefix.
+  if (p > 0)
+    allowed = at::cat({at::ones({b, t, p}, allowed.options()), allowed}, -1);  // [B, T, P + T]
+  return run_layers(tokens, positions, additive_mask(allowed), nullptr, p > 0 ? prefix : nullptr);
+}
+
+int64_t PrefixKV::length() const { return keys.empty() ? 0 : keys[0].size(2); }
+
+int64_t PrefixKV::bytes() const {
+  int64_t n = 0;
+  for (const auto* list : {&keys, &values})
+    for (const at::Tensor& x : *list) n += static_cast<int64_t>(x.storage().nbytes());
+  return n;
+}
+
+at::Tensor LlamaModelImpl::logits(const at::Tensor& hidden) const { return at::linear(hidden, lm_head_); }
+
+KVCache LlamaModelImpl::make_cache(int64_t batch, int64_t capacity) const {
+  return KVCache(config_, batch, capacity, options_.dtype, options_.device);
+}
+
+namespace {
+
+LlamaModel build_with_source(const ModelConfig& config, LoadOptions options,
+                             const std::function<at::Tensor(const std::string&)>& lookup,
+                             const std::function<std::string(const std::string&)>& where_of) {
+  WeightSource source = [&](const std::string& name, const std::vector<int64_t>& shape) {
+    at::Tensor t = lookup(name);
+    if (!t.sizes().equals(shape))
+      fail(where_of(name), "tensor '{}' has shape {}, but config.json implies {}", name, shape_str(t.sizes()),
+           shape_str(shape));
+    if (!at::isFloatingType(t.scalar_type()))
+      fail(where_of(name), "tensor '{}' has dtype {}, expected a floating-point type", name,
+           dtype_name(t.scalar_type()));
+    return t.to(options.device, options.dtype);
+  };
+  c10::InferenceMode guard;
+  return LlamaModel(config, source, options);
+}
+
+}  // namespace
+
+LlamaModel load_model(const std::string& dir, LoadOptions options) {
+  ModelConfig config = ModelConfig::load(dir + "/config.json");
+  Checkpoint ckpt = Checkpoint::open(dir);
+  if (!config.tie_word_embeddings && !ckpt.contains("lm_head.weight") && ckpt.contains("model.embed_tokens.weight"))
+    fail(dir, "checkpoint has no 'lm_head.weight' and config.json does not set tie_word_embeddings");
+  return build_with_source(
+      config, options,
+      [&](const std::string& name) {
+        if (!ckpt.contains(name)) fail(dir, "checkpoint is missing tensor '{}'", name);
+        return ckpt.tensor(name);
+      },
+      [&](const std::string& name) { return ckpt.file_of(name); });
+}
+
+LlamaModel build_model(const ModelConfig& config, const std::map<std::string, at::Tensor>& weights,
+                       LoadOptions options, const std::string& where) {
+  return build_with_source(
+      config, options,
+      [&](const std::string& name) {
+        auto it = weights.find(name);
+        if (it == weights.end()) fail(where, "missing tensor '{}'", name);
+        return it->second;
+      },
+      [&](const std::string&) { return where; });
+}
+
+at::ScalarType parse_dtype(const std::string& name) {
+  if (name == "float32" || name == "fp32" || name == "float") return at::kFloat;
+  if (name == "bfloat16" || name == "bf16") return at::kBFloat16;
+  if (name == "float16" || name == "fp16" || name == "half") return at::kHalf;
+  throw Error(fmt::format("unknown dtype '{}' (expected float32, bfloat16 or float16)", name));
+}
+
+std::string dtype_name(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kFloat: return "float32";
+    case at::kBFloat16: return "bfloat16";
+    case at::kHalf: return "float16";
+    case at::kDouble: return "float64";
+    default: return c10::toString(dtype);
+  }
+}
+
+}  // namespace gpueval

@@ -1,0 +1,35 @@
+// What a worker sends back for one WorkItem of a batch (plan/planner.h), and how item results fold
+// into per-request results: a rolling request's windows are summed in part order, so the total
+// does not depend on which worker scored which window or when it arrived. Plain values; the
+// JSON form is what crosses the pipe and what the journal stores.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "gpueval/request.h"
+
+namespace gpueval {
+
+struct ItemResult {
+  int64_t request_index = 0;
+  int32_t part = 0;
+  int32_t parts = 1;       // copied from the WorkItem, so a missing last part is detectable
+  double logprob = 0;      // loglikelihood*: sum of target logprobs, in token order, in double
+  bool is_greedy = false;  // loglikelihood*: every target was the argmax
+  int64_t num_tokens = 0;  // targets scored, or tokens generated (EOS excluded)
+  std::string text;        // generate_until: the decoded continuation cut before the first stop string
+};
+
+// One RequestResult per request, ordered by request index: rolling windows are
+// summed in part order (logprob, num_tokens; is_greedy of all parts). Throws
+// Error if a part is missing or duplicated, or parts disagree on their count.
+std::vector<RequestResult> combine_items(const std::vector<ItemResult>& items);
+
+nlohmann::json to_json(const ItemResult& r);
+ItemResult item_result_from_json(const nlohmann::json& j);  // throws Error on a malformed object
+
+}  // namespace gpueval

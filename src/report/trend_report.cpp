@@ -1,0 +1,443 @@
+#include "report/trend_report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <ctime>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "gpueval/error.h"
+#include "common/file_io.h"
+#include "report/report_html.h"
+#include "report/html_style.h"
+#include "report/markdown.h"
+
+namespace gpueval {
+namespace {
+
+// How many flipped doc_ids a report lists each way for the latest change.
+constexpr size_t kMaxFlipsListed = 20;
+
+using RowKey = std::tuple<std::string, std::string, std::string>;  // task, metric, filter
+
+RowKey key_of(const ScoreRow& r) { return {r.task, r.metric, r.filter}; }
+RowKey key_of(const Comparison& c) { return {c.task, c.metric, c.filter}; }
+
+// A column of the trend: one task's primary metric.
+struct Column {
+  ScoreRow first;  // the task's primary row where it first appears (names, direction)
+  RowKey key;
+};
+
+std::vector<Column> columns_of(const std::vector<ScoredCheckpoint>& trend) {
+  std::vector<Column> out;
+  std::set<std::string> seen;
+  for (const ScoredCheckpoint& sc : trend) {
+    for (const ScoreRow& r : primary_scores(sc)) {
+      if (seen.insert(r.task).second) out.push_back(Column{r, key_of(r)});
+    }
+  }
+  return out;
+}
+
+const ScoreRow* find_row(const ScoredCheckpoint& sc, const RowKey& key) {
+  for (const ScoreRow& r : sc.scores) {
+    if (key_of(r) == key) return &r;
+  }
+  return nullptr;
+}
+
+const Comparison* find_comparison(const CheckpointStep& step, const RowKey& key) {
+  for (const Comparison& c : step.comparisons) {
+    if (key_of(c) == key) return &c;
+  }
+  return nullptr;
+}
+
+std::string metric_label(const std::string& metric, const std::string& filter) {
+  return filter == "none" ? metric : metric + " (" + filter + ")";
+}
+
+std::string value_text(double v) { return fmt::format("{:.4f}", v); }
+std::string delta_text(double d) { return d == 0 ? std::string("±0") : fmt::format("{:+.4f}", d); }
+std::string p_text(double p) { return p >= 0.001 ? fmt::format("{:.3f}", p) : fmt::format("{:.1e}", p); }
+std::string value_with_stderr(const ScoreRow& r) {
+  return value_text(r.value) + (r.stderr_value ? " ± " + value_text(*r.stderr_value) : "");
+}
+
+std::string utc_text(double t) {
+  if (!std::isfinite(t) || t <= 0) return "";
+  const auto s = static_cast<std::time_t>(std::floor(t));
+  std::tm tm{};
+  if (!gmtime_r(&s, &tm)) return "";
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", &tm);
+  return buf;
+}
+
+std::string id_list(const std::vector<int64_t>& ids) {
+  std::string out;
+  for (size_t i = 0; i < ids.size() && i < kMaxFlipsListed; ++i) out += (i ? ", " : "") + std::to_string(ids[i]);
+  if (ids.size() > kMaxFlipsListed) out += fmt::format(" and {} more", ids.size() - kMaxFlipsListed);
+  return out;
+}
+
+std::string regression_text(const Regression& g) {
+  return fmt::format("{}{} {}: {} → {} ({} → {}), {:.2f} {} worse", g.is_group ? "group " : "", g.task,
+                     metric_label(g.metric, g.filter), value_text(g.before), value_text(g.after), g.previous,
+                     g.current, g.drop_points, g.in_points ? "points" : "units");
+}
+
+// The newest step in which this column's documents were paired, if any.
+const Comparison* latest_flips(const std::vector<CheckpointStep>& steps, const RowKey& key) {
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    const Comparison* c = find_comparison(*it, key);
+    if (c) return c->paired > 0 ? c : nullptr;
+  }
+  return nullptr;
+}
+
+// ---- HTML chart ----
+
+const char* const kTrendStyle = R"(
+svg .band{fill:#4c78a8;fill-opacity:.18;stroke:none}svg .line{fill:none;stroke:#4c78a8;stroke-width:2}
+svg .pt{fill:#4c78a8;stroke:#fff;stroke-width:1}svg.group .band{fill:#e8871e}svg.group .line{stroke:#e8871e}
+svg.group .pt{fill:#e8871e}svg .pt.regressed{fill:#c0392b}section.task{margin:28px 0 36px}
+.flips{font-family:ui-monospace,"DejaVu Sans Mono",Menlo,Consolas,monospace;font-size:12px;word-break:break-all}
+td.p-low{background:#fdecea;font-weight:600}
+)";
+
+constexpr double kPlotHeight = 200, kLeft = 70, kRight = 24, kTop = 14, kInset = 20;
+constexpr size_t kMaxLabelChars = 40;
+
+// A "nice" tick step (1, 2 or 5 times a power of ten) for about four intervals over `span`.
+double nice_step(double span) {
+  const double raw = span / 4;
+  const double mag = std::pow(10.0, std::floor(std::log10(raw)));
+  for (const double m : {1.0, 2.0, 5.0}) {
+    if (raw <= m * mag) return m * mag;
+  }
+  return 10 * mag;
+}
+
+struct Point {
+  size_t index;  // checkpoint position on the x axis
+  double value;
+  std::optional<double> stderr;
+  std::string tip;
+};
+
+std::string chart_svg(const std::vector<ScoredCheckpoint>& trend, const Column& col, bool regressed) {
+  std::vector<Point> points;
+  for (size_t i = 0; i < trend.size(); ++i) {
+    const ScoreRow* r = find_row(trend[i], col.key);
+    if (!r || !std::isfinite(r->value)) continue;
+    std::optional<double> se;
+    if (r->stderr_value && std::isfinite(*r->stderr_value)) se = *r->stderr_value;
+    points.push_back(Point{i, r->value, se, trend[i].checkpoint.name + ": " + value_with_stderr(*r)});
+  }
+  if (points.empty()) return "<p class=\"note\">No finite value to chart.</p>\n";
+
+  bool unit = true;
+  double lo = INFINITY, hi = -INFINITY;
+  for (const Point& p : points) {
+    unit = unit && p.value >= 0 && p.value <= 1;
+    const double s = p.stderr.value_or(0);
+    lo = std::min(lo, p.value - s);
+    hi = std::max(hi, p.value + s);
+  }
+  if (unit) {
+    lo = std::max(lo, 0.0);
+    hi = std::min(hi, 1.0);
+  }
+  if (hi - lo < 1e-12) {
+    const double pad = std::max(std::fabs(hi) * 0.05, 0.01);
+    lo -= pad;
+    hi += pad;
+  }
+  const double step = nice_step(hi - lo);
+  lo = std::floor(lo / step + 1e-9) * step;
+  hi = std::ceil(hi / step - 1e-9) * step;
+  if (unit) {
+    lo = std::max(lo, 0.0);
+    hi = std::min(hi, 1.0);
+  }
+
+  size_t label_chars = 4;
+  for (const ScoredCheckpoint& sc : trend) label_chars = std::max(label_chars, html::code_points(sc.checkpoint.name));
+  label_chars = std::min(label_chars, kMaxLabelChars);
+  const double plot_w = std::clamp(72.0 * static_cast<double>(trend.size()), 360.0, 960.0);
+  const double bottom = std::ceil(static_cast<double>(label_chars) * html::kCharWidth * 0.5) + 24;  // labels at -30°
+  const double width = kLeft + plot_w + kRight, height = kTop + kPlotHeight + bottom;
+  auto x_of = [&](size_t i) {
+    if (trend.size() == 1) return kLeft + plot_w / 2;
+    return kLeft + kInset + (plot_w - 2 * kInset) * static_cast<double>(i) / static_cast<double>(trend.size() - 1);
+  };
+  auto y_of = [&](double v) {
+    v = std::clamp(v, lo, hi);
+    return kTop + kPlotHeight * (hi - v) / (hi - lo);
+  };
+
+  const std::string name = (col.first.is_group ? "group " : "") + col.first.task;
+  std::string out = fmt::format(
+      "<svg class=\"trend{}\" width=\"{:.0f}\" height=\"{:.0f}\" viewBox=\"0 0 {:.0f} {:.0f}\" role=\"img\" "
+      "aria-label=\"{}\">\n",
+      col.first.is_group ? " group" : "", width, height, width, height,
+      html_escape(metric_label(col.first.metric, col.first.filter) + " of " + name + " per checkpoint"));
+  const int ticks = static_cast<int>(std::lround((hi - lo) / step));
+  for (int t = 0; t <= ticks; ++t) {
+    const double v = lo + step * t;
+    const double y = y_of(v);
+    out += fmt::format("<line class=\"grid\" x1=\"{:.2f}\" y1=\"{:.2f}\" x2=\"{:.2f}\" y2=\"{:.2f}\"/>", kLeft, y,
+                       kLeft + plot_w, y);
+    out += fmt::format("<text class=\"axis\" x=\"{:.2f}\" y=\"{:.2f}\" text-anchor=\"end\" dominant-baseline=\"middle\">"
+                       "{}</text>\n",
+                       kLeft - 6, y, html_escape(fmt::format("{:.4g}", std::fabs(v) < step * 1e-9 ? 0.0 : v)));
+  }
+  for (size_t i = 0; i < trend.size(); ++i) {
+    const double x = x_of(i);
+    out += fmt::format("<line class=\"grid\" x1=\"{:.2f}\" y1=\"{:.2f}\" x2=\"{:.2f}\" y2=\"{:.2f}\"/>", x, kTop, x,
+                       kTop + kPlotHeight);
+    out += fmt::format("<text class=\"axis\" transform=\"translate({:.2f} {:.2f}) rotate(-30)\" text-anchor=\"end\">"
+                       "{}</text>\n",
+                       x + 4, kTop + kPlotHeight + 14, html_escape(trend[i].checkpoint.name));
+  }
+  // The band: up along value + stderr, back along value - stderr.
+  bool any_stderr = false;
+  for (const Point& p : points) any_stderr = any_stderr || (p.stderr && *p.stderr > 0);
+  if (any_stderr) {
+    std::string d;
+    for (const Point& p : points) {
+      d += fmt::format("{}{:.2f} {:.2f}", d.empty() ? "M" : "L", x_of(p.index), y_of(p.value + p.stderr.value_or(0)));
+    }
+    for (auto it = points.rbegin(); it != points.rend(); ++it) {
+      d += fmt::format("L{:.2f} {:.2f}", x_of(it->index), y_of(it->value - it->stderr.value_or(0)));
+    }
+    out += "<path class=\"band\" d=\"" + d + "Z\"/>\n";
+  }
+  if (points.size() > 1) {
+    std::string d;
+    for (const Point& p : points) d += fmt::format("{}{:.2f} {:.2f}", d.empty() ? "M" : "L", x_of(p.index), y_of(p.value));
+    out += "<path class=\"line\" d=\"" + d + "\"/>\n";
+  }
+  for (size_t k = 0; k < points.size(); ++k) {
+    const Point& p = points[k];
+    const bool last_regressed = regressed && k + 1 == points.size() && p.index + 1 == trend.size();
+    out += fmt::format("<circle class=\"pt{}\" cx=\"{:.2f}\" cy=\"{:.2f}\" r=\"4\"><title>{}</title></circle>\n",
+                       last_regressed ? " regressed" : "", x_of(p.index), y_of(p.value), html_escape(p.tip));
+  }
+  out += "</svg>\n";
+  return out;
+}
+
+std::string comparison_table_html(const std::vector<CheckpointStep>& steps, const RowKey& key) {
+  std::string rows;
+  for (const CheckpointStep& step : steps) {
+    const Comparison* c = find_comparison(step, key);
+    if (!c) continue;
+    const bool flips = c->paired > 0;
+    const bool low = c->p_value && *c->p_value < 0.05;
+    rows += fmt::format(
+        "<tr><td>{} → {}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>"
+        "<td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num{}\">{}</td></tr>\n",
+        html_escape(c->previous), html_escape(c->current), value_text(c->before), value_text(c->after),
+        delta_text(c->delta), flips ? std::to_string(c->paired) : "", flips ? std::to_string(c->b) : "",
+        flips ? std::to_string(c->c) : "", low ? " p-low" : "", c->p_value ? p_text(*c->p_value) : "");
+  }
+  if (rows.empty()) return "";
+  return "<table class=\"changes\">\n<tr><th>change</th><th>before</th><th>after</th><th>Δ</th><th>paired</th>"
+         "<th>b: right→wrong</th><th>c: wrong→right</th><th>McNemar p</th></tr>\n" +
+         rows + "</table>\n";
+}
+
+}  // namespace
+
+std::vector<std::string> trend_tasks(const std::vector<ScoredCheckpoint>& trend) {
+  std::vector<std::string> out;
+  for (const Column& c : columns_of(trend)) out.push_back(c.first.task);
+  return out;
+}
+
+TrendData load_trend(const History& history, const std::string& config_fingerprint,
+                     std::optional<double> regression_points) {
+  TrendData data;
+  data.config_fingerprint = config_fingerprint;
+  data.config = history.config_of(config_fingerprint);
+  data.trend = history.trend(config_fingerprint);
+  std::vector<std::vector<SampleRow>> samples;
+  for (const ScoredCheckpoint& sc : data.trend) {
+    samples.push_back(history.samples(sc.checkpoint.fingerprint, config_fingerprint));
+  }
+  data.steps = compare_trend(data.trend, samples);
+  data.regression_points = regression_points;
+  if (regression_points) data.regressions = find_regressions(data.trend, *regression_points);
+  return data;
+}
+
+std::string trend_table(const std::vector<ScoredCheckpoint>& trend, const std::vector<CheckpointStep>* steps,
+                        const std::string& task) {
+  std::vector<Column> columns = columns_of(trend);
+  if (!task.empty()) {
+    columns.erase(std::remove_if(columns.begin(), columns.end(), [&](const Column& c) { return c.first.task != task; }),
+                  columns.end());
+  }
+  std::string head = "| checkpoint |", rule = "|---|";
+  for (const Column& c : columns) {
+    head += fmt::format(" {}{} {} {} | Δ |", c.first.is_group ? "group " : "", markdown_cell(c.first.task),
+                        markdown_cell(metric_label(c.first.metric, c.first.filter)),
+                        c.first.higher_is_better ? "↑" : "↓");
+    rule += "---:|---:|";
+    if (steps) {
+      head += " p |";
+      rule += "---:|";
+    }
+  }
+  std::string out = head + "\n" + rule + "\n";
+  for (size_t i = 0; i < trend.size(); ++i) {
+    const ScoredCheckpoint& sc = trend[i];
+    out += "| " + markdown_cell(sc.checkpoint.name) + (sc.state == "complete" ? "" : " (" + sc.state + ")") + " |";
+    for (const Column& c : columns) {
+      const ScoreRow* r = find_row(sc, c.key);
+      const ScoreRow* before = i > 0 ? find_row(trend[i - 1], c.key) : nullptr;
+      out += " " + (r ? value_with_stderr(*r) : std::string("–")) + " |";
+      out += " " + (r && before ? delta_text(r->value - before->value) : std::string()) + " |";
+      if (steps) {
+        const Comparison* cmp = i > 0 && i - 1 < steps->size() ? find_comparison((*steps)[i - 1], c.key) : nullptr;
+        out += " " + (cmp && cmp->p_value ? p_text(*cmp->p_value) : std::string()) + " |";
+      }
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+std::string trend_markdown(const TrendData& data) {
+  std::string out = "# gpueval trend\n\n";
+  out += fmt::format("Config `{}`: {} checkpoint{}, oldest first.\n\n", markdown_cell(data.config_fingerprint),
+                     data.trend.size(), data.trend.size() == 1 ? "" : "s");
+  if (data.trend.empty()) return out + "No checkpoint of this config has been scored.\n";
+  out += "Each task's primary metric: value ± stderr; Δ: change from the checkpoint above; p: exact McNemar "
+         "p-value of that change (from the documents that flipped; right/wrong metrics only).\n\n";
+  out += trend_table(data.trend, &data.steps);
+
+  if (data.regression_points) {
+    out += fmt::format("\n## Regressions (drop > {} points)\n\n", *data.regression_points);
+    if (data.regressions.empty()) out += "None.\n";
+    for (const Regression& g : data.regressions) out += "- " + markdown_cell(regression_text(g)) + "\n";
+  }
+
+  out += "\n## Flipped documents\n\n";
+  bool any = false;
+  for (size_t i = data.steps.size(); i-- > 0;) {
+    const CheckpointStep& step = data.steps[i];
+    std::string lines;
+    for (const Comparison& c : step.comparisons) {
+      if (c.paired == 0) continue;
+      lines += fmt::format("- {} {}: {} right→wrong, {} wrong→right of {} (p = {})\n", markdown_cell(c.task),
+                           markdown_cell(metric_label(c.metric, c.filter)), c.b, c.c, c.paired, p_text(*c.p_value));
+      if (i + 1 == data.steps.size()) {
+        if (!c.lost.empty()) lines += "  - right→wrong: " + id_list(c.lost) + "\n";
+        if (!c.gained.empty()) lines += "  - wrong→right: " + id_list(c.gained) + "\n";
+      }
+    }
+    if (lines.empty()) continue;
+    any = true;
+    out += fmt::format("### {} → {}\n\n{}\n", markdown_cell(step.previous), markdown_cell(step.current), lines);
+  }
+  if (!any) out += "No per-document right/wrong values to compare.\n\n";
+
+  out += "## Checkpoints\n\n| # | name | state | modified | fingerprint | path |\n|---:|---|---|---|---|---|\n";
+  for (size_t i = 0; i < data.trend.size(); ++i) {
+    const CheckpointInfo& c = data.trend[i].checkpoint;
+    out += fmt::format("| {} | {} | {} | {} | `{}` | `{}` |\n", i + 1, markdown_cell(c.name),
+                       markdown_cell(data.trend[i].state), utc_text(c.mtime), markdown_cell(c.fingerprint),
+                       markdown_cell(c.path));
+  }
+  return out;
+}
+
+std::string trend_html(const TrendData& data) {
+  std::string out = "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+                    "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n";
+  out += "<title>gpueval trend: " + html_escape(data.config_fingerprint) + "</title>\n";
+  out += std::string("<style>") + html::kStyle + kTrendStyle + "</style>\n</head>\n<body>\n<h1>gpueval trend</h1>\n";
+  out += "<table class=\"meta\">\n";
+  out += "<tr><td>config</td><td><code>" + html_escape(data.config_fingerprint) + "</code></td></tr>\n";
+  out += fmt::format("<tr><td>checkpoints</td><td>{}</td></tr>\n", data.trend.size());
+  if (!data.trend.empty()) {
+    out += "<tr><td>newest</td><td><code>" + html_escape(data.trend.back().checkpoint.name) + "</code></td></tr>\n";
+  }
+  out += "</table>\n";
+  if (data.config.is_object() && !data.config.empty()) {
+    out += "<details><summary>run configuration</summary>\n<table class=\"meta\">\n";
+    for (const auto& [key, value] : data.config.items()) {
+      out += "<tr><td>" + html_escape(key) + "</td><td><code>" +
+             html_escape(value.is_string() ? value.get<std::string>() : value.dump()) + "</code></td></tr>\n";
+    }
+    out += "</table>\n</details>\n";
+  }
+  if (data.trend.empty()) return out + "<p class=\"note\">No checkpoint of this config has been scored.</p>\n</body>\n</html>\n";
+
+  std::set<RowKey> regressed;
+  if (data.regression_points) {
+    for (const Regression& g : data.regressions) regressed.insert({g.task, g.metric, g.filter});
+    if (!data.regressions.empty()) {
+      out += fmt::format("<section class=\"warn\" id=\"regressions\">\n<h2>&#9888; Regressions ({}; drop &gt; {} "
+                         "points)</h2>\n<ul>\n",
+                         data.regressions.size(), *data.regression_points);
+      for (const Regression& g : data.regressions) out += "<li>" + html_escape(regression_text(g)) + "</li>\n";
+      out += "</ul>\n</section>\n";
+    }
+  }
+
+  out += "<h2>Checkpoints</h2>\n<table>\n<tr><th>#</th><th>name</th><th>state</th><th>modified</th>"
+         "<th>fingerprint</th><th>path</th></tr>\n";
+  for (size_t i = 0; i < data.trend.size(); ++i) {
+    const CheckpointInfo& c = data.trend[i].checkpoint;
+    out += fmt::format("<tr><td class=\"num\">{}</td><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td>"
+                       "<td><code>{}</code></td></tr>\n",
+                       i + 1, html_escape(c.name), html_escape(data.trend[i].state), html_escape(utc_text(c.mtime)),
+                       html_escape(c.fingerprint), html_escape(c.path));
+  }
+  out += "</table>\n";
+
+  // Groups first, then tasks, each in first-seen order.
+  std::vector<Column> columns = columns_of(data.trend);
+  std::stable_partition(columns.begin(), columns.end(), [](const Column& c) { return c.first.is_group; });
+  out += "<p class=\"note\">Per group and task, its primary metric at each checkpoint (oldest on the left); the "
+         "band spans &#177;1 standard error. b and c count the documents that went right&#8594;wrong and "
+         "wrong&#8594;right; p is the exact McNemar test of that change.</p>\n";
+  for (const Column& col : columns) {
+    const bool is_regressed = regressed.count(col.key) > 0;
+    out += "<section class=\"task\" id=\"" + html_escape((col.first.is_group ? "group-" : "task-") + col.first.task) +
+           "\">\n";
+    out += fmt::format("<h2>{}{} <span class=\"note\">{} {}</span></h2>\n", col.first.is_group ? "group: " : "",
+                       html_escape(col.first.task), html_escape(metric_label(col.first.metric, col.first.filter)),
+                       col.first.higher_is_better ? "&#8593;" : "&#8595;");
+    out += "<div class=\"chart\">\n" + chart_svg(data.trend, col, is_regressed) + "</div>\n";
+    out += comparison_table_html(data.steps, col.key);
+    if (const Comparison* c = latest_flips(data.steps, col.key); c && (c->b > 0 || c->c > 0)) {
+      out += fmt::format("<p>Latest change, {} → {}:</p>\n<ul class=\"flips\">\n", html_escape(c->previous),
+                         html_escape(c->current));
+      if (c->b > 0) out += fmt::format("<li>right → wrong ({}): {}</li>\n", c->b, id_list(c->lost));
+      if (c->c > 0) out += fmt::format("<li>wrong → right ({}): {}</li>\n", c->c, id_list(c->gained));
+      out += "</ul>\n";
+    }
+    out += "</section>\n";
+  }
+  out += "</body>\n</html>\n";
+  return out;
+}
+
+void write_trend_reports(const std::string& output_dir, const History& history, const std::string& config_fingerprint,
+                         std::optional<double> regression_points) {
+  const TrendData data = load_trend(history, config_fingerprint, regression_points);
+  io::make_directories(output_dir);
+  io::write_file_atomic(output_dir + "/report.md", trend_markdown(data));
+  io::write_file_atomic(output_dir + "/report.html", trend_html(data));
+}
+
+}  // namespace gpueval

@@ -1,0 +1,249 @@
+#include "run/batch_probe.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+
+#include <c10/util/Exception.h>
+#include <nlohmann/json.hpp>
+
+#include "run/device_memory.h"
+#include "gpueval/error.h"
+#include "model/scorer.h"
+
+namespace gpueval {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double mib(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
+
+// `rows` rows of length + 1 tokens (the last is only a target), every position scored as a
+// rolling window is. Ids are a fixed function of (row, position), never 0..2 (pad/BOS/EOS).
+std::vector<ScoreRequest> synthetic_rows(int64_t rows, int64_t length, int64_t vocab) {
+  std::vector<ScoreRequest> out(static_cast<size_t>(rows));
+  const int64_t span = std::max<int64_t>(vocab - 3, 1);
+  for (int64_t r = 0; r < rows; ++r) {
+    auto& req = out[static_cast<size_t>(r)];
+    req.first_target = 1;
+    req.tokens.resize(static_cast<size_t>(length + 1));
+    for (int64_t j = 0; j <= length; ++j)
+      req.tokens[static_cast<size_t>(j)] = static_cast<int32_t>(3 + (r * 7919 + j * 104729) % span);
+  }
+  return out;
+}
+
+}  // namespace
+
+int64_t choose_batch_tokens(const std::vector<ProbePoint>& points, double knee, std::string* reason) {
+  double best = 0;
+  int64_t best_tokens = 0;
+  for (const ProbePoint& p : points)
+    if (p.fits && p.tokens_per_second > best) {
+      best = p.tokens_per_second;
+      best_tokens = p.batch_tokens;
+    }
+  if (best_tokens == 0) {
+    if (reason) *reason = "no budget fits";
+    return 0;
+  }
+  int64_t chosen = 0;
+  double chosen_tps = 0;
+  for (const ProbePoint& p : points)
+    if (p.fits && p.tokens_per_second >= knee * best && (chosen == 0 || p.batch_tokens < chosen)) {
+      chosen = p.batch_tokens;
+      chosen_tps = p.tokens_per_second;
+    }
+  if (reason) {
+    if (chosen == best_tokens)
+      *reason = fmt::format("{} tokens is the fastest fitting budget ({:.0f} tok/s)", chosen, best);
+    else
+      *reason = fmt::format("{} tokens is the smallest fitting budget within {:.0f}% of the best ({:.0f} of {:.0f} "
+                            "tok/s at {})",
+                            chosen, 100 * knee, chosen_tps, best, best_tokens);
+  }
+  return chosen;
+}
+
+ProbeResult probe_batch_tokens(const LlamaModelImpl& model, const ProbeOptions& options) {
+  if (options.min_tokens < 1 || options.max_tokens < options.min_tokens || options.repeats < 1 ||
+      !(options.safety > 0 && options.safety <= 1) || !(options.knee > 0 && options.knee <= 1))
+    fail("batch probe", "bad options {}", to_json(options).dump());
+  const at::Device device = model.options().device;
+  const int64_t context = model.config().max_position_embeddings;
+  const int64_t length = std::clamp<int64_t>(options.length, 1, std::max<int64_t>(context - 1, 1));
+  ProbeResult result;
+  result.memory_limit_bytes = options.memory_limit_bytes > 0 ? options.memory_limit_bytes : device_total_bytes(device);
+  const double allowed = options.safety * static_cast<double>(result.memory_limit_bytes);
+
+  // (budget, peak) pairs to extrapolate from; budget 0 is the memory held before any batch ran.
+  std::vector<std::pair<double, double>> seen = {{0.0, static_cast<double>(current_memory_bytes(device))}};
+  std::string stop = fmt::format("reached max_tokens {}", options.max_tokens);
+  double best_tps = 0;
+  int stale = 0;
+  for (int64_t budget = std::max(options.min_tokens, length); budget <= options.max_tokens; budget *= 2) {
+    ProbePoint p;
+    p.batch_tokens = budget;
+    p.length = length;
+    p.rows = budget / length;
+    if (device.is_cpu() && seen.size() >= 2) {
+      const auto& [b1, m1] = seen[seen.size() - 2];
+      const auto& [b2, m2] = seen.back();
+      const double slope = std::max(0.0, (m2 - m1) / (b2 - b1));
+      const double predicted = m2 + slope * (static_cast<double>(budget) - b2);
+      if (predicted > allowed) {
+        p.peak_bytes = static_cast<int64_t>(predicted);
+        p.note = fmt::format("skipped: predicted peak {:.0f} MiB > {:.0f} MiB allowed", mib(p.peak_bytes),
+                             allowed / (1 << 20));
+        result.points.push_back(p);
+        stop = fmt::format("stopped before {} tokens: its predicted peak would exceed {:.0f}% of the {:.0f} MiB limit",
+                           budget, 100 * options.safety, mib(result.memory_limit_bytes));
+        break;
+      }
+    }
+    const std::vector<ScoreRequest> rows = synthetic_rows(p.rows, length, model.config().vocab_size);
+    double best_s = 0, worst_s = 0;
+    bool oom = false;
+    reset_peak_memory(device);
+    try {
+      score_batch(model, rows);  // warm-up: first-touch allocations, kernel selection
+      for (int i = 0; i < options.repeats; ++i) {
+        const auto t0 = Clock::now();
+        score_batch(model, rows);
+        const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+        best_s = i == 0 ? s : std::min(best_s, s);
+        worst_s = std::max(worst_s, s);
+      }
+    } catch (const c10::OutOfMemoryError& e) {
+      oom = true;
+      p.note = "out of memory";
+    }
+    p.peak_bytes = peak_memory_bytes(device);
+    if (oom) {
+      release_cached_memory(device);
+      result.points.push_back(p);
+      stop = fmt::format("stopped at {} tokens: out of memory", budget);
+      break;
+    }
+    p.tokens_per_second = static_cast<double>(p.rows * length) / std::max(best_s, 1e-9);
+    p.fits = static_cast<double>(p.peak_bytes) <= allowed;
+    if (!p.fits)
+      p.note = fmt::format("peak {:.0f} MiB > {:.0f} MiB allowed", mib(p.peak_bytes), allowed / (1 << 20));
+    result.points.push_back(p);
+    if (!p.fits) {
+      stop = fmt::format("stopped at {} tokens: its peak exceeds {:.0f}% of the {:.0f} MiB limit", budget,
+                         100 * options.safety, mib(result.memory_limit_bytes));
+      break;
+    }
+    seen.emplace_back(static_cast<double>(budget), static_cast<double>(p.peak_bytes));
+    if (p.tokens_per_second > best_tps * 1.02) {
+      best_tps = std::max(best_tps, p.tokens_per_second);
+      stale = 0;
+    } else {
+      best_tps = std::max(best_tps, p.tokens_per_second);
+      if (++stale >= options.patience) {
+        stop = fmt::format("stopped at {} tokens: no throughput gain for {} doublings", budget, options.patience);
+        break;
+      }
+    }
+    if (worst_s > options.max_point_seconds) {
+      stop = fmt::format("stopped at {} tokens: one batch took {:.1f}s (> {:.0f}s)", budget, worst_s,
+                         options.max_point_seconds);
+      break;
+    }
+  }
+  std::string why;
+  result.chosen_batch_tokens = choose_batch_tokens(result.points, options.knee, &why);
+  if (result.chosen_batch_tokens == 0)
+    fail("batch probe", "not even {} tokens ({} rows of {}) fit on {}: {}", result.points.front().batch_tokens,
+         result.points.front().rows, length, device.str(),
+         result.points.front().note.empty() ? stop : result.points.front().note);
+  result.reason = stop + "; " + why;
+  return result;
+}
+
+int64_t parse_memory_amount(const std::string& text, int64_t available_bytes, const std::string& where) {
+  const char* begin = text.c_str();
+  char* end = nullptr;
+  errno = 0;
+  const double value = std::strtod(begin, &end);
+  if (text.empty() || end == begin || errno != 0 || !std::isfinite(value) || !(value > 0) || text[0] == '+')
+    fail(where, "must be an amount such as 6GiB, 512MiB or a share of available memory such as 0.5, got '{}'", text);
+  const std::string unit(end);
+  static const std::pair<const char*, double> kUnits[] = {
+      {"", 1},          {"B", 1},         {"KiB", 1024.0},  {"MiB", 1048576.0}, {"GiB", 1073741824.0},
+      {"TiB", 1099511627776.0}, {"KB", 1e3}, {"MB", 1e6},    {"GB", 1e9},        {"TB", 1e12}};
+  if (unit.empty() && value <= 1) return static_cast<int64_t>(value * static_cast<double>(available_bytes));
+  for (const auto& [name, scale] : kUnits) {
+    if (unit != name) continue;
+    const double bytes = value * scale;
+    if (bytes < 1 << 20 || bytes > 9e18)
+      fail(where, "'{}' is out of range (at least 1MiB)", text);
+    return static_cast<int64_t>(bytes);
+  }
+  fail(where, "unknown unit '{}' in '{}' (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB, or a share such as 0.5)",
+       unit, text);
+}
+
+nlohmann::json to_json(const ProbePoint& p) {
+  return {{"batch_tokens", p.batch_tokens}, {"rows", p.rows},   {"length", p.length},
+          {"tokens_per_second", p.tokens_per_second}, {"peak_bytes", p.peak_bytes}, {"fits", p.fits},
+          {"note", p.note}};
+}
+
+nlohmann::json to_json(const ProbeOptions& o) {
+  return {{"length", o.length},     {"memory_limit_bytes", o.memory_limit_bytes}, {"safety", o.safety},
+          {"knee", o.knee},         {"min_tokens", o.min_tokens}, {"max_tokens", o.max_tokens},
+          {"repeats", o.repeats},   {"patience", o.patience}, {"max_point_seconds", o.max_point_seconds}};
+}
+
+nlohmann::json to_json(const ProbeResult& r) {
+  nlohmann::json points = nlohmann::json::array();
+  for (const ProbePoint& p : r.points) points.push_back(to_json(p));
+  return {{"points", points}, {"chosen_batch_tokens", r.chosen_batch_tokens},
+          {"memory_limit_bytes", r.memory_limit_bytes}, {"reason", r.reason}};
+}
+
+ProbeOptions probe_options_from_json(const nlohmann::json& j) {
+  try {
+    ProbeOptions o;
+    o.length = j.at("length").get<int64_t>();
+    o.memory_limit_bytes = j.at("memory_limit_bytes").get<int64_t>();
+    o.safety = j.at("safety").get<double>();
+    o.knee = j.at("knee").get<double>();
+    o.min_tokens = j.at("min_tokens").get<int64_t>();
+    o.max_tokens = j.at("max_tokens").get<int64_t>();
+    o.repeats = j.at("repeats").get<int>();
+    o.patience = j.at("patience").get<int>();
+    o.max_point_seconds = j.at("max_point_seconds").get<double>();
+    return o;
+  } catch (const nlohmann::json::exception& e) {
+    fail("probe options", "malformed: {}", e.what());
+  }
+}
+
+ProbeResult probe_result_from_json(const nlohmann::json& j) {
+  try {
+    ProbeResult r;
+    for (const auto& pj : j.at("points")) {
+      ProbePoint p;
+      p.batch_tokens = pj.at("batch_tokens").get<int64_t>();
+      p.rows = pj.at("rows").get<int64_t>();
+      p.length = pj.at("length").get<int64_t>();
+      p.tokens_per_second = pj.at("tokens_per_second").get<double>();
+      p.peak_bytes = pj.at("peak_bytes").get<int64_t>();
+      p.fits = pj.at("fits").get<bool>();
+      p.note = pj.at("note").get<std::string>();
+      r.points.push_back(p);
+    }
+    r.chosen_batch_tokens = j.at("chosen_batch_tokens").get<int64_t>();
+    r.memory_limit_bytes = j.at("memory_limit_bytes").get<int64_t>();
+    r.reason = j.at("reason").get<std::string>();
+    return r;
+  } catch (const nlohmann::json::exception& e) {
+    fail("probe result", "malformed: {}", e.what());
+  }
+}
+
+}  // namespace gpueval

@@ -1,0 +1,293 @@
+#include "run/executor.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <map>
+
+#include <c10/core/InferenceMode.h>
+#include <c10/util/Exception.h>
+#include <nlohmann/json.hpp>
+
+#include "run/device_memory.h"
+#include "gpueval/error.h"
+#include "model/generate.h"
+#include "model/scorer.h"
+#include "model/logprob_gather.h"
+#include "plan/packing.h"
+
+namespace gpueval {
+
+std::string cut_at_stops(std::string text, const std::vector<std::string>& stops) {
+  for (const std::string& stop : stops) {
+    if (stop.empty()) continue;
+    const size_t at = text.find(stop);
+    if (at != std::string::npos) text.resize(at);
+  }
+  return text;
+}
+
+namespace {
+
+ItemResult result_for(const WorkItem& item) {
+  ItemResult r;
+  r.request_index = item.request_index;
+  r.part = item.part;
+  r.parts = item.parts;
+  return r;
+}
+
+// Runs rows [begin, end) of a packed batch; an out-of-memory error splits the range in two.
+class RowRunner {
+ public:
+  RowRunner(const LlamaModelImpl& model, const Batch& batch, const std::vector<PackedRow>& rows,
+            const PrefixKV* prefix, const ExecutionOptions& options, ExecutionStats& stats,
+            std::vector<ItemResult>& out)
+      : model_(model), batch_(batch), rows_(rows), prefix_(prefix), options_(options), stats_(stats), out_(out) {}
+
+  void run(size_t begin, size_t end) {
+    try {
+      forward(begin, end);
+    } catch (const c10::OutOfMemoryError& e) {
+      release_cached_memory(model_.options().device);
+      if (end - begin == 1)
+        throw Error(fmt::format("batch {}: a single row of {} tokens does not fit in memory: {}", batch_.id,
+                                rows_[begin].tokens.size(), first_line(e.what())));
+      ++stats_.oom_splits;
+      const size_t mid = begin + (end - begin) / 2;
+      run(begin, mid);
+      run(mid, end);
+    }
+  }
+
+ private:
+  static std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+  void forward(size_t begin, size_t end) {
+    const int64_t b = static_cast<int64_t>(end - begin);
+    int64_t t = 0;
+    for (size_t r = begin; r < end; ++r) t = std::max<int64_t>(t, static_cast<int64_t>(rows_[r].tokens.size()));
+    if (options_.before_forward) options_.before_forward(b, t);
+    const int64_t pad_position = prefix_ ? prefix_->length() : 0;
+    at::Tensor tokens = at::zeros({b, t}, at::kLong);
+    at::Tensor positions = at::full({b, t}, pad_position, at::kLong);
+    at::Tensor valid = at::zeros({b, t}, at::kBool);
+    at::Tensor segments = at::zeros({b, t}, at::kLong);
+    auto tok = tokens.accessor<int64_t, 2>();
+    auto pos = positions.accessor<int64_t, 2>();
+    auto val = valid.accessor<bool, 2>();
+    auto seg = segments.accessor<int64_t, 2>();
+    std::vector<int64_t> flat, targets;
+    int64_t real = 0;
+    for (int64_t i = 0; i < b; ++i) {
+      const PackedRow& row = rows_[begin + static_cast<size_t>(i)];
+      for (size_t j = 0; j < row.tokens.size(); ++j) {
+        const int32_t id = row.tokens[j];
+        if (id < 0 || id >= model_.config().vocab_size)
+          throw Error(fmt::format("batch {}: token id {} outside the vocabulary [0, {})", batch_.id, id,
+                                  model_.config().vocab_size));
+        tok[i][static_cast<int64_t>(j)] = id;
+        pos[i][static_cast<int64_t>(j)] = row.positions[j];
+        val[i][static_cast<int64_t>(j)] = true;
+        seg[i][static_cast<int64_t>(j)] = row.segments[j];
+      }
+      real += static_cast<int64_t>(row.tokens.size());
+      for (const PackedRow::Target& target : row.targets) {
+        flat.push_back(i * t + target.column);
+        targets.push_back(target.token);
+      }
+    }
+    const at::Device device = model_.options().device;
+    at::Tensor hidden = model_.forward_packed(tokens.to(device), positions.to(device), valid.to(device),
+                                              segments.to(device), prefix_);  // [B, T, D]
+    at::Tensor picked = hidden.reshape({b * t, hidden.size(2)}).index_select(0, at::tensor(flat, at::kLong).to(device));
+    TargetScores scores = target_logprobs(model_, picked, at::tensor(targets, at::kLong).to(device));
+    at::Tensor lp = scores.logprobs.to(at::kCPU).contiguous();
+    at::Tensor gr = scores.is_greedy.to(at::kCPU).contiguous();
+    const float* lps = lp.data_ptr<float>();
+    const bool* grs = gr.data_ptr<bool>();
+    // Each item's targets in token order, summed in double as ScoreResult::sum does.
+    size_t k = 0;
+    for (size_t r = begin; r < end; ++r) {
+      for (const PackedRow::Target& target : rows_[r].targets) {
+        ItemResult& res = out_[target.item];
+        res.logprob += static_cast<double>(lps[k]);
+        res.is_greedy = res.is_greedy && grs[k];
+        res.num_tokens += 1;
+        ++k;
+      }
+    }
+    stats_.tokens_computed += real;
+  }
+
+  const LlamaModelImpl& model_;
+  const Batch& batch_;
+  const std::vector<PackedRow>& rows_;
+  const PrefixKV* prefix_;
+  const ExecutionOptions& options_;
+  ExecutionStats& stats_;
+  std::vector<ItemResult>& out_;
+};
+
+std::vector<ItemResult> score_items(const LlamaModelImpl& model, const Batch& batch, const ExecutionOptions& options,
+                                    ExecutionStats& stats) {
+  c10::InferenceMode guard;
+  std::vector<ItemResult> out;
+  for (const WorkItem& item : batch.items) {
+    out.push_back(result_for(item));
+    out.back().is_greedy = true;  // and-ed over the targets; an item with none (an empty rolling text) scores log 1 = 0
+  }
+  const std::vector<PackedRow> rows = pack_rows(batch);
+  if (rows.empty()) return out;
+  std::shared_ptr<const PrefixKV> prefix;
+  if (!batch.prefix.empty()) {
+    int64_t computed = 0;
+    if (options.prefixes) {
+      prefix = options.prefixes->get(model, batch.prefix, &computed);
+    } else {
+      prefix = std::make_shared<const PrefixKV>(model.prefill(batch.prefix));
+      computed = static_cast<int64_t>(batch.prefix.size());
+    }
+    stats.prefix_tokens += computed;
+    stats.tokens_computed += computed;
+  }
+  RowRunner(model, batch, rows, prefix.get(), options, stats, out).run(0, rows.size());
+  return out;
+}
+
+// Decides, after every generated token, whether a row is done: its own token
+// limit, or its decoded text containing one of its stop strings. A row ends on
+// its own text only, so its result never depends on its batch mates.
+class StopWatch {
+ public:
+  StopWatch(const Tokenizer& tokenizer, const std::vector<const WorkItem*>& rows) : tokenizer_(tokenizer), rows_(rows) {
+    for (const WorkItem* item : rows) {
+      size_t longest = 0;
+      for (const std::string& s : item->stops) longest = std::max(longest, s.size());
+      // A stop of n bytes spans at most n tokens, plus one on each side for a
+      // split UTF-8 sequence or a stripped leading space.
+      tail_tokens_.push_back(longest == 0 ? 0 : longest + 2);
+    }
+  }
+
+  bool operator()(size_t row, const std::vector<int32_t>& tokens) const {
+    const WorkItem& item = *rows_[row];
+    if (static_cast<int64_t>(tokens.size()) >= item.max_tokens) return true;
+    const size_t tail = tail_tokens_[row];
+    if (tail == 0) return false;
+    // Decoding only the tail keeps a step cheap; it is a filter, and the
+    // whole text must confirm, so a row never ends on a tail-only artefact.
+    const std::vector<int32_t> last(tokens.end() - static_cast<std::ptrdiff_t>(std::min(tail, tokens.size())),
+                                    tokens.end());
+    return contains_stop(item, tokenizer_.decode(last, /*skip_special_tokens=*/true)) &&
+           contains_stop(item, tokenizer_.decode(tokens, /*skip_special_tokens=*/true));
+  }
+
+ private:
+  static bool contains_stop(const WorkItem& item, const std::string& text) {
+    for (const std::string& s : item.stops)
+      if (!s.empty() && text.find(s) != std::string::npos) return true;
+    return false;
+  }
+
+  const Tokenizer& tokenizer_;
+  const std::vector<const WorkItem*>& rows_;
+  std::vector<size_t> tail_tokens_;
+};
+
+std::vector<ItemResult> generate_items(const LlamaModelImpl& model, const Tokenizer& tokenizer, const Batch& batch) {
+  std::vector<ItemResult> out;
+  std::vector<const WorkItem*> rows;  // items that generate at least one token
+  std::vector<size_t> row_out;
+  const double temperature = batch.items.front().temperature;
+  for (const WorkItem& item : batch.items) {
+    if (item.temperature != temperature)
+      throw Error(fmt::format("batch {}: generate_until items with temperatures {} and {}", batch.id, temperature,
+                              item.temperature));
+    out.push_back(result_for(item));
+    if (item.max_tokens <= 0) continue;
+    rows.push_back(&item);
+    row_out.push_back(out.size() - 1);
+  }
+  if (rows.empty()) return out;
+
+  std::vector<std::vector<int32_t>> prompts;
+  SamplingOptions o;
+  o.max_new_tokens = 0;
+  o.temperature = temperature;
+  for (const WorkItem* item : rows) {
+    prompts.push_back(item->tokens);
+    o.seeds.push_back(item->seed);
+    o.max_new_tokens = std::max(o.max_new_tokens, item->max_tokens);
+  }
+  o.stop_token_ids = model.config().eos_token_ids;
+  if (tokenizer.eos_id() &&
+      std::find(o.stop_token_ids.begin(), o.stop_token_ids.end(), *tokenizer.eos_id()) == o.stop_token_ids.end())
+    o.stop_token_ids.push_back(*tokenizer.eos_id());
+
+  const StopWatch stop_watch(tokenizer, rows);
+  std::vector<Generation> gens = generate(model, prompts, o, nullptr, std::cref(stop_watch));
+  for (size_t k = 0; k < rows.size(); ++k) {
+    ItemResult& r = out[row_out[k]];
+    r.num_tokens = static_cast<int64_t>(gens[k].tokens.size());
+    // Decoded on its own, as lm-evaluation-harness decodes the continuation.
+    r.text = cut_at_stops(tokenizer.decode(gens[k].tokens, /*skip_special_tokens=*/true), rows[k]->stops);
+  }
+  return out;
+}
+
+// Generation with the same out-of-memory handling as scoring: rows are
+// independent (own seed, own stop), so halves give the same results.
+std::vector<ItemResult> generate_split(const LlamaModelImpl& model, const Tokenizer& tokenizer, const Batch& batch,
+                                       const ExecutionOptions& options, ExecutionStats& stats) {
+  try {
+    int64_t width = 0;
+    for (const WorkItem& item : batch.items) width = std::max(width, item.cost());
+    if (options.before_forward) options.before_forward(static_cast<int64_t>(batch.items.size()), width);
+    std::vector<ItemResult> out = generate_items(model, tokenizer, batch);
+    for (const WorkItem& item : batch.items) stats.tokens_computed += static_cast<int64_t>(item.tokens.size());
+    for (const ItemResult& r : out) stats.tokens_computed += r.num_tokens;
+    return out;
+  } catch (const c10::OutOfMemoryError& e) {
+    release_cached_memory(model.options().device);
+    if (batch.items.size() == 1)
+      throw Error(fmt::format("batch {}: a single generation of {} tokens does not fit in memory", batch.id,
+                              batch.items.front().cost()));
+    ++stats.oom_splits;
+    Batch half = batch;
+    const auto mid = batch.items.begin() + static_cast<std::ptrdiff_t>(batch.items.size() / 2);
+    half.items.assign(batch.items.begin(), mid);
+    std::vector<ItemResult> out = generate_split(model, tokenizer, half, options, stats);
+    half.items.assign(mid, batch.items.end());
+    std::vector<ItemResult> rest = generate_split(model, tokenizer, half, options, stats);
+    out.insert(out.end(), rest.begin(), rest.end());
+    return out;
+  }
+}
+
+}  // namespace
+
+std::vector<ItemResult> execute_batch(const LlamaModelImpl& model, const Tokenizer& tokenizer, const Batch& batch,
+                                      const ExecutionOptions& options, ExecutionStats* stats) {
+  if (batch.items.empty()) return {};
+  const bool generate = batch.items.front().type == RequestType::kGenerateUntil;
+  for (const WorkItem& item : batch.items)
+    if ((item.type == RequestType::kGenerateUntil) != generate)
+      throw Error(fmt::format("batch {}: generate_until items mixed with loglikelihood items", batch.id));
+  ExecutionStats local;
+  ExecutionStats& s = stats ? *stats : local;
+  return generate ? generate_split(model, tokenizer, batch, options, s) : score_items(model, batch, options, s);
+}
+
+nlohmann::json ExecutionStats::to_json() const {
+  return {{"tokens_computed", tokens_computed}, {"prefix_tokens", prefix_tokens}, {"oom_splits", oom_splits}};
+}
+
+void ExecutionStats::add(const ExecutionStats& other) {
+  tokens_computed += other.tokens_computed;
+  prefix_tokens += other.prefix_tokens;
+  oom_splits += other.oom_splits;
+}
+
+}  // namespace gpueval

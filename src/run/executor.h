@@ -1,0 +1,58 @@
+// The executor is what a worker runs for one Batch of the plan: one packed
+// scoring forward for loglikelihood and rolling windows (packing.h: a shared
+// context once per row, a shared prefix from the worker's PrefixCache), or one
+// batched generation for generate_until, giving an ItemResult (plan/item_result.h) per work item.
+// A forward that runs out of device memory (c10::OutOfMemoryError) is retried
+// as two halves of the batch, recursively, so the run goes on with the results
+// a smaller batch gives; only a single row that does not fit is an Error.
+//
+// execute_batch runs its forwards under c10::InferenceMode on the model's
+// device; it reads the model and tokenizer only, so several threads may
+// execute batches on the same model at once. Results are plain values that
+// travel back to the scheduler as JSON/CBOR.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "gpueval/model.h"
+#include "plan/planner.h"
+#include "plan/item_result.h"
+#include "run/prefix_cache.h"
+#include "gpueval/request.h"
+#include "gpueval/tokenizer.h"
+
+namespace gpueval {
+
+
+struct ExecutionOptions {
+  PrefixCache* prefixes = nullptr;  // null: a batch's prefix is computed for it alone
+  // Called before every forward with its rows and padded width; it may throw
+  // c10::OutOfMemoryError (fault injection, a host memory guard), which is
+  // handled as a real out-of-memory error.
+  std::function<void(int64_t rows, int64_t width)> before_forward;
+};
+
+struct ExecutionStats {
+  int64_t tokens_computed = 0;  // real (unpadded) tokens through the model, prefixes included
+  int64_t prefix_tokens = 0;    // of which prefix tokens computed for this batch (cache misses)
+  int64_t oom_splits = 0;       // times a forward ran out of memory and was split
+  nlohmann::json to_json() const;
+  void add(const ExecutionStats& other);
+};
+
+// Throws Error for a batch that mixes generation with scoring or sampling
+// temperatures, or whose items do not fit the model.
+std::vector<ItemResult> execute_batch(const LlamaModelImpl& model, const Tokenizer& tokenizer, const Batch& batch,
+                                      const ExecutionOptions& options = {}, ExecutionStats* stats = nullptr);
+
+// lm-evaluation-harness's stop handling: the text cut at the first occurrence
+// of each non-empty stop string in turn.
+std::string cut_at_stops(std::string text, const std::vector<std::string>& stops);
+
+
+}  // namespace gpueval

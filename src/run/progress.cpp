@@ -1,0 +1,103 @@
+#include "run/progress.h"
+
+#include <ctime>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "common/file_io.h"
+
+namespace gpueval {
+namespace {
+
+std::string format_duration(double s) {
+  if (s < 0) return "?";
+  const int64_t total = static_cast<int64_t>(s + 0.5);
+  if (total >= 3600) return fmt::format("{}h{:02}m", total / 3600, (total % 3600) / 60);
+  if (total >= 60) return fmt::format("{}m{:02}s", total / 60, total % 60);
+  return fmt::format("{}s", total);
+}
+
+std::string utc_now() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm;
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+}  // namespace
+
+ProgressReporter::ProgressReporter(std::string status_path, std::string run_name, bool live_terminal,
+                                   double log_every_s)
+    : status_path_(std::move(status_path)),
+      run_name_(std::move(run_name)),
+      live_(live_terminal),
+      log_every_s_(log_every_s),
+      extra_(nlohmann::json::object()) {}
+
+void ProgressReporter::set_extra(const std::string& key, const nlohmann::json& value) { extra_[key] = value; }
+
+nlohmann::json ProgressReporter::to_json(const SchedulerStatus& s) {
+  nlohmann::json workers = nlohmann::json::array();
+  for (const WorkerStatus& w : s.workers) {
+    workers.push_back({{"name", w.name},
+                       {"state", w.state},
+                       {"pid", w.pid},
+                       {"batch", w.batch},
+                       {"batches_done", w.batches_done},
+                       {"tokens_done", w.tokens_done},
+                       {"tokens_per_second", w.tokens_per_second},
+                       {"heartbeat_age_s", w.heartbeat_age_s},
+                       {"restarts", w.restarts}});
+  }
+  return {{"batches_total", s.batches_total},
+          {"batches_done", s.batches_done},
+          {"batches_quarantined", s.batches_quarantined},
+          {"tokens_total", s.tokens_total},
+          {"tokens_done", s.tokens_done},
+          {"elapsed_s", s.elapsed_s},
+          {"eta_s", s.eta_s < 0 ? nlohmann::json(nullptr) : nlohmann::json(s.eta_s)},
+          {"workers", workers}};
+}
+
+void ProgressReporter::write_status(const std::string& state) {
+  nlohmann::json j = to_json(last_);
+  j["run"] = run_name_;
+  j["updated_at"] = utc_now();
+  j["state"] = state;
+  for (auto it = extra_.begin(); it != extra_.end(); ++it) j[it.key()] = it.value();
+  try {
+    io::write_file_atomic(status_path_, j.dump(2) + "\n");
+  } catch (const std::exception& e) {
+    std::cerr << "[sched] cannot write status: " << e.what() << "\n";
+  }
+}
+
+void ProgressReporter::finish(const std::string& outcome) { write_status(outcome); }
+
+void ProgressReporter::update(const SchedulerStatus& s, bool final) {
+  last_ = s;
+  write_status(final ? "finishing" : "running");
+
+  const double tok_s = s.elapsed_s > 0 ? s.tokens_done / s.elapsed_s : 0;
+  std::string line = fmt::format("[sched] {}/{} batches ({:.0f}%), {:.0f} tok/s, elapsed {}, ETA {}",
+                                 s.batches_done, s.batches_total,
+                                 s.batches_total ? 100.0 * s.batches_done / s.batches_total : 100.0, tok_s,
+                                 format_duration(s.elapsed_s), final ? "0s" : format_duration(s.eta_s));
+  if (s.batches_quarantined) line += fmt::format(", {} quarantined", s.batches_quarantined);
+  for (const WorkerStatus& w : s.workers)
+    line += fmt::format(" | {} {} {:.0f} tok/s", w.name, w.state, w.tokens_per_second);
+  if (live_) {
+    std::string padded = line;
+    if (padded.size() < last_line_width_) padded.append(last_line_width_ - padded.size(), ' ');
+    last_line_width_ = line.size();
+    std::cerr << "\r" << padded << (final ? "\n" : "") << std::flush;
+  } else if (final || s.elapsed_s - last_log_s_ >= log_every_s_) {
+    last_log_s_ = s.elapsed_s;
+    std::cerr << line << "\n";
+  }
+}
+
+}  // namespace gpueval

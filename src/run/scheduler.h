@@ -1,0 +1,123 @@
+// The Scheduler runs a Plan on one worker process per device slot and hands
+// every finished batch to a callback. It is the only place that knows about
+// processes: it fork+execs `gpueval worker` per slot (CUDA_VISIBLE_DEVICES and
+// thread counts set per worker, stdout/stderr to a per-worker log file), sends
+// batches to whichever worker is idle (the next batch with the prefix it already
+// holds, Batch::prefix_id, else one whose prefix no other worker holds, else the
+// next in plan order), and reads results, heartbeats and
+// errors back over checksummed frames (wire.h).
+//
+// Faults: a worker that exits, dies, sends a bad frame, breaks the protocol or
+// misses its heartbeat is killed if needed and restarted with backoff; its
+// in-flight batch goes back to the front of the queue. A batch that has failed
+// `max_attempts` times is quarantined: the run goes on without it and the
+// report says so. SIGINT/SIGTERM stop dispatch, end every worker and return.
+// Workers never outlive the scheduler: each is in its own process group with a
+// parent-death signal, and every Child is reaped before run() returns.
+//
+// Workers outlive one run(): a nightly run scores checkpoint after checkpoint with
+// one Scheduler, and a worker holding the previous checkpoint loads the next one in
+// place (a second Hello frame; it frees the old weights first), so the process,
+// its CUDA context and its threads stay. run() after an interruption or a fatal
+// error starts new processes. The destructor (or shutdown()) ends every worker.
+//
+// Single-threaded: run() is an event loop around ppoll(); signals are blocked
+// except inside ppoll. Not thread-safe; one run() at a time.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "run/devices.h"
+#include "run/executor.h"
+#include "plan/planner.h"
+
+namespace gpueval {
+
+struct SchedulerOptions {
+  std::vector<DeviceSlot> slots;
+  std::string executable;  // the gpueval binary to exec in worker mode
+  std::string dtype = "auto";
+  // mmap: each worker maps the checkpoint; broadcast: at the first start of the workers, worker 0
+  // reads it and NCCL sends it to the others (weight_broadcast.h). A broadcast these slots or this
+  // build cannot do becomes mmap, said in one line on stderr; restarted workers and later
+  // checkpoints load with mmap.
+  std::string load = "mmap";
+  std::string log_dir;     // worker_<slot>.log files go here
+  int64_t max_attempts = 3;
+  double heartbeat_timeout_s = 30;
+  double heartbeat_period_s = 1;
+  int64_t max_worker_restarts = 10;  // per slot
+  std::vector<std::pair<std::string, std::string>> worker_env;  // extra environment for workers
+};
+
+struct WorkerStatus {
+  std::string name;   // "cpu:0", "cuda:1"
+  std::string state;  // starting | idle | busy | restarting | retired
+  pid_t pid = 0;
+  int64_t batch = -1;  // in flight, or -1
+  int64_t batches_done = 0;
+  int64_t tokens_done = 0;
+  double tokens_per_second = 0;  // over the batches it finished
+  double heartbeat_age_s = 0;
+  int64_t restarts = 0;
+};
+
+struct SchedulerStatus {
+  int64_t batches_total = 0, batches_done = 0, batches_quarantined = 0;
+  int64_t tokens_total = 0, tokens_done = 0;
+  double elapsed_s = 0, eta_s = -1;  // -1: unknown yet
+  std::vector<WorkerStatus> workers;
+};
+
+struct QuarantinedBatch {
+  int64_t batch_id;
+  int64_t attempts;
+  std::string last_failure;
+  std::vector<int64_t> request_indices;
+};
+
+struct SchedulerReport {
+  bool interrupted = false;
+  int signal = 0;                    // SIGINT or SIGTERM when interrupted
+  std::string fatal_error;           // non-empty: the run could not go on (e.g. the model does not load)
+  std::vector<QuarantinedBatch> quarantined;
+  int64_t batches_done = 0;
+  int64_t worker_restarts = 0;
+  double wall_seconds = 0;
+  ExecutionStats stats;  // summed over the batches that finished (tokens computed, OOM splits)
+};
+
+class Scheduler {
+ public:
+  using ResultCallback = std::function<void(const Batch& batch, std::vector<ItemResult> items, const std::string& worker)>;
+  using StatusCallback = std::function<void(const SchedulerStatus& status, bool final)>;
+
+  explicit Scheduler(SchedulerOptions options);  // starts no process yet
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Runs `plan` on the checkpoint in `model_dir` to completion, interruption or a fatal error.
+  // `on_result` is called once per finished batch, in completion order; `on_status` about
+  // once a second. Workers stay up afterwards unless the run was interrupted or failed.
+  // An exception thrown by `on_result` is a fatal error: its message becomes fatal_error,
+  // no further result is delivered and the workers are ended.
+  SchedulerReport run(const Plan& plan, const std::string& model_dir, const ResultCallback& on_result,
+                      const StatusCallback& on_status);
+  // Ends every worker (a Shutdown frame, then signals after a few seconds); idempotent.
+  void shutdown();
+
+ private:
+  struct Pool;
+  SchedulerOptions options_;
+  std::unique_ptr<Pool> pool_;
+};
+
+}  // namespace gpueval

@@ -1,0 +1,335 @@
+#include "run/worker.h"
+
+#include <ATen/Parallel.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <iostream>
+#include <mutex>
+#include <thread>
+
+#include <c10/util/Exception.h>
+#include <nlohmann/json.hpp>
+
+#include "run/batch_probe.h"
+#include "run/cpu_allocator.h"
+#include "run/device_memory.h"
+#include "gpueval/error.h"
+#include "run/executor.h"
+#include "common/file_io.h"
+#include "gpueval/model.h"
+#include "plan/planner.h"
+#include "run/prefix_cache.h"
+#include "run/subprocess.h"
+#include "gpueval/tokenizer.h"
+#include "run/weight_broadcast.h"
+#include "run/wire.h"
+
+namespace gpueval {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Injected faults for the fault tests: GPUEVAL_FAULT=<kind>:<n>.
+//   crash:R, corrupt:R, hang:R   on the batch holding request R: abort, a damaged frame, silence
+//   hold:R (hold:any)            on the batch holding request R (any batch): log "holding batch",
+//                                keep heartbeating, and run it only once GPUEVAL_FAULT_RELEASE exists
+//   slow:MS                      sleep MS milliseconds before every batch
+//   oom:T                        a forward of more than T padded tokens runs out of memory
+// GPUEVAL_FAULT_ONCE=path fires it in the one worker that creates the file; GPUEVAL_FAULT_MODEL=s
+// only while the loaded checkpoint's path ends with s. Tests wait on what a fault logs, not on time.
+struct Fault {
+  enum class Kind { kNone, kCrash, kCorrupt, kHang, kHold, kSlow, kOom } kind = Kind::kNone;
+  int64_t request_index = -1;  // kSlow: milliseconds; kOom: the most padded tokens a forward may hold
+  bool any_batch = false;      // kHold: every batch
+  std::string once_path;       // fire only if this worker creates the file
+  std::string release_path;    // kHold: the file that lets a held batch go on
+  std::string model_suffix;    // fire only on a checkpoint whose path ends with this
+  bool fired = false;
+
+  bool applies_to(const Batch& batch, const std::string& model_dir) const {
+    if (model_dir.size() < model_suffix.size() ||
+        model_dir.compare(model_dir.size() - model_suffix.size(), model_suffix.size(), model_suffix) != 0)
+      return false;
+    if (any_batch) return true;
+    for (const auto& item : batch.items)
+      if (item.request_index == request_index) return true;
+    return false;
+  }
+  // Decides, at the moment of firing, whether this worker is the one.
+  bool claim() {
+    if (fired) return false;
+    if (once_path.empty()) return true;
+    int fd = ::open(once_path.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
+    if (fd < 0) return false;
+    ::close(fd);
+    fired = true;
+    return true;
+  }
+};
+
+Fault fault_from_env() {
+  Fault f;
+  const char* env = std::getenv("GPUEVAL_FAULT");
+  if (!env || !*env) return f;
+  std::string s(env);
+  auto colon = s.find(':');
+  if (colon == std::string::npos) return f;
+  const std::string kind = s.substr(0, colon);
+  f.request_index = std::atoll(s.c_str() + colon + 1);
+  f.any_batch = s.compare(colon + 1, std::string::npos, "any") == 0;
+  if (kind == "crash") f.kind = Fault::Kind::kCrash;
+  else if (kind == "corrupt") f.kind = Fault::Kind::kCorrupt;
+  else if (kind == "hang") f.kind = Fault::Kind::kHang;
+  else if (kind == "hold") f.kind = Fault::Kind::kHold;
+  else if (kind == "slow") f.kind = Fault::Kind::kSlow;
+  else if (kind == "oom") f.kind = Fault::Kind::kOom;
+  if (const char* once = std::getenv("GPUEVAL_FAULT_ONCE")) f.once_path = once;
+  if (const char* release = std::getenv("GPUEVAL_FAULT_RELEASE")) f.release_path = release;
+  if (const char* model = std::getenv("GPUEVAL_FAULT_MODEL")) f.model_suffix = model;
+  return f;
+}
+
+// "auto": float32 on CPU (bf16 matmuls are slow there); on a GPU the
+// checkpoint's own torch_dtype, bfloat16 when it names none.
+at::ScalarType resolve_dtype(const std::string& name, const at::Device& device, const std::string& model_dir) {
+  if (name != "auto") return parse_dtype(name);
+  if (device.is_cpu()) return at::kFloat;
+  const std::string stored = ModelConfig::load(model_dir + "/config.json").torch_dtype;
+  return stored.empty() ? at::kBFloat16 : parse_dtype(stored);
+}
+
+// Serialises frame writes from the main loop and the heartbeat thread.
+class FrameWriter {
+ public:
+  explicit FrameWriter(int fd) : fd_(fd) {}
+  void send(FrameType type, const nlohmann::json& payload) {
+    std::lock_guard<std::mutex> lock(mu_);
+    write_frame(fd_, Frame{type, pack_payload(payload)});
+  }
+  void send_raw(const std::string& bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    size_t done = 0;
+    while (done < bytes.size()) {
+      ssize_t n = ::write(fd_, bytes.data() + done, bytes.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return;
+      done += static_cast<size_t>(n);
+    }
+  }
+
+ private:
+  int fd_;
+  std::mutex mu_;
+};
+
+class Heartbeat {
+ public:
+  Heartbeat(FrameWriter& writer, double period_s) : writer_(writer), period_(period_s) {
+    thread_ = std::thread([this] { loop(); });
+  }
+  ~Heartbeat() { stop(); }
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopped_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stopped_) {
+      lock.unlock();
+      try {
+        writer_.send(FrameType::kHeartbeat, nlohmann::json::object());
+      } catch (const std::exception&) {
+        return;  // the scheduler is gone; the main loop sees EOF
+      }
+      lock.lock();
+      cv_.wait_for(lock, std::chrono::duration<double>(period_), [this] { return stopped_; });
+    }
+  }
+
+  FrameWriter& writer_;
+  double period_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopped_ = false;
+  std::thread thread_;
+};
+
+// `load: broadcast` (weight_broadcast.h): rank 0 makes the NCCL id and sends it up in a kBroadcast
+// frame; the other ranks read theirs, forwarded by the scheduler, as the frame after their Hello.
+LlamaModel load_broadcast(const nlohmann::json& spec, const std::string& model_dir, const LoadOptions& options,
+                          int in, FrameWriter& writer, const std::string& name) {
+  BroadcastGroup group;
+  group.rank = spec.at("rank").get<int>();
+  group.world = spec.at("world").get<int>();
+#ifdef GPUEVAL_WITH_NCCL
+  if (group.rank == 0) {
+    group.nccl_id = new_broadcast_id();
+    writer.send(FrameType::kBroadcast, {{"nccl_id", group.nccl_id}});
+  } else {
+    std::optional<Frame> f = read_frame(in);
+    if (!f || f->type != FrameType::kBroadcast)
+      throw FrameError(fmt::format("worker: expected a broadcast frame after Hello, got {}",
+                                   f ? frame_type_name(f->type) : "end of stream"));
+    group.nccl_id = unpack_payload(*f).at("nccl_id").get<std::string>();
+  }
+  std::cerr << fmt::format("[{}] weights over NCCL: rank {} of {}{}\n", name, group.rank, group.world,
+                           group.rank == 0 ? " (reads the checkpoint)" : "");
+  return load_model_broadcast(model_dir, options, group);
+#else
+  (void)in;
+  (void)writer;
+  (void)name;
+  (void)model_dir;
+  (void)options;
+  // The scheduler only asks for a broadcast when this build has NCCL.
+  throw Error(fmt::format("worker: asked to load by NCCL broadcast (rank {} of {}), but this build has no NCCL",
+                          group.rank, group.world));
+#endif
+}
+
+}  // namespace
+
+int run_worker() {
+  // The scheduler owns shutdown: a terminal's Ctrl-C must not kill us mid-frame.
+  ::signal(SIGINT, SIG_IGN);
+  ::signal(SIGPIPE, SIG_IGN);
+  keep_freed_memory();  // batch after batch: reuse freed activations instead of faulting them in again
+  const int in = inherited_command_fd();
+  const int out = inherited_result_fd();
+  FrameWriter writer(out);
+  Fault fault = fault_from_env();
+  try {
+    std::optional<Frame> hello = read_frame(in);
+    if (!hello) return 0;
+    if (hello->type != FrameType::kHello) throw FrameError("worker: expected a Hello frame first");
+    const nlohmann::json h = unpack_payload(*hello);
+    const std::string name = h.at("worker").get<std::string>();
+    const int threads = h.at("threads").get<int>();
+    if (threads > 0) at::set_num_threads(threads);
+    Heartbeat heartbeat(writer, h.value("heartbeat_s", 1.0));
+    LoadOptions options;
+    options.device = at::Device(h.at("device").get<std::string>());
+    LlamaModel model{nullptr};
+    std::string model_dir;  // the checkpoint `model` holds
+    std::unique_ptr<Tokenizer> tokenizer;
+    PrefixCache prefixes;
+    // Loads the Hello's model, first dropping the one held (a later Hello switches checkpoints in
+    // place: the next checkpoint of a nightly run loads without a new process), then says Hello back.
+    auto load = [&](const nlohmann::json& hello_payload) {
+      model_dir = hello_payload.at("model").get<std::string>();
+      const bool reload = !model.is_empty();
+      prefixes = PrefixCache();
+      model = nullptr;
+      tokenizer.reset();
+      if (reload) release_cached_memory(options.device);
+      const auto t0 = Clock::now();
+      const std::string requested = hello_payload.at("dtype").get<std::string>();
+      options.dtype = resolve_dtype(requested, options.device, model_dir);
+      std::cerr << fmt::format("[{}] pid {} {} {} on {} ({} -> {}, {} threads)\n", name, ::getpid(),
+                               reload ? "switching to" : "loading", model_dir, options.device.str(), requested,
+                               dtype_name(options.dtype), threads);
+      if (hello_payload.contains("broadcast")) {
+        model = load_broadcast(hello_payload.at("broadcast"), model_dir, options, in, writer, name);
+      } else {
+        model = load_model(model_dir, options);
+      }
+      tokenizer = load_tokenizer(model_dir);
+      const double load_s = std::chrono::duration<double>(Clock::now() - t0).count();
+      writer.send(FrameType::kHello, {{"pid", ::getpid()}, {"load_seconds", load_s}, {"model", model_dir}});
+    };
+    load(h);
+    ExecutionOptions exec;
+    exec.prefixes = &prefixes;
+    if (fault.kind == Fault::Kind::kOom) {
+      // Injected: a forward of more than N padded tokens runs out of memory, as a full GPU would.
+      const int64_t limit = fault.request_index;
+      exec.before_forward = [limit](int64_t rows, int64_t width) {
+        TORCH_CHECK_WITH(OutOfMemoryError, rows * width <= limit, "injected out of memory: ", rows, " rows x ",
+                         width, " tokens > ", limit);
+      };
+    }
+
+    for (;;) {
+      std::optional<Frame> frame = read_frame(in);
+      if (!frame || frame->type == FrameType::kShutdown) break;
+      if (frame->type == FrameType::kHello) {
+        load(unpack_payload(*frame));
+        continue;
+      }
+      if (frame->type == FrameType::kProbe) {
+        const ProbeOptions probe = probe_options_from_json(unpack_payload(*frame));
+        try {
+          const ProbeResult r = probe_batch_tokens(*model, probe);
+          writer.send(FrameType::kResult, {{"probe", to_json(r)},
+                                           {"device", device_description(options.device, threads)},
+                                           {"dtype", dtype_name(options.dtype)}});
+        } catch (const Error& e) {
+          writer.send(FrameType::kError, {{"batch_id", -1}, {"message", e.what()}});
+        }
+        continue;
+      }
+      if (frame->type != FrameType::kWork)
+        throw FrameError(fmt::format("worker: unexpected {} frame", frame_type_name(frame->type)));
+      const Batch batch = batch_from_json(unpack_payload(*frame).at("batch"));
+      if (fault.kind == Fault::Kind::kSlow)
+        std::this_thread::sleep_for(std::chrono::milliseconds(fault.request_index));
+      if (fault.kind != Fault::Kind::kNone && fault.kind != Fault::Kind::kSlow && fault.kind != Fault::Kind::kOom &&
+          fault.applies_to(batch, model_dir) && fault.claim()) {
+        std::cerr << fmt::format("[{}] injected fault on batch {}\n", name, batch.id);
+        if (fault.kind == Fault::Kind::kHold) {
+          std::cerr << fmt::format("[{}] pid {} holding batch {}\n", name, ::getpid(), batch.id) << std::flush;
+          while (fault.release_path.empty() || !io::path_exists(fault.release_path))
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+        if (fault.kind == Fault::Kind::kCrash) std::abort();
+        if (fault.kind == Fault::Kind::kCorrupt) {
+          std::string bytes = encode_frame(Frame{FrameType::kResult, pack_payload({{"batch_id", batch.id}})});
+          bytes[bytes.size() - 1] ^= 0x5a;
+          writer.send_raw(bytes);
+          continue;
+        }
+        if (fault.kind == Fault::Kind::kHang) {
+          heartbeat.stop();
+          for (;;) ::pause();
+        }
+      }
+      const auto b0 = Clock::now();
+      nlohmann::json items = nlohmann::json::array();
+      ExecutionStats stats;
+      try {
+        for (const ItemResult& r : execute_batch(*model, *tokenizer, batch, exec, &stats)) items.push_back(to_json(r));
+      } catch (const Error& e) {
+        writer.send(FrameType::kError, {{"batch_id", batch.id}, {"message", e.what()}});
+        continue;
+      }
+      const double secs = std::chrono::duration<double>(Clock::now() - b0).count();
+      if (stats.oom_splits > 0)
+        std::cerr << fmt::format("[{}] batch {} ran out of memory and was split {} time(s)\n", name, batch.id,
+                                 stats.oom_splits);
+      writer.send(FrameType::kResult,
+                  {{"batch_id", batch.id}, {"items", items}, {"seconds", secs}, {"stats", stats.to_json()}});
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "gpueval worker: " << e.what() << "\n";
+    try {
+      writer.send(FrameType::kError, {{"batch_id", -1}, {"message", e.what()}});
+    } catch (const std::exception&) {
+    }
+    return 1;
+  }
+}
+
+}  // namespace gpueval

@@ -1,0 +1,301 @@
+// What a loaded task does with one document: lm-eval's doc_to_text / doc_to_choice /
+// doc_to_target, the requests of construct_requests, and the per-document metrics of
+// process_results (lm_eval/api/task.py, ConfigurableTask).
+#include <cmath>
+
+#include "gpueval/error.h"
+#include "gpueval/task.h"
+#include "common/python_format.h"
+#include "common/strict_json.h"
+
+namespace gpueval {
+namespace {
+
+bool is_digits(const std::string& s) {
+  if (s.empty()) return false;
+  for (const char c : s) {
+    if (c < '0' || c > '9') return false;
+  }
+  return true;
+}
+
+// lm-eval reads the field itself when a doc_to_* value is a field name (`doc_to_target: label`),
+// and renders the template otherwise. A single {{field}} holding a list stays a list: rendering
+// it and ast.literal_eval'ing the text, as lm-eval does, gives the same list back.
+nlohmann::json field_or_render(const Template& t, const nlohmann::json& doc, const std::string& where) {
+  if (t.text().find('{') == std::string::npos && doc.is_object() && doc.contains(t.text())) return doc.at(t.text());
+  if (t.is_single_expression()) {
+    nlohmann::json value = t.value(doc, where);
+    if (value.is_array() || value.is_object()) return value;
+  }
+  return t.render(doc, where);
+}
+
+// numpy.argmax: the first maximum, or the first NaN if there is one.
+size_t argmax(const std::vector<double>& v) {
+  size_t best = 0;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (std::isnan(v[i])) return i;
+    if (v[i] > v[best]) best = i;
+  }
+  return best;
+}
+
+bool contains(const std::vector<size_t>& gold, size_t i) {
+  for (const size_t g : gold) {
+    if (g == i) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string Task::context(const Document& doc) const {
+  const std::string where = location(doc);
+  std::string out = description_ ? description_->render(doc.fields, where) : "";
+  if (!doc_to_text_ || output_type_ == OutputType::kLoglikelihoodRolling) return out;
+  for (const size_t k : fewshot_indices(doc)) out += fewshot_rendered_[k];  // drawn at load
+  const nlohmann::json text = field_or_render(*doc_to_text_, doc.fields, where);
+  const bool has_choices = doc_to_choice_.has_value() || choice_list_.has_value();
+  // A doc_to_text that gives a number makes lm-eval treat the task as "multiple input"
+  // (one context per choice, one shared continuation).
+  if (has_choices && (text.is_number_integer() || (text.is_string() && is_digits(text.get<std::string>())))) {
+    fail(where, "doc_to_text gives the number {}, which lm-eval reads as a multiple-input task (not supported)",
+         py::str(text));
+  }
+  return out + py::str(text);
+}
+
+std::string Task::fewshot_example(const Document& doc, const std::string& where) const {
+  if (!doc_to_text_) fail(where, "task '{}' has no doc_to_text for few-shot examples", name_);
+  std::string out = py::str(field_or_render(*doc_to_text_, doc.fields, where));
+  // lm-eval's sampler: a list target shows its first entry, an index the choice it names.
+  const nlohmann::json t = target(doc);
+  std::string text;
+  if (t.is_array()) {
+    if (t.empty()) fail(where, "doc_to_target gives an empty list");
+    text = py::str(t[0]);
+  } else if (t.is_number_integer() && (doc_to_choice_ || choice_list_)) {
+    const std::vector<std::string> options = choices(doc);
+    text = options.at(gold_indices(doc, options)[0]);
+  } else {
+    text = py::str(t);
+  }
+  if (!text.empty()) out += target_delimiter_ + text;
+  return out;
+}
+
+std::vector<std::string> Task::choices(const Document& doc) const {
+  if (choice_list_) return *choice_list_;
+  const std::string where = location(doc);
+  if (!doc_to_choice_) fail(where, "task '{}' has no doc_to_choice", name_);
+  nlohmann::json value = field_or_render(*doc_to_choice_, doc.fields, where);
+  if (value.is_string()) {
+    nlohmann::json parsed = nlohmann::json::parse(value.get<std::string>(), nullptr, false);
+    if (parsed.is_array()) value = std::move(parsed);
+  }
+  if (!value.is_array()) fail(where, "doc_to_choice gives {}, not a list", quote_untrusted(py::str(value)));
+  std::vector<std::string> out;
+  for (const auto& item : value) {
+    if (!item.is_string()) fail(where, "doc_to_choice entry {} is not a string", py::repr(item));
+    out.push_back(item.get<std::string>());
+  }
+  return out;
+}
+
+nlohmann::json Task::target(const Document& doc) const {
+  const std::string where = location(doc);
+  // A rolling task written with doc_to_text only reads its text from there.
+  const Template& t = doc_to_target_ ? *doc_to_target_ : *doc_to_text_;
+  nlohmann::json value = field_or_render(t, doc.fields, where);
+  if (!value.is_string()) return value;
+  const std::string s = value.get<std::string>();
+  if (is_digits(s) && (doc_to_choice_ || choice_list_)) {
+    try {
+      return std::stoll(s);
+    } catch (const std::out_of_range&) {
+      fail(where, "doc_to_target gives {}, which is no index into the choices", s);
+    }
+  }
+  if (s.size() >= 2 && s.front() == '[' && s.back() == ']') {
+    nlohmann::json parsed = nlohmann::json::parse(s, nullptr, false);
+    if (parsed.is_array()) return parsed;
+  }
+  return value;
+}
+
+std::vector<size_t> Task::gold_indices(const Document& doc, const std::vector<std::string>& choices) const {
+  const nlohmann::json t = target(doc);
+  const std::string where = location(doc);
+  auto index = [&](const nlohmann::json& v) -> size_t {
+    if (v.is_number_integer()) {
+      const int64_t i = v.get<int64_t>();
+      if (i < 0 || i >= static_cast<int64_t>(choices.size())) {
+        fail(where, "label {} is outside the {} choices", i, choices.size());
+      }
+      return static_cast<size_t>(i);
+    }
+    if (v.is_string()) {
+      for (size_t i = 0; i < choices.size(); ++i) {
+        if (choices[i] == v.get<std::string>()) return i;
+      }
+      fail(where, "target {} is not one of the choices", quote_untrusted(v.get<std::string>()));
+    }
+    fail(where, "doc_to_target gives {}, not a choice index or text", py::repr(v));
+  };
+  std::vector<size_t> gold;
+  if (t.is_array()) {
+    if (t.empty()) fail(where, "doc_to_target gives an empty list");
+    for (const auto& v : t) {
+      if (!v.is_number_integer()) fail(where, "doc_to_target list entry {} is not a choice index", py::repr(v));
+      gold.push_back(index(v));
+    }
+  } else {
+    gold.push_back(index(t));
+  }
+  return gold;
+}
+
+std::vector<Request> Task::requests(const Document& doc) const {
+  const std::string where = location(doc);
+  auto base = [&] {
+    Request r;
+    r.task = name_;
+    r.doc_id = doc.doc_id;
+    return r;
+  };
+  std::vector<Request> out;
+  switch (output_type_) {
+    case OutputType::kMultipleChoice: {
+      const std::string ctx = context(doc);
+      const std::vector<std::string> options = choices(doc);
+      if (options.empty()) fail(where, "doc_to_choice gives no choices");
+      gold_indices(doc, options);
+      for (size_t i = 0; i < options.size(); ++i) {
+        Request r = base();
+        r.choice = static_cast<int64_t>(i);
+        r.type = RequestType::kLoglikelihood;
+        r.context = ctx;
+        r.continuation = target_delimiter_ + options[i];
+        out.push_back(std::move(r));
+      }
+      break;
+    }
+    case OutputType::kLoglikelihood: {
+      // lm-eval passes doc_to_target as the continuation as is: no target_delimiter.
+      const nlohmann::json t = target(doc);
+      if (!t.is_string()) fail(where, "doc_to_target gives {}, not text", py::repr(t));
+      Request r = base();
+      r.type = RequestType::kLoglikelihood;
+      r.context = context(doc);
+      r.continuation = t.get<std::string>();
+      out.push_back(std::move(r));
+      break;
+    }
+    case OutputType::kLoglikelihoodRolling: {
+      const nlohmann::json t = target(doc);
+      if (!t.is_string()) fail(where, "the text to score is {}, not text", py::repr(t));
+      Request r = base();
+      r.type = RequestType::kLoglikelihoodRolling;
+      r.context = t.get<std::string>();
+      out.push_back(std::move(r));
+      break;
+    }
+    case OutputType::kGenerateUntil: {
+      target(doc);
+      Request r = base();
+      r.type = RequestType::kGenerateUntil;
+      r.context = context(doc);
+      r.stops = until_;
+      r.max_tokens = max_gen_toks_;
+      out.push_back(std::move(r));
+      break;
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> Task::filtered_texts(const std::vector<RequestResult>& results, size_t filter) const {
+  if (filter >= filters_.size()) fail(name_, "no filter {} (the task has {})", filter, filters_.size());
+  std::vector<std::string> out;
+  for (const RequestResult& r : results) {
+    out.push_back(output_type_ == OutputType::kGenerateUntil ? filters_[filter].apply({r.text}) : r.text);
+  }
+  return out;
+}
+
+std::vector<DocMetrics> Task::process_results_all(const Document& doc, const std::vector<RequestResult>& results) const {
+  std::vector<DocMetrics> out;
+  for (size_t f = 0; f < filters_.size(); ++f) out.push_back(process_results(doc, results, f));
+  return out;
+}
+
+DocMetrics Task::process_results(const Document& doc, const std::vector<RequestResult>& results, size_t filter) const {
+  const std::string where = location(doc);
+  if (filter >= filters_.size()) fail(where, "no filter {} (task '{}' has {})", filter, name_, filters_.size());
+  DocMetrics all;  // every metric lm-eval computes for the output type; filtered to metric_list below
+  switch (output_type_) {
+    case OutputType::kMultipleChoice: {
+      const std::vector<std::string> options = choices(doc);
+      if (results.size() != options.size()) {
+        fail(where, "{} results for the {} choices of document {}", results.size(), options.size(), doc.doc_id);
+      }
+      std::vector<double> lls, by_chars, by_bytes;
+      for (size_t i = 0; i < options.size(); ++i) {
+        lls.push_back(results[i].logprob);
+        // acc_norm divides by len(choice) of the Python str: code points, not bytes or tokens,
+        // and the choice without target_delimiter. acc_bytes divides by its UTF-8 bytes.
+        by_chars.push_back(results[i].logprob / static_cast<double>(count_code_points(options[i])));
+        by_bytes.push_back(results[i].logprob / static_cast<double>(count_bytes(options[i])));
+      }
+      const std::vector<size_t> gold = gold_indices(doc, options);
+      all["acc"] = MetricValue::scalar(contains(gold, argmax(lls)) ? 1.0 : 0.0);
+      all["acc_norm"] = MetricValue::scalar(contains(gold, argmax(by_chars)) ? 1.0 : 0.0);
+      all["acc_bytes"] = MetricValue::scalar(contains(gold, argmax(by_bytes)) ? 1.0 : 0.0);
+      bool greedy = false;
+      for (const size_t g : gold) greedy = greedy || results[g].is_greedy;
+      all["exact_match"] = MetricValue::scalar(greedy ? 1.0 : 0.0);
+      break;
+    }
+    case OutputType::kLoglikelihood: {
+      if (results.size() != 1) fail(where, "{} results for one request of document {}", results.size(), doc.doc_id);
+      all["perplexity"] = MetricValue::scalar(results[0].logprob);
+      all["acc"] = MetricValue::scalar(results[0].is_greedy ? 1.0 : 0.0);
+      break;
+    }
+    case OutputType::kLoglikelihoodRolling: {
+      if (results.size() != 1) fail(where, "{} results for one request of document {}", results.size(), doc.doc_id);
+      const std::string text = target(doc).get<std::string>();
+      const double ll = results[0].logprob;
+      all["word_perplexity"] = MetricValue::weighted(ll, count_words(text));
+      all["byte_perplexity"] = MetricValue::weighted(ll, count_bytes(text));
+      all["bits_per_byte"] = MetricValue::weighted(ll, count_bytes(text));
+      break;
+    }
+    case OutputType::kGenerateUntil: {
+      if (results.size() != 1) fail(where, "{} results for one request of document {}", results.size(), doc.doc_id);
+      nlohmann::json gold = target(doc);
+      if ((doc_to_choice_ || choice_list_) && gold.is_number_integer()) {
+        const std::vector<std::string> options = choices(doc);
+        const int64_t i = gold.get<int64_t>();
+        if (i < 0 || i >= static_cast<int64_t>(options.size())) {
+          fail(where, "label {} is outside the {} choices", i, options.size());
+        }
+        gold = options[static_cast<size_t>(i)];
+      }
+      const nlohmann::json golds = gold.is_array() ? gold : nlohmann::json::array({gold});
+      const std::string answer = filters_[filter].apply({results[0].text});
+      for (const MetricSpec& spec : metrics_) {
+        double score = 0;
+        for (const auto& g : golds) score = std::max(score, exact_match(answer, py::str(g), spec.kwargs));
+        all[spec.name] = MetricValue::scalar(score);
+      }
+      break;
+    }
+  }
+  DocMetrics out;
+  for (const MetricSpec& spec : metrics_) out[spec.name] = all.at(spec.name);
+  return out;
+}
+
+}  // namespace gpueval

@@ -1,0 +1,185 @@
+#include "gpueval/template.h"
+
+#include <cctype>
+
+#include "gpueval/error.h"
+#include "common/python_format.h"
+#include "common/strict_json.h"
+
+namespace gpueval {
+namespace {
+
+bool is_name_start(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_'; }
+bool is_name_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+
+void skip_spaces(const std::string& s, size_t& pos) {
+  while (pos < s.size() && std::isspace(static_cast<unsigned char>(s[pos]))) ++pos;
+}
+
+}  // namespace
+
+Template Template::parse(const std::string& text, const std::string& name, const std::string& where) {
+  Template t;
+  t.text_ = text;
+  t.name_ = name;
+  auto unsupported = [&](const std::string& what) {
+    fail(where, "{} {}: {} is not supported (only {{{{ field }}}} substitution is)", name, quote_untrusted(text),
+         what);
+  };
+  std::string literal;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    if (text[pos] != '{' || pos + 1 >= text.size()) {
+      literal += text[pos++];
+      continue;
+    }
+    const char next = text[pos + 1];
+    if (next == '%') unsupported("a '{%' statement");
+    if (next == '#') unsupported("a '{#' comment");
+    if (next != '{') {
+      literal += text[pos++];
+      continue;
+    }
+    const size_t close = text.find("}}", pos + 2);
+    if (close == std::string::npos) fail(where, "{} {}: '{{{{' without a closing '}}}}'", name, quote_untrusted(text));
+    const std::string inner = text.substr(pos + 2, close - pos - 2);
+    Expression e;
+    e.source = inner;
+    size_t p = 0;
+    skip_spaces(inner, p);
+    if (p < inner.size() && inner[p] == '-') unsupported("whitespace control '{{-'");
+    if (p >= inner.size() || !is_name_start(inner[p])) unsupported("the expression '" + inner + "'");
+    std::string first;
+    while (p < inner.size() && is_name_char(inner[p])) first += inner[p++];
+    e.path.push_back(Step{first, std::nullopt});
+    while (true) {
+      skip_spaces(inner, p);
+      if (p >= inner.size()) break;
+      if (inner[p] == '.') {
+        ++p;
+        if (p < inner.size() && std::isdigit(static_cast<unsigned char>(inner[p]))) {
+          std::string digits;
+          while (p < inner.size() && std::isdigit(static_cast<unsigned char>(inner[p]))) digits += inner[p++];
+          e.path.push_back(Step{"", std::stoll(digits)});
+        } else if (p < inner.size() && is_name_start(inner[p])) {
+          std::string key;
+          while (p < inner.size() && is_name_char(inner[p])) key += inner[p++];
+          if (key == "strip" && inner.compare(p, 2, "()") == 0) {
+            p += 2;
+            skip_spaces(inner, p);
+            if (p != inner.size()) unsupported("the expression '" + inner + "' (.strip() must come last)");
+            e.strip = true;
+            break;
+          }
+          if (key == "index" && p < inner.size() && inner[p] == '(') {
+            const size_t end = inner.find(')', p);
+            if (end == std::string::npos) unsupported("the expression '" + inner + "'");
+            const std::string argument = inner.substr(p + 1, end - p - 1);
+            const Template arg = parse("{{" + argument + "}}", name, where);
+            const Expression& a = *arg.segments_[0].expression;
+            if (!arg.is_single_expression() || a.strip || a.index_of) {
+              unsupported("the expression '" + inner + "' (.index() takes a field)");
+            }
+            p = end + 1;
+            skip_spaces(inner, p);
+            if (p != inner.size()) unsupported("the expression '" + inner + "' (.index() must come last)");
+            e.index_of = a.path;
+            break;
+          }
+          e.path.push_back(Step{key, std::nullopt});
+        } else {
+          unsupported("the expression '" + inner + "'");
+        }
+      } else if (inner[p] == '[') {
+        ++p;
+        skip_spaces(inner, p);
+        if (p < inner.size() && (inner[p] == '"' || inner[p] == '\'')) {
+          const char quote = inner[p++];
+          const size_t end = inner.find(quote, p);
+          if (end == std::string::npos) unsupported("the expression '" + inner + "'");
+          e.path.push_back(Step{inner.substr(p, end - p), std::nullopt});
+          p = end + 1;
+        } else {
+          std::string digits;
+          if (p < inner.size() && inner[p] == '-') digits += inner[p++];
+          while (p < inner.size() && std::isdigit(static_cast<unsigned char>(inner[p]))) digits += inner[p++];
+          if (digits.empty() || digits == "-") unsupported("the expression '" + inner + "'");
+          e.path.push_back(Step{"", std::stoll(digits)});
+        }
+        skip_spaces(inner, p);
+        if (p >= inner.size() || inner[p] != ']') unsupported("the expression '" + inner + "'");
+        ++p;
+      } else if (inner[p] == '-' && p + 1 == inner.size()) {
+        unsupported("whitespace control '-}}'");
+      } else if (inner[p] == '|') {
+        unsupported("the filter in '" + inner + "'");
+      } else {
+        unsupported("the expression '" + inner + "'");
+      }
+    }
+    t.segments_.push_back(Segment{std::move(literal), std::move(e)});
+    literal.clear();
+    pos = close + 2;
+  }
+  if (!literal.empty() || t.segments_.empty()) t.segments_.push_back(Segment{std::move(literal), std::nullopt});
+  return t;
+}
+
+bool Template::is_single_expression() const {
+  return segments_.size() == 1 && segments_[0].literal.empty() && segments_[0].expression.has_value();
+}
+
+const nlohmann::json& Template::lookup(const std::vector<Step>& steps, const nlohmann::json& doc,
+                                      const std::string& where) const {
+  const nlohmann::json* node = &doc;
+  std::string path;
+  for (const Step& step : steps) {
+    if (step.index) {
+      path += "[" + std::to_string(*step.index) + "]";
+      int64_t i = *step.index;
+      if (node->is_array() && i < 0) i += static_cast<int64_t>(node->size());
+      if (!node->is_array() || i < 0 || i >= static_cast<int64_t>(node->size())) {
+        fail(where, "{} {} references missing field '{}'", name_, quote_untrusted(text_), path);
+      }
+      node = &(*node)[static_cast<size_t>(i)];
+    } else {
+      path += (path.empty() ? "" : ".") + step.key;
+      if (!node->is_object()) fail(where, "{} {} references missing field '{}'", name_, quote_untrusted(text_), path);
+      const auto it = node->find(step.key);
+      if (it == node->end()) fail(where, "{} {} references missing field '{}'", name_, quote_untrusted(text_), path);
+      node = &*it;
+    }
+  }
+  return *node;
+}
+
+nlohmann::json Template::evaluate(const Expression& e, const nlohmann::json& doc, const std::string& where) const {
+  const nlohmann::json& value = lookup(e.path, doc, where);
+  if (e.strip) return py::strip(py::str(value));
+  if (!e.index_of) return value;
+  // Python's list.index(x): the first position equal to x, a ValueError when there is none.
+  const nlohmann::json& needle = lookup(*e.index_of, doc, where);
+  if (!value.is_array()) {
+    fail(where, "{} {}: .index() of {}, which is not a list", name_, quote_untrusted(text_), py::repr(value));
+  }
+  for (size_t i = 0; i < value.size(); ++i) {
+    if (value[i] == needle) return static_cast<int64_t>(i);
+  }
+  fail(where, "{} {}: {} is not in list {}", name_, quote_untrusted(text_), py::repr(needle), py::repr(value));
+}
+
+std::string Template::render(const nlohmann::json& doc, const std::string& where) const {
+  std::string out;
+  for (const Segment& segment : segments_) {
+    out += segment.literal;
+    if (segment.expression) out += py::str(evaluate(*segment.expression, doc, where));
+  }
+  return out;
+}
+
+nlohmann::json Template::value(const nlohmann::json& doc, const std::string& where) const {
+  if (is_single_expression()) return evaluate(*segments_[0].expression, doc, where);
+  return render(doc, where);
+}
+
+}  // namespace gpueval
