@@ -18,11 +18,12 @@ ALLOWED = {
     'model': {'tokenizer'},
     'tasks': {'plan'},
     'plan': {'tokenizer', 'model'},
+    'aggregate': {'tasks', 'plan'},
     'store': {'plan', 'tasks'},
-    'report': {'tasks', 'plan', 'store'},
+    'report': {'tasks', 'plan', 'aggregate', 'store'},
     'run': {'model', 'tokenizer', 'plan'},
-    'evaluation': {'model', 'tokenizer', 'tasks', 'plan', 'run', 'store', 'report'},
-    'cli': {'model', 'tokenizer', 'tasks', 'plan', 'run', 'store', 'report', 'evaluation'},
+    'evaluation': {'model', 'tokenizer', 'tasks', 'plan', 'run', 'aggregate', 'store', 'report'},
+    'cli': {'model', 'tokenizer', 'tasks', 'plan', 'run', 'aggregate', 'store', 'report', 'evaluation'},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 

@@ -9,17 +9,17 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "gpueval/error.h"
-#include "run/executor.h"
 #include "common/file_io.h"
+#include "gpueval/error.h"
 #include "gpueval/metrics.h"
 #include "gpueval/model.h"
-#include "plan/planner.h"
 #include "gpueval/process_docs.h"
 #include "gpueval/task.h"
 #include "gpueval/task_group.h"
 #include "gpueval/template.h"
 #include "gpueval/tokenizer.h"
+#include "plan/planner.h"
+#include "run/executor.h"
 #include "test_util.h"
 
 namespace gpueval {

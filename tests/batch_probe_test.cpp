@@ -5,8 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "run/device_memory.h"
 #include "gpueval/model.h"
+#include "run/device_memory.h"
 #include "test_util.h"
 
 namespace gpueval {

@@ -9,9 +9,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "common/file_io.h"
 #include "evaluation/checkpoints.h"
 #include "gpueval/error.h"
-#include "common/file_io.h"
 #include "model/model_fingerprint.h"
 #include "model/safetensors.h"
 #include "test_util.h"

@@ -12,9 +12,9 @@
 #include <nlohmann/json.hpp>
 
 #include "gpueval/error.h"
-#include "run/executor.h"
-#include "plan/planner.h"
 #include "model/scorer.h"
+#include "plan/planner.h"
+#include "run/executor.h"
 #include "test_util.h"
 
 namespace gpueval {

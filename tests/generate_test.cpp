@@ -1,7 +1,7 @@
 // generate()'s RowCheck: a caller-ended row stops there, keeps the token that
 // ended it, and leaves the other rows of its batch exactly as they were.
-#include "model/generate.h"
 #include "gpueval/model.h"
+#include "model/generate.h"
 #include "test_util.h"
 #include "tiny_model.h"
 

@@ -9,8 +9,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "gpueval/error.h"
 #include "common/file_io.h"
+#include "gpueval/error.h"
 #include "gpueval/metrics.h"
 #include "gpueval/report.h"
 #include "gpueval/task.h"

@@ -7,8 +7,8 @@
 #include <gtest/gtest.h>
 
 #include "gpueval/error.h"
-#include "tokenizer/llama2c_tokenizer.h"
 #include "gpueval/tokenizer.h"
+#include "tokenizer/llama2c_tokenizer.h"
 #include "tokenizer_test_util.h"
 
 namespace gpueval {

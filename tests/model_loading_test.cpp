@@ -8,10 +8,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "gpueval/error.h"
 #include "common/file_io.h"
-#include "model/llama2c_convert.h"
+#include "gpueval/error.h"
 #include "gpueval/model.h"
+#include "model/llama2c_convert.h"
 #include "model/safetensors.h"
 #include "test_util.h"
 #include "tiny_model.h"

@@ -4,8 +4,8 @@
 #include <c10/core/InferenceMode.h>
 
 #include "gpueval/error.h"
-#include "model/generate.h"
 #include "gpueval/model.h"
+#include "model/generate.h"
 #include "model/scorer.h"
 #include "test_util.h"
 #include "tiny_model.h"

@@ -9,11 +9,11 @@
 #include <gmock/gmock.h>
 #include <nlohmann/json.hpp>
 
-#include "gpueval/error.h"
-#include "run/executor.h"
 #include "common/file_io.h"
+#include "gpueval/error.h"
 #include "plan/packing.h"
 #include "plan/planner.h"
+#include "run/executor.h"
 #include "run/prefix_cache.h"
 #include "test_util.h"
 

@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "../src/python_random.h"
+#include "tasks/python_random.h"
 
 namespace gpueval {
 namespace {

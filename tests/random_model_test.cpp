@@ -10,10 +10,10 @@
 #include <c10/core/InferenceMode.h>
 #include <nlohmann/json.hpp>
 
-#include "model/checkpoint.h"
 #include "common/file_io.h"
 #include "gpueval/model.h"
 #include "gpueval/tokenizer.h"
+#include "model/checkpoint.h"
 #include "test_util.h"
 
 namespace gpueval {

@@ -9,9 +9,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "../src/python_format.h"
-#include "gpueval/error.h"
+#include "common/python_format.h"
 #include "common/file_io.h"
+#include "gpueval/error.h"
 #include "test_util.h"
 
 namespace gpueval {

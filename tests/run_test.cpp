@@ -11,9 +11,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "async_run.h"
 #include "common/file_io.h"
 #include "run/subprocess.h"
-#include "async_run.h"
 #include "run_outputs.h"
 #include "test_util.h"
 

@@ -13,8 +13,8 @@
 #include <sstream>
 #include <thread>
 
-#include "model/checkpoint.h"
 #include "gpueval/error.h"
+#include "model/checkpoint.h"
 #include "test_util.h"
 
 namespace gpueval {

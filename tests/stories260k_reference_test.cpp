@@ -7,9 +7,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/generate.h"
 #include "gpueval/model.h"
 #include "gpueval/tokenizer.h"
+#include "model/generate.h"
 #include "test_util.h"
 
 namespace gpueval {

@@ -7,9 +7,9 @@
 #include "common/file_io.h"
 #include "gpueval/model.h"
 #include "gpueval/report.h"
-#include "model/scorer.h"
 #include "gpueval/task.h"
 #include "gpueval/tokenizer.h"
+#include "model/scorer.h"
 #include "test_util.h"
 
 namespace gpueval {

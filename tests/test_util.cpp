@@ -13,12 +13,12 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
-#include "run/executor.h"
-#include "model/llama2c_convert.h"
 #include "gpueval/model.h"
+#include "gpueval/tokenizer.h"
+#include "model/llama2c_convert.h"
 #include "model/safetensors.h"
 #include "plan/planner.h"
-#include "gpueval/tokenizer.h"
+#include "run/executor.h"
 
 namespace gpueval::testing {
 

@@ -226,6 +226,9 @@ class Task {
 // none has it.
 std::optional<std::string> find_task_file(const std::string& name, const std::vector<std::string>& search_dirs);
 
+// Whether a `tasks:` entry names a file (it has a slash or ends in .yaml/.yml) rather than a task.
+bool looks_like_task_path(const std::string& name);
+
 // The requests of `tasks` in (task, document, choice) order over the first `limit` documents
 // of each task (all when nullopt), with `index` numbered 0..N-1.
 std::vector<Request> build_requests(const std::vector<const Task*>& tasks, std::optional<int64_t> limit = std::nullopt);

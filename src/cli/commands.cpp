@@ -10,16 +10,16 @@
 #include <c10/core/InferenceMode.h>
 #include <nlohmann/json.hpp>
 
-#include "gpueval/error.h"
 #include "common/file_io.h"
-#include "model/generate.h"
+#include "gpueval/error.h"
 #include "gpueval/history.h"
-#include "model/llama2c_convert.h"
 #include "gpueval/model.h"
 #include "gpueval/model_config.h"
+#include "gpueval/tokenizer.h"
+#include "model/generate.h"
+#include "model/llama2c_convert.h"
 #include "model/random_model.h"
 #include "model/scorer.h"
-#include "gpueval/tokenizer.h"
 #include "report/trend_report.h"
 
 namespace gpueval {

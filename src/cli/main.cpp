@@ -10,12 +10,13 @@
 
 #include <CLI/CLI.hpp>
 
-#include "evaluation/calibration.h"
 #include "cli/commands.h"
+#include "common/strings.h"
+#include "evaluation/calibration.h"
 #include "gpueval/error.h"
 #include "gpueval/evaluation.h"
-#include "report/report_html.h"
 #include "gpueval/run_config.h"
+#include "report/report_html.h"
 #include "run/worker.h"
 
 namespace {
@@ -30,14 +31,11 @@ void add_model_flags(CLI::App* app, gpueval::ModelOptions& m) {
 std::vector<std::string> with_default_subcommand(int argc, char** argv) {
   static const char* kSubcommands[] = {"run", "worker", "generate", "logits", "tokenize", "score", "convert-llama2c", "init-model", "report", "calibrate", "history"};
   std::vector<std::string> args(argv, argv + argc);
-  auto ends_with = [](const std::string& s, const std::string& tail) {
-    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-  };
   bool has_subcommand = false, looks_like_run = false;
   for (int i = 1; i < argc; ++i) {
     for (const char* s : kSubcommands) has_subcommand = has_subcommand || args[i] == s;
     looks_like_run = looks_like_run || args[i] == "--gpus" || args[i].rfind("--gpus=", 0) == 0 ||
-                     ends_with(args[i], ".yaml") || ends_with(args[i], ".yml");
+                     gpueval::ends_with(args[i], ".yaml") || gpueval::ends_with(args[i], ".yml");
   }
   if (!has_subcommand && looks_like_run) args.insert(args.begin() + 1, "run");
   return args;

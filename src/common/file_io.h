@@ -92,6 +92,11 @@ class AtomicFile {
 // Writes `contents` to `path` through AtomicFile: readers see the old file or the new one, never a mix.
 void write_file_atomic(const std::string& path, const std::string& contents);
 
+// The directory part of a path, as dirname(1) gives it for these: "a/b" -> "a", "b" -> ".",
+// "/x" -> "/". base_name: the part after the last slash ("a/b" -> "b", "b" -> "b").
+std::string dir_of(const std::string& path);
+std::string base_name(const std::string& path);
+
 // mkdir -p; an existing directory is fine, an existing non-directory is an Error.
 void make_directories(const std::string& path);
 bool path_exists(const std::string& path);

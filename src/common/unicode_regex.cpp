@@ -5,8 +5,8 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
-#include "gpueval/error.h"
 #include "common/utf8.h"
+#include "gpueval/error.h"
 
 namespace gpueval {
 

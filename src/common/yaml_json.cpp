@@ -5,8 +5,8 @@
 #include <regex>
 #include <set>
 
-#include "gpueval/error.h"
 #include "common/strict_json.h"
+#include "gpueval/error.h"
 
 namespace gpueval {
 namespace {

@@ -15,17 +15,17 @@
 
 #include <nlohmann/json.hpp>
 
-#include "store/calibration_cache.h"
-#include "run/device_memory.h"
+#include "common/file_io.h"
+#include "evaluation/run_inputs.h"
 #include "gpueval/error.h"
 #include "gpueval/evaluation.h"
-#include "evaluation/run_inputs.h"
-#include "common/file_io.h"
 #include "gpueval/model.h"
 #include "model/model_fingerprint.h"
 #include "report/report_html.h"
+#include "run/device_memory.h"
 #include "run/subprocess.h"
 #include "run/wire.h"
+#include "store/calibration_cache.h"
 
 namespace gpueval {
 namespace {

@@ -18,9 +18,9 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "gpueval/run_config.h"
 #include "run/batch_probe.h"
 #include "run/devices.h"
-#include "gpueval/run_config.h"
 
 namespace gpueval {
 

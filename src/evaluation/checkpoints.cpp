@@ -9,8 +9,8 @@
 #include <map>
 #include <set>
 
-#include "gpueval/error.h"
 #include "common/file_io.h"
+#include "gpueval/error.h"
 #include "model/model_fingerprint.h"
 
 namespace gpueval {
@@ -42,14 +42,9 @@ std::string normalise(const std::string& path) {
   return p;
 }
 
-std::string base_name(const std::string& path) {
-  const auto slash = path.find_last_of('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
 std::string parent_base(const std::string& path) {
   const auto slash = path.find_last_of('/');
-  return slash == std::string::npos ? std::string(".") : base_name(path.substr(0, slash));
+  return slash == std::string::npos ? std::string(".") : io::base_name(path.substr(0, slash));
 }
 
 bool is_checkpoint_dir(const std::string& path) {
@@ -134,10 +129,10 @@ std::vector<Checkpoint> resolve_checkpoints(const std::vector<std::string>& patt
     return natural_less(a.path, b.path);
   });
   std::map<std::string, int> base_count;
-  for (const Checkpoint& c : out) ++base_count[base_name(c.path)];
+  for (const Checkpoint& c : out) ++base_count[io::base_name(c.path)];
   std::set<std::string> names;
   for (Checkpoint& c : out) {
-    c.name = base_count[base_name(c.path)] > 1 ? parent_base(c.path) + "_" + base_name(c.path) : base_name(c.path);
+    c.name = base_count[io::base_name(c.path)] > 1 ? parent_base(c.path) + "_" + io::base_name(c.path) : io::base_name(c.path);
     std::string unique = c.name;
     for (int k = 2; !names.insert(unique).second; ++k) unique = c.name + "_" + std::to_string(k);
     c.name = unique;

@@ -11,33 +11,32 @@
 #include <map>
 #include <thread>
 
-#include <ATen/Context.h>
-#include <ATen/detail/CUDAHooksInterface.h>
 #include <fmt/ranges.h>  // fmt::join ({fmt} 11+ keeps it here)
 #include <nlohmann/json.hpp>
 
+#include "aggregate/aggregator.h"
+#include "common/file_io.h"
 #include "evaluation/calibration.h"
-#include "evaluation/run_inputs.h"
-#include "store/calibration_cache.h"
 #include "evaluation/checkpoints.h"
 #include "evaluation/run_identity.h"
-#include "report/trend_report.h"
-#include "report/trend.h"
-#include "gpueval/history.h"
-#include "run/devices.h"
-#include "gpueval/error.h"
-#include "run/executor.h"
-#include "common/file_io.h"
-#include "gpueval/model_config.h"
-#include "model/model_fingerprint.h"
-#include "plan/planner.h"
-#include "run/progress.h"
-#include "gpueval/report.h"
+#include "evaluation/run_inputs.h"
 #include "evaluation/run_journal.h"
-#include "run/scheduler.h"
+#include "gpueval/error.h"
+#include "gpueval/history.h"
+#include "gpueval/model_config.h"
+#include "gpueval/report.h"
 #include "gpueval/task.h"
 #include "gpueval/task_group.h"
 #include "gpueval/tokenizer.h"
+#include "model/model_fingerprint.h"
+#include "plan/planner.h"
+#include "report/trend.h"
+#include "report/trend_report.h"
+#include "run/devices.h"
+#include "run/executor.h"
+#include "run/progress.h"
+#include "run/scheduler.h"
+#include "store/calibration_cache.h"
 
 namespace gpueval {
 
@@ -50,71 +49,41 @@ using Clock = std::chrono::steady_clock;
 using ScoredCallback = std::function<void(const std::vector<DocRecord>& records, const nlohmann::ordered_json& results,
                                           const std::string& state)>;
 
-// Scores one checkpoint into `output_dir` with the scheduler's workers, writes its report files,
-// hands its complete documents and results.json to `on_scored`, and returns its state
-// (complete | incomplete | interrupted) and exit code. A fatal error is thrown as Error.
-struct CheckpointOutcome {
-  std::string state;
-  int exit_code = 0;
+// The batch budget a checkpoint's plan is cut under, and where it came from: the config's
+// (a number), the journal's (so a resumed run plans as the interrupted one did), or calibration's
+// (probed, or read from the calibration cache). Re-cuts `plan` when the budget changes.
+struct Budget {
+  PlanOptions options;
+  std::string source = "config";  // config | journal | probed | cache
 };
 
-CheckpointOutcome evaluate_checkpoint(const RunConfig& run_config, const EvaluationOptions& options,
-                                      const Checkpoint& checkpoint, const std::string& output_dir,
-                                      Scheduler& scheduler, ProgressReporter& progress, const ScoredCallback& on_scored) {
-  const auto t0 = Clock::now();
-  RunConfig config = run_config;  // this checkpoint's view: its model and its output directory
-  config.output = output_dir;
-  config.models = {checkpoint.path};
-  RunInputs in = load_run_inputs(config, options.executable, checkpoint.path);
-  const std::string& spec = in.spec;
-  const std::vector<DeviceSlot>& slots = in.slots;
-  const std::string& model_dir = in.model_dir;
-  std::vector<Task>& tasks = in.tasks;
-  const TaskSelection& selection = in.selection;
-  const std::vector<Request>& requests = in.requests;
-  std::vector<const Task*> task_ptrs;
-  std::map<std::string, size_t> task_index;
-  for (const Task& t : tasks) {
-    task_index[t.name()] = task_ptrs.size();
-    task_ptrs.push_back(&t);
-  }
-  std::vector<std::vector<std::vector<int64_t>>> doc_requests(tasks.size());  // [task][doc] -> request indices
-  for (const Request& r : requests) {
-    auto& docs = doc_requests[task_index.at(r.task)];
-    if (docs.size() <= static_cast<size_t>(r.doc_id)) docs.resize(static_cast<size_t>(r.doc_id) + 1);
-    docs[static_cast<size_t>(r.doc_id)].push_back(r.index);
-  }
-
-  io::make_directories(config.output);
-  io::make_directories(config.output + "/logs");
-  // Journal (run_journal.h): what an earlier run of this model and config already scored.
-  RunJournal journal(config.output, checkpoint.fingerprint, model_dir, config, requests, options.fresh);
-  PlanOptions po = in.plan_options;
-  std::string budget_source = "config";
-  Plan plan = make_plan(requests, *in.tokenizer, po);
+Budget choose_budget(const RunConfig& config, const EvaluationOptions& options, const RunInputs& in,
+                     RunJournal& journal, Plan& plan) {
+  Budget b{in.plan_options, "config"};
+  PlanOptions& po = b.options;
   const bool auto_budget = config.batch_size == "auto" && config.batch_tokens <= 0;
   const std::optional<int64_t> journal_budget = journal.batch_tokens();  // what the stored results were planned with
   if (auto_budget && journal_budget) {
     po.batch_tokens = *journal_budget;  // the same plan as the interrupted run, so the same results
-    budget_source = "journal";
+    b.source = "journal";
     plan = rebatch(plan, po);
   } else if (auto_budget) {
     CalibrationOptions co;
     co.executable = options.executable;
-    co.model_dir = model_dir;
+    co.model_dir = in.model_dir;
     co.dtype = config.dtype;
     co.max_memory = config.max_memory;
     co.cache_path = CalibrationCache::default_path(config.calibration_cache);
     co.length = std::max<int64_t>(1, longest_item(plan));
     co.recalibrate = options.recalibrate;
     co.log_dir = config.output + "/logs";
-    const std::vector<DeviceBudget> budgets = calibrate_devices(slots, co);
+    const std::vector<DeviceBudget> budgets = calibrate_devices(in.slots, co);
     po.batch_tokens = budgets.front().batch_tokens;
-    budget_source = budgets.front().source;
-    for (const DeviceBudget& b : budgets)
-      if (b.batch_tokens < po.batch_tokens) {
-        po.batch_tokens = b.batch_tokens;
-        budget_source = b.source;
+    b.source = budgets.front().source;
+    for (const DeviceBudget& d : budgets)
+      if (d.batch_tokens < po.batch_tokens) {
+        po.batch_tokens = d.batch_tokens;
+        b.source = d.source;
       }
     plan = rebatch(plan, po);  // the same items, cut under the chosen budget
   } else if (journal_budget && *journal_budget != po.batch_tokens) {
@@ -123,13 +92,17 @@ CheckpointOutcome evaluate_checkpoint(const RunConfig& run_config, const Evaluat
                              *journal_budget, po.batch_tokens);
   }
   if (!journal_budget) journal.set_batch_tokens(po.batch_tokens);
+  return b;
+}
+
+void log_plan(const RunInputs& in, const Plan& plan, const PlanOptions& po) {
   std::cerr << fmt::format("[sched] {} tasks, {} requests, {} batches ({} tokens, {:.1f}% padding, budget {} tokens) on {} worker(s): {}\n",
-                           tasks.size(), requests.size(), plan.batches.size(), plan.total_tokens,
-                           100 * plan.padding_fraction(), po.batch_tokens, slots.size(), spec);
+                           in.tasks.size(), in.requests.size(), plan.batches.size(), plan.total_tokens,
+                           100 * plan.padding_fraction(), po.batch_tokens, in.slots.size(), in.spec);
   if (plan.truncated_requests > 0)
     std::cerr << fmt::format("[sched] warning: {} of {} requests are longer than the context of {} tokens and were "
                              "left-truncated, as lm-evaluation-harness does\n",
-                             plan.truncated_requests, requests.size(), po.max_length);
+                             plan.truncated_requests, in.requests.size(), po.max_length);
   if (po.prefix_reuse)
     std::cerr << fmt::format("[sched] prefix reuse: {} tokens in rows + {} shared prefixes of {} tokens in all, "
                              "for {} requested ({:.2f}x fewer with one worker)\n",
@@ -137,97 +110,23 @@ CheckpointOutcome evaluate_checkpoint(const RunConfig& run_config, const Evaluat
                              plan.row_tokens + plan.prefix_tokens > 0
                                  ? static_cast<double>(plan.total_tokens) / (plan.row_tokens + plan.prefix_tokens)
                                  : 1.0);
+}
 
-  progress.set_extra("model", model_dir);
-  progress.set_extra("tasks", config.tasks);
-
-  std::vector<std::vector<ItemResult>> items_of(requests.size());
-  const Plan todo = journal.remaining(plan, items_of);  // the batches not all in the journal; the rest fill items_of
-  // Per-task progress for status.json: a document is done when all parts of all its requests are in.
-  std::vector<std::vector<size_t>> requests_left(tasks.size());
-  std::vector<int64_t> docs_done(tasks.size(), 0);
-  for (size_t t = 0; t < tasks.size(); ++t)
-    for (const auto& doc : doc_requests[t]) requests_left[t].push_back(doc.size());
-  auto task_progress = [&] {
-    nlohmann::json j = nlohmann::json::object();
-    for (size_t t = 0; t < tasks.size(); ++t)
-      j[tasks[t].name()] = {{"documents", doc_requests[t].size()}, {"documents_done", docs_done[t]}};
-    return j;
-  };
-  auto request_done = [&](size_t i) {
-    const size_t t = task_index.at(requests[i].task);
-    if (--requests_left[t][static_cast<size_t>(requests[i].doc_id)] == 0) ++docs_done[t];
-  };
-  for (size_t i = 0; i < requests.size(); ++i)  // resumed from the journal
-    if (!items_of[i].empty() && static_cast<int32_t>(items_of[i].size()) == items_of[i].front().parts) request_done(i);
-  progress.set_extra("task_progress", task_progress());
-  SchedulerReport report = scheduler.run(
-      todo, model_dir,
-      [&](const Batch&, std::vector<ItemResult> items, const std::string&) {
-        journal.record(items);  // committed before it counts; a failure ends the run (scheduler.h)
-        for (ItemResult& r : items) {
-          const size_t i = static_cast<size_t>(r.request_index);
-          const int32_t parts = r.parts;
-          items_of[i].push_back(std::move(r));
-          if (static_cast<int32_t>(items_of[i].size()) == parts) request_done(i);
-        }
-        progress.set_extra("task_progress", task_progress());
-      },
-      [&](const SchedulerStatus& s, bool final) { progress.update(s, final); });
-
-  // Aggregate: a document counts only when every one of its requests has a result.
-  std::vector<RequestResult> results(requests.size());
-  std::vector<bool> have(requests.size(), false);
-  for (size_t i = 0; i < requests.size(); ++i) {
-    if (items_of[i].empty()) continue;
-    std::sort(items_of[i].begin(), items_of[i].end(),
-              [](const ItemResult& a, const ItemResult& b) { return a.part < b.part; });
-    try {
-      results[i] = combine_items(items_of[i]).at(0);
-      have[i] = true;
-    } catch (const Error&) {
-      // Some windows of a rolling request are missing: the request is incomplete.
-    }
-  }
-  std::vector<DocRecord> records;
-  std::vector<std::string> incomplete;
-  for (size_t t = 0; t < tasks.size(); ++t) {
-    for (size_t d = 0; d < doc_requests[t].size(); ++d) {
-      DocRecord rec;
-      rec.task = &tasks[t];
-      rec.doc = tasks[t].documents()[d];
-      bool complete = true;
-      for (int64_t i : doc_requests[t][d]) {
-        rec.requests.push_back(requests[static_cast<size_t>(i)]);
-        complete = complete && have[static_cast<size_t>(i)];
-        rec.results.push_back(results[static_cast<size_t>(i)]);
-      }
-      if (!complete) {
-        incomplete.push_back(fmt::format("{} doc {}", tasks[t].name(), rec.doc.doc_id));
-        continue;
-      }
-      rec.metrics = tasks[t].process_results_all(rec.doc, rec.results);
-      records.push_back(std::move(rec));
-    }
-  }
-  std::vector<std::string> quarantined;
-  for (const QuarantinedBatch& q : report.quarantined) {
-    quarantined.push_back(fmt::format("batch {} quarantined after {} attempts ({}); requests {}", q.batch_id,
-                                      q.attempts, q.last_failure, fmt::join(q.request_indices, ", ")));
-    std::cerr << "[sched] " << quarantined.back() << "\n";
-  }
-  incomplete.insert(incomplete.begin(), quarantined.begin(), quarantined.end());
-
+// results.json's "config", "batching" and "journal" and the rest of what write_reports needs.
+RunSummary run_summary(const RunConfig& config, const RunInputs& in, const Budget& budget, const Plan& plan,
+                       const SchedulerReport& report, const RunJournal& journal, double wall_seconds,
+                       std::vector<std::string> incomplete) {
+  const PlanOptions& po = budget.options;
   RunSummary summary;
   summary.config = config.to_json();
   summary.config["add_bos_token"] = po.add_bos;  // what add_bos resolved to (lm-eval's model_args name)
   summary.config["batch_tokens_used"] = po.batch_tokens;
-  summary.config["batch_tokens_source"] = budget_source;  // config | probed | cache | journal
-  summary.model = model_dir;
-  summary.wall_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  summary.incomplete = incomplete;
+  summary.config["batch_tokens_source"] = budget.source;
+  summary.model = in.model_dir;
+  summary.wall_seconds = wall_seconds;
+  summary.incomplete = std::move(incomplete);
   summary.limit = config.limit;
-  summary.groups = selection.groups;
+  summary.groups = in.selection.groups;
   summary.batching = {{"prefix_reuse", po.prefix_reuse},
                       {"batch_tokens", po.batch_tokens},
                       {"batches", plan.batches.size()},
@@ -244,32 +143,96 @@ CheckpointOutcome evaluate_checkpoint(const RunConfig& run_config, const Evaluat
   summary.journal = journal.summary();
   summary.date = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() -
                  summary.wall_seconds;
+  return summary;
+}
+
+// One line per quarantined batch, logged; they open the report's incomplete list.
+std::vector<std::string> quarantine_lines(const SchedulerReport& report) {
+  std::vector<std::string> lines;
+  for (const QuarantinedBatch& q : report.quarantined) {
+    lines.push_back(fmt::format("batch {} quarantined after {} attempts ({}); requests {}", q.batch_id, q.attempts,
+                                q.last_failure, fmt::join(q.request_indices, ", ")));
+    std::cerr << "[sched] " << lines.back() << "\n";
+  }
+  return lines;
+}
+
+void log_outcome(const char* state, const Plan& plan, const SchedulerReport& report, const RunJournal& journal,
+                 size_t scored, size_t docs_total, double wall_seconds, const std::string& output) {
+  const ExecutionStats& st = report.stats;
+  std::cerr << fmt::format("[sched] computed {} tokens for {} requested ({:.2f}x fewer; {} prefix tokens){}\n",
+                           st.tokens_computed, plan.total_tokens,
+                           st.tokens_computed > 0 ? static_cast<double>(plan.total_tokens) / st.tokens_computed : 1.0,
+                           st.prefix_tokens,
+                           st.oom_splits > 0 ? fmt::format(", {} out-of-memory splits", st.oom_splits) : std::string());
+  std::cerr << fmt::format("[sched] journal {}: computed {} requests in {} batches\n", journal.path(),
+                           journal.requests_computed(), journal.batches_computed());
+  std::cerr << fmt::format("[sched] {}: {} of {} documents scored, {} worker restarts, {:.1f}s; report in {}\n", state,
+                           scored, docs_total, report.worker_restarts, wall_seconds, output);
+}
+
+// Scores one checkpoint into `output_dir` with the scheduler's workers, writes its report files,
+// hands its complete documents and results.json to `on_scored`, and returns its state
+// (complete | incomplete | interrupted) and exit code. A fatal error is thrown as Error.
+// The flow of DESIGN.md: inputs, plan, journal, budget, scheduler, aggregator, report.
+struct CheckpointOutcome {
+  std::string state;
+  int exit_code = 0;
+};
+
+CheckpointOutcome evaluate_checkpoint(const RunConfig& run_config, const EvaluationOptions& options,
+                                      const Checkpoint& checkpoint, const std::string& output_dir,
+                                      Scheduler& scheduler, ProgressReporter& progress, const ScoredCallback& on_scored) {
+  const auto t0 = Clock::now();
+  RunConfig config = run_config;  // this checkpoint's view: its model and its output directory
+  config.output = output_dir;
+  config.models = {checkpoint.path};
+  const RunInputs in = load_run_inputs(config, options.executable, checkpoint.path);
+  io::make_directories(config.output + "/logs");
+  // Journal (run_journal.h): what an earlier run of this model and config already scored.
+  RunJournal journal(config.output, checkpoint.fingerprint, in.model_dir, config, in.requests, options.fresh);
+  Plan plan = make_plan(in.requests, *in.tokenizer, in.plan_options);
+  const Budget budget = choose_budget(config, options, in, journal, plan);
+  log_plan(in, plan, budget.options);
+  progress.set_extra("model", in.model_dir);
+  progress.set_extra("tasks", config.tasks);
+
+  Aggregator aggregator(in.tasks, in.requests);
+  std::vector<std::vector<ItemResult>> resumed(in.requests.size());
+  const Plan todo = journal.remaining(plan, resumed);  // the batches not all in the journal
+  for (std::vector<ItemResult>& items : resumed) aggregator.add(std::move(items));
+  progress.set_extra("task_progress", aggregator.progress());
+  const SchedulerReport report = scheduler.run(
+      todo, in.model_dir,
+      [&](const Batch&, std::vector<ItemResult> items, const std::string&) {
+        journal.record(items);  // committed before it counts; a failure ends the run (scheduler.h)
+        aggregator.add(std::move(items));
+        progress.set_extra("task_progress", aggregator.progress());
+      },
+      [&](const SchedulerStatus& s, bool final) { progress.update(s, final); });
+
+  Aggregator::Documents docs = aggregator.documents();
+  const std::vector<std::string> quarantined = quarantine_lines(report);
+  const size_t docs_total = docs.scored.size() + docs.incomplete.size();
+  docs.incomplete.insert(docs.incomplete.begin(), quarantined.begin(), quarantined.end());
+  const double wall_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  const RunSummary summary =
+      run_summary(config, in, budget, plan, report, journal, wall_seconds, std::move(docs.incomplete));
+  std::vector<const Task*> task_ptrs;
+  for (const Task& t : in.tasks) task_ptrs.push_back(&t);
   try {
-    write_reports(config.output, task_ptrs, records, summary);
+    write_reports(config.output, task_ptrs, docs.scored, summary);
   } catch (const std::exception& e) {
     if (report.fatal_error.empty()) throw;
     // The run failed already (e.g. a full disk): say why the report is missing, keep the original error.
     std::cerr << "[sched] cannot write the report: " << e.what() << "\n";
   }
 
-  const size_t docs_total = records.size() + incomplete.size() - quarantined.size();
-  const char* state = !report.fatal_error.empty() ? "failed"
-                      : report.interrupted        ? "interrupted"
-                      : records.size() < docs_total ? "incomplete"
-                                                  : "complete";
-  std::cerr << fmt::format("[sched] computed {} tokens for {} requested ({:.2f}x fewer; {} prefix tokens){}\n",
-                           report.stats.tokens_computed, plan.total_tokens,
-                           report.stats.tokens_computed > 0
-                               ? static_cast<double>(plan.total_tokens) / report.stats.tokens_computed
-                               : 1.0,
-                           report.stats.prefix_tokens,
-                           report.stats.oom_splits > 0
-                               ? fmt::format(", {} out-of-memory splits", report.stats.oom_splits)
-                               : std::string());
-  std::cerr << fmt::format("[sched] journal {}: computed {} requests in {} batches\n", journal.path(),
-                           journal.requests_computed(), journal.batches_computed());
-  std::cerr << fmt::format("[sched] {}: {} of {} documents scored, {} worker restarts, {:.1f}s; report in {}\n", state,
-                           records.size(), docs_total, report.worker_restarts, summary.wall_seconds, config.output);
+  const char* state = !report.fatal_error.empty()        ? "failed"
+                      : report.interrupted               ? "interrupted"
+                      : docs.scored.size() < docs_total  ? "incomplete"
+                                                         : "complete";
+  log_outcome(state, plan, report, journal, docs.scored.size(), docs_total, wall_seconds, config.output);
   if (!report.fatal_error.empty()) {
     progress.finish(state);
     throw Error(report.fatal_error);
@@ -277,11 +240,11 @@ CheckpointOutcome evaluate_checkpoint(const RunConfig& run_config, const Evaluat
   if (on_scored && !report.interrupted) {
     // ordered: the first metric of each task is its primary one (trend.h)
     const nlohmann::ordered_json results = nlohmann::ordered_json::parse(io::read_file(config.output + "/results.json"));
-    on_scored(records, results, state);
+    on_scored(docs.scored, results, state);
   }
   CheckpointOutcome outcome;
   outcome.state = state;
-  outcome.exit_code = report.interrupted ? 128 + report.signal : records.size() == docs_total ? 0 : kExitIncomplete;
+  outcome.exit_code = report.interrupted ? 128 + report.signal : docs.scored.size() == docs_total ? 0 : kExitIncomplete;
   return outcome;
 }
 
@@ -355,17 +318,7 @@ class HistoryRecorder {
 // The config fingerprint (run_identity.h) of a run: its tasks' requests and the settings that
 // change results, independent of the checkpoint.
 std::string run_config_fingerprint(const RunConfig& config, const std::string& executable) {
-  const std::vector<std::string> search = task_search_dirs(config, executable);
-  const TaskSelection selection = expand_tasks(config.tasks, search);
-  TaskLoadOptions load_options;
-  load_options.data_roots = config.data;
-  load_options.num_fewshot = config.num_fewshot;
-  load_options.fewshot_seed = config.fewshot_seed;
-  std::vector<Task> tasks;
-  for (const std::string& name : selection.tasks) tasks.push_back(Task::load(name, search, load_options));
-  std::vector<const Task*> task_ptrs;
-  for (const Task& t : tasks) task_ptrs.push_back(&t);
-  return config_fingerprint(config, build_requests(task_ptrs, config.limit));
+  return config_fingerprint(config, load_tasks(config, executable).requests);
 }
 
 // The nightly loop: every checkpoint into <output>/<name>/, oldest first, with one set of workers
@@ -446,10 +399,7 @@ int run_checkpoints(const RunConfig& config, const EvaluationOptions& options, c
 int run_evaluation(const RunConfig& config, const EvaluationOptions& options) {
   const std::vector<Checkpoint> checkpoints = resolve_checkpoints(config.models, config.source);
   const bool nightly = config.models.size() > 1 || is_glob(config.models[0]);
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  std::vector<DeviceSlot> slots = parse_device_spec(config.gpus.empty() ? "cpu" : config.gpus, visible_cuda_devices(), cores);
-  for (DeviceSlot& s : slots)
-    if (s.kind == DeviceSlot::Kind::kCpu) s.threads = static_cast<int>(config.cpu_threads);
+  const std::vector<DeviceSlot> slots = run_device_slots(config);
   if (!nightly && !checkpoints[0].error.empty()) throw Error(checkpoints[0].error);
   HistoryRecorder recorder(config, run_config_fingerprint(config, options.executable));
   io::make_directories(config.output + "/logs");

@@ -10,10 +10,11 @@
 #include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
 
+#include "common/file_io.h"
+#include "gpueval/error.h"
+#include "gpueval/task.h"
 #include "run/batch_probe.h"
 #include "run/devices.h"
-#include "gpueval/error.h"
-#include "common/file_io.h"
 
 namespace gpueval {
 namespace {
@@ -188,7 +189,7 @@ class ConfigReader {
                            [&](const std::string& p) { return resolve(p); });
     } else if (key == "tasks") {
       c.tasks = path_list(key, v, "a list of task names or task YAML files", "task", "a task name or path",
-                          [&](const std::string& t) { return looks_like_path(t) ? resolve(t) : t; });
+                          [&](const std::string& t) { return looks_like_task_path(t) ? resolve(t) : t; });
     } else if (key == "batch_size") {
       c.batch_size = scalar(key, v, "'auto' or a positive integer");
       check(key, v, batch_size_problem(c.batch_size));
@@ -369,13 +370,6 @@ class ConfigReader {
       out.push_back(std::move(value));
     }
     return out;
-  }
-
-  static bool looks_like_path(const std::string& task) {
-    auto ends_with = [&](const std::string& suffix) {
-      return task.size() >= suffix.size() && task.compare(task.size() - suffix.size(), suffix.size(), suffix) == 0;
-    };
-    return task.find('/') != std::string::npos || ends_with(".yaml") || ends_with(".yml");
   }
 
   std::string resolve(const std::string& path) const {

@@ -15,11 +15,6 @@
 namespace gpueval {
 namespace {
 
-std::string dir_of(const std::string& path) {
-  auto slash = path.find_last_of('/');
-  return slash == std::string::npos ? "." : path.substr(0, slash);
-}
-
 int visible_cuda_devices() {
   // Asking the CUDA runtime here is safe: workers are exec'd, so no CUDA state crosses a fork.
   return at::hasCUDA() ? static_cast<int>(at::detail::getCUDAHooks().getNumGPUs()) : 0;
@@ -27,26 +22,48 @@ int visible_cuda_devices() {
 
 }  // namespace
 
+std::vector<DeviceSlot> run_device_slots(const RunConfig& config) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<DeviceSlot> slots = parse_device_spec(config.gpus.empty() ? "cpu" : config.gpus, visible_cuda_devices(), cores);
+  for (DeviceSlot& s : slots)
+    if (s.kind == DeviceSlot::Kind::kCpu) s.threads = static_cast<int>(config.cpu_threads);
+  return slots;
+}
+
 std::vector<std::string> task_search_dirs(const RunConfig& config, const std::string& executable) {
   // Task directories come before the config's own directory: a run config named after a task
   // (configs/mmlu.yaml running `tasks: [mmlu]`) must not be read as that task's definition.
   std::vector<std::string> dirs;
   if (const char* env = std::getenv("GPUEVAL_TASKS_DIR")) dirs.emplace_back(env);
-  if (!executable.empty()) dirs.push_back(dir_of(executable) + "/../tasks");
+  if (!executable.empty()) dirs.push_back(io::dir_of(executable) + "/../tasks");
 #ifdef GPUEVAL_SOURCE_TASKS_DIR
   dirs.emplace_back(GPUEVAL_SOURCE_TASKS_DIR);
 #endif
-  if (!config.source.empty()) dirs.push_back(dir_of(config.source));
+  if (!config.source.empty()) dirs.push_back(io::dir_of(config.source));
   return dirs;
+}
+
+TaskInputs load_tasks(const RunConfig& config, const std::string& executable) {
+  const std::vector<std::string> search = task_search_dirs(config, executable);
+  TaskInputs out;
+  // Groups (`tasks: [mmlu]`) expand to their tasks; the report aggregates them back.
+  out.selection = expand_tasks(config.tasks, search);
+  TaskLoadOptions load_options;
+  load_options.data_roots = config.data;
+  load_options.num_fewshot = config.num_fewshot;
+  load_options.fewshot_seed = config.fewshot_seed;
+  out.tasks.reserve(out.selection.tasks.size());
+  for (const std::string& name : out.selection.tasks) out.tasks.push_back(Task::load(name, search, load_options));
+  std::vector<const Task*> task_ptrs;
+  for (const Task& t : out.tasks) task_ptrs.push_back(&t);
+  out.requests = build_requests(task_ptrs, config.limit);
+  return out;
 }
 
 RunInputs load_run_inputs(const RunConfig& config, const std::string& executable, const std::string& model_dir) {
   RunInputs in;
   in.spec = config.gpus.empty() ? "cpu" : config.gpus;
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  in.slots = parse_device_spec(in.spec, visible_cuda_devices(), cores);
-  for (DeviceSlot& s : in.slots)
-    if (s.kind == DeviceSlot::Kind::kCpu) s.threads = static_cast<int>(config.cpu_threads);
+  in.slots = run_device_slots(config);
   if (model_dir.empty() && (config.models.size() != 1 || is_glob(config.models[0])))
     fail(config.source, "model: this command takes one checkpoint, not a list or a glob");
   in.model_dir = model_dir.empty() ? config.models[0] : model_dir;
@@ -54,21 +71,13 @@ RunInputs load_run_inputs(const RunConfig& config, const std::string& executable
   in.model_config = ModelConfig::load(in.model_dir + "/config.json");
   in.tokenizer = load_tokenizer(in.model_dir);
 
-  const std::vector<std::string> search = task_search_dirs(config, executable);
-  // Groups (`tasks: [mmlu]`) expand to their tasks; the report aggregates them back.
-  in.selection = expand_tasks(config.tasks, search);
-  TaskLoadOptions load_options;
-  load_options.data_roots = config.data;
-  load_options.num_fewshot = config.num_fewshot;
-  load_options.fewshot_seed = config.fewshot_seed;
-  in.tasks.reserve(in.selection.tasks.size());
-  for (const std::string& name : in.selection.tasks) in.tasks.push_back(Task::load(name, search, load_options));
+  TaskInputs tasks = load_tasks(config, executable);
+  in.selection = std::move(tasks.selection);
+  in.tasks = std::move(tasks.tasks);
+  in.requests = std::move(tasks.requests);
   for (const Task& task : in.tasks) {
     for (const std::string& note : task.notes()) std::cerr << "[sched] note: " << note << "\n";
   }
-  std::vector<const Task*> task_ptrs;
-  for (const Task& t : in.tasks) task_ptrs.push_back(&t);
-  in.requests = build_requests(task_ptrs, config.limit);
 
   PlanOptions& po = in.plan_options;
   po.batch_tokens = config.batch_tokens > 0 ? config.batch_tokens : 4096;

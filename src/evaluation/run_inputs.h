@@ -34,6 +34,18 @@ struct RunInputs {
   PlanOptions plan_options;          // batch_tokens: the config's, else 4096
 };
 
+// The config's tasks (groups expanded, from task_search_dirs) and their requests over the first
+// `limit` documents of each, numbered in (task, document, choice) order.
+struct TaskInputs {
+  TaskSelection selection;
+  std::vector<Task> tasks;
+  std::vector<Request> requests;
+};
+TaskInputs load_tasks(const RunConfig& config, const std::string& executable);
+
+// The device slots of `config.gpus` (else "cpu") on this machine, CPU slots with cpu_threads each.
+std::vector<DeviceSlot> run_device_slots(const RunConfig& config);
+
 // `model_dir`: the checkpoint to load; empty: the config's one model (an Error for a list or a glob).
 RunInputs load_run_inputs(const RunConfig& config, const std::string& executable, const std::string& model_dir = "");
 

@@ -20,11 +20,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "run/executor.h"
-#include "store/journal.h"
-#include "plan/planner.h"
 #include "gpueval/request.h"
 #include "gpueval/run_config.h"
+#include "plan/planner.h"
+#include "run/executor.h"
+#include "store/journal.h"
 
 namespace gpueval {
 

@@ -7,8 +7,8 @@
 #include <cstring>
 
 #include "common/file_io.h"
-#include "gpueval/error.h"
 #include "common/strict_json.h"
+#include "gpueval/error.h"
 
 namespace gpueval {
 namespace {

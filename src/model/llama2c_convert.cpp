@@ -4,10 +4,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "gpueval/error.h"
 #include "common/file_io.h"
-#include "tokenizer/llama2c_tokenizer.h"
+#include "gpueval/error.h"
 #include "model/safetensors.h"
+#include "tokenizer/llama2c_tokenizer.h"
 
 namespace gpueval {
 namespace {

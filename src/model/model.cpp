@@ -7,9 +7,9 @@
 #include <torch/version.h>
 
 #include "gpueval/error.h"
+#include "model/checkpoint.h"
 #include "model/kernels.h"
 #include "model/rope.h"
-#include "model/checkpoint.h"
 
 namespace gpueval {
 namespace {

@@ -9,8 +9,8 @@
 #include <filesystem>
 #include <vector>
 
-#include "gpueval/error.h"
 #include "common/file_io.h"
+#include "gpueval/error.h"
 
 #include <nlohmann/json.hpp>
 #include "common/sha256.h"

@@ -10,12 +10,12 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <nlohmann/json.hpp>
 
-#include "gpueval/error.h"
 #include "common/file_io.h"
-#include "tokenizer/llama2c_tokenizer.h"
+#include "gpueval/error.h"
 #include "gpueval/model.h"
-#include "model/safetensors.h"
 #include "gpueval/tokenizer.h"
+#include "model/safetensors.h"
+#include "tokenizer/llama2c_tokenizer.h"
 
 namespace gpueval {
 namespace {

@@ -7,8 +7,8 @@
 #include <unordered_set>
 
 #include "common/file_io.h"
-#include "gpueval/error.h"
 #include "common/strict_json.h"
+#include "gpueval/error.h"
 
 // Tensor bytes are handed to LibTorch as they lie in the file, which is little-endian.
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors needs a little-endian host");

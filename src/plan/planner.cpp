@@ -11,11 +11,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "gpueval/error.h"
-#include "plan/packing.h"
-#include "model/scorer.h"
 #include "common/utf8.h"
 #include "common/wire_json.h"
+#include "gpueval/error.h"
+#include "model/scorer.h"
+#include "plan/packing.h"
 
 namespace gpueval {
 

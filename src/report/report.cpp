@@ -4,70 +4,16 @@
 #include <map>
 #include <set>
 
-#include "gpueval/error.h"
+#include "aggregate/aggregator.h"
 #include "common/file_io.h"
-#include "report/report_html.h"
 #include "common/python_format.h"
-#include "report/markdown.h"
 #include "common/sha256.h"
+#include "gpueval/error.h"
+#include "report/markdown.h"
+#include "report/report_html.h"
 
 namespace gpueval {
 namespace {
-
-// One task's documents in doc_id order and its aggregated metrics.
-struct TaskResults {
-  const Task* task = nullptr;
-  std::vector<const DocRecord*> records;
-  std::vector<MetricResult> metrics;
-};
-
-std::vector<TaskResults> collect(const std::vector<const Task*>& tasks, const std::vector<DocRecord>& docs,
-                                 const RunSummary& summary) {
-  std::vector<TaskResults> out;
-  std::map<const Task*, size_t> slot;
-  std::set<std::string> names;
-  for (const Task* task : tasks) {
-    if (!names.insert(task->name()).second) fail("task '" + task->name() + "'", "listed twice");
-    if (task->name().find('/') != std::string::npos) {
-      fail("task '" + task->name() + "'", "a task name with '/' cannot name a samples file");
-    }
-    slot[task] = out.size();
-    out.push_back(TaskResults{task, {}, {}});
-  }
-  for (const DocRecord& record : docs) {
-    const auto it = slot.find(record.task);
-    if (it == slot.end()) fail("write_reports", "document {} belongs to a task not being reported", record.doc.doc_id);
-    if (record.results.size() != record.requests.size()) {
-      fail(record.task->location(record.doc), "{} results for {} requests: incomplete documents belong in the "
-           "incomplete list, not in the report", record.results.size(), record.requests.size());
-    }
-    if (record.metrics.size() != record.task->filters().size()) {
-      fail(record.task->location(record.doc), "metrics for {} filters, but task '{}' has {}", record.metrics.size(),
-           record.task->name(), record.task->filters().size());
-    }
-    out[it->second].records.push_back(&record);
-  }
-  for (TaskResults& t : out) {
-    std::sort(t.records.begin(), t.records.end(),
-              [](const DocRecord* a, const DocRecord* b) { return a->doc.doc_id < b->doc.doc_id; });
-    for (size_t i = 1; i < t.records.size(); ++i) {
-      if (t.records[i]->doc.doc_id == t.records[i - 1]->doc.doc_id) {
-        fail(t.task->location(t.records[i]->doc), "document {} of task '{}' is reported twice",
-             t.records[i]->doc.doc_id, t.task->name());
-      }
-    }
-    // lm-eval's order: filter by filter, each filter's metrics in metric order.
-    for (size_t f = 0; f < t.task->filters().size(); ++f) {
-      std::vector<const DocMetrics*> metrics;
-      for (const DocRecord* r : t.records) metrics.push_back(&r->metrics[f]);
-      for (MetricResult& m : aggregate_metrics(t.task->metrics(), metrics, summary.bootstrap_iters)) {
-        m.filter = t.task->filters()[f].name();
-        t.metrics.push_back(std::move(m));
-      }
-    }
-  }
-  return out;
-}
 
 // lm-eval's process_results returns int(...) for these two and floats for the others; the
 // samples file shows the difference (1 versus 1.0).
@@ -150,51 +96,7 @@ nlohmann::ordered_json sorted_by_name(const Map& entries) {
   return out;
 }
 
-struct GroupResults {
-  const TaskGroup* group = nullptr;
-  std::string alias;
-  std::vector<MetricResult> metrics;
-};
-
-// Each group's aggregate over the scored tasks under it, as lm-eval's consolidate_group_results.
-std::vector<GroupResults> group_results(const std::vector<TaskResults>& tasks, const RunSummary& summary) {
-  std::map<std::string, const TaskResults*> by_name;
-  for (const TaskResults& t : tasks) by_name[t.task->name()] = &t;
-  std::vector<GroupResults> out;
-  for (const TaskGroup& g : summary.groups) {
-    GroupResults r;
-    r.group = &g;
-    bool nested = false;
-    for (const TaskGroup& parent : summary.groups) {
-      const auto& m = parent.members();
-      nested = nested || std::find(m.begin(), m.end(), g.name()) != m.end();
-    }
-    r.alias = nested ? " - " + g.alias() : g.alias();
-    for (const GroupMetricSpec& spec : g.metrics()) {
-      std::vector<SubtaskScore> scores;
-      MetricResult result;
-      result.name = spec.metric;
-      for (const std::string& name : g.tasks()) {
-        const auto it = by_name.find(name);
-        if (it == by_name.end()) continue;
-        for (const MetricResult& m : it->second->metrics) {
-          if (m.name != spec.metric || m.filter != "none") continue;  // groups aggregate filter "none" only
-          scores.push_back(SubtaskScore{m.value, m.stderr, m.n});
-          result.higher_is_better = m.higher_is_better;
-          result.n += m.n;
-        }
-      }
-      if (scores.empty()) continue;
-      result.value = aggregate_subtask_scores(scores, spec.weight_by_size);
-      result.stderr = pooled_sample_stderr(scores);
-      r.metrics.push_back(result);
-    }
-    out.push_back(std::move(r));
-  }
-  return out;
-}
-
-nlohmann::ordered_json group_entry(const GroupResults& g) {
+nlohmann::ordered_json group_entry(const GroupScores& g) {
   nlohmann::ordered_json r;
   for (const MetricResult& m : g.metrics) {
     r[m.name + ",none"] = m.value;
@@ -208,9 +110,9 @@ nlohmann::ordered_json group_entry(const GroupResults& g) {
   return r;
 }
 
-nlohmann::ordered_json results(const std::vector<TaskResults>& tasks, const RunSummary& summary) {
+nlohmann::ordered_json results(const std::vector<TaskScores>& tasks, const RunSummary& summary) {
   std::map<std::string, nlohmann::ordered_json> per_task, configs, versions, n_shot, higher;
-  for (const TaskResults& t : tasks) {
+  for (const TaskScores& t : tasks) {
     const std::string& name = t.task->name();
     nlohmann::ordered_json r;
     r["alias"] = t.task->alias();
@@ -230,10 +132,10 @@ nlohmann::ordered_json results(const std::vector<TaskResults>& tasks, const RunS
     for (const MetricSpec& spec : t.task->metrics()) hib[spec.name] = spec.higher_is_better;
     higher[name] = hib;
   }
-  const std::vector<GroupResults> groups = group_results(tasks, summary);
+  const std::vector<GroupScores> groups = score_groups(tasks, summary.groups);
   std::map<std::string, nlohmann::ordered_json> per_group;
   std::set<std::string> grouped;
-  for (const GroupResults& g : groups) {
+  for (const GroupScores& g : groups) {
     per_group[g.group->name()] = group_entry(g);
     per_task[g.group->name()] = per_group[g.group->name()];
     versions[g.group->name()] = g.group->version();
@@ -246,14 +148,14 @@ nlohmann::ordered_json results(const std::vector<TaskResults>& tasks, const RunS
   for (auto it = tasks.rbegin(); it != tasks.rend(); ++it) {
     if (!grouped.count(it->task->name())) subtasks[it->task->name()] = nlohmann::ordered_json::array();
   }
-  for (const GroupResults& g : groups) subtasks[g.group->name()] = g.group->members();
+  for (const GroupScores& g : groups) subtasks[g.group->name()] = g.group->members();
   out["group_subtasks"] = subtasks;
   out["configs"] = sorted_by_name(configs);
   out["versions"] = sorted_by_name(versions);
   out["n-shot"] = sorted_by_name(n_shot);
   out["higher_is_better"] = sorted_by_name(higher);
   nlohmann::ordered_json n_samples = nlohmann::ordered_json::object();
-  for (const TaskResults& t : tasks) {
+  for (const TaskScores& t : tasks) {
     const int64_t original = static_cast<int64_t>(t.task->documents().size());
     const int64_t effective = summary.limit ? std::min(std::max<int64_t>(*summary.limit, 0), original) : original;
     n_samples[t.task->name()] = {{"original", original}, {"effective", effective}};
@@ -273,7 +175,7 @@ nlohmann::ordered_json results(const std::vector<TaskResults>& tasks, const RunS
   if (summary.date) out["date"] = *summary.date;
   // lm-eval's task hash: SHA-256 of the concatenated doc, prompt and target hashes of its samples.
   nlohmann::ordered_json task_hashes = nlohmann::ordered_json::object();
-  for (const TaskResults& t : tasks) {
+  for (const TaskScores& t : tasks) {
     std::string hashes;
     for (size_t f = 0; f < t.task->filters().size(); ++f) {
       for (const DocRecord* r : t.records) {
@@ -291,7 +193,7 @@ nlohmann::ordered_json results(const std::vector<TaskResults>& tasks, const RunS
   return out;
 }
 
-std::string markdown(const std::vector<TaskResults>& tasks, const RunSummary& summary) {
+std::string markdown(const std::vector<TaskScores>& tasks, const RunSummary& summary) {
   std::string out = "# gpueval results\n\n";
   out += fmt::format("- model: `{}`\n", markdown_cell(summary.model));
   out += fmt::format("- wall time: {:.1f} s\n", summary.wall_seconds);
@@ -304,7 +206,7 @@ std::string markdown(const std::vector<TaskResults>& tasks, const RunSummary& su
   }
   out += "\n| Task | Version | Filter | n-shot | Metric |   | Value |   | Stderr | n |\n";
   out += "|------|--------:|--------|-------:|--------|---|------:|---|-------:|--:|\n";
-  for (const TaskResults& t : tasks) {
+  for (const TaskScores& t : tasks) {
     const std::string version = t.task->version().is_null() ? "N/A" : py::str(t.task->version());
     if (t.metrics.empty()) {
       out += fmt::format("| {} | {} |  | {} | (no documents) |  |  |  |  | 0 |\n", markdown_cell(t.task->alias()),
@@ -317,14 +219,14 @@ std::string markdown(const std::vector<TaskResults>& tasks, const RunSummary& su
                          m.value, m.stderr ? fmt::format("{:.4f}", *m.stderr) : "N/A", m.n);
     }
   }
-  const std::vector<GroupResults> groups = group_results(tasks, summary);
+  const std::vector<GroupScores> groups = score_groups(tasks, summary.groups);
   // A group without aggregate_metric_list (ai2_arc, like lm-eval's tags) has no row to show.
   const bool any_group_score =
-      std::any_of(groups.begin(), groups.end(), [](const GroupResults& g) { return !g.metrics.empty(); });
+      std::any_of(groups.begin(), groups.end(), [](const GroupScores& g) { return !g.metrics.empty(); });
   if (any_group_score) {
     out += "\n| Group | Version | Metric |   | Value |   | Stderr | n |\n";
     out += "|-------|--------:|--------|---|------:|---|-------:|--:|\n";
-    for (const GroupResults& g : groups) {
+    for (const GroupScores& g : groups) {
       const std::string version = g.group->version().is_null() ? "N/A" : py::str(g.group->version());
       for (const MetricResult& m : g.metrics) {
         out += fmt::format("| {} | {} | {} | {} | {:.4f} | ± | {} | {} |\n", markdown_cell(g.alias),
@@ -334,7 +236,7 @@ std::string markdown(const std::vector<TaskResults>& tasks, const RunSummary& su
     }
   }
   std::vector<std::string> notes;
-  for (const TaskResults& t : tasks) notes.insert(notes.end(), t.task->notes().begin(), t.task->notes().end());
+  for (const TaskScores& t : tasks) notes.insert(notes.end(), t.task->notes().begin(), t.task->notes().end());
   if (!notes.empty()) {
     out += "\n## Notes\n\n";
     for (const std::string& note : notes) out += "- " + markdown_cell(note) + "\n";
@@ -363,19 +265,19 @@ nlohmann::ordered_json sample_json(const DocRecord& record, size_t filter) {
 
 nlohmann::ordered_json results_json(const std::vector<const Task*>& tasks, const std::vector<DocRecord>& docs,
                                     const RunSummary& summary) {
-  return results(collect(tasks, docs, summary), summary);
+  return results(score_tasks(tasks, docs, summary.bootstrap_iters), summary);
 }
 
 std::string report_markdown(const std::vector<const Task*>& tasks, const std::vector<DocRecord>& docs,
                             const RunSummary& summary) {
-  return markdown(collect(tasks, docs, summary), summary);
+  return markdown(score_tasks(tasks, docs, summary.bootstrap_iters), summary);
 }
 
 void write_reports(const std::string& output_dir, const std::vector<const Task*>& tasks,
                    const std::vector<DocRecord>& docs, const RunSummary& summary) {
-  const std::vector<TaskResults> collected = collect(tasks, docs, summary);
+  const std::vector<TaskScores> collected = score_tasks(tasks, docs, summary.bootstrap_iters);
   io::make_directories(output_dir);
-  for (const TaskResults& t : collected) {
+  for (const TaskScores& t : collected) {
     std::string lines;
     for (size_t f = 0; f < t.task->filters().size(); ++f) {
       for (const DocRecord* r : t.records) lines += py::json_dumps(sample(*r, f)) + "\n";
@@ -387,7 +289,7 @@ void write_reports(const std::string& output_dir, const std::vector<const Task*>
   io::write_file_atomic(output_dir + "/results.json", py::json_dumps(results_object, 2));
   io::write_file_atomic(output_dir + "/report.md", markdown(collected, summary));
   MetricCounts counts;
-  for (const TaskResults& t : collected) {
+  for (const TaskScores& t : collected) {
     for (const MetricResult& m : t.metrics) counts[t.task->name()][m.name] = m.n;  // the same n for every filter
   }
   io::write_file_atomic(output_dir + "/report.html", report_html(results_object, counts));

@@ -10,8 +10,8 @@
 
 #include <fmt/format.h>
 
-#include "gpueval/error.h"
 #include "common/file_io.h"
+#include "gpueval/error.h"
 #include "report/html_style.h"
 
 namespace gpueval {

@@ -9,11 +9,11 @@
 
 #include <fmt/format.h>
 
-#include "gpueval/error.h"
 #include "common/file_io.h"
-#include "report/report_html.h"
+#include "gpueval/error.h"
 #include "report/html_style.h"
 #include "report/markdown.h"
+#include "report/report_html.h"
 
 namespace gpueval {
 namespace {

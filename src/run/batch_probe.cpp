@@ -8,9 +8,9 @@
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
 
-#include "run/device_memory.h"
 #include "gpueval/error.h"
 #include "model/scorer.h"
+#include "run/device_memory.h"
 
 namespace gpueval {
 namespace {

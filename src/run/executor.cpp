@@ -10,12 +10,12 @@
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
 
-#include "run/device_memory.h"
 #include "gpueval/error.h"
 #include "model/generate.h"
-#include "model/scorer.h"
 #include "model/logprob_gather.h"
+#include "model/scorer.h"
 #include "plan/packing.h"
+#include "run/device_memory.h"
 
 namespace gpueval {
 

@@ -20,11 +20,11 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "gpueval/model.h"
-#include "plan/planner.h"
-#include "plan/item_result.h"
-#include "run/prefix_cache.h"
 #include "gpueval/request.h"
 #include "gpueval/tokenizer.h"
+#include "plan/item_result.h"
+#include "plan/planner.h"
+#include "run/prefix_cache.h"
 
 namespace gpueval {
 

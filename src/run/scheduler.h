@@ -34,9 +34,9 @@
 #include <utility>
 #include <vector>
 
+#include "plan/planner.h"
 #include "run/devices.h"
 #include "run/executor.h"
-#include "plan/planner.h"
 
 namespace gpueval {
 

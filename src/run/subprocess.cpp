@@ -13,8 +13,8 @@
 #include <cstring>
 #include <thread>
 
-#include "gpueval/error.h"
 #include "common/file_io.h"
+#include "gpueval/error.h"
 
 extern char** environ;
 

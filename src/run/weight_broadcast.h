@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "run/devices.h"
 #include "gpueval/model.h"
+#include "run/devices.h"
 
 namespace gpueval {
 

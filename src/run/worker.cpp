@@ -16,17 +16,18 @@
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
 
+#include "common/file_io.h"
+#include "common/strings.h"
+#include "gpueval/error.h"
+#include "gpueval/model.h"
+#include "gpueval/tokenizer.h"
+#include "plan/planner.h"
 #include "run/batch_probe.h"
 #include "run/cpu_allocator.h"
 #include "run/device_memory.h"
-#include "gpueval/error.h"
 #include "run/executor.h"
-#include "common/file_io.h"
-#include "gpueval/model.h"
-#include "plan/planner.h"
 #include "run/prefix_cache.h"
 #include "run/subprocess.h"
-#include "gpueval/tokenizer.h"
 #include "run/weight_broadcast.h"
 #include "run/wire.h"
 
@@ -53,9 +54,7 @@ struct Fault {
   bool fired = false;
 
   bool applies_to(const Batch& batch, const std::string& model_dir) const {
-    if (model_dir.size() < model_suffix.size() ||
-        model_dir.compare(model_dir.size() - model_suffix.size(), model_suffix.size(), model_suffix) != 0)
-      return false;
+    if (!ends_with(model_dir, model_suffix)) return false;
     if (any_batch) return true;
     for (const auto& item : batch.items)
       if (item.request_index == request_index) return true;

@@ -6,8 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "gpueval/error.h"
 #include "common/file_io.h"
+#include "gpueval/error.h"
 #include "store/sqlite_db.h"
 
 namespace gpueval {
@@ -36,11 +36,6 @@ void bind_key(Statement& s, const CalibrationKey& key) {
   s.bind(2, key.dtype);
   s.bind(3, key.device);
   s.bind(4, key.length_bucket);
-}
-
-std::string dir_of(const std::string& path) {
-  auto slash = path.find_last_of('/');
-  return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
 }
 
 }  // namespace
@@ -89,7 +84,7 @@ std::optional<CalibrationEntry> CalibrationCache::lookup(const CalibrationKey& k
 
 bool CalibrationCache::store(const CalibrationKey& key, const CalibrationEntry& entry) const {
   try {
-    io::make_directories(dir_of(path_));
+    io::make_directories(io::dir_of(path_));
     Db db(path_, /*create=*/true);
     Statement s(db,
                 "INSERT OR REPLACE INTO calibration (model, dtype, device, length_bucket, batch_tokens,"

@@ -9,8 +9,8 @@
 #include <set>
 #include <tuple>
 
-#include "gpueval/error.h"
 #include "common/file_io.h"
+#include "gpueval/error.h"
 #include "store/sqlite_db.h"
 
 namespace gpueval {
@@ -42,11 +42,6 @@ using sqlite::Statement;
 
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-std::string dir_of(const std::string& path) {
-  const auto slash = path.find_last_of('/');
-  return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
 }
 
 std::optional<double> non_nan(double v) { return std::isnan(v) ? std::nullopt : std::optional<double>(v); }
@@ -119,7 +114,7 @@ History::~History() = default;
 History History::open(const std::string& path, bool create) {
   if (path.empty()) fail("history", "empty path");
   if (!create && !io::path_exists(path)) fail(path, "no history file");
-  if (create) io::make_directories(dir_of(path));
+  if (create) io::make_directories(io::dir_of(path));
   auto connection = std::make_unique<Connection>(path, create);
   sqlite::Db& db = connection->db;
   quick_check(db);

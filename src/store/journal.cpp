@@ -10,8 +10,8 @@
 
 #include <fmt/ranges.h>  // fmt::join ({fmt} 11+ keeps it here)
 
-#include "gpueval/error.h"
 #include "common/file_io.h"
+#include "gpueval/error.h"
 
 namespace gpueval {
 namespace {

@@ -1,7 +1,7 @@
 #include "tasks/csv.h"
 
-#include "gpueval/error.h"
 #include "common/file_io.h"
+#include "gpueval/error.h"
 
 namespace gpueval {
 

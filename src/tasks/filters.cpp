@@ -4,11 +4,11 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include "gpueval/error.h"
 #include "common/strict_json.h"
 #include "common/unicode_regex.h"
 #include "common/utf8.h"
 #include "common/yaml_json.h"
+#include "gpueval/error.h"
 
 namespace gpueval {
 namespace {

@@ -1,8 +1,8 @@
 #include "tasks/hellaswag_text.h"
 
-#include "gpueval/error.h"
 #include "common/file_io.h"
 #include "common/strict_json.h"
+#include "gpueval/error.h"
 
 namespace gpueval {
 

@@ -5,10 +5,10 @@
 #include <cmath>
 #include <limits>
 
-#include "gpueval/error.h"
-#include "tasks/python_random.h"
 #include "common/unicode_regex.h"
 #include "common/utf8.h"
+#include "gpueval/error.h"
+#include "tasks/python_random.h"
 
 namespace gpueval {
 namespace {

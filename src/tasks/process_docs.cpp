@@ -1,8 +1,8 @@
 #include "gpueval/process_docs.h"
 
-#include "gpueval/error.h"
 #include "common/python_format.h"
 #include "common/utf8.h"
+#include "gpueval/error.h"
 
 namespace gpueval {
 namespace {

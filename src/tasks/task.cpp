@@ -8,16 +8,17 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include "tasks/csv.h"
-#include "gpueval/error.h"
 #include "common/file_io.h"
-#include "gpueval/filters.h"
-#include "tasks/hellaswag_text.h"
-#include "gpueval/process_docs.h"
-#include "tasks/python_random.h"
 #include "common/strict_json.h"
+#include "common/strings.h"
 #include "common/utf8.h"
 #include "common/yaml_json.h"
+#include "gpueval/error.h"
+#include "gpueval/filters.h"
+#include "gpueval/process_docs.h"
+#include "tasks/csv.h"
+#include "tasks/hellaswag_text.h"
+#include "tasks/python_random.h"
 
 namespace gpueval {
 namespace {
@@ -94,17 +95,6 @@ std::string join(const std::vector<std::string>& items, const char* separator) {
   return out;
 }
 
-std::string directory_of(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
-}
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 std::string scalar_string(const YAML::Node& value, const std::string& key, const std::string& where) {
   if (!value.IsScalar()) fail(where, "{} must be a string", key);
   const std::string& tag = value.Tag();
@@ -145,7 +135,7 @@ const char* output_type_name(OutputType type) {
 Task Task::load(const std::string& name_or_path, const std::vector<std::string>& search_dirs,
                 const TaskLoadOptions& options) {
   const bool is_path =
-      name_or_path.find('/') != std::string::npos || ends_with(name_or_path, ".yaml") || ends_with(name_or_path, ".yml");
+      looks_like_task_path(name_or_path);
   if (is_path) {
     if (!io::path_exists(name_or_path)) fail(name_or_path, "task file not found");
     Task task = parse(name_or_path, options);
@@ -204,7 +194,7 @@ Task Task::parse(const std::string& yaml_path, const TaskLoadOptions& options) {
   if (values.count("task_alias")) task.alias_ = scalar_string(values.at("task_alias"), "task_alias", where_of("task_alias"));
 
   // Dataset files: relative to the data root when the task names one, else to the YAML file.
-  std::string base_dir = directory_of(yaml_path);
+  std::string base_dir = io::dir_of(yaml_path);
   if (values.count("data_root")) {
     const std::string root = scalar_string(values.at("data_root"), "data_root", where_of("data_root"));
     config["data_root"] = root;
@@ -733,6 +723,10 @@ std::string Task::location(const Document& doc) const {
     return dataset_file_ + ": document " + std::to_string(doc.doc_id);
   }
   return dataset_file_ + ":" + std::to_string(lines_[static_cast<size_t>(doc.doc_id)]);
+}
+
+bool looks_like_task_path(const std::string& name) {
+  return name.find('/') != std::string::npos || ends_with(name, ".yaml") || ends_with(name, ".yml");
 }
 
 std::optional<std::string> find_task_file(const std::string& name, const std::vector<std::string>& search_dirs) {

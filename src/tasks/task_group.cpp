@@ -7,10 +7,10 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include "gpueval/error.h"
 #include "common/file_io.h"
-#include "gpueval/task.h"
 #include "common/yaml_json.h"
+#include "gpueval/error.h"
+#include "gpueval/task.h"
 
 namespace gpueval {
 namespace {
@@ -21,14 +21,6 @@ YAML::Node load_yaml(const std::string& path) {
   } catch (const YAML::Exception& e) {
     fail(e.mark.line >= 0 ? path + ":" + std::to_string(e.mark.line + 1) : path, "invalid YAML: {}", e.msg);
   }
-}
-
-bool looks_like_path(const std::string& s) {
-  auto ends_with = [&](const char* suffix) {
-    const std::string x(suffix);
-    return s.size() >= x.size() && s.compare(s.size() - x.size(), x.size(), x) == 0;
-  };
-  return s.find('/') != std::string::npos || ends_with(".yaml") || ends_with(".yml");
 }
 
 }  // namespace
@@ -108,7 +100,7 @@ TaskSelection expand_tasks(const std::vector<std::string>& names, const std::vec
   };
   std::function<void(const std::string&, std::vector<std::string>&)> visit = [&](const std::string& name,
                                                                                  std::vector<std::string>& into) {
-    if (looks_like_path(name)) return add_task(name, into);
+    if (looks_like_task_path(name)) return add_task(name, into);
     const auto path = find_task_file(name, search_dirs);
     if (!path || !TaskGroup::is_group_file(*path)) return add_task(name, into);  // Task::load reports a missing one
     if (const auto it = group_index.find(name); it != group_index.end()) {

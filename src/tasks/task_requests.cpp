@@ -3,10 +3,10 @@
 // process_results (lm_eval/api/task.py, ConfigurableTask).
 #include <cmath>
 
-#include "gpueval/error.h"
-#include "gpueval/task.h"
 #include "common/python_format.h"
 #include "common/strict_json.h"
+#include "gpueval/error.h"
+#include "gpueval/task.h"
 
 namespace gpueval {
 namespace {

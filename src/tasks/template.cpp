@@ -2,9 +2,9 @@
 
 #include <cctype>
 
-#include "gpueval/error.h"
 #include "common/python_format.h"
 #include "common/strict_json.h"
+#include "gpueval/error.h"
 
 namespace gpueval {
 namespace {

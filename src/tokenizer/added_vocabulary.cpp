@@ -2,9 +2,9 @@
 
 #include <algorithm>
 
-#include "tokenizer/normalizer.h"
 #include "common/unicode_regex.h"
 #include "common/utf8.h"
+#include "tokenizer/normalizer.h"
 
 namespace gpueval {
 

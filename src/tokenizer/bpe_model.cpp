@@ -5,8 +5,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "gpueval/error.h"
 #include "common/utf8.h"
+#include "gpueval/error.h"
 
 namespace gpueval {
 

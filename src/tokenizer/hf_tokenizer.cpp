@@ -4,9 +4,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/utf8.h"
 #include "gpueval/error.h"
 #include "tokenizer/tokenizer_config.h"
-#include "common/utf8.h"
 
 namespace gpueval {
 

@@ -13,10 +13,10 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "gpueval/tokenizer.h"
 #include "tokenizer/added_vocabulary.h"
 #include "tokenizer/bpe_model.h"
 #include "tokenizer/decoder.h"
-#include "gpueval/tokenizer.h"
 #include "tokenizer/normalizer.h"
 #include "tokenizer/post_processor.h"
 #include "tokenizer/pre_tokenizer.h"

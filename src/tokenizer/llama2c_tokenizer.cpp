@@ -11,8 +11,8 @@
 
 #include <fmt/format.h>
 
-#include "gpueval/error.h"
 #include "common/utf8.h"
+#include "gpueval/error.h"
 
 namespace gpueval {
 

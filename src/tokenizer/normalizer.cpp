@@ -4,10 +4,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tokenizer/byte_level.h"
-#include "gpueval/error.h"
-#include "tokenizer/split_pattern.h"
 #include "common/utf8.h"
+#include "gpueval/error.h"
+#include "tokenizer/byte_level.h"
+#include "tokenizer/split_pattern.h"
 
 namespace gpueval {
 

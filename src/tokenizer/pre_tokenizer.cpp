@@ -2,8 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tokenizer/byte_level.h"
 #include "gpueval/error.h"
+#include "tokenizer/byte_level.h"
 #include "tokenizer/split_pattern.h"
 
 namespace gpueval {

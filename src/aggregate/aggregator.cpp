@@ -1,0 +1,171 @@
+#include "aggregate/aggregator.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <utility>
+
+#include "gpueval/error.h"
+
+namespace gpueval {
+
+Aggregator::Aggregator(const std::vector<Task>& tasks, const std::vector<Request>& requests)
+    : tasks_(tasks), requests_(requests), doc_requests_(tasks.size()), items_(requests.size()),
+      requests_left_(tasks.size()), documents_done_(tasks.size(), 0) {
+  for (size_t t = 0; t < tasks.size(); ++t) task_index_[tasks[t].name()] = t;
+  for (const Request& r : requests) {
+    auto& docs = doc_requests_[task_index_.at(r.task)];
+    if (docs.size() <= static_cast<size_t>(r.doc_id)) docs.resize(static_cast<size_t>(r.doc_id) + 1);
+    docs[static_cast<size_t>(r.doc_id)].push_back(r.index);
+  }
+  for (size_t t = 0; t < tasks.size(); ++t)
+    for (const auto& doc : doc_requests_[t]) requests_left_[t].push_back(doc.size());
+}
+
+void Aggregator::add(std::vector<ItemResult> items) {
+  for (ItemResult& r : items) {
+    const size_t i = static_cast<size_t>(r.request_index);
+    if (i >= items_.size()) fail("aggregator", "a result for request {}, but the run has {}", i, items_.size());
+    items_[i].push_back(std::move(r));
+    count_if_complete(i);
+  }
+}
+
+void Aggregator::count_if_complete(size_t i) {
+  if (static_cast<int32_t>(items_[i].size()) != items_[i].front().parts) return;
+  const size_t t = task_index_.at(requests_[i].task);
+  if (--requests_left_[t][static_cast<size_t>(requests_[i].doc_id)] == 0) ++documents_done_[t];
+}
+
+nlohmann::json Aggregator::progress() const {
+  nlohmann::json j = nlohmann::json::object();
+  for (size_t t = 0; t < tasks_.size(); ++t)
+    j[tasks_[t].name()] = {{"documents", doc_requests_[t].size()}, {"documents_done", documents_done_[t]}};
+  return j;
+}
+
+Aggregator::Documents Aggregator::documents() const {
+  // A document counts only when every one of its requests has a result.
+  std::vector<RequestResult> results(requests_.size());
+  std::vector<bool> have(requests_.size(), false);
+  for (size_t i = 0; i < requests_.size(); ++i) {
+    if (items_[i].empty()) continue;
+    std::vector<ItemResult> parts = items_[i];
+    std::sort(parts.begin(), parts.end(), [](const ItemResult& a, const ItemResult& b) { return a.part < b.part; });
+    try {
+      results[i] = combine_items(parts).at(0);
+      have[i] = true;
+    } catch (const Error&) {
+      // Some windows of a rolling request are missing: the request is incomplete.
+    }
+  }
+  Documents out;
+  for (size_t t = 0; t < tasks_.size(); ++t) {
+    for (size_t d = 0; d < doc_requests_[t].size(); ++d) {
+      DocRecord rec;
+      rec.task = &tasks_[t];
+      rec.doc = tasks_[t].documents()[d];
+      bool complete = true;
+      for (int64_t i : doc_requests_[t][d]) {
+        rec.requests.push_back(requests_[static_cast<size_t>(i)]);
+        complete = complete && have[static_cast<size_t>(i)];
+        rec.results.push_back(results[static_cast<size_t>(i)]);
+      }
+      if (!complete) {
+        out.incomplete.push_back(fmt::format("{} doc {}", tasks_[t].name(), rec.doc.doc_id));
+        continue;
+      }
+      rec.metrics = tasks_[t].process_results_all(rec.doc, rec.results);
+      out.scored.push_back(std::move(rec));
+    }
+  }
+  return out;
+}
+
+std::vector<TaskScores> score_tasks(const std::vector<const Task*>& tasks, const std::vector<DocRecord>& docs,
+                                    int64_t bootstrap_iters) {
+  std::vector<TaskScores> out;
+  std::map<const Task*, size_t> slot;
+  std::set<std::string> names;
+  for (const Task* task : tasks) {
+    if (!names.insert(task->name()).second) fail("task '" + task->name() + "'", "listed twice");
+    if (task->name().find('/') != std::string::npos) {
+      fail("task '" + task->name() + "'", "a task name with '/' cannot name a samples file");
+    }
+    slot[task] = out.size();
+    out.push_back(TaskScores{task, {}, {}});
+  }
+  for (const DocRecord& record : docs) {
+    const auto it = slot.find(record.task);
+    if (it == slot.end()) fail("aggregator", "document {} belongs to a task not being scored", record.doc.doc_id);
+    if (record.results.size() != record.requests.size()) {
+      fail(record.task->location(record.doc), "{} results for {} requests: incomplete documents belong in the "
+           "incomplete list, not in the report", record.results.size(), record.requests.size());
+    }
+    if (record.metrics.size() != record.task->filters().size()) {
+      fail(record.task->location(record.doc), "metrics for {} filters, but task '{}' has {}", record.metrics.size(),
+           record.task->name(), record.task->filters().size());
+    }
+    out[it->second].records.push_back(&record);
+  }
+  for (TaskScores& t : out) {
+    std::sort(t.records.begin(), t.records.end(),
+              [](const DocRecord* a, const DocRecord* b) { return a->doc.doc_id < b->doc.doc_id; });
+    for (size_t i = 1; i < t.records.size(); ++i) {
+      if (t.records[i]->doc.doc_id == t.records[i - 1]->doc.doc_id) {
+        fail(t.task->location(t.records[i]->doc), "document {} of task '{}' is reported twice",
+             t.records[i]->doc.doc_id, t.task->name());
+      }
+    }
+    // lm-eval's order: filter by filter, each filter's metrics in metric order.
+    for (size_t f = 0; f < t.task->filters().size(); ++f) {
+      std::vector<const DocMetrics*> metrics;
+      for (const DocRecord* r : t.records) metrics.push_back(&r->metrics[f]);
+      for (MetricResult& m : aggregate_metrics(t.task->metrics(), metrics, bootstrap_iters)) {
+        m.filter = t.task->filters()[f].name();
+        t.metrics.push_back(std::move(m));
+      }
+    }
+  }
+  return out;
+}
+
+// Each group's aggregate over the scored tasks under it, as lm-eval's consolidate_group_results.
+std::vector<GroupScores> score_groups(const std::vector<TaskScores>& tasks, const std::vector<TaskGroup>& groups) {
+  std::map<std::string, const TaskScores*> by_name;
+  for (const TaskScores& t : tasks) by_name[t.task->name()] = &t;
+  std::vector<GroupScores> out;
+  for (const TaskGroup& g : groups) {
+    GroupScores r;
+    r.group = &g;
+    bool nested = false;
+    for (const TaskGroup& parent : groups) {
+      const auto& m = parent.members();
+      nested = nested || std::find(m.begin(), m.end(), g.name()) != m.end();
+    }
+    r.alias = nested ? " - " + g.alias() : g.alias();
+    for (const GroupMetricSpec& spec : g.metrics()) {
+      std::vector<SubtaskScore> scores;
+      MetricResult result;
+      result.name = spec.metric;
+      for (const std::string& name : g.tasks()) {
+        const auto it = by_name.find(name);
+        if (it == by_name.end()) continue;
+        for (const MetricResult& m : it->second->metrics) {
+          if (m.name != spec.metric || m.filter != "none") continue;  // groups aggregate filter "none" only
+          scores.push_back(SubtaskScore{m.value, m.stderr, m.n});
+          result.higher_is_better = m.higher_is_better;
+          result.n += m.n;
+        }
+      }
+      if (scores.empty()) continue;
+      result.value = aggregate_subtask_scores(scores, spec.weight_by_size);
+      result.stderr = pooled_sample_stderr(scores);
+      r.metrics.push_back(result);
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+}  // namespace gpueval

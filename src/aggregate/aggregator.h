@@ -1,0 +1,83 @@
+// The aggregator: the step of the flow between the workers and the report. Item results come in
+// (plan/item_result.h) as batches finish or as the journal gives them back, in any order; they
+// are folded into per-request results (a rolling request's windows summed in part order), and a
+// document whose every request is in is scored by its task (Task::process_results_all). Out come
+// the scored documents (DocRecord), the documents that stayed incomplete, and from the scored
+// documents each task's metrics (filter by filter, each with its stderr, as lm-eval aggregates
+// them) and each group's scores (lm-eval's consolidate_group_results).
+//
+// It keeps results in memory only: the journal (store/journal.h) and the report files
+// (report/) are its callers' business. It may call tasks/, plan/ and common/. Not thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "gpueval/metrics.h"
+#include "gpueval/request.h"
+#include "gpueval/task.h"
+#include "gpueval/task_group.h"
+#include "plan/item_result.h"
+
+namespace gpueval {
+
+class Aggregator {
+ public:
+  // `tasks` and `requests` (numbered 0..N-1 in (task, document, choice) order, as build_requests
+  // gives them) must outlive the aggregator.
+  Aggregator(const std::vector<Task>& tasks, const std::vector<Request>& requests);
+
+  // Item results of a finished batch, or resumed from the journal. Each (request, part) once.
+  void add(std::vector<ItemResult> items);
+
+  // For status.json: {task: {"documents": N, "documents_done": n}}, a document being done when
+  // every part of every one of its requests is in.
+  nlohmann::json progress() const;
+
+  struct Documents {
+    std::vector<DocRecord> scored;       // complete documents with their metrics, task by task, in doc order
+    std::vector<std::string> incomplete; // "<task> doc <doc_id>" for each document missing a result
+  };
+  Documents documents() const;
+
+ private:
+  void count_if_complete(size_t request);
+
+  const std::vector<Task>& tasks_;
+  const std::vector<Request>& requests_;
+  std::map<std::string, size_t> task_index_;
+  std::vector<std::vector<std::vector<int64_t>>> doc_requests_;  // [task][doc] -> request indices
+  std::vector<std::vector<ItemResult>> items_;                   // [request] -> its parts so far
+  std::vector<std::vector<size_t>> requests_left_;               // [task][doc] -> requests not complete
+  std::vector<int64_t> documents_done_;                          // [task]
+};
+
+// One task's scored documents in doc_id order and its metrics, filter by filter.
+struct TaskScores {
+  const Task* task = nullptr;
+  std::vector<const DocRecord*> records;
+  std::vector<MetricResult> metrics;
+};
+
+// One group's scores over the scored tasks under it (filter "none" only, as lm-eval).
+struct GroupScores {
+  const TaskGroup* group = nullptr;
+  std::string alias;  // " - <alias>" for a group nested in another, as lm-eval prints it
+  std::vector<MetricResult> metrics;
+};
+
+// The metrics of every task in `tasks`, from `docs` (any order). A document of a task not in
+// `tasks`, one reported twice, or one whose results or metrics do not match its task is an
+// Error, as is a task listed twice or named with a '/'.
+std::vector<TaskScores> score_tasks(const std::vector<const Task*>& tasks, const std::vector<DocRecord>& docs,
+                                    int64_t bootstrap_iters);
+
+// The scores of each of `groups` (children before parents) from the task scores.
+std::vector<GroupScores> score_groups(const std::vector<TaskScores>& tasks, const std::vector<TaskGroup>& groups);
+
+}  // namespace gpueval
