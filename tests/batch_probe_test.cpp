@@ -62,7 +62,7 @@ TEST(BatchProbe, ImposedMemoryLimitIsRespected) {
   // Room for about 48 MiB of activations above what the process holds now; stories260K needs
   // well over that at 256K tokens (its logits alone are 512 floats a token).
   o.memory_limit_bytes = static_cast<int64_t>((current_memory_bytes(at::kCPU) + (int64_t{48} << 20)) / o.safety);
-  const ProbeResult r = probe_batch_tokens(*model, o);
+  const ProbeResult r = probe_batch_tokens(*model, testing::stories260k_tokenizer(), o);
   const double allowed = o.safety * static_cast<double>(o.memory_limit_bytes);
   ASSERT_GE(r.points.size(), 2u) << nlohmann::json(to_json(r)).dump();
   EXPECT_EQ(r.memory_limit_bytes, o.memory_limit_bytes);
@@ -103,7 +103,7 @@ TEST(BatchProbe, StopsOnTheKneeAndClampsToTheContext) {
   o.memory_limit_bytes = int64_t{1} << 40;
   o.max_tokens = int64_t{1} << 14;
   o.repeats = 1;
-  const ProbeResult r = probe_batch_tokens(*model, o);
+  const ProbeResult r = probe_batch_tokens(*model, testing::stories260k_tokenizer(), o);
   ASSERT_FALSE(r.points.empty());
   EXPECT_EQ(r.points.front().length, 511);
   EXPECT_EQ(r.points.front().rows, 1);
@@ -120,7 +120,7 @@ TEST(BatchProbe, NothingFitsIsAnError) {
   ProbeOptions o;
   o.length = 64;
   o.memory_limit_bytes = 1 << 20;  // less than the process itself
-  EXPECT_THAT(testing::error_of([&] { probe_batch_tokens(*stories(), o); }), HasSubstr("not even 256 tokens"));
+  EXPECT_THAT(testing::error_of([&] { probe_batch_tokens(*stories(), testing::stories260k_tokenizer(), o); }), HasSubstr("not even 256 tokens"));
 }
 
 TEST(MemoryAmount, ParsesUnitsAndShares) {

@@ -287,44 +287,42 @@ void cut_batches(std::vector<Row> rows, const PlanOptions& options, const Batch&
   close();
 }
 
-// Batches for a plan's items (in any order): packing, prefix search, cutting and ordering.
-void batch_items(std::vector<WorkItem> items, const PlanOptions& options, Plan& plan) {
-  std::sort(items.begin(), items.end(), request_order);
-  std::vector<WorkItem> scoring;
-  std::map<double, std::vector<WorkItem>> generation;  // by temperature: a batch samples under one setting
-  for (WorkItem& item : items) {
-    if (item.type == RequestType::kGenerateUntil) generation[item.temperature].push_back(std::move(item));
-    else scoring.push_back(std::move(item));
-  }
-  // Units of consecutive batches, ordered by their longest row (prefix included) so that the
-  // batch most likely to run out of memory comes first; a prefix's batches stay together.
-  struct Unit {
-    std::vector<Batch> batches;
-    int64_t longest = 0;
-    int64_t first_request = 0;
-  };
-  std::vector<Unit> units;
-  auto add_units = [&](std::vector<Row> rows, const Batch& like, bool one_unit) {
-    if (rows.empty()) return;
-    std::sort(rows.begin(), rows.end(), longer_row_first);
-    std::vector<Batch> batches;
-    cut_batches(std::move(rows), options, like, batches);
-    if (one_unit) {
-      Unit u{std::move(batches), 0, 0};
-      u.longest = u.batches.front().items.front().cost();  // the whole sequence, prefix included
-      u.first_request = u.batches.front().items.front().request_index;
-      units.push_back(std::move(u));
-      return;
-    }
-    for (Batch& b : batches) {
-      Unit u;
-      u.longest = b.items.front().cost();
-      u.first_request = b.items.front().request_index;
-      u.batches.push_back(std::move(b));
-      units.push_back(std::move(u));
-    }
-  };
+// Consecutive batches that stay together in the plan, ordered by their longest row (prefix
+// included) so that the batch most likely to run out of memory comes first; a prefix's batches
+// are one unit.
+struct Unit {
+  std::vector<Batch> batches;
+  int64_t longest = 0;
+  int64_t first_request = 0;
+};
 
+// Cuts `rows` into batches like `like`: one unit for all of them (a shared prefix), or a unit each.
+void add_units(std::vector<Row> rows, const Batch& like, bool one_unit, const PlanOptions& options,
+               std::vector<Unit>& units) {
+  if (rows.empty()) return;
+  std::sort(rows.begin(), rows.end(), longer_row_first);
+  std::vector<Batch> batches;
+  cut_batches(std::move(rows), options, like, batches);
+  if (one_unit) {
+    Unit u{std::move(batches), 0, 0};
+    u.longest = u.batches.front().items.front().cost();  // the whole sequence, prefix included
+    u.first_request = u.batches.front().items.front().request_index;
+    units.push_back(std::move(u));
+    return;
+  }
+  for (Batch& b : batches) {
+    Unit u;
+    u.longest = b.items.front().cost();
+    u.first_request = b.items.front().request_index;
+    u.batches.push_back(std::move(b));
+    units.push_back(std::move(u));
+  }
+}
+
+// The scoring items' units: with prefix reuse, one unit per shared prefix and loose rows for
+// the contexts that share none; without, a row per context.
+void add_scoring_units(const std::vector<WorkItem>& scoring, const PlanOptions& options, Plan& plan,
+                       std::vector<Unit>& units) {
   const std::vector<ContextGroup> groups = group_by_context(scoring, options.prefix_reuse);
   std::vector<Row> loose;
   auto row_of = [&](const ContextGroup& g, size_t prefix) {
@@ -348,24 +346,18 @@ void batch_items(std::vector<WorkItem> items, const PlanOptions& options, Plan& 
       plan.prefix_tokens += static_cast<int64_t>(c.prefix_length);
       std::vector<Row> rows;
       for (size_t g : c.groups) rows.push_back(row_of(groups[g], c.prefix_length));
-      add_units(std::move(rows), like, /*one_unit=*/true);
+      add_units(std::move(rows), like, /*one_unit=*/true, options, units);
     }
   } else {
     for (const ContextGroup& g : groups) loose.push_back(row_of(g, 0));
   }
   Batch loose_like;
   loose_like.share_contexts = options.prefix_reuse;
-  add_units(std::move(loose), loose_like, /*one_unit=*/false);
-  for (auto& [temperature, gen] : generation) {
-    std::vector<Row> rows;
-    for (WorkItem& item : gen) {
-      Row row;
-      row.cost = item.cost();
-      row.items.push_back(std::move(item));
-      rows.push_back(std::move(row));
-    }
-    add_units(std::move(rows), Batch{}, /*one_unit=*/false);
-  }
+  add_units(std::move(loose), loose_like, /*one_unit=*/false, options, units);
+}
+
+// The units in plan order become the plan's batches, numbered, with the plan's token counts.
+void append_batches(std::vector<Unit> units, Plan& plan) {
   std::stable_sort(units.begin(), units.end(), [](const Unit& a, const Unit& b) {
     if (a.longest != b.longest) return a.longest > b.longest;
     return a.first_request < b.first_request;
@@ -385,6 +377,30 @@ void batch_items(std::vector<WorkItem> items, const PlanOptions& options, Plan& 
       for (const PackedRow& row : pack_rows(b)) plan.row_tokens += static_cast<int64_t>(row.tokens.size());
     }
   }
+}
+
+// Batches for a plan's items (in any order): packing, prefix search, cutting and ordering.
+void batch_items(std::vector<WorkItem> items, const PlanOptions& options, Plan& plan) {
+  std::sort(items.begin(), items.end(), request_order);
+  std::vector<WorkItem> scoring;
+  std::map<double, std::vector<WorkItem>> generation;  // by temperature: a batch samples under one setting
+  for (WorkItem& item : items) {
+    if (item.type == RequestType::kGenerateUntil) generation[item.temperature].push_back(std::move(item));
+    else scoring.push_back(std::move(item));
+  }
+  std::vector<Unit> units;
+  add_scoring_units(scoring, options, plan, units);
+  for (auto& [temperature, gen] : generation) {
+    std::vector<Row> rows;
+    for (WorkItem& item : gen) {
+      Row row;
+      row.cost = item.cost();
+      row.items.push_back(std::move(item));
+      rows.push_back(std::move(row));
+    }
+    add_units(std::move(rows), Batch{}, /*one_unit=*/false, options, units);
+  }
+  append_batches(std::move(units), plan);
 }
 
 void check_options(const PlanOptions& options) {

@@ -9,8 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "gpueval/error.h"
-#include "model/scorer.h"
 #include "run/device_memory.h"
+#include "run/executor.h"
 
 namespace gpueval {
 namespace {
@@ -19,19 +19,67 @@ using Clock = std::chrono::steady_clock;
 
 double mib(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 
-// `rows` rows of length + 1 tokens (the last is only a target), every position scored as a
-// rolling window is. Ids are a fixed function of (row, position), never 0..2 (pad/BOS/EOS).
-std::vector<ScoreRequest> synthetic_rows(int64_t rows, int64_t length, int64_t vocab) {
-  std::vector<ScoreRequest> out(static_cast<size_t>(rows));
+// A batch of `rows` rolling-window items of length + 1 tokens (the last is only a target), every
+// position scored: the heaviest batch a budget allows, run through the executor as a real batch
+// is. Ids are a fixed function of (row, position), never 0..2 (pad/BOS/EOS).
+Batch synthetic_batch(int64_t rows, int64_t length, int64_t vocab) {
+  Batch batch;
+  batch.items.resize(static_cast<size_t>(rows));
+  batch.padded_tokens = rows * length;
   const int64_t span = std::max<int64_t>(vocab - 3, 1);
   for (int64_t r = 0; r < rows; ++r) {
-    auto& req = out[static_cast<size_t>(r)];
-    req.first_target = 1;
-    req.tokens.resize(static_cast<size_t>(length + 1));
+    WorkItem& item = batch.items[static_cast<size_t>(r)];
+    item.request_index = r;
+    item.type = RequestType::kLoglikelihoodRolling;
+    item.first_target = 1;
+    item.tokens.resize(static_cast<size_t>(length + 1));
     for (int64_t j = 0; j <= length; ++j)
-      req.tokens[static_cast<size_t>(j)] = static_cast<int32_t>(3 + (r * 7919 + j * 104729) % span);
+      item.tokens[static_cast<size_t>(j)] = static_cast<int32_t>(3 + (r * 7919 + j * 104729) % span);
   }
-  return out;
+  return batch;
+}
+
+// One run of the batch; an out-of-memory error the executor recovered from by splitting the
+// batch is one here too, because the budget did not fit as asked.
+void run_once(const LlamaModelImpl& model, const Tokenizer& tokenizer, const Batch& batch) {
+  ExecutionStats stats;
+  execute_batch(model, tokenizer, batch, ExecutionOptions{}, &stats);
+  TORCH_CHECK_WITH(OutOfMemoryError, stats.oom_splits == 0, "the batch ran out of memory and was split ",
+                   stats.oom_splits, " time(s)");
+}
+
+// The peak a CPU point would reach, extrapolated linearly from the last two points `seen`
+// ((budget, peak) pairs); 0 when there are fewer than two.
+double predicted_peak(const std::vector<std::pair<double, double>>& seen, int64_t budget) {
+  if (seen.size() < 2) return 0;
+  const auto& [b1, m1] = seen[seen.size() - 2];
+  const auto& [b2, m2] = seen.back();
+  const double slope = std::max(0.0, (m2 - m1) / (b2 - b1));
+  return m2 + slope * (static_cast<double>(budget) - b2);
+}
+
+// Runs point `p`'s batch once to warm up and `repeats` times timed: its tokens/s (best run) and
+// peak, or its note "out of memory". Returns the slowest timed run's seconds.
+double measure_point(const LlamaModelImpl& model, const Tokenizer& tokenizer, int repeats, ProbePoint& p) {
+  const at::Device device = model.options().device;
+  const Batch batch = synthetic_batch(p.rows, p.length, model.config().vocab_size);
+  double best_s = 0, worst_s = 0;
+  reset_peak_memory(device);
+  try {
+    run_once(model, tokenizer, batch);  // warm-up: first-touch allocations, kernel selection
+    for (int i = 0; i < repeats; ++i) {
+      const auto t0 = Clock::now();
+      run_once(model, tokenizer, batch);
+      const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+      best_s = i == 0 ? s : std::min(best_s, s);
+      worst_s = std::max(worst_s, s);
+    }
+  } catch (const c10::OutOfMemoryError& e) {
+    p.note = "out of memory";
+  }
+  p.peak_bytes = peak_memory_bytes(device);
+  if (p.note.empty()) p.tokens_per_second = static_cast<double>(p.rows * p.length) / std::max(best_s, 1e-9);
+  return worst_s;
 }
 
 }  // namespace
@@ -66,7 +114,7 @@ int64_t choose_batch_tokens(const std::vector<ProbePoint>& points, double knee, 
   return chosen;
 }
 
-ProbeResult probe_batch_tokens(const LlamaModelImpl& model, const ProbeOptions& options) {
+ProbeResult probe_batch_tokens(const LlamaModelImpl& model, const Tokenizer& tokenizer, const ProbeOptions& options) {
   if (options.min_tokens < 1 || options.max_tokens < options.min_tokens || options.repeats < 1 ||
       !(options.safety > 0 && options.safety <= 1) || !(options.knee > 0 && options.knee <= 1))
     fail("batch probe", "bad options {}", to_json(options).dump());
@@ -88,10 +136,7 @@ ProbeResult probe_batch_tokens(const LlamaModelImpl& model, const ProbeOptions& 
     p.length = length;
     p.rows = budget / length;
     if (device.is_cpu() && seen.size() >= 2) {
-      const auto& [b1, m1] = seen[seen.size() - 2];
-      const auto& [b2, m2] = seen.back();
-      const double slope = std::max(0.0, (m2 - m1) / (b2 - b1));
-      const double predicted = m2 + slope * (static_cast<double>(budget) - b2);
+      const double predicted = predicted_peak(seen, budget);
       if (predicted > allowed) {
         p.peak_bytes = static_cast<int64_t>(predicted);
         p.note = fmt::format("skipped: predicted peak {:.0f} MiB > {:.0f} MiB allowed", mib(p.peak_bytes),
@@ -102,31 +147,13 @@ ProbeResult probe_batch_tokens(const LlamaModelImpl& model, const ProbeOptions& 
         break;
       }
     }
-    const std::vector<ScoreRequest> rows = synthetic_rows(p.rows, length, model.config().vocab_size);
-    double best_s = 0, worst_s = 0;
-    bool oom = false;
-    reset_peak_memory(device);
-    try {
-      score_batch(model, rows);  // warm-up: first-touch allocations, kernel selection
-      for (int i = 0; i < options.repeats; ++i) {
-        const auto t0 = Clock::now();
-        score_batch(model, rows);
-        const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-        best_s = i == 0 ? s : std::min(best_s, s);
-        worst_s = std::max(worst_s, s);
-      }
-    } catch (const c10::OutOfMemoryError& e) {
-      oom = true;
-      p.note = "out of memory";
-    }
-    p.peak_bytes = peak_memory_bytes(device);
-    if (oom) {
+    const double worst_s = measure_point(model, tokenizer, options.repeats, p);
+    if (!p.note.empty()) {  // out of memory
       release_cached_memory(device);
       result.points.push_back(p);
       stop = fmt::format("stopped at {} tokens: out of memory", budget);
       break;
     }
-    p.tokens_per_second = static_cast<double>(p.rows * length) / std::max(best_s, 1e-9);
     p.fits = static_cast<double>(p.peak_bytes) <= allowed;
     if (!p.fits)
       p.note = fmt::format("peak {:.0f} MiB > {:.0f} MiB allowed", mib(p.peak_bytes), allowed / (1 << 20));

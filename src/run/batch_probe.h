@@ -1,9 +1,11 @@
 // Batch probing: measures how a loaded model's throughput and memory grow with the batch token
 // budget (PlanOptions::batch_tokens: rows x longest row, padding included) on its device, and
-// picks the budget to run with. The sweep doubles the budget from min_tokens; each point scores
-// budget/length synthetic rows of `length` tokens (the run's longest request) in one
-// score_batch, best of `repeats`, and records tokens/s and the device's peak memory. It stops at
-// the first point that does not fit (a CUDA out-of-memory error, or a peak over safety x limit),
+// picks the budget to run with. The sweep doubles the budget from min_tokens; each point runs
+// a batch of budget/length synthetic rows of `length` tokens (the run's longest request), every
+// position scored, through execute_batch (executor.h, the path a run's batches take), best of
+// `repeats`, and records tokens/s and the device's peak memory. It stops at the first point that
+// does not fit (an out-of-memory error, even one the executor recovered from by splitting, or a
+// peak over safety x limit),
 // before a CPU point whose peak, extrapolated linearly from the points before it, would not fit
 // (so a probe never wakes the kernel's OOM killer), when throughput has not improved for
 // `patience` doublings, at max_tokens, or when a point took longer than max_point_seconds.
@@ -21,6 +23,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "gpueval/model.h"
+#include "gpueval/tokenizer.h"
 
 namespace gpueval {
 
@@ -54,7 +57,7 @@ struct ProbeResult {
 };
 
 // Runs the sweep. Throws Error when not even the smallest budget fits.
-ProbeResult probe_batch_tokens(const LlamaModelImpl& model, const ProbeOptions& options);
+ProbeResult probe_batch_tokens(const LlamaModelImpl& model, const Tokenizer& tokenizer, const ProbeOptions& options);
 
 // The choice rule alone: among fitting points, the smallest batch_tokens whose tok/s is at least
 // knee * the best fitting tok/s; 0 when no point fits. `reason`, if given, says why.

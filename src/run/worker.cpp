@@ -270,7 +270,7 @@ int run_worker() {
       if (frame->type == FrameType::kProbe) {
         const ProbeOptions probe = probe_options_from_json(unpack_payload(*frame));
         try {
-          const ProbeResult r = probe_batch_tokens(*model, probe);
+          const ProbeResult r = probe_batch_tokens(*model, *tokenizer, probe);
           writer.send(FrameType::kResult, {{"probe", to_json(r)},
                                            {"device", device_description(options.device, threads)},
                                            {"dtype", dtype_name(options.dtype)}});

@@ -1,0 +1,217 @@
+#include "evaluation/checkpoint_evaluation.h"
+
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+#include <optional>
+
+#include <fmt/ranges.h>  // fmt::join ({fmt} 11+ keeps it here)
+
+#include "aggregate/aggregator.h"
+#include "common/file_io.h"
+#include "evaluation/calibration.h"
+#include "evaluation/run_inputs.h"
+#include "evaluation/run_journal.h"
+#include "gpueval/error.h"
+#include "gpueval/report.h"
+#include "plan/planner.h"
+#include "store/calibration_cache.h"
+
+namespace gpueval {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The batch budget a checkpoint's plan is cut under, and where it came from: the config's
+// (a number), the journal's (so a resumed run plans as the interrupted one did), or calibration's
+// (probed, or read from the calibration cache). Re-cuts `plan` when the budget changes.
+struct Budget {
+  PlanOptions options;
+  std::string source = "config";  // config | journal | probed | cache
+};
+
+Budget choose_budget(const RunConfig& config, const EvaluationOptions& options, const RunInputs& in,
+                     RunJournal& journal, Plan& plan) {
+  Budget b{in.plan_options, "config"};
+  PlanOptions& po = b.options;
+  const bool auto_budget = config.batch_size == "auto" && config.batch_tokens <= 0;
+  const std::optional<int64_t> journal_budget = journal.batch_tokens();  // what the stored results were planned with
+  if (auto_budget && journal_budget) {
+    po.batch_tokens = *journal_budget;  // the same plan as the interrupted run, so the same results
+    b.source = "journal";
+    plan = rebatch(plan, po);
+  } else if (auto_budget) {
+    CalibrationOptions co;
+    co.executable = options.executable;
+    co.model_dir = in.model_dir;
+    co.dtype = config.dtype;
+    co.max_memory = config.max_memory;
+    co.cache_path = CalibrationCache::default_path(config.calibration_cache);
+    co.length = std::max<int64_t>(1, longest_item(plan));
+    co.recalibrate = options.recalibrate;
+    co.log_dir = config.output + "/logs";
+    const std::vector<DeviceBudget> budgets = calibrate_devices(in.slots, co);
+    po.batch_tokens = budgets.front().batch_tokens;
+    b.source = budgets.front().source;
+    for (const DeviceBudget& d : budgets)
+      if (d.batch_tokens < po.batch_tokens) {
+        po.batch_tokens = d.batch_tokens;
+        b.source = d.source;
+      }
+    plan = rebatch(plan, po);  // the same items, cut under the chosen budget
+  } else if (journal_budget && *journal_budget != po.batch_tokens) {
+    std::cerr << fmt::format("[sched] note: resumed results were computed with a budget of {} tokens, this run plans "
+                             "with {}; results are not bit-identical to an uninterrupted run\n",
+                             *journal_budget, po.batch_tokens);
+  }
+  if (!journal_budget) journal.set_batch_tokens(po.batch_tokens);
+  return b;
+}
+
+void log_plan(const RunInputs& in, const Plan& plan, const PlanOptions& po) {
+  std::cerr << fmt::format("[sched] {} tasks, {} requests, {} batches ({} tokens, {:.1f}% padding, budget {} tokens) on {} worker(s): {}\n",
+                           in.tasks.size(), in.requests.size(), plan.batches.size(), plan.total_tokens,
+                           100 * plan.padding_fraction(), po.batch_tokens, in.slots.size(), in.spec);
+  if (plan.truncated_requests > 0)
+    std::cerr << fmt::format("[sched] warning: {} of {} requests are longer than the context of {} tokens and were "
+                             "left-truncated, as lm-evaluation-harness does\n",
+                             plan.truncated_requests, in.requests.size(), po.max_length);
+  if (po.prefix_reuse)
+    std::cerr << fmt::format("[sched] prefix reuse: {} tokens in rows + {} shared prefixes of {} tokens in all, "
+                             "for {} requested ({:.2f}x fewer with one worker)\n",
+                             plan.row_tokens, plan.num_prefixes, plan.prefix_tokens, plan.total_tokens,
+                             plan.row_tokens + plan.prefix_tokens > 0
+                                 ? static_cast<double>(plan.total_tokens) / (plan.row_tokens + plan.prefix_tokens)
+                                 : 1.0);
+}
+
+// results.json's "config", "batching" and "journal" and the rest of what write_reports needs.
+RunSummary run_summary(const RunConfig& config, const RunInputs& in, const Budget& budget, const Plan& plan,
+                       const SchedulerReport& report, const RunJournal& journal, double wall_seconds,
+                       std::vector<std::string> incomplete) {
+  const PlanOptions& po = budget.options;
+  RunSummary summary;
+  summary.config = config.to_json();
+  summary.config["add_bos_token"] = po.add_bos;  // what add_bos resolved to (lm-eval's model_args name)
+  summary.config["batch_tokens_used"] = po.batch_tokens;
+  summary.config["batch_tokens_source"] = budget.source;
+  summary.model = in.model_dir;
+  summary.wall_seconds = wall_seconds;
+  summary.incomplete = std::move(incomplete);
+  summary.limit = config.limit;
+  summary.groups = in.selection.groups;
+  summary.batching = {{"prefix_reuse", po.prefix_reuse},
+                      {"batch_tokens", po.batch_tokens},
+                      {"batches", plan.batches.size()},
+                      {"tokens_requested", plan.total_tokens},
+                      {"tokens_computed", report.stats.tokens_computed},
+                      {"prefix_tokens_computed", report.stats.prefix_tokens},
+                      {"shared_prefixes", plan.num_prefixes},
+                      {"row_tokens", plan.row_tokens},
+                      {"padded_tokens", plan.padded_tokens},
+                      {"padding_fraction", plan.padding_fraction()},
+                      {"oom_splits", report.stats.oom_splits},
+                      {"truncated_requests", plan.truncated_requests},
+                      {"max_length", po.max_length}};
+  summary.journal = journal.summary();
+  summary.date = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() -
+                 summary.wall_seconds;
+  return summary;
+}
+
+// One line per quarantined batch, logged; they open the report's incomplete list.
+std::vector<std::string> quarantine_lines(const SchedulerReport& report) {
+  std::vector<std::string> lines;
+  for (const QuarantinedBatch& q : report.quarantined) {
+    lines.push_back(fmt::format("batch {} quarantined after {} attempts ({}); requests {}", q.batch_id, q.attempts,
+                                q.last_failure, fmt::join(q.request_indices, ", ")));
+    std::cerr << "[sched] " << lines.back() << "\n";
+  }
+  return lines;
+}
+
+void log_outcome(const char* state, const Plan& plan, const SchedulerReport& report, const RunJournal& journal,
+                 size_t scored, size_t docs_total, double wall_seconds, const std::string& output) {
+  const ExecutionStats& st = report.stats;
+  std::cerr << fmt::format("[sched] computed {} tokens for {} requested ({:.2f}x fewer; {} prefix tokens){}\n",
+                           st.tokens_computed, plan.total_tokens,
+                           st.tokens_computed > 0 ? static_cast<double>(plan.total_tokens) / st.tokens_computed : 1.0,
+                           st.prefix_tokens,
+                           st.oom_splits > 0 ? fmt::format(", {} out-of-memory splits", st.oom_splits) : std::string());
+  std::cerr << fmt::format("[sched] journal {}: computed {} requests in {} batches\n", journal.path(),
+                           journal.requests_computed(), journal.batches_computed());
+  std::cerr << fmt::format("[sched] {}: {} of {} documents scored, {} worker restarts, {:.1f}s; report in {}\n", state,
+                           scored, docs_total, report.worker_restarts, wall_seconds, output);
+}
+
+}  // namespace
+
+CheckpointOutcome evaluate_checkpoint(const RunConfig& run_config, const EvaluationOptions& options,
+                                      const Checkpoint& checkpoint, const std::string& output_dir,
+                                      Scheduler& scheduler, ProgressReporter& progress, const ScoredCallback& on_scored) {
+  const auto t0 = Clock::now();
+  RunConfig config = run_config;  // this checkpoint's view: its model and its output directory
+  config.output = output_dir;
+  config.models = {checkpoint.path};
+  const RunInputs in = load_run_inputs(config, options.executable, checkpoint.path);
+  io::make_directories(config.output + "/logs");
+  // Journal (run_journal.h): what an earlier run of this model and config already scored.
+  RunJournal journal(config.output, checkpoint.fingerprint, in.model_dir, config, in.requests, options.fresh);
+  Plan plan = make_plan(in.requests, *in.tokenizer, in.plan_options);
+  const Budget budget = choose_budget(config, options, in, journal, plan);
+  log_plan(in, plan, budget.options);
+  progress.set_extra("model", in.model_dir);
+  progress.set_extra("tasks", config.tasks);
+
+  Aggregator aggregator(in.tasks, in.requests);
+  std::vector<std::vector<ItemResult>> resumed(in.requests.size());
+  const Plan todo = journal.remaining(plan, resumed);  // the batches not all in the journal
+  for (std::vector<ItemResult>& items : resumed) aggregator.add(std::move(items));
+  progress.set_extra("task_progress", aggregator.progress());
+  const SchedulerReport report = scheduler.run(
+      todo, in.model_dir,
+      [&](const Batch&, std::vector<ItemResult> items, const std::string&) {
+        journal.record(items);  // committed before it counts; a failure ends the run (scheduler.h)
+        aggregator.add(std::move(items));
+        progress.set_extra("task_progress", aggregator.progress());
+      },
+      [&](const SchedulerStatus& s, bool final) { progress.update(s, final); });
+
+  Aggregator::Documents docs = aggregator.documents();
+  const std::vector<std::string> quarantined = quarantine_lines(report);
+  const size_t docs_total = docs.scored.size() + docs.incomplete.size();
+  docs.incomplete.insert(docs.incomplete.begin(), quarantined.begin(), quarantined.end());
+  const double wall_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  const RunSummary summary =
+      run_summary(config, in, budget, plan, report, journal, wall_seconds, std::move(docs.incomplete));
+  std::vector<const Task*> task_ptrs;
+  for (const Task& t : in.tasks) task_ptrs.push_back(&t);
+  try {
+    write_reports(config.output, task_ptrs, docs.scored, summary);
+  } catch (const std::exception& e) {
+    if (report.fatal_error.empty()) throw;
+    // The run failed already (e.g. a full disk): say why the report is missing, keep the original error.
+    std::cerr << "[sched] cannot write the report: " << e.what() << "\n";
+  }
+
+  const char* state = !report.fatal_error.empty()        ? "failed"
+                      : report.interrupted               ? "interrupted"
+                      : docs.scored.size() < docs_total  ? "incomplete"
+                                                         : "complete";
+  log_outcome(state, plan, report, journal, docs.scored.size(), docs_total, wall_seconds, config.output);
+  if (!report.fatal_error.empty()) {
+    progress.finish(state);
+    throw Error(report.fatal_error);
+  }
+  if (on_scored && !report.interrupted) {
+    // ordered: the first metric of each task is its primary one (trend.h)
+    const nlohmann::ordered_json results = nlohmann::ordered_json::parse(io::read_file(config.output + "/results.json"));
+    on_scored(docs.scored, results, state);
+  }
+  CheckpointOutcome outcome;
+  outcome.state = state;
+  outcome.exit_code = report.interrupted ? 128 + report.signal : docs.scored.size() == docs_total ? 0 : kExitIncomplete;
+  return outcome;
+}
+
+}  // namespace gpueval

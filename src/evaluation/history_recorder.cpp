@@ -1,0 +1,51 @@
+#include "evaluation/history_recorder.h"
+
+#include <algorithm>
+#include <iostream>
+
+namespace gpueval {
+namespace {
+
+CheckpointInfo info(const Checkpoint& c) { return CheckpointInfo{c.fingerprint, c.path, c.name, c.mtime}; }
+
+}  // namespace
+
+HistoryRecorder::HistoryRecorder(const RunConfig& config, const std::string& config_fp)
+    : history_(History::open(History::default_path(config.history))), config_fp_(config_fp) {
+  run_id_ = history_.begin_run(config_fp, config.to_json(), config.source);
+}
+
+ScoredCallback HistoryRecorder::recorder(const Checkpoint& c, nlohmann::json* line) {
+  return [this, &c, line](const std::vector<DocRecord>& records, const nlohmann::ordered_json& results,
+                          const std::string& state) {
+    const std::vector<ScoreRow> scores = scores_from_results(results);
+    history_.record(run_id_, info(c), config_fp_, state == "complete" ? "complete" : "incomplete", scores,
+                    samples_from_records(records));
+    if (line) (*line)["scores"] = primary_json(scores);
+    scored_.push_back(c.name);
+  };
+}
+
+nlohmann::json HistoryRecorder::primary_json(const std::vector<ScoreRow>& scores) {
+  ScoredCheckpoint sc;
+  sc.scores = scores;
+  nlohmann::json out = nlohmann::json::object();
+  for (const ScoreRow& r : primary_scores(sc))
+    out[r.task] = {{"metric", r.metric}, {"value", r.value},
+                   {"stderr", r.stderr_value ? nlohmann::json(*r.stderr_value) : nlohmann::json()}};
+  return out;
+}
+
+std::vector<Regression> HistoryRecorder::regressions(double points) const {
+  std::vector<Regression> out;
+  for (const Regression& r : find_regressions(history_.trend(config_fp_), points)) {
+    if (std::find(scored_.begin(), scored_.end(), r.current) == scored_.end()) continue;
+    std::cerr << fmt::format("[sched] regression: {} {} went from {:.4f} ({}) to {:.4f} ({}): {:.2f} {} worse, more than {}\n",
+                             r.task, r.metric, r.before, r.previous, r.after, r.current, r.drop_points,
+                             r.in_points ? "points" : "units", points);
+    out.push_back(r);
+  }
+  return out;
+}
+
+}  // namespace gpueval
