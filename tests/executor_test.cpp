@@ -11,6 +11,7 @@
 #include <gmock/gmock.h>
 #include <nlohmann/json.hpp>
 
+#include "aggregate/aggregator.h"
 #include "gpueval/error.h"
 #include "model/scorer.h"
 #include "plan/planner.h"

@@ -9,6 +9,7 @@
 #include <gmock/gmock.h>
 #include <nlohmann/json.hpp>
 
+#include "aggregate/aggregator.h"
 #include "common/file_io.h"
 #include "gpueval/error.h"
 #include "plan/packing.h"

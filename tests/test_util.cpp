@@ -13,6 +13,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include "aggregate/aggregator.h"
 #include "gpueval/model.h"
 #include "gpueval/tokenizer.h"
 #include "model/llama2c_convert.h"

@@ -26,6 +26,12 @@
 
 namespace gpueval {
 
+// One RequestResult per request, ordered by request index: a rolling request's windows are
+// summed in part order, so the total does not depend on which worker scored which window or
+// when it arrived (logprob, num_tokens; is_greedy of all parts). Throws
+// Error if a part is missing or duplicated, or parts disagree on their count.
+std::vector<RequestResult> combine_items(const std::vector<ItemResult>& items);
+
 class Aggregator {
  public:
   // `tasks` and `requests` (numbered 0..N-1 in (task, document, choice) order, as build_requests

@@ -12,42 +12,6 @@
 
 namespace gpueval {
 
-std::vector<RequestResult> combine_items(const std::vector<ItemResult>& items) {
-  std::map<int64_t, std::vector<const ItemResult*>> by_request;
-  for (const ItemResult& r : items) by_request[r.request_index].push_back(&r);
-  std::vector<RequestResult> out;
-  out.reserve(by_request.size());
-  for (auto& [index, parts] : by_request) {
-    const int32_t count = parts.front()->parts;
-    for (const ItemResult* p : parts) {
-      if (p->parts != count)
-        throw Error(fmt::format("request {}: parts disagree on their count ({} and {})", index, count, p->parts));
-      if (p->part < 0 || p->part >= count)
-        throw Error(fmt::format("request {}: part {} outside [0, {})", index, p->part, count));
-    }
-    std::sort(parts.begin(), parts.end(), [](const ItemResult* a, const ItemResult* b) { return a->part < b->part; });
-    for (size_t k = 0; k < parts.size(); ++k) {
-      if (k > 0 && parts[k]->part == parts[k - 1]->part)
-        throw Error(fmt::format("request {}: part {} of {} appears twice", index, parts[k]->part, count));
-      if (parts[k]->part != static_cast<int32_t>(k))
-        throw Error(fmt::format("request {}: part {} of {} is missing", index, k, count));
-    }
-    if (static_cast<int64_t>(parts.size()) != count)
-      throw Error(fmt::format("request {}: part {} of {} is missing", index, parts.size(), count));
-    RequestResult r;
-    r.index = index;
-    r.is_greedy = true;
-    for (const ItemResult* p : parts) {
-      r.logprob += p->logprob;
-      r.num_tokens += p->num_tokens;
-      r.is_greedy = r.is_greedy && p->is_greedy;
-    }
-    if (count == 1) r.text = parts.front()->text;
-    out.push_back(std::move(r));
-  }
-  return out;
-}
-
 namespace {
 
 // JSON has no infinities; a -inf logprob (a token the model gives probability 0) travels as a string.

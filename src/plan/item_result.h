@@ -1,7 +1,6 @@
-// What a worker sends back for one WorkItem of a batch (plan/planner.h), and how item results fold
-// into per-request results: a rolling request's windows are summed in part order, so the total
-// does not depend on which worker scored which window or when it arrived. Plain values; the
-// JSON form is what crosses the pipe and what the journal stores.
+// What a worker sends back for one WorkItem of a batch (plan/planner.h): plain values whose JSON
+// form is what crosses the pipe and what the journal stores. The aggregator
+// (aggregate/aggregator.h) folds them into per-request results.
 #pragma once
 
 #include <cstdint>
@@ -23,11 +22,6 @@ struct ItemResult {
   int64_t num_tokens = 0;  // targets scored, or tokens generated (EOS excluded)
   std::string text;        // generate_until: the decoded continuation cut before the first stop string
 };
-
-// One RequestResult per request, ordered by request index: rolling windows are
-// summed in part order (logprob, num_tokens; is_greedy of all parts). Throws
-// Error if a part is missing or duplicated, or parts disagree on their count.
-std::vector<RequestResult> combine_items(const std::vector<ItemResult>& items);
 
 nlohmann::json to_json(const ItemResult& r);
 ItemResult item_result_from_json(const nlohmann::json& j);  // throws Error on a malformed object
