@@ -60,6 +60,7 @@ class Template {
     std::string literal;                   // text before the expression
     std::optional<Expression> expression;  // absent for trailing text
   };
+  struct ExpressionParser;  // the inside of one {{ ... }} (template.cpp)
 
   const nlohmann::json& lookup(const std::vector<Step>& steps, const nlohmann::json& doc, const std::string& where) const;
   // The value of one placeholder: the field, its .strip()ped text or its .index() position.

@@ -18,14 +18,120 @@ void skip_spaces(const std::string& s, size_t& pos) {
 
 }  // namespace
 
+// Reads the inside of one {{ ... }}: a field name, then .key, .0, ["key"], [0] steps, and at the
+// end optionally .strip() or .index(<field>). Anything else is refused as unsupported.
+struct Template::ExpressionParser {
+  const std::string& inner;  // the text between {{ and }}
+  const std::string& text;   // the whole template, for messages
+  const std::string& name;
+  const std::string& where;
+  size_t p = 0;
+  Expression e;
+
+  [[noreturn]] void unsupported(const std::string& what) const {
+    fail(where, "{} {}: {} is not supported (only {{{{ field }}}} substitution is)", name, quote_untrusted(text),
+         what);
+  }
+  [[noreturn]] void bad_expression(const std::string& why = "") const {
+    unsupported("the expression '" + inner + "'" + why);
+  }
+  std::string read_while(bool (*keep)(char)) {
+    std::string out;
+    while (p < inner.size() && keep(inner[p])) out += inner[p++];
+    return out;
+  }
+  static bool digit(char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; }
+  static bool name_char(char c) { return is_name_char(c); }
+
+  Expression parse() {
+    e.source = inner;
+    skip_spaces(inner, p);
+    if (p < inner.size() && inner[p] == '-') unsupported("whitespace control '{{-'");
+    if (p >= inner.size() || !is_name_start(inner[p])) bad_expression();
+    e.path.push_back(Step{read_while(name_char), std::nullopt});
+    while (true) {
+      skip_spaces(inner, p);
+      if (p >= inner.size()) break;
+      if (inner[p] == '.') {
+        ++p;
+        if (attribute()) break;
+      } else if (inner[p] == '[') {
+        ++p;
+        subscript();
+      } else if (inner[p] == '-' && p + 1 == inner.size()) {
+        unsupported("whitespace control '-}}'");
+      } else if (inner[p] == '|') {
+        unsupported("the filter in '" + inner + "'");
+      } else {
+        bad_expression();
+      }
+    }
+    return std::move(e);
+  }
+
+  // After a '.': a list position, a key, or a final .strip() / .index(field). True when final.
+  bool attribute() {
+    if (p < inner.size() && digit(inner[p])) {
+      e.path.push_back(Step{"", std::stoll(read_while(digit))});
+      return false;
+    }
+    if (p >= inner.size() || !is_name_start(inner[p])) bad_expression();
+    const std::string key = read_while(name_char);
+    if (key == "strip" && inner.compare(p, 2, "()") == 0) {
+      p += 2;
+      skip_spaces(inner, p);
+      if (p != inner.size()) bad_expression(" (.strip() must come last)");
+      e.strip = true;
+      return true;
+    }
+    if (key == "index" && p < inner.size() && inner[p] == '(') {
+      index_of();
+      return true;
+    }
+    e.path.push_back(Step{key, std::nullopt});
+    return false;
+  }
+
+  // .index(<field>): the position of that field's value in the list the path reads.
+  void index_of() {
+    const size_t end = inner.find(')', p);
+    if (end == std::string::npos) bad_expression();
+    const std::string argument = inner.substr(p + 1, end - p - 1);
+    const Template arg = Template::parse("{{" + argument + "}}", name, where);
+    const Expression& a = *arg.segments_[0].expression;
+    if (!arg.is_single_expression() || a.strip || a.index_of) bad_expression(" (.index() takes a field)");
+    p = end + 1;
+    skip_spaces(inner, p);
+    if (p != inner.size()) bad_expression(" (.index() must come last)");
+    e.index_of = a.path;
+  }
+
+  // After a '[': a quoted key or a (possibly negative) list position, then ']'.
+  void subscript() {
+    skip_spaces(inner, p);
+    if (p < inner.size() && (inner[p] == '"' || inner[p] == '\'')) {
+      const char quote = inner[p++];
+      const size_t end = inner.find(quote, p);
+      if (end == std::string::npos) bad_expression();
+      e.path.push_back(Step{inner.substr(p, end - p), std::nullopt});
+      p = end + 1;
+    } else {
+      std::string digits;
+      if (p < inner.size() && inner[p] == '-') digits += inner[p++];
+      digits += read_while(digit);
+      if (digits.empty() || digits == "-") bad_expression();
+      e.path.push_back(Step{"", std::stoll(digits)});
+    }
+    skip_spaces(inner, p);
+    if (p >= inner.size() || inner[p] != ']') bad_expression();
+    ++p;
+  }
+};
+
 Template Template::parse(const std::string& text, const std::string& name, const std::string& where) {
   Template t;
   t.text_ = text;
   t.name_ = name;
-  auto unsupported = [&](const std::string& what) {
-    fail(where, "{} {}: {} is not supported (only {{{{ field }}}} substitution is)", name, quote_untrusted(text),
-         what);
-  };
   std::string literal;
   size_t pos = 0;
   while (pos < text.size()) {
@@ -34,8 +140,9 @@ Template Template::parse(const std::string& text, const std::string& name, const
       continue;
     }
     const char next = text[pos + 1];
-    if (next == '%') unsupported("a '{%' statement");
-    if (next == '#') unsupported("a '{#' comment");
+    const std::string empty;
+    if (next == '%') ExpressionParser{empty, text, name, where}.unsupported("a '{%' statement");
+    if (next == '#') ExpressionParser{empty, text, name, where}.unsupported("a '{#' comment");
     if (next != '{') {
       literal += text[pos++];
       continue;
@@ -43,81 +150,7 @@ Template Template::parse(const std::string& text, const std::string& name, const
     const size_t close = text.find("}}", pos + 2);
     if (close == std::string::npos) fail(where, "{} {}: '{{{{' without a closing '}}}}'", name, quote_untrusted(text));
     const std::string inner = text.substr(pos + 2, close - pos - 2);
-    Expression e;
-    e.source = inner;
-    size_t p = 0;
-    skip_spaces(inner, p);
-    if (p < inner.size() && inner[p] == '-') unsupported("whitespace control '{{-'");
-    if (p >= inner.size() || !is_name_start(inner[p])) unsupported("the expression '" + inner + "'");
-    std::string first;
-    while (p < inner.size() && is_name_char(inner[p])) first += inner[p++];
-    e.path.push_back(Step{first, std::nullopt});
-    while (true) {
-      skip_spaces(inner, p);
-      if (p >= inner.size()) break;
-      if (inner[p] == '.') {
-        ++p;
-        if (p < inner.size() && std::isdigit(static_cast<unsigned char>(inner[p]))) {
-          std::string digits;
-          while (p < inner.size() && std::isdigit(static_cast<unsigned char>(inner[p]))) digits += inner[p++];
-          e.path.push_back(Step{"", std::stoll(digits)});
-        } else if (p < inner.size() && is_name_start(inner[p])) {
-          std::string key;
-          while (p < inner.size() && is_name_char(inner[p])) key += inner[p++];
-          if (key == "strip" && inner.compare(p, 2, "()") == 0) {
-            p += 2;
-            skip_spaces(inner, p);
-            if (p != inner.size()) unsupported("the expression '" + inner + "' (.strip() must come last)");
-            e.strip = true;
-            break;
-          }
-          if (key == "index" && p < inner.size() && inner[p] == '(') {
-            const size_t end = inner.find(')', p);
-            if (end == std::string::npos) unsupported("the expression '" + inner + "'");
-            const std::string argument = inner.substr(p + 1, end - p - 1);
-            const Template arg = parse("{{" + argument + "}}", name, where);
-            const Expression& a = *arg.segments_[0].expression;
-            if (!arg.is_single_expression() || a.strip || a.index_of) {
-              unsupported("the expression '" + inner + "' (.index() takes a field)");
-            }
-            p = end + 1;
-            skip_spaces(inner, p);
-            if (p != inner.size()) unsupported("the expression '" + inner + "' (.index() must come last)");
-            e.index_of = a.path;
-            break;
-          }
-          e.path.push_back(Step{key, std::nullopt});
-        } else {
-          unsupported("the expression '" + inner + "'");
-        }
-      } else if (inner[p] == '[') {
-        ++p;
-        skip_spaces(inner, p);
-        if (p < inner.size() && (inner[p] == '"' || inner[p] == '\'')) {
-          const char quote = inner[p++];
-          const size_t end = inner.find(quote, p);
-          if (end == std::string::npos) unsupported("the expression '" + inner + "'");
-          e.path.push_back(Step{inner.substr(p, end - p), std::nullopt});
-          p = end + 1;
-        } else {
-          std::string digits;
-          if (p < inner.size() && inner[p] == '-') digits += inner[p++];
-          while (p < inner.size() && std::isdigit(static_cast<unsigned char>(inner[p]))) digits += inner[p++];
-          if (digits.empty() || digits == "-") unsupported("the expression '" + inner + "'");
-          e.path.push_back(Step{"", std::stoll(digits)});
-        }
-        skip_spaces(inner, p);
-        if (p >= inner.size() || inner[p] != ']') unsupported("the expression '" + inner + "'");
-        ++p;
-      } else if (inner[p] == '-' && p + 1 == inner.size()) {
-        unsupported("whitespace control '-}}'");
-      } else if (inner[p] == '|') {
-        unsupported("the filter in '" + inner + "'");
-      } else {
-        unsupported("the expression '" + inner + "'");
-      }
-    }
-    t.segments_.push_back(Segment{std::move(literal), std::move(e)});
+    t.segments_.push_back(Segment{std::move(literal), ExpressionParser{inner, text, name, where}.parse()});
     literal.clear();
     pos = close + 2;
   }

@@ -41,6 +41,47 @@ std::optional<std::string> optional_string(const nlohmann::json& spec, const cha
   return spec.at(key).get<std::string>();
 }
 
+// Applies the merges to a word's symbols, lowest rank first and leftmost first among equals, as
+// Hugging Face's word merge does; merged-away symbols are left with length 0. `lookup(left,
+// right)` is the merge of that pair, or null.
+template <typename Lookup>
+void apply_merges(std::vector<Symbol>& symbols, const Lookup& lookup) {
+  std::priority_queue<QueuedMerge, std::vector<QueuedMerge>, LaterMerge> queue;
+  for (size_t i = 0; i + 1 < symbols.size(); ++i) {
+    if (const auto* m = lookup(symbols[i].id, symbols[i + 1].id)) {
+      queue.push({m->rank, static_cast<int>(i), m->new_id});
+    }
+  }
+  while (!queue.empty()) {
+    const QueuedMerge top = queue.top();
+    queue.pop();
+    Symbol& current = symbols[top.pos];
+    if (current.length == 0 || current.next < 0) continue;
+    const Symbol right = symbols[current.next];
+    // The entry is stale when either side has changed since it was queued.
+    const auto* still = lookup(current.id, right.id);
+    if (still == nullptr || still->new_id != top.new_id) continue;
+
+    current.id = top.new_id;
+    current.length += right.length;
+    symbols[current.next].length = 0;
+    current.next = right.next;
+    if (right.next >= 0) symbols[right.next].prev = top.pos;
+
+    if (current.prev >= 0) {
+      if (const auto* m = lookup(symbols[current.prev].id, current.id)) {
+        queue.push({m->rank, current.prev, m->new_id});
+      }
+    }
+    if (current.next >= 0) {
+      if (const auto* m = lookup(current.id, symbols[current.next].id)) {
+        queue.push({m->rank, top.pos, m->new_id});
+      }
+    }
+  }
+
+}
+
 }  // namespace
 
 BpeModel::BpeModel(const nlohmann::json& spec, const std::string& where) {
@@ -172,44 +213,10 @@ std::vector<int32_t> BpeModel::merge_word(std::string_view word) const {
   }
   if (unk_length > 0) add(*unk_id_, unk_length);
 
-  std::priority_queue<QueuedMerge, std::vector<QueuedMerge>, LaterMerge> queue;
-  const auto lookup = [&](int32_t left, int32_t right) -> const Merge* {
+  apply_merges(symbols, [&](int32_t left, int32_t right) -> const Merge* {
     const auto it = merges_.find(pair_key(left, right));
     return it == merges_.end() ? nullptr : &it->second;
-  };
-  for (size_t i = 0; i + 1 < symbols.size(); ++i) {
-    if (const Merge* m = lookup(symbols[i].id, symbols[i + 1].id)) {
-      queue.push({m->rank, static_cast<int>(i), m->new_id});
-    }
-  }
-  while (!queue.empty()) {
-    const QueuedMerge top = queue.top();
-    queue.pop();
-    Symbol& current = symbols[top.pos];
-    if (current.length == 0 || current.next < 0) continue;
-    const Symbol right = symbols[current.next];
-    // The entry is stale when either side has changed since it was queued.
-    const Merge* still = lookup(current.id, right.id);
-    if (still == nullptr || still->new_id != top.new_id) continue;
-
-    current.id = top.new_id;
-    current.length += right.length;
-    symbols[current.next].length = 0;
-    current.next = right.next;
-    if (right.next >= 0) symbols[right.next].prev = top.pos;
-
-    if (current.prev >= 0) {
-      if (const Merge* m = lookup(symbols[current.prev].id, current.id)) {
-        queue.push({m->rank, current.prev, m->new_id});
-      }
-    }
-    if (current.next >= 0) {
-      if (const Merge* m = lookup(current.id, symbols[current.next].id)) {
-        queue.push({m->rank, top.pos, m->new_id});
-      }
-    }
-  }
-
+  });
   std::vector<int32_t> ids;
   for (const Symbol& s : symbols) {
     if (s.length != 0) ids.push_back(s.id);

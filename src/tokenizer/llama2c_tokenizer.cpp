@@ -91,29 +91,13 @@ std::string hf_piece(const Llama2cToken& token, int32_t id) {
   return out;
 }
 
-}  // namespace
-
-nlohmann::json llama2c_tokenizer_to_json(const std::string& tokenizer_bin_path) {
-  const std::vector<Llama2cToken> tokens = read_tokens(tokenizer_bin_path);
-  const int32_t count = static_cast<int32_t>(tokens.size());
-
-  // llama2.c looks pieces up by their own spelling; a repeated spelling
-  // resolves to one id, and we keep the first.
-  std::unordered_map<std::string, int32_t> id_of_piece;
-  std::vector<std::string> names(count);
-  nlohmann::json vocab = nlohmann::json::object();
-  for (int32_t id = 0; id < count; ++id) {
-    names[id] = hf_piece(tokens[id], id);
-    if (!id_of_piece.emplace(tokens[id].piece, id).second) continue;
-    if (vocab.contains(names[id])) continue;
-    vocab[names[id]] = id;
-  }
-
-  // llama2.c merges any adjacent pair whose concatenation is a vocabulary
-  // piece, best score first and leftmost among equals. A BPE merge list
-  // expresses that when it holds every such split of every piece, ordered by
-  // the score of the piece it makes. BOS/EOS are left out: their llama2.c
-  // spelling is not their name, and no concatenation of real text makes them.
+// llama2.c merges any adjacent pair whose concatenation is a vocabulary piece, best score first
+// and leftmost among equals. A BPE merge list expresses that when it holds every such split of
+// every piece, ordered by the score of the piece it makes. BOS/EOS are left out: their llama2.c
+// spelling is not their name, and no concatenation of real text makes them.
+nlohmann::json merge_list(const std::vector<Llama2cToken>& tokens,
+                          const std::unordered_map<std::string, int32_t>& id_of_piece,
+                          const std::vector<std::string>& names) {
   struct Candidate {
     float score;
     int32_t id;
@@ -121,6 +105,7 @@ nlohmann::json llama2c_tokenizer_to_json(const std::string& tokenizer_bin_path) 
     int32_t left;
     int32_t right;
   };
+  const int32_t count = static_cast<int32_t>(tokens.size());
   std::vector<Candidate> candidates;
   const auto usable = [&](const std::string& piece) -> int32_t {
     const auto it = id_of_piece.find(piece);
@@ -141,7 +126,11 @@ nlohmann::json llama2c_tokenizer_to_json(const std::string& tokenizer_bin_path) 
                    [](const Candidate& a, const Candidate& b) { return a.score > b.score; });
   nlohmann::json merges = nlohmann::json::array();
   for (const Candidate& c : candidates) merges.push_back({names[c.left], names[c.right]});
+  return merges;
+}
 
+// The tokenizer.json around llama2.c's vocabulary and merges.
+nlohmann::json tokenizer_json(nlohmann::json vocab, nlohmann::json merges) {
   nlohmann::json tokenizer = {
       {"version", "1.0"},
       {"truncation", nullptr},
@@ -186,6 +175,26 @@ nlohmann::json llama2c_tokenizer_to_json(const std::string& tokenizer_bin_path) 
         {"merges", std::move(merges)}}},
   };
   return tokenizer;
+}
+
+}  // namespace
+
+nlohmann::json llama2c_tokenizer_to_json(const std::string& tokenizer_bin_path) {
+  const std::vector<Llama2cToken> tokens = read_tokens(tokenizer_bin_path);
+  const int32_t count = static_cast<int32_t>(tokens.size());
+  // llama2.c looks pieces up by their own spelling; a repeated spelling
+  // resolves to one id, and we keep the first.
+  std::unordered_map<std::string, int32_t> id_of_piece;
+  std::vector<std::string> names(count);
+  nlohmann::json vocab = nlohmann::json::object();
+  for (int32_t id = 0; id < count; ++id) {
+    names[id] = hf_piece(tokens[id], id);
+    if (!id_of_piece.emplace(tokens[id].piece, id).second) continue;
+    if (vocab.contains(names[id])) continue;
+    vocab[names[id]] = id;
+  }
+
+  return tokenizer_json(std::move(vocab), merge_list(tokens, id_of_piece, names));
 }
 
 nlohmann::json llama2c_tokenizer_config() {
