@@ -110,6 +110,46 @@ nlohmann::ordered_json group_entry(const GroupScores& g) {
   return r;
 }
 
+// "n-samples": each task's documents, and how many of them the limit let in.
+nlohmann::ordered_json n_samples(const std::vector<TaskScores>& tasks, const RunSummary& summary) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  for (const TaskScores& t : tasks) {
+    const int64_t original = static_cast<int64_t>(t.task->documents().size());
+    const int64_t effective = summary.limit ? std::min(std::max<int64_t>(*summary.limit, 0), original) : original;
+    out[t.task->name()] = {{"original", original}, {"effective", effective}};
+  }
+  return out;
+}
+
+// "config": the model first, then the run's settings, with lm-eval's limit and bootstrap_iters.
+nlohmann::ordered_json run_config_entry(const RunSummary& summary) {
+  nlohmann::ordered_json config;
+  config["model"] = summary.model;
+  for (const auto& [key, value] : summary.config.items()) {
+    if (key != "model") config[key] = value;
+  }
+  if (!config.contains("limit")) config["limit"] = summary.limit ? nlohmann::ordered_json(*summary.limit) : nullptr;
+  if (!config.contains("bootstrap_iters")) config["bootstrap_iters"] = summary.bootstrap_iters;
+  return config;
+}
+
+// lm-eval's task hash: SHA-256 of the concatenated doc, prompt and target hashes of its samples.
+nlohmann::ordered_json task_hashes(const std::vector<TaskScores>& tasks) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  for (const TaskScores& t : tasks) {
+    std::string hashes;
+    for (size_t f = 0; f < t.task->filters().size(); ++f) {
+      for (const DocRecord* r : t.records) {
+        const nlohmann::ordered_json s = sample(*r, f);
+        hashes += s["doc_hash"].get<std::string>() + s["prompt_hash"].get<std::string>() +
+                  s["target_hash"].get<std::string>();
+      }
+    }
+    out[t.task->name()] = sha256_hex(hashes);
+  }
+  return out;
+}
+
 nlohmann::ordered_json results(const std::vector<TaskScores>& tasks, const RunSummary& summary) {
   std::map<std::string, nlohmann::ordered_json> per_task, configs, versions, n_shot, higher;
   for (const TaskScores& t : tasks) {
@@ -154,39 +194,12 @@ nlohmann::ordered_json results(const std::vector<TaskScores>& tasks, const RunSu
   out["versions"] = sorted_by_name(versions);
   out["n-shot"] = sorted_by_name(n_shot);
   out["higher_is_better"] = sorted_by_name(higher);
-  nlohmann::ordered_json n_samples = nlohmann::ordered_json::object();
-  for (const TaskScores& t : tasks) {
-    const int64_t original = static_cast<int64_t>(t.task->documents().size());
-    const int64_t effective = summary.limit ? std::min(std::max<int64_t>(*summary.limit, 0), original) : original;
-    n_samples[t.task->name()] = {{"original", original}, {"effective", effective}};
-  }
-  out["n-samples"] = n_samples;
-
-  nlohmann::ordered_json config;
-  config["model"] = summary.model;
-  for (const auto& [key, value] : summary.config.items()) {
-    if (key != "model") config[key] = value;
-  }
-  if (!config.contains("limit")) config["limit"] = summary.limit ? nlohmann::ordered_json(*summary.limit) : nullptr;
-  if (!config.contains("bootstrap_iters")) config["bootstrap_iters"] = summary.bootstrap_iters;
-  out["config"] = config;
+  out["n-samples"] = n_samples(tasks, summary);
+  out["config"] = run_config_entry(summary);
   if (!summary.batching.empty()) out["batching"] = summary.batching;
   if (!summary.journal.empty()) out["journal"] = summary.journal;
   if (summary.date) out["date"] = *summary.date;
-  // lm-eval's task hash: SHA-256 of the concatenated doc, prompt and target hashes of its samples.
-  nlohmann::ordered_json task_hashes = nlohmann::ordered_json::object();
-  for (const TaskScores& t : tasks) {
-    std::string hashes;
-    for (size_t f = 0; f < t.task->filters().size(); ++f) {
-      for (const DocRecord* r : t.records) {
-        const nlohmann::ordered_json s = sample(*r, f);
-        hashes += s["doc_hash"].get<std::string>() + s["prompt_hash"].get<std::string>() +
-                  s["target_hash"].get<std::string>();
-      }
-    }
-    task_hashes[t.task->name()] = sha256_hex(hashes);
-  }
-  out["task_hashes"] = task_hashes;
+  out["task_hashes"] = task_hashes(tasks);
   out["model_name"] = summary.model;
   out["total_evaluation_time_seconds"] = py::float_repr(summary.wall_seconds);
   out["incomplete"] = summary.incomplete;
