@@ -19,6 +19,7 @@
 #include "common/file_io.h"
 #include "gpueval/error.h"
 #include "run/wire.h"
+#include "run/worker_launch.h"
 #include "test_util.h"
 
 namespace gpueval {
@@ -186,6 +187,32 @@ TEST(SubprocessTest, EnvironmentOverridesAreVisible) {
   const char* path = std::getenv("PATH");
   EXPECT_EQ(read_results(child), std::string("hello world|/override|") + (path ? path : ""));
   EXPECT_TRUE(child.wait().success());
+}
+
+// The one launcher: `<executable> worker`, the slot's thread count, its GPU as the only one
+// visible, output to the log. A script stands in for the gpueval binary and prints what it got.
+TEST(SubprocessTest, LaunchWorkerSetsTheSlotsEnvironment) {
+  testing::TempDir dir;
+  const std::string exe = dir.file("fake_gpueval");
+  testing::write_text(exe, "#!/bin/sh\necho \"$1|$OMP_NUM_THREADS|${CUDA_VISIBLE_DEVICES-unset}\"\n");
+  ASSERT_EQ(::chmod(exe.c_str(), 0755), 0);
+  ::unsetenv("CUDA_VISIBLE_DEVICES");
+  DeviceSlot gpu;
+  gpu.kind = DeviceSlot::Kind::kCuda;
+  gpu.index = 3;
+  gpu.threads = 2;
+  ASSERT_TRUE(launch_worker(gpu, exe, dir.file("gpu.log")).wait().success());
+  EXPECT_EQ(io::read_file(dir.file("gpu.log")), "worker|2|3\n");
+  DeviceSlot cpu;
+  cpu.threads = 0;  // still at least one OpenMP thread
+  ASSERT_TRUE(launch_worker(cpu, exe, dir.file("cpu.log")).wait().success());
+  EXPECT_EQ(io::read_file(dir.file("cpu.log")), "worker|1|unset\n");
+
+  const WorkerHello hello = first_hello(gpu, "/models/m", "auto", 0.5);
+  EXPECT_EQ(hello.worker, "cuda:3");
+  EXPECT_EQ(hello.device, "cuda:0") << "the worker sees only its own GPU";
+  EXPECT_EQ(hello.threads, 2);
+  EXPECT_EQ(first_hello(cpu, "/models/m", "auto", 0.5).device, "cpu");
 }
 
 TEST(SubprocessTest, LogPathCapturesStdoutAndStderr) {

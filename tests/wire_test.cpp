@@ -6,11 +6,13 @@
 
 #include <random>
 #include <thread>
+#include <utility>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "common/file_io.h"
+#include "run/worker_hello.h"
 
 namespace gpueval {
 namespace {
@@ -210,6 +212,88 @@ TEST(WireTest, ReadFrameStopsCleanlyAtFrameBoundary) {
   expect_same(*second, b);
   EXPECT_FALSE(read_frame(fd.get()));
   EXPECT_FALSE(read_frame(pipe_holding("").get()));
+}
+
+// read_frame checks with the decoder, so both name the same problem.
+TEST(WireTest, ReadFrameReportsWhatTheDecoderReports) {
+  const std::string good = encode_frame({FrameType::kResult, "some result bytes"});
+  std::string bad_magic = good, bad_type = good, bad_crc = good;
+  bad_magic[1] = 'X';
+  bad_type[8] = 42;
+  bad_crc.back() ^= 1;
+  for (const auto& [bytes, problem] : {std::pair{bad_magic, "bad magic"}, std::pair{bad_type, "unknown frame type 42"},
+                                       std::pair{bad_crc, "checksum mismatch in a result frame"}}) {
+    SCOPED_TRACE(problem);
+    FrameDecoder decoder;
+    std::string decoder_message;
+    try {
+      decode_all(bytes, &decoder);
+    } catch (const FrameError& e) {
+      decoder_message = e.what();
+    }
+    EXPECT_THAT(decoder_message, HasSubstr(problem));
+    io::UniqueFd fd = pipe_holding(bytes + good);
+    try {
+      read_frame(fd.get());
+      ADD_FAILURE() << "corrupt frame accepted";
+    } catch (const FrameError& e) {
+      EXPECT_THAT(e.what(), HasSubstr("read_frame(fd "));
+      EXPECT_THAT(e.what(), HasSubstr(decoder_message));
+    }
+  }
+}
+
+TEST(WireTest, HelloKeepsItsKeysAndASwitchOnlyMovesTheCheckpoint) {
+  WorkerHello h;
+  h.worker = "cuda:1";
+  h.model = "/models/a";
+  h.dtype = "bfloat16";
+  h.device = "cuda:0";
+  h.threads = 2;
+  h.heartbeat_s = 0.25;
+  nlohmann::json j = to_json(h);
+  EXPECT_EQ(j, nlohmann::json({{"worker", "cuda:1"}, {"model", "/models/a"}, {"dtype", "bfloat16"},
+                               {"device", "cuda:0"}, {"threads", 2}, {"heartbeat_s", 0.25}}));
+  h.broadcast = WorkerHello::Broadcast{1, 4};
+  j = nlohmann::json::from_cbor(pack_payload(to_json(h)));
+  EXPECT_EQ(j.at("broadcast"), nlohmann::json({{"rank", 1}, {"world", 4}}));
+  const WorkerHello back = worker_hello_from_json(j);
+  EXPECT_EQ(back.worker, "cuda:1");
+  EXPECT_EQ(back.device, "cuda:0");
+  EXPECT_EQ(back.threads, 2);
+  EXPECT_EQ(back.heartbeat_s, 0.25);
+  ASSERT_TRUE(back.broadcast);
+  EXPECT_EQ(back.broadcast->rank, 1);
+  EXPECT_EQ(back.broadcast->world, 4);
+
+  const nlohmann::json next = switch_hello_json("/models/b", "auto");
+  EXPECT_EQ(next, nlohmann::json({{"model", "/models/b"}, {"dtype", "auto"}}));
+  const WorkerHello switched = worker_hello_from_json(next, &back);
+  EXPECT_EQ(switched.model, "/models/b");
+  EXPECT_EQ(switched.dtype, "auto");
+  EXPECT_EQ(switched.worker, "cuda:1");
+  EXPECT_EQ(switched.threads, 2);
+  EXPECT_FALSE(switched.broadcast) << "a broadcast is for the first load only";
+}
+
+TEST(WireTest, AMalformedHelloNamesTheField) {
+  nlohmann::json j = {{"worker", "cpu:0"}, {"model", "/m"}, {"dtype", "auto"}, {"device", "cpu"}, {"threads", 2.5}};
+  try {
+    worker_hello_from_json(j);
+    ADD_FAILURE() << "a fractional thread count accepted";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("hello.threads"));
+  }
+  j["threads"] = 1;
+  j.erase("model");
+  try {
+    worker_hello_from_json(j);
+    ADD_FAILURE() << "a Hello without a model accepted";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("missing field 'model'"));
+  }
+  // A switch is no first Hello: it does not say which worker or device.
+  EXPECT_THROW(worker_hello_from_json(switch_hello_json("/m", "auto")), Error);
 }
 
 std::string header_with_length(uint32_t length) {

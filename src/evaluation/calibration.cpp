@@ -20,11 +20,14 @@
 #include "gpueval/error.h"
 #include "gpueval/evaluation.h"
 #include "gpueval/model.h"
+#include "model/dtype.h"
 #include "model/model_fingerprint.h"
 #include "report/report_html.h"
 #include "run/device_memory.h"
+#include "run/frame_channel.h"
 #include "run/subprocess.h"
 #include "run/wire.h"
+#include "run/worker_launch.h"
 #include "store/calibration_cache.h"
 
 namespace gpueval {
@@ -37,50 +40,37 @@ constexpr double kProbeSilenceSeconds = 120;
 
 double mib(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 
-// What the worker will resolve `dtype` to (worker.cpp's rule): "auto" is float32 on the CPU and
-// the checkpoint's torch_dtype (else bfloat16) on a GPU.
-std::string resolved_dtype(const std::string& dtype, const DeviceSlot& slot, const std::string& model_dir) {
-  if (dtype != "auto") return dtype_name(parse_dtype(dtype));
-  if (slot.kind == DeviceSlot::Kind::kCpu) return dtype_name(at::kFloat);
-  const std::string stored = ModelConfig::load(model_dir + "/config.json").torch_dtype;
-  return stored.empty() ? dtype_name(at::kBFloat16) : dtype_name(parse_dtype(stored));
-}
-
 at::Device device_of(const DeviceSlot& slot) {
   return slot.kind == DeviceSlot::Kind::kCpu ? at::Device(at::kCPU)
                                              : at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(slot.index));
 }
 
 // Reads frames until one that is not a heartbeat arrives.
-Frame next_reply(Child& child, FrameDecoder& decoder, const std::string& who) {
+Frame next_reply(Child& child, FrameChannel& channel, const std::string& who) {
   auto last = Clock::now();
+  std::optional<Frame> reply;
+  const auto take = [&](const Frame& f) {
+    last = Clock::now();
+    if (f.type != FrameType::kHeartbeat) reply = f;
+    return !reply;
+  };
   for (;;) {
-    if (std::optional<Frame> f = decoder.next()) {
-      if (f->type == FrameType::kHeartbeat) {
-        last = Clock::now();
-        continue;
-      }
-      return *f;
+    const uint64_t before = channel.bytes_received();
+    const FrameChannel::Receive r = channel.receive(take);
+    if (reply) return *reply;
+    if (channel.bytes_received() != before) last = Clock::now();
+    if (r == FrameChannel::Receive::kFailed)
+      fail(who, "read from probe worker failed: {}", std::strerror(channel.read_errno()));
+    if (r == FrameChannel::Receive::kEnd) {
+      const ExitStatus status = child.wait();
+      fail(who, "probe worker {} before answering", status.describe());
     }
     pollfd p{child.result_fd(), POLLIN, 0};
     const int rc = ::poll(&p, 1, 1000);
     if (rc < 0 && errno == EINTR) continue;
     if (rc < 0) fail(who, "poll failed: {}", std::strerror(errno));
-    if (rc == 0) {
-      if (std::chrono::duration<double>(Clock::now() - last).count() > kProbeSilenceSeconds)
-        fail(who, "probe worker silent for {:.0f}s", kProbeSilenceSeconds);
-      continue;
-    }
-    char buf[65536];
-    const ssize_t n = ::read(child.result_fd(), buf, sizeof buf);
-    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-    if (n < 0) fail(who, "read from probe worker failed: {}", std::strerror(errno));
-    if (n == 0) {
-      const ExitStatus status = child.wait();
-      fail(who, "probe worker {} before answering", status.describe());
-    }
-    decoder.feed(buf, static_cast<size_t>(n));
-    last = Clock::now();
+    if (rc == 0 && std::chrono::duration<double>(Clock::now() - last).count() > kProbeSilenceSeconds)
+      fail(who, "probe worker silent for {:.0f}s", kProbeSilenceSeconds);
   }
 }
 
@@ -89,24 +79,14 @@ Frame next_reply(Child& child, FrameDecoder& decoder, const std::string& who) {
 ProbeResult probe_on_slot(const DeviceSlot& slot, const std::string& executable, const std::string& model_dir,
                           const std::string& dtype, const ProbeOptions& options, const std::string& log_path) {
   const std::string who = "probe on " + slot.name();
-  SpawnOptions so;
-  so.argv = {executable, "worker"};
-  so.env.emplace_back("OMP_NUM_THREADS", std::to_string(std::max(1, slot.threads)));
-  std::string device = "cpu";
-  if (slot.kind == DeviceSlot::Kind::kCuda) {
-    so.env.emplace_back("CUDA_VISIBLE_DEVICES", std::to_string(slot.index));
-    device = "cuda:0";
-  }
-  so.log_path = log_path;
   try {
-    Child child = Child::spawn(so);
-    const nlohmann::json hello = {{"worker", slot.name()}, {"model", model_dir},  {"dtype", dtype},
-                                  {"device", device},      {"threads", slot.threads}, {"heartbeat_s", 1.0}};
-    write_frame(child.command_fd(), Frame{FrameType::kHello, pack_payload(hello)});
+    Child child = launch_worker(slot, executable, log_path);
+    const WorkerHello hello = first_hello(slot, model_dir, dtype, /*heartbeat_s=*/1.0);
+    write_frame(child.command_fd(), Frame{FrameType::kHello, pack_payload(to_json(hello))});
     write_frame(child.command_fd(), Frame{FrameType::kProbe, pack_payload(to_json(options))});
-    FrameDecoder decoder;
-    Frame reply = next_reply(child, decoder, who);
-    if (reply.type == FrameType::kHello) reply = next_reply(child, decoder, who);
+    FrameChannel channel(child.result_fd(), /*write_fd=*/-1);
+    Frame reply = next_reply(child, channel, who);
+    if (reply.type == FrameType::kHello) reply = next_reply(child, channel, who);
     const nlohmann::json body = unpack_payload(reply);
     if (reply.type == FrameType::kError) fail(who, "{}", body.value("message", std::string("worker error")));
     if (reply.type != FrameType::kResult) fail(who, "unexpected {} frame from the worker", frame_type_name(reply.type));
@@ -155,7 +135,7 @@ std::vector<DeviceBudget> calibrate_devices(const std::vector<DeviceSlot>& slots
   for (DeviceBudget& b : budgets) {
     const at::Device device = device_of(b.slot);
     b.device = device_description(device, b.slot.threads);
-    b.dtype = resolved_dtype(o.dtype, b.slot, o.model_dir);
+    b.dtype = dtype_name(resolve_dtype(o.dtype, device, o.model_dir));  // what the worker will load
     if (b.slot.kind == DeviceSlot::Kind::kCpu) {
       const int64_t available = available_host_bytes();
       b.memory_limit_bytes = o.max_memory.empty()

@@ -1,9 +1,7 @@
 #include "run/scheduler.h"
 
-#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -11,72 +9,28 @@
 #include <cstring>
 #include <deque>
 #include <iostream>
-#include <map>
 #include <optional>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "gpueval/error.h"
+#include "run/dispatch.h"
+#include "run/frame_channel.h"
+#include "run/signals.h"
 #include "run/subprocess.h"
 #include "run/weight_broadcast.h"
 #include "run/wire.h"
+#include "run/worker_launch.h"
 
 namespace gpueval {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-volatile sig_atomic_t g_stop_signal = 0;
-
-void on_stop_signal(int sig) { g_stop_signal = sig; }
-void on_child_signal(int) {}  // only wakes ppoll
-
 double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
-
-// Blocks SIGINT/SIGTERM/SIGCHLD for the scheduler's lifetime (they are taken
-// only inside ppoll), ignores SIGPIPE (a dead worker's pipe gives EPIPE), and
-// restores everything on destruction.
-class SignalScope {
- public:
-  SignalScope() {
-    g_stop_signal = 0;
-    struct sigaction sa;
-    std::memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    ::sigaction(SIGINT, &sa, &old_int_);
-    ::sigaction(SIGTERM, &sa, &old_term_);
-    sa.sa_handler = on_child_signal;
-    ::sigaction(SIGCHLD, &sa, &old_chld_);
-    sa.sa_handler = SIG_IGN;
-    ::sigaction(SIGPIPE, &sa, &old_pipe_);
-    sigset_t block;
-    sigemptyset(&block);
-    sigaddset(&block, SIGINT);
-    sigaddset(&block, SIGTERM);
-    sigaddset(&block, SIGCHLD);
-    ::sigprocmask(SIG_BLOCK, &block, &old_mask_);
-    wait_mask_ = old_mask_;
-    sigdelset(&wait_mask_, SIGINT);
-    sigdelset(&wait_mask_, SIGTERM);
-    sigdelset(&wait_mask_, SIGCHLD);
-  }
-  ~SignalScope() {
-    ::sigprocmask(SIG_SETMASK, &old_mask_, nullptr);
-    ::sigaction(SIGINT, &old_int_, nullptr);
-    ::sigaction(SIGTERM, &old_term_, nullptr);
-    ::sigaction(SIGCHLD, &old_chld_, nullptr);
-    ::sigaction(SIGPIPE, &old_pipe_, nullptr);
-  }
-  const sigset_t* wait_mask() const { return &wait_mask_; }
-
- private:
-  struct sigaction old_int_, old_term_, old_chld_, old_pipe_;
-  sigset_t old_mask_, wait_mask_;
-};
 
 enum class State { kDown, kStarting, kIdle, kBusy, kRetired };
 
@@ -95,15 +49,13 @@ struct Worker {
   DeviceSlot slot;
   std::string model;            // the checkpoint it holds or is loading
   std::optional<Child> child;
-  FrameDecoder decoder;
+  FrameChannel channel;         // over the child's pipes: a new one with every process, used only while it runs
   State state = State::kDown;
   Clock::time_point last_seen;
   Clock::time_point start_at;   // when a kDown worker may be (re)started
   int64_t batch = -1;
   int64_t prefix_id = -1;       // the prefix of its last batch: its PrefixCache holds it
   Clock::time_point batch_started;
-  std::string outbox;           // frames not yet written to the worker
-  size_t outbox_sent = 0;
   int64_t restarts = 0;
   int broadcast_rank = -1;      // its rank while its first load goes over NCCL, else -1
   int64_t batches_done = 0;
@@ -118,8 +70,6 @@ void shutdown_workers(std::vector<Worker>& workers, const SchedulerReport& repor
   for (Worker& w : workers) {
     if (!w.child) continue;
     if (clean) {
-      w.outbox.clear();
-      w.outbox_sent = 0;
       try {
         write_frame(w.child->command_fd(), Frame{FrameType::kShutdown, pack_payload(nlohmann::json::object())});
       } catch (const std::exception&) {
@@ -135,10 +85,12 @@ void shutdown_workers(std::vector<Worker>& workers, const SchedulerReport& repor
     ExitStatus st = w.child->kill_and_wait(std::chrono::milliseconds(1000));
     if (!st.success() && clean) std::cerr << fmt::format("[sched] worker {} {} at shutdown\n", w.slot.name(), st.describe());
     w.child.reset();
+    w.channel = FrameChannel();
     w.state = State::kRetired;
   }
 }
 
+// One run(): the event loop over the pool's workers for one plan and checkpoint.
 class Loop {
  public:
   Loop(const SchedulerOptions& o, std::vector<Worker>& workers, const Plan& plan, const std::string& model_dir,
@@ -146,33 +98,12 @@ class Loop {
       : o_(o), plan_(plan), model_dir_(model_dir), on_result_(on_result), on_status_(on_status), workers_(workers) {
     for (size_t i = 0; i < plan.batches.size(); ++i) {
       queue_.push_back(i);
-      index_of_[plan.batches[i].id] = i;
       tokens_total_ += plan.batches[i].padded_tokens;
     }
     attempts_.assign(plan.batches.size(), 0);
     failures_.assign(plan.batches.size(), "");
-    // Workers kept from the previous checkpoint: their counters start again, one that was
-    // retired or shut down gets a new process, and heartbeats that queued up in the pipes
-    // while no loop was reading them do not count as silence.
-    const auto now = Clock::now();
-    for (Worker& w : workers_) {
-      w.restarts = 0;
-      w.batches_done = 0;
-      w.tokens_done = 0;
-      w.busy_seconds = 0;
-      w.last_seen = now;
-      if (!w.child) {
-        w.state = State::kDown;
-        w.start_at = now;
-      }
-    }
-    // A weight broadcast needs every rank to start together: only when no worker is running yet.
-    broadcast_group_ = o_.load == "broadcast" &&
-                       std::none_of(workers_.begin(), workers_.end(), [](const Worker& w) { return bool(w.child); });
-    for (size_t i = 0; i < workers_.size(); ++i) workers_[i].broadcast_rank = broadcast_group_ ? static_cast<int>(i) : -1;
-    if (broadcast_group_)
-      std::cerr << fmt::format("[sched] load: broadcast: worker {} reads the checkpoint, NCCL sends it to {} other(s)\n",
-                               workers_[0].slot.name(), workers_.size() - 1);
+    reset_workers();
+    begin_broadcast_group();
   }
 
   SchedulerReport run() {
@@ -180,11 +111,11 @@ class Loop {
     start_ = Clock::now();
     last_status_ = start_ - std::chrono::seconds(10);
     while (!finished()) {
-      if (g_stop_signal) {
+      if (const int sig = signals.stop_signal()) {
         report_.interrupted = true;
-        report_.signal = g_stop_signal;
+        report_.signal = sig;
         std::cerr << fmt::format("[sched] {} received: stopping dispatch and ending workers\n",
-                                 g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM");
+                                 sig == SIGINT ? "SIGINT" : "SIGTERM");
         break;
       }
       if (!report_.fatal_error.empty()) break;
@@ -211,6 +142,34 @@ class Loop {
   }
 
  private:
+  // Workers kept from the previous checkpoint: their counters start again, one that was retired
+  // or shut down gets a new process, and heartbeats that queued up in the pipes while no loop was
+  // reading them do not count as silence.
+  void reset_workers() {
+    const auto now = Clock::now();
+    for (Worker& w : workers_) {
+      w.restarts = 0;
+      w.batches_done = 0;
+      w.tokens_done = 0;
+      w.busy_seconds = 0;
+      w.last_seen = now;
+      if (!w.child) {
+        w.state = State::kDown;
+        w.start_at = now;
+      }
+    }
+  }
+
+  // A weight broadcast needs every rank to start together: only when no worker is running yet.
+  void begin_broadcast_group() {
+    broadcast_group_ = o_.load == "broadcast" &&
+                       std::none_of(workers_.begin(), workers_.end(), [](const Worker& w) { return bool(w.child); });
+    for (size_t i = 0; i < workers_.size(); ++i) workers_[i].broadcast_rank = broadcast_group_ ? static_cast<int>(i) : -1;
+    if (broadcast_group_)
+      std::cerr << fmt::format("[sched] load: broadcast: worker {} reads the checkpoint, NCCL sends it to {} other(s)\n",
+                               workers_[0].slot.name(), workers_.size() - 1);
+  }
+
   bool finished() const {
     if (!queue_.empty()) return false;
     for (const Worker& w : workers_)
@@ -224,6 +183,9 @@ class Loop {
     return true;
   }
 
+  // Starting, idle or busy: a process that holds (or is loading) a model.
+  static bool is_up(const Worker& w) { return w.state != State::kRetired && w.state != State::kDown; }
+
   std::vector<int64_t> request_indices(size_t batch) const {
     std::vector<int64_t> out;
     for (const auto& item : plan_.batches[batch].items)
@@ -233,116 +195,83 @@ class Loop {
     return out;
   }
 
+  static std::string log_path(const std::string& log_dir, const DeviceSlot& slot) {
+    std::string name = slot.name();
+    std::replace(name.begin(), name.end(), ':', '_');
+    return log_dir + "/worker_" + name + ".log";
+  }
+
   void start_worker(Worker& w) {
-    SpawnOptions so;
-    so.argv = {o_.executable, "worker"};
-    so.env = o_.worker_env;
-    so.env.emplace_back("OMP_NUM_THREADS", std::to_string(std::max(1, w.slot.threads)));
-    std::string device = "cpu";
-    if (w.slot.kind == DeviceSlot::Kind::kCuda) {
-      so.env.emplace_back("CUDA_VISIBLE_DEVICES", std::to_string(w.slot.index));
-      device = "cuda:0";
-    }
-    std::string log_name = w.slot.name();
-    std::replace(log_name.begin(), log_name.end(), ':', '_');
-    so.log_path = o_.log_dir + "/worker_" + log_name + ".log";
     try {
-      w.child.emplace(Child::spawn(so));
-      int flags = ::fcntl(w.child->command_fd(), F_GETFL);
-      ::fcntl(w.child->command_fd(), F_SETFL, flags | O_NONBLOCK);
+      w.child.emplace(launch_worker(w.slot, o_.executable, log_path(o_.log_dir, w.slot)));
     } catch (const Error& e) {
       report_.fatal_error = fmt::format("cannot start worker {}: {}", w.slot.name(), e.what());
       return;
     }
-    w.decoder = FrameDecoder();
-    w.outbox.clear();
-    w.outbox_sent = 0;
+    w.channel = FrameChannel(w.child->result_fd(), w.child->command_fd());
     w.state = State::kStarting;
     w.prefix_id = -1;  // a new process starts with an empty prefix cache
     w.last_seen = Clock::now();
     w.batch = -1;
     w.model = model_dir_;
-    nlohmann::json hello = {{"worker", w.slot.name()}, {"model", model_dir_},
-                            {"dtype", o_.dtype},       {"device", device},
-                            {"threads", w.slot.threads}, {"heartbeat_s", o_.heartbeat_period_s}};
+    WorkerHello hello = first_hello(w.slot, model_dir_, o_.dtype, o_.heartbeat_period_s);
     if (broadcast_group_ && w.broadcast_rank >= 0)
-      hello["broadcast"] = {{"rank", w.broadcast_rank}, {"world", static_cast<int>(workers_.size())}};
-    send(w, Frame{FrameType::kHello, pack_payload(hello)});
+      hello.broadcast = WorkerHello::Broadcast{w.broadcast_rank, static_cast<int>(workers_.size())};
+    send(w, Frame{FrameType::kHello, pack_payload(to_json(hello))});
     std::cerr << fmt::format("[sched] started worker {} (pid {})\n", w.slot.name(), w.child->pid());
   }
 
   void send(Worker& w, const Frame& frame) {
-    w.outbox.append(encode_frame(frame));
-    flush(w);
+    if (const int err = w.channel.send(frame)) write_failed(w, err);
   }
 
   // Writes what the pipe takes now; the rest waits for POLLOUT.
   void flush(Worker& w) {
-    if (!w.child || w.child->command_fd() < 0) return;
-    while (w.outbox_sent < w.outbox.size()) {
-      ssize_t n = ::write(w.child->command_fd(), w.outbox.data() + w.outbox_sent, w.outbox.size() - w.outbox_sent);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-      if (n < 0) {
-        crash(w, fmt::format("write to worker failed: {}", std::strerror(errno)));
-        return;
-      }
-      w.outbox_sent += static_cast<size_t>(n);
-    }
-    w.outbox.clear();
-    w.outbox_sent = 0;
+    if (const int err = w.channel.flush()) write_failed(w, err);
   }
 
-  // The queue position of the batch `w` should take: one with the prefix it
-  // already holds, else one whose prefix no other worker holds (so each prefix
-  // is computed by as few workers as possible), else the next in plan order.
-  size_t pick_for(const Worker& w) const {
-    auto held_by_other = [&](int64_t prefix_id) {
-      for (const Worker& o : workers_)
-        if (&o != &w && o.prefix_id == prefix_id && o.state != State::kRetired && o.state != State::kDown) return true;
-      return false;
-    };
-    if (w.prefix_id >= 0)
-      for (size_t k = 0; k < queue_.size(); ++k)
-        if (plan_.batches[queue_[k]].prefix_id == w.prefix_id) return k;
-    for (size_t k = 0; k < queue_.size(); ++k) {
-      const int64_t id = plan_.batches[queue_[k]].prefix_id;
-      if (id < 0 || !held_by_other(id)) return k;
-    }
-    return 0;
-  }
+  void write_failed(Worker& w, int err) { crash(w, fmt::format("write to worker failed: {}", std::strerror(err))); }
 
   void dispatch() {
     for (Worker& w : workers_) {
-      if (queue_.empty()) return;
       if (w.state != State::kIdle) continue;
-      if (w.model != model_dir_) {
-        // It holds the previous checkpoint: it loads this one in place (a second Hello).
-        w.model = model_dir_;
-        w.state = State::kStarting;
-        w.prefix_id = -1;
-        send(w, Frame{FrameType::kHello, pack_payload({{"model", model_dir_}, {"dtype", o_.dtype}})});
-        continue;
-      }
-      const size_t k = pick_for(w);
-      const size_t i = queue_[k];
-      queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(k));
-      if (plan_.batches[i].prefix_id >= 0) w.prefix_id = plan_.batches[i].prefix_id;
-      w.state = State::kBusy;
-      w.batch = static_cast<int64_t>(i);
-      w.batch_started = Clock::now();
-      send(w, Frame{FrameType::kWork, pack_payload({{"batch", to_json(plan_.batches[i])}})});
+      std::vector<int64_t> queued, others;
+      for (size_t i : queue_) queued.push_back(plan_.batches[i].prefix_id);
+      for (const Worker& o : workers_)
+        if (&o != &w && is_up(o)) others.push_back(o.prefix_id);
+      const DispatchChoice choice = choose_dispatch(queued, w.model == model_dir_, w.prefix_id, others);
+      if (choice.action == DispatchChoice::Action::kWait) return;
+      if (choice.action == DispatchChoice::Action::kSwitchCheckpoint) switch_checkpoint(w);
+      else send_batch(w, choice.position);
     }
+  }
+
+  // It holds the previous checkpoint: it loads this one in place (a second Hello).
+  void switch_checkpoint(Worker& w) {
+    w.model = model_dir_;
+    w.state = State::kStarting;
+    w.prefix_id = -1;
+    send(w, Frame{FrameType::kHello, pack_payload(switch_hello_json(model_dir_, o_.dtype))});
+  }
+
+  void send_batch(Worker& w, size_t position) {
+    const size_t i = queue_[position];
+    queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(position));
+    if (plan_.batches[i].prefix_id >= 0) w.prefix_id = plan_.batches[i].prefix_id;
+    w.state = State::kBusy;
+    w.batch = static_cast<int64_t>(i);
+    w.batch_started = Clock::now();
+    send(w, Frame{FrameType::kWork, pack_payload({{"batch", to_json(plan_.batches[i])}})});
   }
 
   void wait_for_events(const SignalScope& signals) {
     std::vector<pollfd> fds;
     std::vector<std::pair<Worker*, bool>> owners;  // (worker, is_result_fd)
     for (Worker& w : workers_) {
-      if (!w.child || w.state == State::kDown || w.state == State::kRetired) continue;
+      if (!w.child || !is_up(w)) continue;
       fds.push_back({w.child->result_fd(), POLLIN, 0});
       owners.emplace_back(&w, true);
-      if (!w.outbox.empty() && w.child->command_fd() >= 0) {
+      if (w.channel.has_output()) {
         fds.push_back({w.child->command_fd(), POLLOUT, 0});
         owners.emplace_back(&w, false);
       }
@@ -360,28 +289,22 @@ class Loop {
   }
 
   void read_from(Worker& w) {
-    char buf[1 << 16];
-    for (;;) {
-      ssize_t n = ::read(w.child->result_fd(), buf, sizeof buf);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-      if (n <= 0) {
-        const bool truncated = w.decoder.buffered() > 0;
-        ExitStatus st = w.child->kill_and_wait(std::chrono::milliseconds(2000));
-        crash(w, fmt::format("closed its pipe{} and {}", truncated ? " mid-frame" : "", st.describe()));
-        return;
-      }
-      w.last_seen = Clock::now();
-      try {
-        w.decoder.feed(buf, static_cast<size_t>(n));
-        while (std::optional<Frame> f = w.decoder.next()) {
-          handle_frame(w, *f);
-          if (!w.child) return;  // crashed while handling
-        }
-      } catch (const FrameError& e) {
-        crash(w, fmt::format("sent a bad frame: {}", e.what()));
-        return;
-      }
+    const uint64_t before = w.channel.bytes_received();
+    FrameChannel::Receive r = FrameChannel::Receive::kDrained;
+    try {
+      r = w.channel.receive([&](const Frame& f) {
+        w.last_seen = Clock::now();
+        handle_frame(w, f);
+        return w.child.has_value();  // false: it crashed while handling
+      });
+    } catch (const FrameError& e) {
+      return crash(w, fmt::format("sent a bad frame: {}", e.what()));
+    }
+    if (w.channel.bytes_received() != before) w.last_seen = Clock::now();
+    if (r == FrameChannel::Receive::kEnd || r == FrameChannel::Receive::kFailed) {
+      const bool truncated = w.channel.buffered() > 0;
+      ExitStatus st = w.child->kill_and_wait(std::chrono::milliseconds(2000));
+      crash(w, fmt::format("closed its pipe{} and {}", truncated ? " mid-frame" : "", st.describe()));
     }
   }
 
@@ -390,71 +313,70 @@ class Loop {
     try {
       j = unpack_payload(f);
     } catch (const FrameError& e) {
-      crash(w, fmt::format("sent a bad payload: {}", e.what()));
-      return;
+      return crash(w, fmt::format("sent a bad payload: {}", e.what()));
     }
     switch (f.type) {
-      case FrameType::kHeartbeat:
-        return;
-      case FrameType::kHello:
-        if (w.state != State::kStarting) return crash(w, "protocol error: unexpected Hello");
-        w.state = State::kIdle;
-        std::cerr << fmt::format("[sched] worker {} ready ({} loaded in {:.2f}s)\n", w.slot.name(),
-                                 j.value("model", std::string("model")), j.value("load_seconds", 0.0));
-        if (broadcast_group_ && std::none_of(workers_.begin(), workers_.end(), [](const Worker& o) {
-              return o.broadcast_rank >= 0 && o.state == State::kStarting;
-            }))
-          end_broadcast_group();
-        return;
-      case FrameType::kBroadcast:
-        // Rank 0's NCCL id, once, while the group loads: every other rank gets it.
-        if (!broadcast_group_ || w.broadcast_rank != 0 || w.state != State::kStarting || !j.contains("nccl_id"))
-          return crash(w, "protocol error: unexpected broadcast frame");
-        for (Worker& o : workers_)
-          if (o.broadcast_rank > 0 && o.child)
-            send(o, Frame{FrameType::kBroadcast, pack_payload({{"nccl_id", j.at("nccl_id")}})});
-        return;
-      case FrameType::kResult:
-        return on_result_frame(w, j);
-      case FrameType::kError: {
-        const std::string message = j.value("message", std::string("(no message)"));
-        if (w.state == State::kStarting || j.value("batch_id", int64_t{-1}) < 0) {
-          // A worker that cannot load its model will fail the same way on every restart.
-          report_.fatal_error = fmt::format("worker {}: {}", w.slot.name(), message);
-          return;
-        }
-        return fail_batch(w, fmt::format("worker {} reported: {}", w.slot.name(), message), /*restart=*/false);
-      }
-      default:
-        return crash(w, fmt::format("protocol error: unexpected {} frame", frame_type_name(f.type)));
+      case FrameType::kHeartbeat: return;
+      case FrameType::kHello: return on_hello_frame(w, j);
+      case FrameType::kBroadcast: return on_broadcast_frame(w, j);
+      case FrameType::kResult: return on_result_frame(w, j);
+      case FrameType::kError: return on_error_frame(w, j);
+      default: return crash(w, fmt::format("protocol error: unexpected {} frame", frame_type_name(f.type)));
     }
+  }
+
+  void on_hello_frame(Worker& w, const nlohmann::json& j) {
+    if (w.state != State::kStarting) return crash(w, "protocol error: unexpected Hello");
+    w.state = State::kIdle;
+    std::cerr << fmt::format("[sched] worker {} ready ({} loaded in {:.2f}s)\n", w.slot.name(),
+                             j.value("model", std::string("model")), j.value("load_seconds", 0.0));
+    if (broadcast_group_ && std::none_of(workers_.begin(), workers_.end(), [](const Worker& o) {
+          return o.broadcast_rank >= 0 && o.state == State::kStarting;
+        }))
+      end_broadcast_group();
+  }
+
+  // Rank 0's NCCL id, once, while the group loads: every other rank gets it.
+  void on_broadcast_frame(Worker& w, const nlohmann::json& j) {
+    if (!broadcast_group_ || w.broadcast_rank != 0 || w.state != State::kStarting || !j.contains("nccl_id"))
+      return crash(w, "protocol error: unexpected broadcast frame");
+    for (Worker& o : workers_)
+      if (o.broadcast_rank > 0 && o.child) send(o, Frame{FrameType::kBroadcast, pack_payload({{"nccl_id", j.at("nccl_id")}})});
+  }
+
+  void on_error_frame(Worker& w, const nlohmann::json& j) {
+    const std::string message = j.value("message", std::string("(no message)"));
+    if (w.state == State::kStarting || j.value("batch_id", int64_t{-1}) < 0) {
+      // A worker that cannot load its model will fail the same way on every restart.
+      report_.fatal_error = fmt::format("worker {}: {}", w.slot.name(), message);
+      return;
+    }
+    fail_batch(w, fmt::format("worker {} reported: {}", w.slot.name(), message), /*restart=*/false);
+  }
+
+  // The items of a Result frame for `batch`; Error if they are not exactly its items, in order.
+  static std::vector<ItemResult> result_items(const nlohmann::json& j, const Batch& batch) {
+    if (j.at("batch_id").get<int64_t>() != batch.id) throw Error("result for another batch");
+    std::vector<ItemResult> items;
+    for (const auto& item : j.at("items")) items.push_back(item_result_from_json(item));
+    if (items.size() != batch.items.size()) throw Error(fmt::format("{} results for {} items", items.size(), batch.items.size()));
+    for (size_t k = 0; k < items.size(); ++k)
+      if (items[k].request_index != batch.items[k].request_index || items[k].part != batch.items[k].part)
+        throw Error("results out of order");
+    return items;
   }
 
   void on_result_frame(Worker& w, const nlohmann::json& j) {
     if (w.state != State::kBusy) return crash(w, "protocol error: a result while idle");
-    const size_t i = static_cast<size_t>(w.batch);
-    const Batch& batch = plan_.batches[i];
+    const Batch& batch = plan_.batches[static_cast<size_t>(w.batch)];
     std::vector<ItemResult> items;
     try {
-      if (j.at("batch_id").get<int64_t>() != batch.id) throw Error("result for another batch");
-      for (const auto& item : j.at("items")) items.push_back(item_result_from_json(item));
-      if (items.size() != batch.items.size()) throw Error(fmt::format("{} results for {} items", items.size(), batch.items.size()));
-      for (size_t k = 0; k < items.size(); ++k)
-        if (items[k].request_index != batch.items[k].request_index || items[k].part != batch.items[k].part)
-          throw Error("results out of order");
+      items = result_items(j, batch);
     } catch (const std::exception& e) {
       return crash(w, fmt::format("protocol error: {}", e.what()));
     }
-    if (j.contains("stats")) {
-      const nlohmann::json& st = j.at("stats");
-      ExecutionStats stats;
-      stats.tokens_computed = st.value("tokens_computed", int64_t{0});
-      stats.prefix_tokens = st.value("prefix_tokens", int64_t{0});
-      stats.oom_splits = st.value("oom_splits", int64_t{0});
-      report_.stats.add(stats);
-    }
-    const double secs = seconds_between(w.batch_started, Clock::now());
-    w.busy_seconds += secs;
+    if (j.contains("stats")) add_stats(j.at("stats"));
+    w.busy_seconds += seconds_between(w.batch_started, Clock::now());
     w.batches_done += 1;
     w.tokens_done += batch.padded_tokens;
     tokens_done_ += batch.padded_tokens;
@@ -468,6 +390,14 @@ class Loop {
     } catch (const std::exception& e) {
       report_.fatal_error = e.what();
     }
+  }
+
+  void add_stats(const nlohmann::json& st) {
+    ExecutionStats stats;
+    stats.tokens_computed = st.value("tokens_computed", int64_t{0});
+    stats.prefix_tokens = st.value("prefix_tokens", int64_t{0});
+    stats.oom_splits = st.value("oom_splits", int64_t{0});
+    report_.stats.add(stats);
   }
 
   // The in-flight batch failed on `w`: back to the queue or into quarantine.
@@ -524,7 +454,7 @@ class Loop {
   void check_health() {
     const auto now = Clock::now();
     for (Worker& w : workers_) {
-      if (!w.child || w.state == State::kDown || w.state == State::kRetired) continue;
+      if (!w.child || !is_up(w)) continue;
       if (auto st = w.child->poll()) {
         crash(w, st->describe());
         continue;
@@ -538,7 +468,10 @@ class Loop {
     const auto now = Clock::now();
     if (!final && seconds_between(last_status_, now) < 1.0) return;
     last_status_ = now;
-    if (!on_status_) return;
+    if (on_status_) on_status_(status_at(now), final);
+  }
+
+  SchedulerStatus status_at(Clock::time_point now) const {
     SchedulerStatus s;
     s.batches_total = static_cast<int64_t>(plan_.batches.size());
     s.batches_done = report_.batches_done;
@@ -547,20 +480,22 @@ class Loop {
     s.tokens_done = tokens_done_;
     s.elapsed_s = seconds_between(start_, now);
     if (tokens_done_ > 0) s.eta_s = s.elapsed_s * static_cast<double>(tokens_total_ - tokens_done_) / tokens_done_;
-    for (const Worker& w : workers_) {
-      WorkerStatus ws;
-      ws.name = w.slot.name();
-      ws.state = state_name(w.state);
-      ws.pid = w.child ? w.child->pid() : 0;
-      ws.batch = w.batch >= 0 ? plan_.batches[static_cast<size_t>(w.batch)].id : -1;
-      ws.batches_done = w.batches_done;
-      ws.tokens_done = w.tokens_done;
-      ws.tokens_per_second = w.busy_seconds > 0 ? w.tokens_done / w.busy_seconds : 0;
-      ws.heartbeat_age_s = w.child ? seconds_between(w.last_seen, now) : 0;
-      ws.restarts = w.restarts;
-      s.workers.push_back(ws);
-    }
-    on_status_(s, final);
+    for (const Worker& w : workers_) s.workers.push_back(worker_status(w, now));
+    return s;
+  }
+
+  WorkerStatus worker_status(const Worker& w, Clock::time_point now) const {
+    WorkerStatus ws;
+    ws.name = w.slot.name();
+    ws.state = state_name(w.state);
+    ws.pid = w.child ? w.child->pid() : 0;
+    ws.batch = w.batch >= 0 ? plan_.batches[static_cast<size_t>(w.batch)].id : -1;
+    ws.batches_done = w.batches_done;
+    ws.tokens_done = w.tokens_done;
+    ws.tokens_per_second = w.busy_seconds > 0 ? w.tokens_done / w.busy_seconds : 0;
+    ws.heartbeat_age_s = w.child ? seconds_between(w.last_seen, now) : 0;
+    ws.restarts = w.restarts;
+    return ws;
   }
 
   const SchedulerOptions& o_;
@@ -569,7 +504,6 @@ class Loop {
   const Scheduler::ResultCallback& on_result_;
   const Scheduler::StatusCallback& on_status_;
   std::deque<size_t> queue_;
-  std::map<int64_t, size_t> index_of_;
   std::vector<int64_t> attempts_;
   std::vector<std::string> failures_;
   std::vector<size_t> quarantined_;

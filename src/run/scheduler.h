@@ -54,7 +54,6 @@ struct SchedulerOptions {
   double heartbeat_timeout_s = 30;
   double heartbeat_period_s = 1;
   int64_t max_worker_restarts = 10;  // per slot
-  std::vector<std::pair<std::string, std::string>> worker_env;  // extra environment for workers
 };
 
 struct WorkerStatus {

@@ -226,30 +226,40 @@ void write_frame(int fd, const Frame& frame) {
 
 std::optional<Frame> read_frame(int fd) {
   const std::string where = fmt::format("read_frame(fd {})", fd);
+  // The one decoder checks every frame; this function only reads exactly one frame's bytes into
+  // it, so nothing of the next frame is taken from the descriptor.
+  FrameDecoder decoder;
+  auto next = [&] {
+    try {
+      return decoder.next();
+    } catch (const FrameError& e) {
+      fail_frame(where, "{}", e.what());
+    }
+  };
   char header[kFrameHeaderSize];
   const size_t got = read_full(where, fd, header, sizeof header);
   if (got == 0) return std::nullopt;
-  if (std::string problem = header_problem(header, got); !problem.empty()) fail_frame(where, "{}", problem);
+  decoder.feed(header, got);
+  std::optional<Frame> frame = next();
   if (got < sizeof header) {
     fail_frame(where, "truncated frame: end of stream after {} of {} header bytes", got, sizeof header);
   }
   // The length is within kMaxFramePayload, but a damaged header can still claim far more than
-  // will come; the payload grows with the bytes that actually arrive instead of being
-  // allocated up front.
+  // will come; the payload is read in chunks that grow with the bytes that actually arrive
+  // instead of being allocated up front.
   const size_t length = get_u32(header + kLengthOffset);
-  Frame frame{static_cast<FrameType>(header[kTypeOffset]), std::string()};
-  while (frame.payload.size() < length) {
-    const size_t have = frame.payload.size();
-    const size_t want = std::min(length - have, std::max<size_t>(have, 64 << 10));
-    frame.payload.resize(have + want);
-    const size_t n = read_full(where, fd, frame.payload.data() + have, want);
-    if (n < want) {
+  std::string chunk;
+  size_t have = 0;
+  while (!frame) {
+    chunk.resize(std::min(length - have, std::max<size_t>(have, 64 << 10)));
+    const size_t n = read_full(where, fd, chunk.data(), chunk.size());
+    decoder.feed(chunk.data(), n);
+    if (n < chunk.size()) {
       fail_frame(where, "truncated {} frame: end of stream after {} of {} payload bytes",
-                 frame_type_name(frame.type), have + n, length);
+                 frame_type_name(static_cast<FrameType>(header[kTypeOffset])), have + n, length);
     }
-  }
-  if (std::string problem = crc_problem(header, frame.payload.data(), length); !problem.empty()) {
-    fail_frame(where, "{}", problem);
+    have += n;
+    frame = next();
   }
   return frame;
 }

@@ -79,8 +79,9 @@ class FrameDecoder {
 // call and the descriptor; SIGPIPE is kept from killing the process while it writes.
 void write_frame(int fd, const Frame& frame);
 
-// Reads one whole frame. Blocking, like write_frame. nullopt on end of stream at a frame
-// boundary; FrameError on end of stream inside a frame or on a frame that fails verification.
+// Reads one whole frame, and not a byte past it, checked by a FrameDecoder. Blocking, like
+// write_frame. nullopt on end of stream at a frame boundary; FrameError on end of stream inside a
+// frame or on a frame that fails verification.
 std::optional<Frame> read_frame(int fd);
 
 // CBOR (nlohmann::json::to_cbor) of `j`.

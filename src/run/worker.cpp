@@ -21,6 +21,7 @@
 #include "gpueval/error.h"
 #include "gpueval/model.h"
 #include "gpueval/tokenizer.h"
+#include "model/dtype.h"
 #include "plan/planner.h"
 #include "run/batch_probe.h"
 #include "run/cpu_allocator.h"
@@ -30,6 +31,7 @@
 #include "run/subprocess.h"
 #include "run/weight_broadcast.h"
 #include "run/wire.h"
+#include "run/worker_hello.h"
 
 namespace gpueval {
 namespace {
@@ -59,6 +61,11 @@ struct Fault {
     for (const auto& item : batch.items)
       if (item.request_index == request_index) return true;
     return false;
+  }
+  // The faults that act on one batch (not slow, not oom): whether this one fires on `batch` now.
+  bool fires_on(const Batch& batch, const std::string& model_dir) {
+    if (kind == Kind::kNone || kind == Kind::kSlow || kind == Kind::kOom) return false;
+    return applies_to(batch, model_dir) && claim();
   }
   // Decides, at the moment of firing, whether this worker is the one.
   bool claim() {
@@ -92,15 +99,6 @@ Fault fault_from_env() {
   if (const char* release = std::getenv("GPUEVAL_FAULT_RELEASE")) f.release_path = release;
   if (const char* model = std::getenv("GPUEVAL_FAULT_MODEL")) f.model_suffix = model;
   return f;
-}
-
-// "auto": float32 on CPU (bf16 matmuls are slow there); on a GPU the
-// checkpoint's own torch_dtype, bfloat16 when it names none.
-at::ScalarType resolve_dtype(const std::string& name, const at::Device& device, const std::string& model_dir) {
-  if (name != "auto") return parse_dtype(name);
-  if (device.is_cpu()) return at::kFloat;
-  const std::string stored = ModelConfig::load(model_dir + "/config.json").torch_dtype;
-  return stored.empty() ? at::kBFloat16 : parse_dtype(stored);
 }
 
 // Serialises frame writes from the main loop and the heartbeat thread.
@@ -167,11 +165,11 @@ class Heartbeat {
 
 // `load: broadcast` (weight_broadcast.h): rank 0 makes the NCCL id and sends it up in a kBroadcast
 // frame; the other ranks read theirs, forwarded by the scheduler, as the frame after their Hello.
-LlamaModel load_broadcast(const nlohmann::json& spec, const std::string& model_dir, const LoadOptions& options,
+LlamaModel load_broadcast(const WorkerHello::Broadcast& spec, const std::string& model_dir, const LoadOptions& options,
                           int in, FrameWriter& writer, const std::string& name) {
   BroadcastGroup group;
-  group.rank = spec.at("rank").get<int>();
-  group.world = spec.at("world").get<int>();
+  group.rank = spec.rank;
+  group.world = spec.world;
 #ifdef GPUEVAL_WITH_NCCL
   if (group.rank == 0) {
     group.nccl_id = new_broadcast_id();
@@ -198,6 +196,132 @@ LlamaModel load_broadcast(const nlohmann::json& spec, const std::string& model_d
 #endif
 }
 
+// The checkpoint this worker holds and what running batches on it needs.
+struct Replica {
+  WorkerHello hello;  // the Hello it was loaded by
+  LoadOptions options;
+  LlamaModel model{nullptr};
+  std::unique_ptr<Tokenizer> tokenizer;
+  PrefixCache prefixes;
+};
+
+// Loads `hello`'s model, first dropping the one held (a later Hello switches checkpoints in place:
+// the next checkpoint of a nightly run loads without a new process), then says Hello back.
+void load_checkpoint(Replica& r, const WorkerHello& hello, int in, FrameWriter& writer) {
+  r.hello = hello;
+  const bool reload = !r.model.is_empty();
+  r.prefixes = PrefixCache();
+  r.model = nullptr;
+  r.tokenizer.reset();
+  if (reload) release_cached_memory(r.options.device);
+  const auto t0 = Clock::now();
+  r.options.dtype = resolve_dtype(hello.dtype, r.options.device, hello.model);
+  std::cerr << fmt::format("[{}] pid {} {} {} on {} ({} -> {}, {} threads)\n", hello.worker, ::getpid(),
+                           reload ? "switching to" : "loading", hello.model, r.options.device.str(), hello.dtype,
+                           dtype_name(r.options.dtype), hello.threads);
+  if (hello.broadcast) {
+    r.model = load_broadcast(*hello.broadcast, hello.model, r.options, in, writer, hello.worker);
+  } else {
+    r.model = load_model(hello.model, r.options);
+  }
+  r.tokenizer = load_tokenizer(hello.model);
+  const double load_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  writer.send(FrameType::kHello, {{"pid", ::getpid()}, {"load_seconds", load_s}, {"model", hello.model}});
+}
+
+ExecutionOptions execution_options(Replica& r, const Fault& fault) {
+  ExecutionOptions exec;
+  exec.prefixes = &r.prefixes;
+  if (fault.kind == Fault::Kind::kOom) {
+    // Injected: a forward of more than N padded tokens runs out of memory, as a full GPU would.
+    const int64_t limit = fault.request_index;
+    exec.before_forward = [limit](int64_t rows, int64_t width) {
+      TORCH_CHECK_WITH(OutOfMemoryError, rows * width <= limit, "injected out of memory: ", rows, " rows x ", width,
+                       " tokens > ", limit);
+    };
+  }
+  return exec;
+}
+
+void answer_probe(const Replica& r, const Frame& frame, FrameWriter& writer) {
+  const ProbeOptions probe = probe_options_from_json(unpack_payload(frame));
+  try {
+    const ProbeResult result = probe_batch_tokens(*r.model, *r.tokenizer, probe);
+    writer.send(FrameType::kResult, {{"probe", to_json(result)},
+                                     {"device", device_description(r.options.device, r.hello.threads)},
+                                     {"dtype", dtype_name(r.options.dtype)}});
+  } catch (const Error& e) {
+    writer.send(FrameType::kError, {{"batch_id", -1}, {"message", e.what()}});
+  }
+}
+
+// The per-batch faults: abort, a corrupted answer, silence forever, or a hold until released.
+// True when the batch has been answered (with a corrupt frame) and must not run.
+bool inject_fault(Fault& fault, const Batch& batch, const std::string& name, FrameWriter& writer,
+                  Heartbeat& heartbeat) {
+  std::cerr << fmt::format("[{}] injected fault on batch {}\n", name, batch.id);
+  if (fault.kind == Fault::Kind::kHold) {
+    std::cerr << fmt::format("[{}] pid {} holding batch {}\n", name, ::getpid(), batch.id) << std::flush;
+    while (fault.release_path.empty() || !io::path_exists(fault.release_path))
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (fault.kind == Fault::Kind::kCrash) std::abort();
+  if (fault.kind == Fault::Kind::kCorrupt) {
+    std::string bytes = encode_frame(Frame{FrameType::kResult, pack_payload({{"batch_id", batch.id}})});
+    bytes[bytes.size() - 1] ^= 0x5a;
+    writer.send_raw(bytes);
+    return true;
+  }
+  if (fault.kind == Fault::Kind::kHang) {
+    heartbeat.stop();
+    for (;;) ::pause();
+  }
+  return false;
+}
+
+// Runs one batch and answers with its results, or with an error frame naming the batch.
+void run_batch(Replica& r, const Batch& batch, const ExecutionOptions& exec, FrameWriter& writer) {
+  const auto b0 = Clock::now();
+  nlohmann::json items = nlohmann::json::array();
+  ExecutionStats stats;
+  try {
+    for (const ItemResult& item : execute_batch(*r.model, *r.tokenizer, batch, exec, &stats))
+      items.push_back(to_json(item));
+  } catch (const Error& e) {
+    writer.send(FrameType::kError, {{"batch_id", batch.id}, {"message", e.what()}});
+    return;
+  }
+  const double secs = std::chrono::duration<double>(Clock::now() - b0).count();
+  if (stats.oom_splits > 0)
+    std::cerr << fmt::format("[{}] batch {} ran out of memory and was split {} time(s)\n", r.hello.worker, batch.id,
+                             stats.oom_splits);
+  writer.send(FrameType::kResult,
+              {{"batch_id", batch.id}, {"items", items}, {"seconds", secs}, {"stats", stats.to_json()}});
+}
+
+// Frames after the first Hello, until Shutdown or end of stream.
+void serve(Replica& r, int in, FrameWriter& writer, Heartbeat& heartbeat, Fault& fault) {
+  const ExecutionOptions exec = execution_options(r, fault);
+  for (;;) {
+    std::optional<Frame> frame = read_frame(in);
+    if (!frame || frame->type == FrameType::kShutdown) return;
+    if (frame->type == FrameType::kHello) {
+      load_checkpoint(r, worker_hello_from_json(unpack_payload(*frame), &r.hello), in, writer);
+      continue;
+    }
+    if (frame->type == FrameType::kProbe) {
+      answer_probe(r, *frame, writer);
+      continue;
+    }
+    if (frame->type != FrameType::kWork)
+      throw FrameError(fmt::format("worker: unexpected {} frame", frame_type_name(frame->type)));
+    const Batch batch = batch_from_json(unpack_payload(*frame).at("batch"));
+    if (fault.kind == Fault::Kind::kSlow) std::this_thread::sleep_for(std::chrono::milliseconds(fault.request_index));
+    if (fault.fires_on(batch, r.hello.model) && inject_fault(fault, batch, r.hello.worker, writer, heartbeat)) continue;
+    run_batch(r, batch, exec, writer);
+  }
+}
+
 }  // namespace
 
 int run_worker() {
@@ -210,116 +334,16 @@ int run_worker() {
   FrameWriter writer(out);
   Fault fault = fault_from_env();
   try {
-    std::optional<Frame> hello = read_frame(in);
-    if (!hello) return 0;
-    if (hello->type != FrameType::kHello) throw FrameError("worker: expected a Hello frame first");
-    const nlohmann::json h = unpack_payload(*hello);
-    const std::string name = h.at("worker").get<std::string>();
-    const int threads = h.at("threads").get<int>();
-    if (threads > 0) at::set_num_threads(threads);
-    Heartbeat heartbeat(writer, h.value("heartbeat_s", 1.0));
-    LoadOptions options;
-    options.device = at::Device(h.at("device").get<std::string>());
-    LlamaModel model{nullptr};
-    std::string model_dir;  // the checkpoint `model` holds
-    std::unique_ptr<Tokenizer> tokenizer;
-    PrefixCache prefixes;
-    // Loads the Hello's model, first dropping the one held (a later Hello switches checkpoints in
-    // place: the next checkpoint of a nightly run loads without a new process), then says Hello back.
-    auto load = [&](const nlohmann::json& hello_payload) {
-      model_dir = hello_payload.at("model").get<std::string>();
-      const bool reload = !model.is_empty();
-      prefixes = PrefixCache();
-      model = nullptr;
-      tokenizer.reset();
-      if (reload) release_cached_memory(options.device);
-      const auto t0 = Clock::now();
-      const std::string requested = hello_payload.at("dtype").get<std::string>();
-      options.dtype = resolve_dtype(requested, options.device, model_dir);
-      std::cerr << fmt::format("[{}] pid {} {} {} on {} ({} -> {}, {} threads)\n", name, ::getpid(),
-                               reload ? "switching to" : "loading", model_dir, options.device.str(), requested,
-                               dtype_name(options.dtype), threads);
-      if (hello_payload.contains("broadcast")) {
-        model = load_broadcast(hello_payload.at("broadcast"), model_dir, options, in, writer, name);
-      } else {
-        model = load_model(model_dir, options);
-      }
-      tokenizer = load_tokenizer(model_dir);
-      const double load_s = std::chrono::duration<double>(Clock::now() - t0).count();
-      writer.send(FrameType::kHello, {{"pid", ::getpid()}, {"load_seconds", load_s}, {"model", model_dir}});
-    };
-    load(h);
-    ExecutionOptions exec;
-    exec.prefixes = &prefixes;
-    if (fault.kind == Fault::Kind::kOom) {
-      // Injected: a forward of more than N padded tokens runs out of memory, as a full GPU would.
-      const int64_t limit = fault.request_index;
-      exec.before_forward = [limit](int64_t rows, int64_t width) {
-        TORCH_CHECK_WITH(OutOfMemoryError, rows * width <= limit, "injected out of memory: ", rows, " rows x ",
-                         width, " tokens > ", limit);
-      };
-    }
-
-    for (;;) {
-      std::optional<Frame> frame = read_frame(in);
-      if (!frame || frame->type == FrameType::kShutdown) break;
-      if (frame->type == FrameType::kHello) {
-        load(unpack_payload(*frame));
-        continue;
-      }
-      if (frame->type == FrameType::kProbe) {
-        const ProbeOptions probe = probe_options_from_json(unpack_payload(*frame));
-        try {
-          const ProbeResult r = probe_batch_tokens(*model, *tokenizer, probe);
-          writer.send(FrameType::kResult, {{"probe", to_json(r)},
-                                           {"device", device_description(options.device, threads)},
-                                           {"dtype", dtype_name(options.dtype)}});
-        } catch (const Error& e) {
-          writer.send(FrameType::kError, {{"batch_id", -1}, {"message", e.what()}});
-        }
-        continue;
-      }
-      if (frame->type != FrameType::kWork)
-        throw FrameError(fmt::format("worker: unexpected {} frame", frame_type_name(frame->type)));
-      const Batch batch = batch_from_json(unpack_payload(*frame).at("batch"));
-      if (fault.kind == Fault::Kind::kSlow)
-        std::this_thread::sleep_for(std::chrono::milliseconds(fault.request_index));
-      if (fault.kind != Fault::Kind::kNone && fault.kind != Fault::Kind::kSlow && fault.kind != Fault::Kind::kOom &&
-          fault.applies_to(batch, model_dir) && fault.claim()) {
-        std::cerr << fmt::format("[{}] injected fault on batch {}\n", name, batch.id);
-        if (fault.kind == Fault::Kind::kHold) {
-          std::cerr << fmt::format("[{}] pid {} holding batch {}\n", name, ::getpid(), batch.id) << std::flush;
-          while (fault.release_path.empty() || !io::path_exists(fault.release_path))
-            std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        }
-        if (fault.kind == Fault::Kind::kCrash) std::abort();
-        if (fault.kind == Fault::Kind::kCorrupt) {
-          std::string bytes = encode_frame(Frame{FrameType::kResult, pack_payload({{"batch_id", batch.id}})});
-          bytes[bytes.size() - 1] ^= 0x5a;
-          writer.send_raw(bytes);
-          continue;
-        }
-        if (fault.kind == Fault::Kind::kHang) {
-          heartbeat.stop();
-          for (;;) ::pause();
-        }
-      }
-      const auto b0 = Clock::now();
-      nlohmann::json items = nlohmann::json::array();
-      ExecutionStats stats;
-      try {
-        for (const ItemResult& r : execute_batch(*model, *tokenizer, batch, exec, &stats)) items.push_back(to_json(r));
-      } catch (const Error& e) {
-        writer.send(FrameType::kError, {{"batch_id", batch.id}, {"message", e.what()}});
-        continue;
-      }
-      const double secs = std::chrono::duration<double>(Clock::now() - b0).count();
-      if (stats.oom_splits > 0)
-        std::cerr << fmt::format("[{}] batch {} ran out of memory and was split {} time(s)\n", name, batch.id,
-                                 stats.oom_splits);
-      writer.send(FrameType::kResult,
-                  {{"batch_id", batch.id}, {"items", items}, {"seconds", secs}, {"stats", stats.to_json()}});
-    }
+    std::optional<Frame> first = read_frame(in);
+    if (!first) return 0;
+    if (first->type != FrameType::kHello) throw FrameError("worker: expected a Hello frame first");
+    Replica replica;
+    const WorkerHello hello = worker_hello_from_json(unpack_payload(*first));
+    if (hello.threads > 0) at::set_num_threads(hello.threads);
+    Heartbeat heartbeat(writer, hello.heartbeat_s);
+    replica.options.device = at::Device(hello.device);
+    load_checkpoint(replica, hello, in, writer);
+    serve(replica, in, writer, heartbeat, fault);
     return 0;
   } catch (const std::exception& e) {
     std::cerr << "gpueval worker: " << e.what() << "\n";
