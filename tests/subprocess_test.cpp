@@ -98,6 +98,26 @@ bool wait_until_gone(pid_t pid, std::chrono::milliseconds timeout) {
   return true;
 }
 
+// Waits until `pid` sleeps in a nanosleep (its wchan says so; where the kernel hides wchan, its
+// state is S): an exec'd `sleep` has then finished loading. False after 30 s.
+bool wait_until_asleep(pid_t pid) {
+  const auto deadline = Clock::now() + 30s;
+  const std::string proc = "/proc/" + std::to_string(pid);
+  while (Clock::now() < deadline) {
+    std::ifstream wchan_file(proc + "/wchan");
+    std::string wchan;
+    std::getline(wchan_file, wchan);
+    std::ifstream stat(proc + "/stat");
+    std::string line;
+    std::getline(stat, line);
+    const size_t paren = line.rfind(')');
+    const char state = paren != std::string::npos && paren + 2 < line.size() ? line[paren + 2] : '?';
+    if (wchan.find("nanosleep") != std::string::npos || ((wchan.empty() || wchan == "0") && state == 'S')) return true;
+    std::this_thread::sleep_for(1ms);
+  }
+  return false;
+}
+
 void expect_reaped(pid_t pid) {
   errno = 0;
   EXPECT_EQ(::waitpid(pid, nullptr, WNOHANG), -1);
@@ -271,11 +291,13 @@ TEST(SubprocessTest, OnlyFds0To4ReachTheChild) {
   ASSERT_GE(leaky_file, 0);
   ASSERT_EQ(::pipe(leaky_pipe), 0);
 
-  // spawn returns only after exec succeeded, so the descriptor table seen from here is the one
-  // `sleep` runs with; listing it from the parent keeps a directory descriptor out of it.
+  // spawn returns once exec succeeded, but the dynamic loader may still hold a library open; the
+  // table is `sleep`'s own once it sleeps. Listing it from the parent keeps a directory
+  // descriptor out of it.
   SpawnOptions options;
   options.argv = {"/bin/sleep", "30"};
   Child child = Child::spawn(options);
+  ASSERT_TRUE(wait_until_asleep(child.pid())) << "sleep never reached its nanosleep";
   const std::string fd_dir = "/proc/" + std::to_string(child.pid()) + "/fd";
   std::set<int> fds;
   DIR* dir = ::opendir(fd_dir.c_str());

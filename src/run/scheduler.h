@@ -4,8 +4,10 @@
 // thread counts set per worker, stdout/stderr to a per-worker log file), sends
 // batches to whichever worker is idle (the next batch with the prefix it already
 // holds, Batch::prefix_id, else one whose prefix no other worker holds, else the
-// next in plan order), and reads results, heartbeats and
-// errors back over checksummed frames (wire.h).
+// next in plan order: the pure policy of dispatch.h), and reads results, heartbeats and
+// errors back over checksummed frames (wire.h, through one FrameChannel per worker). Workers
+// are started by worker_launch.h with a typed Hello (worker_hello.h); the signal mask is
+// signals.h's.
 //
 // Faults: a worker that exits, dies, sends a bad frame, breaks the protocol or
 // misses its heartbeat is killed if needed and restarted with backoff; its
