@@ -12,6 +12,7 @@
 
 #include "common/file_io.h"
 #include "gpueval/error.h"
+#include "report/chart.h"
 #include "report/html_style.h"
 
 namespace gpueval {
@@ -178,50 +179,39 @@ std::string chart_svg(const std::vector<const Entry*>& groups, const std::vector
   const double height = kAxisHeight + static_cast<double>(g.size() + t.size()) * kRowHeight + gap + 8;
   const double width = label_w + kBarArea + value_w;
 
-  std::string out = fmt::format(
-      "<svg class=\"bars\" width=\"{:.0f}\" height=\"{:.0f}\" viewBox=\"0 0 {:.0f} {:.0f}\" role=\"img\" "
-      "aria-label=\"bar chart of scores per task\">\n",
-      width, height, width, height);
+  const chart::Scale x_of{0, 1, x0, x0 + kBarArea};
+  chart::Svg svg(2, "class=\"bars\"", width, height, "bar chart of scores per task");
   for (int i = 0; i <= 4; ++i) {
-    const double x = x0 + kBarArea * i / 4;
-    out += fmt::format("<line class=\"grid\" x1=\"{:.2f}\" y1=\"{:.2f}\" x2=\"{:.2f}\" y2=\"{:.2f}\"/>", x,
-                       kAxisHeight - 6, x, height - 4);
-    out += fmt::format("<text class=\"axis\" x=\"{:.2f}\" y=\"{:.2f}\" text-anchor=\"middle\">{}</text>\n", x,
-                       kAxisHeight - 10, i == 0 ? "0" : i == 4 ? "1" : fmt::format("{:.2f}", i / 4.0));
+    const double x = x_of(i / 4.0);
+    svg.line("grid", x, kAxisHeight - 6, x, height - 4)
+        .text("axis", x, kAxisHeight - 10, " text-anchor=\"middle\"",
+              i == 0 ? "0" : i == 4 ? "1" : fmt::format("{:.2f}", i / 4.0))
+        .raw("\n");
   }
   double y = kAxisHeight;
   auto row = [&](const Entry& e) {
     const Metric& m = *primary_metric(e);
     const double v = *m.value;
-    const double clamped = std::clamp(v, 0.0, 1.0);
     const double cy = y + kRowHeight / 2;
-    const std::string cls = e.group ? "bar group" : "bar";
-    const std::string tip = html_escape(fmt::format("{}{} ({}): {} {} ± {}", e.group ? "group " : "", e.label, e.name,
-                                                    metric_label(m), m.value_text, m.stderr_text));
-    out += fmt::format("<text{} x=\"{:.2f}\" y=\"{:.2f}\" text-anchor=\"end\" dominant-baseline=\"middle\">{}</text>",
-                       e.group ? " class=\"group\"" : "", x0 - 8, cy, html_escape(e.label));
-    out += fmt::format(
-        "<rect class=\"{}\" data-task=\"{}\" x=\"{:.2f}\" y=\"{:.2f}\" width=\"{:.2f}\" height=\"{:.2f}\"><title>{}"
-        "</title></rect>",
-        cls, html_escape(e.name), x0, cy - kBarHeight / 2, clamped * kBarArea, kBarHeight, tip);
+    const std::string tip = fmt::format("{}{} ({}): {} {} ± {}", e.group ? "group " : "", e.label, e.name,
+                                        metric_label(m), m.value_text, m.stderr_text);
+    svg.text(e.group ? "group" : "", x0 - 8, cy, " text-anchor=\"end\" dominant-baseline=\"middle\"", e.label)
+        .rect(e.group ? "bar group" : "bar", x0, cy - kBarHeight / 2, std::clamp(v, 0.0, 1.0) * kBarArea, kBarHeight,
+              chart::Svg::attr("data-task", e.name), tip);
     if (m.stderr && *m.stderr > 0) {
-      const double lo = x0 + std::clamp(v - *m.stderr, 0.0, 1.0) * kBarArea;
-      const double hi = x0 + std::clamp(v + *m.stderr, 0.0, 1.0) * kBarArea;
-      out += fmt::format(
-          "<path class=\"err\" d=\"M{0:.2f} {2:.2f}H{1:.2f}M{0:.2f} {3:.2f}V{4:.2f}M{1:.2f} {3:.2f}V{4:.2f}\"/>", lo,
-          hi, cy, cy - 4, cy + 4);
+      const double lo = x_of(std::clamp(v - *m.stderr, 0.0, 1.0)), hi = x_of(std::clamp(v + *m.stderr, 0.0, 1.0));
+      svg.path("err", fmt::format("M{0} {2}H{1}M{0} {3}V{4}M{1} {3}V{4}", svg.num(lo), svg.num(hi), svg.num(cy),
+                                  svg.num(cy - 4), svg.num(cy + 4)));
     }
     std::string value = m.value_text + (m.stderr ? " ± " + m.stderr_text : "");
     if (mixed) value = metric_label(m) + " " + value;
-    out += fmt::format("<text x=\"{:.2f}\" y=\"{:.2f}\" dominant-baseline=\"middle\">{}</text>\n",
-                       x0 + kBarArea + 10, cy, html_escape(value));
+    svg.text("", x0 + kBarArea + 10, cy, " dominant-baseline=\"middle\"", value).raw("\n");
     y += kRowHeight;
   };
   for (const Entry* e : g) row(*e);
   y += gap;
   for (const Entry* e : t) row(*e);
-  out += "</svg>\n";
-  return out;
+  return svg.finish();
 }
 
 std::string metrics_table(const std::vector<Entry>& entries, const Json& results, const MetricCounts& counts) {
