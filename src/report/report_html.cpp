@@ -262,6 +262,42 @@ std::string metrics_table(const std::vector<Entry>& entries, const Json& results
   return out + "</table>\n";
 }
 
+// The page's head tables: model, date, wall time, task counts, the folded run configuration, and
+// the warning that lists incomplete work.
+std::string meta_html(const Json& results, const std::string& model, size_t n_groups, size_t n_tasks) {
+  std::string out;
+  out += "<table class=\"meta\">\n";
+  auto meta_row = [&](const std::string& key, const std::string& value) {
+    if (!value.empty()) out += "<tr><td>" + html_escape(key) + "</td><td>" + value + "</td></tr>\n";
+  };
+  meta_row("model", "<code>" + html_escape(model) + "</code>");
+  if (const auto it = results.find("date"); it != results.end()) meta_row("date", html_escape(date_text(*it)));
+  if (const auto it = results.find("total_evaluation_time_seconds"); it != results.end()) {
+    meta_row("wall time", html_escape(wall_time_text(*it)));
+  }
+  auto count = [](size_t n, const char* what) { return fmt::format("{} {}{}", n, what, n == 1 ? "" : "s"); };
+  meta_row("tasks", count(n_tasks, "task") + (n_groups == 0 ? "" : ", " + count(n_groups, "group")));
+  out += "</table>\n";
+  // The full run configuration is long; folded so that the scores stay near the top.
+  if (const auto it = results.find("config"); it != results.end() && it->is_object() && it->size() > 1) {
+    out += "<details><summary>run configuration</summary>\n<table class=\"meta\">\n";
+    for (const auto& [key, value] : it->items()) {
+      if (key != "model") meta_row(key, "<code>" + html_escape(scalar_text(value)) + "</code>");
+    }
+    out += "</table>\n</details>\n";
+  }
+
+  if (const auto it = results.find("incomplete"); it != results.end() && it->is_array() && !it->empty()) {
+    out += fmt::format(
+        "<section class=\"warn\" id=\"incomplete\">\n<h2>&#9888; Incomplete ({})</h2>\n<p>These were not scored; the "
+        "metrics below leave them out.</p>\n<ul>\n",
+        it->size());
+    for (const Json& item : *it) out += "<li>" + html_escape(scalar_text(item)) + "</li>\n";
+    out += "</ul>\n</section>\n";
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string html_escape(const std::string& text) {
@@ -308,35 +344,7 @@ std::string report_html(const nlohmann::ordered_json& results, const MetricCount
   out += "<title>gpueval: " + html_escape(model.empty() ? "results" : model) + "</title>\n";
   out += std::string("<style>") + html::kStyle + "</style>\n</head>\n<body>\n<h1>gpueval results</h1>\n";
 
-  out += "<table class=\"meta\">\n";
-  auto meta_row = [&](const std::string& key, const std::string& value) {
-    if (!value.empty()) out += "<tr><td>" + html_escape(key) + "</td><td>" + value + "</td></tr>\n";
-  };
-  meta_row("model", "<code>" + html_escape(model) + "</code>");
-  if (const auto it = results.find("date"); it != results.end()) meta_row("date", html_escape(date_text(*it)));
-  if (const auto it = results.find("total_evaluation_time_seconds"); it != results.end()) {
-    meta_row("wall time", html_escape(wall_time_text(*it)));
-  }
-  auto count = [](size_t n, const char* what) { return fmt::format("{} {}{}", n, what, n == 1 ? "" : "s"); };
-  meta_row("tasks", count(tasks.size(), "task") + (groups.empty() ? "" : ", " + count(groups.size(), "group")));
-  out += "</table>\n";
-  // The full run configuration is long; folded so that the scores stay near the top.
-  if (const auto it = results.find("config"); it != results.end() && it->is_object() && it->size() > 1) {
-    out += "<details><summary>run configuration</summary>\n<table class=\"meta\">\n";
-    for (const auto& [key, value] : it->items()) {
-      if (key != "model") meta_row(key, "<code>" + html_escape(scalar_text(value)) + "</code>");
-    }
-    out += "</table>\n</details>\n";
-  }
-
-  if (const auto it = results.find("incomplete"); it != results.end() && it->is_array() && !it->empty()) {
-    out += fmt::format(
-        "<section class=\"warn\" id=\"incomplete\">\n<h2>&#9888; Incomplete ({})</h2>\n<p>These were not scored; the "
-        "metrics below leave them out.</p>\n<ul>\n",
-        it->size());
-    for (const Json& item : *it) out += "<li>" + html_escape(scalar_text(item)) + "</li>\n";
-    out += "</ul>\n</section>\n";
-  }
+  out += meta_html(results, model, groups.size(), tasks.size());
 
   std::vector<const Entry*> chart_groups, chart_tasks;
   std::vector<std::string> uncharted;

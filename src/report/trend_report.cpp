@@ -121,17 +121,9 @@ struct Point {
   std::string tip;
 };
 
-std::string chart_svg(const std::vector<ScoredCheckpoint>& trend, const Column& col, bool regressed) {
-  std::vector<Point> points;
-  for (size_t i = 0; i < trend.size(); ++i) {
-    const ScoreRow* r = find_row(trend[i], col.key);
-    if (!r || !std::isfinite(r->value)) continue;
-    std::optional<double> se;
-    if (r->stderr_value && std::isfinite(*r->stderr_value)) se = *r->stderr_value;
-    points.push_back(Point{i, r->value, se, trend[i].checkpoint.name + ": " + value_with_stderr(*r)});
-  }
-  if (points.empty()) return "<p class=\"note\">No finite value to chart.</p>\n";
-
+// The y axis of a chart of `points` (not empty): from lo to hi in ticks of step, covering every
+// value +- stderr, kept inside [0, 1] when every value is.
+std::tuple<double, double, double> value_axis(const std::vector<Point>& points) {
   bool unit = true;
   double lo = INFINITY, hi = -INFINITY;
   for (const Point& p : points) {
@@ -156,6 +148,22 @@ std::string chart_svg(const std::vector<ScoredCheckpoint>& trend, const Column& 
     lo = std::max(lo, 0.0);
     hi = std::min(hi, 1.0);
   }
+  return {lo, hi, step};
+}
+
+std::string chart_svg(const std::vector<ScoredCheckpoint>& trend, const Column& col, bool regressed) {
+  std::vector<Point> points;
+  for (size_t i = 0; i < trend.size(); ++i) {
+    const ScoreRow* r = find_row(trend[i], col.key);
+    if (!r || !std::isfinite(r->value)) continue;
+    std::optional<double> se;
+    if (r->stderr_value && std::isfinite(*r->stderr_value)) se = *r->stderr_value;
+    points.push_back(Point{i, r->value, se, trend[i].checkpoint.name + ": " + value_with_stderr(*r)});
+  }
+  if (points.empty()) return "<p class=\"note\">No finite value to chart.</p>\n";
+
+  double lo, hi, step;
+  std::tie(lo, hi, step) = value_axis(points);
 
   size_t label_chars = 4;
   for (const ScoredCheckpoint& sc : trend) label_chars = std::max(label_chars, html::code_points(sc.checkpoint.name));
