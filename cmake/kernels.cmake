@@ -2,7 +2,7 @@
 # exists. Two independent parts:
 #  - a compile check that needs only nvcc (no CUDA LibTorch): target kernels_check and the CTest test
 #    KernelsCompile.Sm90, which compile every kernels/*.cu for sm_90 into build/kernels_check/;
-#  - GPUEVAL_WITH_CUDA_KERNELS (cache BOOL, OFF unless the CUDA LibTorch detection turns it on): builds
+#  - GPUEVAL_WITH_CUDA_KERNELS (the option in gpu_options.cmake, ON when the LibTorch has CUDA): builds
 #    kernels/*.cu into the static library gpueval_kernels, links it into gpueval_core and defines
 #    GPUEVAL_WITH_CUDA_KERNELS=1, which makes src/model/kernels.cpp dispatch CUDA tensors to it.
 
@@ -26,11 +26,6 @@ else()
   endif()
 endif()
 
-# Not option(): a normal variable set by the CUDA LibTorch detection before this file is included
-# wins over the cache default.
-if(NOT DEFINED GPUEVAL_WITH_CUDA_KERNELS)
-  set(GPUEVAL_WITH_CUDA_KERNELS OFF CACHE BOOL "Build kernels/*.cu into gpueval_core (needs a CUDA LibTorch)")
-endif()
 if(GPUEVAL_WITH_CUDA_KERNELS)
   # Torch's cuda.cmake sets CMAKE_CUDA_ARCHITECTURES to OFF: treat that like unset.
   if(NOT CMAKE_CUDA_ARCHITECTURES)

@@ -1,6 +1,7 @@
 // LlamaModel against the independent reference forward in tiny_model.cpp, and
 // the invariances scoring relies on: padding, batching and the KV cache must
-// not change a sequence's numbers.
+// not change a sequence's numbers. Every model test runs on each device the
+// build has (DeviceTest): on CPU always, on CUDA where there is a GPU.
 #include <c10/core/InferenceMode.h>
 
 #include "gpueval/error.h"
@@ -15,13 +16,15 @@ namespace {
 
 using testing::TinyModelSpec;
 
+using testing::DeviceTest;
+
 at::Tensor model_logits(const LlamaModelImpl& model, const std::vector<int64_t>& ids) {
   c10::InferenceMode guard;
   const int64_t t = static_cast<int64_t>(ids.size());
   const at::Device dev = model.options().device;
   at::Tensor hidden = model.forward(at::tensor(ids, at::kLong).view({1, t}).to(dev),
                                     at::arange(t, at::kLong).view({1, t}).to(dev), at::ones({1, t}, at::kBool).to(dev));
-  return model.logits(hidden)[0].to(at::kDouble);  // [T, V]
+  return model.logits(hidden)[0].to(at::kCPU, at::kDouble);  // [T, V]
 }
 
 std::vector<int64_t> random_ids(int64_t n, int64_t vocab, uint64_t seed) {
@@ -30,32 +33,36 @@ std::vector<int64_t> random_ids(int64_t n, int64_t vocab, uint64_t seed) {
   return std::vector<int64_t>(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + n);
 }
 
-class TinyModelVariants : public ::testing::TestWithParam<TinyModelSpec> {};
+class TinyModel : public DeviceTest {
+ protected:
+  LoadOptions options(at::ScalarType dtype = at::kFloat) const { return LoadOptions{device(), dtype}; }
+};
 
-TEST_P(TinyModelVariants, Fp32MatchesIndependentReference) {
-  const TinyModelSpec spec = GetParam();
-  ModelConfig config = testing::tiny_config(spec);
-  auto weights = testing::tiny_weights(config, spec.seed);
-  testing::TempDir dir;
-  testing::write_tiny_model(dir.path(), config, weights);
-  LlamaModel model = load_model(dir.path());
-  // Long enough to reach every llama3 frequency band's behaviour.
-  std::vector<int64_t> ids = random_ids(40, config.vocab_size, 7);
-  at::Tensor ref = testing::reference_logits(config, weights, ids);
-  at::Tensor got = model_logits(*model, ids);
-  EXPECT_LE((got - ref).abs().max().item<double>(), 1e-4) << "max |logit| " << ref.abs().max().item<double>();
+TEST_P(TinyModel, Fp32MatchesIndependentReference) {
+  const std::vector<TinyModelSpec> variants = {
+      TinyModelSpec{/*tied=*/false, /*qkv_bias=*/true, /*llama3_rope=*/true},
+      TinyModelSpec{/*tied=*/true, /*qkv_bias=*/false, /*llama3_rope=*/false},
+      TinyModelSpec{/*tied=*/false, /*qkv_bias=*/false, /*llama3_rope=*/true, 96, 32, 48, 2, /*heads=*/4,
+                    /*kv_heads=*/4},
+      TinyModelSpec{/*tied=*/true, /*qkv_bias=*/true, /*llama3_rope=*/false, 96, 32, 48, 1, /*heads=*/4,
+                    /*kv_heads=*/1}};
+  for (size_t v = 0; v < variants.size(); ++v) {
+    SCOPED_TRACE("variant " + std::to_string(v));
+    const TinyModelSpec& spec = variants[v];
+    ModelConfig config = testing::tiny_config(spec);
+    auto weights = testing::tiny_weights(config, spec.seed);
+    testing::TempDir dir;
+    testing::write_tiny_model(dir.path(), config, weights);
+    LlamaModel model = load_model(dir.path(), options());
+    // Long enough to reach every llama3 frequency band's behaviour.
+    std::vector<int64_t> ids = random_ids(40, config.vocab_size, 7);
+    at::Tensor ref = testing::reference_logits(config, weights, ids);
+    at::Tensor got = model_logits(*model, ids);
+    EXPECT_LE((got - ref).abs().max().item<double>(), 1e-4) << "max |logit| " << ref.abs().max().item<double>();
+  }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Variants, TinyModelVariants,
-    ::testing::Values(TinyModelSpec{/*tied=*/false, /*qkv_bias=*/true, /*llama3_rope=*/true},
-                      TinyModelSpec{/*tied=*/true, /*qkv_bias=*/false, /*llama3_rope=*/false},
-                      TinyModelSpec{/*tied=*/false, /*qkv_bias=*/false, /*llama3_rope=*/true, 96, 32, 48, 2,
-                                    /*heads=*/4, /*kv_heads=*/4},
-                      TinyModelSpec{/*tied=*/true, /*qkv_bias=*/true, /*llama3_rope=*/false, 96, 32, 48, 1,
-                                    /*heads=*/4, /*kv_heads=*/1}));
-
-TEST(TinyModel, LlamaThreeScalingChangesTheOutput) {
+TEST_P(TinyModel, LlamaThreeScalingChangesTheOutput) {
   // Guards against the scaling being silently ignored: the same weights with
   // and without rope_scaling must disagree.
   TinyModelSpec spec;
@@ -64,12 +71,12 @@ TEST(TinyModel, LlamaThreeScalingChangesTheOutput) {
   plain.rope_scaling = RopeScaling{};
   auto weights = testing::tiny_weights(scaled, spec.seed);
   std::vector<int64_t> ids = random_ids(40, scaled.vocab_size, 8);
-  at::Tensor a = model_logits(*build_model(scaled, weights), ids);
-  at::Tensor b = model_logits(*build_model(plain, weights), ids);
+  at::Tensor a = model_logits(*build_model(scaled, weights, options()), ids);
+  at::Tensor b = model_logits(*build_model(plain, weights, options()), ids);
   EXPECT_GT((a - b).abs().max().item<double>(), 1e-3);
 }
 
-TEST(TinyModel, Bf16StaysCloseToReference) {
+TEST_P(TinyModel, Bf16StaysCloseToReference) {
   TinyModelSpec spec;
   ModelConfig config = testing::tiny_config(spec);
   auto weights = testing::tiny_weights(config, spec.seed);
@@ -77,8 +84,11 @@ TEST(TinyModel, Bf16StaysCloseToReference) {
   std::map<std::string, at::Tensor> bf16;
   for (auto& [name, t] : weights) bf16[name] = t.to(at::kBFloat16);
   testing::write_tiny_model(dir.path(), config, bf16);
-  LlamaModel model = load_model(dir.path(), LoadOptions{at::kCPU, at::kBFloat16});
-  for (const auto& p : model->named_parameters()) EXPECT_EQ(p.value().scalar_type(), at::kBFloat16) << p.key();
+  LlamaModel model = load_model(dir.path(), options(at::kBFloat16));
+  for (const auto& p : model->named_parameters()) {
+    EXPECT_EQ(p.value().scalar_type(), at::kBFloat16) << p.key();
+    EXPECT_EQ(p.value().device(), device()) << p.key();
+  }
   std::vector<int64_t> ids = random_ids(24, config.vocab_size, 9);
   // The reference runs in float64 on the bf16-rounded weights, so only activation rounding differs.
   std::map<std::string, at::Tensor> rounded;
@@ -91,31 +101,40 @@ TEST(TinyModel, Bf16StaysCloseToReference) {
   EXPECT_GE(agree, 0.9);
 }
 
-TEST(TinyModel, ParametersHaveHuggingFaceNames) {
+TEST_P(TinyModel, ParametersHaveHuggingFaceNames) {
   TinyModelSpec spec;
   ModelConfig config = testing::tiny_config(spec);
   auto weights = testing::tiny_weights(config, spec.seed);
-  LlamaModel model = build_model(config, weights);
+  LlamaModel model = build_model(config, weights, options());
   std::set<std::string> names;
   for (const auto& p : model->named_parameters()) names.insert(p.key());
   std::set<std::string> expected;
   for (const auto& [name, t] : weights) expected.insert(name);
   EXPECT_EQ(names, expected);
+  // Spelled out once here, apart from the weight table, so a wrong table cannot agree with itself.
+  EXPECT_TRUE(names.count("model.layers.1.self_attn.q_proj.bias"));
+  EXPECT_TRUE(names.count("model.layers.0.mlp.down_proj.weight"));
+  EXPECT_TRUE(names.count("lm_head.weight"));
 }
 
-struct BatchFixture : ::testing::Test {
+GPUEVAL_INSTANTIATE_DEVICE_TESTS(TinyModel);
+
+class ModelBatch : public DeviceTest {
+ protected:
   void SetUp() override {
+    DeviceTest::SetUp();
+    if (IsSkipped()) return;
     TinyModelSpec spec;
     config = testing::tiny_config(spec);
     weights = testing::tiny_weights(config, spec.seed);
-    model = build_model(config, weights);
+    model = build_model(config, weights, LoadOptions{device(), at::kFloat});
   }
   ModelConfig config;
   std::map<std::string, at::Tensor> weights;
   LlamaModel model{nullptr};
 };
 
-TEST_F(BatchFixture, PaddedBatchEqualsEachSequenceAlone) {
+TEST_P(ModelBatch, PaddedBatchEqualsEachSequenceAlone) {
   std::vector<ScoreRequest> requests;
   for (int i = 0; i < 5; ++i) {
     std::vector<int64_t> ids = random_ids(3 + 9 * i, config.vocab_size, 100 + i);
@@ -134,7 +153,7 @@ TEST_F(BatchFixture, PaddedBatchEqualsEachSequenceAlone) {
   }
 }
 
-TEST_F(BatchFixture, StepwiseKvCacheEqualsOneForward) {
+TEST_P(ModelBatch, StepwiseKvCacheEqualsOneForward) {
   std::vector<int64_t> ids = random_ids(30, config.vocab_size, 11);
   ScoreRequest r{std::vector<int32_t>(ids.begin(), ids.end()), 4};
   ScoreResult batched = score_batch(*model, {r})[0];
@@ -147,7 +166,7 @@ TEST_F(BatchFixture, StepwiseKvCacheEqualsOneForward) {
     EXPECT_NEAR(batched.logprobs[j], ref[3 + j][ids[4 + j]].item<double>(), 1e-4);
 }
 
-TEST_F(BatchFixture, LeftPaddedGenerationEqualsEachPromptAlone) {
+TEST_P(ModelBatch, LeftPaddedGenerationEqualsEachPromptAlone) {
   std::vector<std::vector<int32_t>> prompts;
   for (int i = 0; i < 4; ++i) {
     auto ids = random_ids(2 + 5 * i, config.vocab_size, 200 + i);
@@ -164,7 +183,7 @@ TEST_F(BatchFixture, LeftPaddedGenerationEqualsEachPromptAlone) {
   }
 }
 
-TEST_F(BatchFixture, GreedyGenerationFollowsReferenceArgmax) {
+TEST_P(ModelBatch, GreedyGenerationFollowsReferenceArgmax) {
   auto ids = random_ids(6, config.vocab_size, 300);
   SamplingOptions o;
   o.max_new_tokens = 8;
@@ -178,7 +197,7 @@ TEST_F(BatchFixture, GreedyGenerationFollowsReferenceArgmax) {
   }
 }
 
-TEST_F(BatchFixture, SamplingDependsOnSeedNotOnBatchMates) {
+TEST_P(ModelBatch, SamplingDependsOnSeedNotOnBatchMates) {
   auto a = random_ids(5, config.vocab_size, 400), b = random_ids(9, config.vocab_size, 401);
   std::vector<int32_t> pa(a.begin(), a.end()), pb(b.begin(), b.end());
   SamplingOptions o;
@@ -193,6 +212,8 @@ TEST_F(BatchFixture, SamplingDependsOnSeedNotOnBatchMates) {
   auto other_seed = generate(*model, {pa}, o);
   EXPECT_NE(other_seed[0].tokens, alone[0].tokens);
 }
+
+GPUEVAL_INSTANTIATE_DEVICE_TESTS(ModelBatch);
 
 TEST(RollingWindows, PredictEveryTokenOnceWithMaximalContext) {
   std::vector<int32_t> tokens(10);

@@ -6,6 +6,7 @@
 
 #include "common/file_io.h"
 #include "model/safetensors.h"
+#include "model/weight_names.h"
 
 namespace gpueval::testing {
 
@@ -39,30 +40,21 @@ ModelConfig tiny_config(const TinyModelSpec& s) {
 }
 
 std::map<std::string, at::Tensor> tiny_weights(const ModelConfig& c, uint64_t seed) {
+  using W = LlamaWeight;
   at::manual_seed(seed);
   std::map<std::string, at::Tensor> w;
-  auto normal = [](std::vector<int64_t> shape, double std) { return at::randn(shape, at::kFloat) * std; };
-  const int64_t d = c.hidden_size, q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
-  w["model.embed_tokens.weight"] = normal({c.vocab_size, d}, 1.0);
+  auto normal = [&](W kind, double std) { return at::randn(weight_shape(c, kind), at::kFloat) * std; };
+  // Drawn in this order (not the table's), which fixes the values every test was written against.
+  w[weight_name(W::kEmbedTokens)] = normal(W::kEmbedTokens, 1.0);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    w[p + "input_layernorm.weight"] = 1.0 + normal({d}, 0.1);
-    w[p + "post_attention_layernorm.weight"] = 1.0 + normal({d}, 0.1);
-    w[p + "self_attn.q_proj.weight"] = normal({q, d}, 0.3);
-    w[p + "self_attn.k_proj.weight"] = normal({kv, d}, 0.3);
-    w[p + "self_attn.v_proj.weight"] = normal({kv, d}, 0.3);
-    w[p + "self_attn.o_proj.weight"] = normal({d, q}, 0.3);
-    if (c.attention_bias) {
-      w[p + "self_attn.q_proj.bias"] = normal({q}, 0.3);
-      w[p + "self_attn.k_proj.bias"] = normal({kv}, 0.3);
-      w[p + "self_attn.v_proj.bias"] = normal({kv}, 0.3);
-    }
-    w[p + "mlp.gate_proj.weight"] = normal({c.intermediate_size, d}, 0.3);
-    w[p + "mlp.up_proj.weight"] = normal({c.intermediate_size, d}, 0.3);
-    w[p + "mlp.down_proj.weight"] = normal({d, c.intermediate_size}, 0.3);
+    for (W kind : {W::kInputLayernorm, W::kPostAttentionLayernorm}) w[weight_name(kind, l)] = 1.0 + normal(kind, 0.1);
+    for (W kind : {W::kQProj, W::kKProj, W::kVProj, W::kOProj}) w[weight_name(kind, l)] = normal(kind, 0.3);
+    for (W kind : {W::kQProj, W::kKProj, W::kVProj})
+      if (has_bias(c, kind)) w[bias_name(weight_name(kind, l))] = at::randn({weight_shape(c, kind)[0]}, at::kFloat) * 0.3;
+    for (W kind : {W::kGateProj, W::kUpProj, W::kDownProj}) w[weight_name(kind, l)] = normal(kind, 0.3);
   }
-  w["model.norm.weight"] = 1.0 + normal({d}, 0.1);
-  if (!c.tie_word_embeddings) w["lm_head.weight"] = normal({c.vocab_size, d}, 0.3);
+  w[weight_name(W::kNorm)] = 1.0 + normal(W::kNorm, 0.1);
+  if (!c.tie_word_embeddings) w[weight_name(W::kLmHead)] = normal(W::kLmHead, 0.3);
   return w;
 }
 
@@ -94,56 +86,60 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
   return w * x / at::sqrt(x.pow(2).mean(-1, true) + eps);
 }
 
-// x: [T, hd] one head; rotates (x[i], x[i + hd/2]) by position * inv_freq(i).
-at::Tensor rotate(const ModelConfig& c, const at::Tensor& x) {
+}  // namespace
+
+at::Tensor reference_rotary(const ModelConfig& c, const at::Tensor& x, const std::vector<int64_t>& positions) {
   const int64_t t = x.size(0), half = c.head_dim / 2;
-  at::Tensor out = x.clone();
-  for (int64_t pos = 0; pos < t; ++pos)
+  at::Tensor in = x.to(at::kDouble).contiguous();
+  at::Tensor out = in.clone();
+  const double* src = in.data_ptr<double>();
+  double* dst = out.data_ptr<double>();
+  for (int64_t row = 0; row < t; ++row) {
+    const double pos = static_cast<double>(positions.empty() ? row : positions.at(static_cast<size_t>(row)));
     for (int64_t i = 0; i < half; ++i) {
       const double a = pos * inv_freq(c, i);
-      const double x1 = x[pos][i].item<double>(), x2 = x[pos][i + half].item<double>();
-      out[pos][i] = x1 * std::cos(a) - x2 * std::sin(a);
-      out[pos][i + half] = x2 * std::cos(a) + x1 * std::sin(a);
+      const double x1 = src[row * c.head_dim + i], x2 = src[row * c.head_dim + i + half];
+      dst[row * c.head_dim + i] = x1 * std::cos(a) - x2 * std::sin(a);
+      dst[row * c.head_dim + i + half] = x2 * std::cos(a) + x1 * std::sin(a);
     }
+  }
   return out;
 }
 
-}  // namespace
-
 at::Tensor reference_logits(const ModelConfig& c, const std::map<std::string, at::Tensor>& weights,
                             const std::vector<int64_t>& ids) {
-  auto w = [&](const std::string& name) { return weights.at(name).to(at::kDouble); };
-  auto has = [&](const std::string& name) { return weights.count(name) > 0; };
+  using W = LlamaWeight;
+  auto w = [&](W kind, int64_t layer = 0) { return weights.at(weight_name(kind, layer)).to(at::kDouble); };
   const int64_t t = static_cast<int64_t>(ids.size()), hd = c.head_dim;
-  at::Tensor x = w("model.embed_tokens.weight").index_select(0, at::tensor(ids, at::kLong));  // [T, D]
+  at::Tensor x = w(W::kEmbedTokens).index_select(0, at::tensor(ids, at::kLong));  // [T, D]
   at::Tensor causal = at::ones({t, t}, at::kBool).tril();
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    at::Tensor h = rms_norm(x, w(p + "input_layernorm.weight"), c.rms_norm_eps);
-    auto proj = [&](const std::string& name) {
-      at::Tensor y = at::matmul(h, w(p + name + ".weight").t());
-      if (has(p + name + ".bias")) y = y + w(p + name + ".bias");
+    at::Tensor h = rms_norm(x, w(W::kInputLayernorm, l), c.rms_norm_eps);
+    auto proj = [&](W kind) {
+      at::Tensor y = at::matmul(h, w(kind, l).t());
+      const std::string bias = bias_name(weight_name(kind, l));
+      if (weights.count(bias)) y = y + weights.at(bias).to(at::kDouble);
       return y;
     };
-    at::Tensor q = proj("self_attn.q_proj"), k = proj("self_attn.k_proj"), v = proj("self_attn.v_proj");
+    at::Tensor q = proj(W::kQProj), k = proj(W::kKProj), v = proj(W::kVProj);  // [T, H*hd], [T, KV*hd] x2
     std::vector<at::Tensor> heads;
     for (int64_t head = 0; head < c.num_attention_heads; ++head) {
       const int64_t kv_head = head / (c.num_attention_heads / c.num_key_value_heads);
-      at::Tensor qh = rotate(c, q.narrow(1, head * hd, hd));
-      at::Tensor kh = rotate(c, k.narrow(1, kv_head * hd, hd));
+      at::Tensor qh = reference_rotary(c, q.narrow(1, head * hd, hd));
+      at::Tensor kh = reference_rotary(c, k.narrow(1, kv_head * hd, hd));
       at::Tensor vh = v.narrow(1, kv_head * hd, hd);
       at::Tensor scores = at::matmul(qh, kh.t()) / std::sqrt(static_cast<double>(hd));
       scores = scores.masked_fill(causal.logical_not(), -INFINITY);
       heads.push_back(at::matmul(at::softmax(scores, -1), vh));
     }
-    x = x + at::matmul(at::cat(heads, 1), w(p + "self_attn.o_proj.weight").t());
-    at::Tensor m = rms_norm(x, w(p + "post_attention_layernorm.weight"), c.rms_norm_eps);
-    at::Tensor gate = at::matmul(m, w(p + "mlp.gate_proj.weight").t());
-    at::Tensor up = at::matmul(m, w(p + "mlp.up_proj.weight").t());
-    x = x + at::matmul(gate * at::sigmoid(gate) * up, w(p + "mlp.down_proj.weight").t());
+    x = x + at::matmul(at::cat(heads, 1), w(W::kOProj, l).t());
+    at::Tensor m = rms_norm(x, w(W::kPostAttentionLayernorm, l), c.rms_norm_eps);
+    at::Tensor gate = at::matmul(m, w(W::kGateProj, l).t());
+    at::Tensor up = at::matmul(m, w(W::kUpProj, l).t());
+    x = x + at::matmul(gate * at::sigmoid(gate) * up, w(W::kDownProj, l).t());
   }
-  x = rms_norm(x, w("model.norm.weight"), c.rms_norm_eps);
-  at::Tensor head = c.tie_word_embeddings ? w("model.embed_tokens.weight") : w("lm_head.weight");
+  x = rms_norm(x, w(W::kNorm), c.rms_norm_eps);
+  at::Tensor head = c.tie_word_embeddings ? w(W::kEmbedTokens) : w(W::kLmHead);
   return at::matmul(x, head.t());
 }
 

@@ -35,10 +35,11 @@ namespace gpueval {
 // the model's device and dtype.
 using WeightSource = std::function<at::Tensor(const std::string& name, const std::vector<int64_t>& shape)>;
 
-// y = x W^T (+ b); weight [out, in], bias [out] or undefined.
+// y = x W^T (+ b); weight [out, in], bias [out] or undefined. `weight` is the tensor's checkpoint
+// name ("model.layers.0.self_attn.q_proj.weight"); the bias is the same name ending in ".bias".
 class ProjectionImpl : public torch::nn::Module {
  public:
-  ProjectionImpl(const WeightSource& source, const std::string& prefix, int64_t in, int64_t out, bool bias);
+  ProjectionImpl(const WeightSource& source, const std::string& weight, int64_t in, int64_t out, bool bias);
   at::Tensor forward(const at::Tensor& x) const;  // [..., in] -> [..., out]
 
  private:
@@ -84,7 +85,7 @@ struct PrefixKV {
 
 class AttentionImpl : public torch::nn::Module {
  public:
-  AttentionImpl(const ModelConfig& config, const WeightSource& source, const std::string& prefix);
+  AttentionImpl(const ModelConfig& config, const WeightSource& source, int64_t layer);
   // x: [B, T, D]; returns [B, T, D]. Keys are, in order, the prefix's P (prefix may be null or empty;
   // [1, KV, P, hd] each, shared by all rows), the cache's earlier ones and this step's: S in all.
   // mask: [B, 1, 1, T, S] float32 additive.
@@ -103,7 +104,7 @@ TORCH_MODULE(Attention);
 
 class MlpImpl : public torch::nn::Module {
  public:
-  MlpImpl(const ModelConfig& config, const WeightSource& source, const std::string& prefix);
+  MlpImpl(const ModelConfig& config, const WeightSource& source, int64_t layer);
   at::Tensor forward(const at::Tensor& x) const;  // [B, T, D] -> [B, T, D]
 
  private:

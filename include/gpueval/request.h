@@ -42,8 +42,6 @@ struct RequestResult {
 };
 
 nlohmann::json to_json(const Request& r);
-Request request_from_json(const nlohmann::json& j);  // throws Error on a malformed object
 nlohmann::json to_json(const RequestResult& r);
-RequestResult result_from_json(const nlohmann::json& j);  // throws Error on a malformed object
 
 }  // namespace gpueval

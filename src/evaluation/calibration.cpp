@@ -22,6 +22,7 @@
 #include "gpueval/model.h"
 #include "model/dtype.h"
 #include "model/model_fingerprint.h"
+#include "report/chart.h"
 #include "report/report_html.h"
 #include "run/device_memory.h"
 #include "run/frame_channel.h"
@@ -233,90 +234,89 @@ std::string calibration_table(const std::vector<DeviceBudget>& budgets) {
   return out;
 }
 
-std::string calibration_svg(const std::vector<DeviceBudget>& budgets) {
-  constexpr double kWidth = 720, kPanel = 280, kLeft = 80, kRight = 80, kTop = 40, kBottom = 50;
-  const double height = kPanel * static_cast<double>(std::max<size_t>(budgets.size(), 1));
-  std::string out = fmt::format(
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0:.0f}\" height=\"{1:.0f}\" viewBox=\"0 0 {0:.0f} {1:.0f}\" "
-      "role=\"img\" aria-label=\"batch budget calibration\">\n"
-      "<style>text{{font-family:ui-monospace,'DejaVu Sans Mono',Menlo,monospace;font-size:11px;fill:#1d2433}}"
-      ".grid{{stroke:#e3e6ec}}.tps{{stroke:#4c78a8;fill:none;stroke-width:2}}.mem{{stroke:#e8871e;fill:none;"
-      "stroke-width:2;stroke-dasharray:5 3}}.limit{{stroke:#c0392b;stroke-dasharray:2 3}}.nofit{{fill:#c0392b}}"
-      ".pt{{fill:#4c78a8}}.mpt{{fill:#e8871e}}.chosen{{fill:none;stroke:#1d2433;stroke-width:2}}</style>\n",
-      kWidth, height);
-  for (size_t d = 0; d < budgets.size(); ++d) {
-    const DeviceBudget& b = budgets[d];
-    const double y0 = kPanel * static_cast<double>(d);
-    const double plot_w = kWidth - kLeft - kRight, plot_h = kPanel - kTop - kBottom;
-    double lo = 1e300, hi = 0, max_tps = 0, max_mem = static_cast<double>(b.probe.memory_limit_bytes);
-    for (const ProbePoint& p : b.probe.points) {
-      lo = std::min(lo, std::log2(static_cast<double>(p.batch_tokens)));
-      hi = std::max(hi, std::log2(static_cast<double>(p.batch_tokens)));
-      max_tps = std::max(max_tps, p.tokens_per_second);
-      max_mem = std::max(max_mem, static_cast<double>(p.peak_bytes));
-    }
-    out += fmt::format("<text x=\"{:.0f}\" y=\"{:.0f}\" font-weight=\"bold\">{} ({}, {}): {} tokens</text>\n", kLeft,
-                       y0 + 20, html_escape(b.device), html_escape(b.dtype), html_escape(b.source), b.batch_tokens);
-    if (b.probe.points.empty()) continue;
-    if (hi <= lo) hi = lo + 1;
-    if (max_tps <= 0) max_tps = 1;
-    if (max_mem <= 0) max_mem = 1;
-    auto x_of = [&](int64_t t) { return kLeft + plot_w * (std::log2(static_cast<double>(t)) - lo) / (hi - lo); };
-    auto y_tps = [&](double v) { return y0 + kTop + plot_h * (1 - v / (max_tps * 1.1)); };
-    auto y_mem = [&](double v) { return y0 + kTop + plot_h * (1 - v / (max_mem * 1.1)); };
-    // Axes: x ticks at each point, left tok/s, right MiB.
-    for (const ProbePoint& p : b.probe.points) {
-      const double x = x_of(p.batch_tokens);
-      out += fmt::format("<line class=\"grid\" x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\"/>"
-                         "<text x=\"{0:.1f}\" y=\"{3:.1f}\" text-anchor=\"middle\">{4}</text>\n",
-                         x, y0 + kTop, y0 + kTop + plot_h, y0 + kTop + plot_h + 15, p.batch_tokens);
-    }
-    for (int i = 0; i <= 4; ++i) {
-      const double f = i / 4.0;
-      const double y = y0 + kTop + plot_h * (1 - f);
-      out += fmt::format("<line class=\"grid\" x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\"/>"
-                         "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\">{:.0f}</text>"
-                         "<text x=\"{:.1f}\" y=\"{:.1f}\">{:.0f}</text>\n",
-                         kLeft, y, kLeft + plot_w, y, kLeft - 6, y + 4, f * max_tps * 1.1, kLeft + plot_w + 6, y + 4,
-                         f * max_mem * 1.1 / (1 << 20));
-    }
-    out += fmt::format("<text x=\"{:.0f}\" y=\"{:.0f}\" fill=\"#4c78a8\">tok/s</text>"
-                       "<text x=\"{:.0f}\" y=\"{:.0f}\" text-anchor=\"end\">peak MiB (dashed)</text>"
-                       "<text x=\"{:.0f}\" y=\"{:.0f}\" text-anchor=\"middle\">batch tokens (rows x length)</text>\n",
-                       10.0, y0 + kTop - 8, kWidth - 6, y0 + kTop - 8, kLeft + plot_w / 2, y0 + kPanel - 12);
-    if (b.probe.memory_limit_bytes > 0) {
-      const double y = y_mem(0.9 * static_cast<double>(b.probe.memory_limit_bytes));
-      out += fmt::format("<line class=\"limit\" x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\">"
-                         "<title>90% of the memory limit</title></line>\n",
-                         kLeft, y, kLeft + plot_w, y);
-    }
-    std::string tps_line, mem_line;
-    for (const ProbePoint& p : b.probe.points) {
-      const double x = x_of(p.batch_tokens);
-      if (p.tokens_per_second > 0) tps_line += fmt::format("{:.1f},{:.1f} ", x, y_tps(p.tokens_per_second));
-      mem_line += fmt::format("{:.1f},{:.1f} ", x, y_mem(static_cast<double>(p.peak_bytes)));
-    }
-    out += fmt::format("<polyline class=\"tps\" points=\"{}\"/>\n<polyline class=\"mem\" points=\"{}\"/>\n", tps_line,
-                       mem_line);
-    for (const ProbePoint& p : b.probe.points) {
-      const double x = x_of(p.batch_tokens);
-      const std::string title =
-          html_escape(fmt::format("{} tokens, {} rows: {:.0f} tok/s, peak {:.1f} MiB{}{}", p.batch_tokens, p.rows,
-                                  p.tokens_per_second, mib(p.peak_bytes), p.fits ? "" : ", does not fit",
-                                  p.note.empty() ? "" : " (" + p.note + ")"));
-      if (p.tokens_per_second > 0)
-        out += fmt::format("<circle class=\"{}\" cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"4\"><title>{}</title></circle>\n",
-                           p.fits ? "pt" : "nofit", x, y_tps(p.tokens_per_second), title);
-      out += fmt::format("<rect class=\"{}\" x=\"{:.1f}\" y=\"{:.1f}\" width=\"7\" height=\"7\"><title>{}</title></rect>\n",
-                         p.fits ? "mpt" : "nofit", x - 3.5, y_mem(static_cast<double>(p.peak_bytes)) - 3.5, title);
-      if (p.fits && p.batch_tokens == b.batch_tokens)
-        out += fmt::format("<circle class=\"chosen\" data-chosen=\"{}\" cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"9\">"
-                           "<title>chosen: {}</title></circle>\n",
-                           p.batch_tokens, x, y_tps(p.tokens_per_second), title);
-    }
+namespace {
+
+constexpr double kSvgWidth = 720, kSvgPanel = 280, kSvgLeft = 80, kSvgRight = 80, kSvgTop = 40, kSvgBottom = 50;
+
+// One device's panel of calibration.svg, `y0` pixels down: tok/s (left axis, solid) and peak
+// memory (right axis, dashed) against the batch budget on a log2 axis, the chosen point ringed.
+void calibration_panel(chart::Svg& svg, const DeviceBudget& b, double y0) {
+  const double plot_w = kSvgWidth - kSvgLeft - kSvgRight, plot_h = kSvgPanel - kSvgTop - kSvgBottom;
+  double lo = 1e300, hi = 0, max_tps = 0, max_mem = static_cast<double>(b.probe.memory_limit_bytes);
+  for (const ProbePoint& p : b.probe.points) {
+    lo = std::min(lo, std::log2(static_cast<double>(p.batch_tokens)));
+    hi = std::max(hi, std::log2(static_cast<double>(p.batch_tokens)));
+    max_tps = std::max(max_tps, p.tokens_per_second);
+    max_mem = std::max(max_mem, static_cast<double>(p.peak_bytes));
   }
-  out += "</svg>\n";
-  return out;
+  svg.text("", kSvgLeft, y0 + 20, " font-weight=\"bold\"",
+           fmt::format("{} ({}, {}): {} tokens", b.device, b.dtype, b.source, b.batch_tokens))
+      .raw("\n");
+  if (b.probe.points.empty()) return;
+  if (hi <= lo) hi = lo + 1;
+  if (max_tps <= 0) max_tps = 1;
+  if (max_mem <= 0) max_mem = 1;
+  const double top = y0 + kSvgTop, bottom = top + plot_h;
+  const chart::Scale x_scale{lo, hi, kSvgLeft, kSvgLeft + plot_w};
+  auto x_of = [&](int64_t t) { return x_scale(std::log2(static_cast<double>(t))); };
+  const chart::Scale y_tps{0, max_tps * 1.1, bottom, top}, y_mem{0, max_mem * 1.1, bottom, top};
+  // Axes: x ticks at each point, left tok/s, right MiB.
+  for (const ProbePoint& p : b.probe.points) {
+    const double x = x_of(p.batch_tokens);
+    svg.line("grid", x, top, x, bottom)
+        .text("", x, bottom + 15, " text-anchor=\"middle\"", std::to_string(p.batch_tokens))
+        .raw("\n");
+  }
+  for (int i = 0; i <= 4; ++i) {
+    const double f = i / 4.0;
+    const double y = y_tps(f * max_tps * 1.1);
+    svg.line("grid", kSvgLeft, y, kSvgLeft + plot_w, y)
+        .text("", kSvgLeft - 6, y + 4, " text-anchor=\"end\"", fmt::format("{:.0f}", f * max_tps * 1.1))
+        .text("", kSvgLeft + plot_w + 6, y + 4, "", fmt::format("{:.0f}", f * max_mem * 1.1 / (1 << 20)))
+        .raw("\n");
+  }
+  svg.text("", 10.0, top - 8, " fill=\"#4c78a8\"", "tok/s")
+      .text("", kSvgWidth - 6, top - 8, " text-anchor=\"end\"", "peak MiB (dashed)")
+      .text("", kSvgLeft + plot_w / 2, y0 + kSvgPanel - 12, " text-anchor=\"middle\"", "batch tokens (rows x length)")
+      .raw("\n");
+  if (b.probe.memory_limit_bytes > 0) {
+    const double y = y_mem(0.9 * static_cast<double>(b.probe.memory_limit_bytes));
+    svg.line("limit", kSvgLeft, y, kSvgLeft + plot_w, y, "90% of the memory limit").raw("\n");
+  }
+  std::vector<chart::Point> tps_line, mem_line;
+  for (const ProbePoint& p : b.probe.points) {
+    const double x = x_of(p.batch_tokens);
+    if (p.tokens_per_second > 0) tps_line.emplace_back(x, y_tps(p.tokens_per_second));
+    mem_line.emplace_back(x, y_mem(static_cast<double>(p.peak_bytes)));
+  }
+  svg.polyline("tps", tps_line).raw("\n").polyline("mem", mem_line).raw("\n");
+  for (const ProbePoint& p : b.probe.points) {
+    const double x = x_of(p.batch_tokens);
+    const std::string title =
+        fmt::format("{} tokens, {} rows: {:.0f} tok/s, peak {:.1f} MiB{}{}", p.batch_tokens, p.rows,
+                    p.tokens_per_second, mib(p.peak_bytes), p.fits ? "" : ", does not fit",
+                    p.note.empty() ? "" : " (" + p.note + ")");
+    if (p.tokens_per_second > 0) svg.circle(p.fits ? "pt" : "nofit", x, y_tps(p.tokens_per_second), 4, "", title).raw("\n");
+    svg.rect(p.fits ? "mpt" : "nofit", x - 3.5, y_mem(static_cast<double>(p.peak_bytes)) - 3.5, 7, 7, "", title)
+        .raw("\n");
+    if (p.fits && p.batch_tokens == b.batch_tokens)
+      svg.circle("chosen", x, y_tps(p.tokens_per_second), 9, chart::Svg::attr("data-chosen", std::to_string(p.batch_tokens)),
+                 "chosen: " + title)
+          .raw("\n");
+  }
+}
+
+}  // namespace
+
+std::string calibration_svg(const std::vector<DeviceBudget>& budgets) {
+  const double height = kSvgPanel * static_cast<double>(std::max<size_t>(budgets.size(), 1));
+  chart::Svg svg(1, "xmlns=\"http://www.w3.org/2000/svg\"", kSvgWidth, height, "batch budget calibration");
+  svg.raw("<style>text{font-family:ui-monospace,'DejaVu Sans Mono',Menlo,monospace;font-size:11px;fill:#1d2433}"
+          ".grid{stroke:#e3e6ec}.tps{stroke:#4c78a8;fill:none;stroke-width:2}.mem{stroke:#e8871e;fill:none;"
+          "stroke-width:2;stroke-dasharray:5 3}.limit{stroke:#c0392b;stroke-dasharray:2 3}.nofit{fill:#c0392b}"
+          ".pt{fill:#4c78a8}.mpt{fill:#e8871e}.chosen{fill:none;stroke:#1d2433;stroke-width:2}</style>\n");
+  for (size_t d = 0; d < budgets.size(); ++d) calibration_panel(svg, budgets[d], kSvgPanel * static_cast<double>(d));
+  return svg.finish();
 }
 
 int run_calibrate(const RunConfig& config, const CalibrateCommandOptions& options) {

@@ -7,6 +7,7 @@
 #include "common/file_io.h"
 #include "gpueval/error.h"
 #include "model/safetensors.h"
+#include "model/weight_names.h"
 #include "tokenizer/llama2c_tokenizer.h"
 
 namespace gpueval {
@@ -34,6 +35,39 @@ struct Cursor {
   }
   void skip(int64_t floats) { offset += static_cast<size_t>(floats) * sizeof(float); }
 };
+
+// The weights after the header, in the file's order for `version`, under their HF names; q and
+// k rows permuted to rotate halves.
+std::map<std::string, at::Tensor> read_weights(Cursor cur, const ModelConfig& c, int version, int64_t seq_len) {
+  // The file's order of tensors; each per-layer kind holds all layers, one after another.
+  using W = LlamaWeight;
+  const std::vector<W> order =
+      version == 0 ? std::vector<W>{W::kEmbedTokens, W::kInputLayernorm, W::kQProj, W::kKProj, W::kVProj, W::kOProj,
+                                    W::kPostAttentionLayernorm, W::kGateProj, W::kDownProj, W::kUpProj, W::kNorm}
+                   : std::vector<W>{W::kInputLayernorm, W::kPostAttentionLayernorm, W::kNorm, W::kEmbedTokens,
+                                    W::kQProj, W::kKProj, W::kVProj, W::kOProj, W::kGateProj, W::kDownProj, W::kUpProj};
+  std::map<std::string, at::Tensor> w;
+  for (W kind : order) {
+    const std::vector<int64_t> shape = weight_shape(c, kind);
+    if (!is_per_layer(kind)) {
+      w[weight_name(kind)] = cur.take(shape);
+      continue;
+    }
+    std::vector<int64_t> full = {c.num_hidden_layers};  // [n_layers, ...shape]
+    full.insert(full.end(), shape.begin(), shape.end());
+    at::Tensor t = cur.take(full);
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) w[weight_name(kind, l)] = t[l].clone();
+  }
+  if (version == 0) cur.skip(seq_len * c.head_dim);
+  if (!c.tie_word_embeddings) w[weight_name(W::kLmHead)] = cur.take(weight_shape(c, W::kLmHead));
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    for (auto [kind, n] : {std::pair{W::kQProj, c.num_attention_heads}, std::pair{W::kKProj, c.num_key_value_heads}}) {
+      at::Tensor& t = w[weight_name(kind, l)];
+      t = permute_interleaved_to_halves(t, n);
+    }
+  }
+  return w;
+}
 
 }  // namespace
 
@@ -103,49 +137,7 @@ Llama2cCheckpoint read_llama2c_checkpoint(const std::string& path) {
     fail(path, "size {} bytes does not match its header (expected {} for dim={}, n_layers={}, vocab_size={})",
          bytes.size(), expected, dim, layers, vocab);
 
-  Cursor cur{path, bytes, offset};
-  auto& w = out.weights;
-  auto per_layer_tensor = [&](const char* name, std::vector<int64_t> shape) {
-    std::vector<int64_t> full = {layers};
-    full.insert(full.end(), shape.begin(), shape.end());
-    at::Tensor t = cur.take(full);
-    for (int64_t l = 0; l < layers; ++l) w[fmt::format("model.layers.{}.{}", l, name)] = t[l].clone();
-  };
-  auto permute_qk = [&](const char* name, int64_t n) {
-    for (int64_t l = 0; l < layers; ++l) {
-      auto key = fmt::format("model.layers.{}.{}", l, name);
-      w[key] = permute_interleaved_to_halves(w[key], n);
-    }
-  };
-  if (version == 0) {
-    w["model.embed_tokens.weight"] = cur.take({vocab, dim});
-    per_layer_tensor("input_layernorm.weight", {dim});
-    per_layer_tensor("self_attn.q_proj.weight", {dim, dim});
-    per_layer_tensor("self_attn.k_proj.weight", {kv_dim, dim});
-    per_layer_tensor("self_attn.v_proj.weight", {kv_dim, dim});
-    per_layer_tensor("self_attn.o_proj.weight", {dim, dim});
-    per_layer_tensor("post_attention_layernorm.weight", {dim});
-    per_layer_tensor("mlp.gate_proj.weight", {hidden, dim});
-    per_layer_tensor("mlp.down_proj.weight", {dim, hidden});
-    per_layer_tensor("mlp.up_proj.weight", {hidden, dim});
-    w["model.norm.weight"] = cur.take({dim});
-    cur.skip(seq_len * head_dim);
-  } else {
-    per_layer_tensor("input_layernorm.weight", {dim});
-    per_layer_tensor("post_attention_layernorm.weight", {dim});
-    w["model.norm.weight"] = cur.take({dim});
-    w["model.embed_tokens.weight"] = cur.take({vocab, dim});
-    per_layer_tensor("self_attn.q_proj.weight", {dim, dim});
-    per_layer_tensor("self_attn.k_proj.weight", {kv_dim, dim});
-    per_layer_tensor("self_attn.v_proj.weight", {kv_dim, dim});
-    per_layer_tensor("self_attn.o_proj.weight", {dim, dim});
-    per_layer_tensor("mlp.gate_proj.weight", {hidden, dim});
-    per_layer_tensor("mlp.down_proj.weight", {dim, hidden});
-    per_layer_tensor("mlp.up_proj.weight", {hidden, dim});
-  }
-  if (!shared) w["lm_head.weight"] = cur.take({vocab, dim});
-  permute_qk("self_attn.q_proj.weight", heads);
-  permute_qk("self_attn.k_proj.weight", kv_heads);
+  out.weights = read_weights(Cursor{path, bytes, offset}, c, version, seq_len);
   return out;
 }
 

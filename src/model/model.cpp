@@ -10,6 +10,7 @@
 #include "model/checkpoint.h"
 #include "model/kernels.h"
 #include "model/rope.h"
+#include "model/weight_names.h"
 
 namespace gpueval {
 namespace {
@@ -50,10 +51,10 @@ at::Tensor as_parameter(torch::nn::Module& m, const std::string& name, at::Tenso
 
 }  // namespace
 
-ProjectionImpl::ProjectionImpl(const WeightSource& source, const std::string& prefix, int64_t in, int64_t out,
+ProjectionImpl::ProjectionImpl(const WeightSource& source, const std::string& weight, int64_t in, int64_t out,
                                bool bias) {
-  weight_ = as_parameter(*this, "weight", source(prefix + ".weight", {out, in}));
-  if (bias) bias_ = as_parameter(*this, "bias", source(prefix + ".bias", {out}));
+  weight_ = as_parameter(*this, "weight", source(weight, {out, in}));
+  if (bias) bias_ = as_parameter(*this, "bias", source(bias_name(weight), {out}));
 }
 
 at::Tensor ProjectionImpl::forward(const at::Tensor& x) const { return at::linear(x, weight_, bias_); }
@@ -72,13 +73,22 @@ at::Tensor RMSNormImpl::forward(const at::Tensor& x) const {
   return rms_norm(x, weight_, eps_);
 }
 
-AttentionImpl::AttentionImpl(const ModelConfig& c, const WeightSource& source, const std::string& prefix)
+namespace {
+
+// The projection of kind `w` in `layer`: its in and out sizes and its bias from the one weight table.
+Projection projection(const ModelConfig& c, const WeightSource& source, LlamaWeight w, int64_t layer) {
+  const std::vector<int64_t> shape = weight_shape(c, w);  // [out, in]
+  return Projection(source, weight_name(w, layer), shape[1], shape[0], has_bias(c, w));
+}
+
+}  // namespace
+
+AttentionImpl::AttentionImpl(const ModelConfig& c, const WeightSource& source, int64_t layer)
     : n_heads_(c.num_attention_heads), n_kv_heads_(c.num_key_value_heads), head_dim_(c.head_dim) {
-  const int64_t d = c.hidden_size;
-  q_proj_ = register_module("q_proj", Projection(source, prefix + ".q_proj", d, n_heads_ * head_dim_, c.attention_bias));
-  k_proj_ = register_module("k_proj", Projection(source, prefix + ".k_proj", d, n_kv_heads_ * head_dim_, c.attention_bias));
-  v_proj_ = register_module("v_proj", Projection(source, prefix + ".v_proj", d, n_kv_heads_ * head_dim_, c.attention_bias));
-  o_proj_ = register_module("o_proj", Projection(source, prefix + ".o_proj", n_heads_ * head_dim_, d, false));
+  q_proj_ = register_module("q_proj", projection(c, source, LlamaWeight::kQProj, layer));
+  k_proj_ = register_module("k_proj", projection(c, source, LlamaWeight::kKProj, layer));
+  v_proj_ = register_module("v_proj", projection(c, source, LlamaWeight::kVProj, layer));
+  o_proj_ = register_module("o_proj", projection(c, source, LlamaWeight::kOProj, layer));
 }
 
 at::Tensor AttentionImpl::forward(const at::Tensor& x, const RopeTables& rope, const at::Tensor& mask,
@@ -147,10 +157,10 @@ at::Tensor AttentionImpl::attend(const at::Tensor& q, const at::Tensor& k, const
   return out.reshape({b, n_heads_, t, head_dim_}).transpose(1, 2).reshape({b, t, n_heads_ * head_dim_});
 }
 
-MlpImpl::MlpImpl(const ModelConfig& c, const WeightSource& source, const std::string& prefix) {
-  gate_proj_ = register_module("gate_proj", Projection(source, prefix + ".gate_proj", c.hidden_size, c.intermediate_size, false));
-  up_proj_ = register_module("up_proj", Projection(source, prefix + ".up_proj", c.hidden_size, c.intermediate_size, false));
-  down_proj_ = register_module("down_proj", Projection(source, prefix + ".down_proj", c.intermediate_size, c.hidden_size, false));
+MlpImpl::MlpImpl(const ModelConfig& c, const WeightSource& source, int64_t layer) {
+  gate_proj_ = register_module("gate_proj", projection(c, source, LlamaWeight::kGateProj, layer));
+  up_proj_ = register_module("up_proj", projection(c, source, LlamaWeight::kUpProj, layer));
+  down_proj_ = register_module("down_proj", projection(c, source, LlamaWeight::kDownProj, layer));
 }
 
 at::Tensor MlpImpl::forward(const at::Tensor& x) const {
@@ -158,14 +168,14 @@ at::Tensor MlpImpl::forward(const at::Tensor& x) const {
 }
 
 DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, const WeightSource& source, int64_t index) : index_(index) {
-  const std::string prefix = fmt::format("model.layers.{}", index);
   input_layernorm_ = register_module(
-      "input_layernorm", RMSNorm(source, prefix + ".input_layernorm.weight", c.hidden_size, c.rms_norm_eps));
-  self_attn_ = register_module("self_attn", Attention(c, source, prefix + ".self_attn"));
+      "input_layernorm",
+      RMSNorm(source, weight_name(LlamaWeight::kInputLayernorm, index), c.hidden_size, c.rms_norm_eps));
+  self_attn_ = register_module("self_attn", Attention(c, source, index));
   post_attention_layernorm_ = register_module(
       "post_attention_layernorm",
-      RMSNorm(source, prefix + ".post_attention_layernorm.weight", c.hidden_size, c.rms_norm_eps));
-  mlp_ = register_module("mlp", Mlp(c, source, prefix + ".mlp"));
+      RMSNorm(source, weight_name(LlamaWeight::kPostAttentionLayernorm, index), c.hidden_size, c.rms_norm_eps));
+  mlp_ = register_module("mlp", Mlp(c, source, index));
 }
 
 at::Tensor DecoderLayerImpl::forward(const at::Tensor& x, const RopeTables& rope, const at::Tensor& mask,
@@ -179,16 +189,16 @@ LlamaModelImpl::LlamaModelImpl(const ModelConfig& c, const WeightSource& source,
   // Module names cannot contain dots, so the Hugging Face hierarchy is built from plain containers.
   auto body = register_module("model", std::make_shared<torch::nn::Module>("LlamaDecoder"));
   embed_tokens_ = body->register_module(
-      "embed_tokens", Embedding(source, "model.embed_tokens.weight", c.vocab_size, c.hidden_size));
+      "embed_tokens", Embedding(source, weight_name(LlamaWeight::kEmbedTokens), c.vocab_size, c.hidden_size));
   auto layers = body->register_module("layers", std::make_shared<torch::nn::Module>("Layers"));
   for (int64_t i = 0; i < c.num_hidden_layers; ++i)
     layers_.push_back(layers->register_module(std::to_string(i), DecoderLayer(c, source, i)));
-  norm_ = body->register_module("norm", RMSNorm(source, "model.norm.weight", c.hidden_size, c.rms_norm_eps));
+  norm_ = body->register_module("norm", RMSNorm(source, weight_name(LlamaWeight::kNorm), c.hidden_size, c.rms_norm_eps));
   if (c.tie_word_embeddings) {
     lm_head_ = embed_tokens_->weight();
   } else {
     auto head = register_module("lm_head", std::make_shared<torch::nn::Module>("LmHead"));
-    lm_head_ = head->register_parameter("weight", source("lm_head.weight", {c.vocab_size, c.hidden_size}),
+    lm_head_ = head->register_parameter("weight", source(weight_name(LlamaWeight::kLmHead), weight_shape(c, LlamaWeight::kLmHead)),
                                         /*requires_grad=*/false);
   }
   inv_freq_ = rope_inv_freq(c, options.device);
@@ -312,8 +322,9 @@ LlamaModel build_with_source(const ModelConfig& config, LoadOptions options,
 LlamaModel load_model(const std::string& dir, LoadOptions options) {
   ModelConfig config = ModelConfig::load(dir + "/config.json");
   Checkpoint ckpt = Checkpoint::open(dir);
-  if (!config.tie_word_embeddings && !ckpt.contains("lm_head.weight") && ckpt.contains("model.embed_tokens.weight"))
-    fail(dir, "checkpoint has no 'lm_head.weight' and config.json does not set tie_word_embeddings");
+  const std::string lm_head = weight_name(LlamaWeight::kLmHead);
+  if (!config.tie_word_embeddings && !ckpt.contains(lm_head) && ckpt.contains(weight_name(LlamaWeight::kEmbedTokens)))
+    fail(dir, "checkpoint has no '{}' and config.json does not set tie_word_embeddings", lm_head);
   return build_with_source(
       config, options,
       [&](const std::string& name) {

@@ -15,6 +15,7 @@
 #include "gpueval/model.h"
 #include "gpueval/tokenizer.h"
 #include "model/safetensors.h"
+#include "model/weight_names.h"
 #include "tokenizer/llama2c_tokenizer.h"
 
 namespace gpueval {
@@ -61,32 +62,18 @@ TokenizerFiles read_tokenizer_dir(const std::string& dir) {
   return t;
 }
 
-// Every weight of `c` in a fixed order, drawn from one generator, so a seed fixes every byte.
+// Every weight of `c` in the weight table's order, drawn from one generator, so a seed fixes every byte.
 std::vector<std::pair<std::string, at::Tensor>> random_weights(const ModelConfig& c, uint64_t seed,
                                                                at::ScalarType dtype) {
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  // Drawn in float32 and then cast, so the bfloat16 model is the rounded float32 one.
-  auto normal = [&](std::vector<int64_t> shape) {
-    return at::normal(0.0, kInitStd, shape, gen, at::TensorOptions().dtype(at::kFloat)).to(dtype);
-  };
-  auto ones = [&](int64_t n) { return at::ones({n}, at::TensorOptions().dtype(dtype)); };
-  const int64_t d = c.hidden_size, q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
   std::vector<std::pair<std::string, at::Tensor>> w;
-  w.emplace_back("model.embed_tokens.weight", normal({c.vocab_size, d}));  // [V, D]
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    w.emplace_back(p + "input_layernorm.weight", ones(d));                           // [D]
-    w.emplace_back(p + "self_attn.q_proj.weight", normal({q, d}));                   // [H*Dh, D]
-    w.emplace_back(p + "self_attn.k_proj.weight", normal({kv, d}));                  // [KV*Dh, D]
-    w.emplace_back(p + "self_attn.v_proj.weight", normal({kv, d}));                  // [KV*Dh, D]
-    w.emplace_back(p + "self_attn.o_proj.weight", normal({d, q}));                   // [D, H*Dh]
-    w.emplace_back(p + "post_attention_layernorm.weight", ones(d));                  // [D]
-    w.emplace_back(p + "mlp.gate_proj.weight", normal({c.intermediate_size, d}));   // [F, D]
-    w.emplace_back(p + "mlp.up_proj.weight", normal({c.intermediate_size, d}));     // [F, D]
-    w.emplace_back(p + "mlp.down_proj.weight", normal({d, c.intermediate_size}));   // [D, F]
+  for (const WeightSpec& spec : llama_weights(c)) {
+    // Drawn in float32 and then cast, so the bfloat16 model is the rounded float32 one.
+    at::Tensor t = is_norm(spec.kind)
+                       ? at::ones(spec.shape, at::TensorOptions().dtype(dtype))
+                       : at::normal(0.0, kInitStd, spec.shape, gen, at::TensorOptions().dtype(at::kFloat)).to(dtype);
+    w.emplace_back(spec.name, std::move(t));
   }
-  w.emplace_back("model.norm.weight", ones(d));                                      // [D]
-  if (!c.tie_word_embeddings) w.emplace_back("lm_head.weight", normal({c.vocab_size, d}));  // [V, D]
   return w;
 }
 

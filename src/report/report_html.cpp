@@ -12,6 +12,7 @@
 
 #include "common/file_io.h"
 #include "gpueval/error.h"
+#include "report/chart.h"
 #include "report/html_style.h"
 
 namespace gpueval {
@@ -178,50 +179,39 @@ std::string chart_svg(const std::vector<const Entry*>& groups, const std::vector
   const double height = kAxisHeight + static_cast<double>(g.size() + t.size()) * kRowHeight + gap + 8;
   const double width = label_w + kBarArea + value_w;
 
-  std::string out = fmt::format(
-      "<svg class=\"bars\" width=\"{:.0f}\" height=\"{:.0f}\" viewBox=\"0 0 {:.0f} {:.0f}\" role=\"img\" "
-      "aria-label=\"bar chart of scores per task\">\n",
-      width, height, width, height);
+  const chart::Scale x_of{0, 1, x0, x0 + kBarArea};
+  chart::Svg svg(2, "class=\"bars\"", width, height, "bar chart of scores per task");
   for (int i = 0; i <= 4; ++i) {
-    const double x = x0 + kBarArea * i / 4;
-    out += fmt::format("<line class=\"grid\" x1=\"{:.2f}\" y1=\"{:.2f}\" x2=\"{:.2f}\" y2=\"{:.2f}\"/>", x,
-                       kAxisHeight - 6, x, height - 4);
-    out += fmt::format("<text class=\"axis\" x=\"{:.2f}\" y=\"{:.2f}\" text-anchor=\"middle\">{}</text>\n", x,
-                       kAxisHeight - 10, i == 0 ? "0" : i == 4 ? "1" : fmt::format("{:.2f}", i / 4.0));
+    const double x = x_of(i / 4.0);
+    svg.line("grid", x, kAxisHeight - 6, x, height - 4)
+        .text("axis", x, kAxisHeight - 10, " text-anchor=\"middle\"",
+              i == 0 ? "0" : i == 4 ? "1" : fmt::format("{:.2f}", i / 4.0))
+        .raw("\n");
   }
   double y = kAxisHeight;
   auto row = [&](const Entry& e) {
     const Metric& m = *primary_metric(e);
     const double v = *m.value;
-    const double clamped = std::clamp(v, 0.0, 1.0);
     const double cy = y + kRowHeight / 2;
-    const std::string cls = e.group ? "bar group" : "bar";
-    const std::string tip = html_escape(fmt::format("{}{} ({}): {} {} ± {}", e.group ? "group " : "", e.label, e.name,
-                                                    metric_label(m), m.value_text, m.stderr_text));
-    out += fmt::format("<text{} x=\"{:.2f}\" y=\"{:.2f}\" text-anchor=\"end\" dominant-baseline=\"middle\">{}</text>",
-                       e.group ? " class=\"group\"" : "", x0 - 8, cy, html_escape(e.label));
-    out += fmt::format(
-        "<rect class=\"{}\" data-task=\"{}\" x=\"{:.2f}\" y=\"{:.2f}\" width=\"{:.2f}\" height=\"{:.2f}\"><title>{}"
-        "</title></rect>",
-        cls, html_escape(e.name), x0, cy - kBarHeight / 2, clamped * kBarArea, kBarHeight, tip);
+    const std::string tip = fmt::format("{}{} ({}): {} {} ± {}", e.group ? "group " : "", e.label, e.name,
+                                        metric_label(m), m.value_text, m.stderr_text);
+    svg.text(e.group ? "group" : "", x0 - 8, cy, " text-anchor=\"end\" dominant-baseline=\"middle\"", e.label)
+        .rect(e.group ? "bar group" : "bar", x0, cy - kBarHeight / 2, std::clamp(v, 0.0, 1.0) * kBarArea, kBarHeight,
+              chart::Svg::attr("data-task", e.name), tip);
     if (m.stderr && *m.stderr > 0) {
-      const double lo = x0 + std::clamp(v - *m.stderr, 0.0, 1.0) * kBarArea;
-      const double hi = x0 + std::clamp(v + *m.stderr, 0.0, 1.0) * kBarArea;
-      out += fmt::format(
-          "<path class=\"err\" d=\"M{0:.2f} {2:.2f}H{1:.2f}M{0:.2f} {3:.2f}V{4:.2f}M{1:.2f} {3:.2f}V{4:.2f}\"/>", lo,
-          hi, cy, cy - 4, cy + 4);
+      const double lo = x_of(std::clamp(v - *m.stderr, 0.0, 1.0)), hi = x_of(std::clamp(v + *m.stderr, 0.0, 1.0));
+      svg.path("err", fmt::format("M{0} {2}H{1}M{0} {3}V{4}M{1} {3}V{4}", svg.num(lo), svg.num(hi), svg.num(cy),
+                                  svg.num(cy - 4), svg.num(cy + 4)));
     }
     std::string value = m.value_text + (m.stderr ? " ± " + m.stderr_text : "");
     if (mixed) value = metric_label(m) + " " + value;
-    out += fmt::format("<text x=\"{:.2f}\" y=\"{:.2f}\" dominant-baseline=\"middle\">{}</text>\n",
-                       x0 + kBarArea + 10, cy, html_escape(value));
+    svg.text("", x0 + kBarArea + 10, cy, " dominant-baseline=\"middle\"", value).raw("\n");
     y += kRowHeight;
   };
   for (const Entry* e : g) row(*e);
   y += gap;
   for (const Entry* e : t) row(*e);
-  out += "</svg>\n";
-  return out;
+  return svg.finish();
 }
 
 std::string metrics_table(const std::vector<Entry>& entries, const Json& results, const MetricCounts& counts) {
@@ -272,6 +262,42 @@ std::string metrics_table(const std::vector<Entry>& entries, const Json& results
   return out + "</table>\n";
 }
 
+// The page's head tables: model, date, wall time, task counts, the folded run configuration, and
+// the warning that lists incomplete work.
+std::string meta_html(const Json& results, const std::string& model, size_t n_groups, size_t n_tasks) {
+  std::string out;
+  out += "<table class=\"meta\">\n";
+  auto meta_row = [&](const std::string& key, const std::string& value) {
+    if (!value.empty()) out += "<tr><td>" + html_escape(key) + "</td><td>" + value + "</td></tr>\n";
+  };
+  meta_row("model", "<code>" + html_escape(model) + "</code>");
+  if (const auto it = results.find("date"); it != results.end()) meta_row("date", html_escape(date_text(*it)));
+  if (const auto it = results.find("total_evaluation_time_seconds"); it != results.end()) {
+    meta_row("wall time", html_escape(wall_time_text(*it)));
+  }
+  auto count = [](size_t n, const char* what) { return fmt::format("{} {}{}", n, what, n == 1 ? "" : "s"); };
+  meta_row("tasks", count(n_tasks, "task") + (n_groups == 0 ? "" : ", " + count(n_groups, "group")));
+  out += "</table>\n";
+  // The full run configuration is long; folded so that the scores stay near the top.
+  if (const auto it = results.find("config"); it != results.end() && it->is_object() && it->size() > 1) {
+    out += "<details><summary>run configuration</summary>\n<table class=\"meta\">\n";
+    for (const auto& [key, value] : it->items()) {
+      if (key != "model") meta_row(key, "<code>" + html_escape(scalar_text(value)) + "</code>");
+    }
+    out += "</table>\n</details>\n";
+  }
+
+  if (const auto it = results.find("incomplete"); it != results.end() && it->is_array() && !it->empty()) {
+    out += fmt::format(
+        "<section class=\"warn\" id=\"incomplete\">\n<h2>&#9888; Incomplete ({})</h2>\n<p>These were not scored; the "
+        "metrics below leave them out.</p>\n<ul>\n",
+        it->size());
+    for (const Json& item : *it) out += "<li>" + html_escape(scalar_text(item)) + "</li>\n";
+    out += "</ul>\n</section>\n";
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string html_escape(const std::string& text) {
@@ -318,35 +344,7 @@ std::string report_html(const nlohmann::ordered_json& results, const MetricCount
   out += "<title>gpueval: " + html_escape(model.empty() ? "results" : model) + "</title>\n";
   out += std::string("<style>") + html::kStyle + "</style>\n</head>\n<body>\n<h1>gpueval results</h1>\n";
 
-  out += "<table class=\"meta\">\n";
-  auto meta_row = [&](const std::string& key, const std::string& value) {
-    if (!value.empty()) out += "<tr><td>" + html_escape(key) + "</td><td>" + value + "</td></tr>\n";
-  };
-  meta_row("model", "<code>" + html_escape(model) + "</code>");
-  if (const auto it = results.find("date"); it != results.end()) meta_row("date", html_escape(date_text(*it)));
-  if (const auto it = results.find("total_evaluation_time_seconds"); it != results.end()) {
-    meta_row("wall time", html_escape(wall_time_text(*it)));
-  }
-  auto count = [](size_t n, const char* what) { return fmt::format("{} {}{}", n, what, n == 1 ? "" : "s"); };
-  meta_row("tasks", count(tasks.size(), "task") + (groups.empty() ? "" : ", " + count(groups.size(), "group")));
-  out += "</table>\n";
-  // The full run configuration is long; folded so that the scores stay near the top.
-  if (const auto it = results.find("config"); it != results.end() && it->is_object() && it->size() > 1) {
-    out += "<details><summary>run configuration</summary>\n<table class=\"meta\">\n";
-    for (const auto& [key, value] : it->items()) {
-      if (key != "model") meta_row(key, "<code>" + html_escape(scalar_text(value)) + "</code>");
-    }
-    out += "</table>\n</details>\n";
-  }
-
-  if (const auto it = results.find("incomplete"); it != results.end() && it->is_array() && !it->empty()) {
-    out += fmt::format(
-        "<section class=\"warn\" id=\"incomplete\">\n<h2>&#9888; Incomplete ({})</h2>\n<p>These were not scored; the "
-        "metrics below leave them out.</p>\n<ul>\n",
-        it->size());
-    for (const Json& item : *it) out += "<li>" + html_escape(scalar_text(item)) + "</li>\n";
-    out += "</ul>\n</section>\n";
-  }
+  out += meta_html(results, model, groups.size(), tasks.size());
 
   std::vector<const Entry*> chart_groups, chart_tasks;
   std::vector<std::string> uncharted;

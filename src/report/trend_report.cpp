@@ -11,6 +11,7 @@
 
 #include "common/file_io.h"
 #include "gpueval/error.h"
+#include "report/chart.h"
 #include "report/html_style.h"
 #include "report/markdown.h"
 #include "report/report_html.h"
@@ -113,16 +114,6 @@ td.p-low{background:#fdecea;font-weight:600}
 constexpr double kPlotHeight = 200, kLeft = 70, kRight = 24, kTop = 14, kInset = 20;
 constexpr size_t kMaxLabelChars = 40;
 
-// A "nice" tick step (1, 2 or 5 times a power of ten) for about four intervals over `span`.
-double nice_step(double span) {
-  const double raw = span / 4;
-  const double mag = std::pow(10.0, std::floor(std::log10(raw)));
-  for (const double m : {1.0, 2.0, 5.0}) {
-    if (raw <= m * mag) return m * mag;
-  }
-  return 10 * mag;
-}
-
 struct Point {
   size_t index;  // checkpoint position on the x axis
   double value;
@@ -130,17 +121,9 @@ struct Point {
   std::string tip;
 };
 
-std::string chart_svg(const std::vector<ScoredCheckpoint>& trend, const Column& col, bool regressed) {
-  std::vector<Point> points;
-  for (size_t i = 0; i < trend.size(); ++i) {
-    const ScoreRow* r = find_row(trend[i], col.key);
-    if (!r || !std::isfinite(r->value)) continue;
-    std::optional<double> se;
-    if (r->stderr_value && std::isfinite(*r->stderr_value)) se = *r->stderr_value;
-    points.push_back(Point{i, r->value, se, trend[i].checkpoint.name + ": " + value_with_stderr(*r)});
-  }
-  if (points.empty()) return "<p class=\"note\">No finite value to chart.</p>\n";
-
+// The y axis of a chart of `points` (not empty): from lo to hi in ticks of step, covering every
+// value +- stderr, kept inside [0, 1] when every value is.
+std::tuple<double, double, double> value_axis(const std::vector<Point>& points) {
   bool unit = true;
   double lo = INFINITY, hi = -INFINITY;
   for (const Point& p : points) {
@@ -158,13 +141,29 @@ std::string chart_svg(const std::vector<ScoredCheckpoint>& trend, const Column& 
     lo -= pad;
     hi += pad;
   }
-  const double step = nice_step(hi - lo);
+  const double step = chart::nice_step(hi - lo);
   lo = std::floor(lo / step + 1e-9) * step;
   hi = std::ceil(hi / step - 1e-9) * step;
   if (unit) {
     lo = std::max(lo, 0.0);
     hi = std::min(hi, 1.0);
   }
+  return {lo, hi, step};
+}
+
+std::string chart_svg(const std::vector<ScoredCheckpoint>& trend, const Column& col, bool regressed) {
+  std::vector<Point> points;
+  for (size_t i = 0; i < trend.size(); ++i) {
+    const ScoreRow* r = find_row(trend[i], col.key);
+    if (!r || !std::isfinite(r->value)) continue;
+    std::optional<double> se;
+    if (r->stderr_value && std::isfinite(*r->stderr_value)) se = *r->stderr_value;
+    points.push_back(Point{i, r->value, se, trend[i].checkpoint.name + ": " + value_with_stderr(*r)});
+  }
+  if (points.empty()) return "<p class=\"note\">No finite value to chart.</p>\n";
+
+  double lo, hi, step;
+  std::tie(lo, hi, step) = value_axis(points);
 
   size_t label_chars = 4;
   for (const ScoredCheckpoint& sc : trend) label_chars = std::max(label_chars, html::code_points(sc.checkpoint.name));
@@ -172,65 +171,45 @@ std::string chart_svg(const std::vector<ScoredCheckpoint>& trend, const Column& 
   const double plot_w = std::clamp(72.0 * static_cast<double>(trend.size()), 360.0, 960.0);
   const double bottom = std::ceil(static_cast<double>(label_chars) * html::kCharWidth * 0.5) + 24;  // labels at -30°
   const double width = kLeft + plot_w + kRight, height = kTop + kPlotHeight + bottom;
-  auto x_of = [&](size_t i) {
-    if (trend.size() == 1) return kLeft + plot_w / 2;
-    return kLeft + kInset + (plot_w - 2 * kInset) * static_cast<double>(i) / static_cast<double>(trend.size() - 1);
-  };
-  auto y_of = [&](double v) {
-    v = std::clamp(v, lo, hi);
-    return kTop + kPlotHeight * (hi - v) / (hi - lo);
-  };
+  const chart::Scale x_scale{0, static_cast<double>(trend.size() - 1), kLeft + kInset, kLeft + plot_w - kInset};
+  auto x_of = [&](size_t i) { return trend.size() == 1 ? kLeft + plot_w / 2 : x_scale(static_cast<double>(i)); };
+  const chart::Scale y_scale{hi, lo, kTop, kTop + kPlotHeight};
+  auto y_of = [&](double v) { return y_scale(std::clamp(v, lo, hi)); };
 
   const std::string name = (col.first.is_group ? "group " : "") + col.first.task;
-  std::string out = fmt::format(
-      "<svg class=\"trend{}\" width=\"{:.0f}\" height=\"{:.0f}\" viewBox=\"0 0 {:.0f} {:.0f}\" role=\"img\" "
-      "aria-label=\"{}\">\n",
-      col.first.is_group ? " group" : "", width, height, width, height,
-      html_escape(metric_label(col.first.metric, col.first.filter) + " of " + name + " per checkpoint"));
+  chart::Svg svg(2, col.first.is_group ? "class=\"trend group\"" : "class=\"trend\"", width, height,
+                 metric_label(col.first.metric, col.first.filter) + " of " + name + " per checkpoint");
   const int ticks = static_cast<int>(std::lround((hi - lo) / step));
   for (int t = 0; t <= ticks; ++t) {
     const double v = lo + step * t;
     const double y = y_of(v);
-    out += fmt::format("<line class=\"grid\" x1=\"{:.2f}\" y1=\"{:.2f}\" x2=\"{:.2f}\" y2=\"{:.2f}\"/>", kLeft, y,
-                       kLeft + plot_w, y);
-    out += fmt::format("<text class=\"axis\" x=\"{:.2f}\" y=\"{:.2f}\" text-anchor=\"end\" dominant-baseline=\"middle\">"
-                       "{}</text>\n",
-                       kLeft - 6, y, html_escape(fmt::format("{:.4g}", std::fabs(v) < step * 1e-9 ? 0.0 : v)));
+    svg.line("grid", kLeft, y, kLeft + plot_w, y)
+        .text("axis", kLeft - 6, y, " text-anchor=\"end\" dominant-baseline=\"middle\"",
+              fmt::format("{:.4g}", std::fabs(v) < step * 1e-9 ? 0.0 : v))
+        .raw("\n");
   }
   for (size_t i = 0; i < trend.size(); ++i) {
     const double x = x_of(i);
-    out += fmt::format("<line class=\"grid\" x1=\"{:.2f}\" y1=\"{:.2f}\" x2=\"{:.2f}\" y2=\"{:.2f}\"/>", x, kTop, x,
-                       kTop + kPlotHeight);
-    out += fmt::format("<text class=\"axis\" transform=\"translate({:.2f} {:.2f}) rotate(-30)\" text-anchor=\"end\">"
-                       "{}</text>\n",
-                       x + 4, kTop + kPlotHeight + 14, html_escape(trend[i].checkpoint.name));
+    svg.line("grid", x, kTop, x, kTop + kPlotHeight)
+        .rotated_text("axis", x + 4, kTop + kPlotHeight + 14, -30, " text-anchor=\"end\"", trend[i].checkpoint.name)
+        .raw("\n");
   }
-  // The band: up along value + stderr, back along value - stderr.
+  std::vector<chart::Point> upper, lower, values;
   bool any_stderr = false;
-  for (const Point& p : points) any_stderr = any_stderr || (p.stderr && *p.stderr > 0);
-  if (any_stderr) {
-    std::string d;
-    for (const Point& p : points) {
-      d += fmt::format("{}{:.2f} {:.2f}", d.empty() ? "M" : "L", x_of(p.index), y_of(p.value + p.stderr.value_or(0)));
-    }
-    for (auto it = points.rbegin(); it != points.rend(); ++it) {
-      d += fmt::format("L{:.2f} {:.2f}", x_of(it->index), y_of(it->value - it->stderr.value_or(0)));
-    }
-    out += "<path class=\"band\" d=\"" + d + "Z\"/>\n";
+  for (const Point& p : points) {
+    any_stderr = any_stderr || (p.stderr && *p.stderr > 0);
+    upper.emplace_back(x_of(p.index), y_of(p.value + p.stderr.value_or(0)));
+    lower.emplace_back(x_of(p.index), y_of(p.value - p.stderr.value_or(0)));
+    values.emplace_back(x_of(p.index), y_of(p.value));
   }
-  if (points.size() > 1) {
-    std::string d;
-    for (const Point& p : points) d += fmt::format("{}{:.2f} {:.2f}", d.empty() ? "M" : "L", x_of(p.index), y_of(p.value));
-    out += "<path class=\"line\" d=\"" + d + "\"/>\n";
-  }
+  if (any_stderr) svg.band("band", upper, lower).raw("\n");
+  if (points.size() > 1) svg.path("line", values).raw("\n");
   for (size_t k = 0; k < points.size(); ++k) {
     const Point& p = points[k];
     const bool last_regressed = regressed && k + 1 == points.size() && p.index + 1 == trend.size();
-    out += fmt::format("<circle class=\"pt{}\" cx=\"{:.2f}\" cy=\"{:.2f}\" r=\"4\"><title>{}</title></circle>\n",
-                       last_regressed ? " regressed" : "", x_of(p.index), y_of(p.value), html_escape(p.tip));
+    svg.circle(last_regressed ? "pt regressed" : "pt", values[k].first, values[k].second, 4, "", p.tip).raw("\n");
   }
-  out += "</svg>\n";
-  return out;
+  return svg.finish();
 }
 
 std::string comparison_table_html(const std::vector<CheckpointStep>& steps, const RowKey& key) {

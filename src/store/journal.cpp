@@ -7,16 +7,16 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 
 #include <fmt/ranges.h>  // fmt::join ({fmt} 11+ keeps it here)
 
 #include "common/file_io.h"
 #include "gpueval/error.h"
+#include "store/sqlite_db.h"
 
 namespace gpueval {
 namespace {
-
-constexpr int kBusyTimeoutMs = 10000;
 
 const char* kSchema =
     "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;"
@@ -26,64 +26,9 @@ const char* kSchema =
     " num_tokens INTEGER NOT NULL, text BLOB NOT NULL, checksum INTEGER NOT NULL,"
     " PRIMARY KEY (request_key, part)) WITHOUT ROWID;";
 
-// A failed SQLite call: its message, turned into an Error by the caller, which knows what
-// the failure means (a corrupt journal on open, a failed write when recording).
-struct SqlFailure {
-  std::string message;
-};
-
-[[noreturn]] void sql_fail(sqlite3* db) { throw SqlFailure{sqlite3_errmsg(db)}; }
-
-void exec(sqlite3* db, const char* sql) {
-  char* message = nullptr;
-  if (sqlite3_exec(db, sql, nullptr, nullptr, &message) != SQLITE_OK) {
-    SqlFailure f{message ? message : sqlite3_errmsg(db)};
-    sqlite3_free(message);
-    throw f;
-  }
-}
-
-class Statement {
- public:
-  Statement(sqlite3* db, const char* sql) : db_(db) {
-    if (sqlite3_prepare_v2(db, sql, -1, &st_, nullptr) != SQLITE_OK) sql_fail(db);
-  }
-  ~Statement() { sqlite3_finalize(st_); }
-  Statement(const Statement&) = delete;
-  Statement& operator=(const Statement&) = delete;
-
-  void bind(int i, const std::string& s) { check(sqlite3_bind_text(st_, i, s.data(), static_cast<int>(s.size()), SQLITE_TRANSIENT)); }
-  void bind_blob(int i, const std::string& s) {
-    // A zero-length blob must still be a blob, not NULL: sqlite3_bind_blob with a null pointer binds NULL.
-    static const char kEmpty = 0;
-    check(sqlite3_bind_blob(st_, i, s.empty() ? &kEmpty : s.data(), static_cast<int>(s.size()), SQLITE_TRANSIENT));
-  }
-  void bind(int i, int64_t v) { check(sqlite3_bind_int64(st_, i, v)); }
-  bool step() {
-    const int rc = sqlite3_step(st_);
-    if (rc == SQLITE_ROW) return true;
-    if (rc == SQLITE_DONE) return false;
-    sql_fail(db_);
-  }
-  void reset() {
-    sqlite3_reset(st_);
-    sqlite3_clear_bindings(st_);
-  }
-  int64_t int_at(int i) const { return sqlite3_column_int64(st_, i); }
-  int type_at(int i) const { return sqlite3_column_type(st_, i); }
-  std::string bytes_at(int i) const {
-    const void* p = sqlite3_column_blob(st_, i);
-    const int n = sqlite3_column_bytes(st_, i);
-    return p ? std::string(static_cast<const char*>(p), static_cast<size_t>(n)) : std::string();
-  }
-
- private:
-  void check(int rc) {
-    if (rc != SQLITE_OK) sql_fail(db_);
-  }
-  sqlite3* db_;
-  sqlite3_stmt* st_ = nullptr;
-};
+// A failed SQLite call is a sqlite::Failure; the journal turns SQLite's message into an Error
+// that says what the failure means (a corrupt journal on open, a failed write when recording).
+using sqlite::Statement;
 
 uint64_t double_bits(double d) {
   uint64_t u;
@@ -136,23 +81,18 @@ void remove_file(const std::string& path) {
 
 std::string short_fp(const std::string& fp) { return fp.substr(0, 8) + "…"; }
 
-std::map<std::string, std::string> read_meta(sqlite3* db) {
+std::map<std::string, std::string> read_meta(const sqlite::Db& db) {
   std::map<std::string, std::string> meta;
   Statement s(db, "SELECT key, value FROM meta");
   while (s.step()) meta[s.bytes_at(0)] = s.bytes_at(1);
   return meta;
 }
 
-void put_meta(sqlite3* db, const std::string& key, const std::string& value) {
+void put_meta(const sqlite::Db& db, const std::string& key, const std::string& value) {
   Statement s(db, "INSERT OR REPLACE INTO meta (key, value) VALUES (?1, ?2)");
   s.bind(1, key);
   s.bind(2, value);
   s.step();
-}
-
-void rollback_if_open(sqlite3* db) {
-  // SQLite rolls some failures (SQLITE_FULL, SQLITE_IOERR) back by itself.
-  if (!sqlite3_get_autocommit(db)) sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr);
 }
 
 std::string corrupt(const std::string& path, const std::string& why) {
@@ -169,18 +109,19 @@ Journal Journal::open(const std::string& path, const JournalIdentity& id, bool f
     remove_file(path + "-wal");
     remove_file(path + "-shm");
   }
-  sqlite3* raw = nullptr;
-  const int rc = sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-                                 nullptr);
-  Journal journal(path, raw);  // owns the handle from here, even when opening failed
-  if (rc != SQLITE_OK) fail(path, "cannot open journal: {}", raw ? sqlite3_errmsg(raw) : sqlite3_errstr(rc));
-  sqlite3* db = journal.db_;
-  sqlite3_busy_timeout(db, kBusyTimeoutMs);
+  std::unique_ptr<sqlite::Db> connection;
+  try {
+    connection = std::make_unique<sqlite::Db>(path, /*create=*/true);
+  } catch (const sqlite::Failure& f) {
+    fail(path, "cannot open journal: {}", f.sqlite_message());
+  }
+  Journal journal(path, std::move(connection));
+  sqlite::Db& db = *journal.db_;
 
   std::map<std::string, std::string> meta;
   try {
-    exec(db, "PRAGMA journal_mode=WAL");
-    exec(db, "PRAGMA synchronous=FULL");
+    db.exec("PRAGMA journal_mode=WAL");
+    db.exec("PRAGMA synchronous=FULL");
     if (existed) {
       Statement check(db, "PRAGMA quick_check");
       std::string verdict;
@@ -195,8 +136,8 @@ Journal Journal::open(const std::string& path, const JournalIdentity& id, bool f
         throw Error(corrupt(path, "not a gpueval journal: tables " + fmt::format("{}", fmt::join(names, ", "))));
       meta = read_meta(db);
     }
-  } catch (const SqlFailure& f) {
-    throw Error(corrupt(path, f.message));
+  } catch (const sqlite::Failure& f) {
+    throw Error(corrupt(path, f.sqlite_message()));
   }
 
   if (!meta.empty()) {
@@ -215,45 +156,33 @@ Journal Journal::open(const std::string& path, const JournalIdentity& id, bool f
   }
   try {
     if (meta.empty()) {
-      exec(db, "BEGIN IMMEDIATE");
-      exec(db, kSchema);
+      sqlite::WriteTransaction tx(db);
+      db.exec(kSchema);
       put_meta(db, "schema_version", std::to_string(kSchemaVersion));
       put_meta(db, "model_fingerprint", id.model_fingerprint);
       put_meta(db, "model_path", id.model_path);
       put_meta(db, "config_fingerprint", id.config_fingerprint);
-      exec(db, "COMMIT");
+      tx.commit();
     }
     if (const char* pages = std::getenv("GPUEVAL_JOURNAL_MAX_PAGES"); pages && *pages) {
       const std::string sql = fmt::format("PRAGMA max_page_count={}", std::strtoll(pages, nullptr, 10));
-      exec(db, sql.c_str());
+      db.exec(sql.c_str());
     }
-  } catch (const SqlFailure& f) {
-    rollback_if_open(db);
-    fail(path, "cannot create journal: {}", f.message);
+  } catch (const sqlite::Failure& f) {
+    fail(path, "cannot create journal: {}", f.sqlite_message());
   }
   return journal;
 }
 
-Journal::Journal(Journal&& other) noexcept : path_(std::move(other.path_)), db_(other.db_) { other.db_ = nullptr; }
-
-Journal& Journal::operator=(Journal&& other) noexcept {
-  if (this != &other) {
-    if (db_) sqlite3_close(db_);
-    path_ = std::move(other.path_);
-    db_ = other.db_;
-    other.db_ = nullptr;
-  }
-  return *this;
-}
-
-Journal::~Journal() {
-  if (db_) sqlite3_close(db_);
-}
+Journal::Journal(std::string path, std::unique_ptr<sqlite::Db> db) : path_(std::move(path)), db_(std::move(db)) {}
+Journal::Journal(Journal&&) noexcept = default;
+Journal& Journal::operator=(Journal&&) noexcept = default;
+Journal::~Journal() = default;
 
 std::vector<JournalItem> Journal::load() const {
   std::vector<JournalItem> out;
   try {
-    Statement s(db_,
+    Statement s(*db_,
                 "SELECT request_key, part, parts, request_index, logprob_bits, is_greedy, num_tokens, text, checksum"
                 " FROM results ORDER BY request_key, part");
     while (s.step()) {
@@ -276,16 +205,16 @@ std::vector<JournalItem> Journal::load() const {
                                                r.request_index, r.part)));
       out.push_back(std::move(item));
     }
-  } catch (const SqlFailure& f) {
-    throw Error(corrupt(path_, f.message));
+  } catch (const sqlite::Failure& f) {
+    throw Error(corrupt(path_, f.sqlite_message()));
   }
   return out;
 }
 
 void Journal::record_batch(const std::vector<JournalItem>& items) {
   try {
-    exec(db_, "BEGIN IMMEDIATE");
-    Statement s(db_,
+    sqlite::WriteTransaction tx(*db_);
+    Statement s(*db_,
                 "INSERT OR REPLACE INTO results (request_key, part, parts, request_index, logprob_bits, is_greedy,"
                 " num_tokens, text, checksum) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)");
     for (const auto& [key, r] : items) {
@@ -301,32 +230,31 @@ void Journal::record_batch(const std::vector<JournalItem>& items) {
       s.step();
       s.reset();
     }
-    exec(db_, "COMMIT");
-  } catch (const SqlFailure& f) {
-    rollback_if_open(db_);
-    fail(path_, "cannot record results: {}", f.message);
+    tx.commit();
+  } catch (const sqlite::Failure& f) {
+    fail(path_, "cannot record results: {}", f.sqlite_message());
   }
 }
 
 std::optional<int64_t> Journal::batch_tokens() const {
   try {
-    Statement s(db_, "SELECT value FROM meta WHERE key = 'batch_tokens'");
+    Statement s(*db_, "SELECT value FROM meta WHERE key = 'batch_tokens'");
     if (!s.step()) return std::nullopt;
     const std::string v = s.bytes_at(0);
     char* end = nullptr;
     const long long n = std::strtoll(v.c_str(), &end, 10);
     if (v.empty() || *end != '\0' || n <= 0) throw Error(corrupt(path_, "batch_tokens is '" + v + "'"));
     return static_cast<int64_t>(n);
-  } catch (const SqlFailure& f) {
-    throw Error(corrupt(path_, f.message));
+  } catch (const sqlite::Failure& f) {
+    throw Error(corrupt(path_, f.sqlite_message()));
   }
 }
 
 void Journal::set_batch_tokens(int64_t tokens) {
   try {
-    put_meta(db_, "batch_tokens", std::to_string(tokens));
-  } catch (const SqlFailure& f) {
-    fail(path_, "cannot record the batch budget: {}", f.message);
+    put_meta(*db_, "batch_tokens", std::to_string(tokens));
+  } catch (const sqlite::Failure& f) {
+    fail(path_, "cannot record the batch budget: {}", f.sqlite_message());
   }
 }
 

@@ -26,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -33,9 +34,12 @@
 
 #include "plan/item_result.h"
 
-struct sqlite3;
 
 namespace gpueval {
+
+namespace sqlite {
+class Db;
+}
 
 struct JournalIdentity {
   std::string model_fingerprint;   // model_fingerprint.h
@@ -81,10 +85,10 @@ class Journal {
   void set_batch_tokens(int64_t tokens);
 
  private:
-  Journal(std::string path, sqlite3* db) : path_(std::move(path)), db_(db) {}
+  Journal(std::string path, std::unique_ptr<sqlite::Db> db);
 
   std::string path_;
-  sqlite3* db_ = nullptr;
+  std::unique_ptr<sqlite::Db> db_;
 };
 
 }  // namespace gpueval

@@ -1,8 +1,10 @@
 // A thin RAII layer over one SQLite connection, shared by the project's SQLite files (the
 // calibration cache, the history database): a connection with a busy timeout, prepared
 // statements with typed binds and columns, and a write transaction. Every failure throws
-// gpueval::Error naming the database file and SQLite's message ("<path>: step: database is
-// locked"). Private to src/. A connection belongs to one thread at a time (SQLITE_OPEN_NOMUTEX).
+// sqlite::Failure, a gpueval::Error naming the database file and SQLite's message ("<path>: step:
+// database is locked"), which keeps SQLite's message apart for a caller that says what the failure
+// means (the journal: "<path>: journal is corrupt (<message>)"). Private to src/. A connection
+// belongs to one thread at a time (SQLITE_OPEN_NOMUTEX).
 #pragma once
 
 #include <sqlite3.h>
@@ -18,6 +20,17 @@ namespace gpueval::sqlite {
 // How long a connection waits for another writer's lock before failing with SQLITE_BUSY.
 constexpr int kBusyTimeoutMs = 10000;
 
+class Failure : public Error {
+ public:
+  // what: the call that failed ("open", "step"), or empty for a statement run by exec().
+  Failure(const std::string& path, const std::string& what, const std::string& sqlite_message)
+      : Error(path + ": " + (what.empty() ? "" : what + ": ") + sqlite_message), sqlite_message_(sqlite_message) {}
+  const std::string& sqlite_message() const { return sqlite_message_; }
+
+ private:
+  std::string sqlite_message_;
+};
+
 class Db {
  public:
   Db(const std::string& path, bool create) : path_(path) {
@@ -27,7 +40,7 @@ class Db {
       const std::string message = db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
       sqlite3_close(db_);
       db_ = nullptr;
-      fail(path_, "open: {}", message);
+      throw Failure(path_, "open", message);
     }
     sqlite3_busy_timeout(db_, kBusyTimeoutMs);
   }
@@ -40,12 +53,12 @@ class Db {
     if (sqlite3_exec(db_, sql, nullptr, nullptr, &message) != SQLITE_OK) {
       const std::string m = message ? message : sqlite3_errmsg(db_);
       sqlite3_free(message);
-      fail(path_, "{}", m);
+      throw Failure(path_, "", m);
     }
   }
   void check(int rc, const char* what) const {
     if (rc != SQLITE_OK && rc != SQLITE_ROW && rc != SQLITE_DONE)
-      fail(path_, "{}: {}", what, db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc));
+      throw Failure(path_, what, db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc));
   }
   sqlite3* get() const { return db_; }
   const std::string& path() const { return path_; }
@@ -62,7 +75,15 @@ class Statement {
   Statement(const Statement&) = delete;
   Statement& operator=(const Statement&) = delete;
 
-  void bind(int i, const std::string& s) { db_.check(sqlite3_bind_text(st_, i, s.c_str(), -1, SQLITE_TRANSIENT), "bind"); }
+  void bind(int i, const std::string& s) {
+    db_.check(sqlite3_bind_text(st_, i, s.data(), static_cast<int>(s.size()), SQLITE_TRANSIENT), "bind");
+  }
+  void bind_blob(int i, const std::string& s) {
+    // A zero-length blob must still be a blob: sqlite3_bind_blob with a null pointer binds NULL.
+    static const char kEmpty = 0;
+    db_.check(sqlite3_bind_blob(st_, i, s.empty() ? &kEmpty : s.data(), static_cast<int>(s.size()), SQLITE_TRANSIENT),
+              "bind");
+  }
   void bind(int i, int64_t v) { db_.check(sqlite3_bind_int64(st_, i, v), "bind"); }
   void bind(int i, double v) { db_.check(sqlite3_bind_double(st_, i, v), "bind"); }
   void bind(int i, const std::optional<double>& v) {
@@ -87,6 +108,13 @@ class Statement {
   bool null_at(int i) const { return sqlite3_column_type(st_, i) == SQLITE_NULL; }
   std::optional<double> optional_double_at(int i) const {
     return null_at(i) ? std::nullopt : std::optional<double>(double_at(i));
+  }
+  int type_at(int i) const { return sqlite3_column_type(st_, i); }
+  // The column's bytes, embedded NULs included (a BLOB, or TEXT as stored).
+  std::string bytes_at(int i) const {
+    const void* p = sqlite3_column_blob(st_, i);
+    const int n = sqlite3_column_bytes(st_, i);
+    return p ? std::string(static_cast<const char*>(p), static_cast<size_t>(n)) : std::string();
   }
   std::string text_at(int i) const {
     const unsigned char* t = sqlite3_column_text(st_, i);

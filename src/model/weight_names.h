@@ -1,0 +1,54 @@
+// The Hugging Face names and shapes of a Llama-family checkpoint's tensors: the one table the
+// loader (model.cpp), the random-weight writer (random_model.cpp), the llama2.c converter and the
+// tests' tiny model all read, so that a name is spelled once.
+//
+// A weight is named by its kind and, for the kinds inside a decoder layer, the layer's index:
+// weight_name(LlamaWeight::kQProj, 3) is "model.layers.3.self_attn.q_proj.weight". Its shape
+// follows from the ModelConfig. Pure functions; safe from any thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gpueval/model_config.h"
+
+namespace gpueval {
+
+enum class LlamaWeight {
+  kEmbedTokens,             // [V, D]
+  kInputLayernorm,          // [D]            per layer
+  kQProj,                   // [H * hd, D]    per layer
+  kKProj,                   // [KV * hd, D]   per layer
+  kVProj,                   // [KV * hd, D]   per layer
+  kOProj,                   // [D, H * hd]    per layer
+  kPostAttentionLayernorm,  // [D]            per layer
+  kGateProj,                // [F, D]         per layer
+  kUpProj,                  // [F, D]         per layer
+  kDownProj,                // [D, F]         per layer
+  kNorm,                    // [D]
+  kLmHead,                  // [V, D]         absent when tie_word_embeddings
+};
+
+// The checkpoint name of a weight; `layer` is read only for the per-layer kinds.
+std::string weight_name(LlamaWeight weight, int64_t layer = 0);
+// "x.q_proj.weight" -> "x.q_proj.bias" (q, k and v carry a bias when config.attention_bias).
+std::string bias_name(const std::string& weight_name);
+std::vector<int64_t> weight_shape(const ModelConfig& config, LlamaWeight weight);
+bool is_per_layer(LlamaWeight weight);  // one tensor per decoder layer
+bool is_norm(LlamaWeight weight);       // an RMSNorm scale: [D], 1 at initialisation
+bool has_bias(const ModelConfig& config, LlamaWeight weight);  // q, k, v with attention_bias
+
+struct WeightSpec {
+  LlamaWeight kind;
+  int64_t layer;  // 0 for the kinds outside a layer
+  std::string name;
+  std::vector<int64_t> shape;
+};
+
+// Every weight (not bias) a checkpoint for `config` holds, in the order of the modules: the
+// embedding, each layer's input norm, q, k, v, o, post-attention norm, gate, up, down, the final
+// norm and, unless tied, the LM head.
+std::vector<WeightSpec> llama_weights(const ModelConfig& config);
+
+}  // namespace gpueval
