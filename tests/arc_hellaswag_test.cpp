@@ -30,8 +30,10 @@ using ::testing::HasSubstr;
 
 std::vector<std::string> task_dirs() { return {testing::source_dir() + "/tasks"}; }
 
+// The shipped tasks over ../shared/data's ARC and HellaSwag, or `root_name` at `root` instead.
 Task load(const std::string& name, const std::string& root_name = "", const std::string& root = "") {
   TaskLoadOptions options;
+  for (const char* shared : {"arc", "hellaswag"}) options.data_roots[shared] = testing::shared_dir() + "/data/" + shared;
   if (!root.empty()) options.data_roots[root_name] = root;
   return Task::load(name, task_dirs(), options);
 }
