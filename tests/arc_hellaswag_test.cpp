@@ -30,8 +30,10 @@ using ::testing::HasSubstr;
 
 std::vector<std::string> task_dirs() { return {testing::source_dir() + "/tasks"}; }
 
+// The shipped tasks over ../shared/data's ARC and HellaSwag, or `root_name` at `root` instead.
 Task load(const std::string& name, const std::string& root_name = "", const std::string& root = "") {
   TaskLoadOptions options;
+  for (const char* shared : {"arc", "hellaswag"}) options.data_roots[shared] = testing::shared_dir() + "/data/" + shared;
   if (!root.empty()) options.data_roots[root_name] = root;
   return Task::load(name, task_dirs(), options);
 }
@@ -302,7 +304,8 @@ TEST(ArcHellaswagTest, Ai2ArcRunHasNoGroupScore) {
   testing::TempDir dir;
   testing::write_text(dir.file("run.yaml"), "model: " + testing::source_dir() + "/models/stories260K\n" +
                                                 "tasks: [ai2_arc]\noutput: " + dir.file("out") + "\n");
-  const auto r = testing::run_gpueval({"run", "--gpus", "cpu:1", "--limit", "3", dir.file("run.yaml")});
+  const auto r = testing::run_gpueval({"run", "--gpus", "cpu:1", "--limit", "3", "--data",
+                                       "arc=" + testing::shared_dir() + "/data/arc", dir.file("run.yaml")});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json results = nlohmann::json::parse(io::read_file(dir.file("out/results.json")));
   EXPECT_EQ(results["group_subtasks"]["ai2_arc"], nlohmann::json({"arc_easy", "arc_challenge"}));

@@ -119,6 +119,40 @@ TEST_F(CalibrationTest, CalibrateThenRunReadsTheCache) {
   EXPECT_EQ(results["config"]["batch_tokens_used"], 4096);
 }
 
+// N of the probe's "[sched] probing batch budgets on cpu:0 (..., rows of N tokens, ...)" line; -1 without one.
+int64_t probed_row_length(const std::string& err) {
+  const std::string marker = ", rows of ";
+  const size_t at = err.find(marker);
+  if (at == std::string::npos || err.rfind("probing batch budgets on cpu:0", at) == std::string::npos) return -1;
+  return std::stoll(err.substr(at + marker.size()));
+}
+
+// calibrate selects tasks and documents with run's flags, so it probes at the length of the
+// requests the run will score: demo_choice's first five questions are far shorter than the
+// demo config's perplexity texts.
+TEST_F(CalibrationTest, CalibrateProbesTheRequestsTheFlagsSelect) {
+  const std::string config = testing::source_dir() + "/configs/demo.yaml";
+  auto r = testing::run_gpueval({"calibrate", "--gpus", "cpu:1", "--output", out_.file("all"), config});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const int64_t whole_config = probed_row_length(r.err);
+  ASSERT_GT(whole_config, 0) << r.err;
+  r = testing::run_gpueval({"calibrate", "--gpus", "cpu:1", "--tasks", "demo_choice", "--limit", "5", "--output",
+                            out_.file("few"), config});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const int64_t selected = probed_row_length(r.err);
+  ASSERT_GT(selected, 0) << r.err;
+  EXPECT_LT(selected, whole_config) << r.err;
+
+  // --num-fewshot and --data reach the tasks too: each makes the load fail the way a run's does.
+  r = testing::run_gpueval({"calibrate", "--gpus", "cpu:1", "--tasks", "demo_choice", "--num-fewshot", "1", config});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("num_fewshot 1 needs fewshot_path"));
+  r = testing::run_gpueval(
+      {"calibrate", "--gpus", "cpu:1", "--tasks", "mmlu_anatomy", "--data", "mmlu=" + out_.file("nothing"), config});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("data root 'mmlu': " + out_.file("nothing") + " is not a directory"));
+}
+
 TEST_F(CalibrationTest, BadMaxMemoryFlagIsOneLine) {
   auto r = testing::run_gpueval({"calibrate", "--max-memory", "lots", testing::source_dir() + "/configs/demo.yaml"});
   EXPECT_EQ(r.exit_code, 1);

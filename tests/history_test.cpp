@@ -421,19 +421,10 @@ TEST(HistoryTest, ScoresFromResultsWithNestedGroups) {
 
 TEST(HistoryTest, SamplesFromRecordsKeepPerDocumentNumbersOfTheFirstFilter) {
   testing::TempDir dir;
-  testing::write_text(dir.file("quiz.jsonl"),
-                      "{\"question\": \"Sky?\", \"choices\": [\"blue\", \"green\"], \"label\": 0}\n"
-                      "{\"question\": \"Sun?\", \"choices\": [\"hot\", \"cold\"], \"label\": 1}\n");
-  testing::write_text(dir.file("quiz.yaml"),
-                      "task: quiz\ndataset_path: quiz.jsonl\noutput_type: multiple_choice\n"
-                      "doc_to_text: \"Q: {{question}}\\nA:\"\ndoc_to_choice: \"{{choices}}\"\n"
-                      "doc_to_target: \"{{label}}\"\nmetric_list: [acc, acc_norm]\n");
-  testing::write_text(dir.file("story.jsonl"), "{\"text\": \"One day.\"}\n");
-  testing::write_text(dir.file("story.yaml"),
-                      "task: story\ndataset_path: story.jsonl\noutput_type: loglikelihood_rolling\n"
-                      "doc_to_text: \"\"\ndoc_to_target: \"{{text}}\"\n");
-  const Task quiz = Task::load(dir.file("quiz.yaml"), {});
-  const Task story = Task::load(dir.file("story.yaml"), {});
+  const Task quiz = Task::load(testing::write_quiz_task(dir, "{\"question\": \"Sky?\", \"choices\": [\"blue\", \"green\"], \"label\": 0}\n"
+                                                             "{\"question\": \"Sun?\", \"choices\": [\"hot\", \"cold\"], \"label\": 1}\n"),
+                               {});
+  const Task story = Task::load(testing::write_story_task(dir, "{\"text\": \"One day.\"}\n"), {});
   auto result = [](double logprob) {
     RequestResult r;
     r.logprob = logprob;

@@ -32,19 +32,13 @@ RequestResult result(double logprob, bool greedy) {
 class ReportFixture {
  public:
   ReportFixture() {
-    testing::write_text(dir_.file("quiz.jsonl"),
-                        "{\"question\": \"Sky?\", \"choices\": [\"blue\", \"gr\\u00e9en\"], \"label\": 0}\n"
-                        "{\"question\": \"Grass?\", \"choices\": [\"green\", \"red\"], \"label\": 0}\n"
-                        "{\"question\": \"Sun?\", \"choices\": [\"hot\", \"cold\"], \"label\": 1}\n");
-    testing::write_text(dir_.file("quiz.yaml"),
-                        "task: quiz\ndataset_path: quiz.jsonl\noutput_type: multiple_choice\n"
-                        "doc_to_text: \"Q: {{question}}\\nA:\"\ndoc_to_choice: \"{{choices}}\"\n"
-                        "doc_to_target: \"{{label}}\"\nmetric_list: [acc, acc_norm]\n");
-    testing::write_text(dir_.file("story.jsonl"), "{\"text\": \"One day.\"}\n{\"text\": \"The end of it all.\"}\n");
-    testing::write_text(dir_.file("story.yaml"),
-                        "task: story\ndataset_path: story.jsonl\noutput_type: loglikelihood_rolling\n"
-                        "doc_to_text: \"\"\ndoc_to_target: \"{{text}}\"\nmetadata:\n  version: 2.0\n");
-    quiz_.emplace(Task::load(dir_.file("quiz.yaml"), {}));
+    quiz_.emplace(Task::load(testing::write_quiz_task(
+                                 dir_, "{\"question\": \"Sky?\", \"choices\": [\"blue\", \"gr\\u00e9en\"], \"label\": 0}\n"
+                                       "{\"question\": \"Grass?\", \"choices\": [\"green\", \"red\"], \"label\": 0}\n"
+                                       "{\"question\": \"Sun?\", \"choices\": [\"hot\", \"cold\"], \"label\": 1}\n"),
+                             {}));
+    testing::write_story_task(dir_, "{\"text\": \"One day.\"}\n{\"text\": \"The end of it all.\"}\n",
+                              "metadata:\n  version: 2.0\n");
     story_.emplace(Task::load("story", {dir_.path()}));
 
     const std::vector<std::vector<RequestResult>> quiz_results = {

@@ -1,83 +1,48 @@
 // The shipped demo tasks scored end to end with the shipped stories260K model: requests from
-// the task files, loglikelihoods the way lm-eval computes them, metrics, and the report files.
+// the task files, scored through the planner and executor a run uses, metrics, and the report files.
 #include <cstdio>
 
 #include <gtest/gtest.h>
 
 #include "common/file_io.h"
-#include "gpueval/model.h"
 #include "gpueval/report.h"
 #include "gpueval/task.h"
-#include "gpueval/tokenizer.h"
-#include "model/scorer.h"
 #include "test_util.h"
 
 namespace gpueval {
 namespace {
 
-// lm-eval's loglikelihood: continuation tokens are encode(context + continuation) past the
-// tokens of encode(context), so a token straddling the boundary belongs to the continuation.
-ScoreRequest loglikelihood_request(const Tokenizer& tok, const Request& r) {
-  const std::vector<int32_t> context = tok.encode(r.context, /*add_special_tokens=*/true);
-  const std::vector<int32_t> whole = tok.encode(r.context + r.continuation, /*add_special_tokens=*/true);
-  ScoreRequest s;
-  s.tokens = context;
-  s.tokens.insert(s.tokens.end(), whole.begin() + static_cast<std::ptrdiff_t>(context.size()), whole.end());
-  s.first_target = static_cast<int64_t>(context.size());
-  return s;
-}
-
-class TaskDemoModelTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const std::string dir = testing::source_dir() + "/models/stories260K";
-    model_ = load_model(dir);
-    tok_ = load_tokenizer(dir);
-  }
-
-  // Scores every document of `task` and returns its records.
-  std::vector<DocRecord> score(const Task& task) {
-    std::vector<DocRecord> records;
-    for (const Document& doc : task.documents()) {
+// Every document of `tasks` scored the way a run scores it: build_requests, then the planner's
+// encoding and the executor (testing::score_with_stories260k); one record per document.
+std::vector<DocRecord> score(const std::vector<const Task*>& tasks) {
+  const std::vector<Request> requests = build_requests(tasks);
+  const std::vector<RequestResult> results = testing::score_with_stories260k(requests);
+  std::vector<DocRecord> records;
+  size_t next = 0;
+  for (const Task* task : tasks) {
+    for (const Document& doc : task->documents()) {
       DocRecord record;
-      record.task = &task;
+      record.task = task;
       record.doc = doc;
-      record.requests = task.requests(doc);
-      for (const Request& r : record.requests) {
-        RequestResult result;
-        result.index = r.index;
-        std::vector<ScoreRequest> windows;
-        if (r.type == RequestType::kLoglikelihood) {
-          windows.push_back(loglikelihood_request(*tok_, r));
-        } else {
-          windows = rolling_windows(tok_->encode(r.context, false), *tok_->bos_id(),
-                                    model_->config().max_position_embeddings);
-        }
-        result.is_greedy = true;
-        for (const ScoreResult& s : score_batch(*model_, windows)) {
-          result.logprob += s.sum();
-          result.is_greedy = result.is_greedy && s.all_greedy();
-          result.num_tokens += static_cast<int64_t>(s.logprobs.size());
-        }
-        record.results.push_back(result);
+      for (; next < requests.size() && requests[next].task == task->name() && requests[next].doc_id == doc.doc_id;
+           ++next) {
+        record.requests.push_back(requests[next]);
+        record.results.push_back(results.at(next));
       }
-      record.metrics = task.process_results_all(doc, record.results);
+      EXPECT_EQ(record.requests.size(), task->requests(doc).size()) << task->location(doc);
+      record.metrics = task->process_results_all(doc, record.results);
       records.push_back(std::move(record));
     }
-    return records;
   }
+  EXPECT_EQ(next, requests.size());
+  return records;
+}
 
-  LlamaModel model_{nullptr};
-  std::unique_ptr<Tokenizer> tok_;
-};
-
-TEST_F(TaskDemoModelTest, Stories260kBeatsChanceOnDemoChoiceAndReportsAreWritten) {
+TEST(TaskDemoModelTest, Stories260kBeatsChanceOnDemoChoiceAndReportsAreWritten) {
   const std::vector<std::string> dirs = {testing::source_dir() + "/tasks"};
   const Task choice = Task::load("demo_choice", dirs);
   const Task perplexity = Task::load("demo_perplexity", dirs);
-  std::vector<DocRecord> records = score(choice);
-  const std::vector<DocRecord> stories = score(perplexity);
-  records.insert(records.end(), stories.begin(), stories.end());
+  const std::vector<DocRecord> records = score({&choice, &perplexity});
 
   RunSummary summary;
   summary.model = "models/stories260K";

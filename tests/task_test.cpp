@@ -14,18 +14,10 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-// A task file and its data in a temporary directory.
-class TaskDir {
+// A task file and its data in a temporary directory; load() writes and loads task.yaml.
+class TaskDir : public testing::TempDir {
  public:
-  std::string write(const std::string& name, const std::string& text) {
-    testing::write_text(dir_.file(name), text);
-    return dir_.file(name);
-  }
-  Task load(const std::string& yaml) { return Task::load(write("task.yaml", yaml), {}); }
-  const std::string& path() const { return dir_.path(); }
-
- private:
-  testing::TempDir dir_;
+  Task load(const std::string& yaml) const { return Task::load(write("task.yaml", yaml), {}); }
 };
 
 using testing::error_of;

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
@@ -68,6 +69,28 @@ TempDir::~TempDir() {
 std::string TempDir::write(const std::string& name, const std::string& contents) const {
   write_text(file(name), contents);
   return file(name);
+}
+
+std::vector<std::string> TempDir::listing() const {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(path_)) names.push_back(entry.path().filename());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::string write_quiz_task(const TempDir& dir, const std::string& documents, const std::string& extra_keys) {
+  dir.write("quiz.jsonl", documents);
+  return dir.write("quiz.yaml",
+                   "task: quiz\ndataset_path: quiz.jsonl\noutput_type: multiple_choice\n"
+                   "doc_to_text: \"Q: {{question}}\\nA:\"\ndoc_to_choice: \"{{choices}}\"\n"
+                   "doc_to_target: \"{{label}}\"\nmetric_list: [acc, acc_norm]\n" + extra_keys);
+}
+
+std::string write_story_task(const TempDir& dir, const std::string& documents, const std::string& extra_keys) {
+  dir.write("story.jsonl", documents);
+  return dir.write("story.yaml",
+                   "task: story\ndataset_path: story.jsonl\noutput_type: loglikelihood_rolling\n"
+                   "doc_to_text: \"\"\ndoc_to_target: \"{{text}}\"\n" + extra_keys);
 }
 
 namespace {

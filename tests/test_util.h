@@ -50,6 +50,8 @@ class TempDir {
   std::string file(const std::string& name) const { return path_ + "/" + name; }
   // Writes `contents` to file(name) and returns that path.
   std::string write(const std::string& name, const std::string& contents) const;
+  // The names of the entries directly inside path(), sorted.
+  std::vector<std::string> listing() const;
 
  private:
   std::string path_;
@@ -65,6 +67,13 @@ struct CommandResult {
 CommandResult run_gpueval(const std::vector<std::string>& args, const std::string& stdin_text = "");
 
 void write_text(const std::string& path, const std::string& text);
+
+// The two small tasks several tests score, written into `dir` as <name>.yaml over <name>.jsonl
+// (`documents`: JSON objects, one a line); each returns the YAML's path. "quiz" is multiple
+// choice over {question, choices, label} with metric_list [acc, acc_norm]; "story" is
+// loglikelihood_rolling over {text}. `extra_keys` (YAML lines) end the task file.
+std::string write_quiz_task(const TempDir& dir, const std::string& documents, const std::string& extra_keys = "");
+std::string write_story_task(const TempDir& dir, const std::string& documents, const std::string& extra_keys = "");
 
 // The stories260K llama2.c checkpoint converted once per test process into a temp dir.
 const std::string& converted_stories260k();

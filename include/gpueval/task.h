@@ -38,9 +38,9 @@
 //                               have exactly this many fields;
 //   data_root: NAME             dataset_path and fewshot_path are relative to the data root
 //                               NAME, which the run sets (`--data NAME=PATH`, or the run
-//                               config's `data: {NAME: PATH}`); without one, the shared data
-//                               directory beside the source tree (../shared/data/NAME) if it
-//                               exists. Without data_root, paths are relative to the YAML file;
+//                               config's `data: {NAME: PATH}`); a task whose data root the
+//                               run does not set fails to load, saying how to set it. Without
+//                               data_root, paths are relative to the YAML file;
 //   fewshot_path: FILE          the documents few-shot examples are drawn from (lm-eval's
 //                               fewshot_split; same kind and columns as dataset_path).
 // dataset_path and fewshot_path may also be a list of candidates, of which the first that

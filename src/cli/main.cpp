@@ -21,10 +21,186 @@
 
 namespace {
 
+using gpueval::ConfigOverrides;
+
 void add_model_flags(CLI::App* app, gpueval::ModelOptions& m) {
   app->add_option("--model", m.model_dir, "model directory (config.json, *.safetensors, tokenizer)")->required();
   app->add_option("--device", m.device, "cpu or cuda:N")->capture_default_str();
   app->add_option("--dtype", m.dtype, "float32, bfloat16 or float16")->capture_default_str();
+}
+
+// The flags `run` and `calibrate` share: which devices, tasks, documents, data and few-shot
+// examples, so a calibration probes the request lengths the run will see, and the memory the
+// probe may use per CPU worker.
+void add_selection_flags(CLI::App* cmd, ConfigOverrides& o) {
+  cmd->add_option_function<std::string>("--gpus", [&](const std::string& v) { o.gpus = v; },
+                                        "devices: 0-3, 0,2, all, cpu, cpu:N (default: the config's gpus, else cpu)");
+  cmd->add_option_function<std::string>("--tasks", [&](const std::string& v) {
+    std::vector<std::string> names;
+    std::stringstream ss(v);
+    for (std::string t; std::getline(ss, t, ',');)
+      if (!t.empty()) names.push_back(t);
+    o.tasks = names;
+  }, "comma-separated task names (overrides the config)");
+  cmd->add_option_function<int64_t>("--limit", [&](const int64_t& v) { o.limit = v; }, "documents per task");
+  cmd->add_option_function<int64_t>("--num-fewshot", [&](const int64_t& v) { o.num_fewshot = v; },
+                                    "few-shot examples per prompt");
+  cmd->add_option_function<std::vector<std::string>>(
+         "--data", [&](const std::vector<std::string>& v) { o.data = v; },
+         "NAME=PATH: where a task's data root lives (e.g. mmlu=../shared/data/mmlu); repeatable")
+      ->allow_extra_args(false);
+  cmd->add_option_function<std::string>("--max-memory", [&](const std::string& v) { o.max_memory = v; },
+                                        "memory per CPU worker for batch probing: 6GiB, 512MiB, or a share such as 0.5 "
+                                        "(default: 0.8 of available / workers)");
+}
+
+struct RunFlags {
+  std::string config;
+  ConfigOverrides overrides;
+  bool recalibrate = false;
+  bool fresh = false;
+};
+
+CLI::App* add_run_command(CLI::App& app, RunFlags& f) {
+  auto* cmd = app.add_subcommand("run", "evaluate a model on a config's tasks, one worker per device (default)");
+  ConfigOverrides& o = f.overrides;
+  cmd->add_option("config", f.config, "run configuration (YAML)")->required();
+  add_selection_flags(cmd, o);
+  cmd->add_option_function<std::vector<std::string>>(
+         "--model", [&](const std::vector<std::string>& v) { o.model = v; },
+         "checkpoint directory or glob such as 'runs/exp7/step-*' (repeatable; overrides the config)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->allow_extra_args(false);
+  cmd->add_option_function<std::string>("--history", [&](const std::string& v) { o.history = v; },
+                                        "history database of nightly scores (default: see `gpueval history`)");
+  cmd->add_option_function<double>(
+      "--fail-on-regression", [&](const double& v) { o.fail_on_regression = v; },
+      "exit 4, naming the task, when a score drops by more than POINTS against the previous checkpoint");
+  cmd->add_option_function<std::string>("--output", [&](const std::string& v) { o.output = v; },
+                                        "output directory (overrides the config)");
+  cmd->add_option_function<std::string>("--batch-size", [&](const std::string& v) { o.batch_size = v; },
+                                        "auto or the most sequences per batch");
+  cmd->add_option_function<uint64_t>("--seed", [&](const uint64_t& v) { o.seed = v; }, "run seed");
+  cmd->add_option_function<std::string>("--add-bos", [&](const std::string& v) { o.add_bos = v; },
+                                        "auto|true|false: start contexts with BOS (auto: as the tokenizer does)");
+  cmd->add_option_function<std::string>("--prefix-reuse", [&](const std::string& v) { o.prefix_reuse = v; },
+                                        "on|off: compute shared contexts and few-shot prefixes once (default on)");
+  cmd->add_flag("--recalibrate", f.recalibrate, "probe batch budgets even when the calibration cache has them");
+  cmd->add_flag("--fresh", f.fresh,
+                "start over: discard the journal instead of resuming from it, and score again the checkpoints the "
+                "history holds");
+  return cmd;
+}
+
+struct CalibrateFlags {
+  std::string config;
+  ConfigOverrides overrides;
+  gpueval::CalibrateCommandOptions options;
+};
+
+CLI::App* add_calibrate_command(CLI::App& app, CalibrateFlags& f) {
+  auto* cmd = app.add_subcommand("calibrate", "probe each device's batch budget for a config, print it and cache it");
+  cmd->add_option("config", f.config, "run configuration (YAML)")->required();
+  add_selection_flags(cmd, f.overrides);
+  cmd->add_flag("--recalibrate", f.options.recalibrate, "probe again even when the cache has an entry");
+  cmd->add_option_function<std::string>(
+      "--output", [&](const std::string& v) { f.options.output = v; },
+      "where calibration.json, calibration.svg and logs/ go (default: the config's output)");
+  cmd->add_option_function<std::string>(
+      "--model", [&](const std::string& v) { f.overrides.model = std::vector<std::string>{v}; },
+      "model directory (overrides the config)");
+  return cmd;
+}
+
+CLI::App* add_generate_command(CLI::App& app, gpueval::GenerateCommand& g) {
+  auto* cmd = app.add_subcommand("generate", "continue a prompt (greedy unless --temperature)");
+  add_model_flags(cmd, g.model);
+  cmd->add_option("--prompt", g.prompt, "prompt text")->capture_default_str();
+  cmd->add_option("--max-new-tokens", g.max_new_tokens)->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--temperature", g.temperature)->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--top-k", g.top_k)->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--top-p", g.top_p)->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--seed", g.seed)->capture_default_str();
+  return cmd;
+}
+
+CLI::App* add_logits_command(CLI::App& app, gpueval::LogitsCommand& l) {
+  auto* cmd = app.add_subcommand("logits", "print the logits of every position as JSON");
+  add_model_flags(cmd, l.model);
+  cmd->add_option("--ids", l.ids, "comma-separated token ids, BOS included")->required();
+  return cmd;
+}
+
+CLI::App* add_tokenize_command(CLI::App& app, gpueval::TokenizeCommand& t) {
+  auto* cmd = app.add_subcommand("tokenize", "JSONL {\"text\"} on stdin -> {\"ids\"} on stdout");
+  cmd->add_option("--tokenizer", t.tokenizer, "tokenizer.json, tokenizer.model or a directory")->required();
+  cmd->add_flag("--add-special", t.add_special, "add the tokenizer's special tokens (BOS)");
+  return cmd;
+}
+
+CLI::App* add_score_command(CLI::App& app, gpueval::ScoreCommand& s) {
+  auto* cmd = app.add_subcommand("score", "per-token log-probabilities and perplexity of a text file");
+  add_model_flags(cmd, s.model);
+  cmd->add_option("--text", s.text_file, "UTF-8 text file")->required();
+  cmd->add_option("--max-length", s.max_length, "window length (default: the model's context)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--batch-windows", s.batch_windows, "windows per forward pass")->capture_default_str();
+  cmd->add_flag("--stepwise", s.stepwise, "token-at-a-time through the KV cache (baseline)");
+  return cmd;
+}
+
+CLI::App* add_convert_command(CLI::App& app, gpueval::ConvertLlama2cCommand& c) {
+  auto* cmd = app.add_subcommand("convert-llama2c", "convert a llama2.c checkpoint to Hugging Face layout");
+  cmd->add_option("--checkpoint", c.checkpoint, "llama2.c model .bin")->required();
+  cmd->add_option("--tokenizer", c.tokenizer, "llama2.c tokenizer .bin")->required();
+  cmd->add_option("--out", c.out_dir, "output directory")->required();
+  return cmd;
+}
+
+CLI::App* add_init_model_command(CLI::App& app, gpueval::InitModelCommand& init) {
+  auto* cmd = app.add_subcommand("init-model", "write a random-weight Llama checkpoint with a real tokenizer");
+  gpueval::RandomModelSpec& spec = init.spec;
+  cmd->add_option("--tokenizer", init.tokenizer_dir, "directory with tokenizer.json, tokenizer.model or tokenizer.bin")
+      ->required();
+  cmd->add_option("--out", init.out_dir, "output directory")->required();
+  cmd->add_option("--hidden", spec.hidden, "hidden size")->capture_default_str();
+  cmd->add_option("--intermediate", spec.intermediate, "MLP size")->capture_default_str();
+  cmd->add_option("--layers", spec.layers, "decoder layers")->capture_default_str();
+  cmd->add_option("--heads", spec.heads, "attention heads")->capture_default_str();
+  cmd->add_option("--kv-heads", spec.kv_heads, "key/value heads")->capture_default_str();
+  cmd->add_option("--max-positions", spec.max_positions, "context length")->capture_default_str();
+  cmd->add_option("--vocab", spec.vocab, "embedding rows (0: the tokenizer's vocabulary)")->capture_default_str();
+  cmd->add_option("--rope-theta", spec.rope_theta, "rotary base")->capture_default_str();
+  cmd->add_flag("--tied", spec.tied, "share the embedding with the output head");
+  cmd->add_option("--seed", spec.seed, "weights seed")->capture_default_str();
+  cmd->add_option("--dtype", spec.dtype, "float32, bfloat16 or float16")->capture_default_str();
+  cmd->add_flag("--force", init.force, "write into a non-empty --out directory");
+  return cmd;
+}
+
+struct ReportFlags {
+  std::string results;
+  std::string out;
+};
+
+CLI::App* add_report_command(CLI::App& app, ReportFlags& r) {
+  auto* cmd = app.add_subcommand("report", "write report.html from a results.json");
+  cmd->add_option("--results", r.results, "results.json of a run")->required();
+  cmd->add_option("--out", r.out, "output file (default: report.html beside results.json)");
+  return cmd;
+}
+
+CLI::App* add_history_command(CLI::App& app, gpueval::HistoryCommand& h) {
+  auto* cmd =
+      app.add_subcommand("history", "print each checkpoint's scores per task from the history database, oldest first");
+  cmd->add_option("--task", h.task, "only this task's (or group's) primary metric");
+  cmd->add_option("--history", h.history,
+                  "history file (default: $GPUEVAL_HISTORY, else $XDG_DATA_HOME/gpueval/history.sqlite, "
+                  "else ~/.local/share/gpueval/history.sqlite)");
+  cmd->add_option("--config", h.config, "only configs whose fingerprint starts with this");
+  cmd->add_option("--report", h.report,
+                  "also write each config's trend report.md and report.html into DIR/<config fingerprint>/");
+  return cmd;
 }
 
 // `gpueval --gpus 0-3 configs/mmlu.yaml` is `gpueval run --gpus 0-3 configs/mmlu.yaml`.
@@ -48,6 +224,24 @@ std::string self_executable(const char* argv0) {
   return argv0;
 }
 
+int run_command(const RunFlags& f, const char* argv0) {
+  gpueval::RunConfig config = gpueval::load_run_config(f.config);
+  gpueval::apply_overrides(config, f.overrides);
+  gpueval::EvaluationOptions eo;
+  eo.executable = self_executable(argv0);
+  eo.live_progress = ::isatty(2) != 0;
+  eo.recalibrate = f.recalibrate;
+  eo.fresh = f.fresh;
+  return gpueval::run_evaluation(config, eo);
+}
+
+int calibrate_command(CalibrateFlags& f, const char* argv0) {
+  gpueval::RunConfig config = gpueval::load_run_config(f.config);
+  gpueval::apply_overrides(config, f.overrides);
+  f.options.executable = self_executable(argv0);
+  return gpueval::run_calibrate(config, f.options);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -58,142 +252,27 @@ int main(int argc, char** argv) {
   int threads = 0;
   app.add_option("--threads", threads, "CPU threads for LibTorch (0: all cores)");
 
-  std::string config_path;
-  gpueval::ConfigOverrides overrides;
-  auto* run_cmd = app.add_subcommand("run", "evaluate a model on a config's tasks, one worker per device (default)");
-  run_cmd->add_option("config", config_path, "run configuration (YAML)")->required();
-  run_cmd->add_option_function<std::string>("--gpus", [&](const std::string& v) { overrides.gpus = v; },
-                                            "devices: 0-3, 0,2, all, cpu, cpu:N (default: the config's gpus, else cpu)");
-  run_cmd->add_option_function<std::string>("--tasks", [&](const std::string& v) {
-    std::vector<std::string> names;
-    std::stringstream ss(v);
-    for (std::string t; std::getline(ss, t, ',');)
-      if (!t.empty()) names.push_back(t);
-    overrides.tasks = names;
-  }, "comma-separated task names (overrides the config)");
-  run_cmd
-      ->add_option_function<std::vector<std::string>>(
-          "--model", [&](const std::vector<std::string>& v) { overrides.model = v; },
-          "checkpoint directory or glob such as 'runs/exp7/step-*' (repeatable; overrides the config)")
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
-      ->allow_extra_args(false);
-  run_cmd->add_option_function<std::string>("--history", [&](const std::string& v) { overrides.history = v; },
-                                            "history database of nightly scores (default: see `gpueval history`)");
-  run_cmd->add_option_function<double>(
-      "--fail-on-regression", [&](const double& v) { overrides.fail_on_regression = v; },
-      "exit 4, naming the task, when a score drops by more than POINTS against the previous checkpoint");
-  run_cmd->add_option_function<std::string>("--output", [&](const std::string& v) { overrides.output = v; },
-                                            "output directory (overrides the config)");
-  run_cmd->add_option_function<int64_t>("--limit", [&](const int64_t& v) { overrides.limit = v; },
-                                        "documents per task");
-  run_cmd->add_option_function<std::string>("--batch-size", [&](const std::string& v) { overrides.batch_size = v; },
-                                            "auto or the most sequences per batch");
-  run_cmd->add_option_function<int64_t>("--num-fewshot", [&](const int64_t& v) { overrides.num_fewshot = v; },
-                                        "few-shot examples per prompt");
-  run_cmd->add_option_function<std::vector<std::string>>(
-      "--data", [&](const std::vector<std::string>& v) { overrides.data = v; },
-      "NAME=PATH: where a task's data root lives (e.g. mmlu=../shared/data/mmlu); repeatable")
-      ->allow_extra_args(false);
-  run_cmd->add_option_function<uint64_t>("--seed", [&](const uint64_t& v) { overrides.seed = v; }, "run seed");
-  run_cmd->add_option_function<std::string>("--add-bos", [&](const std::string& v) { overrides.add_bos = v; },
-                                            "auto|true|false: start contexts with BOS (auto: as the tokenizer does)");
-  run_cmd->add_option_function<std::string>("--prefix-reuse", [&](const std::string& v) { overrides.prefix_reuse = v; },
-                                            "on|off: compute shared contexts and few-shot prefixes once (default on)");
-  bool recalibrate = false;
-  run_cmd->add_flag("--recalibrate", recalibrate, "probe batch budgets even when the calibration cache has them");
-  bool fresh = false;
-  run_cmd->add_flag("--fresh", fresh, "start over: discard the journal instead of resuming from it, and score again the checkpoints the history holds");
-  run_cmd->add_option_function<std::string>("--max-memory", [&](const std::string& v) { overrides.max_memory = v; },
-                                            "memory per CPU worker for batch probing: 6GiB, 512MiB, or a share such as 0.5");
-  auto* worker_cmd = app.add_subcommand("worker", "")->group("");  // started by the scheduler only
-
-  std::string calibrate_config;
-  gpueval::ConfigOverrides calibrate_overrides;
-  gpueval::CalibrateCommandOptions calibrate;
-  auto* calibrate_cmd =
-      app.add_subcommand("calibrate", "probe each device's batch budget for a config, print it and cache it");
-  calibrate_cmd->add_option("config", calibrate_config, "run configuration (YAML)")->required();
-  calibrate_cmd->add_option_function<std::string>(
-      "--gpus", [&](const std::string& v) { calibrate_overrides.gpus = v; }, "devices: 0-3, 0,2, all, cpu, cpu:N");
-  calibrate_cmd->add_flag("--recalibrate", calibrate.recalibrate, "probe again even when the cache has an entry");
-  calibrate_cmd->add_option_function<std::string>(
-      "--output", [&](const std::string& v) { calibrate.output = v; },
-      "where calibration.json, calibration.svg and logs/ go (default: the config's output)");
-  calibrate_cmd->add_option_function<std::string>(
-      "--max-memory", [&](const std::string& v) { calibrate_overrides.max_memory = v; },
-      "memory per CPU worker: 6GiB, 512MiB, or a share such as 0.5 (default: 0.8 of available / workers)");
-  calibrate_cmd->add_option_function<std::string>(
-      "--model", [&](const std::string& v) { calibrate_overrides.model = std::vector<std::string>{v}; }, "model directory (overrides the config)");
-
-  gpueval::GenerateCommand gen;
-  auto* generate = app.add_subcommand("generate", "continue a prompt (greedy unless --temperature)");
-  add_model_flags(generate, gen.model);
-  generate->add_option("--prompt", gen.prompt, "prompt text")->capture_default_str();
-  generate->add_option("--max-new-tokens", gen.max_new_tokens)->capture_default_str()->check(CLI::NonNegativeNumber);
-  generate->add_option("--temperature", gen.temperature)->capture_default_str()->check(CLI::NonNegativeNumber);
-  generate->add_option("--top-k", gen.top_k)->capture_default_str()->check(CLI::NonNegativeNumber);
-  generate->add_option("--top-p", gen.top_p)->capture_default_str()->check(CLI::Range(0.0, 1.0));
-  generate->add_option("--seed", gen.seed)->capture_default_str();
-
+  RunFlags run;
+  CalibrateFlags calibrate;
+  gpueval::GenerateCommand generate;
   gpueval::LogitsCommand logits;
-  auto* logits_cmd = app.add_subcommand("logits", "print the logits of every position as JSON");
-  add_model_flags(logits_cmd, logits.model);
-  logits_cmd->add_option("--ids", logits.ids, "comma-separated token ids, BOS included")->required();
-
   gpueval::TokenizeCommand tokenize;
-  auto* tokenize_cmd = app.add_subcommand("tokenize", "JSONL {\"text\"} on stdin -> {\"ids\"} on stdout");
-  tokenize_cmd->add_option("--tokenizer", tokenize.tokenizer, "tokenizer.json, tokenizer.model or a directory")->required();
-  tokenize_cmd->add_flag("--add-special", tokenize.add_special, "add the tokenizer's special tokens (BOS)");
-
   gpueval::ScoreCommand score;
-  auto* score_cmd = app.add_subcommand("score", "per-token log-probabilities and perplexity of a text file");
-  add_model_flags(score_cmd, score.model);
-  score_cmd->add_option("--text", score.text_file, "UTF-8 text file")->required();
-  score_cmd->add_option("--max-length", score.max_length, "window length (default: the model's context)")
-      ->check(CLI::NonNegativeNumber);
-  score_cmd->add_option("--batch-windows", score.batch_windows, "windows per forward pass")->capture_default_str();
-  score_cmd->add_flag("--stepwise", score.stepwise, "token-at-a-time through the KV cache (baseline)");
-
   gpueval::ConvertLlama2cCommand convert;
-  auto* convert_cmd = app.add_subcommand("convert-llama2c", "convert a llama2.c checkpoint to Hugging Face layout");
-  convert_cmd->add_option("--checkpoint", convert.checkpoint, "llama2.c model .bin")->required();
-  convert_cmd->add_option("--tokenizer", convert.tokenizer, "llama2.c tokenizer .bin")->required();
-  convert_cmd->add_option("--out", convert.out_dir, "output directory")->required();
-
   gpueval::InitModelCommand init;
-  auto* init_cmd = app.add_subcommand("init-model", "write a random-weight Llama checkpoint with a real tokenizer");
-  gpueval::RandomModelSpec& spec = init.spec;
-  init_cmd->add_option("--tokenizer", init.tokenizer_dir, "directory with tokenizer.json, tokenizer.model or tokenizer.bin")
-      ->required();
-  init_cmd->add_option("--out", init.out_dir, "output directory")->required();
-  init_cmd->add_option("--hidden", spec.hidden, "hidden size")->capture_default_str();
-  init_cmd->add_option("--intermediate", spec.intermediate, "MLP size")->capture_default_str();
-  init_cmd->add_option("--layers", spec.layers, "decoder layers")->capture_default_str();
-  init_cmd->add_option("--heads", spec.heads, "attention heads")->capture_default_str();
-  init_cmd->add_option("--kv-heads", spec.kv_heads, "key/value heads")->capture_default_str();
-  init_cmd->add_option("--max-positions", spec.max_positions, "context length")->capture_default_str();
-  init_cmd->add_option("--vocab", spec.vocab, "embedding rows (0: the tokenizer's vocabulary)")->capture_default_str();
-  init_cmd->add_option("--rope-theta", spec.rope_theta, "rotary base")->capture_default_str();
-  init_cmd->add_flag("--tied", spec.tied, "share the embedding with the output head");
-  init_cmd->add_option("--seed", spec.seed, "weights seed")->capture_default_str();
-  init_cmd->add_option("--dtype", spec.dtype, "float32, bfloat16 or float16")->capture_default_str();
-  init_cmd->add_flag("--force", init.force, "write into a non-empty --out directory");
-
-  std::string report_results, report_out;
-  auto* report_cmd = app.add_subcommand("report", "write report.html from a results.json");
-  report_cmd->add_option("--results", report_results, "results.json of a run")->required();
-  report_cmd->add_option("--out", report_out, "output file (default: report.html beside results.json)");
-
+  ReportFlags report;
   gpueval::HistoryCommand history;
-  auto* history_cmd =
-      app.add_subcommand("history", "print each checkpoint's scores per task from the history database, oldest first");
-  history_cmd->add_option("--task", history.task, "only this task's (or group's) primary metric");
-  history_cmd->add_option("--history", history.history,
-                          "history file (default: $GPUEVAL_HISTORY, else $XDG_DATA_HOME/gpueval/history.sqlite, "
-                          "else ~/.local/share/gpueval/history.sqlite)");
-  history_cmd->add_option("--config", history.config, "only configs whose fingerprint starts with this");
-  history_cmd->add_option("--report", history.report,
-                          "also write each config's trend report.md and report.html into DIR/<config fingerprint>/");
+  auto* run_cmd = add_run_command(app, run);
+  auto* worker_cmd = app.add_subcommand("worker", "")->group("");  // started by the scheduler only
+  auto* calibrate_cmd = add_calibrate_command(app, calibrate);
+  auto* generate_cmd = add_generate_command(app, generate);
+  auto* logits_cmd = add_logits_command(app, logits);
+  auto* tokenize_cmd = add_tokenize_command(app, tokenize);
+  auto* score_cmd = add_score_command(app, score);
+  auto* convert_cmd = add_convert_command(app, convert);
+  auto* init_cmd = add_init_model_command(app, init);
+  auto* report_cmd = add_report_command(app, report);
+  auto* history_cmd = add_history_command(app, history);
 
   std::vector<std::string> args = with_default_subcommand(argc, argv);
   std::vector<std::string> reversed(args.rbegin(), args.rend() - 1);  // CLI11 takes the arguments reversed
@@ -205,29 +284,15 @@ int main(int argc, char** argv) {
   at::set_num_threads(threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   try {
     if (*worker_cmd) return gpueval::run_worker();
-    if (*run_cmd) {
-      gpueval::RunConfig config = gpueval::load_run_config(config_path);
-      gpueval::apply_overrides(config, overrides);
-      gpueval::EvaluationOptions eo;
-      eo.executable = self_executable(argv[0]);
-      eo.live_progress = ::isatty(2) != 0;
-      eo.recalibrate = recalibrate;
-      eo.fresh = fresh;
-      return gpueval::run_evaluation(config, eo);
-    }
-    if (*calibrate_cmd) {
-      gpueval::RunConfig config = gpueval::load_run_config(calibrate_config);
-      gpueval::apply_overrides(config, calibrate_overrides);
-      calibrate.executable = self_executable(argv[0]);
-      return gpueval::run_calibrate(config, calibrate);
-    }
-    if (*generate) gpueval::run_generate(gen, std::cout);
+    if (*run_cmd) return run_command(run, argv[0]);
+    if (*calibrate_cmd) return calibrate_command(calibrate, argv[0]);
+    if (*generate_cmd) gpueval::run_generate(generate, std::cout);
     else if (*logits_cmd) gpueval::run_logits(logits, std::cout);
     else if (*tokenize_cmd) gpueval::run_tokenize(tokenize, std::cin, std::cout);
     else if (*score_cmd) gpueval::run_score(score, std::cout);
     else if (*convert_cmd) gpueval::run_convert_llama2c(convert);
     else if (*init_cmd) gpueval::run_init_model(init);
-    else if (*report_cmd) gpueval::write_report_html(report_results, report_out);
+    else if (*report_cmd) gpueval::write_report_html(report.results, report.out);
     else if (*history_cmd) gpueval::run_history(history, std::cout);
   } catch (const gpueval::Error& e) {
     std::cerr << "gpueval: " << e.what() << "\n";

@@ -183,14 +183,50 @@ class ConfigReader {
   }
 
  private:
+  // Every key is known by now (read() checked it); each group reads its own keys.
   void read_key(RunConfig& c, const std::string& key, const YAML::Node& v) {
+    if (read_inputs(c, key, v) || read_batching(c, key, v) || read_workers(c, key, v)) return;
+    read_outputs(c, key, v);
+  }
+
+  // What is scored: the checkpoints, the tasks and their documents, examples and data roots.
+  bool read_inputs(RunConfig& c, const std::string& key, const YAML::Node& v) {
     if (key == "model") {
       c.models = path_list(key, v, "a checkpoint path or a list of them", "model", "a path",
                            [&](const std::string& p) { return resolve(p); });
     } else if (key == "tasks") {
       c.tasks = path_list(key, v, "a list of task names or task YAML files", "task", "a task name or path",
                           [&](const std::string& t) { return looks_like_task_path(t) ? resolve(t) : t; });
-    } else if (key == "batch_size") {
+    } else if (key == "seed") {
+      c.seed = unsigned_integer(key, v);
+    } else if (key == "fewshot_seed") {
+      c.fewshot_seed = unsigned_integer(key, v);
+    } else if (key == "limit") {
+      if (!v.IsNull()) c.limit = integer(key, v, 1);
+    } else if (key == "num_fewshot") {
+      if (!v.IsNull()) c.num_fewshot = integer(key, v, 0);
+    } else if (key == "data") {
+      read_data(c, v);
+    } else {
+      return false;
+    }
+    return true;
+  }
+
+  void read_data(RunConfig& c, const YAML::Node& v) {
+    if (v.IsNull()) return;
+    if (!v.IsMap()) fail(at(v), "key 'data' must be a mapping of data root names to directories, got {}", describe(v));
+    for (auto it = v.begin(); it != v.end(); ++it) {
+      if (!it->first.IsScalar() || it->first.Scalar().empty())
+        fail(at(it->first), "key 'data': names must be plain text, got {}", describe(it->first));
+      const std::string name = it->first.Scalar();
+      c.data[name] = path("data." + name, it->second, "a directory path");
+    }
+  }
+
+  // How requests become batches: sizes, precision, context and prefixes, memory for probing.
+  bool read_batching(RunConfig& c, const std::string& key, const YAML::Node& v) {
+    if (key == "batch_size") {
       c.batch_size = scalar(key, v, "'auto' or a positive integer");
       check(key, v, batch_size_problem(c.batch_size));
     } else if (key == "batch_tokens") {
@@ -202,18 +238,6 @@ class ConfigReader {
       c.load = scalar(key, v, "mmap or broadcast");
       if (c.load != "mmap" && c.load != "broadcast")
         check(key, v, fmt::format("must be mmap or broadcast, got '{}'", c.load));
-    } else if (key == "seed") {
-      c.seed = unsigned_integer(key, v);
-    } else if (key == "fewshot_seed") {
-      c.fewshot_seed = unsigned_integer(key, v);
-    } else if (key == "output") {
-      std::string output = scalar(key, v, "a directory path");
-      check(key, v, path_problem(output));
-      c.output = resolve(output);
-    } else if (key == "limit") {
-      if (!v.IsNull()) c.limit = integer(key, v, 1);
-    } else if (key == "num_fewshot") {
-      if (!v.IsNull()) c.num_fewshot = integer(key, v, 0);
     } else if (key == "max_length") {
       if (!v.IsNull()) c.max_length = integer(key, v, 1);
     } else if (key == "add_bos") {
@@ -221,19 +245,20 @@ class ConfigReader {
       check(key, v, add_bos_problem(c.add_bos));
     } else if (key == "prefix_reuse") {
       check(key, v, switch_problem(scalar(key, v, "true or false"), &c.prefix_reuse));
-    } else if (key == "data") {
-      if (v.IsNull()) return;
-      if (!v.IsMap()) fail(at(v), "key 'data' must be a mapping of data root names to directories, got {}", describe(v));
-      for (auto it = v.begin(); it != v.end(); ++it) {
-        if (!it->first.IsScalar() || it->first.Scalar().empty())
-          fail(at(it->first), "key 'data': names must be plain text, got {}", describe(it->first));
-        const std::string name = it->first.Scalar();
-        const std::string path = scalar("data." + name, it->second, "a directory path");
-        check("data." + name, it->second, path_problem(path));
-        c.data[name] = resolve(path);
-      }
-    } else if (key == "gpus") {
-      if (v.IsNull()) return;
+    } else if (key == "max_memory") {
+      if (v.IsNull()) return true;
+      c.max_memory = scalar(key, v, "an amount such as 6GiB or a share such as 0.5");
+      check(key, v, max_memory_problem(c.max_memory));
+    } else {
+      return false;
+    }
+    return true;
+  }
+
+  // Where the work runs and how the scheduler treats workers that fail.
+  bool read_workers(RunConfig& c, const std::string& key, const YAML::Node& v) {
+    if (key == "gpus") {
+      if (v.IsNull()) return true;
       c.gpus = scalar(key, v, "a device spec such as 0-3, all or cpu:N");
       check_device_spec_syntax(c.gpus, at(v) + ": key 'gpus'");
     } else if (key == "cpu_threads") {
@@ -244,24 +269,30 @@ class ConfigReader {
       c.heartbeat_timeout_s = seconds(key, v);
     } else if (key == "max_worker_restarts") {
       c.max_worker_restarts = integer(key, v, 0);
-    } else if (key == "max_memory") {
-      if (v.IsNull()) return;
-      c.max_memory = scalar(key, v, "an amount such as 6GiB or a share such as 0.5");
-      check(key, v, max_memory_problem(c.max_memory));
-    } else if (key == "calibration_cache") {
-      if (v.IsNull()) return;
-      const std::string path = scalar(key, v, "a file path");
-      check(key, v, path_problem(path));
-      c.calibration_cache = resolve(path);
-    } else if (key == "history") {
-      if (v.IsNull()) return;
-      const std::string path = scalar(key, v, "a file path");
-      check(key, v, path_problem(path));
-      c.history = resolve(path);
-    } else if (key == "fail_on_regression") {
-      if (v.IsNull()) return;
-      c.fail_on_regression = points(key, v);
+    } else {
+      return false;
     }
+    return true;
+  }
+
+  // What the run writes and keeps: the output directory, the calibration cache, the history.
+  void read_outputs(RunConfig& c, const std::string& key, const YAML::Node& v) {
+    if (key == "output") {
+      c.output = path(key, v, "a directory path");
+    } else if (key == "calibration_cache") {
+      if (!v.IsNull()) c.calibration_cache = path(key, v, "a file path");
+    } else if (key == "history") {
+      if (!v.IsNull()) c.history = path(key, v, "a file path");
+    } else if (key == "fail_on_regression") {
+      if (!v.IsNull()) c.fail_on_regression = points(key, v);
+    }
+  }
+
+  // A path, relative to the config's directory unless absolute.
+  std::string path(const std::string& key, const YAML::Node& v, const char* expected) const {
+    const std::string value = scalar(key, v, expected);
+    check(key, v, path_problem(value));
+    return resolve(value);
   }
 
   // A drop in points: a number >= 0.

@@ -36,9 +36,6 @@ std::vector<std::string> task_search_dirs(const RunConfig& config, const std::st
   std::vector<std::string> dirs;
   if (const char* env = std::getenv("GPUEVAL_TASKS_DIR")) dirs.emplace_back(env);
   if (!executable.empty()) dirs.push_back(io::dir_of(executable) + "/../tasks");
-#ifdef GPUEVAL_SOURCE_TASKS_DIR
-  dirs.emplace_back(GPUEVAL_SOURCE_TASKS_DIR);
-#endif
   if (!config.source.empty()) dirs.push_back(io::dir_of(config.source));
   return dirs;
 }

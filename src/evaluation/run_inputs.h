@@ -52,8 +52,8 @@ RunInputs load_run_inputs(const RunConfig& config, const std::string& executable
 // The cost (WorkItem::cost) of the longest item the run's requests plan into.
 int64_t longest_item_cost(const RunInputs& inputs);
 
-// Where a task name is looked up, in order: $GPUEVAL_TASKS_DIR, <executable dir>/../tasks,
-// the source tree's tasks/, then the config file's directory.
+// Where a task name is looked up, in order: $GPUEVAL_TASKS_DIR, <executable dir>/../tasks (an
+// install's tasks/, or the checkout's for a build/ inside it), then the config file's directory.
 std::vector<std::string> task_search_dirs(const RunConfig& config, const std::string& executable);
 
 }  // namespace gpueval

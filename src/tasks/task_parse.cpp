@@ -1,0 +1,630 @@
+// Reading a task's YAML file into a Task: each key lm-eval's TaskConfig has (and gpueval's
+// dataset keys) checked and typed, in the order whose first error a user sees, and the
+// config results.json shows. Loading the documents is in task.cpp.
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include <fmt/ranges.h>  // fmt::join ({fmt} 11+ keeps it here)
+#include <yaml-cpp/yaml.h>
+
+#include "common/file_io.h"
+#include "common/strict_json.h"
+#include "common/yaml_json.h"
+#include "gpueval/error.h"
+#include "gpueval/filters.h"
+#include "gpueval/process_docs.h"
+#include "gpueval/task.h"
+
+namespace gpueval {
+namespace {
+
+// lm-eval's TaskConfig fields in declaration order: the order results.json "configs" uses.
+const std::vector<std::string>& task_config_order() {
+  static const std::vector<std::string> kOrder = {
+      "task", "task_alias", "tag", "custom_dataset", "dataset_path", "dataset_name", "dataset_kwargs",
+      "training_split", "validation_split", "test_split", "fewshot_split", "process_docs", "doc_to_text",
+      "doc_to_target", "doc_to_image", "doc_to_audio", "unsafe_code", "doc_to_choice", "process_results",
+      "use_prompt", "description", "target_delimiter", "fewshot_delimiter", "fewshot_config", "num_fewshot",
+      "metric_list", "output_type", "generation_kwargs", "repeats", "filter_list", "should_decontaminate",
+      "doc_to_decontamination_query", "gen_prefix", "metadata",
+      // gpueval's dataset keys (task.h), after lm-eval's.
+      "dataset_kind", "column_names", "data_root", "fewshot_path"};
+  return kOrder;
+}
+
+// TaskConfig keys that change what lm-eval computes and that gpueval does not implement yet:
+// rejected, so a task never silently scores differently from lm-eval.
+const std::set<std::string>& unsupported_keys() {
+  static const std::set<std::string> kKeys = {
+      "custom_dataset", "doc_to_image", "doc_to_audio", "process_results", "use_prompt",
+      "gen_prefix", "group", "include", "class"};
+  return kKeys;
+}
+
+// Keys that only describe the task (dataset splits and names matter to Hugging Face datasets,
+// not to a local JSONL file): kept in the config as written.
+const std::set<std::string>& descriptive_keys() {
+  static const std::set<std::string> kKeys = {"task_alias",       "tag",        "dataset_name",  "dataset_kwargs",
+                                              "training_split",   "validation_split", "test_split", "fewshot_split",
+                                              "should_decontaminate", "doc_to_decontamination_query", "metadata"};
+  return kKeys;
+}
+
+// The metrics lm-eval's process_results computes for each output type, in its order.
+const std::vector<std::string>& metrics_for(OutputType type) {
+  static const std::vector<std::string> kChoice = {"acc", "acc_norm", "acc_bytes", "exact_match"};
+  static const std::vector<std::string> kLoglikelihood = {"perplexity", "acc"};
+  static const std::vector<std::string> kRolling = {"word_perplexity", "byte_perplexity", "bits_per_byte"};
+  static const std::vector<std::string> kGenerate = {"exact_match"};
+  switch (type) {
+    case OutputType::kMultipleChoice: return kChoice;
+    case OutputType::kLoglikelihood: return kLoglikelihood;
+    case OutputType::kLoglikelihoodRolling: return kRolling;
+    case OutputType::kGenerateUntil: return kGenerate;
+  }
+  return kGenerate;
+}
+
+// lm-eval's DEFAULT_METRIC_REGISTRY: the metrics of a task without metric_list.
+std::vector<std::string> default_metrics(OutputType type) {
+  switch (type) {
+    case OutputType::kMultipleChoice: return {"acc", "acc_norm"};
+    case OutputType::kLoglikelihood: return {"perplexity", "acc"};
+    case OutputType::kLoglikelihoodRolling: return {"word_perplexity", "byte_perplexity", "bits_per_byte"};
+    case OutputType::kGenerateUntil: return {"exact_match"};
+  }
+  return {};
+}
+
+std::string scalar_string(const YAML::Node& value, const std::string& key, const std::string& where) {
+  if (!value.IsScalar()) fail(where, "{} must be a string", key);
+  const std::string& tag = value.Tag();
+  if (tag != "?" && tag != "!" && tag != "tag:yaml.org,2002:str") {
+    fail(where, "{}: tag '{}' is not supported (gpueval runs no Python)", key, tag);
+  }
+  return value.Scalar();
+}
+
+// One task file's top-level keys, each known, supported and there once but not yet typed, and
+// the config results.json shows, filled in any order as keys are read.
+class TaskYaml {
+ public:
+  explicit TaskYaml(const std::string& yaml_path) : path_(yaml_path) {
+    const std::string text = io::read_file(yaml_path, uint64_t{1} << 24);
+    try {
+      root_ = YAML::Load(text);
+    } catch (const YAML::Exception& e) {
+      fail(e.mark.line >= 0 ? yaml_path + ":" + std::to_string(e.mark.line + 1) : yaml_path, "invalid YAML: {}",
+           e.msg);
+    }
+    if (!root_.IsMap()) fail(yaml_path, "a task file must be a YAML mapping of keys to values");
+    const auto& order = task_config_order();
+    for (const auto& entry : root_) {
+      const std::string at = where(entry.first);
+      if (!entry.first.IsScalar()) fail(at, "keys must be plain text");
+      const std::string key = entry.first.Scalar();
+      if (values_.count(key)) fail(at, "duplicate key '{}'", key);
+      if (unsupported_keys().count(key)) fail(at, "key '{}' is not supported yet", key);
+      if (std::find(order.begin(), order.end(), key) == order.end()) {
+        fail(at, "unknown key {} (lm-evaluation-harness task keys: task, dataset_path, output_type, doc_to_text, "
+             "doc_to_target, doc_to_choice, target_delimiter, description, metric_list, generation_kwargs, ...)",
+             quote_untrusted(key));
+      }
+      values_[key] = entry.second;
+    }
+  }
+
+  const std::string& path() const { return path_; }
+  const YAML::Node& root() const { return root_; }
+  bool has(const std::string& key) const { return values_.count(key) != 0; }
+  const YAML::Node& at(const std::string& key) const { return values_.at(key); }
+  std::string where(const YAML::Node& node) const { return yaml_where(path_, node); }
+  std::string where_of(const std::string& key) const { return where(at(key)); }
+  void require(const std::string& key) const {
+    if (!has(key)) fail(path_, "missing required key '{}'", key);
+  }
+  std::string string(const std::string& key) const { return scalar_string(at(key), key, where_of(key)); }
+  nlohmann::ordered_json json(const YAML::Node& node) const { return yaml_to_json(node, path_); }
+  nlohmann::ordered_json& config() { return config_; }
+
+ private:
+  std::string path_;
+  YAML::Node root_;
+  std::map<std::string, YAML::Node> values_;
+  nlohmann::ordered_json config_;
+};
+
+// data_root: the directory the run set for it; without one, the YAML file's own directory.
+std::string read_data_dir(TaskYaml& yaml, const TaskLoadOptions& options) {
+  if (!yaml.has("data_root")) return io::dir_of(yaml.path());
+  const std::string root = yaml.string("data_root");
+  yaml.config()["data_root"] = root;
+  const auto it = options.data_roots.find(root);
+  if (it == options.data_roots.end()) {
+    fail("data root '" + root + "'", "not set (set it with --data {}=PATH or the run config's data: {{{}: PATH}})",
+         root, root);
+  }
+  if (!io::is_directory(it->second)) {
+    fail("data root '" + root + "'", "{} is not a directory (set it with --data {}=PATH or the run config's "
+         "data: {{{}: PATH}})", it->second, root, root);
+  }
+  return it->second;
+}
+
+Task::DatasetKind read_dataset_kind(const YAML::Node& node, const std::string& where) {
+  const std::string kind = scalar_string(node, "dataset_kind", where);
+  if (kind == "jsonl") return Task::DatasetKind::kJsonl;
+  if (kind == "csv") return Task::DatasetKind::kCsv;
+  if (kind == "hellaswag_text") return Task::DatasetKind::kHellaswagText;
+  if (kind == "text") return Task::DatasetKind::kText;
+  fail(where, "dataset_kind must be jsonl, csv, hellaswag_text or text, got '{}'", kind);
+}
+
+// The task's dataset_kind: that of dataset_path and fewshot_path unless a candidate says otherwise.
+Task::DatasetKind read_default_dataset_kind(TaskYaml& yaml) {
+  if (!yaml.has("dataset_kind")) return Task::DatasetKind::kJsonl;
+  const Task::DatasetKind kind = read_dataset_kind(yaml.at("dataset_kind"), yaml.where_of("dataset_kind"));
+  yaml.config()["dataset_kind"] = yaml.at("dataset_kind").Scalar();
+  return kind;
+}
+
+struct DataFile {
+  std::string path;  // as written in the task file
+  Task::DatasetKind kind = Task::DatasetKind::kJsonl;
+};
+
+std::string in_dir(const std::string& dir, const std::string& path) {
+  return !path.empty() && path[0] == '/' ? path : dir + "/" + path;
+}
+
+// One entry of a dataset_path or fewshot_path list: a path, or {path: FILE, dataset_kind: KIND}.
+DataFile read_candidate(const TaskYaml& yaml, const std::string& key, const YAML::Node& item,
+                        Task::DatasetKind default_kind) {
+  const std::string where = yaml.where(item);
+  DataFile candidate{"", default_kind};
+  if (!item.IsMap()) {
+    candidate.path = scalar_string(item, key + " entry", where);
+    return candidate;
+  }
+  for (const auto& entry : item) {
+    const std::string field = entry.first.IsScalar() ? entry.first.Scalar() : "";
+    if (field == "path") {
+      candidate.path = scalar_string(entry.second, key + " path", where);
+    } else if (field == "dataset_kind") {
+      candidate.kind = read_dataset_kind(entry.second, where);
+    } else {
+      fail(where, "a {} candidate takes path and dataset_kind, not '{}'", key, field);
+    }
+  }
+  if (candidate.path.empty()) fail(where, "a {} candidate needs a path", key);
+  return candidate;
+}
+
+// dataset_path or fewshot_path, resolved in `dir`: a path, or a list of candidates of which the
+// first that exists is used. The result's path is the full one.
+DataFile read_data_file(TaskYaml& yaml, const std::string& key, const std::string& dir, Task::DatasetKind default_kind) {
+  const YAML::Node& node = yaml.at(key);
+  if (!node.IsSequence()) {
+    const std::string path = yaml.string(key);
+    yaml.config()[key] = path;
+    if (!io::path_exists(in_dir(dir, path))) {
+      fail(yaml.where_of(key), "{} '{}' not found ({} does not exist)", key, path, in_dir(dir, path));
+    }
+    return DataFile{in_dir(dir, path), default_kind};
+  }
+  if (node.size() == 0) fail(yaml.where_of(key), "{} must be a path or a non-empty list of candidate paths", key);
+  yaml.config()[key] = yaml.json(node);
+  // Every candidate is checked, not only those before the one found, so a typo never waits
+  // for the day the earlier files are missing.
+  std::vector<std::string> tried;
+  std::optional<DataFile> found;
+  for (const YAML::Node& item : node) {
+    const DataFile candidate = read_candidate(yaml, key, item, default_kind);
+    if (!found && io::path_exists(in_dir(dir, candidate.path))) found = DataFile{in_dir(dir, candidate.path), candidate.kind};
+    tried.push_back(candidate.path);
+  }
+  if (!found) {
+    fail(yaml.where_of(key), "{}: none of {} exists in {}", key, fmt::join(tried, ", "), dir.empty() ? "." : dir);
+  }
+  return *found;
+}
+
+std::vector<std::string> read_column_names(TaskYaml& yaml, bool csv) {
+  if (!yaml.has("column_names")) {
+    if (csv) fail(yaml.path(), "missing required key 'column_names' (dataset_kind: csv files have no header)");
+    return {};
+  }
+  if (!csv) fail(yaml.where_of("column_names"), "column_names applies to dataset_kind: csv only");
+  const YAML::Node& node = yaml.at("column_names");
+  if (!node.IsSequence() || node.size() == 0) fail(yaml.where_of("column_names"), "column_names must be a non-empty list");
+  std::vector<std::string> names;
+  for (const YAML::Node& item : node) {
+    const std::string name = scalar_string(item, "column_names entry", yaml.where(item));
+    if (std::find(names.begin(), names.end(), name) != names.end()) {
+      fail(yaml.where(item), "column '{}' is named twice", name);
+    }
+    names.push_back(name);
+  }
+  yaml.config()["column_names"] = names;
+  return names;
+}
+
+// A built-in preprocessor by name; lm-eval's `!function utils.x` fails in scalar_string.
+DocProcessor read_process_docs(TaskYaml& yaml) {
+  if (!yaml.has("process_docs")) return nullptr;
+  const std::string name = yaml.string("process_docs");
+  const auto processor = find_doc_processor(name);
+  if (!processor) {
+    fail(yaml.where_of("process_docs"), "unknown process_docs '{}' (built in: {})", name,
+         fmt::join(doc_processor_names(), ", "));
+  }
+  yaml.config()["process_docs"] = name;
+  return *processor;
+}
+
+// lm-eval's TaskConfig default output_type is generate_until.
+OutputType read_output_type(TaskYaml& yaml) {
+  OutputType type = OutputType::kGenerateUntil;
+  if (yaml.has("output_type")) {
+    const std::string name = yaml.string("output_type");
+    const OutputType all[] = {OutputType::kMultipleChoice, OutputType::kLoglikelihood,
+                              OutputType::kLoglikelihoodRolling, OutputType::kGenerateUntil};
+    const auto* it = std::find_if(std::begin(all), std::end(all), [&](OutputType t) { return name == output_type_name(t); });
+    if (it == std::end(all)) {
+      fail(yaml.where_of("output_type"),
+           "unknown output_type '{}' (expected multiple_choice, loglikelihood, loglikelihood_rolling or generate_until)",
+           name);
+    }
+    type = *it;
+  }
+  yaml.config()["output_type"] = output_type_name(type);
+  return type;
+}
+
+std::optional<Template> read_template(TaskYaml& yaml, const std::string& key) {
+  if (!yaml.has(key)) return std::nullopt;
+  const std::string text = yaml.string(key);
+  yaml.config()[key] = text;
+  return Template::parse(text, key, yaml.where_of(key));
+}
+
+// doc_to_choice written as a literal list (or a mapping, whose values lm-eval takes in order)
+// shared by every document; nullopt when the task has none or writes a template.
+std::optional<std::vector<std::string>> read_choice_list(TaskYaml& yaml) {
+  if (!yaml.has("doc_to_choice") || yaml.at("doc_to_choice").IsScalar()) return std::nullopt;
+  const std::string where = yaml.where_of("doc_to_choice");
+  const nlohmann::ordered_json literal = yaml.json(yaml.at("doc_to_choice"));
+  nlohmann::ordered_json items = literal;
+  if (literal.is_object()) {
+    items = nlohmann::ordered_json::array();
+    for (const auto& [key, value] : literal.items()) items.push_back(value);
+  }
+  if (!items.is_array()) fail(where, "doc_to_choice must be a template, a list or a mapping");
+  std::vector<std::string> choices;
+  for (const auto& item : items) {
+    if (!item.is_string()) fail(where, "doc_to_choice entries must be strings");
+    choices.push_back(item.get<std::string>());
+  }
+  yaml.config()["doc_to_choice"] = literal;
+  return choices;
+}
+
+// The templates each output type needs to build its requests.
+void require_prompt_keys(const TaskYaml& yaml, OutputType type) {
+  switch (type) {
+    case OutputType::kMultipleChoice:
+      yaml.require("doc_to_text");
+      yaml.require("doc_to_target");
+      yaml.require("doc_to_choice");
+      break;
+    case OutputType::kLoglikelihood:
+    case OutputType::kGenerateUntil:
+      yaml.require("doc_to_text");
+      yaml.require("doc_to_target");
+      break;
+    case OutputType::kLoglikelihoodRolling:
+      if (!yaml.has("doc_to_target") && !yaml.has("doc_to_text")) yaml.require("doc_to_target");
+      break;
+  }
+}
+
+// target_delimiter or fewshot_delimiter, `fallback` (lm-eval's default) when absent.
+std::string read_delimiter(TaskYaml& yaml, const std::string& key, const std::string& fallback) {
+  const std::string delimiter = yaml.has(key) ? yaml.string(key) : fallback;
+  yaml.config()[key] = delimiter;
+  return delimiter;
+}
+
+// lm-eval's samplers: default (random.sample, also without fewshot_config) and first_n.
+std::string read_fewshot_sampler(TaskYaml& yaml) {
+  std::string sampler = "default";
+  if (!yaml.has("fewshot_config")) return sampler;
+  const YAML::Node& node = yaml.at("fewshot_config");
+  const nlohmann::ordered_json fc = yaml.json(node);
+  if (!fc.is_object()) fail(yaml.where_of("fewshot_config"), "fewshot_config must be a mapping");
+  for (const auto& entry : node) {
+    const std::string key = entry.first.IsScalar() ? entry.first.Scalar() : "";
+    const std::string where = yaml.where(entry.first);
+    if (key != "sampler") fail(where, "fewshot_config: only 'sampler' is supported yet, not {}", quote_untrusted(key));
+    sampler = scalar_string(entry.second, "fewshot_config.sampler", where);
+    if (sampler != "default" && sampler != "first_n") {
+      fail(where, "fewshot_config: unknown sampler {} (lm-eval's samplers: default, first_n)", quote_untrusted(sampler));
+    }
+  }
+  yaml.config()["fewshot_config"] = fc;
+  return sampler;
+}
+
+// The task file's num_fewshot (default 0) unless the run sets one; examples need a fewshot_path.
+int64_t read_num_fewshot(TaskYaml& yaml, const TaskLoadOptions& options, const std::string& fewshot_file) {
+  int64_t num_fewshot = 0;
+  if (yaml.has("num_fewshot")) {
+    const auto n = yaml.json(yaml.at("num_fewshot"));
+    if (!n.is_number_integer() || n.get<int64_t>() < 0) fail(yaml.where_of("num_fewshot"), "num_fewshot must be an integer >= 0");
+    num_fewshot = n.get<int64_t>();
+  }
+  if (options.num_fewshot) num_fewshot = *options.num_fewshot;
+  if (num_fewshot > 0 && fewshot_file.empty()) {
+    fail(yaml.has("num_fewshot") ? yaml.where_of("num_fewshot") : yaml.path(),
+         "num_fewshot {} needs fewshot_path (the documents to draw examples from)", num_fewshot);
+  }
+  yaml.config()["num_fewshot"] = num_fewshot;  // lm-eval's evaluator writes the number it used
+  return num_fewshot;
+}
+
+bool same_file(const std::string& a, const std::string& b) {
+  return std::filesystem::path(a).lexically_normal() == std::filesystem::path(b).lexically_normal();
+}
+
+std::string fewshot_from_dataset_note(const std::string& task, int64_t num_fewshot, const std::string& dataset_file,
+                                      const std::string& sampler, uint64_t seed) {
+  return fmt::format(
+      "{}: the {} few-shot examples come from the evaluated file {} itself ({}, skipping the document being "
+      "asked, lm-eval's rule when fewshot_split is the test split), so scores are not comparable to lm-eval's "
+      "with a separate few-shot split",
+      task, num_fewshot, std::filesystem::path(dataset_file).lexically_normal().string(),
+      sampler == "first_n" ? "the first documents" : fmt::format("drawn at random, seed {}", seed));
+}
+
+// unsafe_code and repeats: gpueval runs no code and scores each request once.
+void read_unsafe_code_and_repeats(TaskYaml& yaml) {
+  if (yaml.has("unsafe_code") && yaml.json(yaml.at("unsafe_code")) != false) {
+    fail(yaml.where_of("unsafe_code"), "unsafe_code tasks are not supported");
+  }
+  yaml.config()["unsafe_code"] = false;
+  if (yaml.has("repeats") && yaml.json(yaml.at("repeats")) != 1) {
+    fail(yaml.where_of("repeats"), "repeats other than 1 is not supported yet");
+  }
+  yaml.config()["repeats"] = 1;
+}
+
+MetricSpec& add_metric(std::vector<MetricSpec>& metrics, const std::string& name, OutputType type,
+                       const std::string& where) {
+  const std::vector<std::string>& allowed = metrics_for(type);
+  auto spec = builtin_metric(name);
+  if (!spec) fail(where, "unknown metric '{}' (known for {}: {})", name, output_type_name(type), fmt::join(allowed, ", "));
+  if (std::find(allowed.begin(), allowed.end(), name) == allowed.end()) {
+    fail(where, "metric '{}' does not apply to {} tasks (use {})", name, output_type_name(type), fmt::join(allowed, ", "));
+  }
+  for (const MetricSpec& m : metrics) {
+    if (m.name == name) fail(where, "metric '{}' is listed twice", name);
+  }
+  metrics.push_back(*spec);
+  return metrics.back();
+}
+
+// The options of a metric_list mapping besides `metric`: aggregation, higher_is_better, and
+// exact_match's own (checked by calling it once).
+void read_metric_options(const nlohmann::ordered_json& entry, MetricSpec& spec, const std::string& where) {
+  for (const auto& [key, value] : entry.items()) {
+    if (key == "metric") continue;
+    if (key == "aggregation") {
+      const auto aggregation = value.is_string() ? parse_aggregation(value.get<std::string>()) : std::nullopt;
+      if (!aggregation || is_weighted(*aggregation) != is_weighted(spec.aggregation)) {
+        fail(where, "aggregation {} does not fit metric '{}' (its default is '{}')", value.dump(), spec.name,
+             aggregation_name(spec.aggregation));
+      }
+      spec.aggregation = *aggregation;
+    } else if (key == "higher_is_better") {
+      if (!value.is_boolean()) fail(where, "higher_is_better must be true or false");
+      spec.higher_is_better = value.get<bool>();
+    } else if (spec.name == "exact_match") {
+      spec.kwargs[key] = value;
+    } else {
+      fail(where, "metric '{}' takes no option '{}'", spec.name, key);
+    }
+  }
+  try {
+    if (spec.name == "exact_match") exact_match("", "", spec.kwargs);
+  } catch (const Error& e) {
+    fail(where, "{}", e.what());
+  }
+}
+
+nlohmann::ordered_json metric_entry(const MetricSpec& spec) {
+  nlohmann::ordered_json entry;
+  entry["metric"] = spec.name;
+  entry["aggregation"] = aggregation_name(spec.aggregation);
+  entry["higher_is_better"] = spec.higher_is_better;
+  return entry;
+}
+
+// metric_list: entries are a metric name (gpueval's shorthand) or lm-eval's mapping
+// {metric, aggregation, higher_is_better, further options of the metric}; without it, lm-eval's
+// defaults for the output type.
+std::vector<MetricSpec> read_metrics(TaskYaml& yaml, OutputType type) {
+  std::vector<MetricSpec> metrics;
+  if (!yaml.has("metric_list")) {
+    for (const std::string& name : default_metrics(type)) add_metric(metrics, name, type, yaml.where(yaml.root()));
+  } else {
+    const YAML::Node& list = yaml.at("metric_list");
+    if (!list.IsSequence() || list.size() == 0) fail(yaml.where_of("metric_list"), "metric_list must be a non-empty list");
+    nlohmann::ordered_json entries = nlohmann::ordered_json::array();
+    for (const YAML::Node& item : list) {
+      const std::string where = yaml.where(item);
+      if (item.IsScalar()) {
+        entries.push_back(metric_entry(add_metric(metrics, item.Scalar(), type, where)));
+        continue;
+      }
+      if (!item.IsMap() || !item["metric"]) fail(where, "a metric_list entry must be a name or a mapping with 'metric'");
+      nlohmann::ordered_json entry = yaml.json(item);
+      if (!entry["metric"].is_string()) fail(where, "metric must be a string");
+      read_metric_options(entry, add_metric(metrics, entry["metric"].get<std::string>(), type, where), where);
+      entries.push_back(entry);
+    }
+    yaml.config()["metric_list"] = entries;
+  }
+  // lm-eval reports metrics in the order its process_results computes them, whatever the
+  // order of metric_list.
+  const std::vector<std::string>& allowed = metrics_for(type);
+  std::stable_sort(metrics.begin(), metrics.end(), [&](const MetricSpec& a, const MetricSpec& b) {
+    return std::find(allowed.begin(), allowed.end(), a.name) < std::find(allowed.begin(), allowed.end(), b.name);
+  });
+  return metrics;
+}
+
+struct GenerationSettings {
+  std::vector<std::string> until;
+  std::optional<int64_t> max_gen_toks;  // nullopt: the Task's default
+};
+
+// generation_kwargs of a generate_until task; only greedy decoding is supported.
+GenerationSettings read_generation_kwargs(TaskYaml& yaml, OutputType type, const std::string& fewshot_delimiter) {
+  const bool given = yaml.has("generation_kwargs");
+  if (type != OutputType::kGenerateUntil) {
+    if (given) fail(yaml.where_of("generation_kwargs"), "generation_kwargs applies to generate_until tasks only");
+    return {};
+  }
+  nlohmann::ordered_json kwargs;
+  if (given) {
+    kwargs = yaml.json(yaml.at("generation_kwargs"));
+    if (!kwargs.is_object()) fail(yaml.where_of("generation_kwargs"), "generation_kwargs must be a mapping");
+  } else {
+    // lm-eval's TaskConfig default: greedy, stopping at the few-shot delimiter.
+    kwargs["until"] = nlohmann::ordered_json::array({fewshot_delimiter});
+    kwargs["do_sample"] = false;
+    kwargs["temperature"] = 0;
+  }
+  if (!kwargs.contains("until")) kwargs["until"] = nlohmann::ordered_json::array({fewshot_delimiter});
+  const std::string where = given ? yaml.where_of("generation_kwargs") : yaml.path();
+  GenerationSettings settings;
+  for (const auto& [key, value] : kwargs.items()) {
+    if (key == "until") {
+      for (const auto& stop : value.is_array() ? value : nlohmann::ordered_json::array({value})) {
+        if (!stop.is_string()) fail(where, "generation_kwargs.until must be a string or a list of strings");
+        settings.until.push_back(stop.get<std::string>());
+      }
+    } else if (key == "max_gen_toks") {
+      if (!value.is_number_integer() || value.get<int64_t>() <= 0) {
+        fail(where, "generation_kwargs.max_gen_toks must be a positive integer");
+      }
+      settings.max_gen_toks = value.get<int64_t>();
+    } else if (key == "do_sample") {
+      if (value != false) fail(where, "generation_kwargs.do_sample: only greedy decoding is supported yet");
+    } else if (key == "temperature") {
+      if (!value.is_number() || value.get<double>() != 0.0) {
+        fail(where, "generation_kwargs.temperature: only greedy decoding (0) is supported yet");
+      }
+    } else {
+      fail(where, "generation_kwargs.{} is not supported yet", key);
+    }
+  }
+  yaml.config()["generation_kwargs"] = kwargs;
+  return settings;
+}
+
+std::vector<FilterPipeline> read_filters(TaskYaml& yaml, OutputType type) {
+  if (!yaml.has("filter_list")) return {FilterPipeline::none()};
+  if (type != OutputType::kGenerateUntil) {
+    fail(yaml.where_of("filter_list"), "filter_list applies to generate_until tasks only (gpueval)");
+  }
+  std::vector<FilterPipeline> filters = parse_filter_list(yaml.at("filter_list"), yaml.path());
+  yaml.config()["filter_list"] = yaml.json(yaml.at("filter_list"));
+  return filters;
+}
+
+// The keys kept as written; returns metadata.version (null without one).
+nlohmann::json read_descriptive_keys(TaskYaml& yaml) {
+  nlohmann::ordered_json& config = yaml.config();
+  for (const std::string& key : descriptive_keys()) {
+    if (yaml.has(key)) config[key] = yaml.json(yaml.at(key));
+  }
+  if (!config.contains("should_decontaminate")) config["should_decontaminate"] = false;
+  if (!config.contains("metadata")) return nullptr;
+  if (!config["metadata"].is_object()) fail(yaml.where_of("metadata"), "metadata must be a mapping");
+  return config["metadata"].contains("version") ? nlohmann::json(config["metadata"]["version"]) : nlohmann::json();
+}
+
+nlohmann::ordered_json in_task_config_order(const nlohmann::ordered_json& config) {
+  nlohmann::ordered_json ordered;
+  for (const std::string& key : task_config_order()) {
+    if (config.contains(key)) ordered[key] = config[key];
+  }
+  return ordered;
+}
+
+}  // namespace
+
+Task Task::parse(const std::string& yaml_path, const TaskLoadOptions& options) {
+  TaskYaml yaml(yaml_path);
+  Task task;
+  task.yaml_path_ = yaml_path;
+  yaml.require("task");
+  task.name_ = yaml.string("task");
+  if (task.name_.empty()) fail(yaml.where_of("task"), "task must not be empty");
+  yaml.config()["task"] = task.name_;
+  task.alias_ = yaml.has("task_alias") ? yaml.string("task_alias") : task.name_;
+
+  // Dataset files: relative to the data root when the task names one, else to the YAML file.
+  const std::string data_dir = read_data_dir(yaml, options);
+  const DatasetKind default_kind = read_default_dataset_kind(yaml);
+  yaml.require("dataset_path");
+  const DataFile dataset = read_data_file(yaml, "dataset_path", data_dir, default_kind);
+  task.dataset_file_ = dataset.path;
+  task.dataset_kind_ = dataset.kind;
+  if (yaml.has("fewshot_path")) {
+    const DataFile fewshot = read_data_file(yaml, "fewshot_path", data_dir, default_kind);
+    task.fewshot_file_ = fewshot.path;
+    task.fewshot_kind_ = fewshot.kind;
+  }
+  const bool csv = task.dataset_kind_ == DatasetKind::kCsv ||
+                   (!task.fewshot_file_.empty() && task.fewshot_kind_ == DatasetKind::kCsv);
+  task.column_names_ = read_column_names(yaml, csv);
+  task.process_docs_ = read_process_docs(yaml);
+
+  task.output_type_ = read_output_type(yaml);
+  task.doc_to_text_ = read_template(yaml, "doc_to_text");
+  task.doc_to_target_ = read_template(yaml, "doc_to_target");
+  task.description_ = read_template(yaml, "description");
+  if (!task.description_) yaml.config()["description"] = "";
+  if (yaml.has("doc_to_choice") && yaml.at("doc_to_choice").IsScalar()) {
+    task.doc_to_choice_ = read_template(yaml, "doc_to_choice");
+  }
+  task.choice_list_ = read_choice_list(yaml);
+  require_prompt_keys(yaml, task.output_type_);
+  task.target_delimiter_ = read_delimiter(yaml, "target_delimiter", task.target_delimiter_);
+  task.fewshot_delimiter_ = read_delimiter(yaml, "fewshot_delimiter", task.fewshot_delimiter_);
+
+  task.fewshot_seed_ = options.fewshot_seed;
+  task.fewshot_sampler_ = read_fewshot_sampler(yaml);
+  task.num_fewshot_ = read_num_fewshot(yaml, options, task.fewshot_file_);
+  if (task.num_fewshot_ > 0 && same_file(task.fewshot_file_, task.dataset_file_)) {
+    task.fewshot_from_dataset_ = true;
+    task.notes_.push_back(fewshot_from_dataset_note(task.name_, task.num_fewshot_, task.dataset_file_,
+                                                    task.fewshot_sampler_, task.fewshot_seed_));
+  }
+  read_unsafe_code_and_repeats(yaml);
+
+  task.metrics_ = read_metrics(yaml, task.output_type_);
+  GenerationSettings generation = read_generation_kwargs(yaml, task.output_type_, task.fewshot_delimiter_);
+  task.until_ = std::move(generation.until);
+  if (generation.max_gen_toks) task.max_gen_toks_ = *generation.max_gen_toks;
+  task.filters_ = read_filters(yaml, task.output_type_);
+  task.version_ = read_descriptive_keys(yaml);
+  task.config_ = in_task_config_order(yaml.config());
+  return task;
+}
+
+}  // namespace gpueval
