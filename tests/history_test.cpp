@@ -432,14 +432,7 @@ TEST(HistoryTest, SamplesFromRecordsKeepPerDocumentNumbersOfTheFirstFilter) {
   };
   std::vector<DocRecord> records;
   auto add = [&](const Task& task, const Document& doc, std::vector<RequestResult> results) {
-    DocRecord r;
-    r.task = &task;
-    r.doc = doc;
-    r.requests = task.requests(doc);
-    for (size_t i = 0; i < results.size(); ++i) results[i].index = static_cast<int64_t>(i);
-    r.results = results;
-    r.metrics = task.process_results_all(doc, results);
-    records.push_back(std::move(r));
+    records.push_back(testing::scored_record(task, doc, std::move(results)));
   };
   add(quiz, quiz.documents()[1], {result(-0.5), result(-2.0)});  // picks "hot", the label is 1: wrong
   add(story, story.documents()[0], {result(-9.0)});

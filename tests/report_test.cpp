@@ -62,14 +62,7 @@ class ReportFixture {
 
  private:
   void add(const Task& task, const Document& doc, std::vector<RequestResult> results) {
-    DocRecord r;
-    r.task = &task;
-    r.doc = doc;
-    r.requests = task.requests(doc);
-    for (size_t i = 0; i < results.size(); ++i) results[i].index = static_cast<int64_t>(i);
-    r.results = results;
-    r.metrics = task.process_results_all(doc, results);
-    records_.push_back(std::move(r));
+    records_.push_back(testing::scored_record(task, doc, std::move(results)));
   }
 
   testing::TempDir dir_;

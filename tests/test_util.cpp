@@ -86,6 +86,17 @@ std::string write_quiz_task(const TempDir& dir, const std::string& documents, co
                    "doc_to_target: \"{{label}}\"\nmetric_list: [acc, acc_norm]\n" + extra_keys);
 }
 
+DocRecord scored_record(const Task& task, const Document& doc, std::vector<RequestResult> results) {
+  DocRecord r;
+  r.task = &task;
+  r.doc = doc;
+  r.requests = task.requests(doc);
+  for (size_t i = 0; i < results.size(); ++i) results[i].index = static_cast<int64_t>(i);
+  r.results = results;
+  r.metrics = task.process_results_all(doc, results);
+  return r;
+}
+
 std::string write_story_task(const TempDir& dir, const std::string& documents, const std::string& extra_keys) {
   dir.write("story.jsonl", documents);
   return dir.write("story.yaml",

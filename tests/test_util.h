@@ -11,6 +11,7 @@
 #include "gpueval/error.h"
 #include "gpueval/model.h"
 #include "gpueval/request.h"
+#include "gpueval/task.h"
 #include "gpueval/tokenizer.h"
 
 namespace gpueval::testing {
@@ -74,6 +75,8 @@ void write_text(const std::string& path, const std::string& text);
 // loglikelihood_rolling over {text}. `extra_keys` (YAML lines) end the task file.
 std::string write_quiz_task(const TempDir& dir, const std::string& documents, const std::string& extra_keys = "");
 std::string write_story_task(const TempDir& dir, const std::string& documents, const std::string& extra_keys = "");
+// `doc` of `task` scored as the aggregator scores it, from one result per request in order.
+DocRecord scored_record(const Task& task, const Document& doc, std::vector<RequestResult> results);
 
 // The stories260K llama2.c checkpoint converted once per test process into a temp dir.
 const std::string& converted_stories260k();

@@ -103,6 +103,81 @@ ProbeResult probe_on_slot(const DeviceSlot& slot, const std::string& executable,
   }
 }
 
+namespace {
+
+// The cached budget for `key`, if the cache holds one whose measured peak fits `b`'s limit too:
+// then `b` takes it and true. A malformed or unfitting entry is logged and means probing.
+bool take_from_cache(const CalibrationCache& cache, const CalibrationKey& key, double safety, DeviceBudget& b) {
+  std::optional<CalibrationEntry> hit = cache.lookup(key);
+  if (!hit) return false;
+  ProbeResult cached;
+  try {
+    cached = probe_result_from_json(hit->probe);
+  } catch (const Error& e) {
+    std::cerr << fmt::format("[sched] warning: calibration cache {}: {}; probing again\n", cache.path(), e.what());
+    return false;
+  }
+  int64_t peak = 0;
+  for (const ProbePoint& p : cached.points)
+    if (p.batch_tokens == hit->batch_tokens) peak = p.peak_bytes;
+  if (b.memory_limit_bytes == 0 || static_cast<double>(peak) <= safety * static_cast<double>(b.memory_limit_bytes)) {
+    b.batch_tokens = hit->batch_tokens;
+    b.source = "cache";
+    b.probe = std::move(cached);
+    std::cerr << fmt::format("[sched] batch budget {} tokens for {} (calibration cache)\n", b.batch_tokens, b.device);
+    return true;
+  }
+  std::cerr << fmt::format("[sched] calibration cache: {} tokens for {} peaked at {:.0f} MiB, over this run's "
+                           "{:.0f} MiB limit; probing again\n",
+                           hit->batch_tokens, b.device, mib(peak), mib(b.memory_limit_bytes));
+  return false;
+}
+
+// Probes `b`'s device in a worker of its own and stores the choice in the cache.
+void probe_and_store(const CalibrationOptions& o, ProbeOptions po, const at::Device& device,
+                     const CalibrationCache& cache, const CalibrationKey& key, DeviceBudget& b) {
+  po.memory_limit_bytes = b.memory_limit_bytes;
+  // Longer than the bucket's length never happens in this run; probing at the bucket's upper
+  // end keeps one cache entry valid for every run in the bucket.
+  po.length = std::max<int64_t>(1, length_bucket(o.length));
+  std::cerr << fmt::format("[sched] probing batch budgets on {} ({}, rows of {} tokens, limit {:.0f} MiB)\n",
+                           b.slot.name(), b.device, po.length,
+                           b.memory_limit_bytes > 0 ? mib(b.memory_limit_bytes) : mib(device_total_bytes(device)));
+  std::string log_path;
+  if (!o.log_dir.empty()) {
+    std::string name = b.slot.name();
+    std::replace(name.begin(), name.end(), ':', '_');
+    log_path = o.log_dir + "/probe_" + name + ".log";
+  }
+  const auto t0 = Clock::now();
+  b.probe = probe_on_slot(b.slot, o.executable, o.model_dir, o.dtype, po, log_path);
+  b.batch_tokens = b.probe.chosen_batch_tokens;
+  b.source = "probed";
+  if (b.memory_limit_bytes == 0) b.memory_limit_bytes = b.probe.memory_limit_bytes;
+  std::cerr << fmt::format("[sched] batch budget {} tokens for {} (probed in {:.1f}s: {})\n", b.batch_tokens,
+                           b.device, std::chrono::duration<double>(Clock::now() - t0).count(), b.probe.reason);
+  CalibrationEntry entry;
+  entry.batch_tokens = b.batch_tokens;
+  entry.memory_limit_bytes = b.probe.memory_limit_bytes;
+  entry.probe = to_json(b.probe);
+  cache.store(key, entry);
+}
+
+}  // namespace
+
+CalibrationOptions calibration_options(const RunConfig& config, const std::string& executable,
+                                       const std::string& model_dir, int64_t length, bool recalibrate) {
+  CalibrationOptions co;
+  co.executable = executable;
+  co.model_dir = model_dir;
+  co.dtype = config.dtype;
+  co.max_memory = config.max_memory;
+  co.cache_path = CalibrationCache::default_path(config.calibration_cache);
+  co.length = length;
+  co.recalibrate = recalibrate;
+  return co;
+}
+
 std::vector<DeviceBudget> calibrate_devices(const std::vector<DeviceSlot>& slots, const CalibrationOptions& o) {
   if (slots.empty()) fail("calibration", "no device slots");
   // Distinct devices in slot order: "cpu" for every CPU slot, "cuda:N" per GPU.
@@ -146,59 +221,8 @@ std::vector<DeviceBudget> calibrate_devices(const std::vector<DeviceSlot>& slots
       b.memory_limit_bytes = device_total_bytes(device) / b.workers;
     }
     const CalibrationKey key{fingerprint, b.dtype, b.device, length_bucket(o.length)};
-    if (!o.recalibrate) {
-      std::optional<CalibrationEntry> hit = cache.lookup(key);
-      std::optional<ProbeResult> cached;
-      if (hit) {
-        try {
-          cached = probe_result_from_json(hit->probe);
-        } catch (const Error& e) {
-          std::cerr << fmt::format("[sched] warning: calibration cache {}: {}; probing again\n", cache.path(), e.what());
-        }
-      }
-      if (cached) {
-        // The cached choice holds only if its measured peak fits this run's limit too.
-        int64_t peak = 0;
-        for (const ProbePoint& p : cached->points)
-          if (p.batch_tokens == hit->batch_tokens) peak = p.peak_bytes;
-        if (b.memory_limit_bytes == 0 || static_cast<double>(peak) <= po.safety * static_cast<double>(b.memory_limit_bytes)) {
-          b.batch_tokens = hit->batch_tokens;
-          b.source = "cache";
-          b.probe = *cached;
-          std::cerr << fmt::format("[sched] batch budget {} tokens for {} (calibration cache)\n", b.batch_tokens,
-                                   b.device);
-          continue;
-        }
-        std::cerr << fmt::format("[sched] calibration cache: {} tokens for {} peaked at {:.0f} MiB, over this run's "
-                                 "{:.0f} MiB limit; probing again\n",
-                                 hit->batch_tokens, b.device, mib(peak), mib(b.memory_limit_bytes));
-      }
-    }
-    po.memory_limit_bytes = b.memory_limit_bytes;
-    // Longer than the bucket's length never happens in this run; probing at the bucket's upper
-    // end keeps one cache entry valid for every run in the bucket.
-    po.length = std::max<int64_t>(1, length_bucket(o.length));
-    std::cerr << fmt::format("[sched] probing batch budgets on {} ({}, rows of {} tokens, limit {:.0f} MiB)\n",
-                             b.slot.name(), b.device, po.length,
-                             b.memory_limit_bytes > 0 ? mib(b.memory_limit_bytes) : mib(device_total_bytes(device)));
-    std::string log_path;
-    if (!o.log_dir.empty()) {
-      std::string name = b.slot.name();
-      std::replace(name.begin(), name.end(), ':', '_');
-      log_path = o.log_dir + "/probe_" + name + ".log";
-    }
-    const auto t0 = Clock::now();
-    b.probe = probe_on_slot(b.slot, o.executable, o.model_dir, o.dtype, po, log_path);
-    b.batch_tokens = b.probe.chosen_batch_tokens;
-    b.source = "probed";
-    if (b.memory_limit_bytes == 0) b.memory_limit_bytes = b.probe.memory_limit_bytes;
-    std::cerr << fmt::format("[sched] batch budget {} tokens for {} (probed in {:.1f}s: {})\n", b.batch_tokens,
-                             b.device, std::chrono::duration<double>(Clock::now() - t0).count(), b.probe.reason);
-    CalibrationEntry entry;
-    entry.batch_tokens = b.batch_tokens;
-    entry.memory_limit_bytes = b.probe.memory_limit_bytes;
-    entry.probe = to_json(b.probe);
-    cache.store(key, entry);
+    if (!o.recalibrate && take_from_cache(cache, key, po.safety, b)) continue;
+    probe_and_store(o, po, device, cache, key, b);
   }
   return budgets;
 }
@@ -324,14 +348,8 @@ int run_calibrate(const RunConfig& config, const CalibrateCommandOptions& option
   const std::string output = options.output ? *options.output : config.output;
   io::make_directories(output);
   io::make_directories(output + "/logs");
-  CalibrationOptions co;
-  co.executable = options.executable;
-  co.model_dir = in.model_dir;
-  co.dtype = config.dtype;
-  co.max_memory = config.max_memory;
-  co.cache_path = CalibrationCache::default_path(config.calibration_cache);
-  co.length = longest_item_cost(in);
-  co.recalibrate = options.recalibrate;
+  CalibrationOptions co =
+      calibration_options(config, options.executable, in.model_dir, longest_item_cost(in), options.recalibrate);
   co.full_sweep = true;
   co.log_dir = output + "/logs";
   std::cerr << fmt::format("[sched] calibrating {} on {}: longest request {} tokens; cache {}\n", in.model_dir, in.spec,

@@ -55,6 +55,11 @@ struct CalibrationOptions {
   std::string log_dir;         // worker logs ("" = the parent's stderr)
 };
 
+// The options a run config gives calibration for `model_dir`: its dtype, max_memory and cache,
+// with `length` (the cost of the longest request) and recalibrate as the caller says.
+CalibrationOptions calibration_options(const RunConfig& config, const std::string& executable,
+                                       const std::string& model_dir, int64_t length, bool recalibrate);
+
 // One budget per distinct device of `slots`, from the cache where it holds a fitting entry,
 // else probed and stored. Logs one `[sched]` line per device.
 std::vector<DeviceBudget> calibrate_devices(const std::vector<DeviceSlot>& slots, const CalibrationOptions& options);

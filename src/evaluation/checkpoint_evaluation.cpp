@@ -15,7 +15,6 @@
 #include "gpueval/error.h"
 #include "gpueval/report.h"
 #include "plan/planner.h"
-#include "store/calibration_cache.h"
 
 namespace gpueval {
 namespace {
@@ -41,14 +40,8 @@ Budget choose_budget(const RunConfig& config, const EvaluationOptions& options, 
     b.source = "journal";
     plan = rebatch(plan, po);
   } else if (auto_budget) {
-    CalibrationOptions co;
-    co.executable = options.executable;
-    co.model_dir = in.model_dir;
-    co.dtype = config.dtype;
-    co.max_memory = config.max_memory;
-    co.cache_path = CalibrationCache::default_path(config.calibration_cache);
-    co.length = std::max<int64_t>(1, longest_item(plan));
-    co.recalibrate = options.recalibrate;
+    CalibrationOptions co = calibration_options(config, options.executable, in.model_dir,
+                                                std::max<int64_t>(1, longest_item(plan)), options.recalibrate);
     co.log_dir = config.output + "/logs";
     const std::vector<DeviceBudget> budgets = calibrate_devices(in.slots, co);
     po.batch_tokens = budgets.front().batch_tokens;
