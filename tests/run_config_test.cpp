@@ -565,3 +565,18 @@ TEST(RunConfigNightly, HistoryAndFailOnRegressionKeysAndFlags) {
 
 }  // namespace
 }  // namespace gpueval
+
+namespace gpueval {
+namespace {
+
+TEST_F(RunConfigTest, ExtraMetricsAreKnownMetricNames) {
+  const std::string head = "model: m\ntasks: [t]\n";
+  EXPECT_TRUE(load(head).extra_metrics.empty());
+  EXPECT_EQ(load(head + "extra_metrics: [bpb, bpb]\n").extra_metrics, std::vector<std::string>{"bpb"});
+  EXPECT_THAT(error_of(head + "extra_metrics: [bpd]\n"), HasSubstr(at(3) + "key 'extra_metrics': unknown metric 'bpd'"));
+  EXPECT_THAT(error_of(head + "extra_metrics: bpb\n"),
+              HasSubstr(at(3) + "key 'extra_metrics' must be a list of metric names (e.g. [bpb]), got 'bpb'"));
+}
+
+}  // namespace
+}  // namespace gpueval

@@ -309,7 +309,7 @@ TEST(TaskTest, DefinitionErrorsNameFileAndLine) {
   EXPECT_THAT(load_error("task: quiz\ndataset_path: quiz.jsonl\noutput_type: multiple_choise\n"),
               HasSubstr(yaml + ":3: unknown output_type 'multiple_choise'"));
   EXPECT_THAT(load_error(std::string(kChoiceYaml) + "  - f1\n"),
-              HasSubstr(yaml + ":10: unknown metric 'f1' (known for multiple_choice: acc, acc_norm, acc_bytes, exact_match)"));
+              HasSubstr(yaml + ":10: unknown metric 'f1' (known for multiple_choice: acc, acc_norm, acc_bytes, exact_match, bpb)"));
   EXPECT_THAT(load_error("task: q\ndataset_path: quiz.jsonl\noutput_type: loglikelihood_rolling\n"
                          "doc_to_target: \"{{question}}\"\nmetric_list:\n  - metric: acc\n"),
               HasSubstr(yaml + ":6: metric 'acc' does not apply to loglikelihood_rolling tasks"));
@@ -331,15 +331,16 @@ TEST(TaskTest, DefinitionErrorsNameFileAndLine) {
               HasSubstr(yaml + ":11: fewshot_config: unknown sampler 'balanced' (lm-eval's samplers: default, first_n)"));
   EXPECT_THAT(load_error(std::string(kChoiceYaml) + "task: again\n"), HasSubstr(yaml + ":10: duplicate key 'task'"));
   EXPECT_THAT(load_error("task: [unclosed\n"), HasSubstr(yaml + ":2: invalid YAML"));
-  EXPECT_THAT(load_error("task: q\ndataset_path: quiz.jsonl\ndoc_to_text: \"{{ question | upper }}\"\n"),
-              HasSubstr(yaml + ":3: doc_to_text '{{ question | upper }}': the filter in ' question | upper ' is not supported"));
+  EXPECT_THAT(load_error("task: q\ndataset_path: quiz.jsonl\ndoc_to_text: \"{{ question | title }}\"\n"),
+              HasSubstr(yaml + ":3: doc_to_text '{{ question | title }}': the filter 'title' is not supported"));
   EXPECT_THAT(load_error("task: q\ndataset_path: quiz.jsonl\ndoc_to_text: \"{% if x %}y{% endif %}\"\n"),
               HasSubstr("a '{%' statement is not supported"));
   EXPECT_THAT(load_error("task: q\ndataset_path: quiz.jsonl\ndoc_to_text: \"{{question\"\n"),
               HasSubstr("'{{' without a closing '}}'"));
   EXPECT_THAT(load_error("task: q\ndataset_path: quiz.jsonl\ndoc_to_text: !function utils.doc_to_text\n"
                          "doc_to_target: x\n"),
-              HasSubstr(yaml + ":3: doc_to_text: tag '!function' is not supported"));
+              HasSubstr(yaml + ":3: doc_to_text: !function utils.doc_to_text: gpueval runs no Python; its built-in "
+                               "functions are copa.doc_to_text, copa.doc_to_target"));
   EXPECT_THAT(error_of([&] { Task::load("missing_task", {dir.path()}); }),
               HasSubstr("task 'missing_task': no missing_task.yaml in " + dir.path()));
   dir.write("other.yaml", kChoiceYaml);

@@ -19,6 +19,20 @@
 //              already has query, choices and label (dataset_kind: hellaswag_text, or an
 //              lm-eval dump) is taken as already processed and passed through.
 //
+// Doc functions: what lm-eval's `doc_to_text/doc_to_target/doc_to_choice: !function
+// utils.xxx` compute, built in and named `!function <task>.<function>` in a task file (the
+// task files are lm-eval's with only that name changed):
+//
+//   copa.doc_to_text         premise.strip() without its last character, + " because" (question
+//                            "cause") or " therefore" ("effect")
+//   copa.doc_to_target       " " + the correct choice with its first character lower-cased
+//                            (label 0: choice1, 1: choice2; any other label is an error)
+//   copa.doc_to_choice       [" " + choice1, " " + choice2], first characters lower-cased
+//   winogrande.doc_to_text   the answer as an index ("1" -> 0, "2" -> 1): an integer, which
+//                            makes the task "multiple input" (task.h)
+//   winogrande.doc_to_target the sentence after the first '_', stripped
+//   winogrande.doc_to_choice [sentence before '_' + option1, ... + option2]
+//
 // Functions are stateless and thread-safe; a document they cannot use is an Error naming it.
 #pragma once
 
@@ -37,6 +51,10 @@ using DocProcessor = nlohmann::json (*)(const nlohmann::json& doc, const std::st
 std::optional<DocProcessor> find_doc_processor(const std::string& name);
 // The names find_doc_processor knows, for messages.
 std::vector<std::string> doc_processor_names();
+
+// The built-in doc function called `name` ("copa.doc_to_text"), or nullopt.
+std::optional<DocProcessor> find_doc_function(const std::string& name);
+std::vector<std::string> doc_function_names();
 
 // Python's str.capitalize(): the first character title-cased, the rest lower-cased. Exact for
 // ASCII and Latin-1 (U+0000-U+00FF, with Python's "ß" -> "Ss", "ÿ" -> "Ÿ", "µ" -> "Μ" first);

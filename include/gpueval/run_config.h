@@ -36,6 +36,9 @@ struct RunConfig {
   std::string output = "out";         // output directory
   std::optional<int64_t> limit;       // documents per task
   std::optional<int64_t> num_fewshot;
+  // Metrics added to every task whose output type computes them, beyond its metric_list:
+  // `extra_metrics: [bpb]` scores bits per byte on each multiple-choice and loglikelihood task.
+  std::vector<std::string> extra_metrics;
   std::optional<int64_t> max_length;  // context length override
   // Whether each context starts with the tokenizer's BOS token: "auto" (default) does what the
   // tokenizer's own configuration does when asked to add special tokens (tokenizer.json's

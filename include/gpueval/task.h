@@ -51,6 +51,13 @@
 // file of one's own.
 // process_docs takes the name of a built-in preprocessor (gpueval/process_docs.h: arc,
 // hellaswag) instead of lm-eval's `!function`; it rewrites every document as it is read.
+// doc_to_text, doc_to_target and doc_to_choice may be `!function <name>`, a built-in standing
+// for lm-eval's Python function (process_docs.h: copa.doc_to_*, winogrande.doc_to_*).
+// Multiple input (lm-eval's name, Winogrande's partial scoring): when doc_to_text gives an
+// integer for the task's first document, it is the gold choice's index, each choice is a
+// context of its own (the few-shot prompt + the choice) and every choice scores the same
+// continuation, target_delimiter + doc_to_target; the planner runs such a document's contexts
+// as one row over their shared prefix (src/plan/packing.h).
 // Few-shot examples from the evaluated file. When fewshot_path resolves to dataset_path itself
 // (gsm8k's `fewshot_path: [train.jsonl, test.jsonl]` when only test.jsonl is on disk), the
 // examples come as lm-eval chooses them when fewshot_split equals the evaluation split: the
@@ -101,6 +108,8 @@ struct TaskLoadOptions {
   DataRoots data_roots;
   std::optional<int64_t> num_fewshot;  // the run's num_fewshot: overrides the task file's
   uint64_t fewshot_seed = 1234;        // seeds the default sampler (lm-eval's fewshot_random_seed)
+  // Metrics added to every task whose output type computes them (the run's extra_metrics: bpb).
+  std::vector<std::string> extra_metrics;
 };
 
 // One dataset line: doc_id is its position among the documents (0..n-1, file order).
@@ -145,8 +154,14 @@ class Task {
   // "<dataset file>:<line>", where the document came from, for messages.
   std::string location(const Document& doc) const;
 
-  // The prompt: description + few-shot examples + doc_to_text.
+  // The prompt: description + few-shot examples + doc_to_text. For a multiple-input task the
+  // part every choice's context starts with: description + few-shot examples.
   std::string context(const Document& doc) const;
+  // Whether doc_to_text gives a choice index for the task's first document, which makes it
+  // lm-eval's "multiple input" task (Winogrande's partial scoring): each choice is then a
+  // context of its own, context(doc) + choice, the requests share one continuation,
+  // target_delimiter + doc_to_target, and the gold is doc_to_text's index.
+  bool multiple_input() const { return multiple_input_; }
   // doc_to_choice (multiple_choice, and generate_until tasks that map a target index to text).
   std::vector<std::string> choices(const Document& doc) const;
   // doc_to_target as lm-eval returns it: an index into the choices (integer), several indices
@@ -209,6 +224,16 @@ class Task {
   std::optional<Template> doc_to_text_;
   std::optional<Template> doc_to_target_;
   std::optional<Template> doc_to_choice_;      // a template that yields a list
+  // `!function` built-ins (process_docs.h find_doc_function), used instead of the template.
+  DocProcessor doc_to_text_fn_ = nullptr;
+  DocProcessor doc_to_target_fn_ = nullptr;
+  DocProcessor doc_to_choice_fn_ = nullptr;
+  bool multiple_input_ = false;
+  bool has_choices() const { return doc_to_choice_ || choice_list_ || doc_to_choice_fn_; }
+  // doc_to_text's value for a document (a field, a rendered template, a function's result).
+  nlohmann::json doc_text(const Document& doc, const std::string& where) const;
+  // A multiple-input task's doc_to_text: the gold choice's index (an Error when it is not one).
+  int64_t index_of_text(const Document& doc, const std::string& where) const;
   std::optional<std::vector<std::string>> choice_list_;  // doc_to_choice written as a YAML list or map
   std::optional<Template> description_;
   std::string target_delimiter_ = " ";

@@ -1,31 +1,36 @@
 // Template is the prompt language of task files (doc_to_text, doc_to_target, doc_to_choice,
-// description): the subset of Jinja2, which lm-evaluation-harness renders those keys with,
-// that field substitution needs. Literal text passes through unchanged (trailing newline
-// included, as lm-eval's keep_trailing_newline=True); `{{ path }}` is replaced by a document
-// field, where a path is a name followed by `.name`, `.0`, `[0]`, `[-1]` or `["key"]` steps.
-// A path may end in `.strip()`, Python's str.strip() of the rendered value (leading and
-// trailing whitespace removed, Unicode whitespace included), which lm-eval's MMLU template uses
-// on its question. A path may instead end in `.index(<path>)`, Python's list.index(): the
-// position of the first list entry equal to the other field's value (lm-eval's ARC target is
-// `{{choices.label.index(answerKey)}}`); a value absent from the list is an error naming the
-// document, as Python's ValueError fails lm-eval. A value renders as Jinja renders it, i.e. Python's str(): strings raw, numbers as Python
-// prints them, true/false/null as True/False/None, lists and objects as Python literals
-// (['a', 'b']). A path the document lacks is an error, as under lm-eval's StrictUndefined.
+// description): the subset of Jinja2, which lm-evaluation-harness renders those keys with, that
+// lm-eval's own task files use. Literal text passes through unchanged (trailing newline
+// included, as lm-eval's keep_trailing_newline=True); `{{ expression }}` is replaced by the
+// expression's value, rendered as Jinja renders it, i.e. Python's str(): strings raw, numbers
+// as Python prints them, true/false/none as True/False/None, lists and dicts as Python
+// literals (['a', 'b']). Expressions (src/tasks/jinja_expression.h) are document fields with
+// `.name`, `.0`, `[i]`, `["key"]` and slice `[i:j]` steps, string/number/list literals
+// (`{{[sol1, sol2]}}`), the str/list methods strip, lstrip, rstrip, split, lower, upper,
+// replace, index, startswith, endswith, count, the filters int, join, lower, upper, trim,
+// length, string, first, last, and + - * / // % ~ with parentheses (`{{(label|int) - 1}}`,
+// `{{text.split(' ')[:-1]|join(' ')}}`). `{{-` and `-}}` strip the whitespace before or after,
+// `{# ... #}` is a comment. A field the document lacks is an error, as under lm-eval's
+// StrictUndefined, and so is anything Python would reject (list.index of an absent value, a
+// str + int); the error names the document.
 //
-// Statements ({% %}), comments ({# #}), whitespace control ({{- -}}), filters (|) and other
-// expressions are rejected when the template is parsed, with the file and line it came from;
-// richer templates extend parse() and the Expression type without changing callers.
+// Statements ({% %}) and every expression outside the subset (comparisons, conditionals,
+// tests, function calls, dict literals, unknown filters) are rejected when the template is
+// parsed, with the file and line it came from and the construct.
 // A Template is immutable after parse() and safe to share between threads.
 #pragma once
 
-#include <cstdint>
-#include <optional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 namespace gpueval {
+
+namespace jinja {
+class Expression;
+}
 
 class Template {
  public:
@@ -46,25 +51,12 @@ class Template {
   nlohmann::json value(const nlohmann::json& doc, const std::string& where) const;
 
  private:
-  struct Step {
-    std::string key;              // object member; used when index is empty
-    std::optional<int64_t> index; // list position (negative counts from the end)
-  };
-  struct Expression {
-    std::string source;  // as written, for messages
-    std::vector<Step> path;
-    bool strip = false;  // ends in .strip()
-    std::optional<std::vector<Step>> index_of;  // ends in .index(<field>): that field's position in the list
-  };
   struct Segment {
-    std::string literal;                   // text before the expression
-    std::optional<Expression> expression;  // absent for trailing text
+    std::string literal;                              // text before the expression
+    std::shared_ptr<const jinja::Expression> expression;  // null for trailing text
   };
-  struct ExpressionParser;  // the inside of one {{ ... }} (template.cpp)
 
-  const nlohmann::json& lookup(const std::vector<Step>& steps, const nlohmann::json& doc, const std::string& where) const;
-  // The value of one placeholder: the field, its .strip()ped text or its .index() position.
-  nlohmann::json evaluate(const Expression& e, const nlohmann::json& doc, const std::string& where) const;
+  nlohmann::json evaluate(const jinja::Expression& e, const nlohmann::json& doc, const std::string& where) const;
 
   std::string text_;
   std::string name_;

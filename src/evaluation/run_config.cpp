@@ -25,7 +25,7 @@ namespace fs = std::filesystem;
 constexpr uint64_t kMaxConfigBytes = uint64_t{1} << 20;
 
 const std::vector<std::string> kKeys = {
-    "model", "tasks", "batch_size", "batch_tokens", "dtype", "seed", "output", "limit", "num_fewshot", "fewshot_seed",
+    "model", "tasks", "batch_size", "batch_tokens", "dtype", "seed", "output", "limit", "num_fewshot", "fewshot_seed", "extra_metrics",
     "max_length", "add_bos", "prefix_reuse", "data", "gpus", "cpu_threads", "max_attempts", "heartbeat_timeout_s", "max_worker_restarts",
     "max_memory", "calibration_cache", "history", "fail_on_regression", "load"};
 
@@ -207,10 +207,25 @@ class ConfigReader {
       if (!v.IsNull()) c.num_fewshot = integer(key, v, 0);
     } else if (key == "data") {
       read_data(c, v);
+    } else if (key == "extra_metrics") {
+      read_extra_metrics(c, key, v);
     } else {
       return false;
     }
     return true;
+  }
+
+  void read_extra_metrics(RunConfig& c, const std::string& key, const YAML::Node& v) {
+    if (!v.IsSequence()) fail(at(v), "key '{}' must be a list of metric names (e.g. [bpb]), got {}", key, describe(v));
+    c.extra_metrics.clear();
+    for (const YAML::Node& item : v) {
+      if (!item.IsScalar()) fail(at(item), "key '{}': entries must be metric names, got {}", key, describe(item));
+      const std::string name = item.Scalar();
+      if (!builtin_metric(name)) fail(at(item), "key '{}': unknown metric '{}'", key, name);
+      if (std::find(c.extra_metrics.begin(), c.extra_metrics.end(), name) == c.extra_metrics.end()) {
+        c.extra_metrics.push_back(name);
+      }
+    }
   }
 
   void read_data(RunConfig& c, const YAML::Node& v) {
@@ -429,7 +444,7 @@ std::string one_line(std::string s) {
 
 nlohmann::json RunConfig::to_json() const {
   auto optional = [](const std::optional<int64_t>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
-  return nlohmann::json{
+  nlohmann::json out{
       {"source", source},
       {"models", models},
       {"tasks", tasks},
@@ -456,6 +471,9 @@ nlohmann::json RunConfig::to_json() const {
       {"history", history},
       {"fail_on_regression", fail_on_regression ? nlohmann::json(*fail_on_regression) : nlohmann::json()},
   };
+  // Only when set: results.json of runs without it stay as they were.
+  if (!extra_metrics.empty()) out["extra_metrics"] = extra_metrics;
+  return out;
 }
 
 RunConfig load_run_config(const std::string& path) {

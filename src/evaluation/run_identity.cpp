@@ -48,6 +48,8 @@ std::string config_fingerprint(const RunConfig& config, const std::vector<Reques
   field(out, "limit", config.limit);
   field(out, "num_fewshot", config.num_fewshot);
   field(out, "fewshot_seed", std::to_string(config.fewshot_seed));
+  // Only when set, so that configs without it keep their fingerprint (and their history).
+  for (const std::string& metric : config.extra_metrics) field(out, "extra_metric", metric);
   field(out, "requests", static_cast<int64_t>(requests.size()));
   for (const Request& r : requests) field(out, "request", canonical_request(r));
   return sha256_hex(out);

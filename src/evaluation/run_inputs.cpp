@@ -49,6 +49,7 @@ TaskInputs load_tasks(const RunConfig& config, const std::string& executable) {
   load_options.data_roots = config.data;
   load_options.num_fewshot = config.num_fewshot;
   load_options.fewshot_seed = config.fewshot_seed;
+  load_options.extra_metrics = config.extra_metrics;
   out.tasks.reserve(out.selection.tasks.size());
   for (const std::string& name : out.selection.tasks) out.tasks.push_back(Task::load(name, search, load_options));
   std::vector<const Task*> task_ptrs;

@@ -12,9 +12,18 @@ namespace {
 
 bool has_targets(const WorkItem& item) { return item.first_target < static_cast<int64_t>(item.tokens.size()); }
 
-// Inputs a continuation adds after its context: every target but the last is also an input.
-int64_t branch_inputs(const WorkItem& item) {
-  return std::max<int64_t>(static_cast<int64_t>(item.tokens.size()) - 1 - item.first_target, 0);
+// Inputs an item adds after its group's trunk of `trunk` tokens: the rest of its context (a
+// family member's own part) and every target but the last.
+int64_t branch_inputs(const WorkItem& item, size_t trunk) {
+  return std::max<int64_t>(static_cast<int64_t>(item.tokens.size()) - 1 - static_cast<int64_t>(trunk), 0);
+}
+int64_t branch_inputs(const WorkItem& item) { return branch_inputs(item, static_cast<size_t>(item.first_target)); }
+
+size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  const size_t limit = std::min(a.size(), b.size());
+  size_t n = 0;
+  while (n < limit && a[n] == b[n]) ++n;
+  return n;
 }
 
 std::vector<int32_t> context_of(const WorkItem& item) {
@@ -27,8 +36,26 @@ std::vector<ContextGroup> group_by_context(const std::vector<WorkItem>& items, b
   std::vector<ContextGroup> groups;
   // context -> the group its next item may join, and the branch inputs that group already holds
   std::map<std::vector<int32_t>, std::pair<size_t, int64_t>> open;
+  std::map<int64_t, size_t> families;  // family -> its group
   for (size_t i = 0; i < items.size(); ++i) {
     std::vector<int32_t> context = context_of(items[i]);
+    if (share && items[i].family >= 0) {
+      // A family (one document's contexts that share a continuation) is one group whatever its
+      // size; its trunk is the longest prefix every member's context starts with.
+      const auto it = families.find(items[i].family);
+      if (it != families.end()) {
+        ContextGroup& g = groups[it->second];
+        const size_t trunk = common_prefix(g.context, context);
+        if (trunk > 0) {
+          g.context.resize(trunk);
+          g.items.push_back(i);
+          continue;
+        }
+      }
+      families[items[i].family] = groups.size();
+      groups.push_back({std::move(context), {i}});
+      continue;
+    }
     const int64_t inputs = branch_inputs(items[i]);
     if (share) {
       auto it = open.find(context);
@@ -50,7 +77,7 @@ int64_t row_cost(const ContextGroup& group, const std::vector<WorkItem>& items, 
   bool any_target = false;
   for (size_t i : group.items) {
     any_target = any_target || has_targets(items[i]);
-    cost += branch_inputs(items[i]);
+    cost += branch_inputs(items[i], group.context.size());
   }
   if (any_target) cost += static_cast<int64_t>(group.context.size()) - static_cast<int64_t>(prefix_length);
   return cost;
@@ -138,15 +165,16 @@ std::vector<PackedRow> pack_rows(const Batch& batch) {
       if (!has_targets(item)) continue;
       const int64_t n = static_cast<int64_t>(item.tokens.size());
       const int64_t begin = static_cast<int64_t>(row.tokens.size());
-      if (branch_inputs(item) > 0) ++branch;
-      for (int64_t j = item.first_target; j + 1 < n; ++j) {
+      if (branch_inputs(item, group.context.size()) > 0) ++branch;
+      // The branch: the item's tokens after the trunk (its own context, then its targets but the last).
+      for (int64_t j = context; j + 1 < n; ++j) {
         row.tokens.push_back(item.tokens[static_cast<size_t>(j)]);
         row.positions.push_back(j);
         row.segments.push_back(branch);
       }
-      // Target j is predicted by the state of token j - 1: the trunk's last for the first target.
+      // Target j is predicted by the state of token j - 1: the trunk's last when that is in the trunk.
       for (int64_t j = item.first_target; j < n; ++j)
-        row.targets.push_back({i, j == item.first_target ? last_trunk : begin + (j - item.first_target - 1),
+        row.targets.push_back({i, j - 1 < context ? last_trunk : begin + (j - 1 - context),
                                item.tokens[static_cast<size_t>(j)]});
     }
     if (!row.targets.empty()) rows.push_back(std::move(row));

@@ -5,6 +5,10 @@
 //     continuation's inputs as a branch after it that sees the trunk but not
 //     the other branches; a single-token continuation needs no branch at all,
 //     its target is read from the trunk's last state;
+//   - a family: one document's items whose contexts differ but share one continuation
+//     (lm-eval's multiple-input tasks, Winogrande) run as one row too, the trunk being the
+//     longest prefix their contexts share and each item's own context and continuation a
+//     branch after it;
 //   - a shared prefix: the tokens every row of a batch starts with (MMLU's
 //     few-shot examples) are computed once per worker and attended to by each
 //     row (model.h's PrefixKV).
@@ -22,7 +26,8 @@
 
 namespace gpueval {
 
-// Items of one context, in the order given; `context` is tokens[0, first_target) of each.
+// Items of one context, in the order given; `context` (the row's trunk) is tokens[0,
+// first_target) of each, or for a family the longest prefix of all their contexts.
 struct ContextGroup {
   std::vector<int32_t> context;
   std::vector<size_t> items;  // indices into the item list the group was made from
@@ -34,6 +39,8 @@ struct ContextGroup {
 // the context once and never makes a row much longer than its sequences, so a
 // short context with long continuations (a rolling text's first window after
 // BOS) is not turned into one long row. Beyond that a new group starts.
+// Items of one family (WorkItem::family) form one group, however long, whose context is the
+// longest prefix their contexts share (at least one token; else a new group starts).
 // With share = false every item is its own group (no sharing).
 constexpr int64_t kMinBranchRoom = 16;
 std::vector<ContextGroup> group_by_context(const std::vector<WorkItem>& items, bool share);

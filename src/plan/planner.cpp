@@ -403,6 +403,30 @@ void batch_items(std::vector<WorkItem> items, const PlanOptions& options, Plan& 
   append_batches(std::move(units), plan);
 }
 
+// One document's loglikelihood requests with one continuation but different contexts (lm-eval's
+// multiple input: Winogrande's options fill the blank in the context) become a family: they
+// share a row over their common prefix, computed once.
+void mark_families(const std::vector<Request>& requests, std::vector<std::vector<WorkItem>>& encoded) {
+  std::map<std::pair<std::string, int64_t>, std::vector<size_t>> by_document;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (requests[i].type == RequestType::kLoglikelihood) by_document[{requests[i].task, requests[i].doc_id}].push_back(i);
+  }
+  for (const auto& [doc, members] : by_document) {
+    if (members.size() < 2) continue;
+    bool same_continuation = true, different_contexts = false;
+    int64_t first = requests[members.front()].index;
+    for (const size_t i : members) {
+      same_continuation = same_continuation && requests[i].continuation == requests[members.front()].continuation;
+      different_contexts = different_contexts || requests[i].context != requests[members.front()].context;
+      first = std::min(first, requests[i].index);
+    }
+    if (!same_continuation || !different_contexts) continue;
+    for (const size_t i : members) {
+      for (WorkItem& item : encoded[i]) item.family = first;
+    }
+  }
+}
+
 void check_options(const PlanOptions& options) {
   if (options.batch_tokens < 1) throw Error(fmt::format("plan: batch_tokens must be >= 1, got {}", options.batch_tokens));
   if (options.max_batch_size < 0)
@@ -444,7 +468,9 @@ Plan make_plan(const std::vector<Request>& requests, const Tokenizer& tokenizer,
   Plan plan;
   plan.num_requests = static_cast<int64_t>(requests.size());
   std::vector<WorkItem> items;
-  for (auto& per_request : encode_all(requests, tokenizer, options, &plan.truncated_requests)) {
+  std::vector<std::vector<WorkItem>> encoded = encode_all(requests, tokenizer, options, &plan.truncated_requests);
+  mark_families(requests, encoded);
+  for (auto& per_request : encoded) {
     for (WorkItem& item : per_request) {
       plan.total_tokens += item.cost();
       ++plan.num_items;
@@ -488,6 +514,7 @@ nlohmann::json to_json(const WorkItem& item) {
     j["seed"] = item.seed;
   } else {
     j["first_target"] = item.first_target;
+    if (item.family >= 0) j["family"] = item.family;
   }
   return j;
 }
@@ -523,6 +550,7 @@ WorkItem work_item_from_json(const nlohmann::json& j, const std::string& path) {
       fail(path + ".parts", "a loglikelihood item has exactly one part, got {}", item.parts);
     if (n < 1) fail(path + ".tokens", "a scored item needs at least one token");
     item.first_target = get_int(field(j, "first_target", path), path + ".first_target", 1, n);
+    if (j.contains("family")) item.family = get_int(j.at("family"), path + ".family", 0, kInt64Max);
   }
   return item;
 }

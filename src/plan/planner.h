@@ -38,6 +38,10 @@ struct WorkItem {
   int64_t max_tokens = 0;          // generate_until
   double temperature = 0.0;        // generate_until: 0 is greedy
   uint64_t seed = 0;               // generate_until: request_seed(), so sampling never depends on the worker
+  // loglikelihood: the request index of the first of one document's requests whose contexts
+  // differ but whose continuation is the same (a multiple-input task's choices); -1 otherwise.
+  // Packing runs a family as one row over the prefix its contexts share (packing.h).
+  int64_t family = -1;
 
   // Tokens the item occupies in a padded batch: the forward's inputs
   // (tokens - 1) for loglikelihood*, prompt + max_tokens for generate_until.

@@ -88,6 +88,9 @@ std::optional<MetricSpec> builtin_metric(std::string_view name) {
       {"word_perplexity", Aggregation::kWeightedPerplexity, false},
       {"byte_perplexity", Aggregation::kWeightedPerplexity, false},
       {"bits_per_byte", Aggregation::kBitsPerByte, false},
+      // gpueval's: -logprob of the gold continuation / its UTF-8 bytes / ln 2, averaged over
+      // documents (OLMo's in-training "bits per byte").
+      {"bpb", Aggregation::kMean, false},
   };
   for (const Builtin& b : kBuiltins) {
     if (name == b.name) return MetricSpec{b.name, b.aggregation, b.higher_is_better, nlohmann::json::object()};

@@ -1,6 +1,7 @@
 #include "gpueval/process_docs.h"
 
 #include "common/python_format.h"
+#include "common/python_str.h"
 #include "common/utf8.h"
 #include "gpueval/error.h"
 
@@ -135,6 +136,90 @@ nlohmann::json process_hellaswag(const nlohmann::json& doc, const std::string& w
   return out;
 }
 
+// ------------------------------------------------------------------ lm-eval's !function doc_to_*
+
+const std::string& text_field(const nlohmann::json& doc, const char* key, const std::string& where, const char* task) {
+  if (!doc.is_object()) fail(where, "a {} document must be a JSON object", task);
+  const auto it = doc.find(key);
+  if (it == doc.end()) fail(where, "{} document without the field '{}'", task, key);
+  if (!it->is_string()) fail(where, "{} document whose '{}' is {}, not text", task, key, py::repr(*it));
+  return it->get_ref<const std::string&>();
+}
+
+// COPA's label: 0 names choice1, 1 choice2 (lm-eval reads any other value as choice2; here it
+// is an error).
+int64_t copa_label(const nlohmann::json& doc, const std::string& where) {
+  const auto it = doc.find("label");
+  if (it == doc.end()) fail(where, "COPA document without the field 'label'");
+  if (!it->is_number_integer() || (it->get<int64_t>() != 0 && it->get<int64_t>() != 1)) {
+    fail(where, "COPA document whose label {} is not 0 or 1 (an index into choice1, choice2)", py::repr(*it));
+  }
+  return it->get<int64_t>();
+}
+
+// copa utils.convert_choice: the first character lower-cased.
+std::string copa_choice(const nlohmann::json& doc, const char* key, const std::string& where) {
+  const std::string& choice = text_field(doc, key, where, "COPA");
+  if (choice.empty()) fail(where, "COPA document whose {} is empty", key);
+  return " " + py::lower(py::slice(choice, 0, 1)) + py::slice(choice, 1, std::nullopt);
+}
+
+nlohmann::json copa_doc_to_text(const nlohmann::json& doc, const std::string& where) {
+  const std::string& question = text_field(doc, "question", where, "COPA");
+  const char* connector = question == "cause" ? "because" : question == "effect" ? "therefore" : nullptr;
+  if (!connector) fail(where, "COPA document whose question {} is neither 'cause' nor 'effect'", py::repr(nlohmann::json(question)));
+  // The premise without its final character (the period).
+  return py::slice(py::strip(text_field(doc, "premise", where, "COPA")), std::nullopt, -1) + " " + connector;
+}
+
+nlohmann::json copa_doc_to_target(const nlohmann::json& doc, const std::string& where) {
+  return copa_choice(doc, copa_label(doc, where) == 0 ? "choice1" : "choice2", where);
+}
+
+nlohmann::json copa_doc_to_choice(const nlohmann::json& doc, const std::string& where) {
+  return nlohmann::json::array({copa_choice(doc, "choice1", where), copa_choice(doc, "choice2", where)});
+}
+
+// Winogrande's blank: the position of the first '_' of the sentence.
+size_t winogrande_blank(const nlohmann::json& doc, const std::string& where) {
+  const std::string& sentence = text_field(doc, "sentence", where, "Winogrande");
+  const size_t blank = sentence.find('_');
+  if (blank == std::string::npos) fail(where, "Winogrande sentence without '_' (the blank the options fill)");
+  return blank;
+}
+
+nlohmann::json winogrande_doc_to_text(const nlohmann::json& doc, const std::string& where) {
+  const std::string& answer = text_field(doc, "answer", where, "Winogrande");
+  if (answer != "1" && answer != "2") {
+    fail(where, "Winogrande document whose answer {} is not '1' or '2'", py::repr(nlohmann::json(answer)));
+  }
+  return answer == "1" ? 0 : 1;
+}
+
+nlohmann::json winogrande_doc_to_target(const nlohmann::json& doc, const std::string& where) {
+  const std::string& sentence = text_field(doc, "sentence", where, "Winogrande");
+  return py::strip(sentence.substr(winogrande_blank(doc, where) + 1));
+}
+
+nlohmann::json winogrande_doc_to_choice(const nlohmann::json& doc, const std::string& where) {
+  const std::string& sentence = text_field(doc, "sentence", where, "Winogrande");
+  const std::string before = sentence.substr(0, winogrande_blank(doc, where));
+  return nlohmann::json::array({before + text_field(doc, "option1", where, "Winogrande"),
+                                before + text_field(doc, "option2", where, "Winogrande")});
+}
+
+constexpr struct {
+  const char* name;
+  DocProcessor function;
+} kDocFunctions[] = {
+    {"copa.doc_to_text", copa_doc_to_text},
+    {"copa.doc_to_target", copa_doc_to_target},
+    {"copa.doc_to_choice", copa_doc_to_choice},
+    {"winogrande.doc_to_text", winogrande_doc_to_text},
+    {"winogrande.doc_to_target", winogrande_doc_to_target},
+    {"winogrande.doc_to_choice", winogrande_doc_to_choice},
+};
+
 struct NamedProcessor {
   const char* name;
   DocProcessor function;
@@ -154,6 +239,19 @@ std::optional<DocProcessor> find_doc_processor(const std::string& name) {
 std::vector<std::string> doc_processor_names() {
   std::vector<std::string> out;
   for (const NamedProcessor& p : kProcessors) out.push_back(p.name);
+  return out;
+}
+
+std::optional<DocProcessor> find_doc_function(const std::string& name) {
+  for (const auto& f : kDocFunctions) {
+    if (name == f.name) return f.function;
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> doc_function_names() {
+  std::vector<std::string> out;
+  for (const auto& f : kDocFunctions) out.push_back(f.name);
   return out;
 }
 

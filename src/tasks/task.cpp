@@ -108,6 +108,13 @@ std::vector<Document> Task::read_documents(const std::string& file, DatasetKind 
 
 void Task::load_documents() {
   documents_ = read_documents(dataset_file_, dataset_kind_, lines_);
+  // lm-eval tests the first document: a doc_to_text giving an integer makes the task multiple input.
+  if (output_type_ == OutputType::kMultipleChoice && has_choices()) {
+    const nlohmann::json text = doc_text(documents_.front(), location(documents_.front()));
+    multiple_input_ = text.is_number_integer() ||
+                      (text.is_string() && !text.get_ref<const std::string&>().empty() &&
+                       text.get_ref<const std::string&>().find_first_not_of("0123456789") == std::string::npos);
+  }
   if (num_fewshot_ > 0) {
     if (!fewshot_from_dataset_) fewshot_pool_ = read_documents(fewshot_file_, fewshot_kind_, fewshot_lines_);
     draw_fewshot();

@@ -54,8 +54,9 @@ const std::set<std::string>& descriptive_keys() {
 
 // The metrics lm-eval's process_results computes for each output type, in its order.
 const std::vector<std::string>& metrics_for(OutputType type) {
-  static const std::vector<std::string> kChoice = {"acc", "acc_norm", "acc_bytes", "exact_match"};
-  static const std::vector<std::string> kLoglikelihood = {"perplexity", "acc"};
+  // bpb (gpueval's, opt-in) is not lm-eval's: bits per byte of the gold continuation.
+  static const std::vector<std::string> kChoice = {"acc", "acc_norm", "acc_bytes", "exact_match", "bpb"};
+  static const std::vector<std::string> kLoglikelihood = {"perplexity", "acc", "bpb"};
   static const std::vector<std::string> kRolling = {"word_perplexity", "byte_perplexity", "bits_per_byte"};
   static const std::vector<std::string> kGenerate = {"exact_match"};
   switch (type) {
@@ -283,8 +284,26 @@ OutputType read_output_type(TaskYaml& yaml) {
   return type;
 }
 
+// `key: !function <name>`: the built-in doc function (process_docs.h) standing in for lm-eval's
+// Python one; nullptr when the key is absent or not tagged !function.
+DocProcessor read_doc_function(TaskYaml& yaml, const std::string& key) {
+  if (!yaml.has(key) || yaml.at(key).Tag() != "!function") return nullptr;
+  const YAML::Node& node = yaml.at(key);
+  if (!node.IsScalar()) fail(yaml.where_of(key), "{}: !function must name a function", key);
+  const std::string name = node.Scalar();
+  const auto function = find_doc_function(name);
+  if (!function) {
+    fail(yaml.where_of(key), "{}: !function {}: gpueval runs no Python; its built-in functions are {}", key, name,
+         fmt::join(doc_function_names(), ", "));
+  }
+  yaml.config()[key] = "!function " + name;
+  return *function;
+}
+
+bool is_function(TaskYaml& yaml, const std::string& key) { return yaml.has(key) && yaml.at(key).Tag() == "!function"; }
+
 std::optional<Template> read_template(TaskYaml& yaml, const std::string& key) {
-  if (!yaml.has(key)) return std::nullopt;
+  if (!yaml.has(key) || is_function(yaml, key)) return std::nullopt;
   const std::string text = yaml.string(key);
   yaml.config()[key] = text;
   return Template::parse(text, key, yaml.where_of(key));
@@ -293,7 +312,9 @@ std::optional<Template> read_template(TaskYaml& yaml, const std::string& key) {
 // doc_to_choice written as a literal list (or a mapping, whose values lm-eval takes in order)
 // shared by every document; nullopt when the task has none or writes a template.
 std::optional<std::vector<std::string>> read_choice_list(TaskYaml& yaml) {
-  if (!yaml.has("doc_to_choice") || yaml.at("doc_to_choice").IsScalar()) return std::nullopt;
+  if (!yaml.has("doc_to_choice") || yaml.at("doc_to_choice").IsScalar() || is_function(yaml, "doc_to_choice")) {
+    return std::nullopt;
+  }
   const std::string where = yaml.where_of("doc_to_choice");
   const nlohmann::ordered_json literal = yaml.json(yaml.at("doc_to_choice"));
   nlohmann::ordered_json items = literal;
@@ -454,6 +475,23 @@ nlohmann::ordered_json metric_entry(const MetricSpec& spec) {
 // metric_list: entries are a metric name (gpueval's shorthand) or lm-eval's mapping
 // {metric, aggregation, higher_is_better, further options of the metric}; without it, lm-eval's
 // defaults for the output type.
+// The run's extra_metrics that this output type computes and metric_list lacks, appended (and
+// shown in the config's metric_list, as if the file had them).
+void add_extra_metrics(TaskYaml& yaml, std::vector<MetricSpec>& metrics, const std::vector<std::string>& extra,
+                       OutputType type) {
+  const std::vector<std::string>& computed = metrics_for(type);
+  for (const std::string& name : extra) {
+    if (std::find(computed.begin(), computed.end(), name) == computed.end()) continue;
+    if (std::any_of(metrics.begin(), metrics.end(), [&](const MetricSpec& m) { return m.name == name; })) continue;
+    const std::optional<MetricSpec> spec = builtin_metric(name);
+    if (!spec) fail(yaml.path(), "unknown extra metric '{}'", name);
+    metrics.push_back(*spec);
+    if (yaml.config().contains("metric_list") && yaml.config()["metric_list"].is_array()) {
+      yaml.config()["metric_list"].push_back(metric_entry(*spec));
+    }
+  }
+}
+
 std::vector<MetricSpec> read_metrics(TaskYaml& yaml, OutputType type) {
   std::vector<MetricSpec> metrics;
   if (!yaml.has("metric_list")) {
@@ -597,6 +635,9 @@ Task Task::parse(const std::string& yaml_path, const TaskLoadOptions& options) {
   task.output_type_ = read_output_type(yaml);
   task.doc_to_text_ = read_template(yaml, "doc_to_text");
   task.doc_to_target_ = read_template(yaml, "doc_to_target");
+  task.doc_to_text_fn_ = read_doc_function(yaml, "doc_to_text");
+  task.doc_to_target_fn_ = read_doc_function(yaml, "doc_to_target");
+  task.doc_to_choice_fn_ = read_doc_function(yaml, "doc_to_choice");
   task.description_ = read_template(yaml, "description");
   if (!task.description_) yaml.config()["description"] = "";
   if (yaml.has("doc_to_choice") && yaml.at("doc_to_choice").IsScalar()) {
@@ -618,6 +659,7 @@ Task Task::parse(const std::string& yaml_path, const TaskLoadOptions& options) {
   read_unsafe_code_and_repeats(yaml);
 
   task.metrics_ = read_metrics(yaml, task.output_type_);
+  add_extra_metrics(yaml, task.metrics_, options.extra_metrics, task.output_type_);
   GenerationSettings generation = read_generation_kwargs(yaml, task.output_type_, task.fewshot_delimiter_);
   task.until_ = std::move(generation.until);
   if (generation.max_gen_toks) task.max_gen_toks_ = *generation.max_gen_toks;

@@ -7,6 +7,7 @@
 #include "common/strict_json.h"
 #include "gpueval/error.h"
 #include "gpueval/task.h"
+#include "tasks/jinja_expression.h"
 
 namespace gpueval {
 namespace {
@@ -20,15 +21,39 @@ bool is_digits(const std::string& s) {
 }
 
 // lm-eval reads the field itself when a doc_to_* value is a field name (`doc_to_target: label`),
-// and renders the template otherwise. A single {{field}} holding a list stays a list: rendering
-// it and ast.literal_eval'ing the text, as lm-eval does, gives the same list back.
-nlohmann::json field_or_render(const Template& t, const nlohmann::json& doc, const std::string& where) {
-  if (t.text().find('{') == std::string::npos && doc.is_object() && doc.contains(t.text())) return doc.at(t.text());
-  if (t.is_single_expression()) {
-    nlohmann::json value = t.value(doc, where);
+// calls the function when it is one (`!function`), and renders the template otherwise. A
+// single {{expression}} giving a list stays a list: rendering it and ast.literal_eval'ing the
+// text, as lm-eval does, gives the same list back.
+nlohmann::json resolve(const std::optional<Template>& t, DocProcessor function, const nlohmann::json& doc,
+                       const std::string& where) {
+  if (function) return function(doc, where);
+  if (t->text().find('{') == std::string::npos && doc.is_object() && doc.contains(t->text())) return doc.at(t->text());
+  if (t->is_single_expression()) {
+    nlohmann::json value = t->value(doc, where);
     if (value.is_array() || value.is_object()) return value;
+    if (!value.is_string()) return py::str(value);  // rendered, as lm-eval's apply_template
   }
-  return t.render(doc, where);
+  return t->render(doc, where);
+}
+
+// lm-eval turns a rendered "12" into the integer 12 where choices can be indexed.
+bool is_index(const nlohmann::json& v) {
+  return v.is_number_integer() || (v.is_string() && is_digits(v.get<std::string>()));
+}
+
+int64_t index_value(const nlohmann::json& v, const std::string& where, const char* what) {
+  if (v.is_number_integer()) return v.get<int64_t>();
+  try {
+    return std::stoll(v.get<std::string>());
+  } catch (const std::out_of_range&) {
+    fail(where, "{} gives {}, which is no index into the choices", what, v.get<std::string>());
+  }
+}
+
+// -logprob / UTF-8 bytes / ln 2; NaN for an empty continuation.
+double bits_per_byte(double logprob, const std::string& continuation) {
+  if (continuation.empty()) return std::nan("");
+  return -logprob / static_cast<double>(continuation.size()) / std::log(2.0);
 }
 
 // numpy.argmax: the first maximum, or the first NaN if there is one.
@@ -50,49 +75,71 @@ bool contains(const std::vector<size_t>& gold, size_t i) {
 
 }  // namespace
 
+nlohmann::json Task::doc_text(const Document& doc, const std::string& where) const {
+  return resolve(doc_to_text_, doc_to_text_fn_, doc.fields, where);
+}
+
+int64_t Task::index_of_text(const Document& doc, const std::string& where) const {
+  const nlohmann::json text = doc_text(doc, where);
+  if (!is_index(text)) {
+    fail(where, "doc_to_text gives {}, not a choice index as for the task's first document (a multiple-input task)",
+         py::repr(text));
+  }
+  return index_value(text, where, "doc_to_text");
+}
+
 std::string Task::context(const Document& doc) const {
   const std::string where = location(doc);
   std::string out = description_ ? description_->render(doc.fields, where) : "";
-  if (!doc_to_text_ || output_type_ == OutputType::kLoglikelihoodRolling) return out;
+  if ((!doc_to_text_ && !doc_to_text_fn_) || output_type_ == OutputType::kLoglikelihoodRolling) return out;
   for (const size_t k : fewshot_indices(doc)) out += fewshot_rendered_[k];  // drawn at load
-  const nlohmann::json text = field_or_render(*doc_to_text_, doc.fields, where);
-  const bool has_choices = doc_to_choice_.has_value() || choice_list_.has_value();
-  // A doc_to_text that gives a number makes lm-eval treat the task as "multiple input"
-  // (one context per choice, one shared continuation).
-  if (has_choices && (text.is_number_integer() || (text.is_string() && is_digits(text.get<std::string>())))) {
-    fail(where, "doc_to_text gives the number {}, which lm-eval reads as a multiple-input task (not supported)",
-         py::str(text));
+  if (multiple_input_) return out;  // each choice completes it (requests())
+  const nlohmann::json text = doc_text(doc, where);
+  if (has_choices() && is_index(text)) {
+    fail(where, "doc_to_text gives the index {} but text for the task's first document (lm-eval decides from the "
+         "first document whether doc_to_text gives text or, for a multiple-input task, a choice index)", py::str(text));
   }
   return out + py::str(text);
 }
 
 std::string Task::fewshot_example(const Document& doc, const std::string& where) const {
-  if (!doc_to_text_) fail(where, "task '{}' has no doc_to_text for few-shot examples", name_);
-  std::string out = py::str(field_or_render(*doc_to_text_, doc.fields, where));
-  // lm-eval's sampler: a list target shows its first entry, an index the choice it names.
+  if (!doc_to_text_ && !doc_to_text_fn_) fail(where, "task '{}' has no doc_to_text for few-shot examples", name_);
+  std::string out;
+  if (multiple_input_) {
+    // lm-eval's sampler shows a multiple-input example as its gold choice.
+    const std::vector<std::string> options = choices(doc);
+    out = options.at(gold_indices(doc, options)[0]);
+  } else {
+    out = py::str(doc_text(doc, where));
+  }
+  // lm-eval's build_qa_turn: a list target shows its first entry, an index the choice it
+  // names; no answer ("" or none) leaves out the target delimiter too.
   const nlohmann::json t = target(doc);
   std::string text;
   if (t.is_array()) {
     if (t.empty()) fail(where, "doc_to_target gives an empty list");
     text = py::str(t[0]);
-  } else if (t.is_number_integer() && (doc_to_choice_ || choice_list_)) {
+  } else if (t.is_number_integer() && has_choices() && !multiple_input_) {
     const std::vector<std::string> options = choices(doc);
     text = options.at(gold_indices(doc, options)[0]);
   } else {
     text = py::str(t);
   }
-  if (!text.empty()) out += target_delimiter_ + text;
+  const bool has_answer = !t.is_null() && !(t.is_string() && t.get_ref<const std::string&>().empty());
+  if (has_answer) out += target_delimiter_ + text;
   return out;
 }
 
 std::vector<std::string> Task::choices(const Document& doc) const {
   if (choice_list_) return *choice_list_;
   const std::string where = location(doc);
-  if (!doc_to_choice_) fail(where, "task '{}' has no doc_to_choice", name_);
-  nlohmann::json value = field_or_render(*doc_to_choice_, doc.fields, where);
+  if (!doc_to_choice_ && !doc_to_choice_fn_) fail(where, "task '{}' has no doc_to_choice", name_);
+  nlohmann::json value = resolve(doc_to_choice_, doc_to_choice_fn_, doc.fields, where);
   if (value.is_string()) {
-    nlohmann::json parsed = nlohmann::json::parse(value.get<std::string>(), nullptr, false);
-    if (parsed.is_array()) value = std::move(parsed);
+    // lm-eval ast.literal_eval()s a rendered list.
+    if (std::optional<nlohmann::json> parsed = jinja::literal_eval(value.get<std::string>()); parsed && parsed->is_array()) {
+      value = std::move(*parsed);
+    }
   }
   if (!value.is_array()) fail(where, "doc_to_choice gives {}, not a list", quote_untrusted(py::str(value)));
   std::vector<std::string> out;
@@ -106,27 +153,22 @@ std::vector<std::string> Task::choices(const Document& doc) const {
 nlohmann::json Task::target(const Document& doc) const {
   const std::string where = location(doc);
   // A rolling task written with doc_to_text only reads its text from there.
-  const Template& t = doc_to_target_ ? *doc_to_target_ : *doc_to_text_;
-  nlohmann::json value = field_or_render(t, doc.fields, where);
+  nlohmann::json value = (doc_to_target_ || doc_to_target_fn_) ? resolve(doc_to_target_, doc_to_target_fn_, doc.fields, where)
+                                                               : resolve(doc_to_text_, doc_to_text_fn_, doc.fields, where);
   if (!value.is_string()) return value;
   const std::string s = value.get<std::string>();
-  if (is_digits(s) && (doc_to_choice_ || choice_list_)) {
-    try {
-      return std::stoll(s);
-    } catch (const std::out_of_range&) {
-      fail(where, "doc_to_target gives {}, which is no index into the choices", s);
-    }
-  }
+  if (is_digits(s) && has_choices()) return index_value(value, where, "doc_to_target");
   if (s.size() >= 2 && s.front() == '[' && s.back() == ']') {
-    nlohmann::json parsed = nlohmann::json::parse(s, nullptr, false);
-    if (parsed.is_array()) return parsed;
+    // lm-eval ast.literal_eval()s a rendered list ("['a', 'b']").
+    if (std::optional<nlohmann::json> parsed = jinja::literal_eval(s); parsed && parsed->is_array()) return *parsed;
   }
   return value;
 }
 
 std::vector<size_t> Task::gold_indices(const Document& doc, const std::vector<std::string>& choices) const {
-  const nlohmann::json t = target(doc);
   const std::string where = location(doc);
+  // A multiple-input task's gold is doc_to_text's index.
+  const nlohmann::json t = multiple_input_ ? nlohmann::json(index_of_text(doc, where)) : target(doc);
   auto index = [&](const nlohmann::json& v) -> size_t {
     if (v.is_number_integer()) {
       const int64_t i = v.get<int64_t>();
@@ -171,6 +213,20 @@ std::vector<Request> Task::requests(const Document& doc) const {
       const std::vector<std::string> options = choices(doc);
       if (options.empty()) fail(where, "doc_to_choice gives no choices");
       gold_indices(doc, options);
+      if (multiple_input_) {
+        // One context per choice, one continuation for all (lm-eval's multiple_input_context).
+        const nlohmann::json t = target(doc);
+        if (!t.is_string()) fail(where, "doc_to_target gives {}, not the text the choices share", py::repr(t));
+        for (size_t i = 0; i < options.size(); ++i) {
+          Request r = base();
+          r.choice = static_cast<int64_t>(i);
+          r.type = RequestType::kLoglikelihood;
+          r.context = ctx + options[i];
+          r.continuation = target_delimiter_ + t.get<std::string>();
+          out.push_back(std::move(r));
+        }
+        break;
+      }
       for (size_t i = 0; i < options.size(); ++i) {
         Request r = base();
         r.choice = static_cast<int64_t>(i);
@@ -249,6 +305,11 @@ DocMetrics Task::process_results(const Document& doc, const std::vector<RequestR
         by_bytes.push_back(results[i].logprob / static_cast<double>(count_bytes(options[i])));
       }
       const std::vector<size_t> gold = gold_indices(doc, options);
+      // bpb: the gold continuation's bits per UTF-8 byte, as OLMo's in-training evals report it
+      // (the first gold when there are several).
+      const std::string gold_continuation =
+          target_delimiter_ + (multiple_input_ ? target(doc).get<std::string>() : options[gold.front()]);
+      all["bpb"] = MetricValue::scalar(bits_per_byte(results[gold.front()].logprob, gold_continuation));
       all["acc"] = MetricValue::scalar(contains(gold, argmax(lls)) ? 1.0 : 0.0);
       all["acc_norm"] = MetricValue::scalar(contains(gold, argmax(by_chars)) ? 1.0 : 0.0);
       all["acc_bytes"] = MetricValue::scalar(contains(gold, argmax(by_bytes)) ? 1.0 : 0.0);
@@ -261,6 +322,7 @@ DocMetrics Task::process_results(const Document& doc, const std::vector<RequestR
       if (results.size() != 1) fail(where, "{} results for one request of document {}", results.size(), doc.doc_id);
       all["perplexity"] = MetricValue::scalar(results[0].logprob);
       all["acc"] = MetricValue::scalar(results[0].is_greedy ? 1.0 : 0.0);
+      all["bpb"] = MetricValue::scalar(bits_per_byte(results[0].logprob, target(doc).get<std::string>()));
       break;
     }
     case OutputType::kLoglikelihoodRolling: {
@@ -275,7 +337,7 @@ DocMetrics Task::process_results(const Document& doc, const std::vector<RequestR
     case OutputType::kGenerateUntil: {
       if (results.size() != 1) fail(where, "{} results for one request of document {}", results.size(), doc.doc_id);
       nlohmann::json gold = target(doc);
-      if ((doc_to_choice_ || choice_list_) && gold.is_number_integer()) {
+      if (has_choices() && gold.is_number_integer()) {
         const std::vector<std::string> options = choices(doc);
         const int64_t i = gold.get<int64_t>();
         if (i < 0 || i >= static_cast<int64_t>(options.size())) {

@@ -1,0 +1,110 @@
+// gpueval's Jinja subset (gpueval/template.h): every expected string below is what Jinja2
+// 3.x renders for the same template and document in lm-evaluation-harness's environment
+// (StrictUndefined, keep_trailing_newline), measured with jinja2 itself.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "gpueval/template.h"
+#include "tasks/jinja_expression.h"
+#include "test_util.h"
+
+namespace gpueval {
+namespace {
+
+using testing::error_of;
+using ::testing::HasSubstr;
+
+const nlohmann::json& doc() {
+  static const nlohmann::json d = {
+      {"sol1", "fold it"}, {"sol2", "cut it"}, {"text", "a b  c d"}, {"label", "3"}, {"answerKey", " B"},
+      {"choices", {{"label", {"A", "B"}}, {"text", {"x", "y"}}}}, {"q", "h\u00e9llo w\u00f6rld"},
+      {"w", "  two  words\n"}, {"x", "\u00c0bC"}};
+  return d;
+}
+
+std::string render(const std::string& text) { return Template::parse(text, "doc_to_text", "t.yaml:3").render(doc(), "d.jsonl:1"); }
+
+TEST(TemplateTest, RendersLmEvalsTemplatesAsJinjaDoes) {
+  EXPECT_EQ(render("{{[sol1, sol2]}}"), "['fold it', 'cut it']");                     // piqa doc_to_choice
+  EXPECT_EQ(render("{{text.split(' ')[:-1]|join(' ')}}"), "a b  c");                  // lambada doc_to_text
+  EXPECT_EQ(render("{{' '+text.split(' ')[-1]}}"), " d");                             // lambada doc_to_target
+  EXPECT_EQ(render("{{choices.label.index(answerKey.lstrip())}}"), "1");              // openbookqa doc_to_target
+  EXPECT_EQ(render("{{(label|int) - 1}}"), "2");
+  EXPECT_EQ(render("{{label|int - 1}}"), "2");  // a filter binds tighter than '-'
+}
+
+TEST(TemplateTest, StringMethodsAndSlicesCountCodePoints) {
+  EXPECT_EQ(render("{{ x|lower }}|{{ x|upper }}|{{ x.lower() }}"), "\u00e0bc|\u00c0BC|\u00e0bc");
+  EXPECT_EQ(render("{{q[2:5]}}|{{q[-3:]}}|{{q[::-2]}}|{{q[1]}}"), "llo|rld|drwolh|\u00e9");
+  EXPECT_EQ(render("{{w.split()}}|{{w.strip()}}|{{w|trim}}"), "['two', 'words']|two  words|two  words");
+  EXPECT_EQ(render("{{ q|length }}"), "11");
+  EXPECT_EQ(render("{{ text.split(' ', 1) }}"), "['a', 'b  c d']");
+  EXPECT_EQ(render("{{ q.replace('l', 'L') }}"), "h\u00e9LLo w\u00f6rLd");
+  EXPECT_EQ(render("{{ q.index('w') }}"), "6");
+  EXPECT_EQ(render("{{ q.split('\u00f6') }}"), "['h\u00e9llo w', 'rld']");
+}
+
+TEST(TemplateTest, LiteralsOperatorsAndFilters) {
+  EXPECT_EQ(render("{{ 7 // 2 }} {{ -7 // 2 }} {{ -7 % 2 }} {{ 7 / 2 }} {{ 2 * 3 + 1 }}"), "3 -4 1 3.5 7");
+  EXPECT_EQ(render("{{ label ~ 1 }}"), "31");
+  EXPECT_EQ(render("{{ [1, 'a', none, true, 1.5] }}"), "[1, 'a', None, True, 1.5]");
+  EXPECT_EQ(render("{{ '2.5'|int }} {{ 'x'|int }} {{ ' 4 '|int }}"), "2 0 4");  // Jinja's int filter
+  EXPECT_EQ(render("{{ choices['text'][-1] }}{{ choices.text.0 }}"), "yx");
+  EXPECT_EQ(render("{{ choices.text + ['z'] }}"), "['x', 'y', 'z']");
+  EXPECT_EQ(render("{{ choices.text|join(', ') }}"), "x, y");
+  EXPECT_EQ(render(R"({{ 'it\'s' }}|{{ "a\nb" }}|{{ '}}' }})"), "it's|a\nb|}}");
+}
+
+TEST(TemplateTest, WhitespaceControlAndComments) {
+  EXPECT_EQ(render("a  {{- label -}}  b"), "a3b");
+  EXPECT_EQ(render("x{# note #}y"), "xy");
+  EXPECT_EQ(render("x \n{#- note -#}\n y"), "xy");
+}
+
+TEST(TemplateTest, SingleExpressionsKeepTheirType) {
+  const Template choice = Template::parse("{{[sol1, sol2]}}", "doc_to_choice", "t.yaml:4");
+  EXPECT_EQ(choice.value(doc(), "d"), nlohmann::json({"fold it", "cut it"}));
+  EXPECT_EQ(Template::parse("{{(label|int) - 1}}", "doc_to_target", "t").value(doc(), "d"), 2);
+  EXPECT_TRUE(Template::parse("{{ a }}", "x", "t").is_single_expression());
+  EXPECT_FALSE(Template::parse("{{ a }} ", "x", "t").is_single_expression());
+}
+
+TEST(TemplateTest, ConstructsOutsideTheSubsetNameFileLineAndConstruct) {
+  auto parse_error = [](const std::string& text) {
+    return error_of([&] { Template::parse(text, "doc_to_text", "tasks/x.yaml:7"); });
+  };
+  EXPECT_THAT(parse_error("{{ a == b }}"), HasSubstr("tasks/x.yaml:7: doc_to_text '{{ a == b }}': the comparison '==' is not supported"));
+  EXPECT_THAT(parse_error("{{ a if b else c }}"), HasSubstr("tasks/x.yaml:7: doc_to_text '{{ a if b else c }}': the conditional expression 'if' is not supported"));
+  EXPECT_THAT(parse_error("{{ range(3) }}"), HasSubstr("the function call 'range()' is not supported"));
+  EXPECT_THAT(parse_error("{{ x|title }}"), HasSubstr("the filter 'title' is not supported"));
+  EXPECT_THAT(parse_error("{{ {'a': 1} }}"), HasSubstr("a dict literal is not supported"));
+  EXPECT_THAT(parse_error("{{ x is defined }}"), HasSubstr("the operator 'is' is not supported"));
+  EXPECT_THAT(parse_error("{{ x|join(sep=',') }}"), HasSubstr("the keyword argument 'sep=' is not supported"));
+  EXPECT_THAT(parse_error("{% for x in y %}{{x}}{% endfor %}"), HasSubstr("tasks/x.yaml:7: doc_to_text '{% for x in y %}{{x}}{% endfor %}': a '{%' statement is not supported"));
+  EXPECT_THAT(parse_error("{{ a + }}"), HasSubstr("the expression ' a + ' (it ends too early) is not supported"));
+  EXPECT_THAT(parse_error("{{ 'open }}"), HasSubstr("'{{' without a closing '}}'"));
+}
+
+TEST(TemplateTest, EvaluationErrorsNameTheDocument) {
+  auto render_error = [](const std::string& text) {
+    return error_of([&] { Template::parse(text, "doc_to_text", "t.yaml:3").render(doc(), "d.jsonl:9"); });
+  };
+  EXPECT_EQ(render_error("{{ nope }}"), "d.jsonl:9: doc_to_text '{{ nope }}' references missing field 'nope'");
+  EXPECT_EQ(render_error("{{ choices.text[5] }}"), "d.jsonl:9: doc_to_text '{{ choices.text[5] }}' references missing field 'choices.text[5]'");
+  EXPECT_EQ(render_error("{{ label + 1 }}"), "d.jsonl:9: doc_to_text '{{ label + 1 }}': unsupported operand type(s) for +: 'str' and 'int'");
+  // The template is quoted as untrusted text: its own quotes come escaped.
+  EXPECT_EQ(render_error("{{ choices.label.index(\"E\") }}"), "d.jsonl:9: doc_to_text '{{ choices.label.index(\"E\") }}': 'E' is not in list ['A', 'B']");
+  EXPECT_EQ(render_error("{{ text.split(1) }}"), "d.jsonl:9: doc_to_text '{{ text.split(1) }}': split() separator must be str, not int");
+  EXPECT_EQ(render_error("{{ label // 0 }}"), "d.jsonl:9: doc_to_text '{{ label // 0 }}': unsupported operand type(s) for //: 'str' and 'int'");
+  EXPECT_EQ(render_error("{{ 1 // 0 }}"), "d.jsonl:9: doc_to_text '{{ 1 // 0 }}': integer division or modulo by zero");
+}
+
+TEST(TemplateTest, LiteralEvalReadsPythonListReprs) {
+  EXPECT_EQ(jinja::literal_eval("['a', \"it's\", 2, None]"), nlohmann::json({"a", "it's", 2, nullptr}));
+  EXPECT_EQ(jinja::literal_eval("[]"), nlohmann::json::array());
+  EXPECT_FALSE(jinja::literal_eval("[a, b]").has_value());
+  EXPECT_FALSE(jinja::literal_eval("['a'").has_value());
+}
+
+}  // namespace
+}  // namespace gpueval
