@@ -5,7 +5,9 @@
 //                p-value of that change), the regressions, and a summary of flipped documents;
 //   report.html  a self-contained offline page (inline CSS and SVG, no scripts, no external
 //                references, every input string HTML-escaped): per group and task a
-//                score-versus-checkpoint line chart with a shaded ±stderr band, under it the
+//                score-versus-checkpoint line chart with a shaded ±stderr band (a dashed
+//                line at the chance level where the scores have one, ScoreRow::chance; a
+//                log10 axis with a tick per decade for perplexity-type metrics), under it the
 //                table of each change with its flips (b right->wrong, c wrong->right) and p-value,
 //                and the flipped doc_ids of the latest change (the first 20 each way, with counts).
 // Output is a function of the inputs alone (no clock; same input, same bytes). Stateless and
