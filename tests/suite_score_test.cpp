@@ -12,6 +12,7 @@
 #include "common/file_io.h"
 #include "gpueval/history.h"
 #include "gpueval/report.h"
+#include "gpueval/run_config.h"
 #include "gpueval/task.h"
 #include "gpueval/task_group.h"
 #include "test_util.h"
@@ -357,6 +358,61 @@ TEST(SuiteScoreRunTest, RunReportsTheSuiteAndRefusesAMetricTheTaskLacks) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_EQ(r.err, "gpueval: " + dir.file("suite.yaml") +
                        ":6: member_metrics: task 'demo_choice' has no metric 'acc_mutual' (its metrics: acc, acc_norm)\n");
+}
+
+const std::vector<std::string> kPretrainingMembers = {
+    "arc_easy", "arc_challenge", "hellaswag", "piqa", "openbookqa", "winogrande",
+    "boolq",    "copa",          "lambada_openai", "triviaqa", "mmlu_continuation"};
+
+// The shipped suite file and its config, read as files (neither needs the member tasks).
+TEST(PretrainingSuiteTest, GroupFileAndConfigRead) {
+  const TaskGroup g = TaskGroup::load(testing::source_dir() + "/tasks/pretraining/pretraining.yaml");
+  EXPECT_EQ(g.name(), "pretraining");
+  EXPECT_EQ(g.members(), kPretrainingMembers);
+  ASSERT_EQ(g.metrics().size(), 1u);
+  const GroupMetricSpec& spec = g.metrics()[0];
+  EXPECT_EQ(spec.metric, "score");
+  EXPECT_FALSE(spec.weight_by_size);
+  ASSERT_EQ(spec.member_metrics.size(), kPretrainingMembers.size());
+  std::vector<std::string> spelled;
+  for (const MemberMetric& m : spec.member_metrics) {
+    spelled.push_back(m.member + ":" + m.metric + (m.filter == "none" ? "" : "," + m.filter));
+  }
+  EXPECT_EQ(spelled, (std::vector<std::string>{"arc_easy:acc_norm", "arc_challenge:acc_norm", "hellaswag:acc_norm",
+                                               "piqa:acc_norm", "openbookqa:acc_norm", "winogrande:acc", "boolq:acc",
+                                               "copa:acc", "lambada_openai:acc", "triviaqa:exact_match,remove_whitespace",
+                                               "mmlu_continuation:acc"}));
+
+  const RunConfig c = load_run_config(testing::source_dir() + "/configs/pretraining.yaml");
+  EXPECT_EQ(c.tasks, std::vector<std::string>{"pretraining"});
+  EXPECT_EQ(c.num_fewshot, 0);
+  EXPECT_EQ(c.data.size(), 10u);
+  for (const auto& [root, path] : c.data) EXPECT_THAT(path, HasSubstr("/shared/data/" + root)) << root;
+  EXPECT_THAT(c.output, HasSubstr("out/pretraining"));
+}
+
+// Once every member task is in tasks/ (and the shared data is here), the suite's member metrics
+// are the ones those tasks report.
+TEST(PretrainingSuiteTest, MemberMetricsAreTheTasksOnceTheyExist) {
+  const std::vector<std::string> search = {testing::source_dir() + "/tasks"};
+  std::string missing;
+  for (const std::string& m : kPretrainingMembers) {
+    if (!find_task_file(m, search)) missing += (missing.empty() ? "" : ", ") + m;
+  }
+  if (!missing.empty()) GTEST_SKIP() << "not in tasks/ yet: " << missing;
+  GPUEVAL_REQUIRE_SHARED();
+  const RunConfig c = load_run_config(testing::source_dir() + "/configs/pretraining.yaml");
+  const TaskSelection sel = expand_tasks(c.tasks, search);
+  TaskLoadOptions options;
+  options.data_roots = c.data;
+  options.num_fewshot = c.num_fewshot;
+  std::vector<Task> tasks;
+  tasks.reserve(sel.tasks.size());
+  for (const std::string& name : sel.tasks) tasks.push_back(Task::load(name, search, options));
+  std::vector<const Task*> ptrs;
+  for (const Task& t : tasks) ptrs.push_back(&t);
+  check_member_metrics(sel.groups, ptrs);
+  EXPECT_EQ(sel.groups.back().name(), "pretraining");
 }
 
 }  // namespace
