@@ -156,9 +156,10 @@ std::string write_suite_history(const testing::TempDir& dir) {
   const int64_t run = h.begin_run("cfg-suite", {{"tasks", {"pretraining"}}}, "");
   const std::vector<double> acc = {0.25, 0.5, 0.625}, em = {0.0, 0.125, 0.25}, ppl = {2.3e6, 812.0, 45.7};
   for (size_t i = 0; i < 3; ++i) {
+    // In results.json order (by name): the suite group after piqa.
     const std::vector<ScoreRow> scores = {
-        row("pretraining", "score", (acc[i] + em[i] + 0.375) / 3, 0.03, true, true, 0.3125),
         row("piqa", "acc", acc[i], 0.05, true, false, 0.25), row("piqa", "acc_norm", acc[i], 0.05, true, false, 0.25),
+        row("pretraining", "score", (acc[i] + em[i] + 0.375) / 3, 0.03, true, true, 0.3125),
         row("trivia", "exact_match", em[i], 0.04), row("wiki", "word_perplexity", ppl[i], std::nullopt, false)};
     h.record(run, CheckpointInfo{"fp" + std::to_string(i), "/ck/" + kNames[i], "step-" + std::to_string(i + 1),
                                  1000.0 * (i + 1)},
@@ -251,6 +252,7 @@ TEST(TrendReportTest, SuiteScoreHasAColumnAndAChart) {
   const History h = History::open(write_suite_history(dir));
   const TrendData data = load_trend(h, "cfg-suite");
   const std::string md = trend_markdown(data);
+  // Groups first, as in report.html.
   EXPECT_THAT(md, HasSubstr("| checkpoint | group pretraining score ↑ | Δ | p | piqa acc ↑ | Δ | p | trivia "
                             "exact_match ↑ | Δ | p | wiki word_perplexity ↓ | Δ | p |\n"));
   EXPECT_THAT(md, HasSubstr("| step-3 | 0.4167 ± 0.0300 | +0.0833 |  | 0.6250 ± 0.0500 | +0.1250 |  |"));

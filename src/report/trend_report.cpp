@@ -313,6 +313,8 @@ TrendData load_trend(const History& history, const std::string& config_fingerpri
 std::string trend_table(const std::vector<ScoredCheckpoint>& trend, const std::vector<CheckpointStep>* steps,
                         const std::string& task) {
   std::vector<Column> columns = columns_of(trend);
+  // Groups (a suite score among them) first, as report.html shows them, then tasks.
+  std::stable_partition(columns.begin(), columns.end(), [](const Column& c) { return c.first.is_group; });
   if (!task.empty()) {
     columns.erase(std::remove_if(columns.begin(), columns.end(), [&](const Column& c) { return c.first.task != task; }),
                   columns.end());

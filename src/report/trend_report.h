@@ -42,7 +42,8 @@ TrendData load_trend(const History& history, const std::string& config_fingerpri
 // The checkpoint x task table as Markdown (also what `gpueval history` prints): one row per
 // checkpoint, oldest first; per task (only `task` when non-empty) its primary metric's
 // "value ± stderr" and the change from the row above ("+0.0167"), with the McNemar p-value
-// when `steps` (parallel to trend minus one) is given. Tasks in first-seen order.
+// when `steps` (parallel to trend minus one) is given. Groups first, then tasks, each in
+// first-seen order.
 std::string trend_table(const std::vector<ScoredCheckpoint>& trend, const std::vector<CheckpointStep>* steps = nullptr,
                         const std::string& task = "");
 
