@@ -245,6 +245,17 @@ TEST(TrendReportTest, PerplexityIsOnALogAxisWithDecadeTicks) {
   EXPECT_LT(ys[2], y10 - per_decade / 2);
   // Accuracies keep their linear axis.
   EXPECT_THAT(section_svg(html, "task-piqa"), Not(HasSubstr("log scale")));
+
+  // Past ten decades a tick every other decade, the top of the axis being one.
+  History wide = History::open(dir.file("wide.sqlite"));
+  const int64_t run = wide.begin_run("cfg", {}, "");
+  for (int i = 0; i < 2; ++i) {
+    wide.record(run, CheckpointInfo{"f" + std::to_string(i), "", "c" + std::to_string(i), static_cast<double>(i)},
+                "cfg", "complete", {row("t", "byte_perplexity", i ? 1.5 : 3e14, std::nullopt, false)}, {});
+  }
+  labels.clear();
+  for (const auto& t : ticks_of(section_svg(trend_html(load_trend(wide, "cfg")), "task-t"))) labels.push_back(t.first);
+  EXPECT_EQ(labels, (std::vector<std::string>{"1", "100", "10⁴", "10⁶", "10⁸", "10¹⁰", "10¹²", "10¹⁴", "10¹⁶"}));
 }
 
 TEST(TrendReportTest, SuiteScoreHasAColumnAndAChart) {

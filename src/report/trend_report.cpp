@@ -208,11 +208,12 @@ std::string chart_svg(const std::vector<ScoredCheckpoint>& trend, const Column& 
       lo = std::min(lo, p.value - s > 0 ? p.value - s : p.value);
       hi = std::max(hi, p.value + s);
     }
-    const auto [a, b] = chart::decade_range(lo, hi);
+    const auto [a, top] = chart::decade_range(lo, hi);
+    const int every = std::max(1, (top - a + 9) / 10);
+    const int b = a + (top - a + every - 1) / every * every;  // the top of the axis is a tick too
     const double d0 = std::pow(10.0, a), d1 = std::pow(10.0, b);
     const chart::LogScale y_scale{d0, d1, kTop + kPlotHeight, kTop};
     y_of = [y_scale, d0, d1](double v) { return y_scale(std::clamp(v, d0, d1)); };
-    const int every = std::max(1, (b - a + 9) / 10);
     for (int k = a; k <= b; k += every) ticks.emplace_back(std::pow(10.0, k), chart::decade_label(k));
   } else {
     double lo, hi, step;
