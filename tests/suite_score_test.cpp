@@ -294,6 +294,9 @@ TEST_F(SuiteScoreTest, BadSpecsNameFileAndLine) {
             bad + ":6: member_metrics: the metric of 'quiz' must be a name, or \"metric,filter\"");
   EXPECT_THAT(load_error(head + "    member_metrics:\n      quiz: acc\n      quiz: acc_norm\n      pick: acc\n"),
               HasSubstr(bad + ":7:"));  // a duplicate key
+  EXPECT_EQ(load_error("group: bad\ntask: [quiz, pick, quiz]\naggregate_metric_list:\n  - metric: score\n"
+                       "    member_metrics: {quiz: acc, pick: acc}\n"),
+            bad + ":4: member_metrics: member 'quiz' is listed twice under task, so the mean would count it twice");
   EXPECT_EQ(load_error(head + "    member_metric: {quiz: acc, pick: acc}\n"),
             bad + ":4: unknown aggregate_metric_list key 'member_metric' (metric, aggregation, weight_by_size, "
                   "filter_list, member_metrics)");

@@ -18,10 +18,13 @@
 //         arc_easy: acc_norm          # a task's metric under filter "none"
 //         triviaqa: exact_match,remove_whitespace   # "metric,filter", as results.json keys it
 //         mmlu_continuation: acc      # a member group: its own aggregate metric
+// (In a flow mapping, {triviaqa: "exact_match,remove_whitespace"}, quote the comma's value.)
 // weight_by_size may be left out or false (never true), aggregation is mean. The score is
 //   mean_i v_i,   stderr sqrt( sum_i se_i^2 ) / k   over the k members (independent samples),
 // "N/A" when any member's stderr is, and no score at all when a member has no value for its
-// metric (unscored). A member not under `task`, a member left out or named twice, and (once the
+// metric (unscored). Its chance level (MetricResult::chance) is the mean of the members', when
+// every member has one. A member not under `task`, a member left out or named twice (in
+// member_metrics or under `task`), and (once the
 // tasks are loaded, check_member_metrics) a metric, filter or group metric the member does not
 // have, or members whose metrics point different ways (higher vs lower is better), are errors
 // naming the group file and the line.

@@ -144,6 +144,10 @@ TaskGroup TaskGroup::load(const std::string& yaml_path) {
     if (!spec.is_suite()) continue;
     std::vector<MemberMetric> ordered;
     for (const std::string& member : g.members_) {
+      if (std::count(g.members_.begin(), g.members_.end(), member) > 1) {
+        fail(spec.where, "member_metrics: member '{}' is listed twice under task, so the mean would count it twice",
+             member);
+      }
       const auto it = std::find_if(spec.member_metrics.begin(), spec.member_metrics.end(),
                                    [&](const MemberMetric& m) { return m.member == member; });
       if (it == spec.member_metrics.end()) {
