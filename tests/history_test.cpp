@@ -68,6 +68,7 @@ void expect_rows_equal(const std::vector<ScoreRow>& got, const std::vector<Score
     EXPECT_EQ(got[i].n, want[i].n);
     EXPECT_EQ(got[i].higher_is_better, want[i].higher_is_better);
     EXPECT_EQ(got[i].is_group, want[i].is_group);
+    EXPECT_EQ(got[i].chance, want[i].chance);
   }
 }
 
@@ -118,6 +119,54 @@ TEST(HistoryTest, RecordAndTrendRoundTripOldestFirst) {
   // Everything is on disk: a second connection sees it.
   const History again = History::open(path, /*create=*/false);
   EXPECT_EQ(again.trend("cfgA").size(), 4u);
+}
+
+TEST(HistoryTest, ChanceLevelsRoundTripAndAnOlderFileGetsTheirColumn) {
+  testing::TempDir dir;
+  const std::string path = dir.file("h.sqlite");
+  std::vector<ScoreRow> with_chance = scores(0.5);
+  with_chance[0].chance = 0.25;
+  with_chance[4].chance = 0.3125;
+  {
+    History h = History::open(path);
+    const int64_t run = h.begin_run("cfg", {}, "");
+    h.record(run, checkpoint("step-1", 1), "cfg", "complete", with_chance, {});
+    expect_rows_equal(h.trend("cfg")[0].scores, with_chance);
+  }
+  // The file as a gpueval from before the column wrote it: no chance column, and a record
+  // written the way that build writes one (its columns named).
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  const char* old_build =
+      "ALTER TABLE scores DROP COLUMN chance;"
+      "INSERT INTO checkpoints (fingerprint, path, name, mtime) VALUES ('fp-step-2', '/s2', 'step-2', 2);"
+      "INSERT INTO scored (checkpoint, config, run_id, scored_at, state) VALUES ('fp-step-2', 'cfg', 1, 5, 'complete');"
+      "INSERT INTO scores (checkpoint, config, ordinal, task, metric, filter, value, stderr, n, higher_is_better,"
+      " is_group) VALUES ('fp-step-2', 'cfg', 0, 'quiz', 'acc', 'none', 0.75, 0.1, 3, 1, 0);";
+  ASSERT_EQ(sqlite3_exec(db, old_build, nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
+  sqlite3_close(db);
+
+  History h = History::open(path, /*create=*/false);  // adds the column back, empty
+  std::vector<ScoredCheckpoint> trend = h.trend("cfg");
+  ASSERT_EQ(trend.size(), 2u);
+  for (const ScoreRow& r : trend[0].scores) EXPECT_FALSE(r.chance) << r.task << " " << r.metric;
+  ASSERT_EQ(trend[1].scores.size(), 1u);
+  EXPECT_FALSE(trend[1].scores[0].chance);
+  EXPECT_EQ(trend[1].scores[0].value, 0.75);
+  h.record(trend[0].run_id, checkpoint("step-1", 1), "cfg", "complete", with_chance, {});
+  expect_rows_equal(h.trend("cfg")[0].scores, with_chance);
+
+  // And an older build's insert still works on the file with the column.
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db,
+                         "INSERT INTO scores (checkpoint, config, ordinal, task, metric, filter, value, stderr, n,"
+                         " higher_is_better, is_group) VALUES ('fp-step-2', 'cfg', 1, 'quiz', 'acc_norm', 'none', 0.5,"
+                         " 0.1, 3, 1, 0);",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK)
+      << sqlite3_errmsg(db);
+  sqlite3_close(db);
+  EXPECT_EQ(h.trend("cfg")[1].scores.size(), 2u);
 }
 
 TEST(HistoryTest, RecordReplacesTheEarlierRecordAndForgetRemovesIt) {

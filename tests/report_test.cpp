@@ -113,7 +113,9 @@ TEST(ReportTest, ResultsJsonHasLmEvalsLayout) {
   for (const auto& [key, value] : j.items()) keys.push_back(key);
   EXPECT_THAT(keys, ElementsAre("results", "group_subtasks", "configs", "versions", "n-shot", "higher_is_better",
                                 "n-samples", "config", "task_hashes", "model_name", "total_evaluation_time_seconds",
-                                "incomplete"));
+                                "chance", "incomplete"));
+  // gpueval's chance levels: two choices per quiz document; none for a perplexity.
+  EXPECT_EQ(j["chance"], (nlohmann::ordered_json{{"quiz", {{"acc,none", 0.5}, {"acc_norm,none", 0.5}}}}));
   std::vector<std::string> quiz_keys;
   for (const auto& [key, value] : j["results"]["quiz"].items()) quiz_keys.push_back(key);
   EXPECT_THAT(quiz_keys, ElementsAre("alias", "acc,none", "acc_stderr,none", "acc_norm,none", "acc_norm_stderr,none"));

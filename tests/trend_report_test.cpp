@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "common/file_io.h"
+#include "report/chart.h"
 #include "test_util.h"
 
 namespace gpueval {
@@ -18,8 +19,9 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 
 ScoreRow row(const std::string& task, const std::string& metric, double value, std::optional<double> se,
-             bool higher = true, bool group = false) {
+             bool higher = true, bool group = false, std::optional<double> chance = std::nullopt) {
   ScoreRow r;
+  r.chance = chance;
   r.task = task;
   r.metric = metric;
   r.value = value;
@@ -143,6 +145,150 @@ TEST(TrendReportTest, MarkdownTableHasEveryCheckpointWithDeltasAndPValues) {
   EXPECT_THAT(md, HasSubstr("  - right→wrong: 0, 3, 5\n"));
   EXPECT_THAT(md, HasSubstr("### step-100 → step-200 <b>&amp;</b>"));
   EXPECT_THAT(md, Not(HasSubstr("cfg-other")));
+}
+
+// Three checkpoints of a pretraining suite: a suite group's score (chance 0.3125), a
+// multiple-choice task (chance 0.25), a generation task (no chance) and a perplexity that falls
+// from a random model's millions to a trained one's tens.
+std::string write_suite_history(const testing::TempDir& dir) {
+  const std::string path = dir.file("suite.sqlite");
+  History h = History::open(path);
+  const int64_t run = h.begin_run("cfg-suite", {{"tasks", {"pretraining"}}}, "");
+  const std::vector<double> acc = {0.25, 0.5, 0.625}, em = {0.0, 0.125, 0.25}, ppl = {2.3e6, 812.0, 45.7};
+  for (size_t i = 0; i < 3; ++i) {
+    // In results.json order (by name): the suite group after piqa.
+    const std::vector<ScoreRow> scores = {
+        row("piqa", "acc", acc[i], 0.05, true, false, 0.25), row("piqa", "acc_norm", acc[i], 0.05, true, false, 0.25),
+        row("pretraining", "score", (acc[i] + em[i] + 0.375) / 3, 0.03, true, true, 0.3125),
+        row("trivia", "exact_match", em[i], 0.04), row("wiki", "word_perplexity", ppl[i], std::nullopt, false)};
+    h.record(run, CheckpointInfo{"fp" + std::to_string(i), "/ck/" + kNames[i], "step-" + std::to_string(i + 1),
+                                 1000.0 * (i + 1)},
+             "cfg-suite", "complete", scores, {});
+  }
+  return path;
+}
+
+// The <svg> of one section of report.html.
+std::string section_svg(const std::string& html, const std::string& id) {
+  const size_t at = html.find("id=\"" + id + "\"");
+  if (at == std::string::npos) return "";
+  const size_t begin = html.find("<svg", at), end = html.find("</svg>", at);
+  return begin == std::string::npos || end == std::string::npos ? "" : html.substr(begin, end - begin);
+}
+
+// Each y-axis tick of a chart: its label and its y.
+std::vector<std::pair<std::string, double>> ticks_of(const std::string& svg) {
+  static const std::regex kTick(R"re(<text class="axis" x="64\.00" y="([0-9.]+)" text-anchor="end" )re"
+                                R"re(dominant-baseline="middle">([^<]*)</text>)re");
+  std::vector<std::pair<std::string, double>> out;
+  for (auto it = std::sregex_iterator(svg.begin(), svg.end(), kTick); it != std::sregex_iterator(); ++it) {
+    out.emplace_back((*it)[2].str(), std::stod((*it)[1].str()));
+  }
+  return out;
+}
+
+TEST(TrendReportTest, ChanceLevelIsADashedLineAtItsValue) {
+  testing::TempDir dir;
+  const History h = History::open(write_suite_history(dir));
+  const std::string html = trend_html(load_trend(h, "cfg-suite"));
+  EXPECT_THAT(html, HasSubstr("svg .chance{stroke:#6b6b6b;stroke-width:1.5;stroke-dasharray:6 4}"));
+
+  // piqa's axis includes the chance level; the dashed line sits where the ticks put 0.25.
+  const std::string piqa = section_svg(html, "task-piqa");
+  const auto ticks = ticks_of(piqa);
+  ASSERT_GE(ticks.size(), 2u) << piqa;
+  const double v0 = std::stod(ticks.front().first), v1 = std::stod(ticks.back().first);
+  const double y0 = ticks.front().second, y1 = ticks.back().second;
+  EXPECT_LE(v0, 0.25);
+  const double y_chance = y0 + (y1 - y0) * (0.25 - v0) / (v1 - v0);
+  static const std::regex kChance(R"re(<line class="chance" x1="70\.00" y1="([0-9.]+)" x2="[0-9.]+" y2="([0-9.]+)">)re"
+                                  R"re(<title>chance level 0\.2500</title></line>)re");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(piqa, m, kChance)) << piqa;
+  EXPECT_EQ(m[1].str(), m[2].str());  // horizontal
+  EXPECT_NEAR(std::stod(m[1].str()), y_chance, 0.006);
+  EXPECT_THAT(piqa, HasSubstr(">chance 0.2500</text>"));
+  EXPECT_THAT(html, HasSubstr("piqa <span class=\"note\">acc &#8593;, chance 0.2500</span>"));
+
+  // The suite group's chart has its own; a generation task and a perplexity have none.
+  EXPECT_THAT(section_svg(html, "group-pretraining"), HasSubstr("<title>chance level 0.3125</title>"));
+  EXPECT_THAT(section_svg(html, "task-trivia"), Not(HasSubstr("class=\"chance\"")));
+  EXPECT_THAT(section_svg(html, "task-wiki"), Not(HasSubstr("class=\"chance\"")));
+  EXPECT_EQ(count(html, "<line class=\"chance\""), 2u);
+
+  // Same history, same bytes.
+  EXPECT_EQ(trend_html(load_trend(h, "cfg-suite")), html);
+}
+
+TEST(TrendReportTest, PerplexityIsOnALogAxisWithDecadeTicks) {
+  testing::TempDir dir;
+  const History h = History::open(write_suite_history(dir));
+  const std::string html = trend_html(load_trend(h, "cfg-suite"));
+  const std::string wiki = section_svg(html, "task-wiki");
+  EXPECT_THAT(wiki, HasSubstr("aria-label=\"word_perplexity of wiki per checkpoint (log scale)\""));
+  const auto ticks = ticks_of(wiki);
+  std::vector<std::string> labels;
+  for (const auto& t : ticks) labels.push_back(t.first);
+  EXPECT_EQ(labels, (std::vector<std::string>{"10", "100", "1000", "10⁴", "10⁵", "10⁶", "10⁷"}));
+  // Decades are evenly spaced, and each point sits at its log10 between them.
+  const double y10 = ticks.front().second, per_decade = (ticks.back().second - y10) / 6;
+  for (size_t k = 1; k < ticks.size(); ++k) EXPECT_NEAR(ticks[k].second, y10 + per_decade * k, 0.006);
+  static const std::regex kPoint(R"re(<circle class="pt[a-z ]*" cx="[0-9.]+" cy="([0-9.]+)")re");
+  std::vector<double> ys;
+  for (auto it = std::sregex_iterator(wiki.begin(), wiki.end(), kPoint); it != std::sregex_iterator(); ++it) {
+    ys.push_back(std::stod((*it)[1].str()));
+  }
+  ASSERT_EQ(ys.size(), 3u);
+  const std::vector<double> ppl = {2.3e6, 812.0, 45.7};
+  for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(ys[i], y10 + per_decade * (std::log10(ppl[i]) - 1), 0.006) << i;
+  // A trained checkpoint's 45.7 is well off the bottom of the plot.
+  EXPECT_LT(ys[2], y10 - per_decade / 2);
+  // Accuracies keep their linear axis.
+  EXPECT_THAT(section_svg(html, "task-piqa"), Not(HasSubstr("log scale")));
+
+  // Past ten decades a tick every other decade, the top of the axis being one.
+  History wide = History::open(dir.file("wide.sqlite"));
+  const int64_t run = wide.begin_run("cfg", {}, "");
+  for (int i = 0; i < 2; ++i) {
+    wide.record(run, CheckpointInfo{"f" + std::to_string(i), "", "c" + std::to_string(i), static_cast<double>(i)},
+                "cfg", "complete", {row("t", "byte_perplexity", i ? 1.5 : 3e14, std::nullopt, false)}, {});
+  }
+  labels.clear();
+  for (const auto& t : ticks_of(section_svg(trend_html(load_trend(wide, "cfg")), "task-t"))) labels.push_back(t.first);
+  EXPECT_EQ(labels, (std::vector<std::string>{"1", "100", "10⁴", "10⁶", "10⁸", "10¹⁰", "10¹²", "10¹⁴", "10¹⁶"}));
+}
+
+TEST(TrendReportTest, SuiteScoreHasAColumnAndAChart) {
+  testing::TempDir dir;
+  const History h = History::open(write_suite_history(dir));
+  const TrendData data = load_trend(h, "cfg-suite");
+  const std::string md = trend_markdown(data);
+  // Groups first, as in report.html.
+  EXPECT_THAT(md, HasSubstr("| checkpoint | group pretraining score ↑ | Δ | p | piqa acc ↑ | Δ | p | trivia "
+                            "exact_match ↑ | Δ | p | wiki word_perplexity ↓ | Δ | p |\n"));
+  EXPECT_THAT(md, HasSubstr("| step-3 | 0.4167 ± 0.0300 | +0.0833 |  | 0.6250 ± 0.0500 | +0.1250 |  |"));
+  const std::string html = trend_html(data);
+  EXPECT_THAT(html, HasSubstr("<h2>group: pretraining <span class=\"note\">score &#8593;, chance 0.3125</span></h2>"));
+  EXPECT_THAT(section_svg(html, "group-pretraining"), HasSubstr("<svg class=\"trend group\""));
+  EXPECT_LT(html.find("id=\"group-pretraining\""), html.find("id=\"task-piqa\""));
+}
+
+TEST(ChartTest, DecadesAndTheirLabels) {
+  EXPECT_EQ(chart::decade_range(45.7, 2.3e6), (std::pair<int, int>{1, 7}));
+  EXPECT_EQ(chart::decade_range(100, 100), (std::pair<int, int>{2, 3}));
+  EXPECT_EQ(chart::decade_range(1000, 5000), (std::pair<int, int>{3, 4}));
+  EXPECT_EQ(chart::decade_range(0.02, 0.5), (std::pair<int, int>{-2, 0}));
+  EXPECT_EQ(chart::decade_label(0), "1");
+  EXPECT_EQ(chart::decade_label(3), "1000");
+  EXPECT_EQ(chart::decade_label(4), "10⁴");
+  EXPECT_EQ(chart::decade_label(12), "10¹²");
+  EXPECT_EQ(chart::decade_label(-1), "0.1");
+  EXPECT_EQ(chart::decade_label(-3), "0.001");
+  EXPECT_EQ(chart::decade_label(-4), "10⁻⁴");
+  const chart::LogScale y{10, 1e7, 214, 14};
+  EXPECT_DOUBLE_EQ(y(10), 214);
+  EXPECT_DOUBLE_EQ(y(1e7), 14);
+  EXPECT_NEAR(y(1e4), 114, 1e-9);
 }
 
 TEST(TrendReportTest, EmptyTrendStillWritesBothFiles) {

@@ -8,7 +8,8 @@
 //   runs        one row per begin_run(): config fingerprint, config JSON, command line, start time;
 //   checkpoints fingerprint -> path, name, mtime;
 //   scored      (checkpoint, config) -> run, time scored, state (complete|incomplete);
-//   scores      (checkpoint, config, task, metric, filter) -> value, stderr, n, direction, group;
+//   scores      (checkpoint, config, task, metric, filter) -> value, stderr, n, direction, group,
+//               chance (nullable; added within schema 1: open() adds the column to an older file);
 //   samples     (checkpoint, config, task, metric, doc_id) -> the document's metric value.
 // A record of (checkpoint, config) is written in one transaction and replaces any earlier one,
 // so a reader sees the old record or the new one, never a mix.
@@ -48,6 +49,9 @@ struct ScoreRow {
   int64_t n = 0;                       // documents scored
   bool higher_is_better = true;
   bool is_group = false;
+  // What a uniform guess scores (results.json "chance": multiple-choice accuracies and the
+  // groups over them); nullopt where there is none.
+  std::optional<double> chance;
 };
 
 // One document's value of a per-document metric (acc 0/1, exact_match 0/1, ...), first filter.
@@ -121,7 +125,8 @@ class History {
 // metric its primary one), tasks in "results" order
 // and each task's metrics in its key order: stderr "N/A" -> nullopt; n from "n-samples"
 // "effective" (a group: the sum over the tasks under it); higher_is_better from
-// "higher_is_better" (a group: its first member task that has the metric; true if none).
+// "higher_is_better" (a group: its own entry there, which only a suite score has, else its
+// first member task that has the metric; true if none); chance from gpueval's "chance".
 // Non-numeric values are skipped. Throws Error when there is no "results" object.
 std::vector<ScoreRow> scores_from_results(const nlohmann::ordered_json& results);
 

@@ -93,6 +93,11 @@ struct MetricResult {
   double value = 0;
   std::optional<double> stderr;  // nullopt: "N/A"
   int64_t n = 0;                 // documents that contributed
+  // The value a uniform guess would score, where there is one: for an accuracy of a
+  // multiple_choice task, the mean over its documents of 1 / (number of choices); for a group,
+  // the same mean of its members' chance levels as its score. Set by the aggregator
+  // (aggregate/aggregator.h), nullopt otherwise.
+  std::optional<double> chance;
 };
 
 // Aggregates each spec over the documents that have a value for it, in spec order; a spec

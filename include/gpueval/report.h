@@ -8,7 +8,10 @@
 //                          plus gpueval's "incomplete" list; with groups, lm-eval's "groups"
 //                          {group: {"<metric>,none", "<metric>_stderr,none", "alias"}} (the
 //                          scores of gpueval/task_group.h), also listed under "results", and
-//                          each group's members under "group_subtasks";
+//                          each group's members under "group_subtasks" (a suite score's
+//                          direction under "higher_is_better", as no task has its name); and
+//                          gpueval's "chance" {task or group: {"<metric>,<filter>": value}},
+//                          what a uniform guess scores (MetricResult::chance), when any has one;
 //   samples_<task>.jsonl   one line per filter and document (filter by filter, documents in
 //                          order), as lm-eval's --log_samples writes it: doc_id,
 //                          doc, target, arguments {gen_args_i: {arg_j}}, resps and

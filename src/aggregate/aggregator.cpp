@@ -153,12 +153,23 @@ std::vector<TaskScores> score_tasks(const std::vector<const Task*>& tasks, const
              t.records[i]->doc.doc_id, t.task->name());
       }
     }
+    // A uniform guess among a multiple-choice document's choices (one request each) is right
+    // with probability 1 / choices; the task's chance level is the mean over its documents.
+    std::optional<double> chance;
+    if (t.task->output_type() == OutputType::kMultipleChoice && !t.records.empty()) {
+      std::vector<double> per_doc;
+      for (const DocRecord* r : t.records) {
+        if (!r->requests.empty()) per_doc.push_back(1.0 / static_cast<double>(r->requests.size()));
+      }
+      if (per_doc.size() == t.records.size()) chance = mean(per_doc);
+    }
     // lm-eval's order: filter by filter, each filter's metrics in metric order.
     for (size_t f = 0; f < t.task->filters().size(); ++f) {
       std::vector<const DocMetrics*> metrics;
       for (const DocRecord* r : t.records) metrics.push_back(&r->metrics[f]);
       for (MetricResult& m : aggregate_metrics(t.task->metrics(), metrics, bootstrap_iters)) {
         m.filter = t.task->filters()[f].name();
+        if (m.aggregation == Aggregation::kMean) m.chance = chance;  // acc, acc_norm, acc_bytes, exact_match
         t.metrics.push_back(std::move(m));
       }
     }
@@ -166,11 +177,31 @@ std::vector<TaskScores> score_tasks(const std::vector<const Task*>& tasks, const
   return out;
 }
 
-// Each group's aggregate over the scored tasks under it, as lm-eval's consolidate_group_results.
+namespace {
+
+// The chance level of an aggregate: the same mean of the parts' chance levels as of their
+// values; nullopt when any part has none.
+std::optional<double> chance_of(const std::vector<std::optional<double>>& chances, const std::vector<SubtaskScore>& sizes,
+                                bool weight_by_size) {
+  std::vector<SubtaskScore> as_scores;
+  for (size_t i = 0; i < chances.size(); ++i) {
+    if (!chances[i]) return std::nullopt;
+    as_scores.push_back(SubtaskScore{*chances[i], std::nullopt, sizes[i].size});
+  }
+  if (as_scores.empty()) return std::nullopt;
+  return aggregate_subtask_scores(as_scores, weight_by_size);
+}
+
+}  // namespace
+
+// Each group's aggregate over the scored tasks under it, as lm-eval's consolidate_group_results;
+// a suite score over its members' own metrics (task_group.h).
 std::vector<GroupScores> score_groups(const std::vector<TaskScores>& tasks, const std::vector<TaskGroup>& groups) {
   std::map<std::string, const TaskScores*> by_name;
   for (const TaskScores& t : tasks) by_name[t.task->name()] = &t;
+  std::map<std::string, size_t> group_slot;  // groups scored so far (children come first)
   std::vector<GroupScores> out;
+  out.reserve(groups.size());
   for (const TaskGroup& g : groups) {
     GroupScores r;
     r.group = &g;
@@ -182,23 +213,53 @@ std::vector<GroupScores> score_groups(const std::vector<TaskScores>& tasks, cons
     r.alias = nested ? " - " + g.alias() : g.alias();
     for (const GroupMetricSpec& spec : g.metrics()) {
       std::vector<SubtaskScore> scores;
+      std::vector<std::optional<double>> chances;
       MetricResult result;
       result.name = spec.metric;
-      for (const std::string& name : g.tasks()) {
-        const auto it = by_name.find(name);
-        if (it == by_name.end()) continue;
-        for (const MetricResult& m : it->second->metrics) {
-          if (m.name != spec.metric || m.filter != "none") continue;  // groups aggregate filter "none" only
-          scores.push_back(SubtaskScore{m.value, m.stderr, m.n});
-          result.higher_is_better = m.higher_is_better;
-          result.n += m.n;
+      auto take = [&](const MetricResult& m) {
+        scores.push_back(SubtaskScore{m.value, m.stderr, m.n});
+        chances.push_back(m.chance);
+        result.higher_is_better = m.higher_is_better;
+        result.n += m.n;
+      };
+      if (spec.is_suite()) {
+        // One metric per member, each its own (a member group's from its scores above); a
+        // member without a value leaves the suite unscored rather than averaged over fewer.
+        for (const MemberMetric& mm : spec.member_metrics) {
+          const MetricResult* found = nullptr;
+          if (const auto sub = group_slot.find(mm.member); sub != group_slot.end()) {
+            for (const MetricResult& m : out[sub->second].metrics)
+              if (m.name == mm.metric && mm.filter == "none") found = &m;
+          } else if (const auto it = by_name.find(mm.member); it != by_name.end()) {
+            for (const MetricResult& m : it->second->metrics)
+              if (m.name == mm.metric && m.filter == mm.filter) found = &m;
+          }
+          if (!found) {
+            scores.clear();
+            break;
+          }
+          take(*found);
         }
+        if (scores.empty()) continue;
+        result.value = aggregate_subtask_scores(scores, false);
+        result.stderr = suite_stderr(scores);
+      } else {
+        for (const std::string& name : g.tasks()) {
+          const auto it = by_name.find(name);
+          if (it == by_name.end()) continue;
+          for (const MetricResult& m : it->second->metrics) {
+            if (m.name != spec.metric || m.filter != "none") continue;  // groups aggregate filter "none" only
+            take(m);
+          }
+        }
+        if (scores.empty()) continue;
+        result.value = aggregate_subtask_scores(scores, spec.weight_by_size);
+        result.stderr = pooled_sample_stderr(scores);
       }
-      if (scores.empty()) continue;
-      result.value = aggregate_subtask_scores(scores, spec.weight_by_size);
-      result.stderr = pooled_sample_stderr(scores);
+      result.chance = chance_of(chances, scores, spec.weight_by_size);
       r.metrics.push_back(result);
     }
+    group_slot[g.name()] = out.size();
     out.push_back(std::move(r));
   }
   return out;

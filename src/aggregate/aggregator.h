@@ -83,7 +83,12 @@ struct GroupScores {
 std::vector<TaskScores> score_tasks(const std::vector<const Task*>& tasks, const std::vector<DocRecord>& docs,
                                     int64_t bootstrap_iters);
 
-// The scores of each of `groups` (children before parents) from the task scores.
+// The scores of each of `groups` (children before parents) from the task scores: lm-eval's
+// aggregate over the tasks under a group, or a suite score over its members' own metrics
+// (task_group.h), a member group's taken from its scores here. Each metric's chance level
+// (MetricResult::chance) is the same mean of the parts' chance levels as the score, or
+// nullopt when any part has none; a task's is set by score_tasks for a multiple_choice task's
+// mean-aggregated metrics (the mean over its scored documents of 1 / number of choices).
 std::vector<GroupScores> score_groups(const std::vector<TaskScores>& tasks, const std::vector<TaskGroup>& groups);
 
 }  // namespace gpueval

@@ -54,6 +54,7 @@ TaskInputs load_tasks(const RunConfig& config, const std::string& executable) {
   for (const std::string& name : out.selection.tasks) out.tasks.push_back(Task::load(name, search, load_options));
   std::vector<const Task*> task_ptrs;
   for (const Task& t : out.tasks) task_ptrs.push_back(&t);
+  check_member_metrics(out.selection.groups, task_ptrs);  // suite scores name metrics the tasks have
   out.requests = build_requests(task_ptrs, config.limit);
   return out;
 }

@@ -1,6 +1,8 @@
 #include "report/chart.h"
 
 #include <cmath>
+#include <cstdint>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -15,6 +17,29 @@ double nice_step(double span) {
     if (raw <= m * mag) return m * mag;
   }
   return 10 * mag;
+}
+
+double LogScale::operator()(double v) const {
+  return p0 + (p1 - p0) * (std::log10(v) - std::log10(d0)) / (std::log10(d1) - std::log10(d0));
+}
+
+std::pair<int, int> decade_range(double lo, double hi) {
+  // A 1e-9 margin keeps an exact power of ten (1000 = 10^3) on its own decade despite rounding.
+  const int a = static_cast<int>(std::floor(std::log10(lo) + 1e-9));
+  int b = static_cast<int>(std::ceil(std::log10(hi) - 1e-9));
+  if (b <= a) b = a + 1;
+  return {a, b};
+}
+
+std::string decade_label(int exponent) {
+  if (exponent >= 0 && exponent <= 3) return std::string("1") + std::string(static_cast<size_t>(exponent), '0');
+  if (exponent < 0 && exponent >= -3) return "0." + std::string(static_cast<size_t>(-exponent - 1), '0') + "1";
+  static const char* const kSuperscript[] = {"⁰", "¹", "²", "³", "⁴", "⁵", "⁶", "⁷", "⁸", "⁹"};
+  std::string out = exponent < 0 ? "10⁻" : "10";
+  for (const char c : std::to_string(exponent < 0 ? -static_cast<int64_t>(exponent) : exponent)) {
+    out += kSuperscript[c - '0'];
+  }
+  return out;
 }
 
 Svg::Svg(int decimals, const std::string& first_attribute, double width, double height, const std::string& label)

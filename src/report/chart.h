@@ -1,7 +1,7 @@
 // The SVG writer behind every chart gpueval draws: report.html's bars, the trend report's score
 // per checkpoint and calibration.svg. It owns the element syntax, how coordinates are written
-// (a fixed number of decimals per chart), the escaping of text and titles, and the linear scales
-// that map data onto pixels; the callers own the layout. The output has no scripts and no
+// (a fixed number of decimals per chart), the escaping of text and titles, and the linear and
+// log10 scales that map data onto pixels; the callers own the layout. The output has no scripts and no
 // external references, so the pages that inline it stay offline.
 //
 // A Svg is a string under construction: not thread-safe, cheap, one per chart.
@@ -20,8 +20,22 @@ struct Scale {
   double operator()(double v) const { return p0 + (p1 - p0) * (v - d0) / (d1 - d0); }
 };
 
+// Maps [d0, d1] (both > 0) onto [p0, p1] by log10, for values that span decades
+// (perplexities): equal ratios are equal distances.
+struct LogScale {
+  double d0, d1, p0, p1;
+  double operator()(double v) const;
+};
+
 // A "nice" tick step (1, 2 or 5 times a power of ten) for about four intervals over `span` > 0.
 double nice_step(double span);
+
+// The decades around [lo, hi] (0 < lo <= hi): the exponents {a, b}, a < b, of the largest power
+// of ten <= lo and the smallest >= hi (one decade more above when they meet).
+std::pair<int, int> decade_range(double lo, double hi);
+// A decade tick's label: "0.001" ... "1", "10", "100", "1000"; beyond, 10 with a superscript
+// exponent ("10⁴", "10⁻⁵").
+std::string decade_label(int exponent);
 
 using Point = std::pair<double, double>;  // x, y in pixels
 

@@ -151,7 +151,7 @@ nlohmann::ordered_json task_hashes(const std::vector<TaskScores>& tasks) {
 }
 
 nlohmann::ordered_json results(const std::vector<TaskScores>& tasks, const RunSummary& summary) {
-  std::map<std::string, nlohmann::ordered_json> per_task, configs, versions, n_shot, higher;
+  std::map<std::string, nlohmann::ordered_json> per_task, configs, versions, n_shot, higher, chance;
   for (const TaskScores& t : tasks) {
     const std::string& name = t.task->name();
     nlohmann::ordered_json r;
@@ -171,6 +171,9 @@ nlohmann::ordered_json results(const std::vector<TaskScores>& tasks, const RunSu
     nlohmann::ordered_json hib = nlohmann::ordered_json::object();
     for (const MetricSpec& spec : t.task->metrics()) hib[spec.name] = spec.higher_is_better;
     higher[name] = hib;
+    for (const MetricResult& m : t.metrics) {
+      if (m.chance) chance[name][m.name + "," + m.filter] = *m.chance;
+    }
   }
   const std::vector<GroupScores> groups = score_groups(tasks, summary.groups);
   std::map<std::string, nlohmann::ordered_json> per_group;
@@ -180,6 +183,13 @@ nlohmann::ordered_json results(const std::vector<TaskScores>& tasks, const RunSu
     per_task[g.group->name()] = per_group[g.group->name()];
     versions[g.group->name()] = g.group->version();
     for (const std::string& t : g.group->tasks()) grouped.insert(t);
+    for (const MetricResult& m : g.metrics) {
+      if (m.chance) chance[g.group->name()][m.name + ",none"] = *m.chance;
+      // A suite score's direction is its members'; no task under it has a metric by its name.
+      for (const GroupMetricSpec& spec : g.group->metrics()) {
+        if (spec.is_suite() && spec.metric == m.name) higher[g.group->name()][m.name] = m.higher_is_better;
+      }
+    }
   }
   nlohmann::ordered_json out;
   out["results"] = sorted_by_name(per_task);  // lm-eval sorts its results table by task name
@@ -202,6 +212,7 @@ nlohmann::ordered_json results(const std::vector<TaskScores>& tasks, const RunSu
   out["task_hashes"] = task_hashes(tasks);
   out["model_name"] = summary.model;
   out["total_evaluation_time_seconds"] = py::float_repr(summary.wall_seconds);
+  if (!chance.empty()) out["chance"] = sorted_by_name(chance);  // gpueval's: what a uniform guess scores
   out["incomplete"] = summary.incomplete;
   return out;
 }

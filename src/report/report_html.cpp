@@ -41,6 +41,7 @@ struct Entry {
   std::string label;  // the alias without lm-eval's leading " - " indentation
   bool group = false;
   std::vector<Metric> metrics;
+  std::string suite_metric;  // a group's suite score (its direction is under "higher_is_better")
 };
 
 std::string number_text(const Json& v) {
@@ -98,6 +99,10 @@ const Metric* primary_metric(const Entry& e) {
     for (const Metric& m : e.metrics) {
       if (m.name == name && m.value) return &m;
     }
+  }
+  // A suite score (task_group.h) is a mean of accuracy-type scores: charted when it reads as one.
+  for (const Metric& m : e.metrics) {
+    if (!e.suite_metric.empty() && m.name == e.suite_metric && m.value && *m.value >= 0 && *m.value <= 1) return &m;
   }
   return nullptr;
 }
@@ -326,6 +331,12 @@ std::string report_html(const nlohmann::ordered_json& results, const MetricCount
     for (const auto& [name, value] : it->items()) {
       groups.push_back(parse_entry(name, value, true));
       group_names.insert(name);
+      // Only a suite score puts a group under "higher_is_better"; one that is higher-is-better is charted.
+      if (const Json* hib = find_path(results, "higher_is_better", name); hib && hib->is_object()) {
+        for (const auto& [metric, up] : hib->items()) {
+          if (up == true && groups.back().suite_metric.empty()) groups.back().suite_metric = metric;
+        }
+      }
     }
   }
   // lm-eval repeats each group's line in "results"; those rows belong to the groups.
@@ -362,7 +373,7 @@ std::string report_html(const nlohmann::ordered_json& results, const MetricCount
   if (chart_groups.empty() && chart_tasks.empty()) {
     out += "<p class=\"note\">No task has an accuracy-type metric to chart; the values are in the table.</p>\n";
   } else {
-    out += "<p class=\"note\">Each task's accuracy (acc; else exact_match, acc_norm or acc_bytes), highest first; "
+    out += "<p class=\"note\">Each task's accuracy (acc; else exact_match, acc_norm or acc_bytes; a suite group's score), highest first; "
            "whiskers span &#177;1 standard error.";
     if (!chart_groups.empty()) {
       out += "<span class=\"legend\"><span style=\"background:#e8871e\"></span>group"

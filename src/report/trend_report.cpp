@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <ctime>
+#include <functional>
 #include <map>
 #include <set>
 #include <tuple>
@@ -109,6 +110,7 @@ svg .pt{fill:#4c78a8;stroke:#fff;stroke-width:1}svg.group .band{fill:#e8871e}svg
 svg.group .pt{fill:#e8871e}svg .pt.regressed{fill:#c0392b}section.task{margin:28px 0 36px}
 .flips{font-family:ui-monospace,"DejaVu Sans Mono",Menlo,Consolas,monospace;font-size:12px;word-break:break-all}
 td.p-low{background:#fdecea;font-weight:600}
+svg .chance{stroke:#6b6b6b;stroke-width:1.5;stroke-dasharray:6 4}svg .chance-label{fill:#6b6b6b;font-size:11px}
 )";
 
 constexpr double kPlotHeight = 200, kLeft = 70, kRight = 24, kTop = 14, kInset = 20;
@@ -121,9 +123,24 @@ struct Point {
   std::string tip;
 };
 
+// The metrics whose values span decades between checkpoints (a random model's millions, a
+// trained one's tens): charted on a log10 axis.
+bool is_perplexity(const std::string& metric) {
+  return metric == "perplexity" || metric == "word_perplexity" || metric == "byte_perplexity";
+}
+
+// The column's chance level: the newest checkpoint's that has one.
+std::optional<double> chance_level(const std::vector<ScoredCheckpoint>& trend, const RowKey& key) {
+  for (auto it = trend.rbegin(); it != trend.rend(); ++it) {
+    const ScoreRow* r = find_row(*it, key);
+    if (r && r->chance && std::isfinite(*r->chance)) return r->chance;
+  }
+  return std::nullopt;
+}
+
 // The y axis of a chart of `points` (not empty): from lo to hi in ticks of step, covering every
-// value +- stderr, kept inside [0, 1] when every value is.
-std::tuple<double, double, double> value_axis(const std::vector<Point>& points) {
+// value +- stderr and the chance level, kept inside [0, 1] when every value is.
+std::tuple<double, double, double> value_axis(const std::vector<Point>& points, std::optional<double> chance) {
   bool unit = true;
   double lo = INFINITY, hi = -INFINITY;
   for (const Point& p : points) {
@@ -131,6 +148,11 @@ std::tuple<double, double, double> value_axis(const std::vector<Point>& points) 
     const double s = p.stderr.value_or(0);
     lo = std::min(lo, p.value - s);
     hi = std::max(hi, p.value + s);
+  }
+  if (chance) {
+    unit = unit && *chance >= 0 && *chance <= 1;
+    lo = std::min(lo, *chance);
+    hi = std::max(hi, *chance);
   }
   if (unit) {
     lo = std::max(lo, 0.0);
@@ -162,8 +184,9 @@ std::string chart_svg(const std::vector<ScoredCheckpoint>& trend, const Column& 
   }
   if (points.empty()) return "<p class=\"note\">No finite value to chart.</p>\n";
 
-  double lo, hi, step;
-  std::tie(lo, hi, step) = value_axis(points);
+  const std::optional<double> chance = chance_level(trend, col.key);
+  const bool log_axis = is_perplexity(col.first.metric) &&
+                        std::all_of(points.begin(), points.end(), [](const Point& p) { return p.value > 0; });
 
   size_t label_chars = 4;
   for (const ScoredCheckpoint& sc : trend) label_chars = std::max(label_chars, html::code_points(sc.checkpoint.name));
@@ -173,25 +196,57 @@ std::string chart_svg(const std::vector<ScoredCheckpoint>& trend, const Column& 
   const double width = kLeft + plot_w + kRight, height = kTop + kPlotHeight + bottom;
   const chart::Scale x_scale{0, static_cast<double>(trend.size() - 1), kLeft + kInset, kLeft + plot_w - kInset};
   auto x_of = [&](size_t i) { return trend.size() == 1 ? kLeft + plot_w / 2 : x_scale(static_cast<double>(i)); };
-  const chart::Scale y_scale{hi, lo, kTop, kTop + kPlotHeight};
-  auto y_of = [&](double v) { return y_scale(std::clamp(v, lo, hi)); };
+
+  // The y axis: linear in nice steps, or for a perplexity log10 with a tick per decade (every
+  // few decades when there are more than ten).
+  std::function<double(double)> y_of;
+  std::vector<std::pair<double, std::string>> ticks;  // value, label
+  if (log_axis) {
+    double lo = INFINITY, hi = -INFINITY;
+    for (const Point& p : points) {
+      const double s = p.stderr.value_or(0);
+      lo = std::min(lo, p.value - s > 0 ? p.value - s : p.value);
+      hi = std::max(hi, p.value + s);
+    }
+    const auto [a, top] = chart::decade_range(lo, hi);
+    const int every = std::max(1, (top - a + 9) / 10);
+    const int b = a + (top - a + every - 1) / every * every;  // the top of the axis is a tick too
+    const double d0 = std::pow(10.0, a), d1 = std::pow(10.0, b);
+    const chart::LogScale y_scale{d0, d1, kTop + kPlotHeight, kTop};
+    y_of = [y_scale, d0, d1](double v) { return y_scale(std::clamp(v, d0, d1)); };
+    for (int k = a; k <= b; k += every) ticks.emplace_back(std::pow(10.0, k), chart::decade_label(k));
+  } else {
+    double lo, hi, step;
+    std::tie(lo, hi, step) = value_axis(points, chance);
+    const chart::Scale y_scale{hi, lo, kTop, kTop + kPlotHeight};
+    y_of = [y_scale, lo, hi](double v) { return y_scale(std::clamp(v, lo, hi)); };
+    const int count = static_cast<int>(std::lround((hi - lo) / step));
+    for (int t = 0; t <= count; ++t) {
+      const double v = lo + step * t;
+      ticks.emplace_back(v, fmt::format("{:.4g}", std::fabs(v) < step * 1e-9 ? 0.0 : v));
+    }
+  }
 
   const std::string name = (col.first.is_group ? "group " : "") + col.first.task;
   chart::Svg svg(2, col.first.is_group ? "class=\"trend group\"" : "class=\"trend\"", width, height,
-                 metric_label(col.first.metric, col.first.filter) + " of " + name + " per checkpoint");
-  const int ticks = static_cast<int>(std::lround((hi - lo) / step));
-  for (int t = 0; t <= ticks; ++t) {
-    const double v = lo + step * t;
+                 metric_label(col.first.metric, col.first.filter) + " of " + name + " per checkpoint" +
+                     (log_axis ? " (log scale)" : ""));
+  for (const auto& [v, label] : ticks) {
     const double y = y_of(v);
     svg.line("grid", kLeft, y, kLeft + plot_w, y)
-        .text("axis", kLeft - 6, y, " text-anchor=\"end\" dominant-baseline=\"middle\"",
-              fmt::format("{:.4g}", std::fabs(v) < step * 1e-9 ? 0.0 : v))
+        .text("axis", kLeft - 6, y, " text-anchor=\"end\" dominant-baseline=\"middle\"", label)
         .raw("\n");
   }
   for (size_t i = 0; i < trend.size(); ++i) {
     const double x = x_of(i);
     svg.line("grid", x, kTop, x, kTop + kPlotHeight)
         .rotated_text("axis", x + 4, kTop + kPlotHeight + 14, -30, " text-anchor=\"end\"", trend[i].checkpoint.name)
+        .raw("\n");
+  }
+  if (chance && !log_axis) {
+    const double y = y_of(*chance);
+    svg.line("chance", kLeft, y, kLeft + plot_w, y, "chance level " + value_text(*chance))
+        .text("chance-label", kLeft + plot_w - 4, y - 4, " text-anchor=\"end\"", "chance " + value_text(*chance))
         .raw("\n");
   }
   std::vector<chart::Point> upper, lower, values;
@@ -259,6 +314,8 @@ TrendData load_trend(const History& history, const std::string& config_fingerpri
 std::string trend_table(const std::vector<ScoredCheckpoint>& trend, const std::vector<CheckpointStep>* steps,
                         const std::string& task) {
   std::vector<Column> columns = columns_of(trend);
+  // Groups (a suite score among them) first, as report.html shows them, then tasks.
+  std::stable_partition(columns.begin(), columns.end(), [](const Column& c) { return c.first.is_group; });
   if (!task.empty()) {
     columns.erase(std::remove_if(columns.begin(), columns.end(), [&](const Column& c) { return c.first.task != task; }),
                   columns.end());
@@ -387,15 +444,18 @@ std::string trend_html(const TrendData& data) {
   std::vector<Column> columns = columns_of(data.trend);
   std::stable_partition(columns.begin(), columns.end(), [](const Column& c) { return c.first.is_group; });
   out += "<p class=\"note\">Per group and task, its primary metric at each checkpoint (oldest on the left); the "
-         "band spans &#177;1 standard error. b and c count the documents that went right&#8594;wrong and "
+         "band spans &#177;1 standard error; a dashed line marks the chance level of a multiple-choice score (a "
+         "uniform guess among the choices), and perplexities are on a log scale. b and c count the documents that went right&#8594;wrong and "
          "wrong&#8594;right; p is the exact McNemar test of that change.</p>\n";
   for (const Column& col : columns) {
     const bool is_regressed = regressed.count(col.key) > 0;
     out += "<section class=\"task\" id=\"" + html_escape((col.first.is_group ? "group-" : "task-") + col.first.task) +
            "\">\n";
-    out += fmt::format("<h2>{}{} <span class=\"note\">{} {}</span></h2>\n", col.first.is_group ? "group: " : "",
+    const std::optional<double> chance = chance_level(data.trend, col.key);
+    out += fmt::format("<h2>{}{} <span class=\"note\">{} {}{}</span></h2>\n", col.first.is_group ? "group: " : "",
                        html_escape(col.first.task), html_escape(metric_label(col.first.metric, col.first.filter)),
-                       col.first.higher_is_better ? "&#8593;" : "&#8595;");
+                       col.first.higher_is_better ? "&#8593;" : "&#8595;",
+                       chance ? ", chance " + value_text(*chance) : std::string());
     out += "<div class=\"chart\">\n" + chart_svg(data.trend, col, is_regressed) + "</div>\n";
     out += comparison_table_html(data.steps, col.key);
     if (const Comparison* c = latest_flips(data.steps, col.key); c && (c->b > 0 || c->c > 0)) {

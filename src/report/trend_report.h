@@ -5,7 +5,9 @@
 //                p-value of that change), the regressions, and a summary of flipped documents;
 //   report.html  a self-contained offline page (inline CSS and SVG, no scripts, no external
 //                references, every input string HTML-escaped): per group and task a
-//                score-versus-checkpoint line chart with a shaded ±stderr band, under it the
+//                score-versus-checkpoint line chart with a shaded ±stderr band (a dashed
+//                line at the chance level where the scores have one, ScoreRow::chance; a
+//                log10 axis with a tick per decade for perplexity-type metrics), under it the
 //                table of each change with its flips (b right->wrong, c wrong->right) and p-value,
 //                and the flipped doc_ids of the latest change (the first 20 each way, with counts).
 // Output is a function of the inputs alone (no clock; same input, same bytes). Stateless and
@@ -40,7 +42,8 @@ TrendData load_trend(const History& history, const std::string& config_fingerpri
 // The checkpoint x task table as Markdown (also what `gpueval history` prints): one row per
 // checkpoint, oldest first; per task (only `task` when non-empty) its primary metric's
 // "value ± stderr" and the change from the row above ("+0.0167"), with the McNemar p-value
-// when `steps` (parallel to trend minus one) is given. Tasks in first-seen order.
+// when `steps` (parallel to trend minus one) is given. Groups first, then tasks, each in
+// first-seen order.
 std::string trend_table(const std::vector<ScoredCheckpoint>& trend, const std::vector<CheckpointStep>* steps = nullptr,
                         const std::string& task = "");
 

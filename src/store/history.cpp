@@ -32,7 +32,7 @@ const char* const kSchema =
     // value is NULL for NaN, which SQLite cannot store as a REAL.
     "CREATE TABLE scores (checkpoint TEXT NOT NULL, config TEXT NOT NULL, ordinal INTEGER NOT NULL,"
     " task TEXT NOT NULL, metric TEXT NOT NULL, filter TEXT NOT NULL, value REAL, stderr REAL,"
-    " n INTEGER NOT NULL, higher_is_better INTEGER NOT NULL, is_group INTEGER NOT NULL,"
+    " n INTEGER NOT NULL, higher_is_better INTEGER NOT NULL, is_group INTEGER NOT NULL, chance REAL,"
     " PRIMARY KEY (checkpoint, config, task, metric, filter)) WITHOUT ROWID;"
     "CREATE TABLE samples (checkpoint TEXT NOT NULL, config TEXT NOT NULL, task TEXT NOT NULL,"
     " metric TEXT NOT NULL, doc_id INTEGER NOT NULL, value REAL,"
@@ -98,6 +98,21 @@ bool has_schema(const sqlite::Db& db) {
   return true;
 }
 
+// Whether the scores table has the chance column, added to schema 1 after its first release: a
+// file written before it gets it here (a nullable column; builds that predate it name their
+// columns, so they read and write such a file as before).
+bool has_chance_column(const sqlite::Db& db) {
+  Statement s(db, "SELECT 1 FROM pragma_table_info('scores') WHERE name = 'chance'");
+  return s.step();
+}
+
+void add_chance_column(sqlite::Db& db) {
+  if (has_chance_column(db)) return;
+  sqlite::WriteTransaction tx(db);
+  if (!has_chance_column(db)) db.exec("ALTER TABLE scores ADD COLUMN chance REAL");
+  tx.commit();
+}
+
 }  // namespace
 
 struct History::Connection {
@@ -135,6 +150,7 @@ History History::open(const std::string& path, bool create) {
     }
     tx.commit();
   }
+  add_chance_column(db);
   return History(path, std::move(connection));
 }
 
@@ -218,7 +234,7 @@ void History::record(int64_t run_id, const CheckpointInfo& ckpt, const std::stri
   {
     Statement s(db,
                 "INSERT INTO scores (checkpoint, config, ordinal, task, metric, filter, value, stderr, n,"
-                " higher_is_better, is_group) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)");
+                " higher_is_better, is_group, chance) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)");
     int64_t ordinal = 0;
     for (const ScoreRow& r : scores) {
       s.reset();
@@ -233,6 +249,7 @@ void History::record(int64_t run_id, const CheckpointInfo& ckpt, const std::stri
       s.bind(9, r.n);
       s.bind(10, int64_t{r.higher_is_better});
       s.bind(11, int64_t{r.is_group});
+      s.bind(12, r.chance ? non_nan(*r.chance) : std::nullopt);
       s.step();
     }
   }
@@ -284,7 +301,7 @@ std::vector<ScoredCheckpoint> History::trend(const std::string& config_fingerpri
       out.push_back(std::move(sc));
     }
     Statement rows(db,
-                   "SELECT task, metric, filter, value, stderr, n, higher_is_better, is_group FROM scores"
+                   "SELECT task, metric, filter, value, stderr, n, higher_is_better, is_group, chance FROM scores"
                    " WHERE checkpoint = ?1 AND config = ?2 ORDER BY ordinal");
     for (ScoredCheckpoint& sc : out) {
       rows.reset();
@@ -300,6 +317,7 @@ std::vector<ScoredCheckpoint> History::trend(const std::string& config_fingerpri
         r.n = rows.int_at(5);
         r.higher_is_better = rows.int_at(6) != 0;
         r.is_group = rows.int_at(7) != 0;
+        r.chance = rows.optional_double_at(8);
         sc.scores.push_back(std::move(r));
       }
     }
@@ -371,6 +389,7 @@ std::vector<ScoreRow> scores_from_results(const nlohmann::ordered_json& results)
   const Ordered* subtasks = member(results, "group_subtasks");
   const Ordered* higher = member(results, "higher_is_better");
   const Ordered* n_samples = member(results, "n-samples");
+  const Ordered* chance = member(results, "chance");
 
   auto effective = [&](const std::string& task) -> int64_t {
     const Ordered* n = n_samples ? member(*n_samples, task) : nullptr;
@@ -424,8 +443,11 @@ std::vector<ScoreRow> scores_from_results(const nlohmann::ordered_json& results)
         r.stderr_value = se->get<double>();
       }
       r.is_group = is_group;
+      if (const Ordered* c = chance ? member(*chance, task) : nullptr) {
+        if (const Ordered* v = member(*c, key); v && v->is_number()) r.chance = v->get<double>();
+      }
       if (is_group) {
-        std::optional<bool> hib;
+        std::optional<bool> hib = direction(task, metric);  // a suite score's own
         for (const std::string& t : under) {
           r.n += effective(t);
           if (!hib) hib = direction(t, metric);
