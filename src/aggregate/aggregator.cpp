@@ -169,7 +169,8 @@ std::vector<TaskScores> score_tasks(const std::vector<const Task*>& tasks, const
       for (const DocRecord* r : t.records) metrics.push_back(&r->metrics[f]);
       for (MetricResult& m : aggregate_metrics(t.task->metrics(), metrics, bootstrap_iters)) {
         m.filter = t.task->filters()[f].name();
-        if (m.aggregation == Aggregation::kMean) m.chance = chance;  // acc, acc_norm, acc_bytes, exact_match
+        // The accuracies; not exact_match (is_greedy) nor bpb, which a guess does not score so.
+        if (m.name == "acc" || m.name == "acc_norm" || m.name == "acc_bytes") m.chance = chance;
         t.metrics.push_back(std::move(m));
       }
     }
