@@ -153,16 +153,19 @@ metadata:
 """
 
 # lm-eval's _mmlu.yaml (continuation) defines its four subgroups inline, named "stem", "other",
-# "social sciences" and "humanities"; here they are files of their own, so they get unique names
-# (mmlu_continuation_<category>) and lm-eval's names as their group_alias.
+# "social sciences" and "humanities" (lm-eval 0.4.13 reports them as "mmlu_continuation::stem" and
+# so on); here they are files of their own, so they get unique names (mmlu_continuation_<category>)
+# and lm-eval's short names as their group_alias.
 CONTINUATION_GROUP_COMMENT = """\
 # lm-eval names this subgroup "{alias}" (an inline group of mmlu_continuation in
-# tasks/mmlu/continuation/_mmlu.yaml); here it is a file of its own, hence the longer name.
+# tasks/mmlu/continuation/_mmlu.yaml; its results say "mmlu_continuation::{alias}"); here it is a
+# file of its own, hence the longer name.
 """
 CONTINUATION_TOP_COMMENT = """\
 # lm-eval's tasks/mmlu/continuation/_mmlu.yaml: the same four subgroups, which lm-eval defines
-# inline as "stem", "other", "social sciences", "humanities" over the tags
-# mmlu_<category>_continuation; here they are the files mmlu_continuation_<category>.yaml.
+# inline as "stem", "other", "social sciences", "humanities" (reported as
+# "mmlu_continuation::stem" and so on) over the tags mmlu_<category>_continuation; here they are
+# the files mmlu_continuation_<category>.yaml.
 """
 
 
