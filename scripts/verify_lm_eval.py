@@ -575,7 +575,7 @@ def run_suite_lm_eval(args, work: Path, tasks: list[str], shots: int | None, lm_
             samples[s["doc_id"]] = {
                 "args": [tuple(a) for a in s["arguments"]],
                 "resps": s["resps"], "filtered": s["filtered_resps"], "metrics": metrics,
-                "filter": s.get("filter", "none"),
+                "filter": s.get("filter", "none"), "target": str(s.get("target")),
             }
         out[task] = {"samples": samples, "metrics": _metrics_of(res["results"][task])}
     return out
@@ -614,7 +614,7 @@ def run_suite_gpueval(args, work: Path, specs: dict, tasks: list[str], shots: in
                     "args": [tuple(a.values()) for a in s["arguments"].values()],
                     "resps": s["resps"], "filtered": s["filtered_resps"],
                     "metrics": {m: _first(s[m]) for m in s.get("metrics", []) if m in s},
-                    "filter": s.get("filter", "none"),
+                    "filter": s.get("filter", "none"), "target": s.get("target"),
                 }
         out[task] = {"samples": samples, "metrics": _metrics_of(results["results"][task])}
     return out
@@ -653,7 +653,8 @@ def compare_suite(task: str, ours: dict, theirs: dict, tol: float, details: list
     per-document metric; and the aggregated metrics."""
     docs = sorted(set(ours["samples"]) | set(theirs["samples"]))
     st = {"docs": len(docs), "requests": 0, "prompts_same": 0, "max_delta": None, "where": "", "greedy_diff": 0,
-          "missing": 0, "gen_same": 0, "gen_docs": 0, "doc_metric_diff": 0, "metric_diff": [], "over": []}
+          "missing": 0, "gen_same": 0, "gen_docs": 0, "doc_metric_diff": 0, "metric_diff": [], "over": [],
+          "target_diff": 0}
     shown = {"prompt": 0, "gen": 0, "metric": 0}
 
     def note(kind, text):
@@ -699,6 +700,11 @@ def compare_suite(task: str, ours: dict, theirs: dict, tol: float, details: list
                     st["greedy_diff"] += 1
                     note("metric", f"{task} doc {d} req {i}: is_greedy gpueval {ga} vs lm-eval {gb} "
                                    f"(loglik {la!r} vs {lb!r})")
+        if a.get("target") != b.get("target"):  # informational: the samples file's target field
+            st["target_diff"] += 1
+            if st["target_diff"] == 1:
+                log(f"NOTE (not checked): {task} doc {d}: samples 'target' gpueval {a.get('target')!r} "
+                    f"vs lm-eval {b.get('target')!r}")
         if generative:
             st["gen_docs"] += 1
             ga = [r[0] if isinstance(r, (list, tuple)) else r for r in a["resps"]]
@@ -922,7 +928,7 @@ def run_mmlu_cont_group(args, work: Path, lm_eval_tasks: Path, lm_cache: dict, d
             total = st
         else:
             for k in ("docs", "requests", "prompts_same", "greedy_diff", "missing", "gen_same", "gen_docs",
-                      "doc_metric_diff"):
+                      "doc_metric_diff", "target_diff"):
                 total[k] += st[k]
             total["over"] += st["over"]
             total["metric_diff"] += [f"{n} {m}" for m in st["metric_diff"]]
@@ -976,6 +982,8 @@ def suite_table(args, rows: list[dict], versions: str) -> list[str]:
         eq = "yes" if suite_ok(st, args.tol, args.strict) else "NO (" + "; ".join(why) + ")"
         if st["gen_docs"] and not why:
             eq += f" (generations {st['gen_same']}/{st['gen_docs']})"
+        if st.get("target_diff"):
+            eq += f"; samples 'target' differs in {st['target_diff']} docs (not checked)"
         md = "-" if st["max_delta"] is None else f"{st['max_delta']:.2e}"
         if st["max_delta"] is not None and st["max_delta"] > args.tol and loglik_ok(st, args.tol):
             md += f" (known {list(KNOWN).index('float32_sum') + 1})"
