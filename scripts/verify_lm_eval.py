@@ -25,6 +25,21 @@ What it does, all offline (HF_*_OFFLINE=1; no hub is reached):
      data (check_gsm8k_sampler(); prompts only). Measured 2026-11-29 with lm-eval 0.4.13:
      scripts/verify_lm_eval.py --work /tmp/fs_verify --mmlu '' --shots '' --extra gsm8k_sampler
      gives split 12/12 and self 12/12 prompts identical.
+  7. the pretraining-suite tasks (--suite: piqa, openbookqa, winogrande, boolq, copa,
+     lambada_openai, triviaqa; 0-shot, their default) and mmlu_<subject>_continuation (--mmlu-cont,
+     0- and 5-shot), on the first --suite-limit (30) documents: lm-eval runs task YAMLs that
+     `include:` its own YAML by absolute path (so winogrande's and copa's !function utils resolve
+     from lm-eval's package folder) with only the dataset keys overridden to the shared data's
+     files (../shared/data/<task>/<task>.jsonl, already in the Hugging Face layout; MMLU as
+     cais/mmlu rows); gpueval runs its tasks (tasks/<task>/<task>.yaml of this checkout when it
+     has them, else the binary's own tasks/) with --data <task>=../shared/data/<task>. Compared:
+     every request's context and continuation (generate_until: context and `until`), each
+     loglikelihood (|delta| <= --tol) and is_greedy, TriviaQA's generations and filtered answers,
+     every per-document metric and the aggregated ones (acc, acc_norm and exact_match equal;
+     perplexity within --tol relative). TriviaQA runs a second time with aliases made from
+     lm-eval's own answers (triviaqa_alias_data()), so that exact_match is checked on hits too.
+     Default: gpueval add_bos: auto vs lm-eval without add_bos_token; --suite-bos false compares
+     both without BOS. The binary is --gpueval PATH, else $GPUEVAL_BIN, else build/gpueval.
 
 Exit status: 0 when every prompt is identical, every |delta loglikelihood| <= --tol (1e-4) and
 is_greedy and the per-document metrics agree, in both the BOS and the no-BOS comparison, except
@@ -68,6 +83,47 @@ Measured 2026-11-29 in 2 min 38 s on 2 shared cores, command (from the repositor
   | mmlu_astronomy | 5 | 20 | 80 | 80/80 | 6.20e-06 | 0.1500 vs 0.1500 | 6.20e-06 | 0.1500 vs 0.1500 | 0 | =True | 0 | 0/20 |
 
   known 1: loglikelihood_rolling with add_bos_token=True (and lm-eval 0.4.13's default, which follows the tokenizer): HFLM tok_encode()s the text WITH BOS and get_rolling_token_windows() prefixes BOS again, so the first window is [BOS, BOS, t1, ...] and P(BOS|BOS) is scored as a text token; gpueval scores [BOS, t1, ...] (= lm-eval with add_bos_token=False).
+
+Pretraining-suite tasks, measured 2026-12-01 (gpueval: /work/main/build/gpueval built 14:04 UTC from
+main 2769bf1 plus the issue-13 task work; 1 min 5 s for the whole default run on 2 shared cores):
+  LMEVAL_VENV=/work/venv-lmeval GPUEVAL_BIN=/work/main/build/gpueval scripts/verify_lm_eval.sh --work /tmp/vfinal --table /tmp/vfinal-table.md
+  (defaults: --suite piqa,openbookqa,winogrande,boolq,copa,lambada_openai,triviaqa --suite-limit 30
+   --mmlu-cont abstract_algebra,anatomy,high_school_government_and_politics,world_religions --mmlu-cont-shots 0,5)
+
+  Pretraining-suite tasks: gpueval vs lm-eval on stories260K, CPU float32, first 30 documents, batch_size 1, gpueval add_bos: auto vs lm-eval without add_bos_token (its default); lm-eval 0.4.13, torch 2.15.0+cu132, transformers 5.24.0, tokenizers 0.23.3, datasets 5.2.0
+  prompts identical = every request's context and continuation (generate_until: context and `until`); equal? = prompts, |delta loglik| <= 0.0001, is_greedy, generations and filtered answers, per-document and aggregated metrics (perplexity: relative tolerance).
+
+  | task | docs | requests | prompts identical | max abs delta loglikelihood | lm-eval metrics | gpueval metrics | equal? |
+  |---|---|---|---|---|---|---|---|
+  | piqa | 30 | 60 | 60/60 | 6.02e-05 | acc 0.4667, acc_norm 0.4333 | acc 0.4667, acc_norm 0.4333 | yes |
+  | openbookqa | 30 | 120 | 120/120 | 3.59e-05 | acc 0.1667, acc_norm 0.2333 | acc 0.1667, acc_norm 0.2333 | yes |
+  | winogrande | 30 | 60 | 60/60 | 2.84e-05 | acc 0.5000 | acc 0.5000 | yes |
+  | boolq | 30 | 60 | 60/60 | 1.31e-05 | acc 0.1667 | acc 0.1667 | yes |
+  | copa | 30 | 60 | 60/60 | 2.90e-05 | acc 0.5333 | acc 0.5333 | yes |
+  | lambada_openai | 30 | 30 | 30/30 | 2.29e-05 | acc 0.0333, perplexity 1.94152e+06 | acc 0.0333, perplexity 1.94152e+06 | yes |
+  | triviaqa | 30 | 30 | 30/30 | - | exact_match (remove_whitespace) 0.0000 | exact_match (remove_whitespace) 0.0000 | yes (generations 30/30) |
+  | triviaqa (aliases from answers) | 30 | 30 | 30/30 | - | exact_match (remove_whitespace) 0.5000 | exact_match (remove_whitespace) 0.5000 | yes (generations 30/30) |
+  | mmlu_abstract_algebra_continuation (0-shot) | 30 | 120 | 120/120 | 5.79e-05 | acc 0.2333, acc_norm 0.2333 | acc 0.2333, acc_norm 0.2333 | yes |
+  | mmlu_anatomy_continuation (0-shot) | 30 | 120 | 120/120 | 6.19e-05 | acc 0.3000, acc_norm 0.1667 | acc 0.3000, acc_norm 0.1667 | yes |
+  | mmlu_high_school_government_and_politics_continuation (0-shot) | 30 | 120 | 120/120 | 7.14e-05 | acc 0.1000, acc_norm 0.3333 | acc 0.1000, acc_norm 0.3333 | yes |
+  | mmlu_world_religions_continuation (0-shot) | 30 | 120 | 120/120 | 4.32e-05 | acc 0.2333, acc_norm 0.1667 | acc 0.2333, acc_norm 0.1667 | yes |
+  | mmlu_abstract_algebra_continuation (5-shot) | 30 | 120 | 120/120 | 4.36e-05 | acc 0.3000, acc_norm 0.2667 | acc 0.3000, acc_norm 0.2667 | yes |
+  | mmlu_anatomy_continuation (5-shot) | 30 | 120 | 120/120 | 8.52e-05 | acc 0.2667, acc_norm 0.1667 | acc 0.2667, acc_norm 0.1667 | yes |
+  | mmlu_high_school_government_and_politics_continuation (5-shot) | 30 | 120 | 120/120 | 7.80e-05 | acc 0.1000, acc_norm 0.3000 | acc 0.1000, acc_norm 0.3000 | yes |
+  | mmlu_world_religions_continuation (5-shot) | 30 | 120 | 120/120 | 3.53e-05 | acc 0.2333, acc_norm 0.1667 | acc 0.2333, acc_norm 0.1667 | yes |
+
+  Also measured the same day, all "yes":
+  - --suite-limit 300 and --mmlu-cont adding professional_law, high_school_us_history, college_medicine,
+    econometrics (every document of the smaller subjects; copa has 100): 25 requests beyond 1e-4 (max 1.47e-4,
+    piqa and long MMLU answers, |ll| 198..1485), all known 3; prompts, generations (300/300, and 150 of 300
+    alias hits) and metrics identical;
+  - --suite-bos false (both without BOS), 30 documents: one request beyond 1e-4 (piqa doc 29, |ll| 1209,
+    1.15e-4; float64 -1209.04160, gpueval -1209.04162, lm-eval -1209.04150), known 3;
+  - --mmlu-cont-group 5 (57 subjects x 5 documents, 1140 requests; needs a binary whose tasks/ has
+    mmlu_continuation): mmlu_continuation 0.2561, stem 0.2947, other 0.2000, social sciences 0.3000,
+    humanities 0.2154 on both sides.
+
+  known 3: float32 rounding, see KNOWN["float32_sum"] and float64_reference().
 """
 from __future__ import annotations
 
@@ -99,6 +155,10 @@ KNOWN = {
                      "Metaspace pre-tokenizer (prepend_scheme 'first', legacy=False) that does not add '▁' before a "
                      "text already starting with a space: ' x' -> [▁, x] where tokenizers/SentencePiece (and gpueval) "
                      "give [▁, ▁, x].",
+    "float32_sum": "float32 rounding of long continuations (|ll| in the hundreds: a float32 sum of a few hundred "
+                   "per-token log-probs; one float32 ulp at 1000 is 6e-5): the two float32 results differ by more than "
+                   "--tol, but gpueval's is within --tol-rel (1e-6) relative of lm-eval's own HFLM run in float64 on "
+                   "the same request (checked per request, see float64_reference(); each is listed on stderr).",
 }
 
 
@@ -452,6 +512,528 @@ def check_gsm8k_sampler(args, work: Path, lm_cache: dict) -> list[dict]:
     return rows
 
 
+# ----------------------------------------------------------------------------- pretraining-suite tasks
+
+# Task -> (lm-eval 0.4.13's task YAML under lm_eval/tasks, the split it evaluates, the shared data
+# file, in that dataset's Hugging Face layout, relative to --data). gpueval reads the same file
+# through the data root named like its folder (--data piqa=DATA/piqa).
+SUITE = {
+    "piqa": ("piqa/piqa.yaml", "validation", "piqa/piqa.jsonl"),
+    "openbookqa": ("openbookqa/openbookqa.yaml", "test", "openbookqa/openbookqa.jsonl"),
+    "winogrande": ("winogrande/default.yaml", "validation", "winogrande/winogrande.jsonl"),
+    "boolq": ("super_glue/boolq/default.yaml", "validation", "boolq/boolq.jsonl"),
+    "copa": ("super_glue/copa/default.yaml", "validation", "copa/copa.jsonl"),
+    "lambada_openai": ("lambada/lambada_openai.yaml", "test", "lambada_openai/lambada_openai.jsonl"),
+    "triviaqa": ("triviaqa/default.yaml", "validation", "triviaqa/triviaqa.jsonl"),
+}
+# Aggregated metrics compared with a relative tolerance (they are functions of loglikelihoods);
+# the others (acc, acc_norm, exact_match: means of 0/1 values) must be equal.
+CONTINUOUS_METRICS = ("perplexity", "word_perplexity", "byte_perplexity", "bits_per_byte")
+
+
+def prepare_suite(args, work: Path, lm_eval_tasks: Path) -> dict:
+    """lm-eval task YAMLs (work/lm_eval_tasks) for the suite tasks and mmlu_<subject>_continuation:
+    each `include:`s lm-eval's own YAML by its absolute path (so !function entries, e.g.
+    winogrande's and copa's, still resolve from lm-eval's package folder: lm-eval imports them
+    from the directory of the file that names them) and overrides only the dataset keys.
+    Returns {task: gpueval task spec}: the repository's task YAML when this checkout has it, else
+    the task name (the gpueval binary looks it up in its own tasks/)."""
+    data = Path(args.data)
+    lm_dir, dd = work / "lm_eval_tasks", work / "data"
+    lm_dir.mkdir(parents=True, exist_ok=True)
+    dd.mkdir(parents=True, exist_ok=True)
+    specs = {}
+    for task in args.suite:
+        rel, split, data_file = SUITE[task]
+        builtin = lm_eval_tasks / rel
+        f = data / data_file
+        for p in (builtin, f):
+            if not p.exists():
+                raise SystemExit(f"{p}: missing")
+        splits = {"training_split": None, "validation_split": None, "test_split": None}
+        splits[f"{split}_split"] = split
+        (lm_dir / f"{task}.yaml").write_text(
+            f"include: {builtin}\n"
+            f"task: {task}\n"
+            "dataset_path: json\n"
+            "dataset_name: null\n"
+            f"dataset_kwargs:\n  data_files:\n    {split}: {f.resolve()}\n"
+            + "".join(f"{k}: {v if v else 'null'}\n" for k, v in splits.items()))
+        own = REPO / "tasks" / task / f"{task}.yaml"
+        specs[task] = str(own) if own.exists() else task
+    for subject in args.mmlu_cont:
+        name = f"mmlu_{subject}_continuation"
+        test = dd / f"mmlu_{subject}_test.jsonl"
+        dev = dd / f"mmlu_{subject}_dev.jsonl"
+        write_jsonl(test, mmlu_rows(data / "mmlu" / "test" / f"{subject}_test.csv", subject))
+        write_jsonl(dev, mmlu_rows(data / "mmlu" / "dev" / f"{subject}_dev.csv", subject))
+        builtin = lm_eval_tasks / "mmlu" / "continuation" / f"mmlu_{subject}.yaml"
+        if not builtin.exists():
+            raise SystemExit(f"{builtin}: no such lm-eval task")
+        (lm_dir / f"{name}.yaml").write_text(
+            f"include: {builtin}\n"
+            "dataset_path: json\n"
+            "dataset_name: null\n"
+            "dataset_kwargs:\n"
+            f"  data_files:\n    test: {test}\n    dev: {dev}\n")
+        own = REPO / "tasks" / "mmlu_continuation" / f"{name}.yaml"
+        specs[name] = str(own) if own.exists() else name
+    return specs
+
+
+def _first(v):
+    """A per-document metric value: lm-eval's float, or gpueval's [value, weight] pair."""
+    return float(v[0]) if isinstance(v, (list, tuple)) else float(v)
+
+
+def _metrics_of(result: dict) -> dict:
+    """results.json's "metric,filter" entries, stderr and alias dropped."""
+    return {k: float(v) for k, v in result.items()
+            if "," in k and "_stderr" not in k and isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def run_suite_lm_eval(args, work: Path, tasks: list[str], shots: int | None, lm_cache: dict,
+                      read: list[str] | None = None) -> dict:
+    """lm-eval on the suite tasks: add_bos_token unset (--suite-bos auto) or False. shots None =
+    the tasks' own num_fewshot (0 for all of them)."""
+    import lm_eval
+    from lm_eval.models.huggingface import HFLM
+    from lm_eval.tasks import TaskManager
+
+    add_bos = None if args.suite_bos == "auto" else False
+    if add_bos not in lm_cache:
+        kw = {} if add_bos is None else {"add_bos_token": add_bos}
+        lm_cache[add_bos] = HFLM(pretrained=str(work / "model"), dtype="float32", device="cpu", batch_size=1, **kw)
+    tm = TaskManager(include_path=str(work / "lm_eval_tasks"), include_defaults=False)
+    log(f"[lm-eval] suite, {'default' if shots is None else shots}-shot add_bos_token={add_bos}: {', '.join(tasks)}")
+    res = lm_eval.simple_evaluate(model=lm_cache[add_bos], tasks=tasks, num_fewshot=shots, limit=args.suite_limit,
+                                  log_samples=True, task_manager=tm, bootstrap_iters=0)
+    out = {"__groups__": res.get("groups") or {}}
+    for task in read or tasks:
+        samples = {}
+        for s in res["samples"][task]:
+            metrics = {m: _first(s[m]) for m in s.get("metrics", []) if m in s}
+            samples[s["doc_id"]] = {
+                "args": [tuple(a) for a in s["arguments"]],
+                "resps": s["resps"], "filtered": s["filtered_resps"], "metrics": metrics,
+                "filter": s.get("filter", "none"), "target": str(s.get("target")),
+            }
+        out[task] = {"samples": samples, "metrics": _metrics_of(res["results"][task])}
+    return out
+
+
+def run_suite_gpueval(args, work: Path, specs: dict, tasks: list[str], shots: int | None,
+                      roots: dict | None = None, tag: str = "", read: list[str] | None = None) -> dict:
+    """roots: data roots to use instead of the shared data's folders; tag: names the output;
+    read: the tasks whose samples to read (default: tasks; a group's subtasks)."""
+    out_dir = work / f"gpueval_suite{tag}_{'default' if shots is None else shots}shot_bos_{args.suite_bos}"
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    cfg = {"model": str(Path(args.model).resolve()), "tasks": [specs[t] for t in tasks], "dtype": "float32",
+           "output": str(out_dir), "limit": args.suite_limit, "add_bos": "auto" if args.suite_bos == "auto" else False,
+           "data": {r: str((Path(args.data) / r).resolve()) for r in ["mmlu"] + list(SUITE)
+                    if (Path(args.data) / r).is_dir()}}
+    cfg["data"].update(roots or {})
+    if shots is not None:
+        cfg["num_fewshot"] = shots
+    cfg_path = out_dir.with_suffix(".yaml")
+    cfg_path.write_text(json.dumps(cfg, indent=1) + "\n")
+    cmd = [args.gpueval, "run", "--gpus", "cpu:1", str(cfg_path)]
+    log(f"[gpueval] {' '.join(cmd)}")
+    proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=None if args.verbose else subprocess.PIPE, text=True)
+    if proc.returncode != 0:
+        tail = (proc.stderr or "").strip().splitlines()[-5:]
+        raise RuntimeError(f"gpueval run exited {proc.returncode}: " + " | ".join(tail))
+    results = json.loads((out_dir / "results.json").read_text())
+    out = {"__groups__": results.get("groups") or {}}
+    for task in read or tasks:
+        samples = {}
+        with (out_dir / f"samples_{task}.jsonl").open(encoding="utf-8") as f:
+            for line in f:
+                s = json.loads(line)
+                samples[s["doc_id"]] = {
+                    "args": [tuple(a.values()) for a in s["arguments"].values()],
+                    "resps": s["resps"], "filtered": s["filtered_resps"],
+                    "metrics": {m: _first(s[m]) for m in s.get("metrics", []) if m in s},
+                    "filter": s.get("filter", "none"), "target": s.get("target"),
+                }
+        out[task] = {"samples": samples, "metrics": _metrics_of(results["results"][task])}
+    return out
+
+
+def _loglik(resp) -> float | None:
+    """A loglikelihood request's response, from either side: [(ll, is_greedy)] / [[ll, "True"]]."""
+    r = resp[0] if isinstance(resp, (list, tuple)) and resp else resp
+    if isinstance(r, (list, tuple)):
+        return float(r[0])
+    try:
+        return float(r)
+    except (TypeError, ValueError):
+        return None  # a generated text
+
+
+def _greedy(resp):
+    r = resp[0] if isinstance(resp, (list, tuple)) and resp else resp
+    if isinstance(r, (list, tuple)) and len(r) > 1:
+        return r[1] is True or r[1] == "True"
+    return None
+
+
+def _gen_kwargs(a) -> dict:
+    if isinstance(a, str):
+        try:
+            return json.loads(a)
+        except ValueError:
+            return {"_raw": a}
+    return dict(a) if isinstance(a, dict) else {"_raw": a}
+
+
+def compare_suite(task: str, ours: dict, theirs: dict, tol: float, details: list[str], show: int = 3) -> dict:
+    """Per request: context and continuation strings (generate_until: context and `until`),
+    loglikelihood within tol and is_greedy; per document: generated and filtered texts, every
+    per-document metric; and the aggregated metrics."""
+    docs = sorted(set(ours["samples"]) | set(theirs["samples"]))
+    st = {"docs": len(docs), "requests": 0, "prompts_same": 0, "max_delta": None, "where": "", "greedy_diff": 0,
+          "missing": 0, "gen_same": 0, "gen_docs": 0, "doc_metric_diff": 0, "metric_diff": [], "over": [],
+          "target_diff": 0}
+    shown = {"prompt": 0, "gen": 0, "metric": 0}
+
+    def note(kind, text):
+        if shown[kind] < show:
+            shown[kind] += 1
+            details.append(text)
+
+    for d in docs:
+        a, b = ours["samples"].get(d), theirs["samples"].get(d)
+        if a is None or b is None or len(a["args"]) != len(b["args"]):
+            st["missing"] += 1
+            details.append(f"{task} doc {d}: request lists differ "
+                           f"({None if a is None else len(a['args'])} vs {None if b is None else len(b['args'])} requests)")
+            continue
+        generative = False
+        for i, (ra, rb) in enumerate(zip(a["args"], b["args"])):
+            st["requests"] += 1
+            la, lb = _loglik(a["resps"][i]), _loglik(b["resps"][i])
+            if la is None and lb is None:  # generate_until: (context, generation kwargs)
+                generative = True
+                ka, kb = _gen_kwargs(ra[1]) if len(ra) > 1 else {}, _gen_kwargs(rb[1]) if len(rb) > 1 else {}
+                same = ra[0] == rb[0] and ka.get("until") == kb.get("until")
+                xa, xb = ka.get("until"), kb.get("until")
+            else:
+                same = tuple(ra) == tuple(rb)
+                xa, xb = ra[1:], rb[1:]
+            if same:
+                st["prompts_same"] += 1
+            else:
+                ca, cb = ra[0], rb[0]
+                k = next((j for j in range(min(len(ca), len(cb))) if ca[j] != cb[j]), min(len(ca), len(cb)))
+                note("prompt", f"{task} doc {d} req {i}: context {'differs at char ' + str(k) if ca != cb else 'same'}"
+                               f"{': gpueval ' + repr(ca[max(0, k - 30):k + 30]) + ' vs lm-eval ' + repr(cb[max(0, k - 30):k + 30]) if ca != cb else ''}; "
+                               f"continuation/until gpueval {xa!r} vs lm-eval {xb!r}")
+            if la is not None and lb is not None:
+                delta = abs(la - lb) if math.isfinite(la) and math.isfinite(lb) else (0.0 if la == lb else math.inf)
+                if st["max_delta"] is None or delta > st["max_delta"]:
+                    st["max_delta"], st["where"] = delta, f"doc {d} req {i}: {la!r} vs {lb!r}"
+                if delta > tol:
+                    st["over"].append({"doc": d, "req": i, "args": tuple(rb), "ours": la, "theirs": lb})
+                ga, gb = _greedy(a["resps"][i]), _greedy(b["resps"][i])
+                if ga is not None and gb is not None and ga != gb:
+                    st["greedy_diff"] += 1
+                    note("metric", f"{task} doc {d} req {i}: is_greedy gpueval {ga} vs lm-eval {gb} "
+                                   f"(loglik {la!r} vs {lb!r})")
+        if a.get("target") != b.get("target"):  # informational: the samples file's target field
+            st["target_diff"] += 1
+            if st["target_diff"] == 1:
+                log(f"NOTE (not checked): {task} doc {d}: samples 'target' gpueval {a.get('target')!r} "
+                    f"vs lm-eval {b.get('target')!r}")
+        if generative:
+            st["gen_docs"] += 1
+            ga = [r[0] if isinstance(r, (list, tuple)) else r for r in a["resps"]]
+            gb = [r[0] if isinstance(r, (list, tuple)) else r for r in b["resps"]]
+            fa, fb = list(a["filtered"]), list(b["filtered"])
+            if ga == gb and fa == fb:
+                st["gen_same"] += 1
+            else:
+                note("gen", f"{task} doc {d}: generation gpueval {ga!r} (filtered {fa!r}) vs lm-eval {gb!r} "
+                            f"(filtered {fb!r})")
+        for m in sorted(set(a["metrics"]) | set(b["metrics"])):
+            va, vb = a["metrics"].get(m), b["metrics"].get(m)
+            ok = (va is not None and vb is not None and
+                  (abs(va - vb) <= tol if m in CONTINUOUS_METRICS or m == "perplexity" else va == vb))
+            if not ok:
+                st["doc_metric_diff"] += 1
+                note("metric", f"{task} doc {d}: {m} gpueval {va} vs lm-eval {vb}")
+    for k in sorted(set(ours["metrics"]) | set(theirs["metrics"])):
+        va, vb = ours["metrics"].get(k), theirs["metrics"].get(k)
+        name = k.split(",")[0]
+        if va is None or vb is None:
+            ok = False
+        elif name in CONTINUOUS_METRICS:
+            ok = abs(va - vb) <= tol * max(1.0, abs(vb))
+        else:
+            ok = va == vb
+        if not ok:
+            st["metric_diff"].append(k)
+            details.append(f"{task}: {k} gpueval {va} vs lm-eval {vb}")
+    return st
+
+
+def fmt_metrics(m: dict) -> str:
+    parts = []
+    for k in sorted(m):
+        name, _, flt = k.partition(",")
+        label = name if flt in ("none", "") else f"{name} ({flt})"
+        v = m[k]
+        parts.append(f"{label} {v:.6g}" if name in CONTINUOUS_METRICS else f"{label} {v:.4f}")
+    return ", ".join(parts) if parts else "-"
+
+
+def float64_reference(args, work: Path, over: list[dict], lm_cache: dict) -> None:
+    """For each request whose loglikelihoods differ by more than --tol: lm-eval's own HFLM, in
+    float64, on the same (context, continuation), with the run's add_bos_token. Sets "f64" and
+    "explained": gpueval within max(--tol, --tol-rel * |f64|) of it, i.e. as close to the exact
+    value as float32 allows. Measured 2026-12-01 over the 25 requests beyond 1e-4 in the
+    300-document run (see the module docstring): gpueval off float64 by at most 2.6e-7 relative
+    (1.06e-4 at |ll| 446), lm-eval's float32 by at most 3.2e-7 relative (1.27e-4 at |ll| 628)."""
+    from lm_eval.api.instance import Instance
+    from lm_eval.models.huggingface import HFLM
+
+    add_bos = None if args.suite_bos == "auto" else False
+    key = ("float64", add_bos)
+    if key not in lm_cache:
+        kw = {} if add_bos is None else {"add_bos_token": add_bos}
+        lm_cache[key] = HFLM(pretrained=str(work / "model"), dtype="float64", device="cpu", batch_size=1, **kw)
+    reqs = [Instance(request_type="loglikelihood", doc={}, arguments=tuple(o["args"]), idx=k)
+            for k, o in enumerate(over)]
+    for o, (ll, _) in zip(over, lm_cache[key].loglikelihood(reqs, disable_tqdm=True)):
+        o["f64"] = float(ll)
+        o["explained"] = abs(o["ours"] - o["f64"]) <= max(args.tol, args.tol_rel * abs(o["f64"]))
+
+
+def loglik_ok(st: dict, tol: float, strict: bool = False) -> bool:
+    if st["max_delta"] is None or st["max_delta"] <= tol:
+        return True
+    return not strict and bool(st["over"]) and all(o.get("explained") for o in st["over"])
+
+
+def suite_ok(st: dict, tol: float, strict: bool = False) -> bool:
+    return (not st["missing"] and st["prompts_same"] == st["requests"] and st["requests"] > 0
+            and loglik_ok(st, tol, strict) and not st["greedy_diff"]
+            and st["gen_same"] == st["gen_docs"] and not st["doc_metric_diff"] and not st["metric_diff"])
+
+
+def run_suite(args, work: Path, lm_eval_tasks: Path, lm_cache: dict, details: list[str],
+              known_details: list[str]) -> list[dict]:
+    """The suite tasks (0-shot, their default) and mmlu_<subject>_continuation for each of
+    --mmlu-cont-shots, first --suite-limit documents each. Returns the table rows."""
+    specs = prepare_suite(args, work, lm_eval_tasks)
+    cont = [f"mmlu_{s}_continuation" for s in args.mmlu_cont]
+    runs = []  # (label suffix, tasks, shots)
+    if args.suite:
+        runs.append(("", list(args.suite), None))
+    for shots in args.mmlu_cont_shots:
+        if cont:
+            runs.append((f" ({shots}-shot)", cont, shots))
+    rows = []
+    for suffix, tasks, shots in runs:
+        theirs = run_suite_lm_eval(args, work, tasks, shots, lm_cache)
+        try:
+            ours = run_suite_gpueval(args, work, specs, tasks, shots)
+        except (RuntimeError, OSError, KeyError, ValueError) as e:
+            # One task gpueval cannot load fails the whole run; retry task by task so the others
+            # are still compared.
+            log(f"[gpueval] {e}; running the tasks one at a time")
+            ours = {}
+            for t in tasks:
+                try:
+                    ours.update(run_suite_gpueval(args, work, specs, [t], shots))
+                except (RuntimeError, OSError, KeyError, ValueError) as e1:
+                    details.append(f"{t}{suffix}: gpueval failed: {e1}")
+        for t in tasks:
+            label = t + suffix
+            if t not in ours:
+                rows.append({"task": label, "st": None, "lm": fmt_metrics(theirs[t]["metrics"]), "gp": "(gpueval failed)",
+                             "docs": len(theirs[t]["samples"])})
+                continue
+            st = compare_suite(label, ours[t], theirs[t], args.tol, details)
+            if st["over"]:
+                float64_reference(args, work, st["over"], lm_cache)
+                for o in st["over"]:
+                    (known_details if o["explained"] else details).append(
+                        f"{label} doc {o['doc']} req {o['req']}: loglik gpueval {o['ours']!r} vs lm-eval "
+                        f"{o['theirs']!r} (|delta| {abs(o['ours'] - o['theirs']):.3g}); lm-eval's HFLM in float64: "
+                        f"{o['f64']!r} (gpueval off by {abs(o['ours'] - o['f64']):.3g}, lm-eval float32 by "
+                        f"{abs(o['theirs'] - o['f64']):.3g})")
+            rows.append({"task": label, "st": st, "lm": fmt_metrics(theirs[t]["metrics"]),
+                         "gp": fmt_metrics(ours[t]["metrics"]), "docs": st["docs"]})
+            if t == "triviaqa":
+                rows.append(run_triviaqa_aliases(args, work, lm_eval_tasks, specs, theirs[t], lm_cache, details))
+    return rows
+
+
+def triviaqa_alias_data(args, work: Path, generations: dict) -> Path:
+    """The first --suite-limit TriviaQA documents with aliases made from lm-eval's own answers, so
+    that exact_match is exercised on hits, not only misses (stories260K answers no question):
+    docs 0, 4, 8, ... get the answer upper-cased with "!" added (a hit only when case and
+    punctuation are ignored), docs 1, 5, ... "x" + the answer (a miss), 2, 6, ... the answer itself
+    appended as the last alias (a hit), the others stay as they are. Returns the data root."""
+    root = work / "data" / "triviaqa_aliases"
+    root.mkdir(parents=True, exist_ok=True)
+    src = Path(args.data) / SUITE["triviaqa"][2]
+    rows = []
+    with src.open(encoding="utf-8") as f:
+        for i, line in enumerate(f):
+            if i >= args.suite_limit:
+                break
+            d = json.loads(line)
+            g = generations.get(i)
+            if isinstance(g, str):
+                extra = {0: g.upper() + "!", 1: "x" + g, 2: g}.get(i % 4)
+                if extra is not None:
+                    d["answer"]["aliases"] = list(d["answer"]["aliases"]) + [extra]
+            rows.append(d)
+    write_jsonl(root / "triviaqa.jsonl", rows)
+    return root
+
+
+def run_triviaqa_aliases(args, work: Path, lm_eval_tasks: Path, specs: dict, theirs: dict, lm_cache: dict,
+                         details: list[str]) -> dict:
+    """The TriviaQA comparison again over triviaqa_alias_data(): task triviaqa_aliases for
+    lm-eval (its triviaqa YAML over that file), gpueval's triviaqa with the data root moved."""
+    gens = {d: (smp["filtered"][0] if smp["filtered"] else None) for d, smp in theirs["samples"].items()}
+    root = triviaqa_alias_data(args, work, gens)
+    (work / "lm_eval_tasks" / "triviaqa_aliases.yaml").write_text(
+        f"include: {lm_eval_tasks / SUITE['triviaqa'][0]}\n"
+        "task: triviaqa_aliases\n"
+        "dataset_path: json\n"
+        "dataset_name: null\n"
+        f"dataset_kwargs:\n  data_files:\n    validation: {root / 'triviaqa.jsonl'}\n"
+        "training_split: null\nvalidation_split: validation\ntest_split: null\n")
+    lm = run_suite_lm_eval(args, work, ["triviaqa_aliases"], None, lm_cache)["triviaqa_aliases"]
+    label = "triviaqa (aliases from answers)"
+    try:
+        ours = run_suite_gpueval(args, work, specs, ["triviaqa"], None, roots={"triviaqa": str(root)},
+                                 tag="_aliases")["triviaqa"]
+    except (RuntimeError, OSError, KeyError, ValueError) as e:
+        details.append(f"{label}: gpueval failed: {e}")
+        return {"task": label, "st": None, "lm": fmt_metrics(lm["metrics"]), "gp": "(gpueval failed)",
+                "docs": len(lm["samples"])}
+    st = compare_suite(label, ours, lm, args.tol, details)
+    return {"task": label, "st": st, "lm": fmt_metrics(lm["metrics"]), "gp": fmt_metrics(ours["metrics"]),
+            "docs": st["docs"]}
+
+
+def run_mmlu_cont_group(args, work: Path, lm_eval_tasks: Path, lm_cache: dict, details: list[str],
+                        known_details: list[str]) -> list[dict]:
+    """--mmlu-cont-group N: the whole group mmlu_continuation, the first N documents of every
+    subject, 0-shot. lm-eval runs its 57 continuation subjects (each an `include:` of its own
+    YAML over the shared CSVs as cais/mmlu rows) under a group written here as lm-eval's
+    tasks/mmlu/continuation/_mmlu.yaml defines it (four subgroups over the tags
+    mmlu_<category>_continuation, acc weighted by size); gpueval runs its group mmlu_continuation
+    (which the binary must find in its tasks/). Every subject's requests are compared, and the
+    five group scores: lm-eval's "mmlu_continuation", "mmlu_continuation::stem", "::other",
+    "::social sciences", "::humanities" against gpueval's mmlu_continuation and
+    mmlu_continuation_<category>."""
+    subjects = sorted(p.stem[len("mmlu_"):] for p in (lm_eval_tasks / "mmlu" / "continuation").glob("mmlu_*.yaml"))
+    saved = args.mmlu_cont, args.suite_limit
+    args.mmlu_cont, args.suite_limit = subjects, args.mmlu_cont_group
+    try:
+        prepare_suite(args, work, lm_eval_tasks)
+        names = [f"mmlu_{s}_continuation" for s in subjects]
+        agg = "    aggregate_metric_list:\n      - metric: acc\n        weight_by_size: true\n"
+        cats = {"stem": "stem", "other": "other", "social sciences": "social_sciences", "humanities": "humanities"}
+        (work / "lm_eval_tasks" / "mmlu_continuation_group.yaml").write_text(
+            "group: mmlu_continuation\ngroup_alias: mmlu (continuation)\ntask:\n"
+            + "".join(f"  - group: {g}\n    task:\n      - mmlu_{c}_continuation\n" + agg for g, c in cats.items())
+            + "aggregate_metric_list:\n  - metric: acc\n    weight_by_size: true\n"
+            + "metadata:\n  version: 2\n")
+        theirs = run_suite_lm_eval(args, work, ["mmlu_continuation"], 0, lm_cache, read=names)
+        label = f"mmlu_continuation (group: {len(names)} subjects x {args.mmlu_cont_group} docs)"
+        try:
+            ours = run_suite_gpueval(args, work, {"mmlu_continuation": "mmlu_continuation"}, ["mmlu_continuation"], 0,
+                                     tag="_group", read=names)
+        except (RuntimeError, OSError, KeyError, ValueError) as e:
+            details.append(f"{label}: gpueval failed: {e}")
+            return [{"task": label, "st": None, "lm": "-", "gp": "(gpueval failed)", "docs": 0}]
+    finally:
+        args.mmlu_cont, args.suite_limit = saved
+    total = None
+    for n in names:
+        st = compare_suite(n, ours[n], theirs[n], args.tol, details)
+        if st["over"]:
+            float64_reference(args, work, st["over"], lm_cache)
+            for o in st["over"]:
+                (known_details if o["explained"] else details).append(
+                    f"{n} doc {o['doc']} req {o['req']}: loglik gpueval {o['ours']!r} vs lm-eval {o['theirs']!r}; "
+                    f"float64 {o['f64']!r}")
+        if total is None:
+            total = st
+        else:
+            for k in ("docs", "requests", "prompts_same", "greedy_diff", "missing", "gen_same", "gen_docs",
+                      "doc_metric_diff", "target_diff"):
+                total[k] += st[k]
+            total["over"] += st["over"]
+            total["metric_diff"] += [f"{n} {m}" for m in st["metric_diff"]]
+            if st["max_delta"] is not None and (total["max_delta"] is None or st["max_delta"] > total["max_delta"]):
+                total["max_delta"], total["where"] = st["max_delta"], f"{n} {st['where']}"
+    lm_g, gp_g = theirs["__groups__"], ours["__groups__"]
+    pairs = [("mmlu_continuation", "mmlu_continuation")] + [(g, f"mmlu_continuation_{c}") for g, c in cats.items()]
+    lm_s, gp_s = [], []
+    for lg, gg in pairs:
+        # lm-eval 0.4.13 names an inline subgroup after its parent: "mmlu_continuation::stem".
+        b = (lm_g.get(lg) or lm_g.get(f"mmlu_continuation::{lg}") or {}).get("acc,none")
+        a = gp_g.get(gg, {}).get("acc,none")
+        lm_s.append(f"{lg} {b:.4f}" if b is not None else f"{lg} -")
+        gp_s.append(f"{gg.replace('mmlu_continuation_', '')} {a:.4f}" if a is not None else f"{gg} -")
+        if a is None or b is None or abs(a - b) > 1e-12:
+            total["metric_diff"].append(f"group {lg}")
+            details.append(f"{label}: group {lg} acc gpueval ({gg}) {a} vs lm-eval {b}")
+    return [{"task": label, "st": total, "lm": ", ".join(lm_s), "gp": ", ".join(gp_s), "docs": total["docs"]}]
+
+
+def suite_table(args, rows: list[dict], versions: str) -> list[str]:
+    bos = ("gpueval add_bos: auto vs lm-eval without add_bos_token (its default)" if args.suite_bos == "auto"
+           else "gpueval add_bos: false vs lm-eval add_bos_token=False")
+    lines = [f"Pretraining-suite tasks: gpueval vs lm-eval on {Path(args.model).name}, CPU float32, first "
+             f"{args.suite_limit} documents, batch_size 1, {bos}; {versions}",
+             "prompts identical = every request's context and continuation (generate_until: context and `until`); "
+             "equal? = prompts, |delta loglik| <= " f"{args.tol:g}, is_greedy, generations and filtered answers, "
+             "per-document and aggregated metrics (perplexity: relative tolerance).", "",
+             "| task | docs | requests | prompts identical | max abs delta loglikelihood | lm-eval metrics | "
+             "gpueval metrics | equal? |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        st = r["st"]
+        if st is None:
+            lines.append(f"| {r['task']} | {r['docs']} | - | - | - | {r['lm']} | {r['gp']} | NO (gpueval failed) |")
+            continue
+        why = []
+        if st["missing"]:
+            why.append(f"{st['missing']} docs' request lists differ")
+        if st["prompts_same"] != st["requests"]:
+            why.append("prompts")
+        if not loglik_ok(st, args.tol, args.strict):
+            why.append("loglik")
+        if st["greedy_diff"]:
+            why.append(f"is_greedy x{st['greedy_diff']}")
+        if st["gen_same"] != st["gen_docs"]:
+            why.append(f"generations {st['gen_same']}/{st['gen_docs']}")
+        if st["doc_metric_diff"]:
+            why.append(f"per-doc metrics x{st['doc_metric_diff']}")
+        if st["metric_diff"]:
+            why.append("metrics " + ", ".join(st["metric_diff"]))
+        eq = "yes" if suite_ok(st, args.tol, args.strict) else "NO (" + "; ".join(why) + ")"
+        if st["gen_docs"] and not why:
+            eq += f" (generations {st['gen_same']}/{st['gen_docs']})"
+        if st.get("target_diff"):
+            eq += f"; samples 'target' differs in {st['target_diff']} docs (not checked)"
+        md = "-" if st["max_delta"] is None else f"{st['max_delta']:.2e}"
+        if st["max_delta"] is not None and st["max_delta"] > args.tol and loglik_ok(st, args.tol):
+            md += f" (known {list(KNOWN).index('float32_sum') + 1})"
+        lines.append(f"| {r['task']} | {st['docs']} | {st['requests']} | {st['prompts_same']}/{st['requests']} | {md} "
+                     f"| {r['lm']} | {r['gp']} | {eq} |")
+    return lines
+
+
 # ----------------------------------------------------------------------------- comparison
 
 def compare(task: str, shots: str, ours: dict, theirs: dict, details: list[str], show: int = 3) -> dict:
@@ -503,7 +1085,8 @@ def fmt_acc(r: dict) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--gpueval", default=str(REPO / "build" / "gpueval"))
+    ap.add_argument("--gpueval", default=os.environ.get("GPUEVAL_BIN") or str(REPO / "build" / "gpueval"),
+                    help="the gpueval binary (default: $GPUEVAL_BIN, else build/gpueval)")
     ap.add_argument("--model", default=str(REPO / "models" / "stories260K"))
     ap.add_argument("--data", default=str(REPO.parent / "shared" / "data"))
     ap.add_argument("--work", help="work directory (default: a new temporary one, kept)")
@@ -515,7 +1098,22 @@ def main() -> int:
                          "leading_space (demo_perplexity's texts with a leading space: known to differ under "
                          "transformers 5, so not in the default), and gsm8k_sampler (gsm8k's few-shot prompts "
                          "drawn by lm-eval's default sampler: only the prompts are compared); '' for none")
+    ap.add_argument("--suite", default=",".join(SUITE),
+                    help="pretraining-suite tasks compared on their first --suite-limit documents, 0-shot: "
+                         + ", ".join(SUITE) + "; '' for none")
+    ap.add_argument("--mmlu-cont", default="abstract_algebra,anatomy,high_school_government_and_politics,"
+                    "world_religions", help="subjects of mmlu_<subject>_continuation to compare; '' for none")
+    ap.add_argument("--mmlu-cont-shots", default="0,5", help="n-shot settings for mmlu_<subject>_continuation")
+    ap.add_argument("--suite-limit", type=int, default=30, help="documents per suite task")
+    ap.add_argument("--mmlu-cont-group", type=int, default=0, metavar="N",
+                    help="also compare the group mmlu_continuation (all 57 subjects, first N documents each, "
+                         "0-shot, group scores included); 0 = off")
+    ap.add_argument("--suite-bos", choices=("auto", "false"), default="auto",
+                    help="auto: gpueval add_bos auto vs lm-eval's default; false: both without BOS")
     ap.add_argument("--tol", type=float, default=1e-4)
+    ap.add_argument("--tol-rel", type=float, default=1e-6,
+                    help="suite: a loglikelihood beyond --tol still counts (as known) when gpueval is within this "
+                         "relative distance of lm-eval's HFLM in float64 on the same request")
     ap.add_argument("--table", default=None, help="also write the table here (default: WORK/table.md)")
     ap.add_argument("--verbose", action="store_true", help="show gpueval's progress lines")
     ap.add_argument("--strict", action="store_true", help="fail on the known differences (KNOWN) too")
@@ -524,6 +1122,13 @@ def main() -> int:
     args.extra = [s for s in args.extra.split(",") if s]
     gsm8k_sampler = "gsm8k_sampler" in args.extra
     args.extra = [s for s in args.extra if s != "gsm8k_sampler"]
+    args.suite = [s for s in args.suite.split(",") if s]
+    unknown = [s for s in args.suite if s not in SUITE]
+    if unknown:
+        log(f"error: --suite: unknown task(s) {', '.join(unknown)} (known: {', '.join(SUITE)})")
+        return 2
+    args.mmlu_cont = [s for s in args.mmlu_cont.split(",") if s]
+    args.mmlu_cont_shots = [int(s) for s in args.mmlu_cont_shots.split(",") if s != ""]
     shots_list = [int(s) for s in args.shots.split(",") if s != ""]
 
     try:
@@ -590,6 +1195,11 @@ def main() -> int:
                         f"{t} {shots}-shot {what}: max |delta loglik| {st['max_delta']:.3g} at {st['where']}")
 
     sampler_rows = check_gsm8k_sampler(args, work, lm_cache) if gsm8k_sampler else []
+    suite_details: list[str] = []
+    suite_rows = (run_suite(args, work, lm_eval_tasks, lm_cache, suite_details, known_details)
+                  if (args.suite or args.mmlu_cont) else [])
+    if args.mmlu_cont_group > 0:
+        suite_rows += run_mmlu_cont_group(args, work, lm_eval_tasks, lm_cache, suite_details, known_details)
 
     lines = [f"gpueval vs lm-eval on {Path(args.model).name}, CPU float32, --limit {args.limit}, batch_size 1; {versions}",
              "BOS = gpueval add_bos: auto vs lm-eval add_bos_token=True; no-BOS = add_bos: false vs add_bos_token=False;",
@@ -600,7 +1210,7 @@ def main() -> int:
              "| task | n-shot | docs | requests | prompts identical | BOS: max abs delta loglik | BOS: acc | "
              "no-BOS: max abs delta loglik | no-BOS: acc | is_greedy/metric diffs | lm-eval default | BOS effect | "
              "samples 'target' identical |",
-             "|" + "---|" * 13]
+             "|" + "---|" * 13] if rows else []
     for r in rows:
         a, b = r["a"], r["b"]
         diffs = a["greedy_diff"] + b["greedy_diff"] + a["metric_diff"] + b["metric_diff"]
@@ -610,10 +1220,14 @@ def main() -> int:
                      f"| {a['max_delta']:.2e}{mark['BOS']} | {r['acc_a']} | {b['max_delta']:.2e}{mark['no-BOS']} "
                      f"| {r['acc_b']} | {diffs} | {r['default']} | {r['effect']:.3g} | {a['target_same']}/{a['docs']} |")
     if sampler_rows:
-        lines += ["", "gsm8k few-shot prompts, lm-eval's default sampler (seed 1234), lm-eval's gsm8k.yaml vs "
+        lines += ([""] if lines else []) + ["gsm8k few-shot prompts, lm-eval's default sampler (seed 1234), lm-eval's gsm8k.yaml vs "
                   "tasks/gsm8k/gsm8k.yaml:", "", "| case | docs | prompts identical |", "|---|---|---|"]
         lines += [f"| {r['case']} | {r['docs']} | {r['same']}/{r['docs']} |" for r in sampler_rows]
-    used = sorted({list(KNOWN.values()).index(v) + 1 for r in rows for v in r["known"].values()})
+    if suite_rows:
+        lines += ([""] if lines else []) + suite_table(args, suite_rows, versions)
+    used = sorted({list(KNOWN.values()).index(v) + 1 for r in rows for v in r["known"].values()} |
+                  ({list(KNOWN).index("float32_sum") + 1} if any(
+                      r["st"] and r["st"]["over"] and loglik_ok(r["st"], args.tol) for r in suite_rows) else set()))
     if used:
         lines.append("")
         lines += [f"known {k}: {list(KNOWN.values())[k - 1]}" for k in used]
@@ -629,10 +1243,11 @@ def main() -> int:
         (st["prompts_same"] != st["requests"] or st["max_delta"] > args.tol or st["greedy_diff"] or st["metric_diff"]
          or st["missing"]) and (args.strict or what not in r["known"])
         for r in rows for st, what in ((r["a"], "BOS"), (r["b"], "no-BOS"))) or any(
-        r["same"] != r["docs"] for r in sampler_rows)
+        r["same"] != r["docs"] for r in sampler_rows) or any(
+        r["st"] is None or not suite_ok(r["st"], args.tol, args.strict) for r in suite_rows)
     for d in known_details:
         log(f"KNOWN DIFFERENCE (see the notes under the table): {d}")
-    for d in problems + details:
+    for d in problems + details + suite_details:
         log(f"MISMATCH: {d}")
     log("FAIL" if failed else "OK: prompts identical and loglikelihoods within tolerance, with and without BOS")
     return 1 if failed else 0

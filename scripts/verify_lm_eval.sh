@@ -4,7 +4,9 @@
 # with lm-eval[hf] (torch, transformers, datasets) from PyPI, makes sure build/gpueval exists, and
 # runs scripts/verify_lm_eval.py with the given arguments, fully offline. Exit 1 on a mismatch.
 # Usage: scripts/verify_lm_eval.sh [--limit 20] [--shots 0,5] [--mmlu a,b,c] [--extra hellaswag,arc_easy]
-#                                  [--work DIR] [--table FILE]
+#                                  [--suite piqa,...] [--mmlu-cont a,b] [--mmlu-cont-shots 0,5]
+#                                  [--suite-limit 30] [--gpueval PATH] [--work DIR] [--table FILE]
+# e.g. LMEVAL_VENV=/work/venv-lmeval GPUEVAL_BIN=/work/main/build/gpueval scripts/verify_lm_eval.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv="${LMEVAL_VENV:-$(cd .. && pwd)/venv-lmeval}"
@@ -14,7 +16,11 @@ if ! "$venv/bin/python" -c 'import lm_eval, torch, transformers' 2>/dev/null; th
   "$venv/bin/pip" install -q --upgrade pip
   "$venv/bin/pip" install -q 'lm-eval[hf]'
 fi
-if [ ! -x build/gpueval ]; then
+# GPUEVAL_BIN=PATH (or --gpueval PATH) compares another binary and builds nothing.
+own_binary=1
+[ -n "${GPUEVAL_BIN:-}" ] && own_binary=0
+for a in "$@"; do case "$a" in --gpueval|--gpueval=*) own_binary=0 ;; esac; done
+if [ "$own_binary" = 1 ] && [ ! -x build/gpueval ]; then
   if [ -f build/build.ninja ]; then cmake --build build --target gpueval; else bash scripts/build.sh; fi
 fi
 export HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
