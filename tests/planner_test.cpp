@@ -164,8 +164,20 @@ TEST(Planner, LongInputsAreLeftTruncatedToMaxLengthPlusTheLastTarget) {
                               options(1 << 20, max_length));
   EXPECT_EQ(plan.truncated_requests, 1);
   EXPECT_EQ(rebatch(plan, options(10, max_length)).truncated_requests, 1);
-  // A continuation longer than the context window cannot be scored, as in lm-evaluation-harness.
-  EXPECT_THROW(make_plan({loglikelihood(7, "Hi", long_text(1))}, tokenizer(), options(1 << 20, 8)), Error);
+  // A continuation longer than the context window (where lm-evaluation-harness 0.4.13 fails):
+  // its last max_length tokens are scored, after the one before them, and the plan counts it.
+  const Plan cut = make_plan({loglikelihood(7, "Hi", long_text(1)), loglikelihood(8, "Hi", " there")}, tokenizer(),
+                             options(1 << 20, 8));
+  EXPECT_EQ(cut.long_continuations, 1);
+  EXPECT_EQ(cut.truncated_requests, 1);
+  const auto cont_tokens = concat({bos()}, encode("Hi" + long_text(1)));
+  for (const Batch& b : cut.batches) {
+    for (const WorkItem& item : b.items) {
+      if (item.request_index != 7) continue;
+      EXPECT_EQ(item.tokens, std::vector<int32_t>(cont_tokens.end() - 9, cont_tokens.end()));
+      EXPECT_EQ(item.first_target, 1);
+    }
+  }
 }
 
 TEST(Planner, RollingWindowsCoverTheTextExactlyOnce) {

@@ -69,6 +69,10 @@ void log_plan(const RunInputs& in, const Plan& plan, const PlanOptions& po) {
     std::cerr << fmt::format("[sched] warning: {} of {} requests are longer than the context of {} tokens and were "
                              "left-truncated, as lm-evaluation-harness does\n",
                              plan.truncated_requests, in.requests.size(), po.max_length);
+  if (plan.long_continuations > 0)
+    std::cerr << fmt::format("[sched] warning: {} requests have a continuation longer than the context of {} tokens: "
+                             "only its last {} tokens are scored (lm-evaluation-harness 0.4.13 fails on these)\n",
+                             plan.long_continuations, po.max_length, po.max_length);
   if (po.prefix_reuse)
     std::cerr << fmt::format("[sched] prefix reuse: {} tokens in rows + {} shared prefixes of {} tokens in all, "
                              "for {} requested ({:.2f}x fewer with one worker)\n",
@@ -105,6 +109,7 @@ RunSummary run_summary(const RunConfig& config, const RunInputs& in, const Budge
                       {"padding_fraction", plan.padding_fraction()},
                       {"oom_splits", report.stats.oom_splits},
                       {"truncated_requests", plan.truncated_requests},
+                      {"long_continuations", plan.long_continuations},
                       {"max_length", po.max_length}};
   summary.journal = journal.summary();
   summary.date = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() -

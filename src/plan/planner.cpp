@@ -140,9 +140,13 @@ class RequestEncoder {
       // A context of only whitespace, without BOS, would leave nothing to condition on.
       if (context_enc.empty()) context_enc.push_back(prefix_token());
     }
-    const int64_t cont = static_cast<int64_t>(continuation_enc.size());
-    if (cont > options_.max_length)
-      throw Error(fmt::format("continuation of {} tokens exceeds max_length {}", cont, options_.max_length));
+    int64_t cont = static_cast<int64_t>(continuation_enc.size());
+    if (cont > options_.max_length) {
+      // No context fits: the continuation's last max_length tokens are scored, conditioned on
+      // the one before them (lm-evaluation-harness 0.4.13 fails on such a request).
+      ++long_continuations_;
+      cont = options_.max_length;
+    }
     WorkItem item = base_item(r);
     item.tokens = context_enc;
     item.tokens.insert(item.tokens.end(), continuation_enc.begin(), continuation_enc.end());
@@ -207,11 +211,13 @@ class RequestEncoder {
 
  public:
   mutable std::atomic<int64_t> truncated_{0};  // requests left-truncated to fit the context
+  mutable std::atomic<int64_t> long_continuations_{0};  // of those, continuations longer than the context
 };
 
 // Work items of every request, in request order; errors name the request.
 std::vector<std::vector<WorkItem>> encode_all(const std::vector<Request>& requests, const Tokenizer& tokenizer,
-                                              const PlanOptions& options, int64_t* truncated) {
+                                              const PlanOptions& options, int64_t* truncated,
+                                              int64_t* long_continuations) {
   const RequestEncoder encoder(tokenizer, options);
   const size_t n = requests.size();
   std::vector<std::vector<WorkItem>> items(n);
@@ -244,6 +250,7 @@ std::vector<std::vector<WorkItem>> encode_all(const std::vector<Request>& reques
     }
   }
   *truncated = encoder.truncated_.load();
+  *long_continuations = encoder.long_continuations_.load();
   return items;
 }
 
@@ -468,7 +475,7 @@ Plan make_plan(const std::vector<Request>& requests, const Tokenizer& tokenizer,
   Plan plan;
   plan.num_requests = static_cast<int64_t>(requests.size());
   std::vector<WorkItem> items;
-  std::vector<std::vector<WorkItem>> encoded = encode_all(requests, tokenizer, options, &plan.truncated_requests);
+  std::vector<std::vector<WorkItem>> encoded = encode_all(requests, tokenizer, options, &plan.truncated_requests, &plan.long_continuations);
   mark_families(requests, encoded);
   for (auto& per_request : encoded) {
     for (WorkItem& item : per_request) {
@@ -488,6 +495,7 @@ Plan rebatch(const Plan& plan, const PlanOptions& options) {
   out.num_items = plan.num_items;
   out.total_tokens = plan.total_tokens;
   out.truncated_requests = plan.truncated_requests;
+  out.long_continuations = plan.long_continuations;
   std::vector<WorkItem> items;
   for (const Batch& b : plan.batches) items.insert(items.end(), b.items.begin(), b.items.end());
   batch_items(std::move(items), options, out);

@@ -94,6 +94,9 @@ struct Plan {
   int64_t padded_tokens = 0;  // sum of batch padded_tokens
   int64_t num_prefixes = 0;   // distinct prefixes (prefix ids 0 .. num_prefixes-1)
   int64_t truncated_requests = 0;  // loglikelihood/generate_until requests left-truncated to fit max_length
+  // Of those, loglikelihood requests whose continuation alone is longer than max_length: only
+  // its last max_length tokens are scored (lm-eval 0.4.13 fails on these).
+  int64_t long_continuations = 0;
   double padding_fraction() const;  // 1 - rows/padded; 0 for an empty plan
 };
 
