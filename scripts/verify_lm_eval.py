@@ -84,8 +84,9 @@ Measured 2026-11-29 in 2 min 38 s on 2 shared cores, command (from the repositor
 
   known 1: loglikelihood_rolling with add_bos_token=True (and lm-eval 0.4.13's default, which follows the tokenizer): HFLM tok_encode()s the text WITH BOS and get_rolling_token_windows() prefixes BOS again, so the first window is [BOS, BOS, t1, ...] and P(BOS|BOS) is scored as a text token; gpueval scores [BOS, t1, ...] (= lm-eval with add_bos_token=False).
 
-Pretraining-suite tasks, measured 2026-12-01 (gpueval: /work/main/build/gpueval built 14:15 UTC, main
-bf32eb2; 1 min 5 s for the whole default run on 2 shared cores):
+Pretraining-suite tasks, measured 2026-12-01 with /work/main/build/gpueval built 14:15 UTC (main bf32eb2),
+and again, identical, with its 14:31 UTC build (main a670f47 plus planner work in progress), which also
+ran the every-document and group runs below; 1 min 5 s for the whole default run on 2 shared cores:
   LMEVAL_VENV=/work/venv-lmeval GPUEVAL_BIN=/work/main/build/gpueval scripts/verify_lm_eval.sh --work /tmp/vfinal --table /tmp/vfinal-table.md
   (defaults: --suite piqa,openbookqa,winogrande,boolq,copa,lambada_openai,triviaqa --suite-limit 30
    --mmlu-cont abstract_algebra,anatomy,high_school_government_and_politics,world_religions --mmlu-cont-shots 0,5)
@@ -130,7 +131,7 @@ bf32eb2; 1 min 5 s for the whole default run on 2 shared cores):
     1.15e-4; float64 -1209.04160, gpueval -1209.04162, lm-eval -1209.04150), known 3;
   - --mmlu-cont-group 5 (57 subjects x 5 documents, 1140 requests; needs a binary whose tasks/ has
     mmlu_continuation): mmlu_continuation 0.2561, stem 0.2947, other 0.2000, social sciences 0.3000,
-    humanities 0.2154 on both sides.
+    humanities 0.2154 on both sides; one request beyond 1e-4 (1.16e-4 at |ll| 257), known 3.
 
   known 3: float32 rounding, see KNOWN["float32_sum"] and float64_reference().
 """
