@@ -273,6 +273,27 @@ TEST(TrendReportTest, SuiteScoreHasAColumnAndAChart) {
   EXPECT_LT(html.find("id=\"group-pretraining\""), html.find("id=\"task-piqa\""));
 }
 
+// A suite comes before the groups under it, whatever order the history lists them in: groups
+// are shown widest (most documents) first.
+TEST(TrendReportTest, TheWidestGroupComesFirst) {
+  ScoredCheckpoint sc;
+  sc.checkpoint.name = "step-1";
+  auto row = [](const std::string& task, const std::string& metric, int64_t n, bool group) {
+    ScoreRow r;
+    r.task = task;
+    r.metric = metric;
+    r.value = 0.5;
+    r.n = n;
+    r.is_group = group;
+    return r;
+  };
+  sc.scores = {row("mmlu_stem", "acc", 30, true), row("piqa", "acc", 10, false), row("mmlu", "acc", 100, true),
+               row("suite", "score", 110, true)};
+  const std::string md = trend_table({sc});
+  EXPECT_THAT(md, HasSubstr("| checkpoint | group suite score ↑ | Δ | group mmlu acc ↑ | Δ | group mmlu_stem acc ↑ | Δ | "
+                            "piqa acc ↑ | Δ |"));
+}
+
 TEST(ChartTest, DecadesAndTheirLabels) {
   EXPECT_EQ(chart::decade_range(45.7, 2.3e6), (std::pair<int, int>{1, 7}));
   EXPECT_EQ(chart::decade_range(100, 100), (std::pair<int, int>{2, 3}));

@@ -45,6 +45,17 @@ std::vector<Column> columns_of(const std::vector<ScoredCheckpoint>& trend) {
   return out;
 }
 
+// The order reports show columns in: groups first, the widest (most documents) first, so a
+// suite comes before the groups under it and mmlu before its categories; then the tasks, each
+// in first-seen order.
+std::vector<Column> display_columns(const std::vector<ScoredCheckpoint>& trend) {
+  std::vector<Column> columns = columns_of(trend);
+  std::stable_partition(columns.begin(), columns.end(), [](const Column& c) { return c.first.is_group; });
+  const auto groups_end = std::find_if(columns.begin(), columns.end(), [](const Column& c) { return !c.first.is_group; });
+  std::stable_sort(columns.begin(), groups_end, [](const Column& a, const Column& b) { return a.first.n > b.first.n; });
+  return columns;
+}
+
 const ScoreRow* find_row(const ScoredCheckpoint& sc, const RowKey& key) {
   for (const ScoreRow& r : sc.scores) {
     if (key_of(r) == key) return &r;
@@ -313,9 +324,8 @@ TrendData load_trend(const History& history, const std::string& config_fingerpri
 
 std::string trend_table(const std::vector<ScoredCheckpoint>& trend, const std::vector<CheckpointStep>* steps,
                         const std::string& task) {
-  std::vector<Column> columns = columns_of(trend);
-  // Groups (a suite score among them) first, as report.html shows them, then tasks.
-  std::stable_partition(columns.begin(), columns.end(), [](const Column& c) { return c.first.is_group; });
+  // Groups (a suite score first) before tasks, as report.html shows them.
+  std::vector<Column> columns = display_columns(trend);
   if (!task.empty()) {
     columns.erase(std::remove_if(columns.begin(), columns.end(), [&](const Column& c) { return c.first.task != task; }),
                   columns.end());
@@ -440,9 +450,8 @@ std::string trend_html(const TrendData& data) {
   }
   out += "</table>\n";
 
-  // Groups first, then tasks, each in first-seen order.
-  std::vector<Column> columns = columns_of(data.trend);
-  std::stable_partition(columns.begin(), columns.end(), [](const Column& c) { return c.first.is_group; });
+  // Groups first (the widest, a suite, on top), then tasks.
+  std::vector<Column> columns = display_columns(data.trend);
   out += "<p class=\"note\">Per group and task, its primary metric at each checkpoint (oldest on the left); the "
          "band spans &#177;1 standard error; a dashed line marks the chance level of a multiple-choice score (a "
          "uniform guess among the choices), and perplexities are on a log scale. b and c count the documents that went right&#8594;wrong and "
