@@ -8,20 +8,6 @@
 namespace gpueval {
 namespace {
 
-std::string replace_all(const std::string& s, const std::string& from, const std::string& to) {
-  std::string out;
-  size_t pos = 0;
-  while (true) {
-    const size_t hit = s.find(from, pos);
-    if (hit == std::string::npos) break;
-    out.append(s, pos, hit - pos);
-    out += to;
-    pos = hit + from.size();
-  }
-  out.append(s, pos, std::string::npos);
-  return out;
-}
-
 bool is_string_list(const nlohmann::json& v) {
   if (!v.is_array()) return false;
   for (const auto& item : v) {
@@ -286,7 +272,7 @@ std::string python_capitalize(const std::string& s) {
 }
 
 std::string hellaswag_preprocess(const std::string& text) {
-  const std::string titled = replace_all(py::strip(text), " [title]", ". ");
+  const std::string titled = py::replace(py::strip(text), " [title]", ". ");
   std::string unbracketed;
   size_t pos = 0;
   while (pos < titled.size()) {
@@ -299,7 +285,7 @@ std::string hellaswag_preprocess(const std::string& text) {
     }
     unbracketed += titled[pos++];
   }
-  return replace_all(unbracketed, "  ", " ");
+  return py::replace(unbracketed, "  ", " ");
 }
 
 }  // namespace gpueval
