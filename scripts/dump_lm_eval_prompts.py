@@ -17,16 +17,10 @@ from pathlib import Path
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 REPO = Path(__file__).resolve().parent.parent
 
-# task -> (lm-eval's YAML under lm_eval/tasks, the split gpueval's file stands for, file under the data root)
-TASKS = {
-    "piqa": ("piqa/piqa.yaml", "validation", "piqa/piqa.jsonl"),
-    "openbookqa": ("openbookqa/openbookqa.yaml", "test", "openbookqa/openbookqa.jsonl"),
-    "boolq": ("super_glue/boolq/default.yaml", "validation", "boolq/boolq.jsonl"),
-    "copa": ("super_glue/copa/default.yaml", "validation", "copa/copa.jsonl"),
-    "winogrande": ("winogrande/default.yaml", "validation", "winogrande/winogrande.jsonl"),
-    "lambada_openai": ("lambada/lambada_openai.yaml", "test", "lambada_openai/lambada_openai.jsonl"),
-    "triviaqa": ("triviaqa/default.yaml", "validation", "triviaqa/triviaqa.jsonl"),
-}
+# task -> (lm-eval's YAML under lm_eval/tasks, the split gpueval's file stands for, file under the data
+# root): verify_lm_eval.py's table, so the two scripts compare the same tasks.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from verify_lm_eval import SUITE as TASKS  # noqa: E402
 
 
 def main() -> int:

@@ -240,6 +240,23 @@ def arc_rows(path: Path, n: int) -> list[dict]:
     return rows
 
 
+def write_mmlu_task(data: Path, dd: Path, yaml_path: Path, builtin: Path, subject: str) -> None:
+    """One MMLU subject as cais/mmlu JSONL (test and dev) and an lm-eval task YAML that includes
+    lm-eval's own `builtin` over those files."""
+    test = dd / f"mmlu_{subject}_test.jsonl"
+    dev = dd / f"mmlu_{subject}_dev.jsonl"
+    write_jsonl(test, mmlu_rows(data / "mmlu" / "test" / f"{subject}_test.csv", subject))
+    write_jsonl(dev, mmlu_rows(data / "mmlu" / "dev" / f"{subject}_dev.csv", subject))
+    if not builtin.exists():
+        raise SystemExit(f"{builtin}: no such lm-eval task")
+    yaml_path.write_text(
+        f"include: {builtin}\n"
+        "dataset_path: json\n"
+        "dataset_name: null\n"
+        "dataset_kwargs:\n"
+        f"  data_files:\n    test: {test}\n    dev: {dev}\n")
+
+
 def yaml_str(s: str) -> str:
     return json.dumps(s)  # a JSON string is a valid YAML double-quoted scalar
 
@@ -253,19 +270,8 @@ def prepare_tasks(args, work: Path, lm_eval_tasks: Path) -> dict:
         d.mkdir(parents=True, exist_ok=True)
     specs = {}
     for subject in args.mmlu:
-        test = dd / f"mmlu_{subject}_test.jsonl"
-        dev = dd / f"mmlu_{subject}_dev.jsonl"
-        write_jsonl(test, mmlu_rows(data / "mmlu" / "test" / f"{subject}_test.csv", subject))
-        write_jsonl(dev, mmlu_rows(data / "mmlu" / "dev" / f"{subject}_dev.csv", subject))
-        builtin = lm_eval_tasks / "mmlu" / "default" / f"mmlu_{subject}.yaml"
-        if not builtin.exists():
-            raise SystemExit(f"{builtin}: no such lm-eval task")
-        (lm_dir / f"mmlu_{subject}.yaml").write_text(
-            f"include: {builtin}\n"
-            "dataset_path: json\n"
-            "dataset_name: null\n"
-            "dataset_kwargs:\n"
-            f"  data_files:\n    test: {test}\n    dev: {dev}\n")
+        write_mmlu_task(data, dd, lm_dir / f"mmlu_{subject}.yaml",
+                        lm_eval_tasks / "mmlu" / "default" / f"mmlu_{subject}.yaml", subject)
         specs[f"mmlu_{subject}"] = f"mmlu_{subject}"
     n_extra = args.limit if args.limit else 10**9
     metrics = ("metric_list:\n"
@@ -573,19 +579,8 @@ def prepare_suite(args, work: Path, lm_eval_tasks: Path) -> dict:
         specs[task] = str(own) if own.exists() else task
     for subject in args.mmlu_cont:
         name = f"mmlu_{subject}_continuation"
-        test = dd / f"mmlu_{subject}_test.jsonl"
-        dev = dd / f"mmlu_{subject}_dev.jsonl"
-        write_jsonl(test, mmlu_rows(data / "mmlu" / "test" / f"{subject}_test.csv", subject))
-        write_jsonl(dev, mmlu_rows(data / "mmlu" / "dev" / f"{subject}_dev.csv", subject))
-        builtin = lm_eval_tasks / "mmlu" / "continuation" / f"mmlu_{subject}.yaml"
-        if not builtin.exists():
-            raise SystemExit(f"{builtin}: no such lm-eval task")
-        (lm_dir / f"{name}.yaml").write_text(
-            f"include: {builtin}\n"
-            "dataset_path: json\n"
-            "dataset_name: null\n"
-            "dataset_kwargs:\n"
-            f"  data_files:\n    test: {test}\n    dev: {dev}\n")
+        write_mmlu_task(data, dd, lm_dir / f"{name}.yaml",
+                        lm_eval_tasks / "mmlu" / "continuation" / f"mmlu_{subject}.yaml", subject)
         own = REPO / "tasks" / "mmlu_continuation" / f"{name}.yaml"
         specs[name] = str(own) if own.exists() else name
     return specs
