@@ -166,11 +166,12 @@ class Parser {
     return s;
   }
 
-  NodePtr make(Node::Kind kind, std::string name, std::vector<NodePtr> args, size_t begin_token) {
+  NodePtr make(Node::Kind kind, std::string name, std::vector<NodePtr> args, size_t begin_token, json literal = {}) {
     auto n = std::make_shared<Node>();
     n->kind = kind;
     n->name = std::move(name);
     n->args = std::move(args);
+    n->literal = std::move(literal);
     n->source = text_from(begin_token);
     return n;
   }
@@ -314,11 +315,7 @@ class Parser {
     unexpected();
   }
 
-  NodePtr literal(json value, size_t begin) {
-    NodePtr n = make(Node::Kind::kLiteral, "", {}, begin);
-    const_cast<Node&>(*n).literal = std::move(value);
-    return n;
-  }
+  NodePtr literal(json value, size_t begin) { return make(Node::Kind::kLiteral, "", {}, begin, std::move(value)); }
 
   // .name, .0, [expr], [a:b:c] and method calls .name(args).
   NodePtr postfix(NodePtr node, size_t start) {
@@ -483,7 +480,7 @@ class Evaluator {
       case Node::Kind::kSlice: return slice(n);
       case Node::Kind::kMethod: return method(n);
       case Node::Kind::kFilter: return filter(n);
-      case Node::Kind::kBinary: return binary(n.name, eval(*n.args[0]), eval(*n.args[1]), n);
+      case Node::Kind::kBinary: return binary(n.name, eval(*n.args[0]), eval(*n.args[1]));
       case Node::Kind::kNeg: {
         const json v = eval(*n.args[0]);
         if (is_int(v)) return -as_int(v);
@@ -696,8 +693,7 @@ class Evaluator {
     error("unknown filter '" + f + "'");
   }
 
-  json binary(const std::string& op, const json& a, const json& b, const Node& n) {
-    (void)n;
+  json binary(const std::string& op, const json& a, const json& b) {
     if (op == "~") return py::str(a) + py::str(b);
     if (op == "+") {
       if (a.is_string() && b.is_string()) return a.get<std::string>() + b.get<std::string>();
