@@ -23,7 +23,8 @@ ALLOWED = {
     'report': {'tasks', 'plan', 'aggregate', 'store'},
     'run': {'model', 'tokenizer', 'plan'},
     'evaluation': {'model', 'tokenizer', 'tasks', 'plan', 'run', 'aggregate', 'store', 'report'},
-    'cli': {'model', 'tokenizer', 'tasks', 'plan', 'run', 'aggregate', 'store', 'report', 'evaluation'},
+    'cluster': {'model', 'tokenizer', 'tasks', 'plan', 'run', 'aggregate', 'store', 'report', 'evaluation'},
+    'cli': {'model', 'tokenizer', 'tasks', 'plan', 'run', 'aggregate', 'store', 'report', 'evaluation', 'cluster'},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 

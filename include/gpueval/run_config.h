@@ -83,11 +83,25 @@ struct RunConfig {
 // falls back to the default above.
 RunConfig load_run_config(const std::string& path);
 
+// A config from RunConfig::to_json() (a sharded run's plan.json keeps one): the same checks as a
+// file's, errors naming `source`; relative paths resolve against `base_dir`.
+RunConfig run_config_from_json(const nlohmann::json& j, const std::string& source, const std::string& base_dir);
+
+// The config as a file's keys (to_json() without `source` and unset values, `models` as
+// `model`): JSON is YAML, so load_run_config() reads it back as this config.
+nlohmann::json run_config_file(const RunConfig& config);
+
+// The same config with every path (checkpoints, task files, data roots, output, history,
+// calibration cache) absolute, relative ones taken from the working directory: what a config
+// must be to mean the same on another machine with another working directory.
+RunConfig with_absolute_paths(const RunConfig& config);
+
 // Command-line flags that override the file; an unset field leaves the file's value.
 struct ConfigOverrides {
   std::optional<std::vector<std::string>> model;  // --model (repeatable; globs allowed): replaces the file's models
   std::optional<std::string> output;  // --output
   std::optional<std::string> batch_size;  // --batch-size
+  std::optional<int64_t> batch_tokens;    // --batch-tokens
   std::optional<std::string> gpus;    // --gpus
   std::optional<int64_t> limit;       // --limit
   std::optional<int64_t> num_fewshot; // --num-fewshot

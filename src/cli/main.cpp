@@ -11,8 +11,10 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
+#include "common/file_io.h"
 #include "common/strings.h"
 #include "evaluation/calibration.h"
+#include "gpueval/cluster.h"
 #include "gpueval/error.h"
 #include "gpueval/evaluation.h"
 #include "gpueval/run_config.h"
@@ -57,14 +59,13 @@ void add_selection_flags(CLI::App* cmd, ConfigOverrides& o) {
 struct RunFlags {
   std::string config;
   ConfigOverrides overrides;
+  std::string shard;
   bool recalibrate = false;
   bool fresh = false;
 };
 
-CLI::App* add_run_command(CLI::App& app, RunFlags& f) {
-  auto* cmd = app.add_subcommand("run", "evaluate a model on a config's tasks, one worker per device (default)");
-  ConfigOverrides& o = f.overrides;
-  cmd->add_option("config", f.config, "run configuration (YAML)")->required();
+// The flags that change what a run (or a sharded run's plan) computes and where it writes.
+void add_run_flags(CLI::App* cmd, ConfigOverrides& o) {
   add_selection_flags(cmd, o);
   cmd->add_option_function<std::vector<std::string>>(
          "--model", [&](const std::vector<std::string>& v) { o.model = v; },
@@ -80,11 +81,24 @@ CLI::App* add_run_command(CLI::App& app, RunFlags& f) {
                                         "output directory (overrides the config)");
   cmd->add_option_function<std::string>("--batch-size", [&](const std::string& v) { o.batch_size = v; },
                                         "auto or the most sequences per batch");
+  cmd->add_option_function<int64_t>("--batch-tokens", [&](const int64_t& v) { o.batch_tokens = v; },
+                                    "token budget per batch (overrides calibration)");
   cmd->add_option_function<uint64_t>("--seed", [&](const uint64_t& v) { o.seed = v; }, "run seed");
   cmd->add_option_function<std::string>("--add-bos", [&](const std::string& v) { o.add_bos = v; },
                                         "auto|true|false: start contexts with BOS (auto: as the tokenizer does)");
   cmd->add_option_function<std::string>("--prefix-reuse", [&](const std::string& v) { o.prefix_reuse = v; },
                                         "on|off: compute shared contexts and few-shot prefixes once (default on)");
+}
+
+CLI::App* add_run_command(CLI::App& app, RunFlags& f) {
+  auto* cmd = app.add_subcommand("run", "evaluate a model on a config's tasks, one worker per device (default)");
+  cmd->add_option("config", f.config,
+                  "run configuration (YAML), or the directory of a sharded run's plan (with --shard)")
+      ->required();
+  add_run_flags(cmd, f.overrides);
+  cmd->add_option("--shard", f.shard,
+                  "i/N: run shard i of a sharded run's plan (gpueval plan); default: SLURM_ARRAY_TASK_ID or "
+                  "JOB_COMPLETION_INDEX where the output holds a plan");
   cmd->add_flag("--recalibrate", f.recalibrate, "probe batch budgets even when the calibration cache has them");
   cmd->add_flag("--fresh", f.fresh,
                 "start over: discard the journal instead of resuming from it, and score again the checkpoints the "
@@ -203,9 +217,66 @@ CLI::App* add_history_command(CLI::App& app, gpueval::HistoryCommand& h) {
   return cmd;
 }
 
+struct PlanFlags {
+  std::string config;
+  ConfigOverrides overrides;
+  int shards = 1;
+  bool recalibrate = false;
+  bool fresh = false;
+};
+
+CLI::App* add_plan_command(CLI::App& app, PlanFlags& f) {
+  auto* cmd = app.add_subcommand("plan", "plan a sharded run once: <output>/plan.json, which every shard and the "
+                                         "merge read (gpueval run DIR --shard i/N, gpueval merge DIR)");
+  cmd->add_option("config", f.config, "run configuration (YAML)")->required();
+  cmd->add_option("--shards", f.shards, "how many shards (machines, job array tasks)")->required()->check(
+      CLI::PositiveNumber);
+  add_run_flags(cmd, f.overrides);
+  cmd->add_flag("--recalibrate", f.recalibrate, "probe the batch budget even when the calibration cache has it");
+  cmd->add_flag("--fresh", f.fresh, "start over: delete the shards' journals, plan checkpoints the history holds");
+  return cmd;
+}
+
+struct StatusFlags {
+  std::string dir;
+  bool json = false;
+};
+
+struct SlurmFlags {
+  std::string config;
+  ConfigOverrides overrides;
+  gpueval::SlurmOptions options;
+};
+
+CLI::App* add_slurm_command(CLI::App& app, SlurmFlags& f) {
+  auto* cmd = app.add_subcommand("slurm", "write (and with --submit, submit) the Slurm jobs of a sharded run: the "
+                                          "plan, a job array of shards, the merge");
+  gpueval::SlurmOptions& o = f.options;
+  cmd->add_option("config", f.config, "run configuration (YAML)")->required();
+  cmd->add_option("--nodes", o.nodes, "nodes, one shard each")->required()->check(CLI::PositiveNumber);
+  cmd->add_option("--gpus-per-node", o.gpus_per_node, "GPUs per node, one worker each (0: CPU workers)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--cpu-workers", o.cpu_workers, "CPU workers per node when --gpus-per-node is 0")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--cpus-per-task", o.cpus_per_task, "CPUs per shard (default: what its workers use)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--partition", o.partition, "Slurm partition");
+  cmd->add_option("--time", o.time, "time limit per job (Slurm's format, e.g. 4:00:00)");
+  cmd->add_option("--account", o.account, "Slurm account");
+  cmd->add_option("--qos", o.qos, "Slurm QOS");
+  cmd->add_option("--mem", o.mem, "memory per node (Slurm's --mem)");
+  cmd->add_option("--sbatch-arg", o.sbatch_args, "another #SBATCH option, verbatim (repeatable), e.g. --constraint=h100")
+      ->allow_extra_args(false);
+  cmd->add_option("--max-requeues", o.max_requeues, "times a shard killed on its node is requeued")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--submit", o.submit, "submit the jobs with sbatch (else write the scripts only)");
+  add_run_flags(cmd, f.overrides);
+  return cmd;
+}
+
 // `gpueval --gpus 0-3 configs/mmlu.yaml` is `gpueval run --gpus 0-3 configs/mmlu.yaml`.
 std::vector<std::string> with_default_subcommand(int argc, char** argv) {
-  static const char* kSubcommands[] = {"run", "worker", "generate", "logits", "tokenize", "score", "convert-llama2c", "init-model", "report", "calibrate", "history"};
+  static const char* kSubcommands[] = {"run", "worker", "generate", "logits", "tokenize", "score", "convert-llama2c", "init-model", "report", "calibrate", "history", "plan", "merge", "status", "slurm"};
   std::vector<std::string> args(argv, argv + argc);
   bool has_subcommand = false, looks_like_run = false;
   for (int i = 1; i < argc; ++i) {
@@ -224,14 +295,44 @@ std::string self_executable(const char* argv0) {
   return argv0;
 }
 
-int run_command(const RunFlags& f, const char* argv0) {
-  gpueval::RunConfig config = gpueval::load_run_config(f.config);
-  gpueval::apply_overrides(config, f.overrides);
+gpueval::EvaluationOptions evaluation_options(const char* argv0, bool recalibrate, bool fresh) {
   gpueval::EvaluationOptions eo;
   eo.executable = self_executable(argv0);
   eo.live_progress = ::isatty(2) != 0;
-  eo.recalibrate = f.recalibrate;
-  eo.fresh = f.fresh;
+  eo.recalibrate = recalibrate;
+  eo.fresh = fresh;
+  return eo;
+}
+
+// Whether any flag but --gpus and --fresh is set: those change what is computed, which a shard
+// takes from its plan.
+bool changes_the_plan(const ConfigOverrides& o) {
+  return o.model || o.output || o.batch_size || o.batch_tokens || o.limit || o.num_fewshot || o.seed || o.add_bos ||
+         o.prefix_reuse || o.max_memory || o.history || o.fail_on_regression || o.tasks || !o.data.empty();
+}
+
+// `gpueval run CONFIG`, one machine; or one shard of a sharded run: `gpueval run DIR --shard i/N`,
+// or CONFIG whose output holds a plan (the shard from --shard or the environment).
+int run_command(const RunFlags& f, const char* argv0) {
+  const gpueval::EvaluationOptions eo = evaluation_options(argv0, f.recalibrate, f.fresh);
+  std::optional<gpueval::ShardId> shard;
+  if (!f.shard.empty()) shard = gpueval::parse_shard(f.shard);
+  gpueval::ShardRunOptions so{eo, f.overrides.gpus.value_or("")};
+  if (gpueval::io::is_directory(f.config)) {
+    if (changes_the_plan(f.overrides))
+      throw gpueval::Error(f.config + ": a shard runs its plan as planned; only --gpus, --shard and --fresh apply "
+                                      "(make the plan again to change it)");
+    return gpueval::run_shard_command(f.config, shard, so);
+  }
+  gpueval::RunConfig config = gpueval::load_run_config(f.config);
+  gpueval::apply_overrides(config, f.overrides);
+  if (gpueval::io::path_exists(config.output + "/plan.json")) {
+    so.config = config;
+    return gpueval::run_shard_command(config.output, shard, so);
+  }
+  if (shard)
+    throw gpueval::Error(fmt::format("--shard {}: {} holds no plan; make one first: gpueval plan {} --shards {}",
+                                     f.shard, config.output, f.config, shard->count));
   return gpueval::run_evaluation(config, eo);
 }
 
@@ -262,7 +363,18 @@ int main(int argc, char** argv) {
   gpueval::InitModelCommand init;
   ReportFlags report;
   gpueval::HistoryCommand history;
+  PlanFlags plan;
+  StatusFlags status;
+  std::string merge_dir;
+  SlurmFlags slurm;
   auto* run_cmd = add_run_command(app, run);
+  auto* plan_cmd = add_plan_command(app, plan);
+  auto* merge_cmd = app.add_subcommand("merge", "merge every shard of a sharded run into its reports and history");
+  merge_cmd->add_option("dir", merge_dir, "the sharded run's directory (with plan.json)")->required();
+  auto* status_cmd = app.add_subcommand("status", "each shard of a sharded run: done, running, failed, pending; ETA");
+  status_cmd->add_option("dir", status.dir, "the sharded run's directory (with plan.json)")->required();
+  status_cmd->add_flag("--json", status.json, "one JSON object instead of the table");
+  auto* slurm_cmd = add_slurm_command(app, slurm);
   auto* worker_cmd = app.add_subcommand("worker", "")->group("");  // started by the scheduler only
   auto* calibrate_cmd = add_calibrate_command(app, calibrate);
   auto* generate_cmd = add_generate_command(app, generate);
@@ -286,6 +398,20 @@ int main(int argc, char** argv) {
     if (*worker_cmd) return gpueval::run_worker();
     if (*run_cmd) return run_command(run, argv[0]);
     if (*calibrate_cmd) return calibrate_command(calibrate, argv[0]);
+    if (*plan_cmd) {
+      gpueval::RunConfig config = gpueval::load_run_config(plan.config);
+      gpueval::apply_overrides(config, plan.overrides);
+      return gpueval::run_plan_command(config, plan.shards, evaluation_options(argv[0], plan.recalibrate, plan.fresh));
+    }
+    if (*merge_cmd) return gpueval::run_merge_command(merge_dir, evaluation_options(argv[0], false, false));
+    if (*status_cmd) return gpueval::run_status_command(status.dir, status.json, std::cout);
+    if (*slurm_cmd) {
+      gpueval::RunConfig config = gpueval::load_run_config(slurm.config);
+      gpueval::apply_overrides(config, slurm.overrides);
+      slurm.options.config_path = slurm.config;
+      slurm.options.executable = self_executable(argv[0]);
+      return gpueval::run_slurm_command(config, slurm.options, std::cout);
+    }
     if (*generate_cmd) gpueval::run_generate(generate, std::cout);
     else if (*logits_cmd) gpueval::run_logits(logits, std::cout);
     else if (*tokenize_cmd) gpueval::run_tokenize(tokenize, std::cin, std::cout);

@@ -21,13 +21,26 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The batch budget a checkpoint's plan is cut under, and where it came from: the config's
-// (a number), the journal's (so a resumed run plans as the interrupted one did), or calibration's
-// (probed, or read from the calibration cache). Re-cuts `plan` when the budget changes.
-struct Budget {
-  PlanOptions options;
-  std::string source = "config";  // config | journal | probed | cache
-};
+}  // namespace
+
+Budget calibrated_budget(const RunConfig& config, const EvaluationOptions& options, const RunInputs& in, Plan& plan) {
+  Budget b{in.plan_options, "config"};
+  PlanOptions& po = b.options;
+  if (config.batch_size != "auto" || config.batch_tokens > 0) return b;
+  CalibrationOptions co = calibration_options(config, options.executable, in.model_dir,
+                                              std::max<int64_t>(1, longest_item(plan)), options.recalibrate);
+  co.log_dir = config.output + "/logs";
+  const std::vector<DeviceBudget> budgets = calibrate_devices(in.slots, co);
+  po.batch_tokens = budgets.front().batch_tokens;
+  b.source = budgets.front().source;
+  for (const DeviceBudget& d : budgets)
+    if (d.batch_tokens < po.batch_tokens) {
+      po.batch_tokens = d.batch_tokens;
+      b.source = d.source;
+    }
+  plan = rebatch(plan, po);  // the same items, cut under the chosen budget
+  return b;
+}
 
 Budget choose_budget(const RunConfig& config, const EvaluationOptions& options, const RunInputs& in,
                      RunJournal& journal, Plan& plan) {
@@ -40,18 +53,7 @@ Budget choose_budget(const RunConfig& config, const EvaluationOptions& options, 
     b.source = "journal";
     plan = rebatch(plan, po);
   } else if (auto_budget) {
-    CalibrationOptions co = calibration_options(config, options.executable, in.model_dir,
-                                                std::max<int64_t>(1, longest_item(plan)), options.recalibrate);
-    co.log_dir = config.output + "/logs";
-    const std::vector<DeviceBudget> budgets = calibrate_devices(in.slots, co);
-    po.batch_tokens = budgets.front().batch_tokens;
-    b.source = budgets.front().source;
-    for (const DeviceBudget& d : budgets)
-      if (d.batch_tokens < po.batch_tokens) {
-        po.batch_tokens = d.batch_tokens;
-        b.source = d.source;
-      }
-    plan = rebatch(plan, po);  // the same items, cut under the chosen budget
+    b = calibrated_budget(config, options, in, plan);
   } else if (journal_budget && *journal_budget != po.batch_tokens) {
     std::cerr << fmt::format("[sched] note: resumed results were computed with a budget of {} tokens, this run plans "
                              "with {}; results are not bit-identical to an uninterrupted run\n",
@@ -59,6 +61,20 @@ Budget choose_budget(const RunConfig& config, const EvaluationOptions& options, 
   }
   if (!journal_budget) journal.set_batch_tokens(po.batch_tokens);
   return b;
+}
+
+SchedulerOptions scheduler_options(const RunConfig& config, const EvaluationOptions& options,
+                                   const std::vector<DeviceSlot>& slots) {
+  SchedulerOptions so;
+  so.slots = slots;
+  so.executable = options.executable;
+  so.dtype = config.dtype;
+  so.load = config.load;
+  so.log_dir = config.output + "/logs";
+  so.max_attempts = config.max_attempts;
+  so.heartbeat_timeout_s = config.heartbeat_timeout_s;
+  so.max_worker_restarts = config.max_worker_restarts;
+  return so;
 }
 
 void log_plan(const RunInputs& in, const Plan& plan, const PlanOptions& po) {
@@ -82,9 +98,8 @@ void log_plan(const RunInputs& in, const Plan& plan, const PlanOptions& po) {
                                  : 1.0);
 }
 
-// results.json's "config", "batching" and "journal" and the rest of what write_reports needs.
 RunSummary run_summary(const RunConfig& config, const RunInputs& in, const Budget& budget, const Plan& plan,
-                       const SchedulerReport& report, const RunJournal& journal, double wall_seconds,
+                       const ExecutionStats& stats, const nlohmann::json& journal, double wall_seconds,
                        std::vector<std::string> incomplete) {
   const PlanOptions& po = budget.options;
   RunSummary summary;
@@ -101,21 +116,32 @@ RunSummary run_summary(const RunConfig& config, const RunInputs& in, const Budge
                       {"batch_tokens", po.batch_tokens},
                       {"batches", plan.batches.size()},
                       {"tokens_requested", plan.total_tokens},
-                      {"tokens_computed", report.stats.tokens_computed},
-                      {"prefix_tokens_computed", report.stats.prefix_tokens},
+                      {"tokens_computed", stats.tokens_computed},
+                      {"prefix_tokens_computed", stats.prefix_tokens},
                       {"shared_prefixes", plan.num_prefixes},
                       {"row_tokens", plan.row_tokens},
                       {"padded_tokens", plan.padded_tokens},
                       {"padding_fraction", plan.padding_fraction()},
-                      {"oom_splits", report.stats.oom_splits},
+                      {"oom_splits", stats.oom_splits},
                       {"truncated_requests", plan.truncated_requests},
                       {"long_continuations", plan.long_continuations},
                       {"max_length", po.max_length}};
-  summary.journal = journal.summary();
+  summary.journal = journal;
   summary.date = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() -
                  summary.wall_seconds;
   return summary;
 }
+
+nlohmann::ordered_json write_checkpoint_reports(const RunConfig& config, const RunInputs& in,
+                                                const std::vector<DocRecord>& scored, const RunSummary& summary) {
+  std::vector<const Task*> task_ptrs;
+  for (const Task& t : in.tasks) task_ptrs.push_back(&t);
+  write_reports(config.output, task_ptrs, scored, summary);
+  // ordered: the first metric of each task is its primary one (trend.h)
+  return nlohmann::ordered_json::parse(io::read_file(config.output + "/results.json"));
+}
+
+namespace {
 
 // One line per quarantined batch, logged; they open the report's incomplete list.
 std::vector<std::string> quarantine_lines(const SchedulerReport& report) {
@@ -180,12 +206,11 @@ CheckpointOutcome evaluate_checkpoint(const RunConfig& run_config, const Evaluat
   const size_t docs_total = docs.scored.size() + docs.incomplete.size();
   docs.incomplete.insert(docs.incomplete.begin(), quarantined.begin(), quarantined.end());
   const double wall_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  const RunSummary summary =
-      run_summary(config, in, budget, plan, report, journal, wall_seconds, std::move(docs.incomplete));
-  std::vector<const Task*> task_ptrs;
-  for (const Task& t : in.tasks) task_ptrs.push_back(&t);
+  const RunSummary summary = run_summary(config, in, budget, plan, report.stats, journal.summary(), wall_seconds,
+                                         std::move(docs.incomplete));
+  nlohmann::ordered_json results;
   try {
-    write_reports(config.output, task_ptrs, docs.scored, summary);
+    results = write_checkpoint_reports(config, in, docs.scored, summary);
   } catch (const std::exception& e) {
     if (report.fatal_error.empty()) throw;
     // The run failed already (e.g. a full disk): say why the report is missing, keep the original error.
@@ -201,11 +226,7 @@ CheckpointOutcome evaluate_checkpoint(const RunConfig& run_config, const Evaluat
     progress.finish(state);
     throw Error(report.fatal_error);
   }
-  if (on_scored && !report.interrupted) {
-    // ordered: the first metric of each task is its primary one (trend.h)
-    const nlohmann::ordered_json results = nlohmann::ordered_json::parse(io::read_file(config.output + "/results.json"));
-    on_scored(docs.scored, results, state);
-  }
+  if (on_scored && !report.interrupted) on_scored(docs.scored, results, state);
   CheckpointOutcome outcome;
   outcome.state = state;
   outcome.exit_code = report.interrupted ? 128 + report.signal : docs.scored.size() == docs_total ? 0 : kExitIncomplete;

@@ -1,4 +1,5 @@
-// Scoring one checkpoint: the flow of DESIGN.md for one model. Its inputs are loaded and checked
+// Scoring one checkpoint: the flow of DESIGN.md for one model, and its steps for the sharded
+// flow (cluster/), which runs them on different machines. Its inputs are loaded and checked
 // (run_inputs.h), planned (plan/planner.h), matched against the output's journal (run_journal.h),
 // given a batch budget (the config's, the journal's, or calibration's), run on the scheduler's
 // workers (run/scheduler.h), aggregated (aggregate/aggregator.h) and written as report files
@@ -12,7 +13,10 @@
 #include <nlohmann/json.hpp>
 
 #include "evaluation/checkpoints.h"
+#include "evaluation/run_inputs.h"
+#include "evaluation/run_journal.h"
 #include "gpueval/evaluation.h"
+#include "gpueval/report.h"
 #include "gpueval/run_config.h"
 #include "gpueval/task.h"
 #include "run/progress.h"
@@ -27,7 +31,39 @@ using ScoredCallback = std::function<void(const std::vector<DocRecord>& records,
 
 // The batch budget a checkpoint's plan is cut under, and where it came from: the config's
 // (a number), the journal's (so a resumed run plans as the interrupted one did), or calibration's
-// (probed, or read from the calibration cache). Re-cuts `plan` when the budget changes.
+// (probed, or read from the calibration cache).
+struct Budget {
+  PlanOptions options;
+  std::string source = "config";  // config | journal | probed | cache | plan
+};
+
+// The config's budget, else (batch_size auto and no batch_tokens) calibration's on `in.slots`: the
+// cache's entry or one probe, the smallest over the devices. Re-cuts `plan` when it changes.
+Budget calibrated_budget(const RunConfig& config, const EvaluationOptions& options, const RunInputs& in, Plan& plan);
+
+// calibrated_budget(), except that a journal's budget wins for an auto budget (a resumed run
+// plans as the interrupted one did); stores the budget in a new journal. Re-cuts `plan`.
+Budget choose_budget(const RunConfig& config, const EvaluationOptions& options, const RunInputs& in,
+                     RunJournal& journal, Plan& plan);
+
+// The scheduler of a run on `slots`: the config's dtype, load, fault limits, <output>/logs.
+SchedulerOptions scheduler_options(const RunConfig& config, const EvaluationOptions& options,
+                                   const std::vector<DeviceSlot>& slots);
+
+// The "[sched] N tasks, M requests, B batches ..." lines (and truncation warnings) of a plan.
+void log_plan(const RunInputs& in, const Plan& plan, const PlanOptions& po);
+
+// results.json's "config", "batching" and "journal" and the rest of what write_reports needs:
+// `stats` is what was computed, `journal` goes in as results.json's "journal".
+RunSummary run_summary(const RunConfig& config, const RunInputs& in, const Budget& budget, const Plan& plan,
+                       const ExecutionStats& stats, const nlohmann::json& journal, double wall_seconds,
+                       std::vector<std::string> incomplete);
+
+// Writes the report files (gpueval/report.h) of `scored` into config.output and returns the
+// results.json written, key order kept (the first metric of each task is its primary one).
+nlohmann::ordered_json write_checkpoint_reports(const RunConfig& config, const RunInputs& in,
+                                                const std::vector<DocRecord>& scored, const RunSummary& summary);
+
 // Scores one checkpoint into `output_dir` with the scheduler's workers, writes its report files,
 // hands its complete documents and results.json to `on_scored`, and returns its state
 // (complete | incomplete | interrupted) and exit code. A fatal error is thrown as Error.

@@ -17,20 +17,6 @@
 namespace gpueval {
 namespace {
 
-SchedulerOptions scheduler_options(const RunConfig& config, const EvaluationOptions& options,
-                                   const std::vector<DeviceSlot>& slots) {
-  SchedulerOptions so;
-  so.slots = slots;
-  so.executable = options.executable;
-  so.dtype = config.dtype;
-  so.load = config.load;
-  so.log_dir = config.output + "/logs";
-  so.max_attempts = config.max_attempts;
-  so.heartbeat_timeout_s = config.heartbeat_timeout_s;
-  so.max_worker_restarts = config.max_worker_restarts;
-  return so;
-}
-
 // The config fingerprint (run_identity.h) of a run: its tasks' requests and the settings that
 // change results, independent of the checkpoint.
 std::string run_config_fingerprint(const RunConfig& config, const std::string& executable) {

@@ -160,8 +160,8 @@ class ConfigReader {
     config.source = source_;
     std::map<std::string, int> seen_on_line;
     for (auto it = root.begin(); it != root.end(); ++it) {
-      const YAML::Node& key_node = it->first;
-      const YAML::Node& value = it->second;
+      const YAML::Node key_node = it->first;
+      const YAML::Node value = it->second;
       if (!key_node.IsScalar()) fail(at(key_node), "keys must be plain names, got {}", describe(key_node));
       const std::string key = key_node.Scalar();
       const int line = key_node.Mark().line + 1;
@@ -503,6 +503,41 @@ RunConfig load_run_config(const std::string& path) {
   }
 }
 
+namespace {
+
+// to_json()'s fields as a file's keys: `models` is `model`; unset optionals (null) and unset
+// strings ("") are left out, as a file leaves them out.
+nlohmann::json file_keys(const nlohmann::json& j) {
+  nlohmann::json file = nlohmann::json::object();
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (it.key() == "source" || it.value().is_null() || (it.value().is_string() && it.value().get<std::string>().empty()))
+      continue;
+    file[it.key() == "models" ? "model" : it.key()] = it.value();
+  }
+  return file;
+}
+
+}  // namespace
+
+nlohmann::json run_config_file(const RunConfig& config) { return file_keys(config.to_json()); }
+
+RunConfig run_config_from_json(const nlohmann::json& j, const std::string& source, const std::string& base_dir) {
+  if (!j.is_object()) fail(source, "a run config must be an object, got {}", j.type_name());
+  ConfigReader reader(source, fs::path(base_dir));
+  try {
+    const YAML::Node root = YAML::Load(file_keys(j).dump());
+    return reader.read(root);
+  } catch (const YAML::Exception& e) {
+    fail(source, "{}", one_line(e.what()));
+  }
+}
+
+RunConfig with_absolute_paths(const RunConfig& config) {
+  RunConfig c = run_config_from_json(config.to_json(), config.source, fs::current_path().string());
+  c.source = config.source;
+  return c;
+}
+
 void apply_overrides(RunConfig& config, const ConfigOverrides& overrides) {
   auto check = [](const char* flag, const std::string& problem) {
     if (!problem.empty()) fail(flag, "{}", problem);
@@ -530,6 +565,10 @@ void apply_overrides(RunConfig& config, const ConfigOverrides& overrides) {
   if (overrides.batch_size) {
     check("--batch-size", batch_size_problem(*overrides.batch_size));
     c.batch_size = *overrides.batch_size;
+  }
+  if (overrides.batch_tokens) {
+    check("--batch-tokens", min_problem(*overrides.batch_tokens, 1));
+    c.batch_tokens = *overrides.batch_tokens;
   }
   if (overrides.gpus) {
     check_device_spec_syntax(*overrides.gpus, "--gpus " + (overrides.gpus->empty() ? "''" : *overrides.gpus));

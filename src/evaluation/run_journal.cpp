@@ -31,8 +31,9 @@ RunJournal::RunJournal(const std::string& output_dir, const std::string& model_f
 Plan RunJournal::remaining(const Plan& plan, std::vector<std::vector<ItemResult>>& items_of) {
   Plan todo = plan;
   todo.batches.clear();
-  std::vector<bool> pending(keys_.size(), false);
+  std::vector<bool> pending(keys_.size(), false), planned(keys_.size(), false);
   for (const Batch& b : plan.batches) {
+    for (const WorkItem& w : b.items) planned[static_cast<size_t>(w.request_index)] = true;
     bool all_stored = true;
     for (const WorkItem& w : b.items) {
       auto it = stored_.find({w.request_index, w.part});
@@ -47,11 +48,12 @@ Plan RunJournal::remaining(const Plan& plan, std::vector<std::vector<ItemResult>
     for (const WorkItem& w : b.items)
       items_of[static_cast<size_t>(w.request_index)].push_back(stored_.at({w.request_index, w.part}));
   }
-  int64_t to_compute = 0;
+  int64_t to_compute = 0, in_plan = 0;
   for (bool p : pending) to_compute += p;
-  requests_resumed_ = static_cast<int64_t>(keys_.size()) - to_compute;
+  for (bool p : planned) in_plan += p;
+  requests_resumed_ = in_plan - to_compute;
   std::cerr << fmt::format("[sched] journal {}: {} of {} requests already scored; computing {} in {} batches\n",
-                           path(), requests_resumed_, keys_.size(), to_compute, todo.batches.size());
+                           path(), requests_resumed_, in_plan, to_compute, todo.batches.size());
   return todo;
 }
 

@@ -38,10 +38,13 @@ class RunJournal {
   const std::string& path() const { return journal_.path(); }
   std::optional<int64_t> batch_tokens() const { return journal_.batch_tokens(); }
   void set_batch_tokens(int64_t tokens) { journal_.set_batch_tokens(tokens); }
+  std::optional<std::string> plan_fingerprint() const { return journal_.plan_fingerprint(); }
+  void set_plan_fingerprint(const std::string& fp) { journal_.set_plan_fingerprint(fp); }
 
   // The plan with only the batches that still need computing (ids kept); the
   // stored items of every dropped batch are appended to items_of[request_index].
-  // Logs "[sched] journal <path>: N of M requests already scored; computing K in B batches".
+  // Logs "[sched] journal <path>: N of M requests already scored; computing K in B batches", M
+  // counting the requests with items in `plan` (a shard's plan holds only some).
   Plan remaining(const Plan& plan, std::vector<std::vector<ItemResult>>& items_of);
 
   // Commits a finished batch's items in one transaction. Throws Error

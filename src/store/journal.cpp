@@ -258,4 +258,22 @@ void Journal::set_batch_tokens(int64_t tokens) {
   }
 }
 
+std::optional<std::string> Journal::plan_fingerprint() const {
+  try {
+    Statement s(*db_, "SELECT value FROM meta WHERE key = 'plan_fingerprint'");
+    if (!s.step()) return std::nullopt;
+    return s.bytes_at(0);
+  } catch (const sqlite::Failure& f) {
+    throw Error(corrupt(path_, f.sqlite_message()));
+  }
+}
+
+void Journal::set_plan_fingerprint(const std::string& fingerprint) {
+  try {
+    put_meta(*db_, "plan_fingerprint", fingerprint);
+  } catch (const sqlite::Failure& f) {
+    fail(path_, "cannot record the plan fingerprint: {}", f.sqlite_message());
+  }
+}
+
 }  // namespace gpueval

@@ -5,7 +5,8 @@
 //
 // A journal belongs to one model and one config (run_identity.h): its meta
 // table holds the schema version, the model's fingerprint and path, the
-// config's fingerprint and the batch budget the run planned with. Opening it
+// config's fingerprint and the batch budget the run planned with (and, for a shard of a sharded
+// run, the plan's fingerprint). Opening it
 // for another model or config, or opening a file that is not a sound journal
 // (PRAGMA quick_check fails, a row's checksum does not match), is a one-line
 // Error that says how to start over (--fresh); a journal that failed a check
@@ -83,6 +84,11 @@ class Journal {
   // The batch budget the run that started this journal planned with.
   std::optional<int64_t> batch_tokens() const;
   void set_batch_tokens(int64_t tokens);
+
+  // The sharded plan (cluster/sharded_plan.h) a shard's journal was computed against; nullopt
+  // for the journal of a one-machine run.
+  std::optional<std::string> plan_fingerprint() const;
+  void set_plan_fingerprint(const std::string& fingerprint);
 
  private:
   Journal(std::string path, std::unique_ptr<sqlite::Db> db);
