@@ -40,7 +40,8 @@ json to_json(const ShardedPlan& sp) {
                    {"batches", c.batches},
                    {"requests", c.requests},
                    {"weight", c.weight},
-                   {"shard_batches", c.shard_batches}});
+                   {"shard_batches", c.shard_batches},
+                   {"shard_weights", c.shard_weights}});
   return {{"gpueval_sharded_plan", ShardedPlan::kVersion},
           {"fingerprint", sp.fingerprint},
           {"created", sp.created},
@@ -77,7 +78,7 @@ int64_t ShardedPlan::batches_of(int shard) const {
 int64_t ShardedPlan::weight_of(int shard) const {
   int64_t w = 0;
   for (const ShardedCheckpoint& c : checkpoints)
-    if (c.batches > 0) w += c.weight * c.batches_of(shard) / c.batches;
+    if (static_cast<size_t>(shard) < c.shard_weights.size()) w += c.shard_weights[shard];
   return w;
 }
 
@@ -117,6 +118,7 @@ ShardedPlan read_sharded_plan(const std::string& dir_in) {
       sc.requests = c.at("requests").get<int64_t>();
       sc.weight = c.at("weight").get<int64_t>();
       sc.shard_batches = c.at("shard_batches").get<std::vector<int64_t>>();
+      sc.shard_weights = c.value("shard_weights", std::vector<int64_t>{});
       if (static_cast<int>(sc.shard_batches.size()) != sp.shards + 1 || sc.shard_batches.front() != 0 ||
           sc.shard_batches.back() != sc.batches)
         throw Error(fmt::format("{}: checkpoint {}: shard_batches does not cut {} batches into {} shards", path,
@@ -168,6 +170,7 @@ ShardedPlan make_sharded_plan(const RunConfig& config_in, int shards, const Eval
   }
 
   std::vector<ShardPiece> pieces;
+  std::vector<size_t> first_piece;  // [checkpoint]: its first piece in `pieces`
   for (const Checkpoint* c : todo) {
     ShardedCheckpoint sc;
     sc.checkpoint = *c;
@@ -183,6 +186,7 @@ ShardedPlan make_sharded_plan(const RunConfig& config_in, int shards, const Eval
     sc.requests = static_cast<int64_t>(in.requests.size());
     std::vector<ShardPiece> own = shard_pieces(plan);
     for (const ShardPiece& p : own) sc.weight += p.weight;
+    first_piece.push_back(pieces.size());
     pieces.insert(pieces.end(), own.begin(), own.end());
     std::cerr << fmt::format("[plan] {}: {} requests, {} batches, budget {} tokens ({}), plan {}\n", c->name,
                              sc.requests, sc.batches, sc.batch_tokens, sc.budget_source,
@@ -192,27 +196,44 @@ ShardedPlan make_sharded_plan(const RunConfig& config_in, int shards, const Eval
 
   // One cut over every checkpoint's batches, end to end; each checkpoint's share per shard.
   const std::vector<size_t> cut = cut_shards(pieces, shards);
-  int64_t base = 0;
-  for (ShardedCheckpoint& sc : sp.checkpoints) {
+  for (size_t k = 0; k < sp.checkpoints.size(); ++k) {
+    ShardedCheckpoint& sc = sp.checkpoints[k];
+    const int64_t base = static_cast<int64_t>(first_piece[k]);
     for (size_t g : cut)
       sc.shard_batches.push_back(std::clamp<int64_t>(static_cast<int64_t>(g) - base, 0, sc.batches));
-    base += sc.batches;
+    for (int i = 0; i < shards; ++i) {
+      int64_t w = 0;
+      for (int64_t b = sc.shard_batches[i]; b < sc.shard_batches[i + 1]; ++b) w += pieces[base + b].weight;
+      sc.shard_weights.push_back(w);
+    }
   }
   sp.fingerprint = compute_fingerprint(sp);
 
+  bool clear_shards = options.fresh;
   if (has_sharded_plan(sp.dir)) {
     const ShardedPlan old = read_sharded_plan(sp.dir);
+    const std::string merge_path = sp.dir + "/merge.json";
+    const json merged = io::path_exists(merge_path) ? json::parse(io::read_file(merge_path), nullptr, false) : json();
     if (old.fingerprint == sp.fingerprint) {
       sp.created = old.created;  // the same plan: what the shards computed stays valid, the merge's date too
+    } else if (merged.is_object() && merged.value("plan_fingerprint", "") == old.fingerprint) {
+      // The last plan (last night's) was merged: its results are in the reports and the history.
+      std::cerr << fmt::format("[plan] the previous plan {} was merged: its shards are cleared\n",
+                               old.fingerprint.substr(0, 12));
+      clear_shards = true;
     } else if (io::path_exists(sp.dir + "/shards") && !options.fresh) {
-      throw Error(fmt::format("{}: holds shards of another plan ({}); --fresh starts over (deletes {}/shards)",
-                              sp.plan_path(), old.fingerprint.substr(0, 12), sp.dir));
+      throw Error(fmt::format("{}: holds shards of another plan ({}) that were never merged; merge them first "
+                              "(gpueval merge {}), or --fresh starts over (deletes {}/shards)",
+                              sp.plan_path(), old.fingerprint.substr(0, 12), sp.dir, sp.dir));
     }
   }
-  if (options.fresh) fs::remove_all(sp.dir + "/shards");
+  if (clear_shards) {
+    fs::remove_all(sp.dir + "/shards");
+    fs::remove(sp.dir + "/merge.json");
+  }
   io::write_file_atomic(sp.plan_path(), to_json(sp).dump(2) + "\n");
   for (int i = 0; i < shards; ++i)
-    std::cerr << fmt::format("[plan] shard {}/{}: {} batches, ~{} tokens\n", i, shards, sp.batches_of(i),
+    std::cerr << fmt::format("[plan] shard {}/{}: {} batches, {} tokens\n", i, shards, sp.batches_of(i),
                              sp.weight_of(i));
   std::cerr << fmt::format("[plan] {} checkpoint(s) in {} shards: {} (plan {})\n", sp.checkpoints.size(), shards,
                            sp.plan_path(), sp.fingerprint.substr(0, 12));

@@ -39,6 +39,7 @@ struct ShardedCheckpoint {
   int64_t requests = 0;
   int64_t weight = 0;             // tokens its batches compute (plan/shards.h's weights)
   std::vector<int64_t> shard_batches;  // shards + 1 batch ids: shard i runs [shard_batches[i], shard_batches[i+1])
+  std::vector<int64_t> shard_weights;  // [shard]: the tokens of its batches here
   int64_t batches_of(int shard) const { return shard_batches[shard + 1] - shard_batches[shard]; }
 };
 
@@ -62,15 +63,15 @@ struct ShardedPlan {
     return nightly ? shard_dir(shard) + "/" + c.checkpoint.name : shard_dir(shard);
   }
   int64_t batches_of(int shard) const;  // over every checkpoint
-  int64_t weight_of(int shard) const;   // approximate tokens, from the checkpoints' weights
+  int64_t weight_of(int shard) const;   // tokens its batches compute (plan/shards.h's weights)
 };
 
 // Plans `config` (its paths made absolute) into `shards` shards under <config.output>: resolves the
 // checkpoints (nightly: leaves out those the history holds complete unless options.fresh), plans
 // each and chooses its budget (calibrated_budget: the config's, the calibration cache's, or a probe
 // on config.gpus), cuts the work, writes plan.json atomically and logs the shards' sizes.
-// Refuses a directory whose plan.json was made from another config or cut otherwise while shard
-// journals exist (--fresh: start over).
+// Over an earlier plan: the same plan keeps its shards; a merged one (last night's) has its shards
+// cleared; shards of an unmerged other plan are refused (--fresh deletes them).
 ShardedPlan make_sharded_plan(const RunConfig& config, int shards, const EvaluationOptions& options);
 
 // Reads <dir>/plan.json. Error "<dir>/plan.json: ..." when it is missing, malformed, or of another

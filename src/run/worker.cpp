@@ -45,7 +45,8 @@ using Clock = std::chrono::steady_clock;
 //   slow:MS                      sleep MS milliseconds before every batch
 //   oom:T                        a forward of more than T padded tokens runs out of memory
 // GPUEVAL_FAULT_ONCE=path fires it in the one worker that creates the file; GPUEVAL_FAULT_MODEL=s
-// only while the loaded checkpoint's path ends with s. Tests wait on what a fault logs, not on time.
+// only while the loaded checkpoint's path ends with s; GPUEVAL_FAULT_AFTER=N only once the worker
+// has passed N batches the fault applies to (hold:any after N: the worker's batch N+1). Tests wait on what a fault logs, not on time.
 struct Fault {
   enum class Kind { kNone, kCrash, kCorrupt, kHang, kHold, kSlow, kOom } kind = Kind::kNone;
   int64_t request_index = -1;  // kSlow: milliseconds; kOom: the most padded tokens a forward may hold
@@ -53,6 +54,8 @@ struct Fault {
   std::string once_path;       // fire only if this worker creates the file
   std::string release_path;    // kHold: the file that lets a held batch go on
   std::string model_suffix;    // fire only on a checkpoint whose path ends with this
+  int64_t after = 0;           // pass this many batches the fault applies to first
+  int64_t passed = 0;
   bool fired = false;
 
   bool applies_to(const Batch& batch, const std::string& model_dir) const {
@@ -65,7 +68,12 @@ struct Fault {
   // The faults that act on one batch (not slow, not oom): whether this one fires on `batch` now.
   bool fires_on(const Batch& batch, const std::string& model_dir) {
     if (kind == Kind::kNone || kind == Kind::kSlow || kind == Kind::kOom) return false;
-    return applies_to(batch, model_dir) && claim();
+    if (!applies_to(batch, model_dir)) return false;
+    if (passed < after) {
+      ++passed;
+      return false;
+    }
+    return claim();
   }
   // Decides, at the moment of firing, whether this worker is the one.
   bool claim() {
@@ -98,6 +106,7 @@ Fault fault_from_env() {
   if (const char* once = std::getenv("GPUEVAL_FAULT_ONCE")) f.once_path = once;
   if (const char* release = std::getenv("GPUEVAL_FAULT_RELEASE")) f.release_path = release;
   if (const char* model = std::getenv("GPUEVAL_FAULT_MODEL")) f.model_suffix = model;
+  if (const char* after = std::getenv("GPUEVAL_FAULT_AFTER")) f.after = std::atoll(after);
   return f;
 }
 
