@@ -5,7 +5,8 @@ set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config ccache
       libtorch-dev libopenblas0-pthread nlohmann-json3-dev libfmt-dev
       libyaml-cpp-dev libgtest-dev libgmock-dev libsqlite3-dev libpcre2-dev
-      libsentencepiece-dev libcli11-dev zlib1g-dev)
+      libsentencepiece-dev libcli11-dev zlib1g-dev
+      slurm-wlm munge)  # Slurm: `gpueval slurm` and the single-node cluster tests (tests/slurm/)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

@@ -109,7 +109,6 @@ struct ShardFigures {
 ShardFigures figures(const ShardedPlan& sp, const ShardedCheckpoint& c, const std::vector<json>& records) {
   ShardFigures f;
   json shards = json::array();
-  int64_t requests_computed = 0, batches_computed = 0;
   for (int i = 0; i < sp.shards; ++i) {
     if (c.batches_of(i) == 0) continue;
     const json& r = records[static_cast<size_t>(i)];
@@ -119,19 +118,15 @@ ShardFigures figures(const ShardedPlan& sp, const ShardedCheckpoint& c, const st
       f.stats.tokens_computed += ck.value("tokens_computed", int64_t{0});
       f.stats.prefix_tokens += ck.value("prefix_tokens_computed", int64_t{0});
       f.stats.oom_splits += ck.value("oom_splits", int64_t{0});
-      requests_computed += ck.value("requests_computed", int64_t{0});
-      batches_computed += ck.value("batches_computed", int64_t{0});
       line["host"] = r.value("host", "");
       line["attempts"] = r.value("attempts", 0);
+      line["batches_resumed_last_attempt"] = ck.value("batches_resumed", int64_t{0});
+      line["batches_computed_last_attempt"] = ck.value("batches_computed", int64_t{0});
     }
     if (!r.is_null()) f.wall_seconds = std::max(f.wall_seconds, r.value("wall_seconds", 0.0));
     shards.push_back(line);
   }
-  f.journal = {{"plan", sp.plan_path()},
-               {"plan_fingerprint", sp.fingerprint},
-               {"shards", shards},
-               {"requests_computed_last_attempts", requests_computed},
-               {"batches_computed_last_attempts", batches_computed}};
+  f.journal = {{"plan", sp.plan_path()}, {"plan_fingerprint", sp.fingerprint}, {"shards", shards}};
   return f;
 }
 

@@ -60,7 +60,9 @@ int run_shard(const ShardedPlan& sp, ShardId shard, const ShardRunOptions& optio
   progress.set_extra("plan_fingerprint", sp.fingerprint);
   progress.set_extra("host", host_name());
   progress.set_extra("pid", static_cast<int64_t>(::getpid()));
-  progress.set_extra("slurm_job_id", env_or("SLURM_JOB_ID"));
+  progress.set_extra("slurm_job_id", env_or("SLURM_JOB_ID"));  // what scancel and scontrol take
+  if (!env_or("SLURM_ARRAY_JOB_ID").empty())
+    progress.set_extra("slurm_array_task", env_or("SLURM_ARRAY_JOB_ID") + "_" + env_or("SLURM_ARRAY_TASK_ID"));
   progress.set_extra("shard_batches_total", total);
   progress.set_extra("shard_batches_done", done);
   std::cerr << fmt::format("[shard] {}/{} of {} (plan {}): {} batches on {}\n", shard.index, shard.count, sp.dir,
@@ -73,7 +75,12 @@ int run_shard(const ShardedPlan& sp, ShardId shard, const ShardRunOptions& optio
                  {"plan_fingerprint", sp.fingerprint},
                  {"host", host_name()},
                  {"attempts", earlier.is_null() ? 1 : earlier.value("attempts", 0) + 1},
-                 {"checkpoints", json::object()}};
+                 // what earlier attempts computed, until this one adds to it
+                 {"checkpoints", earlier.is_null() ? json::object() : earlier.value("checkpoints", json::object())},
+                 {"wall_seconds", earlier.is_null() ? 0.0 : earlier.value("wall_seconds", 0.0)}};
+  // Written now too, so that an attempt killed before its end still counts.
+  record["state"] = "running";
+  io::write_file_atomic(shard_json_path, record.dump(2) + "\n");
   std::string state = "complete";
   int exit_code = 0;
   for (const ShardedCheckpoint& c : sp.checkpoints) {

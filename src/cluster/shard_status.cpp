@@ -1,6 +1,7 @@
 // `gpueval status DIR` (gpueval/cluster.h): every shard's status.json and shard.json summed up
 // without touching a journal, so it is cheap to run in a loop while the shards run.
 #include <ctime>
+#include <map>
 #include <iostream>
 
 #include "cluster/sharded_plan.h"
@@ -47,6 +48,7 @@ json shard_line(const ShardedPlan& sp, int i, double now) {
   line["batches_done"] = s.value("shard_batches_done", int64_t{0});
   line["host"] = s.value("host", "");
   if (!s.value("slurm_job_id", "").empty()) line["slurm_job_id"] = s["slurm_job_id"];
+  if (!s.value("slurm_array_task", "").empty()) line["slurm_array_task"] = s["slurm_array_task"];
   const double updated = parse_utc(s.value("updated_at", ""));
   const double ago = updated < 0 ? -1 : now - updated;
   if (ago >= 0) line["updated_s_ago"] = ago;
@@ -105,7 +107,8 @@ int run_status_command(const std::string& dir, bool as_json, std::ostream& out) 
     out << fmt::format("{:>5}  {:<11}  {:>13}  {:<16}  {:<10}  {:>8}  {:>8}\n", l["shard"].get<int>(),
                        l["state"].get<std::string>(),
                        fmt::format("{}/{}", l["batches_done"].get<int64_t>(), l["batches_total"].get<int64_t>()),
-                       text("host"), text("slurm_job_id"), updated,
+                       text("host"), l.contains("slurm_array_task") ? text("slurm_array_task") : text("slurm_job_id"),
+                       updated,
                        l["eta_s"].is_number() ? duration(l["eta_s"].get<double>()) : "-");
   }
   out << fmt::format("{} complete, {} running, {} pending, {} failed, {} interrupted, {} stale; {}/{} batches; ETA {}; "
