@@ -79,25 +79,23 @@ class ResumeTest : public ::testing::Test {
     auto r = testing::run_gpueval({"run", "--gpus", "cpu:1", write_config(*reference_dir_, "reference")});
     ASSERT_EQ(r.exit_code, 0) << r.err;
     const std::string out = reference_dir_->file("reference");
-    reference_ = new std::map<std::string, std::string>(samples_of(out));
-    reference_results_ = new std::string(results_of(out)["results"].dump());
+    reference_ = new testing::ReferenceOutputs(testing::reference_outputs(out));
     JournalReader j(out + "/journal.sqlite");
     total_requests_ = j.complete_requests();
     journal_pages_ = j.query("PRAGMA page_count");
   }
   static void TearDownTestSuite() {
     delete reference_;
-    delete reference_results_;
     delete reference_dir_;
   }
 
   void expect_reference_results(const std::string& out) {
     const auto got = samples_of(out);
-    for (const auto& [task, text] : *reference_) {
+    for (const auto& [task, text] : reference_->samples) {
       EXPECT_FALSE(text.empty()) << task;
       EXPECT_EQ(got.at(task), text) << task << ": per-document results differ from the uninterrupted run";
     }
-    EXPECT_EQ(results_of(out)["results"].dump(), *reference_results_);
+    EXPECT_EQ(results_of(out)["results"].dump(), reference_->results);
   }
 
   // Starts `name` on two workers, one of which holds request 200's batch (so the run cannot end),
@@ -128,14 +126,12 @@ class ResumeTest : public ::testing::Test {
   }
 
   static testing::TempDir* reference_dir_;
-  static std::map<std::string, std::string>* reference_;
-  static std::string* reference_results_;
+  static testing::ReferenceOutputs* reference_;
   static int64_t total_requests_, journal_pages_;
   testing::TempDir dir_;
 };
 testing::TempDir* ResumeTest::reference_dir_ = nullptr;
-std::map<std::string, std::string>* ResumeTest::reference_ = nullptr;
-std::string* ResumeTest::reference_results_ = nullptr;
+testing::ReferenceOutputs* ResumeTest::reference_ = nullptr;
 int64_t ResumeTest::total_requests_ = 0;
 int64_t ResumeTest::journal_pages_ = 0;
 

@@ -24,4 +24,14 @@ inline nlohmann::json results_of(const std::string& out) {
   return nlohmann::json::parse(io::read_file(out + "/results.json"));
 }
 
+// What a run wrote that other runs of the same config must equal byte for byte: the samples files
+// and results.json's "results".
+struct ReferenceOutputs {
+  std::map<std::string, std::string> samples;
+  std::string results;
+};
+inline ReferenceOutputs reference_outputs(const std::string& out) {
+  return ReferenceOutputs{samples_of(out), results_of(out)["results"].dump()};
+}
+
 }  // namespace gpueval::testing

@@ -70,13 +70,10 @@ class ShardedRunTest : public ::testing::Test {
     reference_dir_ = new testing::TempDir();
     auto r = testing::run_gpueval({"run", "--gpus", "cpu:1", write_config(*reference_dir_, "reference")});
     ASSERT_EQ(r.exit_code, 0) << r.err;
-    const std::string out = reference_dir_->file("reference");
-    reference_samples_ = new std::map<std::string, std::string>(samples_of(out));
-    reference_results_ = new std::string(results_of(out)["results"].dump());
+    reference_ = new testing::ReferenceOutputs(testing::reference_outputs(reference_dir_->file("reference")));
   }
   static void TearDownTestSuite() {
-    delete reference_samples_;
-    delete reference_results_;
+    delete reference_;
     delete reference_dir_;
   }
 
@@ -93,21 +90,19 @@ class ShardedRunTest : public ::testing::Test {
   }
   static void expect_reference(const std::string& out) {
     const auto got = samples_of(out);
-    for (const auto& [task, text] : *reference_samples_) {
+    for (const auto& [task, text] : reference_->samples) {
       EXPECT_FALSE(text.empty()) << task;
       EXPECT_EQ(got.at(task), text) << task << ": per-document results differ from the one-machine run";
     }
-    EXPECT_EQ(results_of(out)["results"].dump(), *reference_results_);
+    EXPECT_EQ(results_of(out)["results"].dump(), reference_->results);
   }
 
   static testing::TempDir* reference_dir_;
-  static std::map<std::string, std::string>* reference_samples_;
-  static std::string* reference_results_;
+  static testing::ReferenceOutputs* reference_;
   testing::TempDir dir_;
 };
 testing::TempDir* ShardedRunTest::reference_dir_ = nullptr;
-std::map<std::string, std::string>* ShardedRunTest::reference_samples_ = nullptr;
-std::string* ShardedRunTest::reference_results_ = nullptr;
+testing::ReferenceOutputs* ShardedRunTest::reference_ = nullptr;
 
 TEST_F(ShardedRunTest, ShardsInAnyOrderMergeToTheOneMachineBytesAndASecondMergeChangesNothing) {
   const std::string dir = plan("sharded", 3);

@@ -8,6 +8,7 @@
 #include "common/file_io.h"
 #include "gpueval/cluster.h"
 #include "gpueval/error.h"
+#include "run/progress.h"
 
 namespace gpueval {
 namespace {
@@ -24,13 +25,7 @@ double parse_utc(const std::string& s) {
   return static_cast<double>(timegm(&tm));
 }
 
-std::string duration(double s) {
-  if (s < 0) return "-";
-  const int64_t t = static_cast<int64_t>(s + 0.5);
-  if (t >= 3600) return fmt::format("{}h{:02}m", t / 3600, (t % 3600) / 60);
-  if (t >= 60) return fmt::format("{}m{:02}s", t / 60, t % 60);
-  return fmt::format("{}s", t);
-}
+std::string duration(double s) { return format_duration(s, "-"); }
 
 json shard_line(const ShardedPlan& sp, int i, double now) {
   const int64_t total = sp.batches_of(i);

@@ -232,9 +232,17 @@ ShardedPlan make_sharded_plan(const RunConfig& config_in, int shards, const Eval
     fs::remove(sp.dir + "/merge.json");
   }
   io::write_file_atomic(sp.plan_path(), to_json(sp).dump(2) + "\n");
-  for (int i = 0; i < shards; ++i)
-    std::cerr << fmt::format("[plan] shard {}/{}: {} batches, {} tokens\n", i, shards, sp.batches_of(i),
-                             sp.weight_of(i));
+  for (int i = 0; i < shards; ++i) {
+    // Where the shard starts: a checkpoint's start, a prefix run's (its few-shot prefix computed
+    // once here as on one machine), or inside a run (that prefix is computed on both sides).
+    const size_t at = cut[static_cast<size_t>(i)];
+    const CutPlace place = at == 0 || at >= pieces.size() ? CutPlace::kCheckpoint : pieces[at].before;
+    std::cerr << fmt::format("[plan] shard {}/{}: {} batches, {} tokens, starting at {}\n", i, shards,
+                             sp.batches_of(i), sp.weight_of(i),
+                             place == CutPlace::kCheckpoint ? "a checkpoint"
+                             : place == CutPlace::kPrefixRun ? "a prefix run"
+                                                             : "a batch inside a prefix run");
+  }
   std::cerr << fmt::format("[plan] {} checkpoint(s) in {} shards: {} (plan {})\n", sp.checkpoints.size(), shards,
                            sp.plan_path(), sp.fingerprint.substr(0, 12));
   return sp;

@@ -10,14 +10,6 @@
 namespace gpueval {
 namespace {
 
-std::string format_duration(double s) {
-  if (s < 0) return "?";
-  const int64_t total = static_cast<int64_t>(s + 0.5);
-  if (total >= 3600) return fmt::format("{}h{:02}m", total / 3600, (total % 3600) / 60);
-  if (total >= 60) return fmt::format("{}m{:02}s", total / 60, total % 60);
-  return fmt::format("{}s", total);
-}
-
 std::string utc_now() {
   std::time_t t = std::time(nullptr);
   std::tm tm;
@@ -28,6 +20,14 @@ std::string utc_now() {
 }
 
 }  // namespace
+
+std::string format_duration(double s, const char* unknown) {
+  if (s < 0) return unknown;
+  const int64_t total = static_cast<int64_t>(s + 0.5);
+  if (total >= 3600) return fmt::format("{}h{:02}m", total / 3600, (total % 3600) / 60);
+  if (total >= 60) return fmt::format("{}m{:02}s", total / 60, total % 60);
+  return fmt::format("{}s", total);
+}
 
 ProgressReporter::ProgressReporter(std::string status_path, std::string run_name, bool live_terminal,
                                    double log_every_s)

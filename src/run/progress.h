@@ -14,6 +14,9 @@
 
 namespace gpueval {
 
+// A duration for people: "42s", "3m07s", "2h05m"; `unknown` for a negative one.
+std::string format_duration(double seconds, const char* unknown = "?");
+
 class ProgressReporter {
  public:
   ProgressReporter(std::string status_path, std::string run_name, bool live_terminal, double log_every_s = 5.0);
