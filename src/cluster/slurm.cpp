@@ -49,7 +49,9 @@ std::string plan_script(const SlurmOptions& o, const RunConfig& config, const st
     s += "#SBATCH --gpus-per-node=1\n";  // the budget is probed once, on one GPU, for every shard
     gpus = "all";
   } else if (calibrate) {
-    s += fmt::format("#SBATCH --cpus-per-task={}\n", std::max<int64_t>(1, config.cpu_threads));
+    // As many CPU workers as a shard has: a CPU worker's budget depends on its share of memory.
+    s += fmt::format("#SBATCH --cpus-per-task={}\n", o.cpu_workers * std::max<int64_t>(1, config.cpu_threads));
+    gpus = fmt::format("cpu:{}", o.cpu_workers);
   }
   if (!o.mem.empty()) s += "#SBATCH --mem=" + o.mem + "\n";
   s += "set -euo pipefail\n";
