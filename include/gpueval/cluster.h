@@ -68,8 +68,6 @@ struct SlurmOptions {
   std::vector<std::string> sbatch_args;  // extra `#SBATCH` options, verbatim (--constraint=h100)
   int max_requeues = 3;        // a shard killed on its node is requeued at most this often
   bool submit = false;         // submit with sbatch (else only write the scripts)
-  std::vector<std::string> plan_args;  // the selection flags, passed to `gpueval plan`
-  std::string config_path;     // the config file, as given
   std::string executable;      // this binary (absolute), on storage every node sees
 };
 

@@ -408,7 +408,6 @@ int main(int argc, char** argv) {
     if (*slurm_cmd) {
       gpueval::RunConfig config = gpueval::load_run_config(slurm.config);
       gpueval::apply_overrides(config, slurm.overrides);
-      slurm.options.config_path = slurm.config;
       slurm.options.executable = self_executable(argv[0]);
       return gpueval::run_slurm_command(config, slurm.options, std::cout);
     }
