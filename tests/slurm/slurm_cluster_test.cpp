@@ -162,6 +162,14 @@ class SlurmClusterTest : public ::testing::Test {
     }
   }
 
+  // What to read when a wait fails: the queue, every job's log, the shards' status files.
+  std::string diagnostics(const std::string& name) const {
+    const std::string d = dir_.file(name);
+    return sh("squeue; for f in " + d + "/slurm/*.out " + d + "/shards/*/status.json " + d +
+              "/shards/*/shard.json; do echo \"== $f\"; cat \"$f\"; done")
+        .out;
+  }
+
   static std::string skip_;
   static testing::TempDir* cluster_;
   testing::TempDir dir_;
@@ -173,8 +181,8 @@ TEST_F(SlurmClusterTest, ThreeShardArrayMergesToTheOneMachineBytes) {
   const std::string ref = reference({});
   const auto ids = submit("sharded", {});
   ASSERT_EQ(ids.size(), 3u);
-  ASSERT_TRUE(wait_for([&] { return job_ended(ids.at("merge")); })) << sh("squeue; scontrol show job").out;
-  EXPECT_EQ(job_fields(ids.at("merge"))["JobState"], "COMPLETED") << sh("cat " + dir_.file("sharded/slurm/*.out")).out;
+  ASSERT_TRUE(wait_for([&] { return job_ended(ids.at("merge")); })) << diagnostics("sharded");
+  EXPECT_EQ(job_fields(ids.at("merge"))["JobState"], "COMPLETED") << diagnostics("sharded");
   expect_same_bytes(dir_.file("sharded"), ref);
   // Every shard ran as its own array task, once.
   for (int i = 0; i < 3; ++i) {
@@ -216,7 +224,7 @@ TEST_F(SlurmClusterTest, AKilledShardStepIsRequeuedAndComputesOnlyWhatItsJournal
           held = i;
     }
     return held >= 0;
-  })) << sh("squeue; cat " + dir_.file("killed/slurm/*.out")).out;
+  })) << diagnostics("killed");
   const std::string status = dir_.file(fmt::format("killed/shards/{}/status.json", held));
   std::string job;
   ASSERT_TRUE(wait_for([&] {
@@ -235,13 +243,19 @@ TEST_F(SlurmClusterTest, AKilledShardStepIsRequeuedAndComputesOnlyWhatItsJournal
   ASSERT_TRUE(wait_for([&] {
     auto f = job_fields(job);
     return f["Restarts"] == "1" && f["JobState"] == "PENDING";
-  })) << sh("scontrol show job " + job).out;
-  // Slurm (22.05) holds a requeued batch job about two minutes before it may start again; start it now.
+  })) << sh("scontrol show job " + job).out << diagnostics("killed");
+  // Slurm (22.05) holds a requeued batch job about two minutes before it may start again, so that
+  // the node has cleaned up the last start (a start before that races with the purge of the old
+  // batch script). Once slurmd logs the old batch step done, start it now.
+  const std::string slurmd_log = cluster_->file("slurm/log/slurmd.log");
+  ASSERT_TRUE(wait_for([&] {
+    return io::read_file(slurmd_log).find("[" + job + ".batch] done with job") != std::string::npos;
+  })) << io::read_file(slurmd_log);
   const Shell now = sh("scontrol update JobId=" + job + " StartTime=now");
   EXPECT_EQ(now.status, 0) << now.out;
 
-  ASSERT_TRUE(wait_for([&] { return job_ended(ids.at("merge")); })) << sh("squeue; scontrol show job").out;
-  EXPECT_EQ(job_fields(ids.at("merge"))["JobState"], "COMPLETED") << sh("cat " + dir_.file("killed/slurm/*.out")).out;
+  ASSERT_TRUE(wait_for([&] { return job_ended(ids.at("merge")); })) << diagnostics("killed");
+  EXPECT_EQ(job_fields(ids.at("merge"))["JobState"], "COMPLETED") << diagnostics("killed");
   expect_same_bytes(dir_.file("killed"), ref);
   // The requeued shard computed only what its journal lacked: all but the two committed batches.
   const json shard = json::parse(io::read_file(dir_.file(fmt::format("killed/shards/{}/shard.json", held))));
