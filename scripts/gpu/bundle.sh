@@ -144,6 +144,9 @@ if [ "$build" = 1 ]; then
     echo "torch_version=$torch_version"
     echo "torch_cuda=$torch_cuda"
     grep '^-- gpueval:' build-bundle/configure.log | sed 's/^-- //'
+    # What a from-source build (route a) costs: every compile and link step of the last full build.
+    awk 'NR > 1 {d = ($2 - $1) / 1000; s += d; n++; if (d > m) m = d; if ($4 ~ /gch$/) pch = d}
+         END {printf "build steps: %d, %.0f s summed (about %.0f s on 16 cores: PCH %.0f s, then %.0f s / 16), longest %.0f s\n", n, s, pch + (s - pch) / 16, pch, s - pch, m}' build-bundle/.ninja_log
     for f in gpueval gpueval_tests libgpueval_sentencepiece.so; do
       echo "$f $(stat -c %s "build-bundle/$f") bytes built, $(stat -c %s "$bundle/build/$f") stripped"
     done
