@@ -23,7 +23,8 @@
 # Env: GPUEVAL_BIN (a built gpueval: skips the build), GPUEVAL_TEST_PYTHON (the python to use),
 #   GPUEVAL_SHARED_DATA (the shared data dir: tokenizers/llama3, mmlu; default the bundle's data/, then
 #   ../shared/data, shared/data), GPU_CHECK_LIMIT (MMLU docs per subject; 10 on GPU, 1 in the smoke),
-#   GPU_CHECK_DEADLINE_S (450), GPU_CHECK_OOM_SPARE_GIB (GPU memory left to the probe beyond the weights; 4).
+#   GPU_CHECK_DEADLINE_S (450), GPU_CHECK_OOM_SPARE_GIB (GPU memory left to the probe beyond the weights; 4),
+#   GPU_CHECK_BUILD_LIMIT_S (the rehearsal's from-source build limit; 3600), JOBS (its parallelism).
 # In --cpu-smoke, no python with torch + transformers (or no shared data) is a skip: exit code 77.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -54,6 +55,8 @@ if [ "$rehearse" = 1 ]; then
   fi
 fi
 OUT=$out_dir
+# No network there: nothing may wait on the hub.
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1
 work=${GPU_CHECK_WORK:-/tmp/gpu_check_work}
 mkdir -p "$OUT" "$work"
 log=$OUT/gpu_check.log
@@ -181,8 +184,10 @@ model_pid=$!
 # Carried binaries find the bundle's libraries by RUNPATH ($ORIGIN) and this torch's (and its nvidia
 # wheels') through LD_LIBRARY_PATH: the same files python's torch loads.
 torch_ld_path() {
-  "$py" -c 'import glob, os, torch; d = os.path.dirname(torch.__file__)
-print(":".join([os.path.join(d, "lib")] + sorted(glob.glob(os.path.join(os.path.dirname(d), "nvidia", "*", "lib")))))'
+  local toolkit=${CUDA_HOME:-/usr/local/cuda}/lib64
+  "$py" -c 'import glob, os, sys, torch; d = os.path.dirname(torch.__file__)
+dirs = [os.path.join(d, "lib")] + sorted(glob.glob(os.path.join(os.path.dirname(d), "nvidia", "*", "lib")))
+print(":".join(dirs + [t for t in sys.argv[1:] if os.path.isdir(t)]))' "$toolkit"
 }
 bin=${GPUEVAL_BIN:-}
 tests_bin=
@@ -201,6 +206,9 @@ elif [ -n "$bundle" ]; then
     from_source=1
   elif [ "$torch_here" != "$torch_bundle" ]; then
     say "gpu_check: torch $torch_here here, but the bundle's build is for torch $torch_bundle: building from source against this torch with the bundled prefix"
+    from_source=1
+  elif [ "$(scripts/gpu/source_hash.sh)" != "$(sed -n 's/^sources=//p' "$bundle/MANIFEST")" ]; then
+    say "gpu_check: the sources changed since the bundle's build: building from source against torch $torch_here with the bundled prefix"
     from_source=1
   else
     export LD_LIBRARY_PATH=$(torch_ld_path)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -221,11 +229,11 @@ elif [ -n "$bundle" ]; then
     # On the device: build-cuda/, within the 450 s deadline. The rehearsal: a fresh build-rehearse/
     # on this machine's few cores, which the deadline does not count (it moves by the build's time).
     dir=build-cuda
-    limit=$(left 400)
-    if [ "$mode" = cpu ]; then dir=build-rehearse; limit=${GPU_CHECK_BUILD_LIMIT_S:-3600}; rm -rf "$dir"; fi
+    build_limit=$(left 400)
+    if [ "$mode" = cpu ]; then dir=build-rehearse; build_limit=${GPU_CHECK_BUILD_LIMIT_S:-3600}; rm -rf "$dir"; fi
     t0=$(date +%s)
     rc=0
-    step build "$limit" scripts/gpu/build_bundled.sh "$bundle" "$py" "$dir" || rc=$?
+    step build "$build_limit" scripts/gpu/build_bundled.sh "$bundle" "$py" "$dir" || rc=$?
     [ "$mode" = cpu ] && deadline=$((deadline + $(date +%s) - t0))
     if [ "$rc" = 0 ] && [ -x "$dir/gpueval" ]; then
       bin=$repo/$dir/gpueval
@@ -310,6 +318,7 @@ for ld in "${logit_dtypes[@]}"; do
   short=${short/bfloat16/bf16}
   if [ -z "$bin" ] || [ -z "$model" ]; then row "logits vs transformers ($short)" "skipped (no binary or model)" FAIL; continue; fi
   prompts=4  # each prompt is one `gpueval logits` call (model load + [T, 128256] logits as JSON)
+  [ "$ld" = float32 ] && prompts=3
   [ "$mode" = cpu ] && prompts=3
   rc=0
   step "logits-$ld" "$(left 120)" "$py" scripts/gpu/compare_logits.py "$model" --gpueval "$bin" --device "$device" \

@@ -57,7 +57,7 @@ chmod 777 "$debs"  # apt-get download runs as _apt where it can
    | grep -v -e '^Get:' -e 'as root' || true)
 manifest=$bundle/MANIFEST
 {
-  echo "gpueval GPU bundle, made $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(. /etc/os-release; echo "$PRETTY_NAME") from commit $(git rev-parse --short HEAD)"
+  echo "gpueval GPU bundle, made $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(. /etc/os-release; echo "$PRETTY_NAME") from commit $(git describe --always --dirty)"
   echo "[packages] name version sha256"
 } >"$manifest"
 missing_deps=()
@@ -143,6 +143,7 @@ if [ "$build" = 1 ]; then
     echo "[build] route b: torch $torch_version cuda $torch_cuda arch ${TORCH_CUDA_ARCH_LIST:-9.0}, built in ${build_s}s with -j${JOBS:-$(nproc)} on $(nproc) cores"
     echo "torch_version=$torch_version"
     echo "torch_cuda=$torch_cuda"
+    echo "sources=$(scripts/gpu/source_hash.sh)"
     grep '^-- gpueval:' build-bundle/configure.log | sed 's/^-- //'
     # What a from-source build (route a) costs: every compile and link step of the last full build.
     awk 'NR > 1 {d = ($2 - $1) / 1000; s += d; n++; if (d > m) m = d; if ($4 ~ /gch$/) pch = d}
