@@ -69,6 +69,18 @@ else()
   set(GPUEVAL_FMT fmt::fmt)
 endif()
 
+# PyTorch's Linux wheels (2.5 and later) export copies of libstdc++'s std::filesystem functions from
+# libtorch.so, whose recursive_directory_iterator calls are weak and unresolved (pytorch/pytorch#133437,
+# worked around in #163980). An executable that lists libtorch.so before libstdc++.so.6 binds its own
+# std::filesystem calls to those copies, and remove_all(path, ec) jumps to address 0 (seen: TempDir's
+# destructor in gpueval_tests, torch 2.11.0+cu130). Naming libstdc++ first on every link line makes it
+# the first definition in the lookup scope (gpueval_core links this target PUBLIC). Debian's LibTorch
+# 1.13 exports none, so its builds are unchanged.
+add_library(gpueval_libstdcxx_first INTERFACE)
+if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND Torch_VERSION VERSION_GREATER_EQUAL 2.5)
+  target_link_options(gpueval_libstdcxx_first INTERFACE "LINKER:--push-state,--no-as-needed,-lstdc++,--pop-state")
+endif()
+
 function(gpueval_print_build_summary)
   set(_torch_version "${Torch_VERSION}")
   if(NOT _torch_version)

@@ -1,26 +1,62 @@
 #!/usr/bin/env bash
-# One-command GPU check (issue 7), under 8 minutes on one H200, no network:
-#   scripts/gpu_check.sh              # on a machine with a CUDA GPU and a python3 with torch + transformers
-#   scripts/gpu_check.sh --cpu-smoke  # the same steps on the CPU: tiny model, float32, cpu:1 / cpu:2
-# Steps: find python (torch, transformers) and the GPU; build gpueval against that torch; GPU unit
-# tests; a random-weight Llama-3-shaped 1.2B model (scripts/gpu/make_llama.py); our logits against
-# LlamaForCausalLM (compare_logits.py); MMLU 5-shot --limit with --gpus 0 and --gpus 0,0 (accuracy,
-# tok/s, byte-equal samples); the same requests through a plain transformers loop
-# (hf_score_bench.py); MFU; a real CUDA OOM met by `gpueval calibrate`'s probe. Ends with one table
+# One-command GPU check (issues 7, 15), under 8 minutes on one H200, no network:
+#   scripts/gpu_check.sh [--out DIR]   # a machine with a CUDA GPU and a python3 with torch + transformers
+#   scripts/gpu_check.sh --cpu-smoke   # the same steps on the CPU: tiny model, float32, cpu:1 / cpu:2
+#   scripts/gpu_check.sh --rehearse    # here, before a GPU is used: the CPU steps from .gpu-bundle alone,
+#                                      # with the system's Debian -dev packages hidden (unshare -m)
+# With a bundle (.gpu-bundle/ from scripts/gpu/bundle.sh, or --bundle DIR / $GPUEVAL_BUNDLE) it needs
+# nothing beyond the checkout: the data come from the bundle, and the build is the bundle's carried
+# binaries when they were built for this python's torch version, else (one line says so) a build from
+# source against this torch with the bundle as the only prefix (scripts/gpu/build_bundled.sh);
+# --rebuild forces the latter. Without a bundle it builds with scripts/build_cuda.sh as before.
+# Steps: find python (torch, transformers) and the GPU; the build; the GPU unit tests (KernelsCuda.*
+# and the CUDA instantiations of the device-parameterised tests, CUDA/*); a random-weight
+# Llama-3-shaped 1.2B model (scripts/gpu/make_llama.py); our logits against LlamaForCausalLM in
+# float32 and bfloat16 (compare_logits.py); MMLU 5-shot --limit with --gpus 0 and --gpus 0,0 (accuracy,
+# tok/s, byte-equal samples); the same requests through a plain transformers loop (hf_score_bench.py);
+# MFU; a real CUDA OOM met by `gpueval calibrate`'s probe; `load: broadcast` with two workers on one
+# GPU (falls back to per-worker mmap; the row says what ran). Ends with one table
 # (check | result | pass/fail) and exits 1 if a check failed.
-# Logs and figures go to ${OUT:-/tmp/gpu_check} (gpu_check.log holds every step's output); the model
-# and run directories to ${GPU_CHECK_WORK:-/tmp/gpu_check_work}.
+# The table (table.txt), the log of every step (gpu_check.log) and the figures go to one folder:
+# --out DIR, else $GPU_CHECK_OUT, else $OUT, else /tmp/gpu_check; the model and run directories to
+# ${GPU_CHECK_WORK:-/tmp/gpu_check_work}.
 # Env: GPUEVAL_BIN (a built gpueval: skips the build), GPUEVAL_TEST_PYTHON (the python to use),
-#   GPUEVAL_SHARED_DATA (the shared data dir: tokenizers/llama3, mmlu; default ../shared/data, shared/data),
-#   GPU_CHECK_LIMIT (MMLU docs per subject; 10 on GPU, 1 in the smoke), GPU_CHECK_DEADLINE_S (450),
-#   GPU_CHECK_OOM_SPARE_GIB (GPU memory left to the probe beyond the weights; 4).
+#   GPUEVAL_SHARED_DATA (the shared data dir: tokenizers/llama3, mmlu; default the bundle's data/, then
+#   ../shared/data, shared/data), GPU_CHECK_LIMIT (MMLU docs per subject; 10 on GPU, 1 in the smoke),
+#   GPU_CHECK_DEADLINE_S (450), GPU_CHECK_OOM_SPARE_GIB (GPU memory left to the probe beyond the weights; 4),
+#   GPU_CHECK_BUILD_LIMIT_S (the rehearsal's from-source build limit; 3600), JOBS (its parallelism).
 # In --cpu-smoke, no python with torch + transformers (or no shared data) is a skip: exit code 77.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
+args=("$@")
 mode=gpu
-[ "${1:-}" = --cpu-smoke ] && mode=cpu
-OUT=${OUT:-/tmp/gpu_check}
+rehearse=0
+rebuild=0
+out_dir=${GPU_CHECK_OUT:-${OUT:-/tmp/gpu_check}}
+bundle=${GPUEVAL_BUNDLE:-}
+[ -z "$bundle" ] && [ -f .gpu-bundle/MANIFEST ] && bundle=$repo/.gpu-bundle
+while [ $# -gt 0 ]; do
+  case $1 in
+    --cpu-smoke) mode=cpu; shift ;;
+    --rehearse) mode=cpu; rehearse=1; shift ;;
+    --rebuild) rebuild=1; shift ;;
+    --out) out_dir=$2; shift 2 ;;
+    --bundle) bundle=$(cd "$2" && pwd); shift 2 ;;
+    *) echo "usage: scripts/gpu_check.sh [--cpu-smoke | --rehearse] [--rebuild] [--out DIR] [--bundle DIR]" >&2; exit 2 ;;
+  esac
+done
+if [ "$rehearse" = 1 ]; then
+  [ -n "$bundle" ] && [ -f "$bundle/MANIFEST" ] || { echo "gpu_check --rehearse: no bundle (run scripts/gpu/bundle.sh)" >&2; exit 2; }
+  if [ -z "${GPU_CHECK_HIDDEN:-}" ]; then
+    # Again, in a private mount namespace where the system's -dev packages are hidden.
+    exec unshare -m --propagation private env GPU_CHECK_HIDDEN=1 GPUEVAL_BUNDLE="$bundle" \
+      bash "$repo/scripts/gpu/hide_system.sh" bash "$repo/scripts/gpu_check.sh" "${args[@]}"
+  fi
+fi
+OUT=$out_dir
+# No network there: nothing may wait on the hub.
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1
 work=${GPU_CHECK_WORK:-/tmp/gpu_check_work}
 mkdir -p "$OUT" "$work"
 log=$OUT/gpu_check.log
@@ -48,7 +84,9 @@ step() {  # NAME SECONDS CMD...: runs CMD under timeout, output appended to the 
   shift 2
   local t0=$(date +%s) rc=0
   say "---- $name (limit ${secs}s): $*"
+  local from=$(($(wc -l <"$log") + 1))
   timeout --kill-after=5 "$secs" "$@" >>"$log" 2>&1 || rc=$?
+  [ "$rc" != 0 ] && tail -n +"$from" "$log" | tail -15 | sed "s/^/[$name] /"
   say "---- $name: exit $rc in $(($(date +%s) - t0))s"
   [ "$rc" = 124 ] && say "---- $name: TIMED OUT"
   return "$rc"
@@ -64,7 +102,7 @@ table() {
       IFS=$'\x1f' read -r c res st <<<"$r"
       printf '%-32s | %-62s | %s\n' "$c" "$res" "$st"
     done
-    echo "mode: $mode; total wall time ${total}s; log: $log"
+    echo "mode: $mode$([ "$rehearse" = 1 ] && echo " (rehearsal)"); bundle: ${bundle:-none}; total wall time ${total}s; log: $log"
   } | tee -a "$log" | tee "$OUT/table.txt"
 }
 
@@ -94,8 +132,35 @@ if [ "$mode" = gpu ]; then
 else
   row python "${versions:0:62}" PASS
 fi
+if [ "$rehearse" = 1 ]; then
+  if [ ! -s /usr/include/yaml-cpp/yaml.h ] && [ ! -s /usr/include/sqlite3.h ]; then
+    row "system -dev packages hidden" "${GPU_CHECK_HIDDEN_SUMMARY:-?} (unshare -m)" PASS
+  else
+    row "system -dev packages hidden" "/usr/include/yaml-cpp/yaml.h still visible" FAIL
+  fi
+fi
+if [ -n "$bundle" ]; then
+  # Every library of the bundle must load with this system's glibc and libstdc++ (ldd resolves each
+  # dependency and checks its symbol versions: "not found" either way is a failure).
+  nlib=0 bad=()
+  for f in "$bundle"/prefix/usr/lib/x86_64-linux-gnu/*.so.*; do
+    [ -L "$f" ] && continue
+    nlib=$((nlib + 1))
+    out=$(ldd "$f" 2>&1) || true
+    grep -q 'not found' <<<"$out" && bad+=("$(basename "$f"): $(grep -m1 'not found' <<<"$out" | tr -s ' \t' ' ')")
+  done
+  glibc=$(getconf GNU_LIBC_VERSION 2>/dev/null | cut -d' ' -f2)
+  cxx=$(strings "$(ldconfig -p | awk '/libstdc\+\+\.so\.6 .*x86-64/ {print $NF; exit}')" 2>/dev/null | grep -E '^GLIBCXX_[0-9.]+$' | sort -V | tail -1)
+  need=$(sed -n 's/^\[needs\] //p' "$bundle/MANIFEST")
+  say "bundle: $(head -1 "$bundle/MANIFEST"); needs $need; this system: glibc $glibc, ${cxx:-GLIBCXX ?}"
+  if [ "${#bad[@]}" = 0 ] && [ "$nlib" -gt 0 ]; then
+    row "bundle libraries load" "$nlib .so (ldd); glibc $glibc, ${cxx#GLIBCXX_} here" PASS
+  else
+    row "bundle libraries load" "${bad[0]:-no libraries in $bundle}" FAIL
+  fi
+fi
 data=
-for d in ${GPUEVAL_SHARED_DATA:-} ../shared/data shared/data; do
+for d in ${GPUEVAL_SHARED_DATA:-} ${bundle:+$bundle/data} ../shared/data shared/data; do
   [ -f "$d/tokenizers/llama3/tokenizer.json.gz" ] && [ -d "$d/mmlu/test" ] && { data=$(cd "$d" && pwd); break; }
 done
 if [ -z "$data" ]; then
@@ -115,10 +180,69 @@ say "---- model (background): make_llama.py $model --size $size"
  echo $? >"$work/model.rc") &
 model_pid=$!
 
-# ---- 2. Build against that torch
+# ---- 2. Build against that torch (or the bundle's build for it)
+# Carried binaries find the bundle's libraries by RUNPATH ($ORIGIN) and this torch's (and its nvidia
+# wheels') through LD_LIBRARY_PATH: the same files python's torch loads.
+torch_ld_path() {
+  local toolkit=${CUDA_HOME:-/usr/local/cuda}/lib64
+  "$py" -c 'import glob, os, sys, torch; d = os.path.dirname(torch.__file__)
+dirs = [os.path.join(d, "lib")] + sorted(glob.glob(os.path.join(os.path.dirname(d), "nvidia", "*", "lib")))
+print(":".join(dirs + [t for t in sys.argv[1:] if os.path.isdir(t)]))' "$toolkit"
+}
 bin=${GPUEVAL_BIN:-}
+tests_bin=
+[ -n "$bin" ] && tests_bin=$(dirname "$bin")/gpueval_tests
+from_source=0
 if [ -n "$bin" ]; then
   row build "given: $bin" PASS
+elif [ -n "$bundle" ]; then
+  torch_here=$("$py" -c 'import torch; print(torch.__version__)')
+  torch_bundle=$(sed -n 's/^torch_version=//p' "$bundle/MANIFEST")
+  if [ "$rebuild" = 1 ]; then
+    say "gpu_check: --rebuild: building from source against torch $torch_here with the bundled prefix"
+    from_source=1
+  elif [ ! -x "$bundle/build/gpueval" ]; then
+    say "gpu_check: the bundle carries no build: building from source against torch $torch_here with the bundled prefix"
+    from_source=1
+  elif [ "$torch_here" != "$torch_bundle" ]; then
+    say "gpu_check: torch $torch_here here, but the bundle's build is for torch $torch_bundle: building from source against this torch with the bundled prefix"
+    from_source=1
+  elif [ "$(scripts/gpu/source_hash.sh)" != "$(sed -n 's/^sources=//p' "$bundle/MANIFEST")" ]; then
+    say "gpu_check: the sources changed since the bundle's build: building from source against torch $torch_here with the bundled prefix"
+    from_source=1
+  else
+    export LD_LIBRARY_PATH=$(torch_ld_path)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    missing=$(for f in "$bundle"/build/*; do ldd "$f" 2>&1 | grep 'not found' | sed "s#^#$(basename "$f"): #"; done | head -3 | tr -s ' \t' ' ') || true
+    version=$("$bundle/build/gpueval" --version 2>>"$log" | head -1) || true
+    if [ -z "$missing" ] && [ -n "$version" ]; then
+      bin=$bundle/build/gpueval
+      tests_bin=$bundle/build/gpueval_tests
+      export GPUEVAL_TASKS_DIR=$repo/tasks  # the binary looks in <its dir>/../tasks otherwise
+      say "$(grep '^gpueval: Torch' "$bundle/MANIFEST" || true)"
+      row build "carried, for torch $torch_bundle: ldd clean, --version $version" PASS
+    else
+      say "gpu_check: the bundle's build does not load here (${missing:-gpueval --version failed}): building from source"
+      from_source=1
+    fi
+  fi
+  if [ "$from_source" = 1 ]; then
+    # On the device: build-cuda/, within the 450 s deadline. The rehearsal: a fresh build-rehearse/
+    # on this machine's few cores, which the deadline does not count (it moves by the build's time).
+    dir=build-cuda
+    build_limit=$(left 400)
+    if [ "$mode" = cpu ]; then dir=build-rehearse; build_limit=${GPU_CHECK_BUILD_LIMIT_S:-3600}; rm -rf "$dir"; fi
+    t0=$(date +%s)
+    rc=0
+    step build "$build_limit" scripts/gpu/build_bundled.sh "$bundle" "$py" "$dir" || rc=$?
+    [ "$mode" = cpu ] && deadline=$((deadline + $(date +%s) - t0))
+    if [ "$rc" = 0 ] && [ -x "$dir/gpueval" ]; then
+      bin=$repo/$dir/gpueval
+      tests_bin=$repo/$dir/gpueval_tests
+      row build "from source, $dir/ in $(($(date +%s) - t0))s -j${JOBS:-$(nproc)} (bundled prefix only)" PASS
+    else
+      row build "from source failed (exit $rc) after $(($(date +%s) - t0))s; see the log" FAIL
+    fi
+  fi
 elif [ "$mode" = cpu ]; then
   for b in build-cuda/gpueval build/gpueval; do [ -x "$b" ] && { bin=$repo/$b; break; }; done
   if [ -n "$bin" ]; then row build "existing ${bin#$repo/}" PASS; else row build "no build/gpueval (scripts/build.sh)" FAIL; fi
@@ -137,23 +261,41 @@ else
   fi
   if [ "$rc" = 0 ] && [ -x build-cuda/gpueval ]; then
     bin=$repo/build-cuda/gpueval
+    tests_bin=$repo/build-cuda/gpueval_tests
     row build "build-cuda/ in $(($(date +%s) - t0))s, -j$(nproc)" PASS
   else
     row build "failed (exit $rc) after $(($(date +%s) - t0))s; see the log" FAIL
   fi
 fi
 
-# ---- 3. GPU unit tests
-if [ "$mode" = cpu ]; then
+# ---- 3. Unit tests: KernelsCuda.* and the CUDA instantiations of the device-parameterised suites
+# (Kernels, TinyModel, ModelBatch: CUDA/*). The rehearsal runs the same binary's CPU instantiations.
+if [ "$mode" = gpu ]; then
+  filter='KernelsCuda.*:CUDA/*'
+  name="GPU unit tests"
+elif [ "$rehearse" = 1 ]; then
+  filter='KernelsCuda.*:CPU/Kernels.*:CPU/TinyModel.*:CPU/ModelBatch.*'
+  name="unit tests (CPU instances)"
+fi
+if [ "$mode" = cpu ] && [ "$rehearse" = 0 ]; then
   row "GPU unit tests" "skipped (no GPU)" SKIP
-elif [ -x build-cuda/gpueval_tests ]; then
+elif [ -n "$tests_bin" ] && [ -x "$tests_bin" ]; then
   rc=0
-  step unit-tests "$(left 90)" build-cuda/gpueval_tests --gtest_filter='Kernel*:*Cuda*:*Gpu*' --gtest_brief=1 || rc=$?
-  summary=$(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$log" | tail -3 | tr '\n' ' ' | tr -s ' ')
-  [ -z "$summary" ] && summary="0 tests matched"
-  if [ "$rc" = 0 ]; then row "GPU unit tests" "${summary:0:62}" PASS; else row "GPU unit tests" "exit $rc: ${summary:0:50}" FAIL; fi
+  from=$(($(wc -l <"$log") + 1))
+  GPUEVAL_CACHE_DIR=$work/test_cache step unit-tests "$(left 120)" "$tests_bin" --gtest_filter="$filter" --gtest_brief=1 || rc=$?
+  tests_out=$(tail -n +"$from" "$log")
+  passed=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' <<<"$tests_out" | tail -1)
+  skipped=$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) test.*/\1/p' <<<"$tests_out" | tail -1)
+  failed_n=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' <<<"$tests_out" | tail -1)
+  res="${passed:-0} passed, ${skipped:-0} skipped, ${failed_n:-0} failed ($filter)"
+  # On the GPU a skipped CUDA test means the device was not seen: a failure, like no test at all.
+  if [ "$rc" = 0 ] && [ "${passed:-0}" -gt 0 ] && { [ "$mode" = cpu ] || [ -z "$skipped" ]; }; then
+    row "$name" "${res:0:62}" PASS
+  else
+    row "$name" "exit $rc: ${res:0:52}" FAIL
+  fi
 else
-  row "GPU unit tests" "no build-cuda/gpueval_tests" FAIL
+  row "${name:-GPU unit tests}" "no gpueval_tests beside the binary" FAIL
 fi
 
 # ---- 4. The model (wait for the background job)
@@ -168,22 +310,26 @@ else
   model=
 fi
 
-# ---- 5. Logits against LlamaForCausalLM
-if [ -n "$bin" ] && [ -n "$model" ]; then
+# ---- 5. Logits against LlamaForCausalLM, in float32 and in bfloat16 (the smoke: float32 only)
+logit_dtypes=(float32 bfloat16)
+[ "$mode" = cpu ] && [ "$rehearse" = 0 ] && logit_dtypes=(float32)
+for ld in "${logit_dtypes[@]}"; do
+  short=${ld/float32/fp32}
+  short=${short/bfloat16/bf16}
+  if [ -z "$bin" ] || [ -z "$model" ]; then row "logits vs transformers ($short)" "skipped (no binary or model)" FAIL; continue; fi
   prompts=4  # each prompt is one `gpueval logits` call (model load + [T, 128256] logits as JSON)
+  [ "$ld" = float32 ] && prompts=3
   [ "$mode" = cpu ] && prompts=3
   rc=0
-  step logits "$(left 120)" "$py" scripts/gpu/compare_logits.py "$model" --gpueval "$bin" --device "$device" \
-    --dtype "$dtype" --prompts "$prompts" --out "$OUT/logits.json" || rc=$?
-  if [ -s "$OUT/logits.json" ]; then
-    res=$(field "$OUT/logits.json" 'f"argmax {argmax:.1f}%, max|d| {max_abs:.2g}, rel {max_rel:.2g}, tok {tokenizer_agree}"')
-    row "logits vs transformers ($dtype)" "$res" "$([ "$rc" = 0 ] && echo PASS || echo FAIL)"
+  step "logits-$ld" "$(left 120)" "$py" scripts/gpu/compare_logits.py "$model" --gpueval "$bin" --device "$device" \
+    --dtype "$ld" --prompts "$prompts" --out "$OUT/logits_$ld.json" || rc=$?
+  if [ -s "$OUT/logits_$ld.json" ]; then
+    res=$(field "$OUT/logits_$ld.json" 'f"argmax {argmax:.1f}%, max|d| {max_abs:.2g}, rel {max_rel:.2g}, tok {tokenizer_agree}"')
+    row "logits vs transformers ($short)" "$res" "$([ "$rc" = 0 ] && echo PASS || echo FAIL)"
   else
-    row "logits vs transformers ($dtype)" "compare_logits.py failed (exit $rc)" FAIL
+    row "logits vs transformers ($short)" "compare_logits.py failed (exit $rc)" FAIL
   fi
-else
-  row "logits vs transformers" "skipped (no binary or model)" FAIL
-fi
+done
 
 # ---- 6. MMLU 5-shot, one worker and two
 config=$work/gpu_check_mmlu.yaml
@@ -294,6 +440,29 @@ EOF
   fi
 else
   row "OOM during probe" "skipped (no binary or model)" FAIL
+fi
+
+# ---- 10. load: broadcast with two workers on one device: NCCL needs one rank per GPU, so the
+# scheduler must fall back to per-worker mmap, say why, and still finish the run.
+if [ -n "$bin" ] && [ -n "$model" ]; then
+  bconfig=$work/gpu_check_broadcast.yaml
+  cp "$config" "$bconfig"
+  echo "load: broadcast" >>"$bconfig"
+  rm -rf "$work/broadcast"
+  rc=0
+  from=$(($(wc -l <"$log") + 1))
+  step broadcast "$(left 90)" "$bin" run "$bconfig" --gpus "$gpus2" --output "$work/broadcast" --fresh \
+    --tasks mmlu_abstract_algebra --limit 2 || rc=$?
+  why=$(tail -n +"$from" "$log" | sed -n 's/.*load: broadcast falls back to per-worker mmap: //p' | head -1)
+  want='two workers share GPU 0'
+  [ "$mode" = cpu ] && want='the workers are not all on GPUs|this build has no NCCL'
+  if [ "$rc" = 0 ] && [ -f "$work/broadcast/results.json" ] && grep -qE "$want" <<<"$why"; then
+    row "load: broadcast, --gpus $gpus2" "falls back, runs mmap x2: ${why:0:40}" PASS
+  else
+    row "load: broadcast, --gpus $gpus2" "exit $rc; fallback line: ${why:-none}" FAIL
+  fi
+else
+  row "load: broadcast, --gpus $gpus2" "skipped (no binary or model)" FAIL
 fi
 
 table
