@@ -63,7 +63,7 @@ struct SlurmOptions {
   int nodes = 1;               // shards: one job array task per node
   int gpus_per_node = 0;       // 0: CPU workers (cpu_workers of them)
   int cpu_workers = 1;         // with gpus_per_node 0
-  int cpus_per_task = 0;       // 0: gpus_per_node * 4, or cpu_workers * the config's cpu_threads
+  int cpus_per_task = 0;       // 0: Slurm's default with GPUs, cpu_workers * the config's cpu_threads without
   std::string partition, time, account, qos, mem;
   std::vector<std::string> sbatch_args;  // extra `#SBATCH` options, verbatim (--constraint=h100)
   int max_requeues = 3;        // a shard killed on its node is requeued at most this often

@@ -34,7 +34,7 @@ using ScoredCallback = std::function<void(const std::vector<DocRecord>& records,
 // (probed, or read from the calibration cache).
 struct Budget {
   PlanOptions options;
-  std::string source = "config";  // config | journal | probed | cache | plan
+  std::string source = "config";  // config | journal | probed | cache
 };
 
 // The config's budget, else (batch_size auto and no batch_tokens) calibration's on `in.slots`: the
