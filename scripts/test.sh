@@ -6,3 +6,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh
 ctest --test-dir build --output-on-failure -j"$(nproc)" --timeout 600
+# The same parsers and wire under AddressSanitizer + UndefinedBehaviorSanitizer, and each fuzz
+# target for 20 s (scripts/sanitize.sh; its own build in build-fuzz/).
+bash scripts/sanitize.sh

@@ -52,5 +52,39 @@ TEST(ModelConfigKeys, DefaultRopeParametersMeanNoScalingAndOlderKeysWin) {
               ::testing::HasSubstr("c/config.json: key 'rope_parameters' must be an object or null"));
 }
 
+// Values that size allocations have bounds, each named with the key when passed (issue 16: an
+// absurd max_position_embeddings of 2^40 used to be accepted without a word).
+TEST(ModelConfigKeys, ValuesPastTheirBoundsAreRefusedNamingKeyAndBound) {
+  const std::vector<std::pair<const char*, int64_t>> bounds = {
+      {"max_position_embeddings", int64_t{1} << 24}, {"vocab_size", int64_t{1} << 24}, {"hidden_size", int64_t{1} << 17},
+      {"intermediate_size", int64_t{1} << 20},       {"num_hidden_layers", 1024}};
+  for (const auto& [key, bound] : bounds) {
+    nlohmann::json j = base();
+    j[key] = bound;
+    if (std::string(key) == "hidden_size") j["head_dim"] = 16;
+    EXPECT_NO_THROW(ModelConfig::from_json(j, "m/config.json")) << key << " at its bound";
+    j[key] = bound + 1;
+    EXPECT_EQ(testing::error_of([&] { ModelConfig::from_json(j, "m/config.json"); }),
+              fmt::format("m/config.json: key '{}' is {}, past the bound of {} that gpueval accepts", key, bound + 1,
+                          bound));
+  }
+  nlohmann::json j = base();
+  j["max_position_embeddings"] = int64_t{1} << 40;
+  EXPECT_EQ(testing::error_of([&] { ModelConfig::from_json(j, "m/config.json"); }),
+            "m/config.json: key 'max_position_embeddings' is 1099511627776, past the bound of 16777216 that gpueval "
+            "accepts");
+  j["max_position_embeddings"] = uint64_t{18446744073709551615u};
+  EXPECT_THAT(testing::error_of([&] { ModelConfig::from_json(j, "m/config.json"); }),
+              ::testing::HasSubstr("is 18446744073709551615, past the bound"));
+}
+
+// A rope type that is not a string threw nlohmann's type_error, naming no file (seen in review).
+TEST(ModelConfigKeys, RopeTypeThatIsNotAStringIsOneError) {
+  nlohmann::json j = base();
+  j["rope_parameters"] = {{"rope_type", 7}, {"factor", 2.0}};
+  EXPECT_THAT(testing::error_of([&] { ModelConfig::from_json(j, "m/config.json"); }),
+              ::testing::HasSubstr("m/config.json: rope_scaling needs a string 'rope_type'"));
+}
+
 }  // namespace
 }  // namespace gpueval

@@ -256,16 +256,25 @@ TEST_F(RunConfigTest, StructuralErrors) {
   EXPECT_THAT(error_of("model: m\n"), HasSubstr("missing required key 'tasks'"));
   EXPECT_THAT(error_of("model: m\ntasks: [t]\nseed: 1\nseed: 2\n"),
               HasSubstr(at(4) + "key 'seed' appears twice (first on line 3)"));
-  EXPECT_THAT(error_of("model: m\ntasks: [t]\n---\nseed: 1\n"), HasSubstr(at(4) + "a second YAML document"));
+  EXPECT_THAT(error_of("model: m\ntasks: [t]\n---\nseed: 1\n"), HasSubstr(at(3) + "a second YAML document"));
+  // A leading document marker, comments and "--- value" on the first document's own marker are one document.
+  EXPECT_THAT(error_of("# c\n---\nmodel: m\ntasks: [t]\n--- # more\n"), HasSubstr(at(5) + "a second YAML document"));
   EXPECT_THAT(error_of("model: m\ntasks: [t]\n[a]: 1\n"), HasSubstr(at(3) + "keys must be plain names"));
 }
 
 TEST_F(RunConfigTest, YamlSyntaxErrorIsOneLineWithItsLine) {
   EXPECT_THAT(error_of("model: m\ntasks: [a, b\nseed: 1\n"),
-              AllOf(HasSubstr(tmp_.file("run.yaml") + ":"), HasSubstr("YAML syntax error"),
+              AllOf(HasSubstr(tmp_.file("run.yaml") + ":"), HasSubstr("invalid YAML"),
                     HasSubstr("end of sequence flow not found")));
   EXPECT_THAT(error_of("model: m\ntasks: [t]\nseed: a: b\n"),
-              AllOf(HasSubstr(at(3) + "YAML syntax error at column"), HasSubstr("illegal map value")));
+              AllOf(HasSubstr(at(3) + "invalid YAML at column"), HasSubstr("illegal map value")));
+}
+
+// Found by fuzzing (fuzz_run_config): yaml-cpp keeps invalid UTF-8 in strings, which the run's
+// JSON writers (plan.json, the journal's config) then refused with a json type_error that named no file.
+TEST_F(RunConfigTest, InvalidUtf8IsRefusedWithTheFileAndByte) {
+  EXPECT_THAT(error_of("model: m\ntasks: [t\xff]\n"),
+              AllOf(HasSubstr(tmp_.file("run.yaml") + ": not valid UTF-8 (byte 18)"), Not(HasSubstr("\n"))));
 }
 
 TEST_F(RunConfigTest, UnreadableFileNamesIt) {

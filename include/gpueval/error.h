@@ -16,7 +16,17 @@ namespace gpueval {
 
 class Error : public std::runtime_error {
  public:
-  explicit Error(const std::string& message) : std::runtime_error(message) {}
+  // A line break in `message` (from a file's own text echoed back, or a library's message) is
+  // written as "\n" / "\r", so the message is one line whatever the input held.
+  explicit Error(const std::string& message) : std::runtime_error(one_line(message)) {}
+
+ private:
+  static std::string one_line(const std::string& s) {
+    if (s.find_first_of("\n\r") == std::string::npos) return s;
+    std::string out;
+    for (char c : s) out += c == '\n' ? std::string("\\n") : c == '\r' ? std::string("\\r") : std::string(1, c);
+    return out;
+  }
 };
 
 // Throws Error("<where>: <formatted message>").

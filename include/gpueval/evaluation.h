@@ -16,7 +16,8 @@
 // 4 a score regressed (fail_on_regression); 1 fatal error (including a journal that cannot be
 // written, e.g. a full disk; nightly: a checkpoint failed, the others were scored); 130/143
 // interrupted by SIGINT/SIGTERM (what was done is
-// still written).
+// still written); 5 the output folder is in use by another gpueval (one run per output folder:
+// the holder's pid, host and start time are named; --wait waits for it instead).
 #pragma once
 
 #include <string>
@@ -27,12 +28,15 @@ namespace gpueval {
 
 constexpr int kExitIncomplete = 3;
 constexpr int kExitRegression = 4;  // --fail-on-regression: a score fell by more than the points given
+constexpr int kExitBusy = 5;        // the output folder is locked by another run
 
 struct EvaluationOptions {
   std::string executable;  // this binary, exec'd in worker mode
   bool live_progress = false;  // redraw one progress line (stderr is a terminal)
   bool recalibrate = false;    // probe batch budgets even when the calibration cache has them
   bool fresh = false;          // --fresh: start the output's journal over instead of resuming from it
+  bool wait = false;           // --wait: wait for another run that holds the output folder, instead of exiting 5
+  std::string command;         // this command line, recorded in the output folder's lock for others to see
 };
 
 int run_evaluation(const RunConfig& config, const EvaluationOptions& options);

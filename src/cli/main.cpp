@@ -11,6 +11,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
+#include "common/dir_lock.h"
 #include "common/file_io.h"
 #include "common/strings.h"
 #include "evaluation/calibration.h"
@@ -62,7 +63,14 @@ struct RunFlags {
   std::string shard;
   bool recalibrate = false;
   bool fresh = false;
+  bool wait = false;
 };
+
+// --wait, on every command that holds an output folder (src/evaluation/output_lock.h).
+void add_wait_flag(CLI::App* cmd, bool& wait) {
+  cmd->add_flag("--wait", wait,
+                "if another gpueval holds the output folder, wait for it to finish (default: exit 5 naming it)");
+}
 
 // The flags that change what a run (or a sharded run's plan) computes and where it writes.
 void add_run_flags(CLI::App* cmd, ConfigOverrides& o) {
@@ -103,6 +111,7 @@ CLI::App* add_run_command(CLI::App& app, RunFlags& f) {
   cmd->add_flag("--fresh", f.fresh,
                 "start over: discard the journal instead of resuming from it, and score again the checkpoints the "
                 "history holds");
+  add_wait_flag(cmd, f.wait);
   return cmd;
 }
 
@@ -223,6 +232,7 @@ struct PlanFlags {
   int shards = 1;
   bool recalibrate = false;
   bool fresh = false;
+  bool wait = false;
 };
 
 CLI::App* add_plan_command(CLI::App& app, PlanFlags& f) {
@@ -234,6 +244,7 @@ CLI::App* add_plan_command(CLI::App& app, PlanFlags& f) {
   add_run_flags(cmd, f.overrides);
   cmd->add_flag("--recalibrate", f.recalibrate, "probe the batch budget even when the calibration cache has it");
   cmd->add_flag("--fresh", f.fresh, "start over: delete the shards' journals, plan checkpoints the history holds");
+  add_wait_flag(cmd, f.wait);
   return cmd;
 }
 
@@ -295,8 +306,13 @@ std::string self_executable(const char* argv0) {
   return argv0;
 }
 
-gpueval::EvaluationOptions evaluation_options(const char* argv0, bool recalibrate, bool fresh) {
+// The command line, for the lock an output folder's holder leaves (whoever finds it locked reads it).
+std::string g_command_line;
+
+gpueval::EvaluationOptions evaluation_options(const char* argv0, bool recalibrate, bool fresh, bool wait) {
   gpueval::EvaluationOptions eo;
+  eo.wait = wait;
+  eo.command = g_command_line;
   eo.executable = self_executable(argv0);
   eo.live_progress = ::isatty(2) != 0;
   eo.recalibrate = recalibrate;
@@ -314,7 +330,7 @@ bool changes_the_plan(const ConfigOverrides& o) {
 // `gpueval run CONFIG`, one machine; or one shard of a sharded run: `gpueval run DIR --shard i/N`,
 // or CONFIG whose output holds a plan (the shard from --shard or the environment).
 int run_command(const RunFlags& f, const char* argv0) {
-  const gpueval::EvaluationOptions eo = evaluation_options(argv0, f.recalibrate, f.fresh);
+  const gpueval::EvaluationOptions eo = evaluation_options(argv0, f.recalibrate, f.fresh, f.wait);
   std::optional<gpueval::ShardId> shard;
   if (!f.shard.empty()) shard = gpueval::parse_shard(f.shard);
   gpueval::ShardRunOptions so{eo, f.overrides.gpus.value_or("")};
@@ -366,11 +382,13 @@ int main(int argc, char** argv) {
   PlanFlags plan;
   StatusFlags status;
   std::string merge_dir;
+  bool merge_wait = false;
   SlurmFlags slurm;
   auto* run_cmd = add_run_command(app, run);
   auto* plan_cmd = add_plan_command(app, plan);
   auto* merge_cmd = app.add_subcommand("merge", "merge every shard of a sharded run into its reports and history");
   merge_cmd->add_option("dir", merge_dir, "the sharded run's directory (with plan.json)")->required();
+  add_wait_flag(merge_cmd, merge_wait);
   auto* status_cmd = app.add_subcommand("status", "each shard of a sharded run: done, running, failed, pending; ETA");
   status_cmd->add_option("dir", status.dir, "the sharded run's directory (with plan.json)")->required();
   status_cmd->add_flag("--json", status.json, "one JSON object instead of the table");
@@ -387,6 +405,8 @@ int main(int argc, char** argv) {
   auto* history_cmd = add_history_command(app, history);
 
   std::vector<std::string> args = with_default_subcommand(argc, argv);
+  g_command_line = "gpueval";
+  for (size_t i = 1; i < args.size(); ++i) g_command_line += " " + args[i];
   std::vector<std::string> reversed(args.rbegin(), args.rend() - 1);  // CLI11 takes the arguments reversed
   try {
     app.parse(reversed);
@@ -401,9 +421,10 @@ int main(int argc, char** argv) {
     if (*plan_cmd) {
       gpueval::RunConfig config = gpueval::load_run_config(plan.config);
       gpueval::apply_overrides(config, plan.overrides);
-      return gpueval::run_plan_command(config, plan.shards, evaluation_options(argv[0], plan.recalibrate, plan.fresh));
+      return gpueval::run_plan_command(config, plan.shards,
+                                       evaluation_options(argv[0], plan.recalibrate, plan.fresh, plan.wait));
     }
-    if (*merge_cmd) return gpueval::run_merge_command(merge_dir, evaluation_options(argv[0], false, false));
+    if (*merge_cmd) return gpueval::run_merge_command(merge_dir, evaluation_options(argv[0], false, false, merge_wait));
     if (*status_cmd) return gpueval::run_status_command(status.dir, status.json, std::cout);
     if (*slurm_cmd) {
       gpueval::RunConfig config = gpueval::load_run_config(slurm.config);
@@ -419,6 +440,9 @@ int main(int argc, char** argv) {
     else if (*init_cmd) gpueval::run_init_model(init);
     else if (*report_cmd) gpueval::write_report_html(report.results, report.out);
     else if (*history_cmd) gpueval::run_history(history, std::cout);
+  } catch (const gpueval::DirectoryBusy& e) {
+    std::cerr << "gpueval: " << e.what() << "\n";
+    return gpueval::kExitBusy;
   } catch (const gpueval::Error& e) {
     std::cerr << "gpueval: " << e.what() << "\n";
     return 1;

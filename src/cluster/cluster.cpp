@@ -7,6 +7,7 @@
 
 #include "cluster/shard_run.h"
 #include "cluster/sharded_plan.h"
+#include "evaluation/output_lock.h"
 #include "evaluation/run_identity.h"
 #include "evaluation/run_inputs.h"
 #include "gpueval/error.h"
@@ -68,6 +69,7 @@ std::optional<ShardId> shard_from_environment(int shards) {
 }
 
 int run_plan_command(const RunConfig& config, int shards, const EvaluationOptions& options) {
+  const DirectoryLock lock = lock_output(with_absolute_paths(config).output, options);
   make_sharded_plan(config, shards, options);
   return 0;
 }

@@ -12,6 +12,7 @@
 #include "common/sha256.h"
 #include "evaluation/checkpoint_evaluation.h"
 #include "evaluation/history_recorder.h"
+#include "evaluation/output_lock.h"
 #include "evaluation/run_journal.h"
 #include "gpueval/cluster.h"
 #include "gpueval/error.h"
@@ -134,6 +135,7 @@ ShardFigures figures(const ShardedPlan& sp, const ShardedCheckpoint& c, const st
 
 int run_merge_command(const std::string& dir, const EvaluationOptions& options) {
   const ShardedPlan sp = read_sharded_plan(dir);
+  const DirectoryLock lock = lock_output(sp.dir, options);
   Problems problems;
   std::vector<MergedCheckpoint> merged;
   for (const ShardedCheckpoint& c : sp.checkpoints) merged.push_back(collect(sp, c, options, problems));

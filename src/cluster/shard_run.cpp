@@ -8,6 +8,7 @@
 
 #include "common/file_io.h"
 #include "evaluation/checkpoint_evaluation.h"
+#include "evaluation/output_lock.h"
 #include "evaluation/run_journal.h"
 #include "gpueval/error.h"
 #include "plan/shards.h"
@@ -48,6 +49,7 @@ int run_shard(const ShardedPlan& sp, ShardId shard, const ShardRunOptions& optio
   RunConfig config = sp.config;
   config.output = dir;
   if (!options.gpus.empty()) config.gpus = options.gpus;
+  const DirectoryLock lock = lock_output(dir, options.evaluation);  // two copies of one shard never both run
   io::make_directories(dir + "/logs");
   const std::vector<DeviceSlot> slots = run_device_slots(config);
   Scheduler scheduler(scheduler_options(config, options.evaluation, slots));

@@ -34,7 +34,8 @@ nlohmann::ordered_json parse_strict_json(std::string_view text, const std::strin
   };
   try {
     return Json::parse(text.begin(), text.end(), track_keys);
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {
+    // parse_error, and out_of_range for a number past double ("1E6666": found by fuzz_template).
     // Drop nlohmann's "[json.exception.parse_error.101] " tag; the rest says where and why.
     std::string detail = e.what();
     if (!detail.empty() && detail.front() == '[') {

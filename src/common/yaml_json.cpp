@@ -6,6 +6,7 @@
 #include <set>
 
 #include "common/strict_json.h"
+#include "common/utf8.h"
 #include "gpueval/error.h"
 
 namespace gpueval {
@@ -78,6 +79,40 @@ nlohmann::ordered_json yaml_to_json(const YAML::Node& node, const std::string& f
     }
   }
   return nullptr;
+}
+
+YAML::Node parse_yaml(std::string_view text, const std::string& file) {
+  // yaml-cpp passes invalid UTF-8 through into strings, which every JSON writer then refuses.
+  if (const size_t bad = utf8_invalid_offset(text); bad != text.size())
+    fail(file, "not valid UTF-8 (byte {})", bad);
+  try {
+    return YAML::Load(std::string(text));
+  } catch (const YAML::Exception& e) {
+    const std::string message = quote_untrusted(e.msg);  // one line, quoted: it may echo the input
+    if (e.mark.is_null()) fail(file, "invalid YAML: {}", message);
+    fail(fmt::format("{}:{}", file, e.mark.line + 1), "invalid YAML at column {}: {}", e.mark.column + 1, message);
+  }
+}
+
+size_t yaml_second_document_line(std::string_view text) {
+  bool content = false;
+  size_t line = 0;
+  for (size_t pos = 0; pos <= text.size();) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view l = text.substr(pos, end - pos);
+    if (!l.empty() && l.back() == '\r') l.remove_suffix(1);
+    ++line;
+    const bool marker = l.substr(0, 3) == "---" && (l.size() == 3 || l[3] == ' ' || l[3] == '\t');
+    if (marker && content) return line;
+    const size_t first = l.find_first_not_of(" \t");
+    if (!marker && first != std::string_view::npos && l[first] != '#') content = true;
+    if (marker && l.find_first_not_of(" \t", 3) != std::string_view::npos &&
+        l[l.find_first_not_of(" \t", 3)] != '#')
+      content = true;  // "--- value": the document's content starts on the marker's line
+    pos = end + 1;
+  }
+  return 0;
 }
 
 }  // namespace gpueval

@@ -8,6 +8,7 @@
 #include "evaluation/checkpoints.h"
 #include "evaluation/history_recorder.h"
 #include "evaluation/nightly.h"
+#include "evaluation/output_lock.h"
 #include "evaluation/run_identity.h"
 #include "evaluation/run_inputs.h"
 #include "gpueval/error.h"
@@ -31,6 +32,9 @@ int run_evaluation(const RunConfig& config, const EvaluationOptions& options) {
   const std::vector<DeviceSlot> slots = run_device_slots(config);
   if (!nightly && !checkpoints[0].error.empty()) throw Error(checkpoints[0].error);
   HistoryRecorder recorder(config, run_config_fingerprint(config, options.executable));
+  // Taken once the inputs have loaded (a bad task file writes nothing), before the journal is
+  // read; held until every report of the run (each checkpoint's of a night, then the trend) is written.
+  const DirectoryLock lock = lock_output(config.output, options);
   io::make_directories(config.output + "/logs");
   Scheduler scheduler(scheduler_options(config, options, slots));
   ProgressReporter progress(config.output + "/status.json", config.source, options.live_progress);

@@ -11,6 +11,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "common/file_io.h"
+#include "common/yaml_json.h"
 #include "gpueval/error.h"
 #include "gpueval/task.h"
 #include "run/batch_probe.h"
@@ -478,17 +479,9 @@ nlohmann::json RunConfig::to_json() const {
 
 RunConfig load_run_config(const std::string& path) {
   const std::string text = io::read_file(path, kMaxConfigBytes);
-  std::vector<YAML::Node> documents;
-  try {
-    documents = YAML::LoadAll(text);
-  } catch (const YAML::Exception& e) {
-    const std::string where = e.mark.is_null() ? path : fmt::format("{}:{}", path, e.mark.line + 1);
-    if (e.mark.is_null()) fail(where, "YAML syntax error: {}", one_line(e.msg));
-    fail(where, "YAML syntax error at column {}: {}", e.mark.column + 1, one_line(e.msg));
-  }
-  if (documents.size() > 1)
-    fail(fmt::format("{}:{}", path, documents[1].Mark().line + 1),
-         "a second YAML document (after '---'); a run config is one document");
+  if (const size_t second = yaml_second_document_line(text); second > 0)
+    fail(fmt::format("{}:{}", path, second), "a second YAML document (after '---'); a run config is one document");
+  const YAML::Node document = parse_yaml(text, path);
   // Canonical makes the paths in the file absolute and independent of symlinks on the way to it;
   // the file was just read, so its directory exists and only an odd permission can stop that.
   const fs::path directory = fs::absolute(fs::path(path)).parent_path();
@@ -497,7 +490,7 @@ RunConfig load_run_config(const std::string& path) {
   if (base_dir.empty()) base_dir = directory.lexically_normal();
   ConfigReader reader(path, base_dir);
   try {
-    return reader.read(documents.empty() ? YAML::Node() : documents[0]);
+    return reader.read(document);
   } catch (const YAML::Exception& e) {
     fail(path, "{}", one_line(e.what()));
   }

@@ -11,16 +11,32 @@ namespace {
 
 using nlohmann::json;
 
+// Bounds on the values that size allocations (embeddings, KV cache, RoPE tables, layers). Each is
+// far past any released Llama-family model (Llama 3.1 405B: hidden 16384, intermediate 53248,
+// 126 layers, 128 heads; Llama 4 Scout: 10M positions; Gemma: 256k vocabulary) and stops a corrupt
+// or hostile config.json (max_position_embeddings 2^40) before it asks for terabytes.
+constexpr int64_t kMaxVocab = int64_t{1} << 24;      // 16,777,216 tokens
+constexpr int64_t kMaxHidden = int64_t{1} << 17;     // 131,072
+constexpr int64_t kMaxIntermediate = int64_t{1} << 20;
+constexpr int64_t kMaxLayers = 1024;
+constexpr int64_t kMaxHeads = 4096;
+constexpr int64_t kMaxHeadDim = 4096;
+constexpr int64_t kMaxPositions = int64_t{1} << 24;  // 16,777,216 positions
+constexpr int64_t kMaxTokenId = (int64_t{1} << 31) - 1;
+
 int64_t get_int(const json& j, const std::string& where, const char* key, std::optional<int64_t> fallback,
-                int64_t min_value) {
+                int64_t min_value, int64_t max_value) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) {
     if (!fallback) fail(where, "missing required key '{}'", key);
     return *fallback;
   }
   if (!it->is_number_integer()) fail(where, "key '{}' must be an integer, got {}", key, it->dump());
+  if (it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(max_value))
+    fail(where, "key '{}' is {}, past the bound of {} that gpueval accepts", key, it->get<uint64_t>(), max_value);
   int64_t v = it->get<int64_t>();
   if (v < min_value) fail(where, "key '{}' must be >= {}, got {}", key, min_value, v);
+  if (v > max_value) fail(where, "key '{}' is {}, past the bound of {} that gpueval accepts", key, v, max_value);
   return v;
 }
 
@@ -53,7 +69,7 @@ RopeScaling parse_rope_scaling(const json& j, const std::string& where) {
     s.type = RopeScalingType::kLlama3;
     s.low_freq_factor = get_double(j, where, "low_freq_factor", 1.0);
     s.high_freq_factor = get_double(j, where, "high_freq_factor", 4.0);
-    s.original_max_position_embeddings = get_int(j, where, "original_max_position_embeddings", 8192, 1);
+    s.original_max_position_embeddings = get_int(j, where, "original_max_position_embeddings", 8192, 1, kMaxPositions);
     if (!(s.high_freq_factor > s.low_freq_factor))
       fail(where, "rope_scaling: high_freq_factor ({}) must exceed low_freq_factor ({})", s.high_freq_factor,
            s.low_freq_factor);
@@ -79,7 +95,10 @@ json with_legacy_keys(const json& j, const std::string& where) {
     const json& p = j["rope_parameters"];
     if (!p.is_object()) fail(where, "key 'rope_parameters' must be an object or null");
     if (unset("rope_theta") && p.contains("rope_theta")) out["rope_theta"] = p["rope_theta"];
-    const std::string type = p.value("rope_type", p.value("type", std::string("default")));
+    // Only a string names a type; parse_rope_scaling says what is wrong with anything else.
+    std::string type = "default";
+    for (const char* key : {"type", "rope_type"})
+      if (p.contains(key)) type = p[key].is_string() ? p[key].get<std::string>() : "?";
     if (unset("rope_scaling") && type != "default") {
       json scaling = p;
       scaling.erase("rope_theta");
@@ -108,20 +127,20 @@ ModelConfig ModelConfig::from_json(const json& raw, const std::string& where) {
     fail(where, "unsupported hidden_act {} (only silu)", j["hidden_act"].dump());
   if (get_bool(j, where, "mlp_bias", false)) fail(where, "mlp_bias=true is not supported");
 
-  c.vocab_size = get_int(j, where, "vocab_size", std::nullopt, 1);
-  c.hidden_size = get_int(j, where, "hidden_size", std::nullopt, 1);
-  c.intermediate_size = get_int(j, where, "intermediate_size", std::nullopt, 1);
-  c.num_hidden_layers = get_int(j, where, "num_hidden_layers", std::nullopt, 1);
-  c.num_attention_heads = get_int(j, where, "num_attention_heads", std::nullopt, 1);
-  c.num_key_value_heads = get_int(j, where, "num_key_value_heads", c.num_attention_heads, 1);
+  c.vocab_size = get_int(j, where, "vocab_size", std::nullopt, 1, kMaxVocab);
+  c.hidden_size = get_int(j, where, "hidden_size", std::nullopt, 1, kMaxHidden);
+  c.intermediate_size = get_int(j, where, "intermediate_size", std::nullopt, 1, kMaxIntermediate);
+  c.num_hidden_layers = get_int(j, where, "num_hidden_layers", std::nullopt, 1, kMaxLayers);
+  c.num_attention_heads = get_int(j, where, "num_attention_heads", std::nullopt, 1, kMaxHeads);
+  c.num_key_value_heads = get_int(j, where, "num_key_value_heads", c.num_attention_heads, 1, kMaxHeads);
   if (c.num_attention_heads % c.num_key_value_heads != 0)
     fail(where, "num_attention_heads ({}) is not a multiple of num_key_value_heads ({})", c.num_attention_heads,
          c.num_key_value_heads);
   std::optional<int64_t> default_head_dim;
   if (c.hidden_size % c.num_attention_heads == 0) default_head_dim = c.hidden_size / c.num_attention_heads;
-  c.head_dim = get_int(j, where, "head_dim", default_head_dim, 2);
+  c.head_dim = get_int(j, where, "head_dim", default_head_dim, 2, kMaxHeadDim);
   if (c.head_dim % 2 != 0) fail(where, "head_dim ({}) must be even for rotary embeddings", c.head_dim);
-  c.max_position_embeddings = get_int(j, where, "max_position_embeddings", 2048, 1);
+  c.max_position_embeddings = get_int(j, where, "max_position_embeddings", 2048, 1, kMaxPositions);
   c.rms_norm_eps = get_double(j, where, "rms_norm_eps", 1e-6);
   if (!(c.rms_norm_eps > 0)) fail(where, "key 'rms_norm_eps' must be positive");
   c.rope_theta = get_double(j, where, "rope_theta", 10000.0);
@@ -132,7 +151,7 @@ ModelConfig ModelConfig::from_json(const json& raw, const std::string& where) {
   c.attention_bias = get_bool(j, where, "attention_bias", c.model_type == "qwen2");
   if (j.contains("torch_dtype") && j["torch_dtype"].is_string()) c.torch_dtype = j["torch_dtype"].get<std::string>();
   if (j.contains("bos_token_id") && !j["bos_token_id"].is_null())
-    c.bos_token_id = get_int(j, where, "bos_token_id", std::nullopt, 0);
+    c.bos_token_id = get_int(j, where, "bos_token_id", std::nullopt, 0, kMaxTokenId);
   if (j.contains("eos_token_id")) {
     const json& e = j["eos_token_id"];
     if (e.is_number_integer()) {

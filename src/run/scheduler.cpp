@@ -22,6 +22,7 @@
 #include "run/weight_broadcast.h"
 #include "run/wire.h"
 #include "run/worker_launch.h"
+#include "run/worker_messages.h"
 
 namespace gpueval {
 namespace {
@@ -315,21 +316,38 @@ class Loop {
     } catch (const FrameError& e) {
       return crash(w, fmt::format("sent a bad payload: {}", e.what()));
     }
+    // Each message is decoded and checked in full before it changes any state
+    // (worker_messages.h); a malformed one is the worker's crash, never the scheduler's.
+    HelloReply hello;
+    ErrorReply error;
+    ResultReply result;
+    std::string nccl_id;
+    try {
+      switch (f.type) {
+        case FrameType::kHeartbeat: return;
+        case FrameType::kHello: hello = hello_reply_from_json(j); break;
+        case FrameType::kBroadcast: nccl_id = broadcast_id_from_json(j); break;
+        case FrameType::kResult: result = result_reply_from_json(j); break;
+        case FrameType::kError: error = error_reply_from_json(j); break;
+        default: return crash(w, fmt::format("protocol error: unexpected {} frame", frame_type_name(f.type)));
+      }
+    } catch (const Error& e) {
+      return crash(w, fmt::format("protocol error: {}", e.what()));
+    }
     switch (f.type) {
-      case FrameType::kHeartbeat: return;
-      case FrameType::kHello: return on_hello_frame(w, j);
-      case FrameType::kBroadcast: return on_broadcast_frame(w, j);
-      case FrameType::kResult: return on_result_frame(w, j);
-      case FrameType::kError: return on_error_frame(w, j);
-      default: return crash(w, fmt::format("protocol error: unexpected {} frame", frame_type_name(f.type)));
+      case FrameType::kHello: return on_hello_frame(w, hello);
+      case FrameType::kBroadcast: return on_broadcast_frame(w, nccl_id);
+      case FrameType::kResult: return on_result_frame(w, std::move(result));
+      case FrameType::kError: return on_error_frame(w, error);
+      default: return;
     }
   }
 
-  void on_hello_frame(Worker& w, const nlohmann::json& j) {
+  void on_hello_frame(Worker& w, const HelloReply& hello) {
     if (w.state != State::kStarting) return crash(w, "protocol error: unexpected Hello");
     w.state = State::kIdle;
-    std::cerr << fmt::format("[sched] worker {} ready ({} loaded in {:.2f}s)\n", w.slot.name(),
-                             j.value("model", std::string("model")), j.value("load_seconds", 0.0));
+    std::cerr << fmt::format("[sched] worker {} ready ({} loaded in {:.2f}s)\n", w.slot.name(), hello.model,
+                             hello.load_seconds);
     if (broadcast_group_ && std::none_of(workers_.begin(), workers_.end(), [](const Worker& o) {
           return o.broadcast_rank >= 0 && o.state == State::kStarting;
         }))
@@ -337,16 +355,16 @@ class Loop {
   }
 
   // Rank 0's NCCL id, once, while the group loads: every other rank gets it.
-  void on_broadcast_frame(Worker& w, const nlohmann::json& j) {
-    if (!broadcast_group_ || w.broadcast_rank != 0 || w.state != State::kStarting || !j.contains("nccl_id"))
+  void on_broadcast_frame(Worker& w, const std::string& nccl_id) {
+    if (!broadcast_group_ || w.broadcast_rank != 0 || w.state != State::kStarting)
       return crash(w, "protocol error: unexpected broadcast frame");
     for (Worker& o : workers_)
-      if (o.broadcast_rank > 0 && o.child) send(o, Frame{FrameType::kBroadcast, pack_payload({{"nccl_id", j.at("nccl_id")}})});
+      if (o.broadcast_rank > 0 && o.child) send(o, Frame{FrameType::kBroadcast, pack_payload({{"nccl_id", nccl_id}})});
   }
 
-  void on_error_frame(Worker& w, const nlohmann::json& j) {
-    const std::string message = j.value("message", std::string("(no message)"));
-    if (w.state == State::kStarting || j.value("batch_id", int64_t{-1}) < 0) {
+  void on_error_frame(Worker& w, const ErrorReply& error) {
+    const std::string& message = error.message;
+    if (w.state == State::kStarting || error.batch_id < 0) {
       // A worker that cannot load its model will fail the same way on every restart.
       report_.fatal_error = fmt::format("worker {}: {}", w.slot.name(), message);
       return;
@@ -355,10 +373,9 @@ class Loop {
   }
 
   // The items of a Result frame for `batch`; Error if they are not exactly its items, in order.
-  static std::vector<ItemResult> result_items(const nlohmann::json& j, const Batch& batch) {
-    if (j.at("batch_id").get<int64_t>() != batch.id) throw Error("result for another batch");
-    std::vector<ItemResult> items;
-    for (const auto& item : j.at("items")) items.push_back(item_result_from_json(item));
+  static std::vector<ItemResult> result_items(ResultReply& result, const Batch& batch) {
+    if (result.batch_id != batch.id) throw Error("result for another batch");
+    std::vector<ItemResult> items = std::move(result.items);
     if (items.size() != batch.items.size()) throw Error(fmt::format("{} results for {} items", items.size(), batch.items.size()));
     for (size_t k = 0; k < items.size(); ++k)
       if (items[k].request_index != batch.items[k].request_index || items[k].part != batch.items[k].part)
@@ -366,16 +383,16 @@ class Loop {
     return items;
   }
 
-  void on_result_frame(Worker& w, const nlohmann::json& j) {
+  void on_result_frame(Worker& w, ResultReply result) {
     if (w.state != State::kBusy) return crash(w, "protocol error: a result while idle");
     const Batch& batch = plan_.batches[static_cast<size_t>(w.batch)];
     std::vector<ItemResult> items;
     try {
-      items = result_items(j, batch);
+      items = result_items(result, batch);
     } catch (const std::exception& e) {
       return crash(w, fmt::format("protocol error: {}", e.what()));
     }
-    if (j.contains("stats")) add_stats(j.at("stats"));
+    report_.stats.add(result.stats);
     w.busy_seconds += seconds_between(w.batch_started, Clock::now());
     w.batches_done += 1;
     w.tokens_done += batch.padded_tokens;
@@ -390,14 +407,6 @@ class Loop {
     } catch (const std::exception& e) {
       report_.fatal_error = e.what();
     }
-  }
-
-  void add_stats(const nlohmann::json& st) {
-    ExecutionStats stats;
-    stats.tokens_computed = st.value("tokens_computed", int64_t{0});
-    stats.prefix_tokens = st.value("prefix_tokens", int64_t{0});
-    stats.oom_splits = st.value("oom_splits", int64_t{0});
-    report_.stats.add(stats);
   }
 
   // The in-flight batch failed on `w`: back to the queue or into quarantine.

@@ -138,7 +138,9 @@ std::vector<std::string> child_environment(const std::string& who,
   const auto name_of = [](const std::string& entry) { return entry.substr(0, entry.find('=')); };
   std::vector<std::string> env;
   for (char** e = environ; e && *e; ++e) env.emplace_back(*e);
-  for (const auto& [name, value] : overrides) {
+  for (const auto& entry : overrides) {
+    const std::string& name = entry.first;  // not a structured binding: C++17 lambdas cannot capture those
+    const std::string& value = entry.second;
     if (name.empty() || name.find('=') != std::string::npos) {
       fail(who, "environment variable name '{}' is empty or contains '='", name);
     }

@@ -18,6 +18,7 @@
 
 #include "common/file_io.h"
 #include "common/strings.h"
+#include "common/wire_json.h"
 #include "gpueval/error.h"
 #include "gpueval/model.h"
 #include "gpueval/tokenizer.h"
@@ -32,6 +33,7 @@
 #include "run/weight_broadcast.h"
 #include "run/wire.h"
 #include "run/worker_hello.h"
+#include "run/worker_messages.h"
 
 namespace gpueval {
 namespace {
@@ -188,7 +190,7 @@ LlamaModel load_broadcast(const WorkerHello::Broadcast& spec, const std::string&
     if (!f || f->type != FrameType::kBroadcast)
       throw FrameError(fmt::format("worker: expected a broadcast frame after Hello, got {}",
                                    f ? frame_type_name(f->type) : "end of stream"));
-    group.nccl_id = unpack_payload(*f).at("nccl_id").get<std::string>();
+    group.nccl_id = broadcast_id_from_json(unpack_payload(*f));
   }
   std::cerr << fmt::format("[{}] weights over NCCL: rank {} of {}{}\n", name, group.rank, group.world,
                            group.rank == 0 ? " (reads the checkpoint)" : "");
@@ -324,7 +326,7 @@ void serve(Replica& r, int in, FrameWriter& writer, Heartbeat& heartbeat, Fault&
     }
     if (frame->type != FrameType::kWork)
       throw FrameError(fmt::format("worker: unexpected {} frame", frame_type_name(frame->type)));
-    const Batch batch = batch_from_json(unpack_payload(*frame).at("batch"));
+    const Batch batch = batch_from_json(wire::field(unpack_payload(*frame), "batch", "work"));
     if (fault.kind == Fault::Kind::kSlow) std::this_thread::sleep_for(std::chrono::milliseconds(fault.request_index));
     if (fault.fires_on(batch, r.hello.model) && inject_fault(fault, batch, r.hello.worker, writer, heartbeat)) continue;
     run_batch(r, batch, exec, writer);

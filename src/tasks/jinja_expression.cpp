@@ -8,6 +8,7 @@
 
 #include "common/python_format.h"
 #include "common/python_str.h"
+#include "common/strict_json.h"
 
 namespace gpueval::jinja {
 
@@ -149,9 +150,10 @@ class Parser {
                                          t.text == "or")) {
       refuse(fmt::format("the operator '{}'", t.text));
     }
-    if (t.kind == Token::Kind::kEnd) refuse("the expression '" + source_ + "' (it ends too early" + why + ")");
-    refuse(fmt::format("the expression '{}' (unexpected '{}' at offset {}{})", source_,
-                       t.kind == Token::Kind::kString ? py::repr(json(t.text)) : t.text, t.begin, why));
+    // The source is quoted as untrusted text: it may hold newlines (found by fuzz_template).
+    if (t.kind == Token::Kind::kEnd) refuse("the expression " + quote_untrusted(source_) + " (it ends too early" + why + ")");
+    refuse(fmt::format("the expression {} (unexpected {} at offset {}{})", quote_untrusted(source_),
+                       t.kind == Token::Kind::kString ? py::repr(json(t.text)) : quote_untrusted(t.text), t.begin, why));
   }
   [[noreturn]] void refuse(const std::string& what) {
     refuse_(what);
@@ -281,7 +283,11 @@ class Parser {
       }
       case Token::Kind::kFloat:
         take();
-        return literal(json(std::stod(t.text)), begin);
+        try {
+          return literal(json(std::stod(t.text)), begin);
+        } catch (const std::out_of_range&) {  // 1e999 (found by fuzz_template)
+          refuse("the number " + t.text + " (out of range)");
+        }
       case Token::Kind::kString:
         take();
         return literal(json(t.text), begin);
@@ -324,8 +330,13 @@ class Parser {
         take();
         const Token t = take();
         if (t.kind == Token::Kind::kInt) {
-          node = make(Node::Kind::kItem, "", {node, literal(json(static_cast<int64_t>(std::stoll(t.text))), pos_ - 1)},
-                      start);
+          int64_t index = 0;
+          try {
+            index = static_cast<int64_t>(std::stoll(t.text));
+          } catch (const std::out_of_range&) {  // x.99999999999999999999 (found by fuzz_template)
+            refuse("the index " + t.text + " (too large)");
+          }
+          node = make(Node::Kind::kItem, "", {node, literal(json(index), pos_ - 1)}, start);
           continue;
         }
         if (t.kind != Token::Kind::kName) unexpected(" (a name must follow '.')");
@@ -445,7 +456,8 @@ json to_int(const json& v) {
   try {
     size_t used = 0;
     const double d = std::stod(s, &used);
-    if (used == s.size() && std::isfinite(d)) return static_cast<int64_t>(std::trunc(d));
+    // Only doubles inside int64's range convert; past it the cast is undefined behaviour.
+    if (used == s.size() && std::isfinite(d) && std::fabs(d) < 9.2e18) return static_cast<int64_t>(std::trunc(d));
   } catch (const std::exception&) {
   }
   return 0;

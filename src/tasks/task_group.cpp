@@ -16,11 +16,7 @@ namespace gpueval {
 namespace {
 
 YAML::Node load_yaml(const std::string& path) {
-  try {
-    return YAML::Load(io::read_file(path, uint64_t{1} << 24));
-  } catch (const YAML::Exception& e) {
-    fail(e.mark.line >= 0 ? path + ":" + std::to_string(e.mark.line + 1) : path, "invalid YAML: {}", e.msg);
-  }
+  return parse_yaml(io::read_file(path, uint64_t{1} << 24), path);
 }
 
 std::string join(const std::vector<std::string>& names) {

@@ -94,12 +94,7 @@ class TaskYaml {
  public:
   explicit TaskYaml(const std::string& yaml_path) : path_(yaml_path) {
     const std::string text = io::read_file(yaml_path, uint64_t{1} << 24);
-    try {
-      root_ = YAML::Load(text);
-    } catch (const YAML::Exception& e) {
-      fail(e.mark.line >= 0 ? yaml_path + ":" + std::to_string(e.mark.line + 1) : yaml_path, "invalid YAML: {}",
-           e.msg);
-    }
+    root_ = parse_yaml(text, yaml_path);
     if (!root_.IsMap()) fail(yaml_path, "a task file must be a YAML mapping of keys to values");
     const auto& order = task_config_order();
     for (const auto& entry : root_) {

@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "common/strict_json.h"
 #include "common/utf8.h"
 #include "gpueval/error.h"
 
@@ -52,7 +53,8 @@ std::vector<Llama2cToken> read_tokens(const std::string& path) {
     int32_t length = 0;
     read_raw(&token.score, sizeof(token.score), "score", index);
     read_raw(&length, sizeof(length), "length", index);
-    if (length < 0 || length > max_token_length * 4 || static_cast<size_t>(length) > data.size() - pos) {
+    // In 64 bits: max_token_length * 4 overflowed int32 for a header near INT32_MAX (fuzz_llama2c_tokenizer).
+    if (length < 0 || length > int64_t{max_token_length} * 4 || static_cast<size_t>(length) > data.size() - pos) {
       fail(path, "token {} has bad length {}", index, length);
     }
     token.piece = data.substr(pos, length);
@@ -67,8 +69,8 @@ std::vector<Llama2cToken> read_tokens(const std::string& path) {
   for (int b = 0; b < 256; ++b) {
     const std::string expected = fmt::format("<0x{:02X}>", b);
     if (tokens[kFirstByteId + b].piece != expected) {
-      fail(path, "token {} is '{}', expected byte token '{}'", kFirstByteId + b, tokens[kFirstByteId + b].piece,
-           expected);
+      fail(path, "token {} is {}, expected byte token '{}'", kFirstByteId + b,
+           quote_untrusted(tokens[kFirstByteId + b].piece), expected);
     }
   }
   return tokens;
