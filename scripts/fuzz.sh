@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Fuzzes one parser of outside input with libFuzzer: scripts/fuzz.sh TARGET SECONDS [--build DIR] [--jobs N]
+# Fuzzes one parser of outside input with libFuzzer:
+#   scripts/fuzz.sh TARGET SECONDS [--build DIR] [--jobs N] [--campaign]
 #   TARGET   a target of tests/fuzz/fuzz_targets.cpp (safetensors, checkpoint_index, model_config,
 #            llama2c_checkpoint, tokenizer_json, llama2c_tokenizer, task_yaml, jsonl, run_config, csv,
 #            hellaswag, template, wire), or "all" (one after another, SECONDS each)
 #   SECONDS  how long (CI: 20 per target; a campaign: 600 or more)
 #   --build  the GPUEVAL_FUZZ build directory (default build-fuzz; scripts/sanitize.sh makes it)
 #   --jobs   parallel fuzzing processes on one corpus (default 1)
+#   --campaign  go on past findings (libFuzzer -fork=1 -ignore_crashes/timeouts/ooms), saving each one;
+#            without it the first finding ends the run (what CI wants)
 # The corpus lives in BUILD/fuzz/corpus/TARGET and grows from one campaign to the next. Each run
 # starts from it plus the seeds: tests/fuzz/seeds/TARGET (hand-made, tests/fuzz/make_seeds.py),
 # tests/fuzz/regressions/TARGET (inputs that once broke a parser) and real files from models/,
@@ -18,11 +21,12 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 [ $# -ge 2 ] || { sed -n '2,7p' "$0" >&2; exit 2; }
 target=$1 seconds=$2; shift 2
-build=build-fuzz jobs=1
+build=build-fuzz jobs=1 campaign=0
 while [ $# -gt 0 ]; do
   case $1 in
     --build) build=$2; shift 2 ;;
     --jobs) jobs=$2; shift 2 ;;
+    --campaign) campaign=1; shift ;;
     *) echo "fuzz.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -31,7 +35,8 @@ all=(safetensors checkpoint_index model_config llama2c_checkpoint tokenizer_json
      run_config csv hellaswag template wire)
 if [ "$target" = all ]; then
   rc=0
-  for t in "${all[@]}"; do "$0" "$t" "$seconds" --build "$build" --jobs "$jobs" || rc=1; done
+  more=(); [ "$campaign" = 1 ] && more=(--campaign)
+  for t in "${all[@]}"; do "$0" "$t" "$seconds" --build "$build" --jobs "$jobs" "${more[@]}" || rc=1; done
   exit $rc
 fi
 bin=$build/fuzz_$target
@@ -96,6 +101,7 @@ run=$work/run/$target
 rm -rf "$run"; mkdir -p "$run"
 parallel=()
 [ "$jobs" -gt 1 ] && parallel=(-jobs="$jobs" -workers="$jobs")
+[ "$campaign" = 1 ] && parallel=(-fork="$jobs" -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1)
 abs() { case $1 in /*) echo "$1" ;; *) echo "$root/$1" ;; esac; }
 set +e
 (cd "$run" && ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=0} \
@@ -106,11 +112,15 @@ set +e
 rc=$?
 set -e
 cat "$run"/fuzz-*.log >> "$log" 2>/dev/null || true
-execs=$(grep -o 'stat::number_of_executed_units: [0-9]*' "$log" | awk '{s += $2} END {print s + 0}' || true)
-cov=$( (grep -oE 'cov: [0-9]+' "$log" || true) | awk '{print $2}' | sort -n | tail -1)
-ft=$( (grep -oE 'ft: [0-9]+' "$log" || true) | awk '{print $2}' | sort -n | tail -1)
+execs=$(grep -ao 'stat::number_of_executed_units: [0-9]*' "$log" | awk '{s += $2} END {print s + 0}' || true)
+# Fork mode prints "#<execs>: cov: ..." lines instead of final stats.
+[ "$campaign" = 1 ] && execs=$( (grep -aoE '^#[0-9]+: cov' "$log" || true) | tr -dc '0-9\n' | sort -n | tail -1)
+cov=$( (grep -aoE 'cov: [0-9]+' "$log" || true) | awk '{print $2}' | sort -n | tail -1)
+ft=$( (grep -aoE 'ft: [0-9]+' "$log" || true) | awk '{print $2}' | sort -n | tail -1)
 crashes=$(ls "$artifacts" | wc -l)
-echo "[fuzz] $target: ${execs} executions, cov ${cov:-0} edges, ft ${ft:-0}, corpus $(ls "$corpus" | wc -l) files, $crashes artifacts ($artifacts), log $log"
+kinds=$( (grep -aoE 'oom/timeout/crash: [0-9]+/[0-9]+/[0-9]+' "$log" || true) | tail -1)
+echo "[fuzz] $target: ${execs} executions, cov ${cov:-0} edges, ft ${ft:-0}, corpus $(ls "$corpus" | wc -l) files," \
+     "$crashes artifacts${kinds:+ ($kinds)} in $artifacts, log $log"
 if [ "$rc" -ne 0 ] || [ "$crashes" -gt 0 ]; then
   grep -m1 -E 'ERROR: |contract violated|SUMMARY: ' "$log" >&2 || tail -5 "$log" >&2
   exit 1

@@ -5,8 +5,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/strict_json.h"
 #include "common/utf8.h"
 #include "gpueval/error.h"
+#include "tokenizer/token_id.h"
 
 namespace gpueval {
 
@@ -92,8 +94,7 @@ BpeModel::BpeModel(const nlohmann::json& spec, const std::string& where) {
   if (!vocab.is_object()) fail(where, "model.vocab must be an object of token -> id");
   vocab_.reserve(vocab.size());
   for (const auto& [token, id_json] : vocab.items()) {
-    const int64_t id = id_json.get<int64_t>();
-    if (id < 0 || id > INT32_MAX) fail(where, "token '{}' has invalid id {}", token, id);
+    const int32_t id = token_id_from_json(id_json, where, "token " + quote_untrusted(token));
     vocab_.emplace(token, static_cast<int32_t>(id));
     if (static_cast<size_t>(id) >= tokens_.size()) {
       tokens_.resize(id + 1);

@@ -4,8 +4,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/strict_json.h"
 #include "common/utf8.h"
 #include "gpueval/error.h"
+#include "tokenizer/token_id.h"
 #include "tokenizer/tokenizer_config.h"
 
 namespace gpueval {
@@ -17,7 +19,7 @@ namespace {
 constexpr const char* kBosNames[] = {"<s>", "<|begin_of_text|>", "<bos>"};
 constexpr const char* kEosNames[] = {"</s>", "<|end_of_text|>", "<|endoftext|>", "<eos>"};
 
-std::vector<AddedToken> parse_added_tokens(const nlohmann::json& spec, const BpeModel& model) {
+std::vector<AddedToken> parse_added_tokens(const nlohmann::json& spec, const BpeModel& model, const std::string& where) {
   std::vector<AddedToken> tokens;
   if (!spec.contains("added_tokens") || spec.at("added_tokens").is_null()) return tokens;
   for (const auto& entry : spec.at("added_tokens")) {
@@ -29,7 +31,8 @@ std::vector<AddedToken> parse_added_tokens(const nlohmann::json& spec, const Bpe
     token.special = entry.value("special", false);
     token.normalized = entry.value("normalized", !token.special);
     // As in Hugging Face, a content the model already knows keeps the model's id.
-    token.id = model.token_to_id(token.content).value_or(entry.at("id").get<int32_t>());
+    const int32_t id = token_id_from_json(entry.at("id"), where, "added token " + quote_untrusted(token.content));
+    token.id = model.token_to_id(token.content).value_or(id);
     tokens.push_back(std::move(token));
   }
   return tokens;
@@ -61,7 +64,7 @@ void HfTokenizer::build(const nlohmann::json& spec, const nlohmann::json* config
   normalizer_ = make_normalizer(stage("normalizer"), origin_);
   pre_tokenizer_ = make_pre_tokenizer(stage("pre_tokenizer"), origin_);
   model_ = std::make_unique<BpeModel>(model, origin_);
-  added_ = std::make_unique<AddedVocabulary>(parse_added_tokens(spec, *model_), normalizer_.get());
+  added_ = std::make_unique<AddedVocabulary>(parse_added_tokens(spec, *model_, origin_), normalizer_.get());
   post_processor_ = PostProcessor::from_json(stage("post_processor"), origin_);
   decoder_ = make_decoder(stage("decoder"), origin_);
   // truncation and padding are ignored on purpose: transformers turns them off

@@ -4,7 +4,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/strict_json.h"
 #include "gpueval/error.h"
+#include "tokenizer/token_id.h"
 
 namespace gpueval {
 
@@ -64,7 +66,8 @@ void parse_template(const nlohmann::json& spec, const std::string& where, std::v
       fail(where, "TemplateProcessing uses special token '{}' missing from special_tokens", piece.special);
     }
     auto& target = seen_sequence ? suffix : prefix;
-    for (const auto& id : specials.at(piece.special).at("ids")) target.push_back(id.get<int32_t>());
+    for (const auto& id : specials.at(piece.special).at("ids"))
+      target.push_back(token_id_from_json(id, where, "special token " + quote_untrusted(piece.special)));
   }
 }
 
@@ -78,8 +81,8 @@ PostProcessor PostProcessor::from_json(const nlohmann::json& spec, const std::st
     parse_template(spec, where, processor.prefix_, processor.suffix_);
   } else if (type == "RobertaProcessing" || type == "BertProcessing") {
     // cls and sep are ["<token>", id] pairs; a single sequence becomes cls A sep.
-    processor.prefix_.push_back(spec.at("cls").at(1).get<int32_t>());
-    processor.suffix_.push_back(spec.at("sep").at(1).get<int32_t>());
+    processor.prefix_.push_back(token_id_from_json(spec.at("cls").at(1), where, "cls"));
+    processor.suffix_.push_back(token_id_from_json(spec.at("sep").at(1), where, "sep"));
   } else if (type == "ByteLevel") {
     // Only trims offsets, which gpueval does not keep.
   } else if (type == "Sequence") {

@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <filesystem>
@@ -68,6 +70,9 @@ std::optional<std::string> contract(F&& call) {
     call();
   } catch (const Error& e) {
     const std::string m = e.what();
+    // GPUEVAL_FUZZ_VERBOSE=1 prints each refusal: what a seed or a stuck corpus runs into.
+    static const bool verbose = std::getenv("GPUEVAL_FUZZ_VERBOSE") != nullptr;
+    if (verbose) std::fprintf(stderr, "refused: %s\n", m.c_str());
     if (m.empty()) return std::string("threw gpueval::Error with an empty message");
     if (m.find('\n') != std::string::npos) return "threw gpueval::Error with a multi-line message: " + m;
   } catch (const std::exception& e) {
@@ -193,6 +198,7 @@ std::optional<std::string> fuzz_jsonl(const uint8_t* data, size_t size) {
                                                 "doc_to_choice: \"{{choices}}\"\n"
                                                 "doc_to_target: \"{{label}}\"\n"
                                                 "num_fewshot: 1\n"
+                                                "fewshot_path: fuzz_docs.jsonl\n"
                                                 "metric_list:\n  - metric: acc\n");
   write_scratch("fuzz_docs.jsonl", as_text(data, size));
   return contract([&] {

@@ -113,6 +113,7 @@ doc_to_text: "Question: {{question.strip()}}\\nAnswer:"
 doc_to_choice: "{{choices}}"
 doc_to_target: "{{label}}"
 num_fewshot: 1
+fewshot_path: docs.jsonl
 fewshot_config:
   sampler: first_n
 metric_list:
