@@ -347,5 +347,30 @@ TEST(UnsupportedTest, StagesNameTheFileAndTheType) {
   EXPECT_EQ(message(spec).rfind("test.json: malformed tokenizer.json: ", 0), 0u) << message(spec);
 }
 
+// Token ids are checked before they size the vocabulary table (issue 16): a float id was converted
+// to int with undefined behaviour (found by fuzz_tokenizer_json), and an id near 2^31 asked for a
+// table of two billion strings.
+TEST(UnsupportedTest, TokenIdsMustBeIntegersBelowTheVocabularyBound) {
+  const auto message = [](const json& spec) -> std::string {
+    try {
+      load(spec);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  json spec = bpe_json({"a", "b"});
+  spec["model"]["vocab"]["b"] = 8.9e55;
+  EXPECT_EQ(message(spec), "test.json: token 'b' has id 8.9e+55, which is not an integer");
+  spec["model"]["vocab"]["b"] = 2147483647;
+  EXPECT_EQ(message(spec), "test.json: token 'b' has id 2147483647, outside [0, 16777216) (the bound on vocabulary size)");
+  spec["model"]["vocab"]["b"] = -1;
+  EXPECT_EQ(message(spec), "test.json: token 'b' has id -1, outside [0, 16777216) (the bound on vocabulary size)");
+  spec = bpe_json({"a"});
+  spec["added_tokens"] = json::array({added_token(0, "<x>")});
+  spec["added_tokens"][0]["id"] = 1 << 24;
+  EXPECT_EQ(message(spec), "test.json: added token '<x>' has id 16777216, outside [0, 16777216) (the bound on vocabulary size)");
+}
+
 }  // namespace
 }  // namespace gpueval
