@@ -51,6 +51,7 @@ TEST(ChooseBatchTokens, SmallestFittingBudgetWithinTheKnee) {
 }
 
 TEST(BatchProbe, ImposedMemoryLimitIsRespected) {
+  GPUEVAL_REQUIRE_GLIBC_MALLOC();
   const LlamaModel& model = stories();
   ProbeOptions o;
   o.length = 128;
@@ -139,6 +140,7 @@ TEST(MemoryAmount, ParsesUnitsAndShares) {
 }
 
 TEST(DeviceMemory, CpuFacts) {
+  GPUEVAL_REQUIRE_GLIBC_MALLOC();
   const at::Device cpu(at::kCPU);
   EXPECT_GT(device_total_bytes(cpu), available_host_bytes() / 2);
   EXPECT_GT(available_host_bytes(), 0);

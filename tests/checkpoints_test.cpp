@@ -54,7 +54,9 @@ TEST(CheckpointFingerprint, OneFlippedWeightInAnyTensorIsSeen) {
   uint64_t header_len = 0;
   for (int i = 0; i < 8; ++i) header_len |= uint64_t{static_cast<unsigned char>(bytes[i])} << (8 * i);
   uint64_t last = 0;
-  for (const TensorInfo& t : SafetensorsFile::open(weights)->tensors()) last = std::max(last, t.data_begin);
+  // The file is kept in a variable: looping over a temporary's tensors() read freed memory (ASan).
+  const auto file = SafetensorsFile::open(weights);
+  for (const TensorInfo& t : file->tensors()) last = std::max(last, t.data_begin);
   bytes[8 + header_len + last] ^= 0x01;
   io::write_file_atomic(weights, bytes);
   EXPECT_NE(checkpoint_fingerprint(dir.file("a")), before);

@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "test_util.h"
+
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
@@ -15,6 +17,7 @@ namespace {
 // After keep_freed_memory(), a block far above glibc's mmap threshold comes from the heap (no
 // new mmapped bytes) and freeing it keeps the heap (nothing trimmed), so the next batch reuses it.
 TEST(CpuAllocator, LargeBlocksComeFromTheHeapAndStayAfterFree) {
+  GPUEVAL_REQUIRE_GLIBC_MALLOC();
 #if !defined(__GLIBC__)
   GTEST_SKIP() << "not glibc";
 #else

@@ -155,6 +155,26 @@ TEST_F(NightlyTest, KilledNightResumesWhereItStopped) {
             json::parse(io::read_file(dir_.file("ref200/results.json")))["results"]);
 }
 
+// A night holds its output folder until its last report (issue 16: a cron job that overlaps the
+// previous night): while the night is on its second checkpoint, another night on the same
+// folder exits 5 and computes nothing; once the first is released, both checkpoints are done.
+TEST_F(NightlyTest, AnOverlappingNightOnTheSameFolderExitsFive) {
+  const std::string cfg = config("locked", dir_.file("runs/step-[12]00"));
+  testing::AsyncRun night = testing::AsyncRun::start(
+      {"run", "--gpus", "cpu:1", cfg}, dir_.file("locked"),
+      {{"GPUEVAL_FAULT", "hold:any"}, {"GPUEVAL_FAULT_MODEL", "/step-200"}, {"GPUEVAL_FAULT_RELEASE", dir_.file("go")}});
+  ASSERT_FALSE(night.wait_worker_line("holding batch").empty()) << night.log();
+  EXPECT_THAT(night.log(), HasSubstr("checkpoint 2 of 2: step-200"));
+  auto second = testing::run_gpueval({"run", "--gpus", "cpu:1", cfg});
+  EXPECT_EQ(second.exit_code, 5) << second.err;
+  EXPECT_THAT(second.err, HasSubstr("is in use by pid " + std::to_string(night.child.pid())));
+  EXPECT_THAT(second.err, Not(HasSubstr("[sched] checkpoint")));
+  testing::write_text(dir_.file("go"), "");
+  EXPECT_EQ(night.child.wait().code, 0) << night.log();
+  EXPECT_TRUE(io::path_exists(dir_.file("locked/step-200/results.json")));
+  EXPECT_TRUE(io::path_exists(dir_.file("locked/report.md")));
+}
+
 // The issue's nightly scenario: step-100 was scored by an earlier run; tonight's glob skips it,
 // scores the other two with the same workers, the history and the trend report show all three,
 // and --fail-on-regression fires on step-300, which is worse.

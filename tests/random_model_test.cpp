@@ -29,6 +29,7 @@ bool have_sentencepiece() { return io::path_exists(sentencepiece_dir() + "/token
 
 #define REQUIRE_SENTENCEPIECE()                                                       \
   do {                                                                                \
+    GPUEVAL_REQUIRE_SENTENCEPIECE();                                                  \
     if (!have_sentencepiece()) GTEST_SKIP() << "no tokenizer at " << sentencepiece_dir(); \
   } while (0)
 
@@ -73,7 +74,7 @@ TEST(RandomModel, LoadsWithTheTokenizersVocabularyAndGivesFiniteLogits) {
   ASSERT_GT(ids.size(), 5u);
 
   // Weights: normal(0, 0.02) projections, RMSNorm weights exactly 1.
-  const Checkpoint ckpt = Checkpoint::open(out);
+  const CheckpointFiles ckpt = CheckpointFiles::open(out);
   const at::Tensor embed = ckpt.tensor("model.embed_tokens.weight");
   EXPECT_EQ(embed.sizes(), (std::vector<int64_t>{c.vocab_size, 64}));
   EXPECT_NEAR(embed.std().item<double>(), 0.02, 0.001);
@@ -108,7 +109,7 @@ TEST(RandomModel, SameSeedGivesIdenticalFilesAndAnotherSeedDoesNot) {
   ASSERT_EQ(a.size(), c.size());
   EXPECT_FALSE(a == c);
   // Not just the metadata: every projection differs.
-  const Checkpoint ca = Checkpoint::open(tmp.file("a")), cc = Checkpoint::open(tmp.file("c"));
+  const CheckpointFiles ca = CheckpointFiles::open(tmp.file("a")), cc = CheckpointFiles::open(tmp.file("c"));
   EXPECT_FALSE(at::equal(ca.tensor("model.layers.1.mlp.down_proj.weight"),
                          cc.tensor("model.layers.1.mlp.down_proj.weight")));
 }
@@ -126,7 +127,7 @@ TEST(RandomModel, TiedBfloat16AndLargerVocab) {
   EXPECT_EQ(c.vocab_size, tok_vocab + 64);
   EXPECT_TRUE(c.tie_word_embeddings);
   EXPECT_EQ(c.torch_dtype, "bfloat16");
-  const Checkpoint ckpt = Checkpoint::open(tmp.path());
+  const CheckpointFiles ckpt = CheckpointFiles::open(tmp.path());
   EXPECT_FALSE(ckpt.contains("lm_head.weight"));
   EXPECT_EQ(ckpt.info("model.embed_tokens.weight").dtype, at::kBFloat16);
   LoadOptions o;

@@ -512,7 +512,7 @@ class SafetensorsCheckpoint : public ::testing::Test {
     write_bytes(index_path(), json + "}}");
   }
   std::string index_path() const { return dir_.file("model.safetensors.index.json"); }
-  std::string open_error() const { return error_of([&] { Checkpoint::open(dir_.path()); }); }
+  std::string open_error() const { return error_of([&] { CheckpointFiles::open(dir_.path()); }); }
 
   TempDir dir_;
   at::Tensor embed_ = at::arange(12, at::kFloat).reshape({4, 3});       // [vocab 4, hidden 3]
@@ -521,7 +521,7 @@ class SafetensorsCheckpoint : public ::testing::Test {
 };
 
 TEST_F(SafetensorsCheckpoint, ShardedTensorsAreAllReadable) {
-  const Checkpoint checkpoint = Checkpoint::open(dir_.path());
+  const CheckpointFiles checkpoint = CheckpointFiles::open(dir_.path());
   EXPECT_EQ(checkpoint.names(),
             (std::vector<std::string>{"lm_head.weight", "model.embed.weight", "model.norm.weight"}));
   EXPECT_TRUE(checkpoint.contains("model.norm.weight"));
@@ -542,7 +542,7 @@ TEST_F(SafetensorsCheckpoint, ShardedTensorsAreAllReadable) {
 
 TEST_F(SafetensorsCheckpoint, SingleFileWinsOverIndex) {
   write_safetensors(dir_.file("model.safetensors"), {{"only", norm_}});
-  const Checkpoint checkpoint = Checkpoint::open(dir_.path() + "/");
+  const CheckpointFiles checkpoint = CheckpointFiles::open(dir_.path() + "/");
   EXPECT_EQ(checkpoint.names(), std::vector<std::string>{"only"});
   EXPECT_EQ(checkpoint.file_of("only"), dir_.file("model.safetensors"));
   expect_same_tensor(checkpoint.tensor("only"), norm_, "only");
@@ -587,11 +587,11 @@ TEST_F(SafetensorsCheckpoint, MalformedIndex) {
 TEST(SafetensorsCheckpointDir, MissingModelFile) {
   TempDir dir;
   write_bytes(dir.file("config.json"), "{}");
-  expect_error(error_of([&] { Checkpoint::open(dir.path()); }), dir.path(),
+  expect_error(error_of([&] { CheckpointFiles::open(dir.path()); }), dir.path(),
                "checkpoint directory has neither model.safetensors nor model.safetensors.index.json");
   const std::string absent = dir.file("absent");
-  expect_error(error_of([&] { Checkpoint::open(absent); }), absent, "stat failed: No such file or directory");
-  expect_error(error_of([&] { Checkpoint::open(dir.file("config.json")); }), dir.file("config.json"),
+  expect_error(error_of([&] { CheckpointFiles::open(absent); }), absent, "stat failed: No such file or directory");
+  expect_error(error_of([&] { CheckpointFiles::open(dir.file("config.json")); }), dir.file("config.json"),
                "checkpoint is not a directory");
 }
 

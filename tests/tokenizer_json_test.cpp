@@ -106,7 +106,7 @@ class MetaspaceTest : public ::testing::Test {
   json spec(const std::string& scheme, bool split = true) {
     json s = bpe_json({"\u2581", "a", "b", "\u2581a", "\u2581b", "\u2581a\u2581b", "<x>"},
                       {"\u2581 a", "\u2581 b", "\u2581a \u2581b"});
-    s["added_tokens"] = {added_token(6, "<x>")};
+    s["added_tokens"] = json::array({added_token(6, "<x>")});
     s["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", scheme},
                           {"split", split}};
     s["decoder"] = {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", scheme}, {"split", split}};
@@ -157,7 +157,7 @@ class AddedTokenTest : public ::testing::Test {
  protected:
   static json spec(json token_options) {
     json s = bpe_json({"a", "b", "c", " "});
-    s["added_tokens"] = {added_token(4, "<x>", std::move(token_options))};
+    s["added_tokens"] = json::array({added_token(4, "<x>", std::move(token_options))});
     return s;
   }
 };
@@ -175,7 +175,7 @@ TEST_F(AddedTokenTest, LstripAndRstripEatSpaces) {
 
 TEST(AddedTokenMatchTest, SingleWordOnlyMatchesWholeWords) {
   json s = bpe_json({"a", "b", "c", " "});
-  s["added_tokens"] = {added_token(4, "ab", {{"single_word", true}})};
+  s["added_tokens"] = json::array({added_token(4, "ab", {{"single_word", true}})});
   const auto tok = load(s);
   const std::vector<int32_t> ids = tok->encode("ab cab ab", false);
   EXPECT_EQ(ids, (std::vector<int32_t>{4, 3, 2, 0, 1, 3, 4}));

@@ -58,6 +58,7 @@ TEST(TokenizerLoadTest, BrokenConfigBesideTheTokenizer) {
 }
 
 TEST(TokenizerLoadTest, BrokenSentencePieceModel) {
+  GPUEVAL_REQUIRE_SENTENCEPIECE();
   TempDir dir;
   const std::string path = dir.write("tokenizer.model", "this is not a protobuf");
   EXPECT_EQ(load_error(path).rfind(path + ": cannot load SentencePiece model: ", 0), 0u);
@@ -77,6 +78,7 @@ TEST(TokenizerLoadTest, DirectoryPrefersTokenizerJsonAndReadsConfig) {
 }
 
 TEST(TokenizerLoadTest, SentencePieceConfigFlags) {
+  GPUEVAL_REQUIRE_SENTENCEPIECE();
   if (!testing::have_shared_data()) GTEST_SKIP() << "shared data dir " << testing::shared_dir() << " is missing";
   TempDir dir;
   std::filesystem::copy_file(testing::tokenizer_data("llama2_sentencepiece/tokenizer.model"),

@@ -65,6 +65,7 @@ class ReferenceTokenizerTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     if (!have_shared_data()) GTEST_SKIP() << "shared data dir " << testing::shared_dir() << " is missing";
+    if (GetParam() == "llama2_sentencepiece") GPUEVAL_REQUIRE_SENTENCEPIECE();
   }
   const Tokenizer& tokenizer() const { return shared_tokenizer(GetParam()); }
 };
@@ -129,6 +130,7 @@ class SharedTokenizerTest : public ::testing::Test {
 };
 
 TEST_F(SharedTokenizerTest, SpecialTokenIdsAndSizes) {
+  GPUEVAL_REQUIRE_SENTENCEPIECE();  // it also checks llama2_sentencepiece
   const Tokenizer& gpt2 = shared_tokenizer("gpt2");
   EXPECT_EQ(gpt2.vocab_size(), 50257);
   EXPECT_EQ(gpt2.bos_id(), 50256);
@@ -155,6 +157,7 @@ TEST_F(SharedTokenizerTest, SpecialTokenIdsAndSizes) {
 }
 
 TEST_F(SharedTokenizerTest, SpecialTokensInTextAndSkippedOnDecode) {
+  GPUEVAL_REQUIRE_SENTENCEPIECE();  // it also checks llama2_sentencepiece
   const Tokenizer& llama3 = shared_tokenizer("llama3");
   const std::vector<int32_t> ids = llama3.encode("<|begin_of_text|>Hi<|eot_id|>", false);
   ASSERT_EQ(ids.size(), 3u);
@@ -178,6 +181,7 @@ TEST_F(SharedTokenizerTest, SpecialTokensInTextAndSkippedOnDecode) {
 }
 
 TEST_F(SharedTokenizerTest, EmptyTextGivesOnlySpecialTokens) {
+  GPUEVAL_REQUIRE_SENTENCEPIECE();  // it also checks llama2_sentencepiece
   EXPECT_TRUE(shared_tokenizer("gpt2").encode("", true).empty());
   EXPECT_EQ(shared_tokenizer("mistral7b_v0.1").encode("", true), std::vector<int32_t>{1});
   EXPECT_TRUE(shared_tokenizer("mistral7b_v0.1").encode("", false).empty());

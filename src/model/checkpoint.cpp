@@ -47,14 +47,14 @@ void check_shard_name(const std::string& index_path, const std::string& shard) {
 
 }  // namespace
 
-Checkpoint Checkpoint::open(const std::string& dir) {
+CheckpointFiles CheckpointFiles::open(const std::string& dir) {
   struct stat st;
   if (::stat(dir.c_str(), &st) != 0) {
     const int err = errno;
     fail(dir, "checkpoint directory: stat failed: {}", std::strerror(err));
   }
   if (!S_ISDIR(st.st_mode)) fail(dir, "checkpoint is not a directory");
-  Checkpoint checkpoint(dir);
+  CheckpointFiles checkpoint(dir);
   const std::string single = join(dir, kSingleFile);
   if (exists(single)) {
     checkpoint.add_file(SafetensorsFile::open(single), single);
@@ -68,7 +68,7 @@ Checkpoint Checkpoint::open(const std::string& dir) {
   fail(dir, "checkpoint directory has neither {} nor {}", kSingleFile, kIndexFile);
 }
 
-void Checkpoint::load_index(const std::string& index_path) {
+void CheckpointFiles::load_index(const std::string& index_path) {
   const Json index = parse_strict_json(io::read_file(index_path, kMaxIndexBytes), index_path, "index");
   if (!index.is_object()) fail(index_path, "index is a JSON {}, not an object", index.type_name());
   const auto weight_map = index.find("weight_map");
@@ -110,7 +110,7 @@ void Checkpoint::load_index(const std::string& index_path) {
   }
 }
 
-void Checkpoint::add_file(const std::shared_ptr<const SafetensorsFile>& file, const std::string& where) {
+void CheckpointFiles::add_file(const std::shared_ptr<const SafetensorsFile>& file, const std::string& where) {
   for (const TensorInfo& info : file->tensors()) {
     const auto [it, added] = entries_.emplace(info.name, Entry{file, &info});
     if (!added) {
@@ -120,26 +120,26 @@ void Checkpoint::add_file(const std::shared_ptr<const SafetensorsFile>& file, co
   }
 }
 
-std::vector<std::string> Checkpoint::names() const {
+std::vector<std::string> CheckpointFiles::names() const {
   std::vector<std::string> names;
   names.reserve(entries_.size());
   for (const auto& [name, entry] : entries_) names.push_back(name);
   return names;
 }
 
-const Checkpoint::Entry& Checkpoint::entry(const std::string& name) const {
+const CheckpointFiles::Entry& CheckpointFiles::entry(const std::string& name) const {
   const auto it = entries_.find(name);
   if (it == entries_.end()) fail(dir_, "checkpoint has no tensor named {}", quote_untrusted(name));
   return it->second;
 }
 
-const TensorInfo& Checkpoint::info(const std::string& name) const { return *entry(name).info; }
+const TensorInfo& CheckpointFiles::info(const std::string& name) const { return *entry(name).info; }
 
-at::Tensor Checkpoint::tensor(const std::string& name) const {
+at::Tensor CheckpointFiles::tensor(const std::string& name) const {
   const Entry& found = entry(name);
   return found.file->tensor(name);
 }
 
-std::string Checkpoint::file_of(const std::string& name) const { return entry(name).file->path(); }
+std::string CheckpointFiles::file_of(const std::string& name) const { return entry(name).file->path(); }
 
 }  // namespace gpueval

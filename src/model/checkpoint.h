@@ -6,9 +6,12 @@
 //
 // open() maps every file and cross-checks the index against the shards up front, so a checkpoint
 // that opens is complete and unambiguous: every indexed tensor is in the shard the index names, no
-// tensor is in two shards, and no shard holds a tensor the index does not list. A Checkpoint shares
+// tensor is in two shards, and no shard holds a tensor the index does not list. A CheckpointFiles shares
 // its mapped files; copies are cheap and tensors it returns keep their file mapped on their own.
-// It is immutable after open() and safe to use from several threads.
+// It is immutable after open() and safe to use from several threads. (Named CheckpointFiles, not
+// Checkpoint: evaluation/checkpoints.h's Checkpoint is one checkpoint of a run, and two classes
+// of one name in one namespace broke the one-definition rule: AddressSanitizer caught one's
+// destructor freeing the other's members.)
 #pragma once
 
 #include <map>
@@ -20,14 +23,14 @@
 
 namespace gpueval {
 
-class Checkpoint {
+class CheckpointFiles {
  public:
   static constexpr char kSingleFile[] = "model.safetensors";
   static constexpr char kIndexFile[] = "model.safetensors.index.json";
 
   // Throws Error if neither file exists, a shard is missing, the index names a tensor absent from
   // its shard, a tensor appears in two shards, or any file is malformed.
-  static Checkpoint open(const std::string& dir);
+  static CheckpointFiles open(const std::string& dir);
 
   const std::string& dir() const { return dir_; }
   std::vector<std::string> names() const;  // sorted
@@ -43,7 +46,7 @@ class Checkpoint {
     const TensorInfo* info;  // points into file->tensors(), kept alive by `file`
   };
 
-  explicit Checkpoint(std::string dir) : dir_(std::move(dir)) {}
+  explicit CheckpointFiles(std::string dir) : dir_(std::move(dir)) {}
   const Entry& entry(const std::string& name) const;
   // Registers every tensor of `file`; `where` names the file blamed for a duplicate.
   void add_file(const std::shared_ptr<const SafetensorsFile>& file, const std::string& where);

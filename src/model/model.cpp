@@ -321,7 +321,7 @@ LlamaModel build_with_source(const ModelConfig& config, LoadOptions options,
 
 LlamaModel load_model(const std::string& dir, LoadOptions options) {
   ModelConfig config = ModelConfig::load(dir + "/config.json");
-  Checkpoint ckpt = Checkpoint::open(dir);
+  CheckpointFiles ckpt = CheckpointFiles::open(dir);
   const std::string lm_head = weight_name(LlamaWeight::kLmHead);
   if (!config.tie_word_embeddings && !ckpt.contains(lm_head) && ckpt.contains(weight_name(LlamaWeight::kEmbedTokens)))
     fail(dir, "checkpoint has no '{}' and config.json does not set tie_word_embeddings", lm_head);

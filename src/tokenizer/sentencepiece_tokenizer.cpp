@@ -64,13 +64,13 @@ const GpuevalSentencePieceApi& sentencepiece_api(const std::string& where) {
     }
     // RTLD_DEEPBIND keeps the module's bundled protobuf from binding to the
     // system one, RTLD_LOCAL keeps it from leaking into everyone else's lookups.
-    // AddressSanitizer refuses RTLD_DEEPBIND (its interceptors would be bypassed), so a
-    // sanitizer build goes without it; LibTorch's protobuf is then loaded but not called.
+    // AddressSanitizer refuses RTLD_DEEPBIND, and without it the two protobufs clash, so a
+    // sanitizer build (-DGPUEVAL_SANITIZE=ON) says so instead.
 #ifdef GPUEVAL_SANITIZE
-    void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-#else
-    void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+    throw Error("SentencePiece (tokenizer.model) cannot be loaded in a sanitizer build: its module needs "
+                "RTLD_DEEPBIND, which AddressSanitizer refuses");
 #endif
+    void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
     if (handle == nullptr) {
       tried += (tried.empty() ? "" : ", ") + path + " (" + dlerror() + ")";
       continue;

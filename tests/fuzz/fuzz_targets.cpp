@@ -120,7 +120,7 @@ std::optional<std::string> fuzz_checkpoint_index(const uint8_t* data, size_t siz
   }();
   write_scratch("checkpoint/model.safetensors.index.json", as_text(data, size));
   return contract([&] {
-    const Checkpoint c = Checkpoint::open(dir);
+    const CheckpointFiles c = CheckpointFiles::open(dir);
     for (const std::string& name : c.names()) (void)c.tensor(name).numel();
   });
 }
