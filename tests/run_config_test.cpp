@@ -273,6 +273,8 @@ TEST_F(RunConfigTest, YamlSyntaxErrorIsOneLineWithItsLine) {
 // Found by fuzzing (fuzz_run_config): yaml-cpp keeps invalid UTF-8 in strings, which the run's
 // JSON writers (plan.json, the journal's config) then refused with a json type_error that named no file.
 TEST_F(RunConfigTest, InvalidUtf8IsRefusedWithTheFileAndByte) {
+  EXPECT_EQ(error_of(std::string("model: m\ntasks: [demo\x0e\0_choice]\n", 30)),
+            tmp_.file("run.yaml") + ":2: character U+000E is not allowed in YAML");
   EXPECT_THAT(error_of("model: m\ntasks: [t\xff]\n"),
               AllOf(HasSubstr(tmp_.file("run.yaml") + ": not valid UTF-8 (byte 18)"), Not(HasSubstr("\n"))));
 }

@@ -85,6 +85,18 @@ YAML::Node parse_yaml(std::string_view text, const std::string& file) {
   // yaml-cpp passes invalid UTF-8 through into strings, which every JSON writer then refuses.
   if (const size_t bad = utf8_invalid_offset(text); bad != text.size())
     fail(file, "not valid UTF-8 (byte {})", bad);
+  // YAML allows only printable characters, and PyYAML (lm-eval's loader) refuses the others;
+  // yaml-cpp lets them through and can turn them into invalid UTF-8 (found by fuzz_run_config).
+  size_t line = 1;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    const auto next = i + 1 < text.size() ? static_cast<unsigned char>(text[i + 1]) : 0;
+    if (c == '\n') ++line;
+    const bool control = (c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7f;
+    const bool c1 = c == 0xc2 && next >= 0x80 && next <= 0x9f && next != 0x85;  // U+0080..U+009F but NEL
+    if (control || c1)
+      fail(fmt::format("{}:{}", file, line), "character U+{:04X} is not allowed in YAML", c1 ? next : c);
+  }
   try {
     return YAML::Load(std::string(text));
   } catch (const YAML::Exception& e) {

@@ -20,8 +20,9 @@ namespace gpueval {
 nlohmann::ordered_json yaml_to_json(const YAML::Node& node, const std::string& file);
 
 // Parses the first YAML document of `text`, read from `file`, as YAML::Load does (a null node for
-// empty text). Throws Error "<file>: not valid UTF-8 (byte N)" or "<file>:<line>: invalid YAML at
-// column <c>: <yaml-cpp's message, quoted on one line>".
+// empty text). Throws Error "<file>: not valid UTF-8 (byte N)", "<file>:<line>: character U+000E
+// is not allowed in YAML" (control characters, as PyYAML refuses them) or "<file>:<line>: invalid
+// YAML at column <c>: <yaml-cpp's message, quoted on one line>".
 YAML::Node parse_yaml(std::string_view text, const std::string& file);
 
 // The 1-based line of a "---" that starts a second document after content, or 0 if there is none.
