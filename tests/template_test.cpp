@@ -97,6 +97,13 @@ TEST(TemplateTest, EvaluationErrorsNameTheDocument) {
   EXPECT_EQ(render_error("{{ text.split(1) }}"), "d.jsonl:9: doc_to_text '{{ text.split(1) }}': split() separator must be str, not int");
   EXPECT_EQ(render_error("{{ label // 0 }}"), "d.jsonl:9: doc_to_text '{{ label // 0 }}': unsupported operand type(s) for //: 'str' and 'int'");
   EXPECT_EQ(render_error("{{ 1 // 0 }}"), "d.jsonl:9: doc_to_text '{{ 1 // 0 }}': integer division or modulo by zero");
+  // 64-bit integers: past them is an error, never undefined behaviour (found by fuzz_template).
+  EXPECT_EQ(render_error("{{ 212211222222666 * 1222222222121222 }}"),
+            "d.jsonl:9: doc_to_text '{{ 212211222222666 * 1222222222121222 }}': integer overflow in '*'");
+  EXPECT_EQ(render_error("{{ 9223372036854775807 + 1 }}"),
+            "d.jsonl:9: doc_to_text '{{ 9223372036854775807 + 1 }}': integer overflow in '+'");
+  EXPECT_EQ(render_error("{{ (0 - 9223372036854775807 - 1) // -1 }}"),
+            "d.jsonl:9: doc_to_text '{{ (0 - 9223372036854775807 - 1) // -1 }}': integer overflow in '//'");
 }
 
 TEST(TemplateTest, LiteralEvalReadsPythonListReprs) {

@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include <fmt/format.h>
@@ -723,15 +724,24 @@ class Evaluator {
       }
       if (ints) {
         const int64_t x = as_int(a), y = as_int(b);
-        if (op == "+") return x + y;
-        if (op == "-") return x - y;
-        if (op == "*") return x * y;
+        // Python's integers do not overflow; ours are 64 bits, so past them is an error, not
+        // undefined behaviour (found by fuzz_template in CI's 20-second run).
+        int64_t r = 0;
+        const bool overflow = op == "+"   ? __builtin_add_overflow(x, y, &r)
+                              : op == "-" ? __builtin_sub_overflow(x, y, &r)
+                              : op == "*" ? __builtin_mul_overflow(x, y, &r)
+                                          : false;
+        if (overflow) error(fmt::format("integer overflow in '{}'", op));
+        if (op == "+" || op == "-" || op == "*") return r;
         if (y == 0) error("integer division or modulo by zero");
+        if (y == -1 && x == std::numeric_limits<int64_t>::min()) error(fmt::format("integer overflow in '{}'", op));
         // Python floors: -7 // 2 == -4, -7 % 2 == 1.
         int64_t q = x / y;
         if ((x % y != 0) && ((x < 0) != (y < 0))) --q;
         if (op == "//") return q;
-        return x - q * y;
+        int64_t qy = 0;
+        if (__builtin_mul_overflow(q, y, &qy)) error("integer overflow in '%'");
+        return x - qy;
       }
       const double x = as_double(a), y = as_double(b);
       if (op == "+") return x + y;
