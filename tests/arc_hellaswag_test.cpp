@@ -20,6 +20,7 @@
 #include "gpueval/tokenizer.h"
 #include "plan/planner.h"
 #include "run/executor.h"
+#include "tasks/dataset_bounds.h"
 #include "test_util.h"
 
 namespace gpueval {
@@ -235,6 +236,11 @@ TEST(ArcHellaswagTest, BadSixLineRecordsNameTheLine) {
   const Task task = load("hellaswag", "hellaswag", dir.path());
   EXPECT_EQ(task.context(task.documents().at(0)), "ctx one");
   EXPECT_EQ(task.requests(task.documents()[0])[3].continuation, " d");
+
+  dir.write("hellaswag_val_full.txt", "ctx one\n2\na\nb\n" + std::string(kMaxDocumentBytes + 1, 'c') + "\nd\n");
+  EXPECT_EQ(error_of([&] { load("hellaswag", "hellaswag", dir.path()); }),
+            file + ":5: the line is 67108865 bytes, past the bound of 67108864 (64 MiB) that gpueval accepts for one "
+                   "document");
 }
 
 // Our own requests for the reference's HellaSwag documents, scored through the planner and

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "gpueval/error.h"
+#include "tasks/dataset_bounds.h"
 #include "test_util.h"
 
 namespace gpueval {
@@ -58,6 +59,19 @@ TEST(CsvTest, BadRecordsNameTheFileAndLine) {
   // Kept as text, as Python's csv module reads it (the MMLU release has one).
   EXPECT_THAT(parse_csv("a,b\"c\n", "x.csv")[0].fields, ElementsAre("a", "b\"c"));
   EXPECT_EQ(error_of("\"q\nw\",b\nc,d,e\n", 2), "x.csv:3: 3 fields, expected 2");
+}
+
+TEST(CsvTest, ARecordPastTheDocumentBoundIsRefusedNamingItsLine) {
+  // Exactly the bound is one document; a byte more, in an unquoted field or in a quoted field
+  // that spans lines (or is never closed), is refused before the rest of the file is read.
+  const std::string at_bound(kMaxDocumentBytes, 'x');
+  EXPECT_EQ(parse_csv("a\n" + at_bound + "\n", "x.csv", 1).at(1).fields.at(0).size(), kMaxDocumentBytes);
+  const std::string message = "x.csv:2: the record is 67108865 bytes, past the bound of 67108864 (64 MiB) that gpueval "
+                              "accepts for one document";
+  EXPECT_EQ(error_of("a\n" + at_bound + "y\nb\n", 1), message);
+  std::string quoted = "a\n\"" + std::string(kMaxDocumentBytes / 2, 'x') + "\n" + std::string(kMaxDocumentBytes / 2, 'x');
+  EXPECT_EQ(error_of(quoted + "\"\n", 1), message);
+  EXPECT_EQ(error_of(quoted, 1), message);  // never closed: the bound is met first
 }
 
 TEST(CsvTest, MalformedFileOnDiskNamesPathAndLine) {

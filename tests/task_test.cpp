@@ -5,6 +5,7 @@
 
 #include "common/file_io.h"
 #include "gpueval/error.h"
+#include "tasks/dataset_bounds.h"
 #include "test_util.h"
 
 namespace gpueval {
@@ -295,6 +296,14 @@ TEST(TaskTest, DatasetErrorsNameFileAndLine) {
 
   dir.write("quiz.jsonl", "\n  \n");
   EXPECT_THAT(error_of([&] { dir.load(kChoiceYaml); }), HasSubstr("quiz.jsonl: no documents"));
+
+  // A line past the bound on one document is refused before it is parsed.
+  dir.write("quiz.jsonl", "{\"question\": \"q\", \"choices\": [\"a\"], \"label\": 0}\n{\"question\": \"" +
+                              std::string(kMaxDocumentBytes, 'q') + "\"}\n");
+  e = error_of([&] { dir.load(kChoiceYaml); });
+  EXPECT_THAT(e, HasSubstr("quiz.jsonl:2: the line is 67108880 bytes, past the bound of 67108864 (64 MiB) that "
+                           "gpueval accepts for one document"));
+  expect_one_line(e);
 }
 
 TEST(TaskTest, DefinitionErrorsNameFileAndLine) {

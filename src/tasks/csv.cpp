@@ -1,6 +1,7 @@
 #include "tasks/csv.h"
 
 #include "common/file_io.h"
+#include "tasks/dataset_bounds.h"
 #include "gpueval/error.h"
 
 namespace gpueval {
@@ -19,6 +20,7 @@ std::vector<CsvRecord> parse_csv(std::string_view text, const std::string& where
     }
     CsvRecord record;
     record.line = line;
+    const size_t record_start = pos;
     bool end_of_record = false;
     while (!end_of_record) {
       std::string field;
@@ -27,6 +29,9 @@ std::vector<CsvRecord> parse_csv(std::string_view text, const std::string& where
         ++pos;
         while (true) {
           if (pos >= n) fail(where + ":" + std::to_string(opened), "quoted field is never closed");
+          if (pos - record_start > kMaxDocumentBytes) {
+            check_document_size(pos - record_start, where + ":" + std::to_string(record.line), "the record");
+          }
           const char c = text[pos++];
           if (c == '"') {
             if (pos < n && text[pos] == '"') {
@@ -52,6 +57,7 @@ std::vector<CsvRecord> parse_csv(std::string_view text, const std::string& where
         }
       }
       record.fields.push_back(std::move(field));
+      check_document_size(pos - record_start, where + ":" + std::to_string(record.line), "the record");
       if (pos >= n) {
         end_of_record = true;
       } else if (text[pos] == ',') {

@@ -2,6 +2,7 @@
 
 #include "common/file_io.h"
 #include "common/strict_json.h"
+#include "tasks/dataset_bounds.h"
 #include "gpueval/error.h"
 
 namespace gpueval {
@@ -19,6 +20,7 @@ std::vector<HellaswagRecord> parse_hellaswag_text(std::string_view text, const s
     pos = end + 1;
     ++line_number;
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    check_document_size(line.size(), where + ":" + std::to_string(line_number), "the line");
     lines.emplace_back(line);
     if (lines.size() < kLines) continue;
     HellaswagRecord record;

@@ -13,6 +13,7 @@
 #include "common/utf8.h"
 #include "gpueval/error.h"
 #include "tasks/csv.h"
+#include "tasks/dataset_bounds.h"
 #include "tasks/hellaswag_text.h"
 #include "tasks/python_random.h"
 
@@ -98,6 +99,7 @@ std::vector<Document> Task::read_documents(const std::string& file, DatasetKind 
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (line.find_first_not_of(" \t") == std::string_view::npos) continue;
     const std::string where = file + ":" + std::to_string(line_number);
+    check_document_size(line.size(), where, "the line");
     const nlohmann::ordered_json parsed = parse_strict_json(line, where, "the line");
     if (!parsed.is_object()) fail(where, "expected a JSON object, got {}", parsed.type_name());
     add(nlohmann::json(parsed), line_number);
