@@ -272,7 +272,7 @@ TEST(Planner, EveryRequestAppearsExactlyOnceWithAllItsParts) {
   for (int64_t budget : {1, 100, 700, 5000, 1 << 30})
   for (bool reuse : {true, false}) {
     PlanOptions o = options(budget, 64);
-    o.prefix_reuse = reuse;
+    o.prefix_reuse = o.group_continuations = reuse;
     Plan plan = make_plan(requests, tokenizer(), o);
     std::map<int64_t, std::set<int32_t>> seen;
     std::map<int64_t, int32_t> parts;
@@ -359,7 +359,7 @@ TEST(Planner, PrefixReuseComputesFewShotPrefixesAndSharedContextsOnce) {
   // Every token is computed once: at least 3x fewer than one row per request (here ~10x).
   EXPECT_LT(3 * (plan.row_tokens + plan.prefix_tokens), plan.total_tokens);
   // Off: nothing is shared and every request's every token is computed.
-  o.prefix_reuse = false;
+  o.prefix_reuse = o.group_continuations = false;
   const Plan off = make_plan(requests, tokenizer(), o);
   EXPECT_EQ(off.num_prefixes, 0);
   EXPECT_EQ(off.prefix_tokens, 0);
@@ -372,6 +372,39 @@ TEST(Planner, PrefixReuseComputesFewShotPrefixesAndSharedContextsOnce) {
   }
 }
 
+TEST(Planner, PrefixReuseOffStillGroupsAContextsContinuationsAsLmEvalDoes) {
+  const auto requests = fewshot_requests(3, 7);
+  PlanOptions o = options(200, 512);
+  o.prefix_reuse = false;
+  const Plan plan = make_plan(requests, tokenizer(), o);
+  EXPECT_EQ(plan.num_prefixes, 0);
+  EXPECT_EQ(plan.prefix_tokens, 0);
+  for (const Batch& b : plan.batches) {
+    EXPECT_TRUE(b.share_contexts);
+    EXPECT_TRUE(b.prefix.empty());
+  }
+  // Each question's context once for its answers: never more than HFLM computes, which runs one
+  // forward per distinct context + continuation[:-1] (so once per question for one-token answers).
+  std::set<std::vector<int32_t>> hflm_inputs;
+  int64_t hflm_tokens = 0;
+  for (const Batch& b : plan.batches)
+    for (const WorkItem& item : b.items)
+      if (hflm_inputs.insert({item.tokens.begin(), item.tokens.end() - 1}).second)
+        hflm_tokens += static_cast<int64_t>(item.tokens.size()) - 1;
+  EXPECT_LE(plan.row_tokens, hflm_tokens);
+  EXPECT_LT(3 * plan.row_tokens, plan.total_tokens);
+  // Prefix reuse on and grouping off: the few-shot prefixes once, but each answer its own row.
+  o.prefix_reuse = true;
+  o.group_continuations = false;
+  const Plan ungrouped = make_plan(requests, tokenizer(), o);
+  EXPECT_EQ(ungrouped.num_prefixes, 3);
+  for (const Batch& b : ungrouped.batches) {
+    EXPECT_FALSE(b.share_contexts);
+    EXPECT_EQ(pack_rows(b).size(), b.items.size());
+  }
+  EXPECT_GT(ungrouped.row_tokens, 0);
+}
+
 TEST(Planner, RebatchEqualsAPlanMadeWithTheNewBudget) {
   auto requests = fewshot_requests(2, 5);
   for (Request r : mixed_requests()) {
@@ -380,7 +413,7 @@ TEST(Planner, RebatchEqualsAPlanMadeWithTheNewBudget) {
   }
   for (bool reuse : {true, false}) {
     PlanOptions small = options(100, 64), large = options(5000, 64);
-    small.prefix_reuse = large.prefix_reuse = reuse;
+    small.prefix_reuse = large.prefix_reuse = small.group_continuations = large.group_continuations = reuse;
     large.max_batch_size = 3;
     const Plan plan = make_plan(requests, tokenizer(), small);
     EXPECT_EQ(to_json(rebatch(plan, large)).dump(), to_json(make_plan(requests, tokenizer(), large)).dump());
@@ -393,7 +426,7 @@ TEST(Planner, BatchesRespectTheBudgetAndNeverMixGenerationWithScoring) {
   const auto requests = mixed_requests();
   for (int64_t max_batch_size : {0, 3}) {
     PlanOptions o = options(600, 64);
-    o.prefix_reuse = false;  // one row per item
+    o.prefix_reuse = o.group_continuations = false;  // one row per item
     o.max_batch_size = max_batch_size;
     Plan plan = make_plan(requests, tokenizer(), o);
     for (const Batch& b : plan.batches) {
@@ -417,7 +450,7 @@ bool before(const WorkItem& a, const WorkItem& b) {
 TEST(Planner, LongestFirstAndCutGreedily) {
   const auto requests = mixed_requests();
   PlanOptions o = options(900, 64);
-  o.prefix_reuse = false;  // one row per item
+  o.prefix_reuse = o.group_continuations = false;  // one row per item
   Plan plan = make_plan(requests, tokenizer(), o);
   ASSERT_GT(plan.batches.size(), 3u);
   for (size_t i = 0; i < plan.batches.size(); ++i) {

@@ -56,7 +56,7 @@ PlanOptions options(bool reuse, int64_t batch_tokens) {
   PlanOptions o;
   o.batch_tokens = batch_tokens;
   o.max_length = model().config().max_position_embeddings;
-  o.prefix_reuse = reuse;
+  o.prefix_reuse = o.group_continuations = reuse;
   return o;
 }
 
@@ -257,7 +257,8 @@ TEST(PrefixReuseCli, MmluScoresEqualWithReuseOnAndOff) {
   GPUEVAL_REQUIRE_SHARED();
   testing::TempDir dir;
   const RunOutput on = run_mmlu(dir, "on", {"--prefix-reuse", "on"});
-  const RunOutput off = run_mmlu(dir, "off", {"--prefix-reuse", "off"});
+  const RunOutput off = run_mmlu(dir, "off", {"--prefix-reuse", "off", "--group-continuations", "off"});
+  const RunOutput grouped = run_mmlu(dir, "grouped", {"--prefix-reuse", "off"});
   ASSERT_EQ(on.loglikelihoods.size(), 12u * 4);
   ASSERT_EQ(off.loglikelihoods.size(), on.loglikelihoods.size());
   for (const auto& [key, value] : on.loglikelihoods) EXPECT_NEAR(value, off.loglikelihoods.at(key), 1e-5) << key;
@@ -266,13 +267,27 @@ TEST(PrefixReuseCli, MmluScoresEqualWithReuseOnAndOff) {
   const auto& b_off = off.results["batching"];
   EXPECT_TRUE(b_on["prefix_reuse"].get<bool>());
   EXPECT_FALSE(b_off["prefix_reuse"].get<bool>());
+  EXPECT_TRUE(b_on["group_continuations"].get<bool>());
+  EXPECT_FALSE(b_off["group_continuations"].get<bool>());
   EXPECT_EQ(b_on["tokens_requested"], b_off["tokens_requested"]);
   EXPECT_EQ(b_off["tokens_computed"], b_off["tokens_requested"]);
+  // Prefix reuse alone off: each question once for its four one-token answers, as lm-eval's HFLM
+  // computes it, and the same scores.
+  const auto& b_grouped = grouped.results["batching"];
+  EXPECT_FALSE(b_grouped["prefix_reuse"].get<bool>());
+  EXPECT_TRUE(b_grouped["group_continuations"].get<bool>());
+  EXPECT_EQ(b_grouped["shared_prefixes"].get<int64_t>(), 0);
+  // (At least a quarter: an answer of two tokens in this tokenizer adds a one-token branch.)
+  EXPECT_GE(4 * b_grouped["tokens_computed"].get<int64_t>(), b_grouped["tokens_requested"].get<int64_t>());
+  EXPECT_LT(3 * b_grouped["tokens_computed"].get<int64_t>(), b_grouped["tokens_requested"].get<int64_t>());
+  for (const auto& [key, value] : on.loglikelihoods) EXPECT_NEAR(value, grouped.loglikelihoods.at(key), 1e-5) << key;
+  EXPECT_THAT(io::read_file(dir.file("grouped/report.md")), HasSubstr("(prefix reuse off, continuations grouped)"));
+  EXPECT_THAT(io::read_file(dir.file("off/report.md")), HasSubstr("(prefix reuse off, continuations not grouped)"));
   EXPECT_GE(b_on["shared_prefixes"].get<int64_t>(), 1);
   // The 1-shot prefix is computed once per worker (two here), the question once for its four answers.
   EXPECT_LT(3 * b_on["tokens_computed"].get<int64_t>(), b_off["tokens_computed"].get<int64_t>());
   EXPECT_GE(b_on["padding_fraction"].get<double>(), 0.0);
-  EXPECT_THAT(io::read_file(dir.file("on/report.md")), HasSubstr("(prefix reuse on)"));
+  EXPECT_THAT(io::read_file(dir.file("on/report.md")), HasSubstr("(prefix reuse on, continuations grouped)"));
 }
 
 TEST(PrefixReuseCli, AnInjectedOutOfMemoryErrorSplitsTheBatchAndTheRunCompletes) {

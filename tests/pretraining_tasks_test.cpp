@@ -138,7 +138,7 @@ TEST(PretrainingTasksTest, PartialScoringComputesTheSharedPrefixOnce) {
     PlanOptions o;
     o.batch_tokens = 2048;
     o.max_length = model.config().max_position_embeddings;
-    o.prefix_reuse = reuse;
+    o.prefix_reuse = o.group_continuations = reuse;
     const Plan plan = make_plan(rs, tokenizer, o);
     std::vector<ItemResult> items;
     PrefixCache cache;

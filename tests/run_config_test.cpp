@@ -85,6 +85,7 @@ num_fewshot: 5
 max_length: 2048
 add_bos: "false"
 prefix_reuse: off
+group_continuations: false
 gpus: 0-3
 cpu_threads: 2
 max_attempts: 4
@@ -111,6 +112,7 @@ fail_on_regression: 1.5
       {"max_length", 2048},
       {"add_bos", "false"},
       {"prefix_reuse", false},
+      {"group_continuations", false},
       {"data", nlohmann::json::object()},
       {"gpus", "0-3"},
       {"cpu_threads", 2},
@@ -489,6 +491,29 @@ TEST_F(RunConfigTest, PrefixReuseIsOnOrOff) {
   EXPECT_FALSE(config.prefix_reuse);
   overrides.prefix_reuse = "maybe";
   EXPECT_THAT(overrides_error(overrides), AllOf(HasSubstr("--prefix-reuse"), HasSubstr("'maybe'")));
+}
+
+TEST_F(RunConfigTest, GroupContinuationsIsItsOwnSwitchAndOnByDefault) {
+  const RunConfig defaults = load("model: m\ntasks: [t]\n");
+  EXPECT_TRUE(defaults.group_continuations);
+  // Prefix reuse off leaves one context's continuations grouped, as lm-eval's HFLM groups them.
+  const RunConfig no_prefix = load("model: m\ntasks: [t]\nprefix_reuse: false\n");
+  EXPECT_FALSE(no_prefix.prefix_reuse);
+  EXPECT_TRUE(no_prefix.group_continuations);
+  const RunConfig off = load("model: m\ntasks: [t]\ngroup_continuations: off\n");
+  EXPECT_TRUE(off.prefix_reuse);
+  EXPECT_FALSE(off.group_continuations);
+  EXPECT_FALSE(off.to_json()["group_continuations"].get<bool>());
+  EXPECT_THAT(error_of("model: m\ntasks: [t]\ngroup_continuations: [1]\n"),
+              AllOf(HasSubstr("run.yaml:3"), HasSubstr("group_continuations")));
+  ConfigOverrides overrides;
+  overrides.group_continuations = "off";
+  RunConfig config = load("model: m\ntasks: [t]\n");
+  apply_overrides(config, overrides);
+  EXPECT_FALSE(config.group_continuations);
+  EXPECT_TRUE(config.prefix_reuse);
+  overrides.group_continuations = "perhaps";
+  EXPECT_THAT(overrides_error(overrides), AllOf(HasSubstr("--group-continuations"), HasSubstr("'perhaps'")));
 }
 
 TEST(ResolveAddBos, AutoFollowsTheTokenizerAndTheRestForce) {

@@ -49,10 +49,15 @@ struct RunConfig {
   // default requests and "false" those of add_bos_token=False. Empty contexts and rolling
   // windows start with BOS (else EOS) whatever this says, as lm-eval does without BOS.
   std::string add_bos = "auto";       // auto | true | false
-  // Compute shared work once (planner.h, packing.h): a context's continuations in one row, a
-  // prefix shared by many contexts (the few-shot examples) once per worker. Results equal those
-  // without it (fp32: logprobs within 1e-5); off computes every request's every token.
+  // Compute shared work once (planner.h, packing.h); results equal those without (fp32: logprobs
+  // within 1e-5). Two switches:
+  //   prefix_reuse: a prefix shared by many documents' contexts (the few-shot examples) is
+  //     computed once per worker; off, every row computes its whole context, as lm-eval does.
+  //   group_continuations: one context's continuations (a multiple-choice question's choices)
+  //     run as one row, the context once, as lm-eval's HFLM does for one-token continuations;
+  //     off, every request computes every token of its own.
   bool prefix_reuse = true;
+  bool group_continuations = true;
   // Data roots for tasks that name one (`data_root: mmlu` in a task file): name -> directory,
   // from the file's `data: {mmlu: ../../shared/data/mmlu}` and --data NAME=PATH flags.
   std::map<std::string, std::string> data;
@@ -108,6 +113,7 @@ struct ConfigOverrides {
   std::optional<uint64_t> seed;       // --seed
   std::optional<std::string> add_bos; // --add-bos auto|true|false
   std::optional<std::string> prefix_reuse;  // --prefix-reuse on|off
+  std::optional<std::string> group_continuations;  // --group-continuations on|off
   std::optional<std::string> max_memory;  // --max-memory
   std::optional<std::string> history;     // --history
   std::optional<double> fail_on_regression;  // --fail-on-regression POINTS

@@ -95,7 +95,11 @@ void add_run_flags(CLI::App* cmd, ConfigOverrides& o) {
   cmd->add_option_function<std::string>("--add-bos", [&](const std::string& v) { o.add_bos = v; },
                                         "auto|true|false: start contexts with BOS (auto: as the tokenizer does)");
   cmd->add_option_function<std::string>("--prefix-reuse", [&](const std::string& v) { o.prefix_reuse = v; },
-                                        "on|off: compute shared contexts and few-shot prefixes once (default on)");
+                                        "on|off: compute a few-shot prefix shared by many documents once (default on)");
+  cmd->add_option_function<std::string>("--group-continuations",
+                                        [&](const std::string& v) { o.group_continuations = v; },
+                                        "on|off: score one context's continuations in one row, the context once "
+                                        "(default on)");
 }
 
 CLI::App* add_run_command(CLI::App& app, RunFlags& f) {
@@ -324,7 +328,7 @@ gpueval::EvaluationOptions evaluation_options(const char* argv0, bool recalibrat
 // takes from its plan.
 bool changes_the_plan(const ConfigOverrides& o) {
   return o.model || o.output || o.batch_size || o.batch_tokens || o.limit || o.num_fewshot || o.seed || o.add_bos ||
-         o.prefix_reuse || o.max_memory || o.history || o.fail_on_regression || o.tasks || !o.data.empty();
+         o.prefix_reuse || o.group_continuations || o.max_memory || o.history || o.fail_on_regression || o.tasks || !o.data.empty();
 }
 
 // `gpueval run CONFIG`, one machine; or one shard of a sharded run: `gpueval run DIR --shard i/N`,

@@ -89,9 +89,13 @@ void log_plan(const RunInputs& in, const Plan& plan, const PlanOptions& po) {
     std::cerr << fmt::format("[sched] warning: {} requests have a continuation longer than the context of {} tokens: "
                              "only its last {} tokens are scored (lm-evaluation-harness 0.4.13 fails on these)\n",
                              plan.long_continuations, po.max_length, po.max_length);
-  if (po.prefix_reuse)
-    std::cerr << fmt::format("[sched] prefix reuse: {} tokens in rows + {} shared prefixes of {} tokens in all, "
+  if (po.prefix_reuse || po.group_continuations)
+    std::cerr << fmt::format("[sched] shared work ({}): {} tokens in rows + {} shared prefixes of {} tokens in all, "
                              "for {} requested ({:.2f}x fewer with one worker)\n",
+                             po.prefix_reuse && po.group_continuations
+                                 ? "prefix reuse, continuations grouped"
+                                 : (po.prefix_reuse ? "prefix reuse, continuations not grouped"
+                                                    : "no prefix reuse, continuations grouped"),
                              plan.row_tokens, plan.num_prefixes, plan.prefix_tokens, plan.total_tokens,
                              plan.row_tokens + plan.prefix_tokens > 0
                                  ? static_cast<double>(plan.total_tokens) / (plan.row_tokens + plan.prefix_tokens)
@@ -113,6 +117,7 @@ RunSummary run_summary(const RunConfig& config, const RunInputs& in, const Budge
   summary.limit = config.limit;
   summary.groups = in.selection.groups;
   summary.batching = {{"prefix_reuse", po.prefix_reuse},
+                      {"group_continuations", po.group_continuations},
                       {"batch_tokens", po.batch_tokens},
                       {"batches", plan.batches.size()},
                       {"tokens_requested", plan.total_tokens},

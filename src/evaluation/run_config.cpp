@@ -27,7 +27,7 @@ constexpr uint64_t kMaxConfigBytes = uint64_t{1} << 20;
 
 const std::vector<std::string> kKeys = {
     "model", "tasks", "batch_size", "batch_tokens", "dtype", "seed", "output", "limit", "num_fewshot", "fewshot_seed", "extra_metrics",
-    "max_length", "add_bos", "prefix_reuse", "data", "gpus", "cpu_threads", "max_attempts", "heartbeat_timeout_s", "max_worker_restarts",
+    "max_length", "add_bos", "prefix_reuse", "group_continuations", "data", "gpus", "cpu_threads", "max_attempts", "heartbeat_timeout_s", "max_worker_restarts",
     "max_memory", "calibration_cache", "history", "fail_on_regression", "load"};
 
 const std::vector<std::string> kDtypes = {"auto", "float32", "bfloat16", "float16"};
@@ -261,6 +261,8 @@ class ConfigReader {
       check(key, v, add_bos_problem(c.add_bos));
     } else if (key == "prefix_reuse") {
       check(key, v, switch_problem(scalar(key, v, "true or false"), &c.prefix_reuse));
+    } else if (key == "group_continuations") {
+      check(key, v, switch_problem(scalar(key, v, "true or false"), &c.group_continuations));
     } else if (key == "max_memory") {
       if (v.IsNull()) return true;
       c.max_memory = scalar(key, v, "an amount such as 6GiB or a share such as 0.5");
@@ -461,6 +463,7 @@ nlohmann::json RunConfig::to_json() const {
       {"max_length", optional(max_length)},
       {"add_bos", add_bos},
       {"prefix_reuse", prefix_reuse},
+      {"group_continuations", group_continuations},
       {"data", data},
       {"gpus", gpus},
       {"cpu_threads", cpu_threads},
@@ -594,6 +597,8 @@ void apply_overrides(RunConfig& config, const ConfigOverrides& overrides) {
     c.add_bos = *overrides.add_bos;
   }
   if (overrides.prefix_reuse) check("--prefix-reuse", switch_problem(*overrides.prefix_reuse, &c.prefix_reuse));
+  if (overrides.group_continuations)
+    check("--group-continuations", switch_problem(*overrides.group_continuations, &c.group_continuations));
   for (const std::string& entry : overrides.data) {
     const size_t eq = entry.find('=');
     if (eq == std::string::npos || eq == 0 || eq + 1 == entry.size())

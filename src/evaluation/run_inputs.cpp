@@ -93,6 +93,7 @@ RunInputs load_run_inputs(const RunConfig& config, const std::string& executable
                            config.add_bos == "auto" ? "the tokenizer's default, " : "", config.add_bos);
   po.seed = config.seed;
   po.prefix_reuse = config.prefix_reuse;
+  po.group_continuations = config.group_continuations;
   return in;
 }
 

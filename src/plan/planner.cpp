@@ -330,7 +330,7 @@ void add_units(std::vector<Row> rows, const Batch& like, bool one_unit, const Pl
 // the contexts that share none; without, a row per context.
 void add_scoring_units(const std::vector<WorkItem>& scoring, const PlanOptions& options, Plan& plan,
                        std::vector<Unit>& units) {
-  const std::vector<ContextGroup> groups = group_by_context(scoring, options.prefix_reuse);
+  const std::vector<ContextGroup> groups = group_by_context(scoring, options.group_continuations);
   std::vector<Row> loose;
   auto row_of = [&](const ContextGroup& g, size_t prefix) {
     Row row;
@@ -346,7 +346,7 @@ void add_scoring_units(const std::vector<WorkItem>& scoring, const PlanOptions& 
         continue;
       }
       Batch like;
-      like.share_contexts = true;
+      like.share_contexts = options.group_continuations;
       const auto& context = groups[c.groups.front()].context;
       like.prefix.assign(context.begin(), context.begin() + static_cast<std::ptrdiff_t>(c.prefix_length));
       like.prefix_id = plan.num_prefixes++;
@@ -359,7 +359,7 @@ void add_scoring_units(const std::vector<WorkItem>& scoring, const PlanOptions& 
     for (const ContextGroup& g : groups) loose.push_back(row_of(g, 0));
   }
   Batch loose_like;
-  loose_like.share_contexts = options.prefix_reuse;
+  loose_like.share_contexts = options.group_continuations;
   add_units(std::move(loose), loose_like, /*one_unit=*/false, options, units);
 }
 

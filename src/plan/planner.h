@@ -76,11 +76,15 @@ struct PlanOptions {
   uint64_t seed = 1234;  // run seed for generate_until sampling
   // Tokenizer threads; 0 = one per core. Never changes the plan.
   int threads = 0;
-  // Shared computation (packing.h): a context's continuations run as one row,
-  // and a prefix of at least min_prefix_tokens shared by a set of contexts
-  // (a task's few-shot examples) is computed once per worker. Off: one row per
-  // item, every token computed for every request, as lm-evaluation-harness does.
+  // Shared computation (packing.h), two switches:
+  //   prefix_reuse: a prefix of at least min_prefix_tokens shared by a set of contexts (a task's
+  //     few-shot examples) is computed once per worker. Off: each row computes its whole context.
+  //   group_continuations: a context's continuations (and a family's contexts) run as one row,
+  //     and short rows are packed several to a sequence. Off: one row per item.
+  // Both off computes every token of every request; prefix_reuse off with continuations grouped
+  // computes what lm-evaluation-harness's HFLM computes.
   bool prefix_reuse = true;
+  bool group_continuations = true;
   int64_t min_prefix_tokens = 16;
 };
 

@@ -224,9 +224,11 @@ std::string markdown(const std::vector<TaskScores>& tasks, const RunSummary& sum
   if (summary.limit) out += fmt::format("- limit: {} documents per task\n", *summary.limit);
   if (summary.batching.contains("tokens_computed")) {
     const auto& b = summary.batching;
-    out += fmt::format("- tokens: {} computed for {} requested (prefix reuse {}), {:.1f}% padding\n",
+    out += fmt::format("- tokens: {} computed for {} requested (prefix reuse {}, continuations {}grouped), {:.1f}% "
+                       "padding\n",
                        b.at("tokens_computed").get<int64_t>(), b.at("tokens_requested").get<int64_t>(),
-                       b.at("prefix_reuse").get<bool>() ? "on" : "off", 100 * b.at("padding_fraction").get<double>());
+                       b.at("prefix_reuse").get<bool>() ? "on" : "off",
+                       b.value("group_continuations", true) ? "" : "not ", 100 * b.at("padding_fraction").get<double>());
   }
   out += "\n| Task | Version | Filter | n-shot | Metric |   | Value |   | Stderr | n |\n";
   out += "|------|--------:|--------|-------:|--------|---|------:|---|-------:|--:|\n";
