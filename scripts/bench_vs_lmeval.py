@@ -16,8 +16,9 @@ the whole process, start to exit (imports and model load included on both sides)
 
 Printed: per system the median (and every run's) wall time, its ratio to lm-eval's median, tokens
 computed (lm-eval: the forward inputs HFLM builds, one per distinct context + continuation[:-1],
-as its Collator groups them; gpueval: results.json batching.tokens_computed + the shared prefixes
-its workers computed), gpueval's padding and its worker's tokens/s (status.json); and the
+as its Collator groups them; gpueval: results.json batching.tokens_computed, the rows and the shared
+prefixes its workers computed), gpueval's padding, and its tokens computed per second of worker busy time
+(status.json's busy time: tokens_done / tokens_per_second, summed over workers); and the
 agreement with lm-eval: prompts identical, max |delta loglikelihood| over the 400 requests, acc
 equal per task, and gpueval's loglikelihoods identical (bit for bit) between cpu:1 and cpu:2.
 With --speed (default on) one more gpueval cpu:1 run with prefix_reuse: false gives the
@@ -138,9 +139,13 @@ def run_gpueval(args, work: Path, name: str, gpus: str, fresh_cache: bool, extra
                                         "ll": [float(r[0][0]) for r in x["resps"]]}
         tasks[task] = {"samples": samples, "acc": results["results"][task]["acc,none"]}
     probe = [ln for ln in p.stderr.splitlines() if "probed in" in ln]
-    return {"wall": wall, "tasks": tasks, "tokens": b["tokens_computed"] + b.get("prefix_tokens_computed", 0),
+    return {"wall": wall, "tasks": tasks, "tokens": b["tokens_computed"],  # prefixes included
             "padding": b["padding_fraction"], "batch_tokens": b.get("batch_tokens"),
-            "worker_tps": [w["tokens_per_second"] for w in status["workers"]],
+            # tokens computed (rows and prefixes) per second of a worker's busy time; status.json's
+            # tokens_per_second counts padded tokens
+            "worker_tps": [b["tokens_computed"] /
+                           max(sum(w["tokens_done"] / w["tokens_per_second"] for w in status["workers"]
+                                   if w["tokens_per_second"] > 0), 1e-9)] * len(status["workers"]),
             "probe": probe[0].split("] ", 1)[-1] if probe else ""}
 
 

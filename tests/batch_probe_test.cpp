@@ -117,6 +117,91 @@ TEST(BatchProbe, StopsOnTheKneeAndClampsToTheContext) {
   EXPECT_EQ(to_json(probe_options_from_json(to_json(o))), to_json(o));
 }
 
+// A plan of questions after a shared few-shot prefix, as MMLU's, on stories260K's tokenizer.
+Plan fewshot_plan(int questions) {
+  std::vector<Request> rs;
+  std::string fewshot = "Stories about the park.\n\n";
+  for (int e = 0; e < 3; ++e) fewshot += "Lily went to the park with Tom. What did they find there?\nAnswer: B\n\n";
+  for (int d = 0; d < questions; ++d) {
+    std::string question = "Tom saw";
+    for (int w = 0; w < 2 + d % 7; ++w) question += " a big dog";
+    for (const char* letter : {" A", " B", " C", " D"}) {
+      Request r;
+      r.index = static_cast<int64_t>(rs.size());
+      r.task = "park";
+      r.doc_id = d;
+      r.type = RequestType::kLoglikelihood;
+      r.context = fewshot + question + ".\nAnswer:";
+      r.continuation = letter;
+      rs.push_back(std::move(r));
+    }
+  }
+  PlanOptions o;
+  o.max_length = 512;
+  return make_plan(rs, testing::stories260k_tokenizer(), o);
+}
+
+TEST(BatchProbe, ARunsProbeMeasuresItsOwnRowsAndStopsWhereTheyEnd) {
+  const Plan plan = fewshot_plan(40);
+  const std::optional<Batch> sample = probe_sample(plan, int64_t{1} << 20);
+  ASSERT_TRUE(sample.has_value());
+  EXPECT_EQ(sample->prefix, plan.batches.front().prefix);
+  EXPECT_EQ(static_cast<int64_t>(sample->items.size()), plan.num_items);  // one prefix: every row
+  ProbeOptions o;
+  o.sample = sample;
+  o.memory_limit_bytes = int64_t{1} << 40;
+  o.repeats = 1;
+  o.patience = 100;  // only the sample's end may stop this sweep
+  o.max_point_seconds = 100;
+  const ProbeResult r = probe_batch_tokens(*stories(), testing::stories260k_tokenizer(), o);
+  ASSERT_GE(r.points.size(), 2u) << to_json(r).dump();
+  EXPECT_THAT(r.reason, HasSubstr("the run's rows fill no larger batch"));
+  EXPECT_EQ(r.points.front().batch_tokens, 256);
+  for (size_t i = 0; i < r.points.size(); ++i) {
+    const ProbePoint& p = r.points[i];
+    EXPECT_TRUE(p.fits) << p.note;
+    EXPECT_GT(p.tokens_per_second, 0);
+    EXPECT_GE(p.rows, 1);
+    // The batch the plan would cut under this budget: within it (or one sequence).
+    if (p.rows > 1) EXPECT_LE(p.rows * p.length, p.batch_tokens);
+    if (i > 0) EXPECT_EQ(p.batch_tokens, 2 * r.points[i - 1].batch_tokens);
+  }
+  EXPECT_EQ(r.bounded_by_work_tokens, 0);
+  // Round trip through the wire form, sample included.
+  EXPECT_EQ(to_json(probe_options_from_json(to_json(o))), to_json(o));
+  EXPECT_EQ(to_json(probe_result_from_json(to_json(r))), to_json(r));
+}
+
+TEST(BatchProbe, TheWorkItServesBoundsTheProbe) {
+  const Plan plan = fewshot_plan(40);
+  ProbeOptions o;
+  o.sample = probe_sample(plan, int64_t{1} << 20);
+  o.memory_limit_bytes = int64_t{1} << 40;
+  o.repeats = 1;
+  o.patience = 100;
+  o.max_point_seconds = 100;
+  // A run of 1000 tokens: 10% of it is less than the first point's own timed run (256+ tokens),
+  // so the sweep stops right after the first point.
+  o.work_tokens = 1000;
+  o.min_seconds = 0;
+  const ProbeResult r = probe_batch_tokens(*stories(), testing::stories260k_tokenizer(), o);
+  ASSERT_EQ(r.points.size(), 1u) << to_json(r).dump();
+  EXPECT_THAT(r.reason, HasSubstr("stopped before 512 tokens: the probe would pass"));
+  EXPECT_EQ(r.bounded_by_work_tokens, 1000);
+  EXPECT_EQ(r.chosen_batch_tokens, 256);
+  EXPECT_EQ(probe_result_from_json(to_json(r)).bounded_by_work_tokens, 1000);
+  // A plan that starts with generation has no sample: the probe uses synthetic rows.
+  Plan generation;
+  Batch g;
+  WorkItem w;
+  w.type = RequestType::kGenerateUntil;
+  w.tokens = {1, 2};
+  w.max_tokens = 4;
+  g.items.push_back(w);
+  generation.batches.push_back(g);
+  EXPECT_FALSE(probe_sample(generation, 1 << 20).has_value());
+}
+
 TEST(BatchProbe, NothingFitsIsAnError) {
   ProbeOptions o;
   o.length = 64;

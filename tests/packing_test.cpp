@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 
 #include "gpueval/error.h"
+#include "gpueval/model.h"
 #include "plan/packing.h"
 #include "test_util.h"
 
@@ -147,6 +148,100 @@ TEST(Packing, MultiTokenContinuationsBranchAfterTheTrunk) {
     EXPECT_EQ(plain[i].tokens, std::vector<int32_t>(tokens.begin(), tokens.end() - 1));
     for (size_t j = 0; j < plain[i].positions.size(); ++j) EXPECT_EQ(plain[i].positions[j], static_cast<int64_t>(j));
   }
+}
+
+TEST(Packing, ShortRowsArePackedSideBySideAsPartsOfOneSequence) {
+  Batch batch;
+  batch.share_contexts = true;
+  batch.prefix = {1, 5};
+  batch.items = {item(0, {1, 5, 6, 7, 8, 9}, {20}), item(1, {1, 5, 10, 11}, {21}), item(2, {1, 5, 12, 13}, {22}),
+                 item(3, {1, 5, 14}, {23, 24})};
+  constexpr int64_t K = LlamaModelImpl::kSegmentsPerPart;
+  // As wide as the longest row (4 tokens): the two 2-token rows share the second sequence.
+  auto rows = pack_rows(batch);
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[1].tokens, (std::vector<int32_t>{10, 11, 12, 13}));
+  EXPECT_EQ(rows[1].positions, (std::vector<int64_t>{2, 3, 2, 3}));  // each part's trunk starts after the prefix
+  EXPECT_EQ(rows[1].segments, (std::vector<int64_t>{0, 0, K, K}));
+  ASSERT_EQ(rows[1].targets.size(), 2u);
+  EXPECT_EQ(rows[1].targets[0].item, 1u);
+  EXPECT_EQ(rows[1].targets[0].column, 1);
+  EXPECT_EQ(rows[1].targets[1].item, 2u);
+  EXPECT_EQ(rows[1].targets[1].column, 3);  // the second part's last trunk token, offset by where it starts
+  EXPECT_EQ(batch_padded_tokens(batch), 3 * 4);
+  // Eight wide: three rows in the first sequence, first fit in batch order.
+  batch.sequence_width = 8;
+  rows = pack_rows(batch);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].tokens, (std::vector<int32_t>{6, 7, 8, 9, 10, 11, 12, 13}));
+  EXPECT_EQ(rows[0].positions, (std::vector<int64_t>{2, 3, 4, 5, 2, 3, 2, 3}));
+  EXPECT_EQ(rows[0].segments, (std::vector<int64_t>{0, 0, 0, 0, K, K, 2 * K, 2 * K}));
+  std::vector<std::tuple<size_t, int64_t, int32_t>> got;
+  for (const auto& t : rows[0].targets) got.emplace_back(t.item, t.column, t.token);
+  EXPECT_EQ(got, (std::vector<std::tuple<size_t, int64_t, int32_t>>{{0, 3, 20}, {1, 5, 21}, {2, 7, 22}}));
+  // The row with a branch keeps its own layout: trunk [14], branch 1 = [23].
+  EXPECT_EQ(rows[1].tokens, (std::vector<int32_t>{14, 23}));
+  EXPECT_EQ(rows[1].segments, (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(batch_padded_tokens(batch), 2 * 8);
+  // Unshared batches are never packed.
+  batch.share_contexts = false;
+  batch.sequence_width = 0;
+  EXPECT_EQ(pack_rows(batch).size(), 4u);
+}
+
+TEST(Packing, SplitPartsUndoesThePacking) {
+  Batch batch;
+  batch.share_contexts = true;
+  batch.prefix = {1, 5};
+  batch.items = {item(0, {1, 5, 6, 7, 8, 9}, {20}), item(1, {1, 5, 10, 11}, {21}), item(2, {1, 5, 12, 13}, {22}),
+                 item(3, {1, 5, 14}, {23, 24})};
+  batch.sequence_width = 8;
+  const auto packed = pack_rows(batch);
+  ASSERT_EQ(packed.size(), 2u);
+  batch.sequence_width = 1;  // narrower than every row: each row a sequence of its own
+  const auto rows = pack_rows(batch);
+  ASSERT_EQ(rows.size(), 4u);
+  auto parts = split_parts(packed[0]);
+  const auto rest = split_parts(packed[1]);
+  ASSERT_EQ(parts.size(), 3u);
+  ASSERT_EQ(rest.size(), 1u);
+  parts.push_back(rest[0]);
+  for (size_t r = 0; r < rows.size(); ++r) {
+    EXPECT_EQ(parts[r].tokens, rows[r].tokens) << r;
+    EXPECT_EQ(parts[r].positions, rows[r].positions) << r;
+    EXPECT_EQ(parts[r].segments, rows[r].segments) << r;
+    ASSERT_EQ(parts[r].targets.size(), rows[r].targets.size()) << r;
+    for (size_t k = 0; k < rows[r].targets.size(); ++k) {
+      EXPECT_EQ(parts[r].targets[k].item, rows[r].targets[k].item);
+      EXPECT_EQ(parts[r].targets[k].column, rows[r].targets[k].column);
+      EXPECT_EQ(parts[r].targets[k].token, rows[r].targets[k].token);
+    }
+  }
+}
+
+TEST(Packing, SequenceFillIsFirstFit) {
+  SequenceFill fill(10);
+  EXPECT_TRUE(fill.opens(1));
+  EXPECT_EQ(fill.place(7), 0u);
+  EXPECT_TRUE(fill.opens(4));
+  EXPECT_EQ(fill.place(6), 1u);
+  EXPECT_FALSE(fill.opens(3));
+  EXPECT_EQ(fill.place(3), 0u);  // the first sequence with room, not the emptiest
+  EXPECT_EQ(fill.place(4), 1u);
+  EXPECT_EQ(fill.place(1), 2u);
+  EXPECT_EQ(fill.sequences(), 3u);
+  SequenceFill narrow(2);
+  EXPECT_EQ(narrow.place(5), 0u);  // a row wider than the sequences gets one of its own
+  EXPECT_EQ(narrow.place(1), 1u);
+}
+
+TEST(Packing, SequenceWidthIsFourMediansAtLeastTheNinetiethPercentileAtMostTheBudget) {
+  EXPECT_EQ(packed_sequence_width({202, 137, 129, 109, 106, 90, 60, 55, 50, 40}, 4096), 360);  // 4 x the median 90
+  EXPECT_EQ(packed_sequence_width({202, 137, 129, 109, 106, 90, 60, 55, 50, 40}, 256), 256);
+  EXPECT_EQ(packed_sequence_width({2000, 50, 48, 47, 40}, 1 << 20), 192);  // the outlier gets a sequence of its own
+  EXPECT_EQ(packed_sequence_width({10, 10, 10, 10, 10, 10, 100, 100, 100, 100}, 1 << 20), 100);  // the 90th percentile row fits
+  EXPECT_EQ(packed_sequence_width({7}, 1 << 20), 28);
+  EXPECT_EQ(packed_sequence_width({}, 1024), 0);
 }
 
 TEST(Packing, ItemsWithNothingToPredictGetNoRow) {

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gpueval/error.h"
+#include "gpueval/model.h"
 #include "plan/packing.h"
 #include "plan/planner.h"
 #include "test_util.h"
@@ -347,9 +348,13 @@ TEST(Planner, PrefixReuseComputesFewShotPrefixesAndSharedContextsOnce) {
     }
     // The four answers of a question share one row (and so one batch).
     EXPECT_EQ(b.items.size(), 4 * docs.size());
+    // One row per question, packed into sequences side by side: count the parts.
     const auto packed = pack_rows(b);
-    EXPECT_EQ(packed.size(), docs.size());
-    rows += static_cast<int64_t>(packed.size());
+    int64_t parts = 0;
+    for (const PackedRow& r : packed) parts += 1 + r.segments.back() / LlamaModelImpl::kSegmentsPerPart;
+    EXPECT_EQ(parts, static_cast<int64_t>(docs.size()));
+    EXPECT_LE(packed.size(), docs.size());
+    rows += parts;
     int64_t longest = 0;
     for (const PackedRow& r : packed) longest = std::max<int64_t>(longest, static_cast<int64_t>(r.tokens.size()));
     EXPECT_EQ(b.padded_tokens, static_cast<int64_t>(packed.size()) * longest);
@@ -458,11 +463,12 @@ TEST(Planner, LongestFirstAndCutGreedily) {
     for (size_t k = 1; k < items.size(); ++k) EXPECT_TRUE(before(items[k - 1], items[k]));
     if (i > 0) EXPECT_TRUE(before(plan.batches[i - 1].items.front(), items.front()));
   }
-  // Greedy: within one kind, the item that opened each batch would not have fit the one before it.
-  for (bool generate : {false, true}) {
+  // Greedy: within one request type (each is cut on its own), the item that opened each batch
+  // would not have fit the one before it.
+  for (RequestType type : {RequestType::kLoglikelihood, RequestType::kLoglikelihoodRolling, RequestType::kGenerateUntil}) {
     const Batch* previous = nullptr;
     for (const Batch& b : plan.batches) {
-      if ((b.items.front().type == RequestType::kGenerateUntil) != generate) continue;
+      if (b.items.front().type != type) continue;
       if (previous) {
         const int64_t count = static_cast<int64_t>(previous->items.size()) + 1;
         EXPECT_GT(count * previous->items.front().cost(), o.batch_tokens) << "batch " << b.id;
@@ -590,8 +596,45 @@ TEST(Planner, MalformedBatchJsonIsAnError) {
   j.erase("prefix_id");
   EXPECT_THAT([&] { batch_from_json(j); }, ::testing::ThrowsMessage<Error>(::testing::HasSubstr("prefix_id")));
   j = good;
-  j["share_contexts"] = false;  // the rows, and so the padded size, change
+  j.erase("share_contexts");  // the rows, and so the padded size, change; and only shared rows are packed
+  EXPECT_THAT([&] { batch_from_json(j); }, ::testing::ThrowsMessage<Error>(::testing::HasSubstr("sequence_width")));
+  j.erase("sequence_width");
   EXPECT_THAT([&] { batch_from_json(j); }, ::testing::ThrowsMessage<Error>(::testing::HasSubstr("padded_tokens")));
+  j = good;
+  ASSERT_TRUE(j.contains("sequence_width"));
+  j["sequence_width"] = 0;
+  EXPECT_THAT([&] { batch_from_json(j); }, ::testing::ThrowsMessage<Error>(::testing::HasSubstr("batch.sequence_width")));
+}
+
+// Questions of many lengths after a shared prefix (MMLU's shape): packing short rows into
+// sequences about twice the longest row brings padding down, and every batch stays in budget.
+TEST(Planner, PackedRowsKeepPaddingLowAndBatchesInBudget) {
+  std::vector<Request> rs;
+  std::string fewshot = "The following are questions about animals.\n\n";
+  for (int e = 0; e < 3; ++e) fewshot += "Question: what did Lily see in the park?\nAnswer: B\n\n";
+  for (int d = 0; d < 60; ++d) {
+    std::string question = "Why was Tom";
+    for (int w = 0; w < 1 + (d * 37) % 23; ++w) question += " very";
+    for (const char* letter : {" A", " B", " C", " D"}) {
+      Request r = loglikelihood(static_cast<int64_t>(rs.size()), fewshot + question + " happy?\nAnswer:", letter);
+      r.doc_id = d;
+      rs.push_back(std::move(r));
+    }
+  }
+  const Plan plan = make_plan(rs, tokenizer(), options(256, 512));
+  ASSERT_EQ(plan.num_prefixes, 1);
+  int64_t unpacked = 0;  // what one row per sequence would pad to: rows x the longest row, per batch
+  for (const Batch& b : plan.batches) {
+    const auto rows = pack_rows(b);
+    if (rows.size() > 1) EXPECT_LE(b.padded_tokens, 256) << b.id;
+    const std::vector<ContextGroup> groups = group_by_context(b.items, true);
+    int64_t longest = 0;
+    for (const ContextGroup& g : groups) longest = std::max(longest, row_cost(g, b.items, b.prefix.size()));
+    unpacked += static_cast<int64_t>(groups.size()) * longest;
+  }
+  const double unpacked_padding = 1.0 - static_cast<double>(plan.row_tokens) / static_cast<double>(unpacked);
+  EXPECT_LT(plan.padding_fraction(), 0.08) << "unpacked " << unpacked_padding;
+  EXPECT_LT(plan.padding_fraction(), unpacked_padding / 2);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // on the real stories260K model, through the executor (as a worker runs it,
 // batches travelling as JSON, one PrefixCache across batches) and through the
 // CLI on MMLU.
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 
@@ -134,6 +135,56 @@ TEST(PrefixReuse, IsExactInFloat64) {
   expect_same(off, on, 1e-12);
 }
 
+// Questions of very different lengths after one prefix: short rows are packed side by side into
+// sequences (parts), and each part sees only itself and the prefix, as its own row would.
+TEST(PrefixReuse, PackedRowsGiveTheResultsOfOneRowPerRequest) {
+  std::vector<Request> rs;
+  std::string fewshot = "Stories about the park.\n\n";
+  for (int e = 0; e < 3; ++e) fewshot += "Lily went to the park with Tom. What did they find there?\nAnswer: a ball\n\n";
+  for (int d = 0; d < 12; ++d) {
+    std::string question = "Tom saw";
+    for (int w = 0; w < (d % 4 == 0 ? 30 : 2 + d); ++w) question += " a dog";
+    for (const char* answer : {" A", " B", " he ran home"}) {
+      Request r;
+      r.index = static_cast<int64_t>(rs.size());
+      r.task = "park";
+      r.doc_id = d;
+      r.type = RequestType::kLoglikelihood;
+      r.context = fewshot + question + ". What did he do?\nAnswer:";
+      r.continuation = answer;
+      rs.push_back(std::move(r));
+    }
+  }
+  const Plan on = make_plan(rs, tokenizer(), options(true, 512));
+  ASSERT_EQ(on.num_prefixes, 1);
+  int64_t packed = 0;  // sequences holding more than one row
+  for (const Batch& b : on.batches) {
+    EXPECT_GT(b.sequence_width, 0);
+    for (const PackedRow& row : pack_rows(b))
+      packed += std::any_of(row.segments.begin(), row.segments.end(),
+                            [](int64_t s) { return s >= LlamaModelImpl::kSegmentsPerPart; });
+  }
+  EXPECT_GT(packed, 0);
+  const Plan off = make_plan(rs, tokenizer(), options(false, 2048));
+  ExecutionStats on_stats, off_stats;
+  PrefixCache on_cache, off_cache;
+  expect_same(run(off, off_stats, off_cache), run(on, on_stats, on_cache), 1e-5);
+  // In float64 the packed forward is the plain one to the last bits.
+  LoadOptions o64;
+  o64.dtype = at::kDouble;
+  const LlamaModel m64 = load_model(model_dir(), o64);
+  auto go = [&](const Plan& plan) {
+    std::vector<ItemResult> items;
+    PrefixCache cache;
+    ExecutionOptions eo;
+    eo.prefixes = &cache;
+    for (const Batch& b : plan.batches)
+      for (const ItemResult& r : execute_batch(*m64, tokenizer(), b, eo)) items.push_back(r);
+    return combine_items(items);
+  };
+  expect_same(go(off), go(on), 1e-12);
+}
+
 // Throws as a full GPU would when a forward holds more than `limit` padded tokens.
 ExecutionOptions out_of_memory_above(int64_t limit, int64_t* forwards) {
   ExecutionOptions o;
@@ -150,12 +201,14 @@ TEST(PrefixReuse, AnOutOfMemoryBatchIsSplitAndGivesTheSameResults) {
     const Plan plan = make_plan(rs, tokenizer(), options(reuse, 1 << 20));  // one batch per prefix (or one in all)
     int64_t widest = 0;
     for (const Batch& b : plan.batches)
-      for (const PackedRow& row : pack_rows(b)) widest = std::max<int64_t>(widest, static_cast<int64_t>(row.tokens.size()));
+      for (const PackedRow& sequence : pack_rows(b))
+        for (const PackedRow& row : split_parts(sequence))  // a sequence that does not fit runs as its parts
+          widest = std::max<int64_t>(widest, static_cast<int64_t>(row.tokens.size()));
     ExecutionStats whole_stats, split_stats;
     PrefixCache c1, c2;
     const auto whole = run(plan, whole_stats, c1);
     int64_t forwards = 0;
-    // Two of the widest rows fit, whole batches do not.
+    // Two of the widest rows fit, whole batches (and packed sequences) do not.
     const auto split = run(plan, split_stats, c2, out_of_memory_above(2 * widest, &forwards));
     expect_same(whole, split, 1e-4);
     EXPECT_EQ(whole_stats.oom_splits, 0);

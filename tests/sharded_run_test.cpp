@@ -210,7 +210,7 @@ TEST_F(ShardedRunTest, MergeWithAShardMissingNamesItAndHowToRunIt) {
 
 TEST_F(ShardedRunTest, ShardsOfTwoPlansAreRefused) {
   const std::string a = plan("plan_a", 2);
-  const std::string b = plan("plan_b", 2, "max_attempts: 2\nbatch_size: 3\n");  // another cut: other batches
+  const std::string b = plan("plan_b", 2, "max_attempts: 2\nbatch_size: 1\n");  // another cut: other batches
   ASSERT_NE(read_json(a + "/plan.json")["fingerprint"], read_json(b + "/plan.json")["fingerprint"]);
   for (const std::string& d : {a, b})
     for (int i = 0; i < 2; ++i) ASSERT_EQ(run_shard(d, i, 2).exit_code, 0);
@@ -228,7 +228,7 @@ TEST_F(ShardedRunTest, ShardsOfTwoPlansAreRefused) {
   r = testing::run_gpueval({"run", a, "--shard", "1/2", "--gpus", "cpu:1", "--fresh"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   // Planning another cut over shards that were never merged is refused.
-  const std::string other = write_config(dir_, "plan_a_other", "batch_size: 3\n");
+  const std::string other = write_config(dir_, "plan_a_other", "batch_size: 1\n");
   auto again = testing::run_gpueval({"plan", other, "--shards", "2", "--output", a});
   EXPECT_EQ(again.exit_code, 1);
   EXPECT_THAT(again.err, HasSubstr("holds shards of another plan"));

@@ -143,11 +143,14 @@ class LlamaModelImpl : public torch::nn::Module {
   // Runs `tokens` at positions 0..P-1 as one sequence and returns their keys and values (throws Error if
   // empty, longer than max_position_embeddings or an id is outside the vocabulary).
   PrefixKV prefill(const std::vector<int32_t>& tokens) const;
-  // A batch of packed rows after an optional shared prefix. tokens, positions: [B, T] int64; valid: [B, T] bool;
-  // segments: [B, T] int64, 0 = the row's trunk, k > 0 = branch k of that row. Query i of a row attends to every
-  // prefix key, and to key j of its own row when j <= i, valid[j], and (segments[j] == 0 || segments[j] == segments[i]).
-  // Trunk tokens come first in a row; positions are absolute (the trunk starts at P, each branch continues from
-  // the trunk's end). prefix may be null or empty. Returns final-norm hidden states [B, T, D].
+  // A batch of packed sequences after an optional shared prefix. tokens, positions: [B, T] int64; valid: [B, T]
+  // bool; segments: [B, T] int64, part * kSegmentsPerPart + branch: a sequence holds one or more parts (context
+  // groups packed side by side), each a trunk (branch 0) then its branches k > 0. Query i attends to every prefix
+  // key, and to key j of its sequence when j <= i, valid[j], j is in i's part, and j is in the trunk or in i's
+  // branch (segments[j] == segments[i]). A part's trunk comes first; positions are absolute (each part's trunk
+  // starts at P, each branch continues from its trunk's end). prefix may be null or empty. Returns final-norm
+  // hidden states [B, T, D].
+  static constexpr int64_t kSegmentsPerPart = int64_t{1} << 32;
   at::Tensor forward_packed(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& valid,
                             const at::Tensor& segments, const PrefixKV* prefix) const;
   // hidden: [..., D] -> logits [..., V] in the model dtype.

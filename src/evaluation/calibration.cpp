@@ -107,7 +107,8 @@ namespace {
 
 // The cached budget for `key`, if the cache holds one whose measured peak fits `b`'s limit too:
 // then `b` takes it and true. A malformed or unfitting entry is logged and means probing.
-bool take_from_cache(const CalibrationCache& cache, const CalibrationKey& key, double safety, DeviceBudget& b) {
+bool take_from_cache(const CalibrationCache& cache, const CalibrationKey& key, double safety, int64_t work_tokens,
+                     DeviceBudget& b) {
   std::optional<CalibrationEntry> hit = cache.lookup(key);
   if (!hit) return false;
   ProbeResult cached;
@@ -115,6 +116,12 @@ bool take_from_cache(const CalibrationCache& cache, const CalibrationKey& key, d
     cached = probe_result_from_json(hit->probe);
   } catch (const Error& e) {
     std::cerr << fmt::format("[sched] warning: calibration cache {}: {}; probing again\n", cache.path(), e.what());
+    return false;
+  }
+  if (cached.bounded_by_work_tokens > 0 && work_tokens > 2 * cached.bounded_by_work_tokens) {
+    std::cerr << fmt::format("[sched] calibration cache: {} tokens for {} came from a probe cut short by a run of {} "
+                             "tokens; this run has {}, probing again\n",
+                             hit->batch_tokens, b.device, cached.bounded_by_work_tokens, work_tokens);
     return false;
   }
   int64_t peak = 0;
@@ -140,9 +147,15 @@ void probe_and_store(const CalibrationOptions& o, ProbeOptions po, const at::Dev
   // Longer than the bucket's length never happens in this run; probing at the bucket's upper
   // end keeps one cache entry valid for every run in the bucket.
   po.length = std::max<int64_t>(1, length_bucket(o.length));
-  std::cerr << fmt::format("[sched] probing batch budgets on {} ({}, rows of {} tokens, limit {:.0f} MiB)\n",
-                           b.slot.name(), b.device, po.length,
-                           b.memory_limit_bytes > 0 ? mib(b.memory_limit_bytes) : mib(device_total_bytes(device)));
+  const std::string rows = po.sample ? fmt::format("the run's first {} rows", po.sample->items.size())
+                                     : fmt::format("rows of {} tokens", po.length);
+  const std::string bound = po.work_tokens > 0 ? fmt::format(", at most {:.0f}% of the run's work or {:.0f}s",
+                                                              100 * po.max_share, po.min_seconds)
+                                               : "";
+  std::cerr << fmt::format("[sched] probing batch budgets on {} ({}, {}, limit {:.0f} MiB{})\n", b.slot.name(),
+                           b.device, rows,
+                           b.memory_limit_bytes > 0 ? mib(b.memory_limit_bytes) : mib(device_total_bytes(device)),
+                           bound);
   std::string log_path;
   if (!o.log_dir.empty()) {
     std::string name = b.slot.name();
@@ -205,8 +218,13 @@ std::vector<DeviceBudget> calibrate_devices(const std::vector<DeviceSlot>& slots
     po.patience = 2;
     po.max_point_seconds = 20;
   } else {
+    // A run's probe: its own rows, stopped at the first budget past the knee and by the work it serves.
     po.repeats = 1;
+    po.patience = 1;
     po.max_point_seconds = 5;
+    po.sample = o.sample;
+    po.work_tokens = o.work_tokens;
+    po.workers = static_cast<int>(slots.size());
   }
   for (DeviceBudget& b : budgets) {
     const at::Device device = device_of(b.slot);
@@ -221,7 +239,7 @@ std::vector<DeviceBudget> calibrate_devices(const std::vector<DeviceSlot>& slots
       b.memory_limit_bytes = device_total_bytes(device) / b.workers;
     }
     const CalibrationKey key{fingerprint, b.dtype, b.device, length_bucket(o.length)};
-    if (!o.recalibrate && take_from_cache(cache, key, po.safety, b)) continue;
+    if (!o.recalibrate && take_from_cache(cache, key, po.safety, po.work_tokens, b)) continue;
     probe_and_store(o, po, device, cache, key, b);
   }
   return budgets;

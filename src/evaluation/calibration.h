@@ -52,6 +52,10 @@ struct CalibrationOptions {
   int64_t length = 0;          // cost of the run's longest request
   bool recalibrate = false;    // probe even on a cache hit
   bool full_sweep = false;     // `gpueval calibrate`: more repeats, patience and time per point
+  // A run's probe (not full_sweep): the run's own rows to measure (probe_sample) and the work it
+  // serves, which bounds it (batch_probe.h); 0 = unbounded.
+  std::optional<Batch> sample;
+  int64_t work_tokens = 0;
   std::string log_dir;         // worker logs ("" = the parent's stderr)
 };
 

@@ -30,6 +30,8 @@ Budget calibrated_budget(const RunConfig& config, const EvaluationOptions& optio
   CalibrationOptions co = calibration_options(config, options.executable, in.model_dir,
                                               std::max<int64_t>(1, longest_item(plan)), options.recalibrate);
   co.log_dir = config.output + "/logs";
+  co.sample = probe_sample(plan, ProbeOptions{}.max_tokens);
+  co.work_tokens = plan.padded_tokens + plan.prefix_tokens;
   const std::vector<DeviceBudget> budgets = calibrate_devices(in.slots, co);
   po.batch_tokens = budgets.front().batch_tokens;
   b.source = budgets.front().source;

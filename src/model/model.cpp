@@ -271,12 +271,15 @@ at::Tensor LlamaModelImpl::forward_packed(const at::Tensor& tokens, const at::Te
   if (p > 0 && static_cast<int64_t>(prefix->keys.size()) != config_.num_hidden_layers)
     throw Error(fmt::format("forward_packed: the prefix has {} layers, the model {}", prefix->keys.size(),
                             config_.num_hidden_layers));
-  // Within a row: key j <= query i, a real token, and in the trunk or in the query's own branch.
+  // Within a sequence: key j <= query i, a real token, in the query's part, and in that part's trunk or in the
+  // query's own branch.
   at::Tensor idx = at::arange(t, at::TensorOptions().dtype(at::kLong).device(tokens.device()));
   at::Tensor causal = idx.unsqueeze(0).le(idx.unsqueeze(1)).unsqueeze(0);                         // [1, T, T]
+  at::Tensor part = at::floor_divide(segments, kSegmentsPerPart);                                   // [B, T]
   at::Tensor same_branch = segments.unsqueeze(2).eq(segments.unsqueeze(1));                          // [B, T, T]
-  at::Tensor key_in_trunk = segments.eq(0).unsqueeze(1);                                            // [B, 1, T]
-  at::Tensor allowed = causal.logical_and(valid.unsqueeze(1)).logical_and(same_branch.logical_or(key_in_trunk));
+  at::Tensor trunk_of_part = part.unsqueeze(2).eq(part.unsqueeze(1))
+                                 .logical_and(at::remainder(segments, kSegmentsPerPart).eq(0).unsqueeze(1));
+  at::Tensor allowed = causal.logical_and(valid.unsqueeze(1)).logical_and(same_branch.logical_or(trunk_of_part));
   // Every query sees the whole prefix.
   if (p > 0)
     allowed = at::cat({at::ones({b, t, p}, allowed.options()), allowed}, -1);  // [B, T, P + T]

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "gpueval/error.h"
+#include "gpueval/model.h"
 
 namespace gpueval {
 namespace {
@@ -136,6 +137,78 @@ std::vector<PrefixCluster> find_shared_prefixes(const std::vector<ContextGroup>&
   return clusters;
 }
 
+bool SequenceFill::opens(int64_t length) const {
+  return std::none_of(room_.begin(), room_.end(), [&](int64_t room) { return room >= length; });
+}
+
+size_t SequenceFill::place(int64_t length) {
+  for (size_t s = 0; s < room_.size(); ++s) {
+    if (room_[s] >= length) {
+      room_[s] -= length;
+      return s;
+    }
+  }
+  room_.push_back(std::max<int64_t>(width_ - length, 0));
+  return room_.size() - 1;
+}
+
+namespace {
+
+// Rows side by side in sequences `width` wide (the longest row's when 0; SequenceFill): each row becomes a part,
+// its segments offset by its part number and its target columns by where it starts.
+std::vector<PackedRow> pack_sequences(std::vector<PackedRow> rows, int64_t width) {
+  if (rows.size() < 2) return rows;
+  if (width <= 0)
+    for (const PackedRow& r : rows) width = std::max<int64_t>(width, static_cast<int64_t>(r.tokens.size()));
+  SequenceFill fill(width);
+  std::vector<PackedRow> sequences;
+  std::vector<int64_t> parts;
+  for (PackedRow& row : rows) {
+    const size_t s = fill.place(static_cast<int64_t>(row.tokens.size()));
+    if (s == sequences.size()) {
+      sequences.push_back(std::move(row));
+      parts.push_back(1);
+      continue;
+    }
+    PackedRow& seq = sequences[s];
+    const int64_t offset = static_cast<int64_t>(seq.tokens.size());
+    const int64_t part = parts[s]++;
+    seq.tokens.insert(seq.tokens.end(), row.tokens.begin(), row.tokens.end());
+    seq.positions.insert(seq.positions.end(), row.positions.begin(), row.positions.end());
+    for (int64_t segment : row.segments) seq.segments.push_back(part * LlamaModelImpl::kSegmentsPerPart + segment);
+    for (PackedRow::Target t : row.targets) {
+      t.column += offset;
+      seq.targets.push_back(t);
+    }
+  }
+  return sequences;
+}
+
+}  // namespace
+
+std::vector<PackedRow> split_parts(const PackedRow& sequence) {
+  std::vector<PackedRow> parts;
+  std::vector<int64_t> starts;
+  for (size_t j = 0; j < sequence.tokens.size(); ++j) {
+    const int64_t part = sequence.segments[j] / LlamaModelImpl::kSegmentsPerPart;
+    if (parts.empty() || part != static_cast<int64_t>(parts.size()) - 1) {
+      parts.emplace_back();
+      starts.push_back(static_cast<int64_t>(j));
+    }
+    PackedRow& row = parts.back();
+    row.tokens.push_back(sequence.tokens[j]);
+    row.positions.push_back(sequence.positions[j]);
+    row.segments.push_back(sequence.segments[j] % LlamaModelImpl::kSegmentsPerPart);
+  }
+  for (PackedRow::Target t : sequence.targets) {
+    // The part whose columns hold the target: the last that starts at or before it.
+    const size_t p = static_cast<size_t>(std::upper_bound(starts.begin(), starts.end(), t.column) - starts.begin()) - 1;
+    t.column -= starts[p];
+    parts[p].targets.push_back(t);
+  }
+  return parts;
+}
+
 std::vector<PackedRow> pack_rows(const Batch& batch) {
   const size_t p = batch.prefix.size();
   for (const WorkItem& item : batch.items) {
@@ -179,7 +252,7 @@ std::vector<PackedRow> pack_rows(const Batch& batch) {
     }
     if (!row.targets.empty()) rows.push_back(std::move(row));
   }
-  return rows;
+  return batch.share_contexts ? pack_sequences(std::move(rows), batch.sequence_width) : rows;
 }
 
 }  // namespace gpueval

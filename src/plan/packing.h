@@ -11,7 +11,11 @@
 //     branch after it;
 //   - a shared prefix: the tokens every row of a batch starts with (MMLU's
 //     few-shot examples) are computed once per worker and attended to by each
-//     row (model.h's PrefixKV).
+//     row (model.h's PrefixKV);
+//   - packed sequences: short rows are packed side by side into sequences
+//     Batch::sequence_width wide (first fit, in batch order), each row a part
+//     that sees only itself and the prefix, so short rows after a long prefix
+//     (MMLU's questions) do not pad the batch.
 // The planner uses the grouping and the prefix search to cut batches, the
 // executor uses pack_rows to lay a batch out, and batch validation uses the
 // same costs: the three always agree because they are the same functions.
@@ -64,11 +68,30 @@ struct PrefixCluster {
 // prefix_length 0. Clusters are ordered by their smallest group index.
 std::vector<PrefixCluster> find_shared_prefixes(const std::vector<ContextGroup>& groups, size_t min_prefix);
 
-// One row of a packed forward.
+// First-fit packing of rows into sequences `width` tokens wide: a row goes into the first
+// sequence with room for it, else opens a new one. The planner cuts batches with it and
+// pack_rows lays them out with it, so the two always agree on a batch's sequences.
+class SequenceFill {
+ public:
+  explicit SequenceFill(int64_t width) : width_(width) {}
+  // Whether a row of `length` tokens would open a new sequence.
+  bool opens(int64_t length) const;
+  // Places the row; returns its sequence (== sequences() before the call when it opens one).
+  size_t place(int64_t length);
+  size_t sequences() const { return room_.size(); }
+
+ private:
+  int64_t width_;
+  std::vector<int64_t> room_;  // tokens left in each sequence
+};
+
+// One sequence of a packed forward: one row, or several packed side by side (parts).
 struct PackedRow {
-  std::vector<int32_t> tokens;     // trunk (context after the prefix), then each branch's inputs
-  std::vector<int64_t> positions;  // absolute: the trunk starts at the prefix length, branches follow the trunk
-  std::vector<int64_t> segments;   // 0 for the trunk, k = 1, 2, ... for the k-th branch
+  std::vector<int32_t> tokens;     // per part: trunk (context after the prefix), then each branch's inputs
+  std::vector<int64_t> positions;  // absolute: each trunk starts at the prefix length, branches follow their trunk
+  // part * LlamaModelImpl::kSegmentsPerPart + branch: branch 0 for a part's trunk, k = 1, 2, ... for its k-th
+  // branch (model.h's forward_packed).
+  std::vector<int64_t> segments;
   struct Target {
     size_t item;     // index into the batch's items
     int64_t column;  // the row column whose state predicts it
@@ -78,9 +101,16 @@ struct PackedRow {
 };
 
 // Lays out a batch's scoring items as rows (Batch::share_contexts groups them by
-// context, else one row per item) after Batch::prefix. Items with nothing to
-// predict get no row. Throws Error if an item does not start with the prefix,
-// leaves no context token after it, or has first_target outside [1, size].
+// context, else one row per item) after Batch::prefix; with share_contexts, rows
+// are packed into sequences Batch::sequence_width wide (the longest row's when 0;
+// SequenceFill, rows in batch order). Items with nothing to predict get no row. Throws Error if an item
+// does not start with the prefix, leaves no context token after it, or has
+// first_target outside [1, size].
 std::vector<PackedRow> pack_rows(const Batch& batch);
+
+// A packed sequence's parts as rows of their own (the layout pack_rows gives without packing):
+// what the executor runs instead when the sequence alone does not fit in memory. A sequence of
+// one part comes back as itself.
+std::vector<PackedRow> split_parts(const PackedRow& sequence);
 
 }  // namespace gpueval

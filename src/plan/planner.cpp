@@ -272,24 +272,55 @@ bool longer_row_first(const Row& a, const Row& b) {
 }
 
 // Cuts rows (sorted longest first) greedily under the budget; every batch gets `like`'s sharing fields.
+// The budget counts sequences x the longest sequence. With share_contexts, the rows are first
+// packed into sequences (SequenceFill, first fit over all the rows, so the shortest fill the room
+// the longest leave) as wide as packed_sequence_width; the sequences, in the order they opened,
+// are then cut, and each batch lists its items sequence by sequence, which is the order in which
+// pack_rows' own first fit finds the same sequences again.
 void cut_batches(std::vector<Row> rows, const PlanOptions& options, const Batch& like, std::vector<Batch>& out) {
+  std::vector<std::vector<Row>> sequences;
+  std::vector<int64_t> lengths;
+  int64_t width = 0;
+  if (like.share_contexts) {
+    std::vector<int64_t> costs;
+    for (const Row& row : rows) costs.push_back(row.cost);
+    width = packed_sequence_width(costs, options.batch_tokens);
+    SequenceFill fill(width);
+    for (Row& row : rows) {
+      const size_t s = fill.place(row.cost);
+      if (s == sequences.size()) {
+        sequences.emplace_back();
+        lengths.push_back(0);
+      }
+      lengths[s] += row.cost;
+      sequences[s].push_back(std::move(row));
+    }
+  } else {
+    for (Row& row : rows) {
+      lengths.push_back(row.cost);
+      sequences.emplace_back().push_back(std::move(row));
+    }
+  }
   Batch current = like;
+  if (like.share_contexts) current.sequence_width = width;
   int64_t count = 0, longest = 0;
   auto close = [&] {
     if (count == 0) return;
     out.push_back(std::move(current));
     current = like;
+    if (like.share_contexts) current.sequence_width = width;
     count = 0;
   };
-  for (Row& row : rows) {
+  for (size_t s = 0; s < sequences.size(); ++s) {
     if (count > 0) {
-      const bool fits = (count + 1) * longest <= options.batch_tokens &&
+      const bool fits = (count + 1) * std::max(longest, lengths[s]) <= options.batch_tokens &&
                         (options.max_batch_size == 0 || count + 1 <= options.max_batch_size);
       if (!fits) close();
     }
-    if (count == 0) longest = row.cost;
+    longest = count == 0 ? lengths[s] : std::max(longest, lengths[s]);
     ++count;
-    for (WorkItem& item : row.items) current.items.push_back(std::move(item));
+    for (Row& row : sequences[s])
+      for (WorkItem& item : row.items) current.items.push_back(std::move(item));
   }
   close();
 }
@@ -358,9 +389,21 @@ void add_scoring_units(const std::vector<WorkItem>& scoring, const PlanOptions& 
   } else {
     for (const ContextGroup& g : groups) loose.push_back(row_of(g, 0));
   }
+  // Loose rows are cut (and packed) by request type: rolling windows are long and many-targeted,
+  // loglikelihood rows short, and one kind's plan does not depend on the other's.
   Batch loose_like;
   loose_like.share_contexts = options.group_continuations;
+  std::vector<Row> rolling;
+  for (auto it = loose.begin(); it != loose.end();) {
+    if (it->items.front().type == RequestType::kLoglikelihoodRolling) {
+      rolling.push_back(std::move(*it));
+      it = loose.erase(it);
+    } else {
+      ++it;
+    }
+  }
   add_units(std::move(loose), loose_like, /*one_unit=*/false, options, units);
+  add_units(std::move(rolling), loose_like, /*one_unit=*/false, options, units);
 }
 
 // The units in plan order become the plan's batches, numbered, with the plan's token counts.
@@ -442,6 +485,14 @@ void check_options(const PlanOptions& options) {
 }
 
 }  // namespace
+
+int64_t packed_sequence_width(std::vector<int64_t> lengths, int64_t budget) {
+  if (lengths.empty()) return 0;
+  std::sort(lengths.begin(), lengths.end());
+  const int64_t median = lengths[(lengths.size() - 1) / 2];
+  const int64_t p90 = lengths[(lengths.size() - 1) * 9 / 10];
+  return std::max<int64_t>(1, std::min(std::max(4 * median, p90), std::max<int64_t>(budget, 1)));
+}
 
 int64_t batch_padded_tokens(const Batch& batch) {
   if (batch.items.empty()) return 0;
@@ -572,6 +623,7 @@ nlohmann::json to_json(const Batch& batch) {
   for (const WorkItem& item : batch.items) items.push_back(to_json(item));
   nlohmann::json j = {{"id", batch.id}, {"padded_tokens", batch.padded_tokens}, {"items", std::move(items)}};
   if (batch.share_contexts) j["share_contexts"] = true;
+  if (batch.sequence_width > 0) j["sequence_width"] = batch.sequence_width;
   if (!batch.prefix.empty()) {
     j["prefix"] = batch.prefix;
     j["prefix_id"] = batch.prefix_id;
@@ -596,6 +648,10 @@ Batch batch_from_json(const nlohmann::json& j) {
     if ((item.type == RequestType::kGenerateUntil) != generate)
       fail(path + ".items", "generate_until items mixed with loglikelihood items");
   if (j.contains("share_contexts")) batch.share_contexts = get_bool(j.at("share_contexts"), path + ".share_contexts");
+  if (j.contains("sequence_width")) {
+    batch.sequence_width = get_int(j.at("sequence_width"), path + ".sequence_width", 1, kInt64Max);
+    if (!batch.share_contexts) fail(path + ".sequence_width", "only a batch that shares contexts packs its rows");
+  }
   if (j.contains("prefix")) {
     batch.prefix = get_token_ids(j.at("prefix"), path + ".prefix");
     batch.prefix_id = get_int(field(j, "prefix_id", path), path + ".prefix_id", 0, kInt64Max);

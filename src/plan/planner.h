@@ -57,14 +57,17 @@ struct Batch {
   bool share_contexts = false;
   std::vector<int32_t> prefix;   // empty: none
   int64_t prefix_id = -1;        // the plan's id of `prefix`; -1 when empty
-  int64_t padded_tokens = 0;     // rows * the longest row (packing.h's pack_rows)
+  // With share_contexts: the width rows are packed into (packing.h's pack_rows; a row wider than
+  // it has a sequence of its own); 0: the longest row's.
+  int64_t sequence_width = 0;
+  int64_t padded_tokens = 0;     // sequences * their width (packing.h's pack_rows)
 };
 
 struct PlanOptions {
   // Budget per batch: items * longest item's cost must stay within it. An item
   // longer than the budget gets a batch of its own.
   int64_t batch_tokens = 4096;
-  int64_t max_batch_size = 0;  // most items per batch; 0 = unlimited
+  int64_t max_batch_size = 0;  // most sequences (packed rows) per batch; 0 = unlimited
   // The model's context. Longer loglikelihood inputs are left-truncated to it,
   // rolling texts are windowed by it, generate_until prompts are left-truncated
   // to max_length - max_tokens.
@@ -123,6 +126,13 @@ int64_t batch_padded_tokens(const Batch& batch);
 
 // The longest item cost in the plan: the length an auto batch size is probed at.
 int64_t longest_item(const Plan& plan);
+
+// The width rows of these lengths (one prefix's, or the loose rows) are packed into under
+// `budget`: four times the median row, so that first fit leaves little room unused, and at
+// least the 90th percentile, so that most rows fit; at most the budget. A row wider than this
+// gets a sequence of its own, so one outlier does not make every sequence as long as it.
+// 0 for no rows.
+int64_t packed_sequence_width(std::vector<int64_t> lengths, int64_t budget);
 
 nlohmann::json to_json(const WorkItem& item);
 WorkItem work_item_from_json(const nlohmann::json& j);  // throws Error on a malformed object

@@ -102,7 +102,7 @@ std::vector<size_t> cut_shards(const std::vector<ShardPiece>& pieces, int shards
 
 std::string plan_fingerprint(const Plan& plan) {
   Encoder e;
-  e.bytes("gpueval plan 1");
+  e.bytes("gpueval plan 2");
   e.i64(static_cast<int64_t>(plan.batches.size()));
   for (const Batch& b : plan.batches) {
     e.i64(b.id);
@@ -110,6 +110,7 @@ std::string plan_fingerprint(const Plan& plan) {
     e.i64(b.prefix_id);
     e.tokens(b.prefix);
     e.i64(b.padded_tokens);
+    e.i64(b.sequence_width);
     e.i64(static_cast<int64_t>(b.items.size()));
     for (const WorkItem& w : b.items) {
       e.i64(w.request_index);

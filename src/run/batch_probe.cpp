@@ -9,8 +9,10 @@
 #include <nlohmann/json.hpp>
 
 #include "gpueval/error.h"
+#include "plan/packing.h"
 #include "run/device_memory.h"
 #include "run/executor.h"
+#include "run/prefix_cache.h"
 
 namespace gpueval {
 namespace {
@@ -39,13 +41,31 @@ Batch synthetic_batch(int64_t rows, int64_t length, int64_t vocab) {
   return batch;
 }
 
-// One run of the batch; an out-of-memory error the executor recovered from by splitting the
-// batch is one here too, because the budget did not fit as asked.
-void run_once(const LlamaModelImpl& model, const Tokenizer& tokenizer, const Batch& batch) {
+// The first batch the plan would cut from the sample's rows under `budget`: the sample's items
+// re-cut (rebatch) with the sample's sharing and prefix.
+Batch sample_batch(const Batch& sample, int64_t budget) {
+  Plan plan;
+  plan.batches.push_back(sample);
+  PlanOptions o;
+  o.batch_tokens = budget;
+  o.group_continuations = sample.share_contexts;
+  o.prefix_reuse = !sample.prefix.empty();
+  o.min_prefix_tokens = std::max<int64_t>(1, static_cast<int64_t>(sample.prefix.size()));
+  Plan cut = rebatch(plan, o);
+  return std::move(cut.batches.front());
+}
+
+// One run of the batch (its prefix from `prefixes`, computed on the first run, as a worker keeps
+// it); returns the row tokens it computed. An out-of-memory error the executor recovered from by
+// splitting the batch is one here too, because the budget did not fit as asked.
+int64_t run_once(const LlamaModelImpl& model, const Tokenizer& tokenizer, const Batch& batch, PrefixCache& prefixes) {
   ExecutionStats stats;
-  execute_batch(model, tokenizer, batch, ExecutionOptions{}, &stats);
+  ExecutionOptions o;
+  o.prefixes = &prefixes;
+  execute_batch(model, tokenizer, batch, o, &stats);
   TORCH_CHECK_WITH(OutOfMemoryError, stats.oom_splits == 0, "the batch ran out of memory and was split ",
                    stats.oom_splits, " time(s)");
+  return stats.tokens_computed - stats.prefix_tokens;
 }
 
 // The peak a CPU point would reach, extrapolated linearly from the last two points `seen`
@@ -58,18 +78,20 @@ double predicted_peak(const std::vector<std::pair<double, double>>& seen, int64_
   return m2 + slope * (static_cast<double>(budget) - b2);
 }
 
-// Runs point `p`'s batch once to warm up and `repeats` times timed: its tokens/s (best run) and
-// peak, or its note "out of memory". Returns the slowest timed run's seconds.
-double measure_point(const LlamaModelImpl& model, const Tokenizer& tokenizer, int repeats, ProbePoint& p) {
+// Runs `batch` once to warm up (when `warm_up`) and `repeats` times timed: point `p`'s tokens/s
+// (the row tokens of the best run) and peak, or its note "out of memory". Returns the slowest
+// timed run's seconds.
+double measure_point(const LlamaModelImpl& model, const Tokenizer& tokenizer, const Batch& batch, int repeats,
+                     bool warm_up, PrefixCache& prefixes, ProbePoint& p) {
   const at::Device device = model.options().device;
-  const Batch batch = synthetic_batch(p.rows, p.length, model.config().vocab_size);
   double best_s = 0, worst_s = 0;
+  int64_t tokens = 0;
   reset_peak_memory(device);
   try {
-    run_once(model, tokenizer, batch);  // warm-up: first-touch allocations, kernel selection
+    if (warm_up) run_once(model, tokenizer, batch, prefixes);  // first-touch allocations, kernel selection, the prefix
     for (int i = 0; i < repeats; ++i) {
       const auto t0 = Clock::now();
-      run_once(model, tokenizer, batch);
+      tokens = run_once(model, tokenizer, batch, prefixes);
       const double s = std::chrono::duration<double>(Clock::now() - t0).count();
       best_s = i == 0 ? s : std::min(best_s, s);
       worst_s = std::max(worst_s, s);
@@ -78,9 +100,11 @@ double measure_point(const LlamaModelImpl& model, const Tokenizer& tokenizer, in
     p.note = "out of memory";
   }
   p.peak_bytes = peak_memory_bytes(device);
-  if (p.note.empty()) p.tokens_per_second = static_cast<double>(p.rows * p.length) / std::max(best_s, 1e-9);
+  if (p.note.empty()) p.tokens_per_second = static_cast<double>(tokens) / std::max(best_s, 1e-9);
   return worst_s;
 }
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 }  // namespace
 
@@ -114,27 +138,80 @@ int64_t choose_batch_tokens(const std::vector<ProbePoint>& points, double knee, 
   return chosen;
 }
 
+std::optional<Batch> probe_sample(const Plan& plan, int64_t max_tokens) {
+  if (plan.batches.empty() || plan.batches.front().items.front().type == RequestType::kGenerateUntil) return {};
+  const Batch& first = plan.batches.front();
+  Batch sample;
+  sample.share_contexts = first.share_contexts;
+  sample.prefix = first.prefix;
+  sample.prefix_id = first.prefix_id;
+  int64_t tokens = 0;
+  for (const Batch& b : plan.batches) {
+    if (b.prefix_id != first.prefix_id || b.share_contexts != first.share_contexts ||
+        b.items.front().type == RequestType::kGenerateUntil || tokens >= max_tokens)
+      break;
+    sample.items.insert(sample.items.end(), b.items.begin(), b.items.end());
+    tokens += b.padded_tokens;
+  }
+  sample.padded_tokens = batch_padded_tokens(sample);
+  return sample;
+}
+
 ProbeResult probe_batch_tokens(const LlamaModelImpl& model, const Tokenizer& tokenizer, const ProbeOptions& options) {
   if (options.min_tokens < 1 || options.max_tokens < options.min_tokens || options.repeats < 1 ||
-      !(options.safety > 0 && options.safety <= 1) || !(options.knee > 0 && options.knee <= 1))
+      !(options.safety > 0 && options.safety <= 1) || !(options.knee > 0 && options.knee <= 1) ||
+      options.work_tokens < 0 || options.workers < 1 || !(options.max_share > 0) || !(options.min_seconds >= 0))
     fail("batch probe", "bad options {}", to_json(options).dump());
   const at::Device device = model.options().device;
   const int64_t context = model.config().max_position_embeddings;
   const int64_t length = std::clamp<int64_t>(options.length, 1, std::max<int64_t>(context - 1, 1));
+  const bool sampled = options.sample.has_value() && !options.sample->items.empty();
   ProbeResult result;
   result.memory_limit_bytes = options.memory_limit_bytes > 0 ? options.memory_limit_bytes : device_total_bytes(device);
   const double allowed = options.safety * static_cast<double>(result.memory_limit_bytes);
+  const auto started = Clock::now();
+  PrefixCache prefixes;
 
   // (budget, peak) pairs to extrapolate from; budget 0 is the memory held before any batch ran.
   std::vector<std::pair<double, double>> seen = {{0.0, static_cast<double>(current_memory_bytes(device))}};
   std::string stop = fmt::format("reached max_tokens {}", options.max_tokens);
   double best_tps = 0;
   int stale = 0;
-  for (int64_t budget = std::max(options.min_tokens, length); budget <= options.max_tokens; budget *= 2) {
+  int64_t first_budget = std::max(options.min_tokens, length);
+  int64_t largest_batch = 0;  // sampled: the padded tokens of the whole sample's first batch
+  if (sampled) {
+    first_budget = options.min_tokens;
+    for (const PackedRow& row : pack_rows(*options.sample))
+      first_budget = std::max<int64_t>(first_budget, static_cast<int64_t>(row.tokens.size()));
+    largest_batch = sample_batch(*options.sample, options.max_tokens).padded_tokens;
+  }
+  for (int64_t budget = first_budget; budget <= options.max_tokens; budget *= 2) {
     ProbePoint p;
     p.batch_tokens = budget;
-    p.length = length;
-    p.rows = budget / length;
+    Batch batch;
+    if (sampled) {
+      batch = sample_batch(*options.sample, budget);
+      p.rows = static_cast<int64_t>(pack_rows(batch).size());
+      p.length = p.rows > 0 ? batch.padded_tokens / p.rows : 0;
+    } else {
+      p.length = length;
+      p.rows = budget / length;
+      batch = synthetic_batch(p.rows, p.length, model.config().vocab_size);
+    }
+    const bool warm_up = result.points.empty() || !device.is_cpu();  // a CPU run needs no warm-up after the first
+    if (options.work_tokens > 0 && best_tps > 0) {
+      // The work bound: this point's runs at the best rate so far, against the run's estimated time.
+      const double run_s = static_cast<double>(options.work_tokens) / (best_tps * options.workers);
+      const double limit_s = std::max(options.max_share * run_s, options.min_seconds);
+      const double point_s = (options.repeats + (warm_up ? 1 : 0)) * static_cast<double>(batch.padded_tokens) / best_tps;
+      if (seconds_since(started) + point_s > limit_s) {
+        stop = fmt::format("stopped before {} tokens: the probe would pass {:.1f}s ({:.0f}% of the run's estimated "
+                           "{:.1f}s, or {:.0f}s)",
+                           budget, limit_s, 100 * options.max_share, run_s, options.min_seconds);
+        result.bounded_by_work_tokens = options.work_tokens;
+        break;
+      }
+    }
     if (device.is_cpu() && seen.size() >= 2) {
       const double predicted = predicted_peak(seen, budget);
       if (predicted > allowed) {
@@ -147,7 +224,7 @@ ProbeResult probe_batch_tokens(const LlamaModelImpl& model, const Tokenizer& tok
         break;
       }
     }
-    const double worst_s = measure_point(model, tokenizer, options.repeats, p);
+    const double worst_s = measure_point(model, tokenizer, batch, options.repeats, warm_up, prefixes, p);
     if (!p.note.empty()) {  // out of memory
       release_cached_memory(device);
       result.points.push_back(p);
@@ -170,7 +247,8 @@ ProbeResult probe_batch_tokens(const LlamaModelImpl& model, const Tokenizer& tok
     } else {
       best_tps = std::max(best_tps, p.tokens_per_second);
       if (++stale >= options.patience) {
-        stop = fmt::format("stopped at {} tokens: no throughput gain for {} doublings", budget, options.patience);
+        stop = fmt::format("stopped at {} tokens: no throughput gain for {} doubling{}", budget, options.patience,
+                           options.patience == 1 ? "" : "s");
         break;
       }
     }
@@ -179,14 +257,18 @@ ProbeResult probe_batch_tokens(const LlamaModelImpl& model, const Tokenizer& tok
                          options.max_point_seconds);
       break;
     }
+    if (sampled && batch.padded_tokens >= largest_batch) {
+      stop = fmt::format("stopped at {} tokens: the run's rows fill no larger batch", budget);
+      break;
+    }
   }
   std::string why;
   result.chosen_batch_tokens = choose_batch_tokens(result.points, options.knee, &why);
   if (result.chosen_batch_tokens == 0)
     fail("batch probe", "not even {} tokens ({} rows of {}) fit on {}: {}", result.points.front().batch_tokens,
-         result.points.front().rows, length, device.str(),
+         result.points.front().rows, result.points.front().length, device.str(),
          result.points.front().note.empty() ? stop : result.points.front().note);
-  result.reason = stop + "; " + why;
+  result.reason = fmt::format("{}; {} (probe {:.1f}s)", stop, why, seconds_since(started));
   return result;
 }
 
@@ -220,16 +302,22 @@ nlohmann::json to_json(const ProbePoint& p) {
 }
 
 nlohmann::json to_json(const ProbeOptions& o) {
-  return {{"length", o.length},     {"memory_limit_bytes", o.memory_limit_bytes}, {"safety", o.safety},
-          {"knee", o.knee},         {"min_tokens", o.min_tokens}, {"max_tokens", o.max_tokens},
-          {"repeats", o.repeats},   {"patience", o.patience}, {"max_point_seconds", o.max_point_seconds}};
+  nlohmann::json j = {{"length", o.length},     {"memory_limit_bytes", o.memory_limit_bytes}, {"safety", o.safety},
+                      {"knee", o.knee},         {"min_tokens", o.min_tokens}, {"max_tokens", o.max_tokens},
+                      {"repeats", o.repeats},   {"patience", o.patience}, {"max_point_seconds", o.max_point_seconds},
+                      {"work_tokens", o.work_tokens}, {"workers", o.workers}, {"max_share", o.max_share},
+                      {"min_seconds", o.min_seconds}};
+  if (o.sample) j["sample"] = to_json(*o.sample);
+  return j;
 }
 
 nlohmann::json to_json(const ProbeResult& r) {
   nlohmann::json points = nlohmann::json::array();
   for (const ProbePoint& p : r.points) points.push_back(to_json(p));
-  return {{"points", points}, {"chosen_batch_tokens", r.chosen_batch_tokens},
-          {"memory_limit_bytes", r.memory_limit_bytes}, {"reason", r.reason}};
+  nlohmann::json j = {{"points", points}, {"chosen_batch_tokens", r.chosen_batch_tokens},
+                      {"memory_limit_bytes", r.memory_limit_bytes}, {"reason", r.reason}};
+  if (r.bounded_by_work_tokens > 0) j["bounded_by_work_tokens"] = r.bounded_by_work_tokens;
+  return j;
 }
 
 ProbeOptions probe_options_from_json(const nlohmann::json& j) {
@@ -244,6 +332,11 @@ ProbeOptions probe_options_from_json(const nlohmann::json& j) {
     o.repeats = j.at("repeats").get<int>();
     o.patience = j.at("patience").get<int>();
     o.max_point_seconds = j.at("max_point_seconds").get<double>();
+    o.work_tokens = j.value("work_tokens", int64_t{0});
+    o.workers = j.value("workers", 1);
+    o.max_share = j.value("max_share", 0.1);
+    o.min_seconds = j.value("min_seconds", 2.0);
+    if (j.contains("sample")) o.sample = batch_from_json(j.at("sample"));
     return o;
   } catch (const nlohmann::json::exception& e) {
     fail("probe options", "malformed: {}", e.what());
@@ -267,6 +360,7 @@ ProbeResult probe_result_from_json(const nlohmann::json& j) {
     r.chosen_batch_tokens = j.at("chosen_batch_tokens").get<int64_t>();
     r.memory_limit_bytes = j.at("memory_limit_bytes").get<int64_t>();
     r.reason = j.at("reason").get<std::string>();
+    r.bounded_by_work_tokens = j.value("bounded_by_work_tokens", int64_t{0});
     return r;
   } catch (const nlohmann::json::exception& e) {
     fail("probe result", "malformed: {}", e.what());

@@ -1,14 +1,23 @@
 // Batch probing: measures how a loaded model's throughput and memory grow with the batch token
 // budget (PlanOptions::batch_tokens: rows x longest row, padding included) on its device, and
 // picks the budget to run with. The sweep doubles the budget from min_tokens; each point runs
-// a batch of budget/length synthetic rows of `length` tokens (the run's longest request), every
-// position scored, through execute_batch (executor.h, the path a run's batches take), best of
-// `repeats`, and records tokens/s and the device's peak memory. It stops at the first point that
+// one batch through execute_batch (executor.h, the path a run's batches take), best of
+// `repeats`, and records tokens/s and the device's peak memory. The batch is either
+//   - the run's own rows (ProbeOptions::sample, the plan's first and longest rows with their
+//     shared prefix): the first batch the plan cut under the budget would have, so the probe
+//     measures the run's real shapes; the sweep ends where the sample has no more rows; or
+//   - budget/length synthetic rows of `length` tokens, every position scored (no sample: the
+//     heaviest rows a length bucket allows; `gpueval calibrate`).
+// A run's probe is bounded by the work it serves (ProbeOptions::work_tokens): it stops before
+// a point that would take its time past max(max_share x the run's estimated time, min_seconds),
+// the estimate being work_tokens at the best rate measured so far over `workers` workers.
+// It stops at the first point that
 // does not fit (an out-of-memory error, even one the executor recovered from by splitting, or a
 // peak over safety x limit),
 // before a CPU point whose peak, extrapolated linearly from the points before it, would not fit
 // (so a probe never wakes the kernel's OOM killer), when throughput has not improved for
-// `patience` doublings, at max_tokens, or when a point took longer than max_point_seconds.
+// `patience` doublings, at max_tokens, when a point took longer than max_point_seconds, or at
+// the work bound above.
 // The choice is the smallest fitting budget within `knee` of the best throughput: a larger batch
 // that is no faster only costs memory and padding.
 //
@@ -17,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +34,7 @@
 
 #include "gpueval/model.h"
 #include "gpueval/tokenizer.h"
+#include "plan/planner.h"
 
 namespace gpueval {
 
@@ -47,13 +58,29 @@ struct ProbeOptions {
   int repeats = 2;                  // timed runs per point (after one untimed warm-up run)
   int patience = 2;                 // doublings without a throughput gain before stopping
   double max_point_seconds = 10;    // stop after a point whose slowest run took longer
+  // The work bound: 0 = none. work_tokens is what the run will compute (its padded rows and
+  // prefixes), shared by `workers` workers.
+  int64_t work_tokens = 0;
+  int workers = 1;
+  double max_share = 0.1;           // of the run's estimated time
+  double min_seconds = 2;           // a probe may always take this long
+  // The run's rows (scoring items, longest first, with their prefix); absent: synthetic rows.
+  std::optional<Batch> sample;
 };
+
+// The sample a run's probe measures: the plan's first batches (its longest rows) that share the
+// first batch's prefix, as one batch, up to `max_tokens` padded tokens; absent when the plan's
+// first batch generates text (the probe then uses synthetic rows).
+std::optional<Batch> probe_sample(const Plan& plan, int64_t max_tokens);
 
 struct ProbeResult {
   std::vector<ProbePoint> points;  // in sweep order (increasing budgets)
   int64_t chosen_batch_tokens = 0;
   int64_t memory_limit_bytes = 0;  // the limit the points were judged against
   std::string reason;              // why the sweep stopped and why that budget was chosen
+  // The run's work when the work bound stopped the sweep (a later run with much more work probes
+  // again rather than take this from the calibration cache); 0 when it did not.
+  int64_t bounded_by_work_tokens = 0;
 };
 
 // Runs the sweep. Throws Error when not even the smallest budget fits.

@@ -51,9 +51,17 @@ class RowRunner {
       forward(begin, end);
     } catch (const c10::OutOfMemoryError& e) {
       release_cached_memory(model_.options().device);
-      if (end - begin == 1)
+      if (end - begin == 1) {
+        // A packed sequence of several parts runs as its parts, each a row of its own.
+        const std::vector<PackedRow> parts = split_parts(rows_[begin]);
+        if (parts.size() > 1) {
+          ++stats_.oom_splits;
+          RowRunner(model_, batch_, parts, prefix_, options_, stats_, out_).run(0, parts.size());
+          return;
+        }
         throw Error(fmt::format("batch {}: a single row of {} tokens does not fit in memory: {}", batch_.id,
                                 rows_[begin].tokens.size(), first_line(e.what())));
+      }
       ++stats_.oom_splits;
       const size_t mid = begin + (end - begin) / 2;
       run(begin, mid);
