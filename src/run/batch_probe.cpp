@@ -88,7 +88,9 @@ double measure_point(const LlamaModelImpl& model, const Tokenizer& tokenizer, co
   int64_t tokens = 0;
   reset_peak_memory(device);
   try {
-    if (warm_up) run_once(model, tokenizer, batch, prefixes);  // first-touch allocations, kernel selection, the prefix
+    // The prefix is computed before the clock starts, as a worker computes it once for its batches.
+    if (!batch.prefix.empty()) prefixes.get(model, batch.prefix);
+    if (warm_up) run_once(model, tokenizer, batch, prefixes);  // first-touch allocations, kernel selection
     for (int i = 0; i < repeats; ++i) {
       const auto t0 = Clock::now();
       tokens = run_once(model, tokenizer, batch, prefixes);
@@ -198,7 +200,9 @@ ProbeResult probe_batch_tokens(const LlamaModelImpl& model, const Tokenizer& tok
       p.rows = budget / length;
       batch = synthetic_batch(p.rows, p.length, model.config().vocab_size);
     }
-    const bool warm_up = result.points.empty() || !device.is_cpu();  // a CPU run needs no warm-up after the first
+    // A GPU warms up every shape (kernel selection, allocator growth); a CPU only once, and not even
+    // then when computing the sample's prefix has touched every weight already.
+    const bool warm_up = !device.is_cpu() || (result.points.empty() && (!sampled || batch.prefix.empty()));
     if (options.work_tokens > 0 && best_tps > 0) {
       // The work bound: this point's runs at the best rate so far, against the run's estimated time.
       const double run_s = static_cast<double>(options.work_tokens) / (best_tps * options.workers);
