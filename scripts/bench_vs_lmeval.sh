@@ -8,18 +8,8 @@
 # Usage: scripts/bench_vs_lmeval.sh [--reps 3] [--work DIR] [--lm-eval-batch 1] [--no-speed] [--no-first-run]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-venv="${LMEVAL_VENV:-$(cd .. && pwd)/venv-lmeval}"
-case "$venv" in "$(pwd)"/*) echo "bench_vs_lmeval.sh: the venv must be outside the repository" >&2; exit 2 ;; esac
-if ! "$venv/bin/python" -c 'import lm_eval, torch, transformers' 2>/dev/null; then
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install -q --upgrade pip
-  "$venv/bin/pip" install -q 'lm-eval[hf]'
-fi
-own_binary=1
-[ -n "${GPUEVAL_BIN:-}" ] && own_binary=0
-for a in "$@"; do case "$a" in --gpueval|--gpueval=*) own_binary=0 ;; esac; done
+. scripts/lmeval_venv.sh
 if [ "$own_binary" = 1 ]; then
   if [ -f build/build.ninja ]; then cmake --build build --target gpueval; else bash scripts/build.sh; fi
 fi
-export HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 exec "$venv/bin/python" scripts/bench_vs_lmeval.py "$@"

@@ -9,19 +9,9 @@
 # e.g. LMEVAL_VENV=/work/venv-lmeval GPUEVAL_BIN=/work/main/build/gpueval scripts/verify_lm_eval.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-venv="${LMEVAL_VENV:-$(cd .. && pwd)/venv-lmeval}"
-case "$venv" in "$(pwd)"/*) echo "verify_lm_eval.sh: the venv must be outside the repository" >&2; exit 2 ;; esac
-if ! "$venv/bin/python" -c 'import lm_eval, torch, transformers' 2>/dev/null; then
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install -q --upgrade pip
-  "$venv/bin/pip" install -q 'lm-eval[hf]'
-fi
 # GPUEVAL_BIN=PATH (or --gpueval PATH) compares another binary and builds nothing.
-own_binary=1
-[ -n "${GPUEVAL_BIN:-}" ] && own_binary=0
-for a in "$@"; do case "$a" in --gpueval|--gpueval=*) own_binary=0 ;; esac; done
+. scripts/lmeval_venv.sh
 if [ "$own_binary" = 1 ] && [ ! -x build/gpueval ]; then
   if [ -f build/build.ninja ]; then cmake --build build --target gpueval; else bash scripts/build.sh; fi
 fi
-export HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 exec "$venv/bin/python" scripts/verify_lm_eval.py "$@"
