@@ -26,7 +26,7 @@ using sqlite::Statement;
 class Db : public sqlite::Db {
  public:
   Db(const std::string& path, bool create) : sqlite::Db(path, create) {
-    exec("PRAGMA journal_mode=WAL");
+    enable_wal();
     exec(kSchema);
   }
 };

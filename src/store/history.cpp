@@ -133,7 +133,7 @@ History History::open(const std::string& path, bool create) {
   auto connection = std::make_unique<Connection>(path, create);
   sqlite::Db& db = connection->db;
   quick_check(db);
-  db.exec("PRAGMA journal_mode=WAL");
+  db.enable_wal();
   if (!has_schema(db)) {
     // Two processes may create the file at once: the second finds the schema under the lock.
     sqlite::WriteTransaction tx(db);

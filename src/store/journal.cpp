@@ -120,7 +120,7 @@ Journal Journal::open(const std::string& path, const JournalIdentity& id, bool f
 
   std::map<std::string, std::string> meta;
   try {
-    db.exec("PRAGMA journal_mode=WAL");
+    db.enable_wal();
     db.exec("PRAGMA synchronous=FULL");
     if (existed) {
       Statement check(db, "PRAGMA quick_check");

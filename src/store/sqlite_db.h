@@ -9,9 +9,11 @@
 
 #include <sqlite3.h>
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "gpueval/error.h"
 
@@ -54,6 +56,22 @@ class Db {
       const std::string m = message ? message : sqlite3_errmsg(db_);
       sqlite3_free(message);
       throw Failure(path_, "", m);
+    }
+  }
+  // PRAGMA journal_mode=WAL. Changing the mode needs an exclusive lock, and SQLite answers
+  // SQLITE_BUSY at once, without the busy handler, while another process opening the same new
+  // file holds a lock on it; so this retries until the busy timeout, as any other statement waits.
+  void enable_wal() {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kBusyTimeoutMs);
+    for (;;) {
+      char* message = nullptr;
+      const int rc = sqlite3_exec(db_, "PRAGMA journal_mode=WAL", nullptr, nullptr, &message);
+      const std::string m = rc == SQLITE_OK ? "" : (message ? message : sqlite3_errmsg(db_));
+      sqlite3_free(message);
+      if (rc == SQLITE_OK) return;
+      if ((rc & 0xff) != SQLITE_BUSY || std::chrono::steady_clock::now() > deadline)
+        throw Failure(path_, "PRAGMA journal_mode=WAL", m);
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
   }
   void check(int rc, const char* what) const {
