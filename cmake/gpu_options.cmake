@@ -95,5 +95,5 @@ function(gpueval_print_build_summary)
     set(_kernels OFF)
   endif()
   message(STATUS "gpueval: Torch ${_torch_version} (${TORCH_INSTALL_PREFIX}), CUDA ${GPUEVAL_CUDA}, "
-                 "NCCL ${GPUEVAL_NCCL}, kernels ${_kernels}")
+                 "NCCL ${GPUEVAL_NCCL}, kernels ${_kernels}, oneDNN ${GPUEVAL_ONEDNN}")
 endfunction()

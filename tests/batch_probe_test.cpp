@@ -239,7 +239,7 @@ TEST(DeviceMemory, CpuFacts) {
   }
   reset_peak_memory(cpu);
   EXPECT_LT(peak_memory_bytes(cpu), before + (int64_t{32} << 20));
-  EXPECT_THAT(device_description(cpu, 3), ::testing::MatchesRegex("cpu: .+ x3 threads"));
+  EXPECT_THAT(device_description(cpu, 3), ::testing::MatchesRegex("cpu: .+ x3 threads(, oneDNN [0-9.]+ \\(.+\\))?"));
   release_cached_memory(cpu);  // a no-op on the CPU
 }
 

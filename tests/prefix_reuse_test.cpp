@@ -336,9 +336,10 @@ TEST(PrefixReuseCli, MmluScoresEqualWithReuseOnAndOff) {
 TEST(PrefixReuseCli, AnInjectedOutOfMemoryErrorSplitsTheBatchAndTheRunCompletes) {
   GPUEVAL_REQUIRE_SHARED();
   testing::TempDir dir;
-  const RunOutput plain = run_mmlu(dir, "plain", {});
+  // A fixed budget above the injected limit: the probe's own pick may be under it on a fast CPU.
+  const RunOutput plain = run_mmlu(dir, "plain", {"--batch-tokens", "1024"});
   ::setenv("GPUEVAL_FAULT", "oom:400", 1);
-  const RunOutput split = run_mmlu(dir, "split", {});
+  const RunOutput split = run_mmlu(dir, "split", {"--batch-tokens", "1024"});
   ::unsetenv("GPUEVAL_FAULT");
   EXPECT_GT(split.results["batching"]["oom_splits"].get<int64_t>(), 0);
   EXPECT_EQ(plain.results["batching"]["oom_splits"].get<int64_t>(), 0);

@@ -8,6 +8,7 @@
 
 #include "gpueval/error.h"
 #include "model/checkpoint.h"
+#include "model/cpu_matmul.h"
 #include "model/kernels.h"
 #include "model/rope.h"
 #include "model/weight_names.h"
@@ -57,7 +58,7 @@ ProjectionImpl::ProjectionImpl(const WeightSource& source, const std::string& we
   if (bias) bias_ = as_parameter(*this, "bias", source(bias_name(weight), {out}));
 }
 
-at::Tensor ProjectionImpl::forward(const at::Tensor& x) const { return at::linear(x, weight_, bias_); }
+at::Tensor ProjectionImpl::forward(const at::Tensor& x) const { return project(x, weight_, bias_); }
 
 EmbeddingImpl::EmbeddingImpl(const WeightSource& source, const std::string& name, int64_t vocab, int64_t dim) {
   weight_ = as_parameter(*this, "weight", source(name, {vocab, dim}));
@@ -132,13 +133,18 @@ at::Tensor AttentionImpl::attend(const at::Tensor& q, const at::Tensor& k, const
 #endif
   // Grouped-query attention without copying keys: query heads of one group share a kv head.
   // Scaling q ([.., T, hd]) is cheaper than scaling the scores ([.., T, S]).
+  // The products are batched over (row, kv head) as [B*KV, G*T, ..] matrices (batched_product:
+  // oneDNN on the CPU, cpu_matmul.h).
+  const int64_t s_own = k.size(2);
   at::Tensor qg = q.reshape({b, n_kv_heads_, groups, t, head_dim_}) * (1.0 / std::sqrt(double(head_dim_)));
-  at::Tensor scores = at::matmul(qg, k.unsqueeze(2).transpose(-1, -2));  // [B, KV, G, T, S']
-  at::Tensor q_rows;                                                       // [KV, B*G*T, hd]
+  at::Tensor scores = batched_product(qg.reshape({b * n_kv_heads_, groups * t, head_dim_}),
+                                      k.reshape({b * n_kv_heads_, s_own, head_dim_}).transpose(1, 2))
+                          .view({b, n_kv_heads_, groups, t, s_own});  // [B, KV, G, T, S']
+  at::Tensor q_rows;                                                  // [KV, B*G*T, hd]
   if (p > 0) {
     // Every query of every row against the one copy of the prefix: [KV, B*G*T, hd] x [KV, hd, P].
     q_rows = qg.permute({1, 0, 2, 3, 4}).reshape({n_kv_heads_, rows, head_dim_});
-    at::Tensor prefix_scores = at::bmm(q_rows, prefix->keys[layer][0].transpose(1, 2));  // [KV, B*G*T, P]
+    at::Tensor prefix_scores = batched_product(q_rows, prefix->keys[layer][0].transpose(1, 2));  // [KV, B*G*T, P]
     prefix_scores = prefix_scores.view({n_kv_heads_, b, groups, t, p}).permute({1, 0, 2, 3, 4});
     scores = at::cat({prefix_scores, scores}, -1);                                       // [B, KV, G, T, S]
   }
@@ -147,11 +153,12 @@ at::Tensor AttentionImpl::attend(const at::Tensor& q, const at::Tensor& k, const
   scores = scores.to(at::promote_types(q.scalar_type(), at::kFloat));
   scores.add_(mask);
   at::Tensor probs = at::softmax(scores, -1).to(q.scalar_type());
-  const int64_t s_own = k.size(2);
-  at::Tensor out = at::matmul(probs.narrow(-1, p, s_own), v.unsqueeze(2));  // [B, KV, G, T, hd]
+  at::Tensor out = batched_product(probs.narrow(-1, p, s_own).reshape({b * n_kv_heads_, groups * t, s_own}),
+                                   v.reshape({b * n_kv_heads_, s_own, head_dim_}))
+                       .view({b, n_kv_heads_, groups, t, head_dim_});  // [B, KV, G, T, hd]
   if (p > 0) {
     at::Tensor prefix_probs = probs.narrow(-1, 0, p).permute({1, 0, 2, 3, 4}).reshape({n_kv_heads_, rows, p});
-    at::Tensor prefix_out = at::bmm(prefix_probs, prefix->values[layer][0]);  // [KV, B*G*T, hd]
+    at::Tensor prefix_out = batched_product(prefix_probs, prefix->values[layer][0]);  // [KV, B*G*T, hd]
     out.add_(prefix_out.view({n_kv_heads_, b, groups, t, head_dim_}).permute({1, 0, 2, 3, 4}));
   }
   return out.reshape({b, n_heads_, t, head_dim_}).transpose(1, 2).reshape({b, t, n_heads_ * head_dim_});
@@ -295,7 +302,7 @@ int64_t PrefixKV::bytes() const {
   return n;
 }
 
-at::Tensor LlamaModelImpl::logits(const at::Tensor& hidden) const { return at::linear(hidden, lm_head_); }
+at::Tensor LlamaModelImpl::logits(const at::Tensor& hidden) const { return project(hidden, lm_head_); }
 
 KVCache LlamaModelImpl::make_cache(int64_t batch, int64_t capacity) const {
   return KVCache(config_, batch, capacity, options_.dtype, options_.device);

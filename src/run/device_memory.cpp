@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "gpueval/error.h"
+#include "model/cpu_matmul.h"
 
 #ifdef GPUEVAL_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -140,7 +141,11 @@ void release_cached_memory(const at::Device& device) {
 }
 
 std::string device_description(const at::Device& device, int threads) {
-  if (device.is_cpu()) return fmt::format("cpu: {} x{} threads", cpu_model_name(), threads);
+  if (device.is_cpu()) {
+    // The library that multiplies sets the speed a budget was measured at (model/cpu_matmul.h).
+    const std::string matmul = cpu_matmul_description();
+    return fmt::format("cpu: {} x{} threads{}", cpu_model_name(), threads, matmul.empty() ? "" : ", " + matmul);
+  }
 #ifdef GPUEVAL_WITH_CUDA
   if (device.is_cuda()) {
     const auto* p = at::cuda::getDeviceProperties(cuda_index(device));

@@ -22,6 +22,7 @@
 #include "gpueval/error.h"
 #include "gpueval/model.h"
 #include "gpueval/tokenizer.h"
+#include "model/cpu_matmul.h"
 #include "model/dtype.h"
 #include "plan/planner.h"
 #include "run/batch_probe.h"
@@ -227,9 +228,10 @@ void load_checkpoint(Replica& r, const WorkerHello& hello, int in, FrameWriter& 
   if (reload) release_cached_memory(r.options.device);
   const auto t0 = Clock::now();
   r.options.dtype = resolve_dtype(hello.dtype, r.options.device, hello.model);
-  std::cerr << fmt::format("[{}] pid {} {} {} on {} ({} -> {}, {} threads)\n", hello.worker, ::getpid(),
+  const std::string matmul = r.options.device.is_cpu() ? cpu_matmul_description() : "";
+  std::cerr << fmt::format("[{}] pid {} {} {} on {} ({} -> {}, {} threads{})\n", hello.worker, ::getpid(),
                            reload ? "switching to" : "loading", hello.model, r.options.device.str(), hello.dtype,
-                           dtype_name(r.options.dtype), hello.threads);
+                           dtype_name(r.options.dtype), hello.threads, matmul.empty() ? "" : ", " + matmul);
   if (hello.broadcast) {
     r.model = load_broadcast(*hello.broadcast, hello.model, r.options, in, writer, hello.worker);
   } else {

@@ -1,0 +1,180 @@
+#include "model/cpu_matmul.h"
+
+#include <algorithm>
+#include <atomic>
+
+#include <fmt/format.h>
+
+#include "gpueval/error.h"
+
+#ifdef GPUEVAL_WITH_ONEDNN
+#include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
+
+#include <ATen/Parallel.h>
+#endif
+
+namespace gpueval {
+
+std::vector<std::pair<int64_t, int64_t>> project_row_blocks(int64_t m) {
+  // An even number of blocks of about 128 rows (a multiple of 16), so two threads share them evenly;
+  // a product of fewer than 64 rows is one block.
+  std::vector<std::pair<int64_t, int64_t>> blocks;
+  if (m <= 0) return blocks;
+  if (m < 64) return {{0, m}};
+  const int64_t count = 2 * ((m + 255) / 256);
+  const int64_t rows = ((m + count - 1) / count + 15) / 16 * 16;
+  for (int64_t first = 0; first < m; first += rows) blocks.emplace_back(first, std::min(rows, m - first));
+  return blocks;
+}
+
+#ifdef GPUEVAL_WITH_ONEDNN
+
+namespace {
+
+// The calling task's OpenMP thread count is 1 while it lives: oneDNN then runs the call on this
+// thread alone, inside or outside a parallel region.
+class OneOpenMpThread {
+ public:
+  OneOpenMpThread() : saved_(omp_get_max_threads()) { omp_set_num_threads(1); }
+  ~OneOpenMpThread() { omp_set_num_threads(saved_); }
+  OneOpenMpThread(const OneOpenMpThread&) = delete;
+  OneOpenMpThread& operator=(const OneOpenMpThread&) = delete;
+
+ private:
+  int saved_;
+};
+
+const char* isa_name(dnnl_cpu_isa_t isa) {
+  switch (isa) {
+    case dnnl_cpu_isa_sse41: return "sse41";
+    case dnnl_cpu_isa_avx: return "avx";
+    case dnnl_cpu_isa_avx2: return "avx2";
+    case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
+    case dnnl_cpu_isa_avx512_core: return "avx512_core";
+    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
+    default: return "other";
+  }
+}
+
+}  // namespace
+
+bool project_uses_onednn(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  const auto cpu_float = [](const at::Tensor& t) {
+    return t.device().is_cpu() && t.scalar_type() == at::kFloat && t.layout() == at::kStrided;
+  };
+  if (!cpu_float(x) || !cpu_float(weight) || weight.dim() != 2 || x.dim() < 1 || !weight.is_contiguous()) return false;
+  if (x.size(-1) != weight.size(1) || x.numel() == 0) return false;
+  if (bias.defined() && (!cpu_float(bias) || bias.dim() != 1 || bias.size(0) != weight.size(0))) return false;
+  // Autograd is never needed here; a tensor that asks for it keeps LibTorch's own path.
+  return !(at::GradMode::is_enabled() && (x.requires_grad() || weight.requires_grad() ||
+                                          (bias.defined() && bias.requires_grad())));
+}
+
+at::Tensor project(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  if (!project_uses_onednn(x, weight, bias)) return at::linear(x, weight, bias);
+  const int64_t in = weight.size(1), out = weight.size(0);
+  const at::Tensor rows = x.reshape({-1, in}).contiguous();
+  const int64_t m = rows.size(0);
+  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
+  shape.back() = out;
+  at::Tensor y = at::empty({m, out}, x.options());
+  const float* a = rows.data_ptr<float>();
+  const float* w = weight.data_ptr<float>();
+  float* c = y.data_ptr<float>();
+  const std::vector<std::pair<int64_t, int64_t>> blocks = project_row_blocks(m);
+  std::atomic<int> failed{0};
+  at::parallel_for(0, static_cast<int64_t>(blocks.size()), 1, [&](int64_t begin, int64_t end) {
+    OneOpenMpThread one;
+    for (int64_t i = begin; i < end; ++i) {
+      const auto [first, count] = blocks[static_cast<size_t>(i)];
+      // Row-major: C[count, out] = A[count, in] · Wᵀ, W being [out, in].
+      const dnnl_status_t st = dnnl_sgemm('N', 'T', count, out, in, 1.0f, a + first * in, in, w, in, 0.0f,
+                                          c + first * out, out);
+      if (st != dnnl_success) failed.store(static_cast<int>(st));
+    }
+  });
+  if (failed.load() != 0)
+    throw Error(fmt::format("oneDNN sgemm failed (status {}) multiplying {}x{} by {}x{}", failed.load(), m, in, in, out));
+  if (bias.defined()) y.add_(bias);
+  return y.view(shape);
+}
+
+namespace {
+
+// How dnnl_sgemm reads matrix i of a [n, rows, cols] batch: 'N' with the row stride, or 'T' with the
+// column stride when the rows are the unit-stride dimension. Null when neither stride is 1.
+struct MatrixView {
+  char trans = 0;
+  int64_t ld = 0;
+};
+
+MatrixView matrix_view(const at::Tensor& t) {
+  const int64_t rows = t.size(1), cols = t.size(2);
+  if ((t.stride(2) == 1 || cols == 1) && (rows == 1 || t.stride(1) >= cols))
+    return {'N', rows == 1 ? cols : t.stride(1)};
+  if ((t.stride(1) == 1 || rows == 1) && (cols == 1 || t.stride(2) >= rows))
+    return {'T', cols == 1 ? rows : t.stride(2)};
+  return {};
+}
+
+}  // namespace
+
+bool batched_product_uses_onednn(const at::Tensor& a, const at::Tensor& b) {
+  const auto cpu_float = [](const at::Tensor& t) {
+    return t.device().is_cpu() && t.scalar_type() == at::kFloat && t.layout() == at::kStrided && t.dim() == 3;
+  };
+  if (!cpu_float(a) || !cpu_float(b) || a.size(0) != b.size(0) || a.size(2) != b.size(1)) return false;
+  if (a.numel() == 0 || b.numel() == 0) return false;
+  return !(at::GradMode::is_enabled() && (a.requires_grad() || b.requires_grad()));
+}
+
+at::Tensor batched_product(const at::Tensor& a_in, const at::Tensor& b_in) {
+  if (!batched_product_uses_onednn(a_in, b_in)) return at::bmm(a_in, b_in);
+  const at::Tensor a = matrix_view(a_in).trans ? a_in : a_in.contiguous();
+  const at::Tensor b = matrix_view(b_in).trans ? b_in : b_in.contiguous();
+  const MatrixView va = matrix_view(a), vb = matrix_view(b);
+  const int64_t n = a.size(0), m = a.size(1), k = a.size(2), p = b.size(2);
+  at::Tensor c = at::empty({n, m, p}, a.options());
+  const float* pa = a.data_ptr<float>();
+  const float* pb = b.data_ptr<float>();
+  float* pc = c.data_ptr<float>();
+  std::atomic<int> failed{0};
+  at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) {
+    OneOpenMpThread one;
+    for (int64_t i = begin; i < end; ++i) {
+      const dnnl_status_t st = dnnl_sgemm(va.trans, vb.trans, m, p, k, 1.0f, pa + i * a.stride(0), va.ld,
+                                          pb + i * b.stride(0), vb.ld, 0.0f, pc + i * m * p, p);
+      if (st != dnnl_success) failed.store(static_cast<int>(st));
+    }
+  });
+  if (failed.load() != 0)
+    throw Error(fmt::format("oneDNN sgemm failed (status {}) multiplying {} matrices {}x{} by {}x{}", failed.load(), n, m,
+                            k, k, p));
+  return c;
+}
+
+std::string cpu_matmul_description() {
+  const dnnl_version_t* v = dnnl_version();
+  return fmt::format("oneDNN {}.{}.{} ({})", v->major, v->minor, v->patch, isa_name(dnnl_get_effective_cpu_isa()));
+}
+
+#else
+
+bool project_uses_onednn(const at::Tensor&, const at::Tensor&, const at::Tensor&) { return false; }
+
+at::Tensor project(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  return at::linear(x, weight, bias);
+}
+
+bool batched_product_uses_onednn(const at::Tensor&, const at::Tensor&) { return false; }
+
+at::Tensor batched_product(const at::Tensor& a, const at::Tensor& b) { return at::bmm(a, b); }
+
+std::string cpu_matmul_description() { return ""; }
+
+#endif
+
+}  // namespace gpueval

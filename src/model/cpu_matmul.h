@@ -1,0 +1,45 @@
+// The model's float32 matrix products on the CPU (its projections y = x·Wᵀ + b, and attention's
+// batched products), and which library multiplies them.
+// at::linear on the CPU goes to the BLAS LibTorch was built with: OpenBLAS for Debian's, whose
+// kernels are chosen by CPU model and can be AVX2 where the CPU has AVX-512 (OpenBLAS 0.3.21 is
+// pinned to its AVX2 "Haswell" kernels on machines where its own choice is known to miscompute).
+// oneDNN, which Debian's LibTorch itself links, chooses its JIT kernels by the CPU's features: on
+// one Zen 5 core its sgemm multiplies 256x768 by 768x2048 at about 200 GFLOPS against OpenBLAS's
+// 100. With GPUEVAL_WITH_ONEDNN (cmake/cpu_options.cmake) project() sends CPU float32 products to
+// dnnl_sgemm; everything else (other dtypes, CUDA tensors, a build without oneDNN) is at::linear.
+//
+// Same bits whatever the thread count: the rows of x are cut into blocks by their number alone,
+// never by the threads, and each block is one single-threaded dnnl_sgemm call. A row's result
+// depends on the batch's shape (as with any BLAS: a one-row product takes a different kernel),
+// but cpu:1 (one worker, two threads) and cpu:2 (two workers, one thread each) agree bit for bit.
+// Stateless; callable from any thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+namespace gpueval {
+
+// x [..., in] · weight [out, in]ᵀ + bias [out] (bias may be undefined) -> [..., out], as at::linear.
+at::Tensor project(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = {});
+
+// Whether project(x, weight, bias) multiplies with oneDNN (else at::linear).
+bool project_uses_onednn(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = {});
+
+// a [n, m, k] · b [n, k, p] -> [n, m, p], as at::bmm. CPU float32 with oneDNN: one single-threaded
+// dnnl_sgemm per matrix of the batch (the threads share the n matrices), each operand read in place
+// when one of its two last strides is 1 (a transposed view included); else at::bmm.
+at::Tensor batched_product(const at::Tensor& a, const at::Tensor& b);
+bool batched_product_uses_onednn(const at::Tensor& a, const at::Tensor& b);
+
+// The row blocks project() cuts m rows into: {first row, rows} pairs, a function of m alone.
+std::vector<std::pair<int64_t, int64_t>> project_row_blocks(int64_t m);
+
+// "oneDNN 2.6.3 (avx512_core_bf16)" when project() can multiply with oneDNN, else "".
+std::string cpu_matmul_description();
+
+}  // namespace gpueval

@@ -1,0 +1,127 @@
+// The CPU's float32 matrix products (model/cpu_matmul.h): the projections and attention's batched
+// products match float64 references at the shapes a model uses and at small odd ones, they read
+// transposed and narrowed views in place, and a row's bits do not depend on the thread count.
+#include "model/cpu_matmul.h"
+
+#include <ATen/Parallel.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+namespace gpueval {
+namespace {
+
+void expect_close(const at::Tensor& got, const at::Tensor& want, const std::string& what) {
+  ASSERT_EQ(got.sizes(), want.sizes()) << what;
+  ASSERT_EQ(got.scalar_type(), at::kFloat) << what;
+  // float32 rounding of sums of up to 2048 terms stays under 1e-5 of the largest result; one term
+  // wrong or missing is an error of order 1.
+  const double scale = std::max(1.0, want.abs().max().item<double>());
+  const double err = (got.to(at::kDouble) - want).abs().max().item<double>();
+  EXPECT_LE(err, 1e-5 * scale) << what << ": max |error| " << err << " at scale " << scale;
+}
+
+// Restores LibTorch's thread count when a test changes it.
+struct Threads {
+  int saved = at::get_num_threads();
+  ~Threads() { at::set_num_threads(saved); }
+};
+
+TEST(CpuMatmul, ProjectionsMatchAFloat64Reference) {
+  torch::manual_seed(1);
+  // rows x in x out: one row, fewer rows than a block, odd sizes, and a layer's projections.
+  const std::vector<std::array<int64_t, 3>> shapes = {{1, 1, 1},    {1, 768, 64},  {3, 5, 7},     {17, 33, 65},
+                                                      {63, 64, 1},  {64, 16, 16},  {65, 96, 130}, {200, 768, 96},
+                                                      {257, 64, 2048}, {300, 2048, 64}};
+  for (const auto& [m, in, out] : shapes) {
+    const std::string what = "rows " + std::to_string(m) + " in " + std::to_string(in) + " out " + std::to_string(out);
+    at::Tensor x = torch::randn({m, in}), w = torch::randn({out, in}), bias = torch::randn({out});
+    at::Tensor ref = at::linear(x.to(at::kDouble), w.to(at::kDouble));
+    expect_close(project(x, w), ref, what);
+    expect_close(project(x, w, bias), ref + bias.to(at::kDouble), what + " with bias");
+  }
+  // [B, T, in] keeps its leading dimensions; a non-contiguous x is read through a copy.
+  at::Tensor x = torch::randn({3, 70, 48}), w = torch::randn({40, 48});
+  expect_close(project(x, w), at::linear(x.to(at::kDouble), w.to(at::kDouble)), "3-D input");
+  at::Tensor xt = torch::randn({48, 90}).t();
+  expect_close(project(xt, w), at::linear(xt.to(at::kDouble), w.to(at::kDouble)), "transposed input");
+  // Other dtypes are LibTorch's own product, exactly.
+  at::Tensor x64 = torch::randn({5, 8}, at::kDouble), w64 = torch::randn({3, 8}, at::kDouble);
+  EXPECT_FALSE(project_uses_onednn(x64, w64));
+  EXPECT_TRUE(torch::equal(project(x64, w64), at::linear(x64, w64)));
+}
+
+TEST(CpuMatmul, BatchedProductsMatchAFloat64Reference) {
+  torch::manual_seed(2);
+  // [n, m, k] x [n, k, p], with b as attention has it: keys [n, s, hd] viewed as [n, hd, s].
+  for (const auto& [n, m, k, p] : std::vector<std::array<int64_t, 4>>{{1, 1, 1, 1}, {3, 19, 64, 23}, {12, 300, 64, 450}, {2, 5, 1, 7}}) {
+    const std::string what = std::to_string(n) + "x" + std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(p);
+    at::Tensor a = torch::randn({n, m, k}), keys = torch::randn({n, p, k}), b = torch::randn({n, k, p});
+    expect_close(batched_product(a, b), at::bmm(a.to(at::kDouble), b.to(at::kDouble)), what);
+    expect_close(batched_product(a, keys.transpose(1, 2)), at::bmm(a.to(at::kDouble), keys.transpose(1, 2).to(at::kDouble)),
+                 what + " transposed b");
+    at::Tensor a_t = torch::randn({n, k, m}).transpose(1, 2);  // [n, m, k], unit stride down the rows
+    expect_close(batched_product(a_t, b), at::bmm(a_t.to(at::kDouble), b.to(at::kDouble)), what + " transposed a");
+  }
+  // A narrowed a (attention's probabilities of the own keys), read with its row stride.
+  at::Tensor probs = torch::rand({4, 10, 30}), v = torch::randn({4, 12, 8});
+  at::Tensor own = probs.narrow(-1, 18, 12);
+  expect_close(batched_product(own, v), at::bmm(own.to(at::kDouble), v.to(at::kDouble)), "narrowed a");
+  // A broadcast (stride 0) operand is copied first, not read with a wrong stride.
+  at::Tensor one = torch::randn({1, 6, 5}).expand({3, 6, 5}), rhs = torch::randn({3, 5, 4});
+  expect_close(batched_product(one, rhs), at::bmm(one.to(at::kDouble), rhs.to(at::kDouble)), "expanded a");
+  at::Tensor row = torch::randn({3, 1, 5}).expand({3, 6, 5});
+  expect_close(batched_product(row, rhs), at::bmm(row.to(at::kDouble), rhs.to(at::kDouble)), "rows expanded");
+}
+
+TEST(CpuMatmul, RowBlocksAreAFunctionOfTheRowCountAlone) {
+  for (int64_t m : {0, 1, 5, 63, 64, 65, 127, 128, 200, 256, 257, 511, 775, 1024, 4097}) {
+    const auto blocks = project_row_blocks(m);
+    int64_t next = 0;
+    for (const auto& [first, rows] : blocks) {
+      EXPECT_EQ(first, next) << m;
+      EXPECT_GT(rows, 0) << m;
+      next = first + rows;
+    }
+    EXPECT_EQ(next, m) << "the blocks cover the rows once";
+    if (m >= 64) {
+      EXPECT_EQ(blocks.front().second % 16, 0) << m;
+      EXPECT_LE(blocks.front().second, 144) << m;
+    } else if (m > 0) {
+      EXPECT_EQ(blocks.size(), 1u) << m;
+    }
+  }
+  EXPECT_EQ(project_row_blocks(256).size(), 2u) << "two threads share 256 rows evenly";
+}
+
+TEST(CpuMatmul, ResultsAreTheSameBitsOnOneThreadOrTwo) {
+  if (!project_uses_onednn(torch::ones({2, 2}), torch::ones({2, 2})))
+    GTEST_SKIP() << "this build multiplies with LibTorch's BLAS (no oneDNN)";
+  Threads restore;
+  torch::manual_seed(3);
+  at::Tensor x = torch::randn({775, 768}), w = torch::randn({2048, 768}), q = torch::randn({12, 300, 64}),
+             keys = torch::randn({12, 450, 64});
+  at::set_num_threads(1);
+  const at::Tensor one = project(x, w), one_b = batched_product(q, keys.transpose(1, 2));
+  at::set_num_threads(2);
+  EXPECT_TRUE(torch::equal(project(x, w), one));
+  EXPECT_TRUE(torch::equal(batched_product(q, keys.transpose(1, 2)), one_b));
+  // And inside a parallel region (a caller's own at::parallel_for).
+  at::Tensor inside;
+  at::parallel_for(0, 2, 1, [&](int64_t begin, int64_t) {
+    if (begin == 0) inside = project(x, w);
+  });
+  EXPECT_TRUE(torch::equal(inside, one));
+}
+
+TEST(CpuMatmul, SaysWhichLibraryMultiplies) {
+  const std::string d = cpu_matmul_description();
+  if (project_uses_onednn(torch::ones({2, 2}), torch::ones({2, 2}))) {
+    EXPECT_EQ(d.rfind("oneDNN ", 0), 0u) << d;
+    EXPECT_NE(d.find('('), std::string::npos) << "names the instruction set: " << d;
+  } else {
+    EXPECT_EQ(d, "");
+  }
+}
+
+}  // namespace
+}  // namespace gpueval
