@@ -5,10 +5,16 @@
 #include <gmock/gmock.h>
 
 #include <cstdlib>
+#include <iostream>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "common/file_io.h"
+#include "model/dtype.h"
+#include "model/model_fingerprint.h"
+#include "run/device_memory.h"
+#include "store/calibration_cache.h"
 #include "test_util.h"
 
 namespace gpueval {
@@ -117,6 +123,65 @@ TEST_F(CalibrationTest, CalibrateThenRunReadsTheCache) {
   results = json::parse(io::read_file(out_.file("fixed") + "/results.json"));
   EXPECT_EQ(results["config"]["batch_tokens_source"], "config");
   EXPECT_EQ(results["config"]["batch_tokens_used"], 4096);
+}
+
+// What fn writes to std::cerr (the [sched] lines of calibration in this process).
+template <typename Fn>
+std::string cerr_of(Fn&& fn) {
+  std::ostringstream captured;
+  struct Restore {
+    std::streambuf* old;
+    ~Restore() { std::cerr.rdbuf(old); }
+  } restore{std::cerr.rdbuf(captured.rdbuf())};
+  fn();
+  return captured.str();
+}
+
+// A budget chosen by a probe that the work bound cut short (batch_probe.h) serves runs of up to
+// twice that work; a bigger run probes again, and a budget from an unbounded probe serves any run.
+TEST_F(CalibrationTest, ABudgetFromAProbeCutShortIsProbedAgainByARunOfMoreThanTwiceItsWork) {
+  const std::string model = testing::source_dir() + "/models/stories260K";
+  std::vector<DeviceSlot> slots(1);
+  slots[0].threads = 1;
+  CalibrationOptions o;
+  o.executable = testing::binary();
+  o.model_dir = model;
+  o.cache_path = cache_.file("calibration.sqlite");
+  o.length = 64;
+  o.log_dir = out_.path();
+  const CalibrationKey key{model_fingerprint(model), dtype_name(resolve_dtype("auto", at::kCPU, model)),
+                           device_description(at::kCPU, 1), length_bucket(64)};
+  const auto store = [&](int64_t bounded_by) {
+    ProbeResult probe;
+    probe.chosen_batch_tokens = 768;  // no probe of this model picks it: a cache hit is unmistakable
+    probe.points.push_back(ProbePoint{});
+    probe.points.back().batch_tokens = 768;
+    probe.points.back().peak_bytes = int64_t{64} << 20;
+    probe.bounded_by_work_tokens = bounded_by;
+    ASSERT_TRUE(CalibrationCache(o.cache_path).store(key, CalibrationEntry{768, 0, to_json(probe)}));
+  };
+  store(1000);
+  o.work_tokens = 2000;  // twice the bounded probe's run: still served
+  std::vector<DeviceBudget> b = calibrate_devices(slots, o);
+  ASSERT_EQ(b.size(), 1u);
+  EXPECT_EQ(b[0].source, "cache");
+  EXPECT_EQ(b[0].batch_tokens, 768);
+
+  o.work_tokens = 2001;  // more than twice: probed again, and the new probe replaces the entry
+  const std::string err = cerr_of([&] { b = calibrate_devices(slots, o); });
+  EXPECT_THAT(err, HasSubstr("came from a probe cut short by a run of 1000 tokens; this run has 2001, probing again"));
+  EXPECT_THAT(err, HasSubstr("probing batch budgets on cpu:0"));
+  EXPECT_EQ(b[0].source, "probed");
+  EXPECT_NE(b[0].batch_tokens, 768);
+  const std::optional<CalibrationEntry> stored = CalibrationCache(o.cache_path).lookup(key);
+  ASSERT_TRUE(stored.has_value());
+  EXPECT_EQ(stored->batch_tokens, b[0].batch_tokens);
+
+  store(0);  // an unbounded probe: any run takes it
+  o.work_tokens = 1'000'000;
+  b = calibrate_devices(slots, o);
+  EXPECT_EQ(b[0].source, "cache");
+  EXPECT_EQ(b[0].batch_tokens, 768);
 }
 
 // N of the probe's "[sched] probing batch budgets on cpu:0 (..., rows of N tokens, ...)" line; -1 without one.
