@@ -196,6 +196,43 @@ TEST_P(PrefixAttention, EmptyPrefixEqualsForward) {
   expect_rows_match_alone(*model, {}, branched, pack(branched, 0, 9).run(*model, nullptr), 1e-5);
 }
 
+// forward_packed's columns: the last layer at the picked positions alone gives the states the full
+// forward gives there, for rows that pick different numbers of columns (the short ones repeat one),
+// with and without a prefix, with branches.
+TEST_P(PrefixAttention, TheLastLayerAtPickedColumnsGivesTheFullForwardsStatesThere) {
+  const Ids prefix = ids(12, 30);
+  std::vector<Row> rows = {{ids(5, 31), {ids(1, 32), ids(1, 33)}},
+                           {ids(9, 34), {ids(3, 35)}},
+                           {ids(2, 36), {}},
+                           {{}, {}}};  // a padding row: it picks column 0
+  const int64_t t = 12;
+  const std::vector<std::vector<int64_t>> picks = {{4, 5, 6}, {0, 8, 11}, {1, 1, 1}, {0, 0, 0}};
+  at::Tensor columns = at::zeros({4, 3}, at::kLong);
+  for (int64_t r = 0; r < 4; ++r)
+    for (int64_t j = 0; j < 3; ++j) columns[r][j] = picks[static_cast<size_t>(r)][static_cast<size_t>(j)];
+  PrefixKV kv = prefill(*model, prefix);
+  for (const PrefixKV* pre : {static_cast<const PrefixKV*>(&kv), static_cast<const PrefixKV*>(nullptr)}) {
+    const Packed x = pack(rows, pre ? 12 : 0, t);
+    const at::Tensor full = x.run(*model, pre);
+    at::Tensor got;
+    {
+      c10::InferenceMode guard;
+      got = model->forward_packed(x.tokens, x.positions, x.valid, x.segments, pre, columns);
+    }
+    ASSERT_EQ(got.sizes().vec(), (std::vector<int64_t>{4, 3, config.hidden_size}));
+    for (int64_t r = 0; r < 3; ++r)  // the padding row's states are never read
+      for (int64_t j = 0; j < 3; ++j)
+        EXPECT_LT(max_diff(got[r][j], full[r][columns[r][j].item<int64_t>()]), 1e-5)
+            << "row " << r << " pick " << j << (pre ? " after the prefix" : "");
+  }
+  const std::string err = testing::error_of([&] {
+    const Packed x = pack(rows, 12, t);
+    c10::InferenceMode guard;
+    model->forward_packed(x.tokens, x.positions, x.valid, x.segments, &kv, at::zeros({3, 2}, at::kLong));
+  });
+  EXPECT_NE(err.find("forward_packed: columns are [3, 2]"), std::string::npos) << err;
+}
+
 INSTANTIATE_TEST_SUITE_P(KvHeads, PrefixAttention, ::testing::Values(2, 1, 4),
                          [](const ::testing::TestParamInfo<int64_t>& info) {
                            return "kv" + std::to_string(info.param);

@@ -91,6 +91,10 @@ class AttentionImpl : public torch::nn::Module {
   // mask: [B, 1, 1, T, S] float32 additive.
   at::Tensor forward(const at::Tensor& x, const RopeTables& rope, const at::Tensor& mask, KVCache* cache,
                      int64_t layer, const PrefixKV* prefix = nullptr) const;
+  // The same for the queries at `columns` ([B, T'] int64 positions of each row) alone: keys and values
+  // of every position, queries and the output projection of T' per row. Returns [B, T', D].
+  at::Tensor forward_at(const at::Tensor& x, const RopeTables& rope, const at::Tensor& mask, int64_t layer,
+                        const PrefixKV* prefix, const at::Tensor& columns) const;
 
  private:
   // q: [B, H, T, hd], k, v: [B, KV, S', hd]; the prefix's keys come before k's. Returns [B, T, H * hd].
@@ -117,6 +121,9 @@ class DecoderLayerImpl : public torch::nn::Module {
   DecoderLayerImpl(const ModelConfig& config, const WeightSource& source, int64_t index);
   at::Tensor forward(const at::Tensor& x, const RopeTables& rope, const at::Tensor& mask, KVCache* cache,
                      const PrefixKV* prefix = nullptr) const;
+  // The layer's output at `columns` ([B, T'] int64) alone (AttentionImpl::forward_at): [B, T', D].
+  at::Tensor forward_at(const at::Tensor& x, const RopeTables& rope, const at::Tensor& mask, const PrefixKV* prefix,
+                        const at::Tensor& columns) const;
 
  private:
   int64_t index_;
@@ -150,9 +157,13 @@ class LlamaModelImpl : public torch::nn::Module {
   // branch (segments[j] == segments[i]). A part's trunk comes first; positions are absolute (each part's trunk
   // starts at P, each branch continues from its trunk's end). prefix may be null or empty. Returns final-norm
   // hidden states [B, T, D].
+  // With `columns` ([B, T'] int64, the positions of each row whose states are wanted; a row that wants
+  // fewer repeats one), returns [B, T', D]: the last layer computes its attention queries' outputs and
+  // its MLP at those positions alone (keys and values everywhere), the same states as the full
+  // forward's at those positions, for 1/L of the work less at every other position.
   static constexpr int64_t kSegmentsPerPart = int64_t{1} << 32;
   at::Tensor forward_packed(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& valid,
-                            const at::Tensor& segments, const PrefixKV* prefix) const;
+                            const at::Tensor& segments, const PrefixKV* prefix, const at::Tensor& columns = {}) const;
   // hidden: [..., D] -> logits [..., V] in the model dtype.
   at::Tensor logits(const at::Tensor& hidden) const;
 
@@ -162,8 +173,9 @@ class LlamaModelImpl : public torch::nn::Module {
 
  private:
   // Embedding, every layer and the final norm; mask: [B, 1, 1, T, S] as AttentionImpl takes it.
+  // With columns, the last layer runs at those positions alone (forward_packed) and [B, T', D] returns.
   at::Tensor run_layers(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& mask,
-                        KVCache* cache, const PrefixKV* prefix) const;
+                        KVCache* cache, const PrefixKV* prefix, const at::Tensor& columns = {}) const;
 
   ModelConfig config_;
   LoadOptions options_;

@@ -104,6 +104,23 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const RopeTables& rope, c
   return o_proj_->forward(attend(q, k, v, mask, prefix, layer));
 }
 
+at::Tensor AttentionImpl::forward_at(const at::Tensor& x, const RopeTables& rope, const at::Tensor& mask, int64_t layer,
+                                     const PrefixKV* prefix, const at::Tensor& columns) const {
+  const int64_t b = x.size(0), t = x.size(1), picked = columns.size(1);
+  at::Tensor q = q_proj_->forward(x).view({b, t, n_heads_, head_dim_}).transpose(1, 2);     // [B, H, T, hd]
+  at::Tensor k = k_proj_->forward(x).view({b, t, n_kv_heads_, head_dim_}).transpose(1, 2);  // [B, KV, T, hd]
+  at::Tensor v = v_proj_->forward(x).view({b, t, n_kv_heads_, head_dim_}).transpose(1, 2);  // [B, KV, T, hd]
+  q = rotary_embedding(q, rope).gather(2, columns.view({b, 1, picked, 1}).expand({b, n_heads_, picked, head_dim_}));
+  k = rotary_embedding(k, rope);
+  // The mask's query rows at the same columns: dimension -2 of [B, 1, 1, T, S] (or SDPA's [B, 1, T, S]).
+  std::vector<int64_t> shape = mask.sizes().vec(), view(mask.dim(), 1);
+  shape[shape.size() - 2] = picked;
+  view[0] = b;
+  view[view.size() - 2] = picked;
+  const at::Tensor picked_mask = mask.gather(-2, columns.view(view).expand(shape));
+  return o_proj_->forward(attend(q, k, v, picked_mask, prefix, layer));
+}
+
 at::Tensor AttentionImpl::attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                  const at::Tensor& mask, const PrefixKV* prefix, int64_t layer) const {
   const int64_t b = q.size(0), t = q.size(2), groups = n_heads_ / n_kv_heads_;
@@ -191,6 +208,14 @@ at::Tensor DecoderLayerImpl::forward(const at::Tensor& x, const RopeTables& rope
   return h + mlp_->forward(post_attention_layernorm_->forward(h));
 }
 
+at::Tensor DecoderLayerImpl::forward_at(const at::Tensor& x, const RopeTables& rope, const at::Tensor& mask,
+                                        const PrefixKV* prefix, const at::Tensor& columns) const {
+  const int64_t b = x.size(0), picked = columns.size(1), d = x.size(2);
+  at::Tensor h = x.gather(1, columns.unsqueeze(-1).expand({b, picked, d})) +
+                 self_attn_->forward_at(input_layernorm_->forward(x), rope, mask, index_, prefix, columns);
+  return h + mlp_->forward(post_attention_layernorm_->forward(h));
+}
+
 LlamaModelImpl::LlamaModelImpl(const ModelConfig& c, const WeightSource& source, LoadOptions options)
     : config_(c), options_(options) {
   // Module names cannot contain dots, so the Hugging Face hierarchy is built from plain containers.
@@ -233,12 +258,18 @@ at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens, const at::Tensor& p
 }
 
 at::Tensor LlamaModelImpl::run_layers(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& mask,
-                                      KVCache* cache, const PrefixKV* prefix) const {
+                                      KVCache* cache, const PrefixKV* prefix, const at::Tensor& columns) const {
   RopeTables rope = rope_tables(inv_freq_, positions, options_.dtype);
   at::Tensor h = embed_tokens_->forward(tokens);  // [B, T, D]
   // Converted once for all layers: [B, 1, T, S] in the model's dtype on the SDPA path.
   const at::Tensor layer_mask = use_sdpa(tokens) ? sdpa_mask(mask, options_.dtype) : mask;
-  for (const auto& layer : layers_) h = layer->forward(h, rope, layer_mask, cache, prefix);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    if (columns.defined() && i + 1 == layers_.size())
+      return norm_->forward(layers_[i]->forward_at(h, rope, layer_mask, prefix, columns));  // [B, T', D]
+    h = layers_[i]->forward(h, rope, layer_mask, cache, prefix);
+  }
+  if (columns.defined())  // no layers: the embedding's states at the columns
+    h = h.gather(1, columns.unsqueeze(-1).expand({h.size(0), columns.size(1), h.size(2)}));
   return norm_->forward(h);
 }
 
@@ -268,7 +299,7 @@ PrefixKV LlamaModelImpl::prefill(const std::vector<int32_t>& tokens) const {
 
 at::Tensor LlamaModelImpl::forward_packed(const at::Tensor& tokens, const at::Tensor& positions,
                                           const at::Tensor& valid, const at::Tensor& segments,
-                                          const PrefixKV* prefix) const {
+                                          const PrefixKV* prefix, const at::Tensor& columns) const {
   const int64_t b = tokens.size(0), t = tokens.size(1);
   for (const at::Tensor* x : {&positions, &valid, &segments})
     if (!x->sizes().equals(tokens.sizes()))
@@ -290,7 +321,10 @@ at::Tensor LlamaModelImpl::forward_packed(const at::Tensor& tokens, const at::Te
   // Every query sees the whole prefix.
   if (p > 0)
     allowed = at::cat({at::ones({b, t, p}, allowed.options()), allowed}, -1);  // [B, T, P + T]
-  return run_layers(tokens, positions, additive_mask(allowed), nullptr, p > 0 ? prefix : nullptr);
+  if (columns.defined() && (columns.dim() != 2 || columns.size(0) != b || columns.scalar_type() != at::kLong))
+    throw Error(fmt::format("forward_packed: columns are {} {}, expected [{}, T'] int64", shape_str(columns.sizes()),
+                            c10::toString(columns.scalar_type()), b));
+  return run_layers(tokens, positions, additive_mask(allowed), nullptr, p > 0 ? prefix : nullptr, columns);
 }
 
 int64_t PrefixKV::length() const { return keys.empty() ? 0 : keys[0].size(2); }

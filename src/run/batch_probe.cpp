@@ -339,7 +339,7 @@ ProbeOptions probe_options_from_json(const nlohmann::json& j) {
     o.work_tokens = j.value("work_tokens", int64_t{0});
     o.workers = j.value("workers", 1);
     o.max_share = j.value("max_share", 0.1);
-    o.min_seconds = j.value("min_seconds", 2.0);
+    o.min_seconds = j.value("min_seconds", 1.0);
     if (j.contains("sample")) o.sample = batch_from_json(j.at("sample"));
     return o;
   } catch (const nlohmann::json::exception& e) {

@@ -63,7 +63,7 @@ struct ProbeOptions {
   int64_t work_tokens = 0;
   int workers = 1;
   double max_share = 0.1;           // of the run's estimated time
-  double min_seconds = 2;           // a probe may always take this long
+  double min_seconds = 1;           // a probe may always take this long
   // The run's rows (scoring items, longest first, with their prefix); absent: synthetic rows.
   std::optional<Batch> sample;
 };

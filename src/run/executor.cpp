@@ -87,6 +87,9 @@ class RowRunner {
     auto val = valid.accessor<bool, 2>();
     auto seg = segments.accessor<int64_t, 2>();
     std::vector<int64_t> flat, targets;
+    std::vector<std::vector<int64_t>> row_columns(static_cast<size_t>(b));
+    std::vector<std::pair<int64_t, int64_t>> picks;  // per target: its row and its place among the row's columns
+    int64_t picked_width = 0;
     int64_t real = 0;
     for (int64_t i = 0; i < b; ++i) {
       const PackedRow& row = rows_[begin + static_cast<size_t>(i)];
@@ -101,15 +104,38 @@ class RowRunner {
         seg[i][static_cast<int64_t>(j)] = row.segments[j];
       }
       real += static_cast<int64_t>(row.tokens.size());
+      // The row's distinct target columns (a context's one-token continuations share its last one).
+      std::map<int64_t, int64_t> index_of;
       for (const PackedRow::Target& target : row.targets) {
+        const auto [it, added] = index_of.emplace(target.column, static_cast<int64_t>(row_columns[i].size()));
+        if (added) row_columns[i].push_back(target.column);
         flat.push_back(i * t + target.column);
+        picks.emplace_back(i, it->second);
         targets.push_back(target.token);
       }
+      picked_width = std::max<int64_t>(picked_width, static_cast<int64_t>(row_columns[i].size()));
     }
     const at::Device device = model_.options().device;
-    at::Tensor hidden = model_.forward_packed(tokens.to(device), positions.to(device), valid.to(device),
-                                              segments.to(device), prefix_);  // [B, T, D]
-    at::Tensor picked = hidden.reshape({b * t, hidden.size(2)}).index_select(0, at::tensor(flat, at::kLong).to(device));
+    at::Tensor picked;
+    if (picked_width > 0 && 2 * picked_width <= t) {
+      // Few positions score: the last layer runs at those alone (forward_packed's columns).
+      at::Tensor columns = at::zeros({b, picked_width}, at::kLong);
+      auto col = columns.accessor<int64_t, 2>();
+      for (int64_t i = 0; i < b; ++i)
+        for (int64_t j = 0; j < picked_width; ++j) {
+          const std::vector<int64_t>& cs = row_columns[static_cast<size_t>(i)];
+          col[i][j] = cs.empty() ? 0 : cs[std::min<size_t>(static_cast<size_t>(j), cs.size() - 1)];
+        }
+      std::vector<int64_t> order;
+      for (const auto& [i, j] : picks) order.push_back(i * picked_width + j);
+      at::Tensor hidden = model_.forward_packed(tokens.to(device), positions.to(device), valid.to(device),
+                                                segments.to(device), prefix_, columns.to(device));  // [B, T', D]
+      picked = hidden.reshape({b * picked_width, hidden.size(2)}).index_select(0, at::tensor(order, at::kLong).to(device));
+    } else {
+      at::Tensor hidden = model_.forward_packed(tokens.to(device), positions.to(device), valid.to(device),
+                                                segments.to(device), prefix_);  // [B, T, D]
+      picked = hidden.reshape({b * t, hidden.size(2)}).index_select(0, at::tensor(flat, at::kLong).to(device));
+    }
     TargetScores scores = target_logprobs(model_, picked, at::tensor(targets, at::kLong).to(device));
     at::Tensor lp = scores.logprobs.to(at::kCPU).contiguous();
     at::Tensor gr = scores.is_greedy.to(at::kCPU).contiguous();
