@@ -95,6 +95,8 @@ class AttentionImpl : public torch::nn::Module {
   // of every position, queries and the output projection of T' per row. Returns [B, T', D].
   at::Tensor forward_at(const at::Tensor& x, const RopeTables& rope, const at::Tensor& mask, int64_t layer,
                         const PrefixKV* prefix, const at::Tensor& columns) const;
+  // Only this step's keys and values, appended to the cache (a prefix's last layer: no query reads it).
+  void append_keys_values(const at::Tensor& x, const RopeTables& rope, KVCache& cache, int64_t layer) const;
 
  private:
   // q: [B, H, T, hd], k, v: [B, KV, S', hd]; the prefix's keys come before k's. Returns [B, T, H * hd].
@@ -124,6 +126,8 @@ class DecoderLayerImpl : public torch::nn::Module {
   // The layer's output at `columns` ([B, T'] int64) alone (AttentionImpl::forward_at): [B, T', D].
   at::Tensor forward_at(const at::Tensor& x, const RopeTables& rope, const at::Tensor& mask, const PrefixKV* prefix,
                         const at::Tensor& columns) const;
+  // The layer's keys and values of x, appended to the cache; nothing else is computed.
+  void append_keys_values(const at::Tensor& x, const RopeTables& rope, KVCache& cache) const;
 
  private:
   int64_t index_;
@@ -174,8 +178,14 @@ class LlamaModelImpl : public torch::nn::Module {
  private:
   // Embedding, every layer and the final norm; mask: [B, 1, 1, T, S] as AttentionImpl takes it.
   // With columns, the last layer runs at those positions alone (forward_packed) and [B, T', D] returns.
+  // keys_only (with a cache): the last layer only appends its keys and values, and nothing returns.
   at::Tensor run_layers(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& mask,
-                        KVCache* cache, const PrefixKV* prefix, const at::Tensor& columns = {}) const;
+                        KVCache* cache, const PrefixKV* prefix, const at::Tensor& columns = {},
+                        bool keys_only = false) const;
+  // forward() for a cache's sake alone: the last layer computes keys and values only.
+  void fill_cache(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& valid, KVCache& cache) const;
+  at::Tensor forward(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& valid, KVCache* cache,
+                     bool keys_only) const;
 
   ModelConfig config_;
   LoadOptions options_;

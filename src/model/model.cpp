@@ -121,6 +121,14 @@ at::Tensor AttentionImpl::forward_at(const at::Tensor& x, const RopeTables& rope
   return o_proj_->forward(attend(q, k, v, picked_mask, prefix, layer));
 }
 
+void AttentionImpl::append_keys_values(const at::Tensor& x, const RopeTables& rope, KVCache& cache,
+                                       int64_t layer) const {
+  const int64_t b = x.size(0), t = x.size(1);
+  at::Tensor k = k_proj_->forward(x).view({b, t, n_kv_heads_, head_dim_}).transpose(1, 2);  // [B, KV, T, hd]
+  at::Tensor v = v_proj_->forward(x).view({b, t, n_kv_heads_, head_dim_}).transpose(1, 2);  // [B, KV, T, hd]
+  cache.append(layer, rotary_embedding(k, rope), v);
+}
+
 at::Tensor AttentionImpl::attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                  const at::Tensor& mask, const PrefixKV* prefix, int64_t layer) const {
   const int64_t b = q.size(0), t = q.size(2), groups = n_heads_ / n_kv_heads_;
@@ -216,6 +224,10 @@ at::Tensor DecoderLayerImpl::forward_at(const at::Tensor& x, const RopeTables& r
   return h + mlp_->forward(post_attention_layernorm_->forward(h));
 }
 
+void DecoderLayerImpl::append_keys_values(const at::Tensor& x, const RopeTables& rope, KVCache& cache) const {
+  self_attn_->append_keys_values(input_layernorm_->forward(x), rope, cache, index_);
+}
+
 LlamaModelImpl::LlamaModelImpl(const ModelConfig& c, const WeightSource& source, LoadOptions options)
     : config_(c), options_(options) {
   // Module names cannot contain dots, so the Hugging Face hierarchy is built from plain containers.
@@ -236,8 +248,18 @@ LlamaModelImpl::LlamaModelImpl(const ModelConfig& c, const WeightSource& source,
   inv_freq_ = rope_inv_freq(c, options.device);
 }
 
+void LlamaModelImpl::fill_cache(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& valid,
+                                KVCache& cache) const {
+  forward(tokens, positions, valid, &cache, /*keys_only=*/true);
+}
+
 at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& valid,
                                    KVCache* cache) const {
+  return forward(tokens, positions, valid, cache, /*keys_only=*/false);
+}
+
+at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& valid,
+                                   KVCache* cache, bool keys_only) const {
   const int64_t t = tokens.size(1);
   const int64_t past = cache ? cache->length() : 0;
   at::Tensor key_valid;  // [B, S]
@@ -252,18 +274,23 @@ at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens, const at::Tensor& p
   at::Tensor q_slot = at::arange(past, s, at::TensorOptions().dtype(at::kLong).device(tokens.device()));  // [T]
   at::Tensor k_slot = at::arange(0, s, at::TensorOptions().dtype(at::kLong).device(tokens.device()));     // [S]
   at::Tensor allowed = k_slot.unsqueeze(0).le(q_slot.unsqueeze(1)).unsqueeze(0).logical_and(key_valid.unsqueeze(1));
-  at::Tensor h = run_layers(tokens, positions, additive_mask(allowed), cache, nullptr);
+  at::Tensor h = run_layers(tokens, positions, additive_mask(allowed), cache, nullptr, {}, keys_only);
   if (cache) cache->commit(valid);
   return h;
 }
 
 at::Tensor LlamaModelImpl::run_layers(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& mask,
-                                      KVCache* cache, const PrefixKV* prefix, const at::Tensor& columns) const {
+                                      KVCache* cache, const PrefixKV* prefix, const at::Tensor& columns,
+                                      bool keys_only) const {
   RopeTables rope = rope_tables(inv_freq_, positions, options_.dtype);
   at::Tensor h = embed_tokens_->forward(tokens);  // [B, T, D]
   // Converted once for all layers: [B, 1, T, S] in the model's dtype on the SDPA path.
   const at::Tensor layer_mask = use_sdpa(tokens) ? sdpa_mask(mask, options_.dtype) : mask;
   for (size_t i = 0; i < layers_.size(); ++i) {
+    if (keys_only && cache && i + 1 == layers_.size()) {
+      layers_[i]->append_keys_values(h, rope, *cache);
+      return {};
+    }
     if (columns.defined() && i + 1 == layers_.size())
       return norm_->forward(layers_[i]->forward_at(h, rope, layer_mask, prefix, columns));  // [B, T', D]
     h = layers_[i]->forward(h, rope, layer_mask, cache, prefix);
@@ -287,8 +314,8 @@ PrefixKV LlamaModelImpl::prefill(const std::vector<int32_t>& tokens) const {
   at::Tensor ids = at::tensor(std::vector<int64_t>(tokens.begin(), tokens.end()), at::kLong).view({1, p});
   // The cache holds exactly P positions, so its committed views are the whole storage: nothing to clone.
   KVCache cache = make_cache(1, p);
-  forward(ids.to(options_.device), at::arange(p, on_device.dtype(at::kLong)).view({1, p}),
-          at::ones({1, p}, on_device.dtype(at::kBool)), &cache);
+  fill_cache(ids.to(options_.device), at::arange(p, on_device.dtype(at::kLong)).view({1, p}),
+             at::ones({1, p}, on_device.dtype(at::kBool)), cache);
   PrefixKV prefix;
   for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
     prefix.keys.push_back(cache.keys(l));
