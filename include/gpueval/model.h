@@ -24,6 +24,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gpueval/kv_cache.h"
@@ -99,6 +100,9 @@ class AttentionImpl : public torch::nn::Module {
   void append_keys_values(const at::Tensor& x, const RopeTables& rope, KVCache& cache, int64_t layer) const;
 
  private:
+  // x [B, T, D] -> queries [B, H, T, hd], and keys and values [B, KV, T, hd], after RoPE.
+  at::Tensor queries(const at::Tensor& x, const RopeTables& rope) const;
+  std::pair<at::Tensor, at::Tensor> keys_values(const at::Tensor& x, const RopeTables& rope) const;
   // q: [B, H, T, hd], k, v: [B, KV, S', hd]; the prefix's keys come before k's. Returns [B, T, H * hd].
   at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
                     const PrefixKV* prefix, int64_t layer) const;

@@ -92,26 +92,32 @@ AttentionImpl::AttentionImpl(const ModelConfig& c, const WeightSource& source, i
   o_proj_ = register_module("o_proj", projection(c, source, LlamaWeight::kOProj, layer));
 }
 
-at::Tensor AttentionImpl::forward(const at::Tensor& x, const RopeTables& rope, const at::Tensor& mask,
-                                  KVCache* cache, int64_t layer, const PrefixKV* prefix) const {
+at::Tensor AttentionImpl::queries(const at::Tensor& x, const RopeTables& rope) const {
   const int64_t b = x.size(0), t = x.size(1);
-  at::Tensor q = q_proj_->forward(x).view({b, t, n_heads_, head_dim_}).transpose(1, 2);     // [B, H, T, hd]
+  return rotary_embedding(q_proj_->forward(x).view({b, t, n_heads_, head_dim_}).transpose(1, 2), rope);
+}
+
+std::pair<at::Tensor, at::Tensor> AttentionImpl::keys_values(const at::Tensor& x, const RopeTables& rope) const {
+  const int64_t b = x.size(0), t = x.size(1);
   at::Tensor k = k_proj_->forward(x).view({b, t, n_kv_heads_, head_dim_}).transpose(1, 2);  // [B, KV, T, hd]
   at::Tensor v = v_proj_->forward(x).view({b, t, n_kv_heads_, head_dim_}).transpose(1, 2);  // [B, KV, T, hd]
-  q = rotary_embedding(q, rope);
-  k = rotary_embedding(k, rope);
+  return {rotary_embedding(k, rope), v};
+}
+
+at::Tensor AttentionImpl::forward(const at::Tensor& x, const RopeTables& rope, const at::Tensor& mask,
+                                  KVCache* cache, int64_t layer, const PrefixKV* prefix) const {
+  const at::Tensor q = queries(x, rope);
+  auto [k, v] = keys_values(x, rope);
   if (cache) std::tie(k, v) = cache->append(layer, k, v);  // [B, KV, S', hd]
   return o_proj_->forward(attend(q, k, v, mask, prefix, layer));
 }
 
 at::Tensor AttentionImpl::forward_at(const at::Tensor& x, const RopeTables& rope, const at::Tensor& mask, int64_t layer,
                                      const PrefixKV* prefix, const at::Tensor& columns) const {
-  const int64_t b = x.size(0), t = x.size(1), picked = columns.size(1);
-  at::Tensor q = q_proj_->forward(x).view({b, t, n_heads_, head_dim_}).transpose(1, 2);     // [B, H, T, hd]
-  at::Tensor k = k_proj_->forward(x).view({b, t, n_kv_heads_, head_dim_}).transpose(1, 2);  // [B, KV, T, hd]
-  at::Tensor v = v_proj_->forward(x).view({b, t, n_kv_heads_, head_dim_}).transpose(1, 2);  // [B, KV, T, hd]
-  q = rotary_embedding(q, rope).gather(2, columns.view({b, 1, picked, 1}).expand({b, n_heads_, picked, head_dim_}));
-  k = rotary_embedding(k, rope);
+  const int64_t b = x.size(0), picked = columns.size(1);
+  const at::Tensor q =
+      queries(x, rope).gather(2, columns.view({b, 1, picked, 1}).expand({b, n_heads_, picked, head_dim_}));
+  const auto [k, v] = keys_values(x, rope);
   // The mask's query rows at the same columns: dimension -2 of [B, 1, 1, T, S] (or SDPA's [B, 1, T, S]).
   std::vector<int64_t> shape = mask.sizes().vec(), view(mask.dim(), 1);
   shape[shape.size() - 2] = picked;
@@ -123,10 +129,8 @@ at::Tensor AttentionImpl::forward_at(const at::Tensor& x, const RopeTables& rope
 
 void AttentionImpl::append_keys_values(const at::Tensor& x, const RopeTables& rope, KVCache& cache,
                                        int64_t layer) const {
-  const int64_t b = x.size(0), t = x.size(1);
-  at::Tensor k = k_proj_->forward(x).view({b, t, n_kv_heads_, head_dim_}).transpose(1, 2);  // [B, KV, T, hd]
-  at::Tensor v = v_proj_->forward(x).view({b, t, n_kv_heads_, head_dim_}).transpose(1, 2);  // [B, KV, T, hd]
-  cache.append(layer, rotary_embedding(k, rope), v);
+  const auto [k, v] = keys_values(x, rope);
+  cache.append(layer, k, v);
 }
 
 at::Tensor AttentionImpl::attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
