@@ -156,6 +156,15 @@ at::Tensor batched_product(const at::Tensor& a_in, const at::Tensor& b_in) {
   return c;
 }
 
+void sgemm_on_this_thread(char trans_a, char trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  OneOpenMpThread one;
+  const dnnl_status_t st = dnnl_sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  if (st != dnnl_success)
+    throw Error(fmt::format("oneDNN sgemm failed (status {}) multiplying {}x{} by {}x{}", static_cast<int>(st), m, k,
+                            k, n));
+}
+
 std::string cpu_matmul_description() {
   const dnnl_version_t* v = dnnl_version();
   return fmt::format("oneDNN {}.{}.{} ({})", v->major, v->minor, v->patch, isa_name(dnnl_get_effective_cpu_isa()));
@@ -172,6 +181,11 @@ at::Tensor project(const at::Tensor& x, const at::Tensor& weight, const at::Tens
 bool batched_product_uses_onednn(const at::Tensor&, const at::Tensor&) { return false; }
 
 at::Tensor batched_product(const at::Tensor& a, const at::Tensor& b) { return at::bmm(a, b); }
+
+void sgemm_on_this_thread(char, char, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t,
+                          float, float*, int64_t) {
+  throw Error("sgemm_on_this_thread: this build has no oneDNN (GPUEVAL_ONEDNN is OFF)");
+}
 
 std::string cpu_matmul_description() { return ""; }
 

@@ -36,6 +36,13 @@ bool project_uses_onednn(const at::Tensor& x, const at::Tensor& weight, const at
 at::Tensor batched_product(const at::Tensor& a, const at::Tensor& b);
 bool batched_product_uses_onednn(const at::Tensor& a, const at::Tensor& b);
 
+// One row-major float32 product C = alpha·op(A)·op(B) + beta·C ([m, k]·[k, n] -> [m, n]) on the
+// calling thread alone: op is 'N' or 'T' (then A is stored [k, m], B [n, k]), lda, ldb and ldc are
+// row strides. For kernels that cut their own work into tiles (cpu_attention.h). Only in builds
+// with oneDNN (cpu_matmul_description() is not empty); throws Error if oneDNN fails or is absent.
+void sgemm_on_this_thread(char trans_a, char trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
 // The row blocks project() cuts m rows into: {first row, rows} pairs, a function of m alone.
 std::vector<std::pair<int64_t, int64_t>> project_row_blocks(int64_t m);
 

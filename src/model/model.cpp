@@ -8,6 +8,7 @@
 
 #include "gpueval/error.h"
 #include "model/checkpoint.h"
+#include "model/cpu_attention.h"
 #include "model/cpu_matmul.h"
 #include "model/kernels.h"
 #include "model/rope.h"
@@ -160,6 +161,10 @@ at::Tensor AttentionImpl::attend(const at::Tensor& q, const at::Tensor& k, const
     return out.transpose(1, 2).reshape({b, t, n_heads_ * head_dim_});
   }
 #endif
+  // CPU float32: in tiles that stay in cache, each scoring only the keys its queries may see (cpu_attention.h).
+  if (const at::Tensor pk = p > 0 ? prefix->keys[layer] : at::Tensor(), pv = p > 0 ? prefix->values[layer] : at::Tensor();
+      tiled_attention_applies(q, k, v, mask, pk, pv))
+    return tiled_attention(q, k, v, mask, pk, pv);
   // Grouped-query attention without copying keys: query heads of one group share a kv head.
   // Scaling q ([.., T, hd]) is cheaper than scaling the scores ([.., T, S]).
   // The products are batched over (row, kv head) as [B*KV, G*T, ..] matrices (batched_product:

@@ -1,0 +1,165 @@
+// CPU attention in tiles (model/cpu_attention.h): equal to a float64 softmax(q kᵀ / sqrt(hd) + mask) v
+// over the prefix's keys and the own ones for the masks the model builds (causal, packed parts with
+// branches, padding, a cache's left padding), with and without a prefix, grouped heads, lengths
+// that are not a multiple of the tile and strided inputs; the visible key range of a tile; and the
+// same bits at one thread and two.
+#include "model/cpu_attention.h"
+
+#include <limits>
+
+#include <ATen/Parallel.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+namespace gpueval {
+namespace {
+
+bool have_kernel() {
+  const at::Tensor q = torch::zeros({1, 1, 1, 2}), k = torch::zeros({1, 1, 1, 2});
+  return tiled_attention_applies(q, k, k, torch::zeros({1, 1, 1, 1, 1}), {}, {});
+}
+
+// allowed: [B, T, P + S'] bool -> the additive mask [B, 1, 1, T, P + S'] the model builds.
+at::Tensor additive(const at::Tensor& allowed) {
+  return torch::zeros(allowed.sizes())
+      .masked_fill(allowed.logical_not(), std::numeric_limits<float>::lowest())
+      .unsqueeze(1)
+      .unsqueeze(1);
+}
+
+// The definition in float64, keys of the prefix first: [B, T, H * hd].
+at::Tensor reference(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
+                     const at::Tensor& pk, const at::Tensor& pv) {
+  const int64_t b = q.size(0), h = q.size(1), t = q.size(2), hd = q.size(3), groups = h / k.size(1);
+  at::Tensor keys = k.to(at::kDouble), values = v.to(at::kDouble);
+  if (pk.defined()) {
+    keys = at::cat({pk.to(at::kDouble).expand({b, -1, -1, -1}), keys}, 2);
+    values = at::cat({pv.to(at::kDouble).expand({b, -1, -1, -1}), values}, 2);
+  }
+  keys = keys.repeat_interleave(groups, 1);
+  values = values.repeat_interleave(groups, 1);
+  at::Tensor scores = at::matmul(q.to(at::kDouble), keys.transpose(2, 3)) / std::sqrt(double(hd));
+  scores = scores + mask.squeeze(1).to(at::kDouble);  // [B or 1, 1, T, S] over [B, H, T, S]
+  return at::matmul(at::softmax(scores, -1), values).transpose(1, 2).reshape({b, t, h * hd});
+}
+
+void expect_matches(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
+                    const at::Tensor& pk, const at::Tensor& pv, const std::string& what) {
+  ASSERT_TRUE(tiled_attention_applies(q, k, v, mask, pk, pv)) << what;
+  const at::Tensor got = tiled_attention(q, k, v, mask, pk, pv);
+  const at::Tensor want = reference(q, k, v, mask, pk, pv);
+  ASSERT_EQ(got.sizes(), want.sizes()) << what;
+  // Rows whose queries see some key; a row that sees none (padding) is only required to be finite.
+  EXPECT_TRUE(torch::isfinite(got).all().item<bool>()) << what;
+  const at::Tensor sees = (mask.squeeze(1).squeeze(1) > std::numeric_limits<float>::lowest() / 2)
+                              .any(-1)
+                              .expand({q.size(0), q.size(2)});  // [B, T]
+  const double err = (got.to(at::kDouble) - want).abs().amax(-1).masked_select(sees).max().item<double>();
+  EXPECT_LE(err, 2e-6) << what << ": max |error| " << err;
+}
+
+// A packed sequence of parts (lengths), each a trunk of `trunk` tokens then branches of `branch`
+// tokens that see the trunk and themselves: the own-key rules of forward_packed. [T, T] bool.
+at::Tensor packed_allowed(const std::vector<int64_t>& lengths, int64_t trunk, int64_t branch, int64_t t) {
+  at::Tensor part = torch::full({t}, -1, at::kLong), seg = torch::full({t}, -1, at::kLong);
+  int64_t at = 0;
+  for (size_t i = 0; i < lengths.size(); ++i)
+    for (int64_t j = 0; j < lengths[i]; ++j, ++at) {
+      part[at] = static_cast<int64_t>(i);
+      seg[at] = j < trunk ? 0 : 1 + (j - trunk) / branch;
+    }
+  const at::Tensor idx = torch::arange(t);
+  const at::Tensor causal = idx.unsqueeze(0).le(idx.unsqueeze(1));
+  const at::Tensor same_part = part.unsqueeze(0).eq(part.unsqueeze(1)).logical_and(part.ge(0).unsqueeze(0));
+  const at::Tensor visible_branch = seg.unsqueeze(0).eq(seg.unsqueeze(1)).logical_or(seg.eq(0).unsqueeze(0));
+  return causal.logical_and(same_part).logical_and(visible_branch);
+}
+
+TEST(CpuAttention, MatchesTheDefinitionForTheMasksTheModelBuilds) {
+  if (!have_kernel()) GTEST_SKIP() << "this build has no oneDNN: attention takes the plain path";
+  torch::manual_seed(3);
+  for (const int64_t kv : {1, 2, 4}) {
+    const int64_t h = 4, hd = 16, groups = h / kv;
+    const std::string heads = " (" + std::to_string(kv) + " kv heads, " + std::to_string(groups) + " per group)";
+    // Causal rows without a prefix, longer than two tiles and not a multiple of one.
+    {
+      const int64_t b = 2, t = kAttentionTile * 2 + 7;
+      at::Tensor q = torch::randn({b, h, t, hd}), k = torch::randn({b, kv, t, hd}), v = torch::randn({b, kv, t, hd});
+      at::Tensor allowed = torch::ones({t, t}, at::kBool).tril().expand({b, t, t}).clone();
+      allowed[1].narrow(-1, 0, 5).fill_(false);  // row 1 left-padded by 5: its first queries see no key
+      expect_matches(q, k, v, additive(allowed), {}, {}, "causal" + heads);
+    }
+    // Packed sequences after a prefix: parts of several lengths, trunks and branches, padding at the end.
+    {
+      const int64_t b = 2, t = 150, p = 37;
+      at::Tensor q = torch::randn({b, h, t, hd}), k = torch::randn({b, kv, t, hd}), v = torch::randn({b, kv, t, hd});
+      at::Tensor pk = torch::randn({1, kv, p, hd}), pv = torch::randn({1, kv, p, hd});
+      at::Tensor own = torch::stack({packed_allowed({40, 23, 61, 19}, 10, 4, t), packed_allowed({90, 50}, 30, 7, t)});
+      at::Tensor allowed = at::cat({torch::ones({b, t, p}, at::kBool), own}, -1);
+      expect_matches(q, k, v, additive(allowed), pk, pv, "packed after a prefix" + heads);
+      // The last layer's picked columns: a few query rows of the same sequences, strided q.
+      at::Tensor columns = torch::tensor({39, 62, 123, 141}, at::kLong);
+      at::Tensor picked_q = q.index_select(2, columns);
+      at::Tensor picked = allowed.index_select(1, columns);
+      expect_matches(picked_q, k, v, additive(picked), pk, pv, "picked columns" + heads);
+      // Keys and values read through strides (a transposed view of [B, T, KV, hd]), a mask shared by the rows.
+      at::Tensor ks = torch::randn({b, t, kv, hd}).transpose(1, 2), vs = torch::randn({b, t, kv, hd}).transpose(1, 2);
+      expect_matches(q, ks, vs, additive(allowed.narrow(0, 0, 1)), pk, pv, "strided keys, one mask" + heads);
+    }
+    // One query against a cache of keys (a decoding step), and a prefix with no own key visible.
+    {
+      const int64_t b = 3, s = 45, p = 12;
+      at::Tensor q = torch::randn({b, h, 1, hd}), k = torch::randn({b, kv, s, hd}), v = torch::randn({b, kv, s, hd});
+      at::Tensor allowed = torch::ones({b, 1, s}, at::kBool);
+      allowed[2].narrow(-1, 0, 20).fill_(false);
+      expect_matches(q, k, v, additive(allowed), {}, {}, "one decoding step" + heads);
+      at::Tensor pk = torch::randn({1, kv, p, hd}), pv = torch::randn({1, kv, p, hd});
+      at::Tensor prefix_only = at::cat({torch::ones({b, 1, p}, at::kBool), torch::zeros({b, 1, s}, at::kBool)}, -1);
+      expect_matches(q, k, v, additive(prefix_only), pk, pv, "the prefix alone" + heads);
+    }
+  }
+}
+
+TEST(CpuAttention, ATileScoresTheOwnKeysFromTheFirstToTheLastItsRowsSee) {
+  const int64_t p = 3, own = 10;
+  at::Tensor allowed = torch::zeros({1, 4, p + own}, at::kBool);
+  allowed.narrow(-1, 0, p).fill_(true);
+  allowed[0][0].narrow(0, p + 2, 3).fill_(true);  // row 0: own keys 2..4
+  allowed[0][1].narrow(0, p + 6, 1).fill_(true);  // row 1: own key 6
+  const at::Tensor mask = additive(allowed).view({1, 4, p + own});
+  EXPECT_EQ(visible_key_range(mask, 0, 0, 1, p), std::make_pair(int64_t{2}, int64_t{5}));
+  EXPECT_EQ(visible_key_range(mask, 0, 0, 2, p), std::make_pair(int64_t{2}, int64_t{7}));
+  EXPECT_EQ(visible_key_range(mask, 0, 1, 1, p), std::make_pair(int64_t{6}, int64_t{7}));
+  // Rows that see no own key: every own key (their outputs are padding's).
+  EXPECT_EQ(visible_key_range(mask, 0, 2, 2, p), std::make_pair(int64_t{0}, own));
+}
+
+TEST(CpuAttention, ResultsAreTheSameBitsOnOneThreadOrTwo) {
+  if (!have_kernel()) GTEST_SKIP() << "this build has no oneDNN: attention takes the plain path";
+  torch::manual_seed(4);
+  const int64_t b = 3, h = 6, kv = 2, t = 2 * kAttentionTile + 30, hd = 32, p = 50;
+  at::Tensor q = torch::randn({b, h, t, hd}), k = torch::randn({b, kv, t, hd}), v = torch::randn({b, kv, t, hd});
+  at::Tensor pk = torch::randn({1, kv, p, hd}), pv = torch::randn({1, kv, p, hd});
+  at::Tensor own = packed_allowed({60, 50, 30, 10}, 12, 5, t).expand({b, t, t});
+  at::Tensor mask = additive(at::cat({torch::ones({b, t, p}, at::kBool), own}, -1));
+  const int saved = at::get_num_threads();
+  at::set_num_threads(1);
+  const at::Tensor one = tiled_attention(q, k, v, mask, pk, pv);
+  at::set_num_threads(2);
+  const at::Tensor two = tiled_attention(q, k, v, mask, pk, pv);
+  at::set_num_threads(saved);
+  EXPECT_TRUE(torch::equal(one, two));
+}
+
+TEST(CpuAttention, TakesOnlyCpuFloat32InputsOfMatchingShapes) {
+  const at::Tensor q = torch::randn({1, 4, 3, 8}), k = torch::randn({1, 2, 3, 8});
+  const at::Tensor mask = torch::zeros({1, 1, 1, 3, 3});
+  EXPECT_FALSE(tiled_attention_applies(q.to(at::kDouble), k.to(at::kDouble), k.to(at::kDouble), mask, {}, {}));
+  EXPECT_FALSE(tiled_attention_applies(q, torch::randn({1, 3, 3, 8}), torch::randn({1, 3, 3, 8}), mask, {}, {}));
+  EXPECT_FALSE(tiled_attention_applies(q, k, k, torch::zeros({1, 1, 1, 3, 4}), {}, {}));
+  if (have_kernel()) EXPECT_TRUE(tiled_attention_applies(q, k, k, mask, {}, {}));
+  EXPECT_THROW(tiled_attention(q, k, k, torch::zeros({1, 1, 1, 3, 4}), {}, {}), std::exception);
+}
+
+}  // namespace
+}  // namespace gpueval
