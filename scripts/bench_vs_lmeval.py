@@ -149,6 +149,17 @@ def run_gpueval(args, work: Path, name: str, gpus: str, fresh_cache: bool, extra
             "probe": probe[0].split("] ", 1)[-1] if probe else ""}
 
 
+def cpu_model() -> str:
+    """The processor's name: the ratios depend on it (lm-eval's torch and our oneDNN pick kernels by it)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown processor"
+
+
 def agreement(ours: dict, theirs: dict) -> dict:
     st = {"requests": 0, "prompts_same": 0, "max_delta": 0.0, "acc_equal": 0, "tasks": 0}
     for task, t in theirs["tasks"].items():
@@ -258,7 +269,7 @@ def main() -> int:
         import lm_eval
         import torch
         lines.append(f"lm-eval {lm_eval.__version__ if hasattr(lm_eval, '__version__') else '?'}, torch "
-                     f"{torch.__version__}, {os.cpu_count()} cores; gpueval {args.gpueval}")
+                     f"{torch.__version__}, {os.cpu_count()} cores ({cpu_model()}); gpueval {args.gpueval}")
     except ImportError:
         pass
     table = "\n".join(lines) + "\n"
