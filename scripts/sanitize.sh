@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The sanitizer and fuzzing build and its checks: build-fuzz/, clang with -DGPUEVAL_FUZZ=ON, so every
 # object has AddressSanitizer + UndefinedBehaviorSanitizer and libFuzzer coverage (cmake/sanitize.cmake).
-#   scripts/sanitize.sh                  build; the parser and wire unit tests under the sanitizers;
+#   scripts/sanitize.sh                  build; the parser, wire and CPU kernel unit tests under the sanitizers;
 #                                        then every fuzz target for 20 s (what CI runs)
 #   scripts/sanitize.sh --all-tests      the whole unit suite under the sanitizers instead of the
-#                                        parser and wire tests
+#                                        parser, wire and CPU kernel tests
 #   scripts/sanitize.sh --fuzz SECONDS   seconds per fuzz target (0: none)
 # Installs clang and its libFuzzer runtime (Debian clang, libclang-rt-14-dev) if missing. Prints the
 # time of each step. A sanitizer report, a failed test or a fuzzing finding exits 1.
@@ -39,13 +39,15 @@ parsers='Safetensors*:Llama2c*:ModelConfig*:AddedToken*:BpeModel*:Decoder*:Digit
 parsers+=':PreTokenizer*:Regex*:SplitBehavior*:TokenizerConfig*:Unsupported*:TokenizerLoad*:ReferenceTokenizer*'
 parsers+=':SharedTokenizer*:Csv*:Template*:Task*:RunConfig*:ResolveAddBos*:Wire*:FrameChannel*:Filters*'
 parsers+=':FuzzRegressions*:ArcHellaswag*:DirectoryLock*'
+# The model's CPU kernels that index raw buffers (attention tiles, oneDNN product call sites).
+parsers+=':CpuAttention*:CpuMatmul*'
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 if [ "$all_tests" = 1 ]; then
   ASAN_OPTIONS=detect_leaks=0 ctest --test-dir build-fuzz --output-on-failure -j"$(nproc)" --timeout 1200 -LE fuzz
   step "whole unit suite under ASan+UBSan"
 else
   ASAN_OPTIONS=detect_leaks=0 build-fuzz/gpueval_tests --gtest_filter="$parsers" --gtest_brief=1
-  step "parser and wire tests under ASan+UBSan"
+  step "parser, wire and CPU kernel tests under ASan+UBSan"
 fi
 if [ "$fuzz_seconds" -gt 0 ]; then
   # Two targets at a time on two cores; each prints its executions, edges and findings.
