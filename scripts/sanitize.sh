@@ -39,8 +39,8 @@ parsers='Safetensors*:Llama2c*:ModelConfig*:AddedToken*:BpeModel*:Decoder*:Digit
 parsers+=':PreTokenizer*:Regex*:SplitBehavior*:TokenizerConfig*:Unsupported*:TokenizerLoad*:ReferenceTokenizer*'
 parsers+=':SharedTokenizer*:Csv*:Template*:Task*:RunConfig*:ResolveAddBos*:Wire*:FrameChannel*:Filters*'
 parsers+=':FuzzRegressions*:ArcHellaswag*:DirectoryLock*'
-# The model's CPU kernels that index raw buffers (attention tiles, oneDNN product call sites).
-parsers+=':CpuAttention*:CpuMatmul*'
+# The model's CPU kernels that index raw buffers (attention tiles, their vector softmax, oneDNN call sites).
+parsers+=':CpuAttention*:TileSoftmax*:CpuMatmul*'
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 if [ "$all_tests" = 1 ]; then
   ASAN_OPTIONS=detect_leaks=0 ctest --test-dir build-fuzz --output-on-failure -j"$(nproc)" --timeout 1200 -LE fuzz

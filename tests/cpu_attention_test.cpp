@@ -2,14 +2,19 @@
 // over the prefix's keys and the own ones for the masks the model builds (causal, packed parts with
 // branches, padding, a cache's left padding), with and without a prefix, grouped heads, lengths
 // that are not a multiple of the tile and strided inputs; the visible key range of a tile; and the
-// same bits at one thread and two.
+// same bits at one thread and two. Both softmax paths (the fused vector one of tile_softmax.h where the
+// CPU has AVX2, and ATen's), and the fused row kernel itself for every tail length.
 #include "model/cpu_attention.h"
 
+#include <cmath>
 #include <limits>
+#include <vector>
 
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+
+#include "model/tile_softmax.h"
 
 namespace gpueval {
 namespace {
@@ -46,16 +51,21 @@ at::Tensor reference(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
 void expect_matches(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
                     const at::Tensor& pk, const at::Tensor& pv, const std::string& what) {
   ASSERT_TRUE(tiled_attention_applies(q, k, v, mask, pk, pv)) << what;
-  const at::Tensor got = tiled_attention(q, k, v, mask, pk, pv);
   const at::Tensor want = reference(q, k, v, mask, pk, pv);
-  ASSERT_EQ(got.sizes(), want.sizes()) << what;
   // Rows whose queries see some key; a row that sees none (padding) is only required to be finite.
-  EXPECT_TRUE(torch::isfinite(got).all().item<bool>()) << what;
   const at::Tensor sees = (mask.squeeze(1).squeeze(1) > std::numeric_limits<float>::lowest() / 2)
                               .any(-1)
                               .expand({q.size(0), q.size(2)});  // [B, T]
-  const double err = (got.to(at::kDouble) - want).abs().amax(-1).masked_select(sees).max().item<double>();
-  EXPECT_LE(err, 2e-6) << what << ": max |error| " << err;
+  for (const TileSoftmax softmax : {TileSoftmax::kBest, TileSoftmax::kAten}) {
+    const std::string path = what + (softmax == TileSoftmax::kAten ? ", ATen's softmax"
+                                     : tile_softmax_available() ? ", fused softmax"
+                                                                : ", best softmax (ATen's here)");
+    const at::Tensor got = tiled_attention(q, k, v, mask, pk, pv, softmax);
+    ASSERT_EQ(got.sizes(), want.sizes()) << path;
+    EXPECT_TRUE(torch::isfinite(got).all().item<bool>()) << path;
+    const double err = (got.to(at::kDouble) - want).abs().amax(-1).masked_select(sees).max().item<double>();
+    EXPECT_LE(err, 2e-6) << path << ": max |error| " << err;
+  }
 }
 
 // A packed sequence of parts (lengths), each a trunk of `trunk` tokens then branches of `branch`
@@ -118,6 +128,41 @@ TEST(CpuAttention, MatchesTheDefinitionForTheMasksTheModelBuilds) {
       expect_matches(q, k, v, additive(prefix_only), pk, pv, "the prefix alone" + heads);
     }
   }
+}
+
+// masked_exp_row against exp(x + mask - max) in float64, for prefix and own segments of every
+// length up to three vectors (so every tail of both, and rows of one element), with hidden keys.
+TEST(TileSoftmax, MatchesTheDefinitionForEveryTailLength) {
+  if (!tile_softmax_available()) GTEST_SKIP() << "no fused softmax in this build or on this CPU";
+  const float hidden = std::numeric_limits<float>::lowest();
+  torch::manual_seed(5);
+  for (int64_t p = 0; p <= 24; ++p)
+    for (int64_t n = 0; n <= 24; ++n) {
+      if (p + n == 0) continue;
+      const at::Tensor scores = torch::randn({p + n}) * 4;
+      const at::Tensor mask = torch::where(torch::rand({p + n}) < 0.25, torch::full({p + n}, hidden),
+                                           torch::zeros({p + n}));
+      mask[(p + n) / 2] = 0;  // at least one key visible
+      // The mask's own segment sits after a gap in its row, as a tile's own keys start at key_begin.
+      std::vector<float> mask_row(static_cast<size_t>(p + 5 + n), hidden);
+      for (int64_t c = 0; c < p; ++c) mask_row[static_cast<size_t>(c)] = mask[c].item<float>();
+      for (int64_t c = 0; c < n; ++c) mask_row[static_cast<size_t>(p + 5 + c)] = mask[p + c].item<float>();
+      std::vector<float> x(scores.data_ptr<float>(), scores.data_ptr<float>() + p + n);
+      const float sum = masked_exp_row(x.data(), mask_row.data(), p, mask_row.data() + p + 5, n);
+      const at::Tensor z = scores.to(at::kDouble) + mask.to(at::kDouble);
+      const at::Tensor want = (z - z.max()).exp();
+      double err = 0;
+      for (int64_t c = 0; c < p + n; ++c)
+        err = std::max(err, std::abs(double(x[static_cast<size_t>(c)]) - want[c].item<double>()));
+      EXPECT_LE(err, 1e-6) << "p " << p << ", n " << n;
+      EXPECT_NEAR(sum, want.sum().item<double>(), 1e-5 * want.sum().item<double>()) << "p " << p << ", n " << n;
+    }
+  // A row the mask hides entirely (a padding query): equal, finite weights.
+  std::vector<float> x = {3.0f, -2.0f, 0.5f, 7.0f, 1.0f, -4.0f, 2.0f, 0.0f, 9.0f, -1.0f, 4.0f};
+  const std::vector<float> none(x.size(), hidden);
+  const float sum = masked_exp_row(x.data(), none.data(), 4, none.data() + 4, 7);
+  EXPECT_FLOAT_EQ(sum, 11.0f);
+  for (const float e : x) EXPECT_FLOAT_EQ(e, 1.0f);
 }
 
 TEST(CpuAttention, ATileScoresTheOwnKeysFromTheFirstToTheLastItsRowsSee) {

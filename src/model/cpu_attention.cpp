@@ -9,6 +9,7 @@
 
 #include "gpueval/error.h"
 #include "model/cpu_matmul.h"
+#include "model/tile_softmax.h"
 
 namespace gpueval {
 namespace {
@@ -72,7 +73,8 @@ std::pair<int64_t, int64_t> visible_key_range(const at::Tensor& mask, int64_t ba
 }
 
 at::Tensor tiled_attention(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
-                           const at::Tensor& mask_in, const at::Tensor& prefix_keys, const at::Tensor& prefix_values) {
+                           const at::Tensor& mask_in, const at::Tensor& prefix_keys, const at::Tensor& prefix_values,
+                           TileSoftmax softmax) {
   if (!tiled_attention_applies(q_in, k_in, v_in, mask_in, prefix_keys, prefix_values))
     throw Error("tiled_attention: the tensors are not CPU float32 attention inputs of matching shapes");
   const at::Tensor q = unit_last_stride(q_in), k = unit_last_stride(k_in), v = unit_last_stride(v_in);
@@ -106,10 +108,11 @@ at::Tensor tiled_attention(const at::Tensor& q_in, const at::Tensor& k_in, const
   const float* md = mask.data_ptr<float>();
   float* od = out.data_ptr<float>();
   const int64_t out_ld = heads * hd;
+  const bool fused = softmax == TileSoftmax::kBest && tile_softmax_available();
   at::parallel_for(0, b * blocks * heads, 1, [&](int64_t begin, int64_t end) {
     // Scores and probabilities of one tile: [rows, P + n] each, reused across this thread's tiles.
     at::Tensor scores_buffer = at::empty({kAttentionTile * (p + own)}, q.options());
-    at::Tensor probs_buffer = at::empty({kAttentionTile * (p + own)}, q.options());
+    at::Tensor probs_buffer = fused ? at::Tensor() : at::empty({kAttentionTile * (p + own)}, q.options());
     for (int64_t i = begin; i < end; ++i) {
       const int64_t row = i / (blocks * heads), block = (i / heads) % blocks, head = i % heads;
       const int64_t kv = head / groups, first = block * kAttentionTile, rows = std::min(kAttentionTile, t - first);
@@ -124,16 +127,27 @@ at::Tensor tiled_attention(const at::Tensor& q_in, const at::Tensor& k_in, const
                              0.0f, s, width);
       if (n > 0)
         sgemm_on_this_thread('N', 'T', rows, n, hd, scale, qt, row_stride(q), kt, row_stride(k), 0.0f, s + p, width);
-      for (int64_t r = 0; r < rows; ++r) {
-        const float* m = md + row * mask_batch_stride + (first + r) * mask.stride(1);  // [P + S']
-        float* x = s + r * width;
-        for (int64_t c = 0; c < p; ++c) x[c] += m[c];
-        for (int64_t c = 0; c < n; ++c) x[p + c] += m[p + key_begin + c];
+      // Fused: the scores become unnormalised probabilities in place and each output row is divided
+      // by its sum after the products. Plain: mask add, then ATen's softmax into the second buffer.
+      float sums[kAttentionTile];
+      const float* pr = s;
+      if (fused) {
+        for (int64_t r = 0; r < rows; ++r) {
+          const float* m = md + row * mask_batch_stride + (first + r) * mask.stride(1);  // [P + S']
+          sums[r] = masked_exp_row(s + r * width, m, p, m + p + key_begin, n);
+        }
+      } else {
+        for (int64_t r = 0; r < rows; ++r) {
+          const float* m = md + row * mask_batch_stride + (first + r) * mask.stride(1);  // [P + S']
+          float* x = s + r * width;
+          for (int64_t c = 0; c < p; ++c) x[c] += m[c];
+          for (int64_t c = 0; c < n; ++c) x[p + c] += m[p + key_begin + c];
+        }
+        const at::Tensor scores = scores_buffer.narrow(0, 0, rows * width).view({rows, width});
+        at::Tensor probs = probs_buffer.narrow(0, 0, rows * width).view({rows, width});
+        at::_softmax_out(probs, scores, -1, false);
+        pr = probs.data_ptr<float>();
       }
-      const at::Tensor scores = scores_buffer.narrow(0, 0, rows * width).view({rows, width});
-      at::Tensor probs = probs_buffer.narrow(0, 0, rows * width).view({rows, width});
-      at::_softmax_out(probs, scores, -1, false);
-      const float* pr = probs.data_ptr<float>();
       float* o = od + row * t * out_ld + first * out_ld + head * hd;  // [rows, hd], row stride H * hd
       if (p > 0)
         sgemm_on_this_thread('N', 'N', rows, hd, p, 1.0f, pr, width, pvd + kv * pv.stride(1), row_stride(pv), 0.0f, o,
@@ -141,6 +155,13 @@ at::Tensor tiled_attention(const at::Tensor& q_in, const at::Tensor& k_in, const
       if (n > 0)
         sgemm_on_this_thread('N', 'N', rows, hd, n, 1.0f, pr + p, width, vt, row_stride(v), p > 0 ? 1.0f : 0.0f, o,
                              out_ld);
+      if (fused) {
+        for (int64_t r = 0; r < rows; ++r) {
+          const float inverse = 1.0f / sums[r];
+          float* y = o + r * out_ld;
+          for (int64_t c = 0; c < hd; ++c) y[c] *= inverse;
+        }
+      }
     }
   });
   return out.view({b, t, heads * hd});

@@ -10,8 +10,12 @@
 // Keys the mask leaves out contribute exp(lowest - max) = 0 in either path, so the two compute
 // the same function; a query that sees no key at all (padding) gets a finite average either way.
 //
+// The softmax is fused with the mask and left unnormalised where the CPU has AVX2 (tile_softmax.h:
+// one vector pass for the maximum, one for the exponentials, and each output row divided by its
+// sum), else the mask is added and ATen's softmax taken.
+//
 // Same bits whatever the thread count: tiles are cut by shape alone, each computed on one thread
-// by single-threaded oneDNN products (cpu_matmul.h) and ATen's softmax. Stateless; callable from
+// by single-threaded oneDNN products (cpu_matmul.h) and the softmax above. Stateless; callable from
 // any thread. Only in builds with oneDNN; tiled_attention_applies says when it is used.
 #pragma once
 
@@ -25,6 +29,10 @@ namespace gpueval {
 
 constexpr int64_t kAttentionTile = 64;
 
+// kBest: the fused vector softmax where tile_softmax_available(), else ATen's; kAten: ATen's
+// always (the tests compare the two).
+enum class TileSoftmax { kBest, kAten };
+
 // Whether tiled_attention takes these: CPU float32 (prefix included when defined), oneDNN built,
 // mask [B or 1, 1, 1, T, P + S'] float32, grouped heads (H a multiple of KV).
 bool tiled_attention_applies(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
@@ -35,7 +43,8 @@ bool tiled_attention_applies(const at::Tensor& q, const at::Tensor& k, const at:
 // [B or 1, 1, 1, T, P + S'] additive float32 (0 where allowed, lowest() where not). Returns
 // softmax(q kᵀ / sqrt(hd) + mask) v over the prefix's keys and the own ones: [B, T, H * hd].
 at::Tensor tiled_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
-                           const at::Tensor& prefix_keys, const at::Tensor& prefix_values);
+                           const at::Tensor& prefix_keys, const at::Tensor& prefix_values,
+                           TileSoftmax softmax = TileSoftmax::kBest);
 
 // The own keys [begin, end) that the queries [first, first + rows) of mask row `batch` may see: from
 // the first to the last column past `prefix` whose mask is above lowest() / 2. When none is, every own
