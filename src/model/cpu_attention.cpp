@@ -131,14 +131,15 @@ at::Tensor tiled_attention(const at::Tensor& q_in, const at::Tensor& k_in, const
       // by its sum after the products. Plain: mask add, then ATen's softmax into the second buffer.
       float sums[kAttentionTile];
       const float* pr = s;
+      const float* tile_mask = md + row * mask_batch_stride + first * mask.stride(1);  // row r: + r * stride(1)
       if (fused) {
         for (int64_t r = 0; r < rows; ++r) {
-          const float* m = md + row * mask_batch_stride + (first + r) * mask.stride(1);  // [P + S']
+          const float* m = tile_mask + r * mask.stride(1);  // [P + S']
           sums[r] = masked_exp_row(s + r * width, m, p, m + p + key_begin, n);
         }
       } else {
         for (int64_t r = 0; r < rows; ++r) {
-          const float* m = md + row * mask_batch_stride + (first + r) * mask.stride(1);  // [P + S']
+          const float* m = tile_mask + r * mask.stride(1);  // [P + S']
           float* x = s + r * width;
           for (int64_t c = 0; c < p; ++c) x[c] += m[c];
           for (int64_t c = 0; c < n; ++c) x[p + c] += m[p + key_begin + c];

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <functional>
 #include <regex>
@@ -245,16 +246,26 @@ TEST_F(SlurmClusterTest, AKilledShardStepIsRequeuedAndComputesOnlyWhatItsJournal
     return f["Restarts"] == "1" && f["JobState"] == "PENDING";
   })) << sh("scontrol show job " + job).out << diagnostics("killed");
   // Slurm (22.05) holds a requeued batch job about two minutes before it may start again, so that
-  // the node has cleaned up the last start (a start before that races with the purge of the old
-  // batch script). Once slurmd logs the old batch step done, start it now.
+  // the node has cleaned up the last start and the new launch credential is newer than the
+  // revocation of the old one. This test starts it sooner, once both hold:
+  // - slurmd logs the old batch step done (a start before that races with the purge of its script);
+  // - the clock has left the second in which that line was read. slurmd revokes the job's
+  //   credentials as of the requeue's time, in whole seconds, and refuses a launch whose credential
+  //   is not strictly newer ("already killed, do not launch"): the task then ends without running
+  //   and the merge's afterok can never be met. The requeue came before the line, so a start
+  //   asked for in a later second gets a credential newer than the revocation.
   const std::string slurmd_log = cluster_->file("slurm/log/slurmd.log");
   ASSERT_TRUE(wait_for([&] {
     return io::read_file(slurmd_log).find("[" + job + ".batch] done with job") != std::string::npos;
   })) << io::read_file(slurmd_log);
+  const std::time_t done_at = std::time(nullptr);
+  ASSERT_TRUE(wait_for([&] { return std::time(nullptr) > done_at; }));
   const Shell now = sh("scontrol update JobId=" + job + " StartTime=now");
   EXPECT_EQ(now.status, 0) << now.out;
 
-  ASSERT_TRUE(wait_for([&] { return job_ended(ids.at("merge")); })) << diagnostics("killed");
+  ASSERT_TRUE(wait_for([&] { return job_ended(ids.at("merge")); }))
+      << sh("scontrol show job " + job).out << diagnostics("killed") << io::read_file(slurmd_log)
+      << io::read_file(cluster_->file("slurm/log/slurmctld.log"));
   EXPECT_EQ(job_fields(ids.at("merge"))["JobState"], "COMPLETED") << diagnostics("killed");
   expect_same_bytes(dir_.file("killed"), ref);
   // The requeued shard computed only what its journal lacked: all but the two committed batches.
