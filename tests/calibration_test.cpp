@@ -4,6 +4,7 @@
 
 #include <gmock/gmock.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 #include <sstream>
@@ -14,6 +15,8 @@
 #include "model/dtype.h"
 #include "model/model_fingerprint.h"
 #include "run/device_memory.h"
+#include "run/devices.h"
+#include "run/scheduler.h"
 #include "store/calibration_cache.h"
 #include "test_util.h"
 
@@ -64,6 +67,44 @@ TEST_F(CalibrationTest, ProbeOnSlotRunsInAWorker) {
   EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 0);
 }
 
+// Scheduler::probe: in the slot's fresh worker, which stays up; never in one whose memory holds
+// more than its model; a failed probe ends that worker, and the next probe starts a new one.
+TEST_F(CalibrationTest, SchedulerProbesInTheSlotsFreshWorkerOnly) {
+  const std::string model = testing::source_dir() + "/models/stories260K";
+  SchedulerOptions so;
+  so.slots = parse_device_spec("cpu:2", 0, 2);
+  so.executable = testing::binary();
+  so.log_dir = out_.path();
+  Scheduler scheduler(so);
+  EXPECT_EQ(scheduler.start_workers(model), 2);
+  EXPECT_EQ(scheduler.start_workers(model), 0);  // both are up already
+  ProbeOptions o;
+  o.length = 64;
+  o.max_tokens = 1024;
+  o.repeats = 1;
+  o.memory_limit_bytes = int64_t{4} << 30;
+  // Another checkpoint than the worker holds: not there.
+  EXPECT_FALSE(scheduler.probe(so.slots[0], model + "/", o).has_value());
+  const std::optional<ProbeResult> r = scheduler.probe(so.slots[0], model, o);
+  ASSERT_TRUE(r.has_value());
+  ASSERT_FALSE(r->points.empty());
+  EXPECT_EQ(r->points.front().batch_tokens, 256);
+  EXPECT_GT(r->chosen_batch_tokens, 0);
+  EXPECT_FALSE(scheduler.probe(so.slots[0], model, o).has_value());  // probed once: its peaks would mislead
+  const std::string log0 = io::read_file(out_.file("worker_cpu_0.log"));
+  EXPECT_THAT(log0, HasSubstr("[cpu:0] pid"));
+
+  o.memory_limit_bytes = 1 << 20;  // nothing fits: one line naming the slot; the worker is ended
+  const std::string err = testing::error_of([&] { scheduler.probe(so.slots[1], model, o); });
+  EXPECT_THAT(err, HasSubstr("probe on cpu:1: batch probe: not even 256 tokens"));
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 0);
+  o.memory_limit_bytes = int64_t{4} << 30;  // a new worker for the slot probes
+  const std::optional<ProbeResult> again = scheduler.probe(so.slots[1], model, o);
+  ASSERT_TRUE(again.has_value());
+  EXPECT_FALSE(again->points.empty());
+  scheduler.shutdown();
+}
+
 TEST_F(CalibrationTest, CalibrateThenRunReadsTheCache) {
   const std::string config = testing::source_dir() + "/configs/demo.yaml";
   auto r = testing::run_gpueval({"calibrate", "--gpus", "cpu:1", "--output", out_.file("cal"), config});
@@ -106,12 +147,29 @@ TEST_F(CalibrationTest, CalibrateThenRunReadsTheCache) {
   EXPECT_EQ(results["config"]["batch_tokens_source"], "cache");
   EXPECT_EQ(results["config"]["batch_tokens_used"], chosen);
 
-  // --recalibrate probes again, in a worker whose log is kept.
-  r = testing::run_gpueval({"run", "--gpus", "cpu:1", "--recalibrate", "--output", out_.file("re"), config});
+  // --recalibrate probes again, in the run's own worker cpu:0: one process per worker, each
+  // started before the plan and loading the model once; the probing one then runs batches too.
+  r = testing::run_gpueval({"run", "--gpus", "cpu:2", "--recalibrate", "--output", out_.file("re"), config});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.err, HasSubstr("probing batch budgets on cpu:0"));
+  EXPECT_THAT(r.err, HasSubstr("in worker cpu:0: "));
   EXPECT_THAT(r.err, Not(HasSubstr("(calibration cache)")));
-  EXPECT_TRUE(io::path_exists(out_.file("re") + "/logs/probe_cpu_0.log"));
+  EXPECT_FALSE(io::path_exists(out_.file("re") + "/logs/probe_cpu_0.log"));
+  for (const char* w : {"cpu:0", "cpu:1"}) {
+    const std::string started = std::string("[sched] started worker ") + w + " (pid ";
+    const size_t at = r.err.find(started);
+    ASSERT_NE(at, std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find(started, at + 1), std::string::npos) << "started twice: " << r.err;
+    EXPECT_LT(at, r.err.find("probing batch budgets")) << "started after the probe began: " << r.err;
+  }
+  const size_t pid_at = r.err.find("[sched] started worker cpu:0 (pid ") + 34;
+  const std::string probe_pid = r.err.substr(pid_at, r.err.find(')', pid_at) - pid_at);
+  const json status = json::parse(io::read_file(out_.file("re") + "/status.json"));
+  ASSERT_EQ(status["workers"].size(), 2u);
+  EXPECT_EQ(status["workers"][0]["name"], "cpu:0");
+  EXPECT_EQ(std::to_string(status["workers"][0]["pid"].get<int64_t>()), probe_pid);
+  EXPECT_GT(status["workers"][0]["batches_done"].get<int64_t>() + status["workers"][1]["batches_done"].get<int64_t>(),
+            0);
   results = json::parse(io::read_file(out_.file("re") + "/results.json"));
   EXPECT_EQ(results["config"]["batch_tokens_source"], "probed");
   EXPECT_GT(results["config"]["batch_tokens_used"].get<int64_t>(), 0);

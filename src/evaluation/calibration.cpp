@@ -163,12 +163,15 @@ void probe_and_store(const CalibrationOptions& o, ProbeOptions po, const at::Dev
     log_path = o.log_dir + "/probe_" + name + ".log";
   }
   const auto t0 = Clock::now();
-  b.probe = probe_on_slot(b.slot, o.executable, o.model_dir, o.dtype, po, log_path);
+  std::optional<ProbeResult> in_worker;
+  if (o.probe_in_worker) in_worker = o.probe_in_worker(b.slot, po);
+  b.probe = in_worker ? std::move(*in_worker) : probe_on_slot(b.slot, o.executable, o.model_dir, o.dtype, po, log_path);
   b.batch_tokens = b.probe.chosen_batch_tokens;
   b.source = "probed";
   if (b.memory_limit_bytes == 0) b.memory_limit_bytes = b.probe.memory_limit_bytes;
-  std::cerr << fmt::format("[sched] batch budget {} tokens for {} (probed in {:.1f}s: {})\n", b.batch_tokens,
-                           b.device, std::chrono::duration<double>(Clock::now() - t0).count(), b.probe.reason);
+  std::cerr << fmt::format("[sched] batch budget {} tokens for {} (probed in {:.1f}s{}: {})\n", b.batch_tokens,
+                           b.device, std::chrono::duration<double>(Clock::now() - t0).count(),
+                           in_worker ? fmt::format(" in worker {}", b.slot.name()) : "", b.probe.reason);
   CalibrationEntry entry;
   entry.batch_tokens = b.batch_tokens;
   entry.memory_limit_bytes = b.probe.memory_limit_bytes;
@@ -231,7 +234,7 @@ std::vector<DeviceBudget> calibrate_devices(const std::vector<DeviceSlot>& slots
     b.device = device_description(device, b.slot.threads);
     b.dtype = dtype_name(resolve_dtype(o.dtype, device, o.model_dir));  // what the worker will load
     if (b.slot.kind == DeviceSlot::Kind::kCpu) {
-      const int64_t available = available_host_bytes();
+      const int64_t available = o.host_available_bytes > 0 ? o.host_available_bytes : available_host_bytes();
       b.memory_limit_bytes = o.max_memory.empty()
                                  ? static_cast<int64_t>(0.8 * static_cast<double>(available) / std::max(1, cpu_workers))
                                  : parse_memory_amount(o.max_memory, available, o.max_memory_where);

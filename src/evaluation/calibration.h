@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -57,6 +58,12 @@ struct CalibrationOptions {
   std::optional<Batch> sample;
   int64_t work_tokens = 0;
   std::string log_dir;         // worker logs ("" = the parent's stderr)
+  // A run's probe in the run's own worker for the slot (Scheduler::probe), which then stays for
+  // the run; unset, or returning nothing: in a worker process of its own (probe_on_slot).
+  std::function<std::optional<ProbeResult>(const DeviceSlot&, const ProbeOptions&)> probe_in_worker;
+  // MemAvailable as the run found it, before its workers loaded; 0: read when calibrating. A CPU
+  // worker's memory limit is its share of this (or of max_memory).
+  int64_t host_available_bytes = 0;
 };
 
 // The options a run config gives calibration for `model_dir`: its dtype, max_memory and cache,

@@ -15,6 +15,7 @@
 #include "gpueval/error.h"
 #include "gpueval/report.h"
 #include "plan/planner.h"
+#include "run/device_memory.h"
 
 namespace gpueval {
 namespace {
@@ -23,7 +24,8 @@ using Clock = std::chrono::steady_clock;
 
 }  // namespace
 
-Budget calibrated_budget(const RunConfig& config, const EvaluationOptions& options, const RunInputs& in, Plan& plan) {
+Budget calibrated_budget(const RunConfig& config, const EvaluationOptions& options, const RunInputs& in, Plan& plan,
+                         Scheduler* scheduler, int64_t host_available_bytes) {
   Budget b{in.plan_options, "config"};
   PlanOptions& po = b.options;
   if (config.batch_size != "auto" || config.batch_tokens > 0) return b;
@@ -32,6 +34,11 @@ Budget calibrated_budget(const RunConfig& config, const EvaluationOptions& optio
   co.log_dir = config.output + "/logs";
   co.sample = probe_sample(plan, ProbeOptions{}.max_tokens);
   co.work_tokens = plan.padded_tokens + plan.prefix_tokens;
+  co.host_available_bytes = host_available_bytes;
+  if (scheduler)
+    co.probe_in_worker = [scheduler, &in](const DeviceSlot& slot, const ProbeOptions& po) {
+      return scheduler->probe(slot, in.model_dir, po);
+    };
   const std::vector<DeviceBudget> budgets = calibrate_devices(in.slots, co);
   po.batch_tokens = budgets.front().batch_tokens;
   b.source = budgets.front().source;
@@ -45,7 +52,7 @@ Budget calibrated_budget(const RunConfig& config, const EvaluationOptions& optio
 }
 
 Budget choose_budget(const RunConfig& config, const EvaluationOptions& options, const RunInputs& in,
-                     RunJournal& journal, Plan& plan) {
+                     RunJournal& journal, Plan& plan, Scheduler* scheduler, int64_t host_available_bytes) {
   Budget b{in.plan_options, "config"};
   PlanOptions& po = b.options;
   const bool auto_budget = config.batch_size == "auto" && config.batch_tokens <= 0;
@@ -55,7 +62,7 @@ Budget choose_budget(const RunConfig& config, const EvaluationOptions& options, 
     b.source = "journal";
     plan = rebatch(plan, po);
   } else if (auto_budget) {
-    b = calibrated_budget(config, options, in, plan);
+    b = calibrated_budget(config, options, in, plan, scheduler, host_available_bytes);
   } else if (journal_budget && *journal_budget != po.batch_tokens) {
     std::cerr << fmt::format("[sched] note: resumed results were computed with a budget of {} tokens, this run plans "
                              "with {}; results are not bit-identical to an uninterrupted run\n",
@@ -188,8 +195,12 @@ CheckpointOutcome evaluate_checkpoint(const RunConfig& run_config, const Evaluat
   io::make_directories(config.output + "/logs");
   // Journal (run_journal.h): what an earlier run of this model and config already scored.
   RunJournal journal(config.output, checkpoint.fingerprint, in.model_dir, config, in.requests, options.fresh);
+  // The workers load the model while the plan is cut and its budget chosen, a probe running in one
+  // of them (Scheduler::start_workers, probe); not when the journal may hold every result already.
+  const int64_t host_available = available_host_bytes();
+  if (journal.stored_items() < in.requests.size()) scheduler.start_workers(in.model_dir);
   Plan plan = make_plan(in.requests, *in.tokenizer, in.plan_options);
-  const Budget budget = choose_budget(config, options, in, journal, plan);
+  const Budget budget = choose_budget(config, options, in, journal, plan, &scheduler, host_available);
   log_plan(in, plan, budget.options);
   progress.set_extra("model", in.model_dir);
   progress.set_extra("tasks", config.tasks);

@@ -39,12 +39,16 @@ struct Budget {
 
 // The config's budget, else (batch_size auto and no batch_tokens) calibration's on `in.slots`: the
 // cache's entry or one probe, the smallest over the devices. Re-cuts `plan` when it changes.
-Budget calibrated_budget(const RunConfig& config, const EvaluationOptions& options, const RunInputs& in, Plan& plan);
+// With `scheduler`, a probe runs in the run's worker for the slot (Scheduler::probe), and a CPU
+// worker's memory share is of `host_available_bytes` (MemAvailable before the workers started; 0:
+// read now).
+Budget calibrated_budget(const RunConfig& config, const EvaluationOptions& options, const RunInputs& in, Plan& plan,
+                         Scheduler* scheduler = nullptr, int64_t host_available_bytes = 0);
 
 // calibrated_budget(), except that a journal's budget wins for an auto budget (a resumed run
 // plans as the interrupted one did); stores the budget in a new journal. Re-cuts `plan`.
 Budget choose_budget(const RunConfig& config, const EvaluationOptions& options, const RunInputs& in,
-                     RunJournal& journal, Plan& plan);
+                     RunJournal& journal, Plan& plan, Scheduler* scheduler = nullptr, int64_t host_available_bytes = 0);
 
 // The scheduler of a run on `slots`: the config's dtype, load, fault limits, <output>/logs.
 SchedulerOptions scheduler_options(const RunConfig& config, const EvaluationOptions& options,

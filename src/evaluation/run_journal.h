@@ -54,6 +54,7 @@ class RunJournal {
   // results.json's "journal": path, requests_resumed, requests_computed,
   // batches_resumed, batches_computed.
   nlohmann::json summary() const;
+  size_t stored_items() const { return stored_.size(); }  // results of this run's requests found on disk
   int64_t requests_computed() const { return requests_computed_; }
   int64_t batches_computed() const { return batches_computed_; }
 

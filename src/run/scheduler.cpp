@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <deque>
@@ -14,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/wire_json.h"
 #include "gpueval/error.h"
 #include "run/dispatch.h"
 #include "run/frame_channel.h"
@@ -59,10 +61,47 @@ struct Worker {
   Clock::time_point batch_started;
   int64_t restarts = 0;
   int broadcast_rank = -1;      // its rank while its first load goes over NCCL, else -1
+  bool fresh = false;           // started for `model` and given no batch, probe or switch: only the model in memory
   int64_t batches_done = 0;
   int64_t tokens_done = 0;
   double busy_seconds = 0;
 };
+
+std::string log_path(const std::string& log_dir, const DeviceSlot& slot) {
+  std::string name = slot.name();
+  std::replace(name.begin(), name.end(), ':', '_');
+  return log_dir + "/worker_" + name + ".log";
+}
+
+// A new process for `w`, sent its Hello for `model_dir`: it is starting. Error when it cannot be spawned.
+void launch(Worker& w, const SchedulerOptions& o, const std::string& model_dir,
+            std::optional<WorkerHello::Broadcast> broadcast = std::nullopt) {
+  w.child.emplace(launch_worker(w.slot, o.executable, log_path(o.log_dir, w.slot)));
+  w.channel = FrameChannel(w.child->result_fd(), w.child->command_fd());
+  w.state = State::kStarting;
+  w.prefix_id = -1;  // a new process starts with an empty prefix cache
+  w.last_seen = Clock::now();
+  w.batch = -1;
+  w.model = model_dir;
+  w.fresh = true;
+  WorkerHello hello = first_hello(w.slot, model_dir, o.dtype, o.heartbeat_period_s);
+  hello.broadcast = broadcast;
+  // Into an empty pipe; what it does not take now, run() or probe() flushes.
+  if (const int err = w.channel.send(Frame{FrameType::kHello, pack_payload(to_json(hello))}))
+    throw Error(fmt::format("write to worker failed: {}", std::strerror(err)));
+  std::cerr << fmt::format("[sched] started worker {} (pid {})\n", w.slot.name(), w.child->pid());
+}
+
+// Ends `w`'s process now; it is down, to be started again by the next run().
+void end_worker(Worker& w) {
+  if (w.child) {
+    w.child->kill_and_wait(std::chrono::milliseconds(0));
+    w.child.reset();
+  }
+  w.channel = FrameChannel();
+  w.state = State::kDown;
+  w.fresh = false;
+}
 
 // Ends every worker: a Shutdown frame and a few seconds to exit after a clean run, signals at
 // once after an interruption or a fatal error. Every Child is reaped.
@@ -196,30 +235,19 @@ class Loop {
     return out;
   }
 
-  static std::string log_path(const std::string& log_dir, const DeviceSlot& slot) {
-    std::string name = slot.name();
-    std::replace(name.begin(), name.end(), ':', '_');
-    return log_dir + "/worker_" + name + ".log";
-  }
-
   void start_worker(Worker& w) {
-    try {
-      w.child.emplace(launch_worker(w.slot, o_.executable, log_path(o_.log_dir, w.slot)));
-    } catch (const Error& e) {
-      report_.fatal_error = fmt::format("cannot start worker {}: {}", w.slot.name(), e.what());
-      return;
-    }
-    w.channel = FrameChannel(w.child->result_fd(), w.child->command_fd());
-    w.state = State::kStarting;
-    w.prefix_id = -1;  // a new process starts with an empty prefix cache
-    w.last_seen = Clock::now();
-    w.batch = -1;
-    w.model = model_dir_;
-    WorkerHello hello = first_hello(w.slot, model_dir_, o_.dtype, o_.heartbeat_period_s);
+    std::optional<WorkerHello::Broadcast> broadcast;
     if (broadcast_group_ && w.broadcast_rank >= 0)
-      hello.broadcast = WorkerHello::Broadcast{w.broadcast_rank, static_cast<int>(workers_.size())};
-    send(w, Frame{FrameType::kHello, pack_payload(to_json(hello))});
-    std::cerr << fmt::format("[sched] started worker {} (pid {})\n", w.slot.name(), w.child->pid());
+      broadcast = WorkerHello::Broadcast{w.broadcast_rank, static_cast<int>(workers_.size())};
+    try {
+      launch(w, o_, model_dir_, broadcast);
+    } catch (const Error& e) {
+      if (!w.child) {
+        report_.fatal_error = fmt::format("cannot start worker {}: {}", w.slot.name(), e.what());
+        return;
+      }
+      crash(w, e.what());
+    }
   }
 
   void send(Worker& w, const Frame& frame) {
@@ -250,6 +278,7 @@ class Loop {
   // It holds the previous checkpoint: it loads this one in place (a second Hello).
   void switch_checkpoint(Worker& w) {
     w.model = model_dir_;
+    w.fresh = false;
     w.state = State::kStarting;
     w.prefix_id = -1;
     send(w, Frame{FrameType::kHello, pack_payload(switch_hello_json(model_dir_, o_.dtype))});
@@ -260,6 +289,7 @@ class Loop {
     queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(position));
     if (plan_.batches[i].prefix_id >= 0) w.prefix_id = plan_.batches[i].prefix_id;
     w.state = State::kBusy;
+    w.fresh = false;
     w.batch = static_cast<int64_t>(i);
     w.batch_started = Clock::now();
     send(w, Frame{FrameType::kWork, pack_payload({{"batch", to_json(plan_.batches[i])}})});
@@ -554,6 +584,102 @@ SchedulerReport Scheduler::run(const Plan& plan, const std::string& model_dir, c
   if (options_.slots.empty()) throw Error("scheduler: no device slots");
   Loop loop(options_, pool_->workers, plan, model_dir, on_result, on_status);
   return loop.run();
+}
+
+int Scheduler::start_workers(const std::string& model_dir) {
+  if (options_.load == "broadcast") return 0;
+  int started = 0;
+  std::vector<std::string> devices;  // GPUs whose first slot was seen
+  for (Worker& w : pool_->workers) {
+    if (w.slot.kind != DeviceSlot::Kind::kCpu) {
+      const std::string device = "cuda:" + std::to_string(w.slot.index);
+      if (std::find(devices.begin(), devices.end(), device) != devices.end()) continue;
+      devices.push_back(device);
+    }
+    if (w.child) continue;
+    try {
+      launch(w, options_, model_dir);
+      ++started;
+    } catch (const Error& e) {
+      // run() starts it again and reports what stays broken.
+      std::cerr << fmt::format("[sched] worker {} did not start early: {}\n", w.slot.name(), e.what());
+      end_worker(w);
+    }
+  }
+  return started;
+}
+
+namespace {
+
+// Drives `w` through a probe: flushes what it was sent, reads its Hello (it is then idle) and the
+// probe's Result. Error on anything else, on its exit, or on silence past `silence_s`.
+ProbeResult await_probe(Worker& w, double silence_s) {
+  std::optional<ProbeResult> result;
+  std::string error;
+  const auto take = [&](const Frame& f) {
+    const nlohmann::json j = unpack_payload(f);
+    switch (f.type) {
+      case FrameType::kHeartbeat: return true;
+      case FrameType::kHello: {
+        if (w.state != State::kStarting) throw Error("protocol error: unexpected Hello");
+        const HelloReply hello = hello_reply_from_json(j);
+        w.state = State::kIdle;
+        std::cerr << fmt::format("[sched] worker {} ready ({} loaded in {:.2f}s)\n", w.slot.name(), hello.model,
+                                 hello.load_seconds);
+        return true;
+      }
+      case FrameType::kResult: result = probe_result_from_json(wire::field(j, "probe", "probe result")); return false;
+      case FrameType::kError: error = error_reply_from_json(j).message; return false;
+      default: throw Error(fmt::format("protocol error: unexpected {} frame", frame_type_name(f.type)));
+    }
+  };
+  for (;;) {
+    if (const int err = w.channel.flush()) throw Error(fmt::format("write to worker failed: {}", std::strerror(err)));
+    const uint64_t before = w.channel.bytes_received();
+    const FrameChannel::Receive r = w.channel.receive(take);
+    if (w.channel.bytes_received() != before) w.last_seen = Clock::now();
+    if (!error.empty()) throw Error(error);
+    if (result) return *result;
+    if (r == FrameChannel::Receive::kFailed)
+      throw Error(fmt::format("read from worker failed: {}", std::strerror(w.channel.read_errno())));
+    if (r == FrameChannel::Receive::kEnd)
+      throw Error(fmt::format("the worker {} before answering", w.child->kill_and_wait(std::chrono::milliseconds(2000)).describe()));
+    std::vector<pollfd> fds = {{w.child->result_fd(), POLLIN, 0}};
+    if (w.channel.has_output()) fds.push_back({w.child->command_fd(), POLLOUT, 0});
+    const int rc = ::poll(fds.data(), fds.size(), 200);
+    if (rc < 0 && errno != EINTR) throw Error(fmt::format("poll failed: {}", std::strerror(errno)));
+    if (const auto st = w.child->poll()) throw Error(st->describe());
+    const double silent = seconds_between(w.last_seen, Clock::now());
+    if (silent > silence_s) throw Error(fmt::format("silent for {:.1f}s", silent));
+  }
+}
+
+}  // namespace
+
+std::optional<ProbeResult> Scheduler::probe(const DeviceSlot& slot, const std::string& model_dir,
+                                            const ProbeOptions& options) {
+  if (options_.load == "broadcast") return std::nullopt;
+  auto it = std::find_if(pool_->workers.begin(), pool_->workers.end(),
+                         [&](const Worker& w) { return w.slot.name() == slot.name(); });
+  if (it == pool_->workers.end()) return std::nullopt;
+  Worker& w = *it;
+  if (w.child && !(w.fresh && w.model == model_dir)) return std::nullopt;
+  try {
+    if (!w.child) launch(w, options_, model_dir);
+    w.fresh = false;  // from here on its memory holds the probe's batches too
+    if (const int err = w.channel.send(Frame{FrameType::kProbe, pack_payload(to_json(options))}))
+      throw Error(fmt::format("write to worker failed: {}", std::strerror(err)));
+    return await_probe(w, options_.heartbeat_timeout_s);
+  } catch (const FrameError& e) {
+    end_worker(w);
+    throw Error(fmt::format("probe on {}: bad frame: {}", slot.name(), e.what()));
+  } catch (const Error& e) {
+    end_worker(w);
+    throw Error(fmt::format("probe on {}: {}", slot.name(), e.what()));
+  } catch (const nlohmann::json::exception& e) {
+    end_worker(w);
+    throw Error(fmt::format("probe on {}: malformed reply: {}", slot.name(), e.what()));
+  }
 }
 
 void Scheduler::shutdown() {

@@ -23,6 +23,11 @@
 // its CUDA context and its threads stay. run() after an interruption or a fatal
 // error starts new processes. The destructor (or shutdown()) ends every worker.
 //
+// Workers may start before run(): start_workers() launches them and returns at once, so they load
+// while the caller plans, and probe() measures batch budgets (batch_probe.h) in a slot's fresh
+// worker, which then stays for run(): a first run on a new model loads it once per worker, not once
+// more for a probe process.
+//
 // Single-threaded: run() is an event loop around ppoll(); signals are blocked
 // except inside ppoll. Not thread-safe; one run() at a time.
 #pragma once
@@ -32,11 +37,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "plan/planner.h"
+#include "run/batch_probe.h"
 #include "run/devices.h"
 #include "run/executor.h"
 
@@ -112,6 +119,18 @@ class Scheduler {
   // no further result is delivered and the workers are ended.
   SchedulerReport run(const Plan& plan, const std::string& model_dir, const ResultCallback& on_result,
                       const StatusCallback& on_status);
+  // Starts, without waiting for them, the workers that can load `model_dir` beside a batch-budget
+  // probe and have no process yet: every CPU slot (a probe measures its own process) and the first
+  // slot of each GPU (where a probe runs: probe() uses that worker); none with load: broadcast,
+  // whose ranks must start together in run(). Returns how many it started.
+  int start_workers(const std::string& model_dir);
+  // Probes batch budgets on `slot` (the first slot of its device) in that slot's worker, started
+  // here if it is not yet, loading `model_dir`; the worker stays up for run(). Absent when the
+  // worker has run a batch, was probed, or holds another checkpoint (its resident memory is no longer
+  // the model's alone, so its peaks would mislead), and with load: broadcast: the caller probes in a
+  // process of its own (probe_on_slot, calibration.h). Error naming the slot when the probe fails;
+  // that worker is ended, and run() starts a new one.
+  std::optional<ProbeResult> probe(const DeviceSlot& slot, const std::string& model_dir, const ProbeOptions& options);
   // Ends every worker (a Shutdown frame, then signals after a few seconds); idempotent.
   void shutdown();
 
