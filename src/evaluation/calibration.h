@@ -2,7 +2,9 @@
 // the calibration cache or by probing. A probe runs in a real worker process (`gpueval worker`,
 // spawned as the scheduler spawns them, with the same environment and thread count), so it
 // measures the memory a worker will really use; the parent sends a Probe frame (wire.h) and reads
-// back the ProbeResult. Distinct devices are probed once each: every CPU worker shares one probe
+// back the ProbeResult. In a run that worker is the run's own for the slot (Scheduler::probe, through
+// CalibrationOptions::probe_in_worker), which then runs batches; elsewhere (`gpueval calibrate`,
+// `gpueval plan`, a worker that already ran something) it is one of its own. Distinct devices are probed once each: every CPU worker shares one probe
 // (they are alike), and so do workers sharing one GPU. The run then uses the smallest budget over
 // its devices, because the plan is one plan for every worker.
 //
