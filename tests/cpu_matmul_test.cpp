@@ -83,14 +83,15 @@ TEST(CpuMatmul, RowBlocksAreAFunctionOfTheRowCountAlone) {
       next = first + rows;
     }
     EXPECT_EQ(next, m) << "the blocks cover the rows once";
-    if (m >= 64) {
-      EXPECT_EQ(blocks.front().second % 16, 0) << m;
-      EXPECT_LE(blocks.front().second, 144) << m;
-    } else if (m > 0) {
-      EXPECT_EQ(blocks.size(), 1u) << m;
-    }
+    EXPECT_EQ(static_cast<int64_t>(blocks.size()), (m + kProjectBlockRows - 1) / kProjectBlockRows) << m;
+    if (blocks.empty()) continue;
+    EXPECT_LE(blocks.front().second, kProjectBlockRows) << m;
+    if (blocks.size() > 1) EXPECT_EQ(blocks.front().second % 16, 0) << m;
   }
-  EXPECT_EQ(project_row_blocks(256).size(), 2u) << "two threads share 256 rows evenly";
+  EXPECT_EQ(project_row_blocks(512).size(), 1u) << "a batch of 512 tokens is one call";
+  EXPECT_EQ(project_row_blocks(1024), (std::vector<std::pair<int64_t, int64_t>>{{0, 512}, {512, 512}}))
+      << "two threads share 1024 rows evenly";
+  EXPECT_EQ(project_row_blocks(775), (std::vector<std::pair<int64_t, int64_t>>{{0, 400}, {400, 375}}));
 }
 
 TEST(CpuMatmul, ResultsAreTheSameBitsOnOneThreadOrTwo) {

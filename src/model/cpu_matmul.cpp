@@ -17,12 +17,13 @@
 namespace gpueval {
 
 std::vector<std::pair<int64_t, int64_t>> project_row_blocks(int64_t m) {
-  // An even number of blocks of about 128 rows (a multiple of 16), so two threads share them evenly;
-  // a product of fewer than 64 rows is one block.
+  // As few blocks as keep each at most 512 rows, of equal size rounded up to a multiple of 16. One
+  // call per batch of up to 512 tokens: dnnl_sgemm runs faster on more rows (its packed panels of
+  // the weight serve more of them). On a Zen 4 core, 768x2048 weights: 94 GFLOPS in two blocks of
+  // 128 rows, 98 in one of 256, 104 in one of 1024; the MLP's 2048x768: 84, 96, 101.
   std::vector<std::pair<int64_t, int64_t>> blocks;
   if (m <= 0) return blocks;
-  if (m < 64) return {{0, m}};
-  const int64_t count = 2 * ((m + 255) / 256);
+  const int64_t count = (m + kProjectBlockRows - 1) / kProjectBlockRows;
   const int64_t rows = ((m + count - 1) / count + 15) / 16 * 16;
   for (int64_t first = 0; first < m; first += rows) blocks.emplace_back(first, std::min(rows, m - first));
   return blocks;

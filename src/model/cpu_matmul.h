@@ -43,7 +43,10 @@ bool batched_product_uses_onednn(const at::Tensor& a, const at::Tensor& b);
 void sgemm_on_this_thread(char trans_a, char trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
-// The row blocks project() cuts m rows into: {first row, rows} pairs, a function of m alone.
+// The row blocks project() cuts m rows into: {first row, rows} pairs, a function of m alone, each at
+// most kProjectBlockRows rows. A worker's threads share the blocks, so a worker of T threads uses
+// them all on batches of T * kProjectBlockRows tokens or more (its probed budget finds that).
+constexpr int64_t kProjectBlockRows = 512;
 std::vector<std::pair<int64_t, int64_t>> project_row_blocks(int64_t m);
 
 // "oneDNN 2.6.3 (avx512_core_bf16)" when project() can multiply with oneDNN, else "".
