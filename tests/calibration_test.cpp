@@ -49,7 +49,7 @@ TEST_F(CalibrationTest, ProbeOnSlotRunsInAWorker) {
   o.repeats = 1;
   o.memory_limit_bytes = int64_t{4} << 30;
   const ProbeResult r = probe_on_slot(slot, testing::binary(), testing::source_dir() + "/models/stories260K", "auto",
-                                      o, out_.file("probe.log"));
+                                      o, out_.path());
   ASSERT_FALSE(r.points.empty());
   EXPECT_EQ(r.points.front().batch_tokens, 256);
   EXPECT_EQ(r.points.front().rows, 4);
@@ -57,7 +57,7 @@ TEST_F(CalibrationTest, ProbeOnSlotRunsInAWorker) {
   EXPECT_GT(r.chosen_batch_tokens, 0);
   // The worker's peak includes its own model and LibTorch: more than a few MiB, far below the limit.
   EXPECT_GT(r.points.front().peak_bytes, int64_t{8} << 20);
-  EXPECT_THAT(io::read_file(out_.file("probe.log")), HasSubstr("[cpu:0] pid"));
+  EXPECT_THAT(io::read_file(out_.path() + "/probe_cpu_0.log"), HasSubstr("[cpu:0] pid"));
 
   o.memory_limit_bytes = 1 << 20;  // nothing fits: the worker's error comes back as one line
   const std::string err = testing::error_of([&] {

@@ -1,15 +1,8 @@
 #include "evaluation/calibration.h"
 
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <iostream>
 #include <map>
 
@@ -25,10 +18,7 @@
 #include "report/chart.h"
 #include "report/report_html.h"
 #include "run/device_memory.h"
-#include "run/frame_channel.h"
-#include "run/subprocess.h"
-#include "run/wire.h"
-#include "run/worker_launch.h"
+#include "run/scheduler.h"
 #include "store/calibration_cache.h"
 
 namespace gpueval {
@@ -36,7 +26,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// A worker silent this long (no heartbeat, no reply) is taken for hung.
+// A probe's own worker silent this long (no heartbeat, no reply) is taken for hung.
 constexpr double kProbeSilenceSeconds = 120;
 
 double mib(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
@@ -46,61 +36,22 @@ at::Device device_of(const DeviceSlot& slot) {
                                              : at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(slot.index));
 }
 
-// Reads frames until one that is not a heartbeat arrives.
-Frame next_reply(Child& child, FrameChannel& channel, const std::string& who) {
-  auto last = Clock::now();
-  std::optional<Frame> reply;
-  const auto take = [&](const Frame& f) {
-    last = Clock::now();
-    if (f.type != FrameType::kHeartbeat) reply = f;
-    return !reply;
-  };
-  for (;;) {
-    const uint64_t before = channel.bytes_received();
-    const FrameChannel::Receive r = channel.receive(take);
-    if (reply) return *reply;
-    if (channel.bytes_received() != before) last = Clock::now();
-    if (r == FrameChannel::Receive::kFailed)
-      fail(who, "read from probe worker failed: {}", std::strerror(channel.read_errno()));
-    if (r == FrameChannel::Receive::kEnd) {
-      const ExitStatus status = child.wait();
-      fail(who, "probe worker {} before answering", status.describe());
-    }
-    pollfd p{child.result_fd(), POLLIN, 0};
-    const int rc = ::poll(&p, 1, 1000);
-    if (rc < 0 && errno == EINTR) continue;
-    if (rc < 0) fail(who, "poll failed: {}", std::strerror(errno));
-    if (rc == 0 && std::chrono::duration<double>(Clock::now() - last).count() > kProbeSilenceSeconds)
-      fail(who, "probe worker silent for {:.0f}s", kProbeSilenceSeconds);
-  }
-}
-
 }  // namespace
 
 ProbeResult probe_on_slot(const DeviceSlot& slot, const std::string& executable, const std::string& model_dir,
-                          const std::string& dtype, const ProbeOptions& options, const std::string& log_path) {
-  const std::string who = "probe on " + slot.name();
-  try {
-    Child child = launch_worker(slot, executable, log_path);
-    const WorkerHello hello = first_hello(slot, model_dir, dtype, /*heartbeat_s=*/1.0);
-    write_frame(child.command_fd(), Frame{FrameType::kHello, pack_payload(to_json(hello))});
-    write_frame(child.command_fd(), Frame{FrameType::kProbe, pack_payload(to_json(options))});
-    FrameChannel channel(child.result_fd(), /*write_fd=*/-1);
-    Frame reply = next_reply(child, channel, who);
-    if (reply.type == FrameType::kHello) reply = next_reply(child, channel, who);
-    const nlohmann::json body = unpack_payload(reply);
-    if (reply.type == FrameType::kError) fail(who, "{}", body.value("message", std::string("worker error")));
-    if (reply.type != FrameType::kResult) fail(who, "unexpected {} frame from the worker", frame_type_name(reply.type));
-    ProbeResult result = probe_result_from_json(body.at("probe"));
-    write_frame(child.command_fd(), Frame{FrameType::kShutdown, ""});
-    child.close_command();
-    child.kill_and_wait(std::chrono::milliseconds(5000));
-    return result;
-  } catch (const FrameError& e) {
-    fail(who, "{}", e.what());
-  } catch (const nlohmann::json::exception& e) {
-    fail(who, "malformed reply: {}", e.what());
-  }
+                          const std::string& dtype, const ProbeOptions& options, const std::string& log_dir) {
+  SchedulerOptions so;
+  so.slots = {slot};
+  so.executable = executable;
+  so.dtype = dtype;
+  so.log_dir = log_dir;
+  so.log_name = "probe";
+  so.heartbeat_timeout_s = kProbeSilenceSeconds;
+  Scheduler scheduler(std::move(so));  // its destructor ends the worker
+  std::optional<ProbeResult> result = scheduler.probe(slot, model_dir, options);
+  // A new worker with load: mmap always takes the probe; absent would be a scheduler bug.
+  if (!result) throw Error(fmt::format("probe on {}: the scheduler did not start a worker for it", slot.name()));
+  return std::move(*result);
 }
 
 namespace {
@@ -156,16 +107,10 @@ void probe_and_store(const CalibrationOptions& o, ProbeOptions po, const at::Dev
                            b.device, rows,
                            b.memory_limit_bytes > 0 ? mib(b.memory_limit_bytes) : mib(device_total_bytes(device)),
                            bound);
-  std::string log_path;
-  if (!o.log_dir.empty()) {
-    std::string name = b.slot.name();
-    std::replace(name.begin(), name.end(), ':', '_');
-    log_path = o.log_dir + "/probe_" + name + ".log";
-  }
   const auto t0 = Clock::now();
   std::optional<ProbeResult> in_worker;
   if (o.probe_in_worker) in_worker = o.probe_in_worker(b.slot, po);
-  b.probe = in_worker ? std::move(*in_worker) : probe_on_slot(b.slot, o.executable, o.model_dir, o.dtype, po, log_path);
+  b.probe = in_worker ? std::move(*in_worker) : probe_on_slot(b.slot, o.executable, o.model_dir, o.dtype, po, o.log_dir);
   b.batch_tokens = b.probe.chosen_batch_tokens;
   b.source = "probed";
   if (b.memory_limit_bytes == 0) b.memory_limit_bytes = b.probe.memory_limit_bytes;

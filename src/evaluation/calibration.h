@@ -2,9 +2,10 @@
 // the calibration cache or by probing. A probe runs in a real worker process (`gpueval worker`,
 // spawned as the scheduler spawns them, with the same environment and thread count), so it
 // measures the memory a worker will really use; the parent sends a Probe frame (wire.h) and reads
-// back the ProbeResult. In a run that worker is the run's own for the slot (Scheduler::probe, through
-// CalibrationOptions::probe_in_worker), which then runs batches; elsewhere (`gpueval calibrate`,
-// `gpueval plan`, a worker that already ran something) it is one of its own. Distinct devices are probed once each: every CPU worker shares one probe
+// back the ProbeResult (Scheduler::probe, run/scheduler.h, in either case). In a run that worker is
+// the run's own for the slot (through CalibrationOptions::probe_in_worker), which then runs
+// batches; elsewhere (`gpueval calibrate`, `gpueval plan`, a worker that already ran something) it
+// is one of its own, started by a one-slot Scheduler (probe_on_slot). Distinct devices are probed once each: every CPU worker shares one probe
 // (they are alike), and so do workers sharing one GPU. The run then uses the smallest budget over
 // its devices, because the plan is one plan for every worker.
 //
@@ -27,11 +28,12 @@
 
 namespace gpueval {
 
-// Spawns `executable worker` on `slot`, loads the model, runs one probe and shuts the worker
-// down. The worker's stderr goes to `log_path` when it is not empty. Errors (the worker failed
+// Spawns `executable worker` on `slot` (a one-slot Scheduler), loads the model, runs one probe and
+// shuts the worker down. The worker writes to `log_dir`/probe_<slot>.log, or to this process's
+// stderr when `log_dir` is empty; silent for 120 s, it is taken for hung. Errors (the worker failed
 // to start, died, or reported an error) are one-line gpueval::Errors naming the slot.
 ProbeResult probe_on_slot(const DeviceSlot& slot, const std::string& executable, const std::string& model_dir,
-                          const std::string& dtype, const ProbeOptions& options, const std::string& log_path = "");
+                          const std::string& dtype, const ProbeOptions& options, const std::string& log_dir = "");
 
 // The budget of one distinct device.
 struct DeviceBudget {

@@ -67,16 +67,17 @@ struct Worker {
   double busy_seconds = 0;
 };
 
-std::string log_path(const std::string& log_dir, const DeviceSlot& slot) {
+std::string log_path(const SchedulerOptions& o, const DeviceSlot& slot) {
+  if (o.log_dir.empty()) return "";
   std::string name = slot.name();
   std::replace(name.begin(), name.end(), ':', '_');
-  return log_dir + "/worker_" + name + ".log";
+  return o.log_dir + "/" + o.log_name + "_" + name + ".log";
 }
 
 // A new process for `w`, sent its Hello for `model_dir`: it is starting. Error when it cannot be spawned.
 void launch(Worker& w, const SchedulerOptions& o, const std::string& model_dir,
             std::optional<WorkerHello::Broadcast> broadcast = std::nullopt) {
-  w.child.emplace(launch_worker(w.slot, o.executable, log_path(o.log_dir, w.slot)));
+  w.child.emplace(launch_worker(w.slot, o.executable, log_path(o, w.slot)));
   w.channel = FrameChannel(w.child->result_fd(), w.child->command_fd());
   w.state = State::kStarting;
   w.prefix_id = -1;  // a new process starts with an empty prefix cache

@@ -58,7 +58,8 @@ struct SchedulerOptions {
   // build cannot do becomes mmap, said in one line on stderr; restarted workers and later
   // checkpoints load with mmap.
   std::string load = "mmap";
-  std::string log_dir;     // worker_<slot>.log files go here
+  std::string log_dir;     // <log_name>_<slot>.log files go here; "": workers write to this process's stderr
+  std::string log_name = "worker";  // "probe" for a probe's own worker (probe_on_slot, calibration.h)
   int64_t max_attempts = 3;
   double heartbeat_timeout_s = 30;
   double heartbeat_period_s = 1;
