@@ -183,6 +183,38 @@ TEST_F(CalibrationTest, CalibrateThenRunReadsTheCache) {
   EXPECT_EQ(results["config"]["batch_tokens_used"], 4096);
 }
 
+// A run's probe computes its sample's few-shot prefix in the probing worker's own cache, and the
+// run sends that worker the batches with it: the prefix is not computed again, and the scores are
+// the same bits as those of a run given the probe's budget, which does not probe.
+TEST_F(CalibrationTest, TheProbesPrefixServesTheProbingWorkersBatches) {
+  GPUEVAL_REQUIRE_SHARED();
+  const auto run = [&](const std::string& name, std::vector<std::string> extra) {
+    std::vector<std::string> args = {"run", "--gpus", "cpu:1", "--model", testing::converted_stories260k(),
+                                     "--tasks", "mmlu_anatomy", "--limit", "12", "--num-fewshot", "1",
+                                     "--data", "mmlu=" + testing::shared_dir() + "/data/mmlu",
+                                     "--output", out_.file(name), testing::source_dir() + "/configs/demo.yaml"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const auto r = testing::run_gpueval(args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return r;
+  };
+  const auto probed = run("probed", {"--recalibrate"});
+  EXPECT_THAT(probed.err, HasSubstr("in worker cpu:0: ")) << "the probe ran in the run's worker";
+  const json a = json::parse(io::read_file(out_.file("probed") + "/results.json"));
+  ASSERT_EQ(a["config"]["batch_tokens_source"], "probed");
+  const int64_t budget = a["config"]["batch_tokens_used"].get<int64_t>();
+  run("fixed", {"--batch-tokens", std::to_string(budget)});
+  const json b = json::parse(io::read_file(out_.file("fixed") + "/results.json"));
+  ASSERT_EQ(b["config"]["batch_tokens_source"], "config");
+  ASSERT_EQ(a["batching"]["shared_prefixes"], 1) << "one 1-shot prefix for every question";
+  EXPECT_GT(b["batching"]["prefix_tokens_computed"].get<int64_t>(), 0);
+  EXPECT_EQ(a["batching"]["prefix_tokens_computed"], 0) << "the probe had computed it in the worker";
+  EXPECT_EQ(a["batching"]["tokens_computed"].get<int64_t>() + b["batching"]["prefix_tokens_computed"].get<int64_t>(),
+            b["batching"]["tokens_computed"].get<int64_t>());
+  EXPECT_EQ(io::read_file(out_.file("probed") + "/samples_mmlu_anatomy.jsonl"),
+            io::read_file(out_.file("fixed") + "/samples_mmlu_anatomy.jsonl"));
+}
+
 // What fn writes to std::cerr (the [sched] lines of calibration in this process).
 template <typename Fn>
 std::string cerr_of(Fn&& fn) {

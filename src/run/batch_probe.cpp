@@ -159,7 +159,8 @@ std::optional<Batch> probe_sample(const Plan& plan, int64_t max_tokens) {
   return sample;
 }
 
-ProbeResult probe_batch_tokens(const LlamaModelImpl& model, const Tokenizer& tokenizer, const ProbeOptions& options) {
+ProbeResult probe_batch_tokens(const LlamaModelImpl& model, const Tokenizer& tokenizer, const ProbeOptions& options,
+                               PrefixCache* prefixes_in) {
   if (options.min_tokens < 1 || options.max_tokens < options.min_tokens || options.repeats < 1 ||
       !(options.safety > 0 && options.safety <= 1) || !(options.knee > 0 && options.knee <= 1) ||
       options.work_tokens < 0 || options.workers < 1 || !(options.max_share > 0) || !(options.min_seconds >= 0))
@@ -172,7 +173,8 @@ ProbeResult probe_batch_tokens(const LlamaModelImpl& model, const Tokenizer& tok
   result.memory_limit_bytes = options.memory_limit_bytes > 0 ? options.memory_limit_bytes : device_total_bytes(device);
   const double allowed = options.safety * static_cast<double>(result.memory_limit_bytes);
   const auto started = Clock::now();
-  PrefixCache prefixes;
+  PrefixCache own_prefixes;
+  PrefixCache& prefixes = prefixes_in ? *prefixes_in : own_prefixes;
 
   // (budget, peak) pairs to extrapolate from; budget 0 is the memory held before any batch ran.
   std::vector<std::pair<double, double>> seen = {{0.0, static_cast<double>(current_memory_bytes(device))}};

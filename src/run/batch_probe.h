@@ -35,6 +35,7 @@
 #include "gpueval/model.h"
 #include "gpueval/tokenizer.h"
 #include "plan/planner.h"
+#include "run/prefix_cache.h"
 
 namespace gpueval {
 
@@ -83,8 +84,11 @@ struct ProbeResult {
   int64_t bounded_by_work_tokens = 0;
 };
 
-// Runs the sweep. Throws Error when not even the smallest budget fits.
-ProbeResult probe_batch_tokens(const LlamaModelImpl& model, const Tokenizer& tokenizer, const ProbeOptions& options);
+// Runs the sweep. Throws Error when not even the smallest budget fits. The sample's prefix is
+// computed through `prefixes` when given (a worker's own cache: it then serves the run's batches
+// with that prefix, with the same bits), else through a cache of the probe's own.
+ProbeResult probe_batch_tokens(const LlamaModelImpl& model, const Tokenizer& tokenizer, const ProbeOptions& options,
+                               PrefixCache* prefixes = nullptr);
 
 // The choice rule alone: among fitting points, the smallest batch_tokens whose tok/s is at least
 // knee * the best fitting tok/s; 0 when no point fits. `reason`, if given, says why.

@@ -62,6 +62,7 @@ struct Worker {
   int64_t restarts = 0;
   int broadcast_rank = -1;      // its rank while its first load goes over NCCL, else -1
   bool fresh = false;           // started for `model` and given no batch, probe or switch: only the model in memory
+  std::vector<int32_t> probed_prefix;  // a probe's sample prefix, in its PrefixCache; run() maps it to prefix_id
   int64_t batches_done = 0;
   int64_t tokens_done = 0;
   double busy_seconds = 0;
@@ -81,6 +82,7 @@ void launch(Worker& w, const SchedulerOptions& o, const std::string& model_dir,
   w.channel = FrameChannel(w.child->result_fd(), w.child->command_fd());
   w.state = State::kStarting;
   w.prefix_id = -1;  // a new process starts with an empty prefix cache
+  w.probed_prefix.clear();
   w.last_seen = Clock::now();
   w.batch = -1;
   w.model = model_dir;
@@ -198,6 +200,15 @@ class Loop {
         w.state = State::kDown;
         w.start_at = now;
       }
+      // A probe left its sample's prefix in the worker's cache: the plan's batches with it go there first.
+      if (w.child && !w.probed_prefix.empty()) {
+        for (const Batch& b : plan_.batches)
+          if (b.prefix_id >= 0 && b.prefix == w.probed_prefix) {
+            w.prefix_id = b.prefix_id;
+            break;
+          }
+      }
+      w.probed_prefix.clear();
     }
   }
 
@@ -670,7 +681,9 @@ std::optional<ProbeResult> Scheduler::probe(const DeviceSlot& slot, const std::s
     w.fresh = false;  // from here on its memory holds the probe's batches too
     if (const int err = w.channel.send(Frame{FrameType::kProbe, pack_payload(to_json(options))}))
       throw Error(fmt::format("write to worker failed: {}", std::strerror(err)));
-    return await_probe(w, options_.heartbeat_timeout_s);
+    ProbeResult result = await_probe(w, options_.heartbeat_timeout_s);
+    if (options.sample) w.probed_prefix = options.sample->prefix;
+    return result;
   } catch (const FrameError& e) {
     end_worker(w);
     throw Error(fmt::format("probe on {}: bad frame: {}", slot.name(), e.what()));

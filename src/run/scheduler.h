@@ -26,7 +26,8 @@
 // Workers may start before run(): start_workers() launches them and returns at once, so they load
 // while the caller plans, and probe() measures batch budgets (batch_probe.h) in a slot's fresh
 // worker, which then stays for run(): a first run on a new model loads it once per worker, not once
-// more for a probe process.
+// more for a probe process, and the prefix the probe computed stays in that worker's cache: run()
+// sends it the batches that start with that prefix first.
 //
 // Single-threaded: run() is an event loop around ppoll(); signals are blocked
 // except inside ppoll. Not thread-safe; one run() at a time.

@@ -256,10 +256,12 @@ ExecutionOptions execution_options(Replica& r, const Fault& fault) {
   return exec;
 }
 
-void answer_probe(const Replica& r, const Frame& frame, FrameWriter& writer) {
+// The probe computes the sample's prefix into the worker's own cache: the run's first batches
+// with that prefix, which the scheduler sends here (Scheduler::probe), find it there.
+void answer_probe(Replica& r, const Frame& frame, FrameWriter& writer) {
   const ProbeOptions probe = probe_options_from_json(unpack_payload(frame));
   try {
-    const ProbeResult result = probe_batch_tokens(*r.model, *r.tokenizer, probe);
+    const ProbeResult result = probe_batch_tokens(*r.model, *r.tokenizer, probe, &r.prefixes);
     writer.send(FrameType::kResult, {{"probe", to_json(result)},
                                      {"device", device_description(r.options.device, r.hello.threads)},
                                      {"dtype", dtype_name(r.options.dtype)}});
