@@ -6,6 +6,7 @@
 
 #include "gpueval/error.h"
 #include "gpueval/tokenizer.h"
+#include "tokenizer/bpe_model.h"
 #include "tokenizer_test_util.h"
 
 namespace gpueval {
@@ -241,6 +242,33 @@ TEST(BpeModelTest, SubwordPrefixAndSuffix) {
   json suffix = bpe_json({"a", "b", "b</w>", "ab</w>"}, {"a b</w>"});
   suffix["model"]["end_of_word_suffix"] = "</w>";
   EXPECT_EQ(pieces(*load(suffix), "ab"), (Pieces{"ab</w>"}));
+}
+
+// "▁" is U+2581, SentencePiece's word mark. Words split before a mark that follows another
+// character only while no merge could join across that point; the ids are those of the whole word.
+TEST(BpeModelTest, WordsSplitAtWordMarksOnlyWhereNoMergeCrossesThem) {
+  const std::string mark = "\u2581";
+  const json pieces_only = bpe_json({mark, "a", "b", mark + "a", mark + mark, mark + mark + "b"},
+                                    json::array({{mark, "a"}, {mark, mark}, {mark + mark, "b"}}));
+  const BpeModel split(pieces_only["model"], "test.json");
+  EXPECT_TRUE(split.splits_at_word_marks());
+  std::vector<int32_t> ids;
+  split.tokenize(mark + "a" + mark + mark + "b" + "a" + mark + "a", ids);
+  EXPECT_EQ(ids, (std::vector<int32_t>{3, 5, 1, 3}));  // ▁a ▁▁b a ▁a
+
+  // "a ▁" joins an "a" to the mark after it: the word stays whole, and that merge (rank 0) wins.
+  json crossing = bpe_json({mark, "a", "a" + mark, mark + "a"}, json::array({{"a", mark}, {mark, "a"}}));
+  const BpeModel whole(crossing["model"], "test.json");
+  EXPECT_FALSE(whole.splits_at_word_marks());
+  ids.clear();
+  whole.tokenize(mark + "a" + mark + "a", ids);
+  EXPECT_EQ(ids, (std::vector<int32_t>{0, 2, 1}));  // ▁ a▁ a
+
+  // Without the mark as a token of its own, or with a continuing-subword prefix, words stay whole.
+  EXPECT_FALSE(BpeModel(bpe_json({"a", mark + "a"})["model"], "test.json").splits_at_word_marks());
+  json prefixed = bpe_json({mark, "a", mark + "a"});
+  prefixed["model"]["continuing_subword_prefix"] = "##";
+  EXPECT_FALSE(BpeModel(prefixed["model"], "test.json").splits_at_word_marks());
 }
 
 TEST(BpeModelTest, BadMergesNameTheProblem) {

@@ -11,9 +11,11 @@
 #include <thread>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "gpueval/error.h"
 #include "gpueval/tokenizer.h"
+#include "tokenizer/bpe_model.h"
 #include "tokenizer_test_util.h"
 
 namespace gpueval {
@@ -213,6 +215,45 @@ TEST_F(SharedTokenizerTest, LongInputsEncodeQuickly) {
     EXPECT_LT(seconds, 3.0) << name;
     EXPECT_GT(ids.size(), 40000u) << name;
     EXPECT_EQ(tok.decode(ids), text) << name;
+  }
+}
+
+// Mistral's whole-text words are merged piece by piece between word marks (bpe_model.h). The same
+// vocabulary with one more merge that joins a byte token to a following mark keeps words whole;
+// that merge never applies to these texts (no NUL byte), so both must give the same ids on real
+// MMLU questions, long and short.
+TEST_F(SharedTokenizerTest, MistralWordsMergedPieceByPieceGiveTheWholeWordsIds) {
+  std::ifstream in(tokenizer_data("mistral7b_v0.1/tokenizer.json"));
+  const nlohmann::json spec = nlohmann::json::parse(in);
+  nlohmann::json whole_spec = spec.at("model");
+  const std::string mark = "\u2581";
+  whole_spec["vocab"]["<0x00>" + mark] = 32000;
+  whole_spec["merges"].push_back("<0x00> " + mark);
+  const BpeModel pieces(spec.at("model"), "mistral");
+  const BpeModel whole(whole_spec, "mistral, one more merge");
+  ASSERT_TRUE(pieces.splits_at_word_marks());
+  ASSERT_FALSE(whole.splits_at_word_marks());
+
+  std::vector<std::string> texts = {"a   b  c", "  leading and trailing  ", "x" + mark + mark + "y"};
+  for (const char* subject : {"anatomy", "high_school_european_history", "college_chemistry"}) {
+    std::ifstream csv(testing::shared_dir() + "/data/mmlu/test/" + subject + "_test.csv");
+    std::string line, prompt;
+    for (int n = 0; std::getline(csv, line) && n < 60; ++n) {
+      texts.push_back(line);
+      prompt += line + "\n\n";
+    }
+    texts.push_back(prompt);
+  }
+  ASSERT_GT(texts.size(), 150u);
+  for (const std::string& text : texts) {
+    // Mistral's normalizer: a mark first, every space a mark.
+    std::string word = mark;
+    for (char c : text) word += c == ' ' ? mark : std::string(1, c);
+    std::vector<int32_t> by_pieces, merged_whole;
+    pieces.tokenize(word, by_pieces);
+    whole.tokenize(word, merged_whole);
+    EXPECT_EQ(by_pieces, merged_whole) << text.substr(0, 80);
+    EXPECT_FALSE(by_pieces.empty());
   }
 }
 

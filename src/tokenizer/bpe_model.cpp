@@ -14,9 +14,19 @@ namespace gpueval {
 
 namespace {
 
-// Hugging Face caches at most this many words, each shorter than kMaxCachedWordBytes.
-constexpr size_t kCacheCapacity = 10000;
+// Hugging Face caches at most 10,000 words, each shorter than kMaxCachedWordBytes. Pieces between
+// word marks (bpe_model.h) are many more distinct words in a large task set (a few ten thousand
+// in MMLU), so the cache holds more: at most ~100 bytes each, ~13 MiB when full.
+constexpr size_t kCacheCapacity = 1 << 17;
 constexpr size_t kMaxCachedWordBytes = 256;
+
+// SentencePiece's word mark, U+2581 in UTF-8.
+constexpr std::string_view kWordMark = "\xE2\x96\x81";
+
+bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
 
 struct Symbol {
   int32_t id;
@@ -120,6 +130,7 @@ BpeModel::BpeModel(const nlohmann::json& spec, const std::string& where) {
   const nlohmann::json& merges = spec.at("merges");
   if (!merges.is_array()) fail(where, "model.merges must be an array");
   merges_.reserve(merges.size());
+  bool crossing_merge = false;  // a merge of a left token not ending in the word mark with a right one starting with it
   for (size_t rank = 0; rank < merges.size(); ++rank) {
     const nlohmann::json& merge = merges[rank];
     std::string left, right;
@@ -152,7 +163,18 @@ BpeModel::BpeModel(const nlohmann::json& spec, const std::string& where) {
     if (!new_id) fail(where, "merge {} makes '{}', which is not in the vocabulary", rank, merged);
     // A repeated pair keeps its last rank, as in Hugging Face's merge map.
     merges_[pair_key(*left_id, *right_id)] = Merge{static_cast<int32_t>(rank), *new_id};
+    if (starts_with(right, kWordMark) && !ends_with(left, kWordMark)) crossing_merge = true;
   }
+  // A word splits before each mark that follows another character when no merge joins across
+  // such a boundary: symbols start as single characters, and a merge could only build one that
+  // spans the boundary from a left symbol ending in that character (whose token is not "...▁";
+  // byte and unk tokens are "<0xNN>" and unk_token, which must not end in the mark either) and a
+  // right one starting with the mark. The mark must be a token of its own, so that a run of
+  // unknown characters (fused into one unk) always ends at it. Affixes and ignore_merges depend on
+  // the whole word, so they keep it whole.
+  split_at_word_marks_ = !crossing_merge && token_to_id(kWordMark).has_value() && continuing_subword_prefix_.empty() &&
+                         end_of_word_suffix_.empty() && !ignore_merges_ &&
+                         !(unk_token_ && ends_with(*unk_token_, kWordMark));
 }
 
 std::optional<int32_t> BpeModel::token_to_id(std::string_view token) const {
@@ -233,22 +255,46 @@ void BpeModel::tokenize(std::string_view word, std::vector<int32_t>& ids) const 
       return;
     }
   }
-  const bool cacheable = word.size() < kMaxCachedWordBytes;
-  std::string key;
-  if (cacheable) {
-    key.assign(word);
+  std::vector<std::string_view> pieces;
+  if (split_at_word_marks_) {
+    // Pieces end before each mark that follows another character: "▁a▁▁b" is "▁a" and "▁▁b".
+    size_t start = 0;
+    for (size_t at = word.find(kWordMark, 1); at != std::string_view::npos; at = word.find(kWordMark, at + 1)) {
+      if (at >= kWordMark.size() && word.substr(at - kWordMark.size(), kWordMark.size()) == kWordMark) continue;
+      pieces.push_back(word.substr(start, at - start));
+      start = at;
+    }
+    pieces.push_back(word.substr(start));
+  } else {
+    pieces.push_back(word);
+  }
+  // The cache is read under one shared lock for the whole word, and what it lacked is added
+  // under one exclusive lock after, so that threads encoding at once rarely wait on each other.
+  std::vector<std::pair<std::string, std::vector<int32_t>>> merged_here;
+  {
     std::shared_lock lock(cache_mutex_);
-    const auto it = cache_.find(key);
-    if (it != cache_.end()) {
-      ids.insert(ids.end(), it->second.begin(), it->second.end());
-      return;
+    const bool room = cache_.size() < kCacheCapacity;
+    std::string key;
+    for (std::string_view piece : pieces) {
+      const bool cacheable = piece.size() < kMaxCachedWordBytes;
+      if (cacheable) {
+        key.assign(piece);
+        const auto it = cache_.find(key);
+        if (it != cache_.end()) {
+          ids.insert(ids.end(), it->second.begin(), it->second.end());
+          continue;
+        }
+      }
+      std::vector<int32_t> merged = merge_word(piece);
+      ids.insert(ids.end(), merged.begin(), merged.end());
+      if (cacheable && room) merged_here.emplace_back(key, std::move(merged));
     }
   }
-  std::vector<int32_t> merged = merge_word(word);
-  ids.insert(ids.end(), merged.begin(), merged.end());
-  if (cacheable) {
-    std::unique_lock lock(cache_mutex_);
-    if (cache_.size() < kCacheCapacity) cache_.emplace(std::move(key), std::move(merged));
+  if (merged_here.empty()) return;
+  std::unique_lock lock(cache_mutex_);
+  for (auto& [key, merged] : merged_here) {
+    if (cache_.size() >= kCacheCapacity) break;
+    cache_.emplace(std::move(key), std::move(merged));
   }
 }
 

@@ -9,6 +9,15 @@
 // lowest merge rank goes first, the leftmost one among equal ranks, using a
 // priority queue so a word of n characters costs O(n log n).
 //
+// A SentencePiece-style vocabulary (Llama's, Mistral's) comes without a
+// pre-tokenizer, so a whole normalized text is one word. When no merge can join
+// a symbol ending in another character to one starting with the word mark U+2581
+// (checked on the merges at load), no merge crosses such a boundary, and the
+// word is merged piece by piece ("▁the", "▁▁cat", ...) with the same ids as
+// merged whole; each piece then goes through the word cache, which makes a
+// long prompt cost about a lookup per word instead of a heap over all its
+// characters.
+//
 // Immutable after construction except for a word cache, which a shared mutex
 // guards; every method may be called from many threads at once.
 #pragma once
@@ -39,6 +48,8 @@ class BpeModel {
   const std::string* id_to_token(int32_t id) const;
   // One past the largest id in the vocabulary.
   int32_t id_limit() const { return static_cast<int32_t>(tokens_.size()); }
+  // Whether tokenize() merges a word piece by piece between word marks (first paragraph).
+  bool splits_at_word_marks() const { return split_at_word_marks_; }
 
  private:
   struct Merge {
@@ -63,6 +74,7 @@ class BpeModel {
   bool fuse_unk_ = false;
   bool byte_fallback_ = false;
   bool ignore_merges_ = false;
+  bool split_at_word_marks_ = false;  // see the first paragraph
   int32_t byte_ids_[256];  // id of <0xNN>, or -1
 
   // Words already merged; bounded like Hugging Face's cache.
