@@ -71,8 +71,16 @@ size_t rstrip_length(const std::string& text) {
   return end;
 }
 
+// The last context a tokenizing thread encoded: a task's requests for one document (its choices)
+// come one after another with the same context, which is then encoded once for all of them.
+struct ContextMemo {
+  std::string context;  // the rstripped context
+  std::vector<int32_t> tokens;
+  bool valid = false;
+};
+
 // Tokenizes requests the way HFLM does; one per make_plan call, shared
-// read-only by the tokenizing threads.
+// read-only by the tokenizing threads (each with its own ContextMemo).
 class RequestEncoder {
  public:
   RequestEncoder(const Tokenizer& tokenizer, const PlanOptions& options)
@@ -83,12 +91,12 @@ class RequestEncoder {
       prefix_ = *tokenizer.eos_id();
   }
 
-  std::vector<WorkItem> items_for(const Request& r) const {
+  std::vector<WorkItem> items_for(const Request& r, ContextMemo& memo) const {
     if (utf8_invalid_offset(r.context) != r.context.size() ||
         utf8_invalid_offset(r.continuation) != r.continuation.size())
       throw Error("text is not valid UTF-8");
     switch (r.type) {
-      case RequestType::kLoglikelihood: return {loglikelihood(r)};
+      case RequestType::kLoglikelihood: return {loglikelihood(r, memo)};
       case RequestType::kLoglikelihoodRolling: return rolling(r);
       case RequestType::kGenerateUntil: return {generate_until(r)};
     }
@@ -115,7 +123,7 @@ class RequestEncoder {
     return body;
   }
 
-  WorkItem loglikelihood(const Request& r) const {
+  WorkItem loglikelihood(const Request& r, ContextMemo& memo) const {
     std::vector<int32_t> context_enc, continuation_enc;
     if (r.context.empty()) {
       // The prefix token stands in for the missing context, unless the
@@ -134,7 +142,13 @@ class RequestEncoder {
       const size_t keep = rstrip_length(r.context);
       const std::string context = r.context.substr(0, keep);
       const std::string continuation = r.context.substr(keep) + r.continuation;
-      context_enc = encode_context(context);
+      if (!memo.valid || memo.context != context) {
+        memo.valid = false;  // stays so if encoding throws
+        memo.tokens = encode_context(context);
+        memo.context = context;
+        memo.valid = true;
+      }
+      context_enc = memo.tokens;
       const std::vector<int32_t> whole = encode_context(context + continuation);
       if (whole.size() > context_enc.size()) continuation_enc.assign(whole.begin() + context_enc.size(), whole.end());
       // A context of only whitespace, without BOS, would leave nothing to condition on.
@@ -222,13 +236,19 @@ std::vector<std::vector<WorkItem>> encode_all(const std::vector<Request>& reques
   const size_t n = requests.size();
   std::vector<std::vector<WorkItem>> items(n);
   std::vector<std::exception_ptr> errors(n);
+  // Threads take runs of consecutive requests, so that a document's choices mostly meet in one
+  // thread's memo.
+  constexpr size_t kRun = 32;
   std::atomic<size_t> next{0};
   auto work = [&] {
-    for (size_t i = next++; i < n; i = next++) {
-      try {
-        items[i] = encoder.items_for(requests[i]);
-      } catch (...) {
-        errors[i] = std::current_exception();
+    ContextMemo memo;
+    for (size_t start = next.fetch_add(kRun); start < n; start = next.fetch_add(kRun)) {
+      for (size_t i = start; i < std::min(n, start + kRun); ++i) {
+        try {
+          items[i] = encoder.items_for(requests[i], memo);
+        } catch (...) {
+          errors[i] = std::current_exception();
+        }
       }
     }
   };
