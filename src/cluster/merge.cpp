@@ -13,6 +13,7 @@
 #include "evaluation/checkpoint_evaluation.h"
 #include "evaluation/history_recorder.h"
 #include "evaluation/output_lock.h"
+#include "evaluation/run_identity.h"
 #include "evaluation/run_journal.h"
 #include "gpueval/cluster.h"
 #include "gpueval/error.h"
@@ -55,7 +56,8 @@ MergedCheckpoint collect(const ShardedPlan& sp, const ShardedCheckpoint& c, cons
       problems[i].push_back(fmt::format("has not run ({} has no journal.sqlite)", jdir));
       continue;
     }
-    RunJournal journal(jdir, c.checkpoint.fingerprint, m.work.in.model_dir, sp.config, m.work.in.requests, false);
+    RunJournal journal(jdir, c.checkpoint.fingerprint, m.work.in.model_dir,
+                       config_fingerprint(sp.config, m.work.in.requests), m.work.in.requests, false);
     const std::optional<std::string> fp = journal.plan_fingerprint();
     if (!fp || *fp != sp.fingerprint)
       throw Error(fmt::format("{}: computed against another plan ({}, {}/plan.json is {}); shards of two plans cannot "

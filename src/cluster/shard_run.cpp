@@ -9,6 +9,7 @@
 #include "common/file_io.h"
 #include "evaluation/checkpoint_evaluation.h"
 #include "evaluation/output_lock.h"
+#include "evaluation/run_identity.h"
 #include "evaluation/run_journal.h"
 #include "gpueval/error.h"
 #include "plan/shards.h"
@@ -91,8 +92,8 @@ int run_shard(const ShardedPlan& sp, ShardId shard, const ShardRunOptions& optio
     CheckpointWork work = plan_checkpoint(sp, c, config.gpus, options.evaluation.executable);
     const std::string jdir = sp.journal_dir(shard.index, c);
     io::make_directories(jdir);
-    RunJournal journal(jdir, c.checkpoint.fingerprint, work.in.model_dir, config, work.in.requests,
-                       options.evaluation.fresh);
+    RunJournal journal(jdir, c.checkpoint.fingerprint, work.in.model_dir, config_fingerprint(config, work.in.requests),
+                       work.in.requests, options.evaluation.fresh);
     const std::optional<std::string> journal_plan = journal.plan_fingerprint();
     if (journal_plan && *journal_plan != sp.fingerprint)
       throw Error(fmt::format("{}: computed against another plan ({}, this one is {}); --fresh starts this shard over",

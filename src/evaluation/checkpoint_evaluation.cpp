@@ -185,16 +185,16 @@ void log_outcome(const char* state, const Plan& plan, const SchedulerReport& rep
 }  // namespace
 
 CheckpointOutcome evaluate_checkpoint(const RunConfig& run_config, const EvaluationOptions& options,
-                                      const Checkpoint& checkpoint, const std::string& output_dir,
+                                      const RunTasks& tasks, const Checkpoint& checkpoint, const std::string& output_dir,
                                       Scheduler& scheduler, ProgressReporter& progress, const ScoredCallback& on_scored) {
   const auto t0 = Clock::now();
   RunConfig config = run_config;  // this checkpoint's view: its model and its output directory
   config.output = output_dir;
   config.models = {checkpoint.path};
-  const RunInputs in = load_run_inputs(config, options.executable, checkpoint.path);
+  const RunInputs in = load_run_inputs(config, options.executable, checkpoint.path, &tasks.inputs);
   io::make_directories(config.output + "/logs");
   // Journal (run_journal.h): what an earlier run of this model and config already scored.
-  RunJournal journal(config.output, checkpoint.fingerprint, in.model_dir, config, in.requests, options.fresh);
+  RunJournal journal(config.output, checkpoint.fingerprint, in.model_dir, tasks.config_fp, in.requests, options.fresh);
   // The workers load the model while the plan is cut and its budget chosen, a probe running in one
   // of them (Scheduler::start_workers, probe); not when the journal may hold every result already.
   const int64_t host_available = available_host_bytes();

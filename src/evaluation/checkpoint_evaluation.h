@@ -77,8 +77,9 @@ struct CheckpointOutcome {
   int exit_code = 0;
 };
 
+// `tasks`: the run's tasks and config fingerprint (load_run_tasks), shared by its checkpoints.
 CheckpointOutcome evaluate_checkpoint(const RunConfig& run_config, const EvaluationOptions& options,
-                                      const Checkpoint& checkpoint, const std::string& output_dir,
+                                      const RunTasks& tasks, const Checkpoint& checkpoint, const std::string& output_dir,
                                       Scheduler& scheduler, ProgressReporter& progress, const ScoredCallback& on_scored);
 
 }  // namespace gpueval

@@ -14,8 +14,9 @@
 
 namespace gpueval {
 
-int run_checkpoints(const RunConfig& config, const EvaluationOptions& options, const std::vector<Checkpoint>& checkpoints,
-                    Scheduler& scheduler, ProgressReporter& progress, HistoryRecorder& recorder) {
+int run_checkpoints(const RunConfig& config, const EvaluationOptions& options, const RunTasks& tasks,
+                    const std::vector<Checkpoint>& checkpoints, Scheduler& scheduler, ProgressReporter& progress,
+                    HistoryRecorder& recorder) {
   History& history = recorder.history();
   const std::string& config_fp = recorder.config_fingerprint();
   nlohmann::json lines = nlohmann::json::array();
@@ -53,7 +54,7 @@ int run_checkpoints(const RunConfig& config, const EvaluationOptions& options, c
     std::cerr << fmt::format("[sched] checkpoint {} of {}: {} ({})\n", k + 1, checkpoints.size(), c.name, c.path);
     try {
       if (!c.error.empty()) throw Error(c.error);
-      const CheckpointOutcome outcome = evaluate_checkpoint(config, options, c, config.output + "/" + c.name, scheduler,
+      const CheckpointOutcome outcome = evaluate_checkpoint(config, options, tasks, c, config.output + "/" + c.name, scheduler,
                                                             progress, recorder.recorder(c, &lines[k]));
       lines[k]["state"] = outcome.state;
       progress.set_extra("checkpoints", lines);

@@ -6,6 +6,7 @@
 
 #include "evaluation/checkpoints.h"
 #include "evaluation/history_recorder.h"
+#include "evaluation/run_inputs.h"
 #include "gpueval/evaluation.h"
 #include "gpueval/run_config.h"
 #include "run/progress.h"
@@ -19,7 +20,9 @@ namespace gpueval {
 // dying) is reported and the others are still scored. status.json carries a line per
 // checkpoint; report.md and report.html in <output> show the trend of every checkpoint the
 // history holds for this config.
-int run_checkpoints(const RunConfig& config, const EvaluationOptions& options, const std::vector<Checkpoint>& checkpoints,
-                    Scheduler& scheduler, ProgressReporter& progress, HistoryRecorder& recorder);
+// `tasks`: the config's tasks, loaded once for every checkpoint.
+int run_checkpoints(const RunConfig& config, const EvaluationOptions& options, const RunTasks& tasks,
+                    const std::vector<Checkpoint>& checkpoints, Scheduler& scheduler, ProgressReporter& progress,
+                    HistoryRecorder& recorder);
 
 }  // namespace gpueval

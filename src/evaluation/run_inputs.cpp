@@ -10,6 +10,7 @@
 
 #include "common/file_io.h"
 #include "evaluation/checkpoints.h"
+#include "evaluation/run_identity.h"
 #include "gpueval/error.h"
 
 namespace gpueval {
@@ -59,7 +60,15 @@ TaskInputs load_tasks(const RunConfig& config, const std::string& executable) {
   return out;
 }
 
-RunInputs load_run_inputs(const RunConfig& config, const std::string& executable, const std::string& model_dir) {
+RunTasks load_run_tasks(const RunConfig& config, const std::string& executable) {
+  RunTasks out;
+  out.inputs = load_tasks(config, executable);
+  out.config_fp = config_fingerprint(config, out.inputs.requests);
+  return out;
+}
+
+RunInputs load_run_inputs(const RunConfig& config, const std::string& executable, const std::string& model_dir,
+                          const TaskInputs* loaded) {
   RunInputs in;
   in.spec = config.gpus.empty() ? "cpu" : config.gpus;
   in.slots = run_device_slots(config);
@@ -70,7 +79,7 @@ RunInputs load_run_inputs(const RunConfig& config, const std::string& executable
   in.model_config = ModelConfig::load(in.model_dir + "/config.json");
   in.tokenizer = load_tokenizer(in.model_dir);
 
-  TaskInputs tasks = load_tasks(config, executable);
+  TaskInputs tasks = loaded ? *loaded : load_tasks(config, executable);
   in.selection = std::move(tasks.selection);
   in.tasks = std::move(tasks.tasks);
   in.requests = std::move(tasks.requests);

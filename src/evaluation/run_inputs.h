@@ -43,11 +43,21 @@ struct TaskInputs {
 };
 TaskInputs load_tasks(const RunConfig& config, const std::string& executable);
 
+// A run's tasks, loaded once for all its checkpoints, and their config fingerprint
+// (run_identity.h), which the history and every checkpoint's journal key on.
+struct RunTasks {
+  TaskInputs inputs;
+  std::string config_fp;
+};
+RunTasks load_run_tasks(const RunConfig& config, const std::string& executable);
+
 // The device slots of `config.gpus` (else "cpu") on this machine, CPU slots with cpu_threads each.
 std::vector<DeviceSlot> run_device_slots(const RunConfig& config);
 
 // `model_dir`: the checkpoint to load; empty: the config's one model (an Error for a list or a glob).
-RunInputs load_run_inputs(const RunConfig& config, const std::string& executable, const std::string& model_dir = "");
+// `tasks`: the config's tasks loaded already (load_run_tasks), copied in; null: loaded here.
+RunInputs load_run_inputs(const RunConfig& config, const std::string& executable, const std::string& model_dir = "",
+                          const TaskInputs* tasks = nullptr);
 
 // The cost (WorkItem::cost) of the longest item the run's requests plan into.
 int64_t longest_item_cost(const RunInputs& inputs);

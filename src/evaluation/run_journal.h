@@ -30,10 +30,11 @@ namespace gpueval {
 
 class RunJournal {
  public:
-  // Opens <output_dir>/journal.sqlite for (model_fp, config, requests); fresh starts it over.
+  // Opens <output_dir>/journal.sqlite for (model_fp, config_fp, requests), config_fp being
+  // config_fingerprint(config, requests) (run_identity.h); fresh starts it over.
   // Throws Error as Journal::open does (another model or config, a corrupt journal).
   RunJournal(const std::string& output_dir, const std::string& model_fp, const std::string& model_path,
-             const RunConfig& config, const std::vector<Request>& requests, bool fresh);
+             const std::string& config_fp, const std::vector<Request>& requests, bool fresh);
 
   const std::string& path() const { return journal_.path(); }
   std::optional<int64_t> batch_tokens() const { return journal_.batch_tokens(); }
