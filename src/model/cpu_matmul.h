@@ -11,7 +11,8 @@
 // Same bits whatever the thread count: the rows of x are cut into blocks by their number alone,
 // never by the threads, and each block is one single-threaded dnnl_sgemm call. A row's result
 // depends on the batch's shape (as with any BLAS: a one-row product takes a different kernel),
-// but cpu:1 (one worker, two threads) and cpu:2 (two workers, one thread each) agree bit for bit.
+// but not on how many threads a worker has (cpu_threads) nor on how many workers share the run:
+// cpu:1 and cpu:2 agree bit for bit.
 // Stateless; callable from any thread.
 #pragma once
 
