@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/strict_json.h"
+#include "common/strings.h"
 #include "common/utf8.h"
 #include "gpueval/error.h"
 #include "tokenizer/token_id.h"
@@ -23,10 +24,6 @@ constexpr size_t kMaxCachedWordBytes = 256;
 // SentencePiece's word mark, U+2581 in UTF-8.
 constexpr std::string_view kWordMark = "\xE2\x96\x81";
 
-bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
-bool ends_with(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
 
 struct Symbol {
   int32_t id;
