@@ -1,6 +1,6 @@
 // The kernel dispatch of model/kernels.h, on every device the build has (DeviceTest: CPU always,
 // CUDA where there is a GPU). Where the dispatch runs the reference (CPU tensors, or a build without
-// GPUEVAL_WITH_CUDA_KERNELS) it must return exactly the reference; where it runs a CUDA kernel it
+// GPUEVAL_WITH_CUDA_KERNELS), or RoPE's one-pass CPU float32 loop, it must return exactly the reference; where it runs a CUDA kernel it
 // is compared with the reference on the same tensors, over float32 / bfloat16 / float16 and odd
 // sizes. The references themselves are checked against definitions computed here in float64
 // (RoPE: tiny_model.h's element-by-element rotation, Llama-3 frequency scaling included).
@@ -164,9 +164,12 @@ TEST_P(Kernels, RotaryEmbeddingMatchesReferenceAndDefinition) {
           at::Tensor x = transposed ? heads_transposed(s.b, s.h, s.t, s.hd, dtype).to(device())
                                     : at::randn({s.b, s.h, s.t, s.hd}).to(dtype).to(device());  // [B, H, T, hd]
           ASSERT_EQ(rotary_embedding_uses_kernel(x, tables), kernels()) << where;
+          // Off the kernel, CPU float32 takes the one-pass loop (apply_rope_cpu), other dtypes the reference.
+          ASSERT_EQ(apply_rope_cpu_applies(x, tables), device().is_cpu() && dtype == at::kFloat) << where;
           // Each product and the sum are rounded to the dtype as the reference's elementwise ops do: exact.
           at::Tensor got = rotary_embedding(x, tables);
           EXPECT_TRUE(at::equal(got, apply_rope(x, tables))) << where << (transposed ? " transposed" : "");
+          if (!kernels()) EXPECT_EQ(got.strides(), apply_rope(x, tables).strides()) << where;
           // Against the rotation from its definition, row by row at that row's positions. The tables
           // are float32 angles rounded to the dtype, the oracle float64: the dtype's rounding apart.
           const double tol = dtype == at::kFloat ? 1e-4 : dtype == at::kHalf ? 2e-2 : 8e-2;

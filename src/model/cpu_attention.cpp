@@ -114,7 +114,8 @@ at::Tensor tiled_attention(const at::Tensor& q_in, const at::Tensor& k_in, const
     at::Tensor scores_buffer = at::empty({kAttentionTile * (p + own)}, q.options());
     at::Tensor probs_buffer = fused ? at::Tensor() : at::empty({kAttentionTile * (p + own)}, q.options());
     for (int64_t i = begin; i < end; ++i) {
-      const int64_t row = i / (blocks * heads), block = (i / heads) % blocks, head = i % heads;
+      // Head-major: consecutive tiles share one head's prefix keys and values, which stay in cache.
+      const int64_t head = i / (b * blocks), row = (i / blocks) % b, block = i % blocks;
       const int64_t kv = head / groups, first = block * kAttentionTile, rows = std::min(kAttentionTile, t - first);
       const auto [key_begin, key_end] = ranges[static_cast<size_t>(row * blocks + block)];
       const int64_t n = key_end - key_begin, width = p + n;

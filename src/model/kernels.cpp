@@ -110,7 +110,7 @@ bool rotary_embedding_uses_kernel(const at::Tensor& x, const RopeTables& t) {
 }
 
 at::Tensor rotary_embedding(const at::Tensor& x, const RopeTables& t) {
-  if (!rotary_embedding_uses_kernel(x, t)) return apply_rope(x, t);
+  if (!rotary_embedding_uses_kernel(x, t)) return apply_rope_cpu_applies(x, t) ? apply_rope_cpu(x, t) : apply_rope(x, t);
 #ifdef GPUEVAL_WITH_CUDA_KERNELS
   c10::cuda::CUDAGuard guard(x.device());
   // The same strides as x (a transposed q/k stays transposed), as the reference's elementwise ops give.

@@ -27,7 +27,8 @@ bool rms_norm_uses_kernel(const at::Tensor& x, const at::Tensor& weight);
 TargetScores logprob_gather(const at::Tensor& logits, const at::Tensor& targets);
 bool logprob_gather_uses_kernel(const at::Tensor& logits, const at::Tensor& targets);
 
-// RoPE: x [B, H, T, head_dim] -> same shape and dtype; reference apply_rope.
+// RoPE: x [B, H, T, head_dim] -> same shape and dtype; reference apply_rope. Off the kernel, CPU
+// float32 takes apply_rope_cpu (one pass, the reference's bits).
 at::Tensor rotary_embedding(const at::Tensor& x, const RopeTables& tables);
 bool rotary_embedding_uses_kernel(const at::Tensor& x, const RopeTables& tables);
 

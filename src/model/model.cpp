@@ -205,7 +205,10 @@ MlpImpl::MlpImpl(const ModelConfig& c, const WeightSource& source, int64_t layer
 }
 
 at::Tensor MlpImpl::forward(const at::Tensor& x) const {
-  return down_proj_->forward(at::silu(gate_proj_->forward(x)) * up_proj_->forward(x));
+  // In place on the fresh projections: the same bits as silu(gate) * up without two more tensors.
+  at::Tensor gate = gate_proj_->forward(x);
+  at::silu_(gate).mul_(up_proj_->forward(x));
+  return down_proj_->forward(gate);
 }
 
 DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, const WeightSource& source, int64_t index) : index_(index) {
@@ -221,16 +224,19 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, const WeightSource& sou
 
 at::Tensor DecoderLayerImpl::forward(const at::Tensor& x, const RopeTables& rope, const at::Tensor& mask,
                                      KVCache* cache, const PrefixKV* prefix) const {
-  at::Tensor h = x + self_attn_->forward(input_layernorm_->forward(x), rope, mask, cache, index_, prefix);
-  return h + mlp_->forward(post_attention_layernorm_->forward(h));
+  // Residuals added in place into the fresh sublayer outputs (addition commutes: the same bits as x + a).
+  at::Tensor h = self_attn_->forward(input_layernorm_->forward(x), rope, mask, cache, index_, prefix);
+  h.add_(x);
+  at::Tensor m = mlp_->forward(post_attention_layernorm_->forward(h));
+  return m.add_(h);
 }
 
 at::Tensor DecoderLayerImpl::forward_at(const at::Tensor& x, const RopeTables& rope, const at::Tensor& mask,
                                         const PrefixKV* prefix, const at::Tensor& columns) const {
   const int64_t b = x.size(0), picked = columns.size(1), d = x.size(2);
-  at::Tensor h = x.gather(1, columns.unsqueeze(-1).expand({b, picked, d})) +
-                 self_attn_->forward_at(input_layernorm_->forward(x), rope, mask, index_, prefix, columns);
-  return h + mlp_->forward(post_attention_layernorm_->forward(h));
+  at::Tensor h = self_attn_->forward_at(input_layernorm_->forward(x), rope, mask, index_, prefix, columns)
+                     .add_(x.gather(1, columns.unsqueeze(-1).expand({b, picked, d})));
+  return mlp_->forward(post_attention_layernorm_->forward(h)).add_(h);
 }
 
 void DecoderLayerImpl::append_keys_values(const at::Tensor& x, const RopeTables& rope, KVCache& cache) const {

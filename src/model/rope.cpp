@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include <ATen/Parallel.h>
+
 namespace gpueval {
 
 at::Tensor rope_inv_freq(const ModelConfig& c, at::Device device) {
@@ -40,6 +42,66 @@ at::Tensor apply_rope(const at::Tensor& x, const RopeTables& t) {
   at::Tensor x2 = x.narrow(-1, half, half);
   at::Tensor rotated = at::cat({-x2, x1}, -1);  // [B, H, T, head_dim]
   return x * t.cos + rotated * t.sin;
+}
+
+namespace {
+
+bool cpu_float(const at::Tensor& t) {
+  return t.defined() && t.device().is_cpu() && t.scalar_type() == at::kFloat && t.layout() == at::kStrided;
+}
+
+// One position of one head: out = x·cos + rotate_half(x)·sin, products and sum rounded separately.
+#if defined(__clang__)
+void rotate_position(const float* x, const float* c, const float* s, float* out, int64_t half) {
+#pragma clang fp contract(off)
+#elif defined(__GNUC__)
+__attribute__((optimize("fp-contract=off"))) void rotate_position(const float* x, const float* c, const float* s,
+                                                                   float* out, int64_t half) {
+#else
+void rotate_position(const float* x, const float* c, const float* s, float* out, int64_t half) {
+#endif
+  for (int64_t i = 0; i < half; ++i) {
+    const float a = x[i] * c[i], b = x[i + half] * s[i];
+    out[i] = a - b;  // x1·cos + (-x2)·sin: (-x2)·sin is exactly -(x2·sin)
+  }
+  for (int64_t i = half; i < 2 * half; ++i) {
+    const float a = x[i] * c[i], b = x[i - half] * s[i];
+    out[i] = a + b;
+  }
+}
+
+}  // namespace
+
+bool apply_rope_cpu_applies(const at::Tensor& x, const RopeTables& t) {
+  if (!cpu_float(x) || !cpu_float(t.cos) || !cpu_float(t.sin) || x.dim() != 4) return false;
+  const int64_t b = x.size(0), seq = x.size(2), hd = x.size(3);
+  const auto table_ok = [&](const at::Tensor& table) {
+    return table.dim() == 4 && (table.size(0) == b || table.size(0) == 1) && table.size(1) == 1 &&
+           table.size(2) == seq && table.size(3) == hd && table.stride(3) == 1;
+  };
+  return hd % 2 == 0 && x.stride(3) == 1 && table_ok(t.cos) && table_ok(t.sin) &&
+         t.cos.size(0) == t.sin.size(0);
+}
+
+at::Tensor apply_rope_cpu(const at::Tensor& x, const RopeTables& t) {
+  TORCH_CHECK(apply_rope_cpu_applies(x, t), "apply_rope_cpu: not CPU float32 [B, H, T, hd] with matching tables");
+  at::Tensor out = at::empty_like(x);  // x's strides when x is dense (a transposed view included)
+  if (out.stride(3) != 1) out = at::empty_like(x, at::MemoryFormat::Contiguous);
+  const int64_t b = x.size(0), heads = x.size(1), seq = x.size(2), half = x.size(3) / 2;
+  const float* xd = x.data_ptr<float>();
+  const float* cd = t.cos.data_ptr<float>();
+  const float* sd = t.sin.data_ptr<float>();
+  float* od = out.data_ptr<float>();
+  const int64_t cos_b = t.cos.size(0) == 1 ? 0 : t.cos.stride(0), sin_b = t.sin.size(0) == 1 ? 0 : t.sin.stride(0);
+  at::parallel_for(0, b * heads * seq, 1024, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t row = i / (heads * seq), head = (i / seq) % heads, pos = i % seq;
+      rotate_position(xd + row * x.stride(0) + head * x.stride(1) + pos * x.stride(2),
+                      cd + row * cos_b + pos * t.cos.stride(2), sd + row * sin_b + pos * t.sin.stride(2),
+                      od + row * out.stride(0) + head * out.stride(1) + pos * out.stride(2), half);
+    }
+  });
+  return out;
 }
 
 }  // namespace gpueval

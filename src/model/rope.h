@@ -25,4 +25,11 @@ RopeTables rope_tables(const at::Tensor& inv_freq, const at::Tensor& positions, 
 // x: [B, H, T, head_dim] -> same shape.
 at::Tensor apply_rope(const at::Tensor& x, const RopeTables& tables);
 
+// The same function for CPU float32 in one pass, each element x·cos ± x'·sin rounded after each
+// product and after the sum exactly as apply_rope's separate ops round (no fused multiply-add):
+// the same bits. The output has x's strides (a transposed q stays transposed). Applies when x is
+// [B, H, T, hd] with unit last stride and the tables are [B or 1, 1, T, hd] float32, unit last stride.
+bool apply_rope_cpu_applies(const at::Tensor& x, const RopeTables& tables);
+at::Tensor apply_rope_cpu(const at::Tensor& x, const RopeTables& tables);
+
 }  // namespace gpueval
