@@ -163,7 +163,7 @@ TEST_F(CalibrationTest, CalibrateThenRunReadsTheCache) {
     EXPECT_LT(at, r.err.find("probing batch budgets")) << "started after the probe began: " << r.err;
   }
   const size_t pid_at = r.err.find("[sched] started worker cpu:0 (pid ") + 34;
-  const std::string probe_pid = r.err.substr(pid_at, r.err.find(')', pid_at) - pid_at);
+  const std::string probe_pid = r.err.substr(pid_at, r.err.find_first_of("),", pid_at) - pid_at);
   const json status = json::parse(io::read_file(out_.file("re") + "/status.json"));
   ASSERT_EQ(status["workers"].size(), 2u);
   EXPECT_EQ(status["workers"][0]["name"], "cpu:0");

@@ -55,6 +55,12 @@ std::vector<std::pair<std::string, std::string>> hold_once(const testing::TempDi
 
 bool process_gone(int pid) { return ::kill(pid, 0) != 0 && errno == ESRCH; }
 
+int count_of(const std::string& text, const std::string& needle) {
+  int n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + needle.size())) ++n;
+  return n;
+}
+
 class RunTest : public ::testing::Test {
  protected:
   // One uninterrupted run on one worker: the reference every other run must equal.
@@ -97,10 +103,25 @@ TEST_F(RunTest, TwoWorkersGiveBitIdenticalResults) {
   EXPECT_EQ(done, status["batches_total"].get<int>());
   EXPECT_THAT(io::read_file(dir_.file("two") + "/logs/worker_cpu_0.log"), HasSubstr("[cpu:0] pid"));
   EXPECT_THAT(io::read_file(dir_.file("two") + "/logs/worker_cpu_1.log"), HasSubstr("[cpu:1] pid"));
+  // Both CPU workers were forked at start-up and launched without exec (worker_prefork.h).
+  EXPECT_THAT(r.err, ::testing::ContainsRegex("started worker cpu:0 \\(pid [0-9]+, forked ahead\\)"));
+  EXPECT_THAT(r.err, ::testing::ContainsRegex("started worker cpu:1 \\(pid [0-9]+, forked ahead\\)"));
   EXPECT_EQ(status["task_progress"]["demo_choice"], (json{{"documents", 60}, {"documents_done", 60}}));
   EXPECT_EQ(status["task_progress"]["demo_perplexity"], (json{{"documents", 20}, {"documents_done", 20}}));
   EXPECT_TRUE(io::path_exists(dir_.file("two") + "/logs/worker_cpu_1.log"));
   EXPECT_TRUE(io::path_exists(dir_.file("two") + "/report.md"));
+}
+
+// GPUEVAL_PREFORK=0: every worker is fork+exec'd, as restarts always are; the same results.
+TEST_F(RunTest, WorkersExecdInsteadOfForkedAheadGiveTheSameResults) {
+  const std::string cfg = write_config(dir_, "exec");
+  AsyncRun run = AsyncRun::start({"run", "--gpus", "cpu:2", cfg}, dir_.file("exec"), {{"GPUEVAL_PREFORK", "0"}});
+  ExitStatus st = run.child.wait();
+  ASSERT_TRUE(st.success()) << st.describe() << "\n" << run.log();
+  EXPECT_THAT(run.log(), ::testing::ContainsRegex("started worker cpu:0 \\(pid [0-9]+\\)"));
+  EXPECT_THAT(run.log(), ::testing::ContainsRegex("started worker cpu:1 \\(pid [0-9]+\\)"));
+  EXPECT_THAT(run.log(), Not(HasSubstr("forked ahead")));
+  expect_reference_results(dir_.file("exec"));
 }
 
 // `load: broadcast` on CPU workers (or in a build without NCCL): one line says it falls back to
@@ -155,6 +176,11 @@ TEST_F(RunTest, KilledWorkerIsReplacedAndNothingIsLostOrDoubled) {
   ExitStatus st = run.child.wait();
   ASSERT_TRUE(st.success()) << st.describe() << "\n" << run.log();
   EXPECT_THAT(run.log(), HasSubstr("killed by signal 9"));
+  // The two first workers were forked ahead; a replacement (none when the other worker has
+  // finished every batch first) is exec'd.
+  const std::string log = run.log();
+  EXPECT_EQ(count_of(log, ", forked ahead)"), 2) << log;
+  EXPECT_THAT(count_of(log, "[sched] started worker"), ::testing::AnyOf(2, 3)) << log;
   expect_reference_results(dir_.file("kill"));
   json status = json::parse(io::read_file(dir_.file("kill") + "/status.json"));
   int restarts = 0;
@@ -270,7 +296,9 @@ TEST(RunErrors, BadDevicesAndConfigsAreOneLine) {
 }
 
 // Bad task definitions and datasets end the run before any worker starts: exit 1, one line on
-// stderr naming the file and line, and no results written.
+// stderr naming the file and line, and no results written. The worker forked ahead for cpu:1 is
+// never launched: it ends without a word and without holding stderr open (run_gpueval reads to
+// end of stream).
 TEST(RunErrors, BadTaskFilesAreOneLineNamingFileAndLine) {
   testing::TempDir dir;
   testing::write_text(dir.file("quiz.jsonl"), "{\"q\": \"x\", \"choices\": [\"a\", \"b\"], \"label\": 0}\n");

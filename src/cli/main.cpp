@@ -22,7 +22,9 @@
 #include "gpueval/evaluation.h"
 #include "gpueval/run_config.h"
 #include "report/report_html.h"
+#include "run/devices.h"
 #include "run/worker.h"
+#include "run/worker_prefork.h"
 
 namespace {
 
@@ -358,6 +360,22 @@ int run_command(const RunFlags& f, const char* argv0) {
   return gpueval::run_evaluation(config, eo);
 }
 
+// How many CPU workers a plain `gpueval run` of this config starts: forked ahead, before any thread
+// (worker_prefork.h). 0 for a sharded run, GPUs, or a config that does not load (the run says why).
+int cpu_workers_to_fork(const RunFlags& f) {
+  try {
+    if (!f.shard.empty() || gpueval::io::is_directory(f.config)) return 0;
+    gpueval::RunConfig config = gpueval::load_run_config(f.config);
+    gpueval::apply_overrides(config, f.overrides);
+    const std::string spec = config.gpus.empty() ? "cpu" : config.gpus;
+    if (!gpueval::starts_with(spec, "cpu") || gpueval::io::path_exists(config.output + "/plan.json")) return 0;
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    return static_cast<int>(gpueval::parse_device_spec(spec, 0, cores).size());
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
 int calibrate_command(CalibrateFlags& f, const char* argv0) {
   gpueval::RunConfig config = gpueval::load_run_config(f.config);
   gpueval::apply_overrides(config, f.overrides);
@@ -421,9 +439,15 @@ int run_main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
+  // Before the first thread (at::set_num_threads starts LibTorch's pools): a forked process
+  // returns here as a worker once the scheduler launches it.
+  gpueval::PreforkRole role = gpueval::PreforkRole::kParent;
+  if (*run_cmd) role = gpueval::prefork_workers(cpu_workers_to_fork(run));
+  if (role == gpueval::PreforkRole::kUnused) return 0;
+  if (role == gpueval::PreforkRole::kWorker) threads = 0;  // as `gpueval worker` has it
   at::set_num_threads(threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   try {
-    if (*worker_cmd) return gpueval::run_worker();
+    if (*worker_cmd || role == gpueval::PreforkRole::kWorker) return gpueval::run_worker();
     if (*run_cmd) return run_command(run, argv[0]);
     if (*calibrate_cmd) return calibrate_command(calibrate, argv[0]);
     if (*plan_cmd) {

@@ -92,7 +92,8 @@ void launch(Worker& w, const SchedulerOptions& o, const std::string& model_dir,
   // Into an empty pipe; what it does not take now, run() or probe() flushes.
   if (const int err = w.channel.send(Frame{FrameType::kHello, pack_payload(to_json(hello))}))
     throw Error(fmt::format("write to worker failed: {}", std::strerror(err)));
-  std::cerr << fmt::format("[sched] started worker {} (pid {})\n", w.slot.name(), w.child->pid());
+  std::cerr << fmt::format("[sched] started worker {} (pid {}{})\n", w.slot.name(), w.child->pid(),
+                           w.child->forked_ahead() ? ", forked ahead" : "");
 }
 
 // Ends `w`'s process now; it is down, to be started again by the next run().

@@ -269,12 +269,23 @@ Child Child::spawn(const SpawnOptions& options) {
   return child;
 }
 
+Child Child::adopt(pid_t pid, std::string name, int command_fd, int result_fd) {
+  Child child;
+  child.pid_ = pid;
+  child.name_ = std::move(name);
+  child.command_fd_ = command_fd;
+  child.result_fd_ = result_fd;
+  child.forked_ahead_ = true;
+  return child;
+}
+
 Child::Child(Child&& other) noexcept
     : pid_(std::exchange(other.pid_, -1)),
       name_(std::move(other.name_)),
       command_fd_(std::exchange(other.command_fd_, -1)),
       result_fd_(std::exchange(other.result_fd_, -1)),
-      status_(std::exchange(other.status_, std::nullopt)) {}
+      status_(std::exchange(other.status_, std::nullopt)),
+      forked_ahead_(other.forked_ahead_) {}
 
 Child& Child::operator=(Child&& other) noexcept {
   if (this != &other) {
@@ -284,6 +295,7 @@ Child& Child::operator=(Child&& other) noexcept {
     command_fd_ = std::exchange(other.command_fd_, -1);
     result_fd_ = std::exchange(other.result_fd_, -1);
     status_ = std::exchange(other.status_, std::nullopt);
+    forked_ahead_ = other.forked_ahead_;
   }
   return *this;
 }

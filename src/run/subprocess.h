@@ -57,6 +57,10 @@ class Child {
   // CLOEXEC status pipe and thrown as Error naming argv[0], the call and strerror, e.g.
   // "/opt/gpueval/bin/worker: execve failed: No such file or directory".
   static Child spawn(const SpawnOptions& options);
+  // Takes over a child this process forked itself, already set up as spawn sets one up (fds 3 and
+  // 4 its pipes' ends; worker_prefork.h): the parent's write end of its command pipe and read end
+  // of its result pipe (O_NONBLOCK, O_CLOEXEC), both owned from now on. `name` is for messages.
+  static Child adopt(pid_t pid, std::string name, int command_fd, int result_fd);
 
   Child(Child&& other) noexcept;
   Child& operator=(Child&& other) noexcept;
@@ -66,6 +70,7 @@ class Child {
 
   pid_t pid() const { return pid_; }
   const std::string& name() const { return name_; }  // argv[0], for messages
+  bool forked_ahead() const { return forked_ahead_; }  // made by adopt(), not spawn()
   int command_fd() const { return command_fd_; }     // parent's write end (child's fd 3); -1 after close_command()
   int result_fd() const { return result_fd_; }       // parent's read end (child's fd 4), O_NONBLOCK, O_CLOEXEC
   // Closes the command pipe; the child then reads end of stream on fd 3.
@@ -89,6 +94,7 @@ class Child {
   int command_fd_ = -1;
   int result_fd_ = -1;
   std::optional<ExitStatus> status_;  // set once reaped
+  bool forked_ahead_ = false;
 };
 
 // In the child (worker side): the two descriptors handed over by Child::spawn, checked with fcntl

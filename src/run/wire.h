@@ -24,8 +24,10 @@ namespace gpueval {
 // kProbe asks a worker to measure batch budgets (batch_probe.h): payload ProbeOptions, answered by
 // a kResult holding a ProbeResult, or a kError. kBroadcast carries {"nccl_id": hex} for
 // `load: broadcast` (weight_broadcast.h): from rank 0 to the scheduler, then to the other ranks.
+// kLaunch turns a process forked ahead into a worker, before its Hello (worker_prefork.h).
 enum class FrameType : uint8_t {
-  kHello = 1, kWork = 2, kResult = 3, kHeartbeat = 4, kError = 5, kShutdown = 6, kProbe = 7, kBroadcast = 8
+  kHello = 1, kWork = 2, kResult = 3, kHeartbeat = 4, kError = 5, kShutdown = 6, kProbe = 7, kBroadcast = 8,
+  kLaunch = 9
 };
 
 // "hello", "work", ...; "unknown" for a value outside the enum.

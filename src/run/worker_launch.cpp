@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "run/worker_prefork.h"
+
 namespace gpueval {
 
 WorkerHello first_hello(const DeviceSlot& slot, const std::string& model, const std::string& dtype,
@@ -22,6 +24,7 @@ Child launch_worker(const DeviceSlot& slot, const std::string& executable, const
   so.env.emplace_back("OMP_NUM_THREADS", std::to_string(std::max(1, slot.threads)));
   if (slot.kind == DeviceSlot::Kind::kCuda) so.env.emplace_back("CUDA_VISIBLE_DEVICES", std::to_string(slot.index));
   so.log_path = log_path;
+  if (std::optional<Child> preforked = take_preforked_worker(so)) return std::move(*preforked);
   return Child::spawn(so);
 }
 

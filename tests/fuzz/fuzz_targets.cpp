@@ -32,6 +32,7 @@
 #include "run/wire.h"
 #include "run/worker_hello.h"
 #include "run/worker_messages.h"
+#include "run/worker_prefork.h"
 #include "tasks/csv.h"
 #include "tasks/hellaswag_text.h"
 #include "tokenizer/llama2c_tokenizer.h"
@@ -260,6 +261,7 @@ void decode_frame(const Frame& f) {
     case FrameType::kError: (void)error_reply_from_json(j); break;
     case FrameType::kProbe: (void)probe_options_from_json(j); break;
     case FrameType::kBroadcast: (void)broadcast_id_from_json(j); break;
+    case FrameType::kLaunch: (void)launch_request_from_json(j); break;
     case FrameType::kHeartbeat:
     case FrameType::kShutdown: break;
   }
