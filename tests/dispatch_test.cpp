@@ -7,11 +7,26 @@ namespace {
 
 using Action = DispatchChoice::Action;
 
+// Queued batches of these prefixes (-1: none), each `tokens` long after a prefix of `prefix_tokens`.
+std::vector<QueuedBatch> batches(const std::vector<int64_t>& prefixes, int64_t prefix_tokens = 100,
+                                 int64_t tokens = 256) {
+  std::vector<QueuedBatch> out;
+  for (int64_t p : prefixes) out.push_back({p, p < 0 ? 0 : prefix_tokens, tokens});
+  return out;
+}
+
 // The queue position an idle worker holding the checkpoint gets.
-size_t position(const std::vector<int64_t>& queued, int64_t held, const std::vector<int64_t>& others) {
+size_t position(const std::vector<QueuedBatch>& queued, int64_t held, const std::vector<int64_t>& others) {
   const DispatchChoice c = choose_dispatch(queued, /*holds_checkpoint=*/true, held, others);
   EXPECT_EQ(c.action, Action::kSend);
   return c.position;
+}
+size_t position(const std::vector<int64_t>& queued, int64_t held, const std::vector<int64_t>& others) {
+  return position(batches(queued), held, others);
+}
+
+Action action(const std::vector<QueuedBatch>& queued, int64_t held, const std::vector<int64_t>& others) {
+  return choose_dispatch(queued, /*holds_checkpoint=*/true, held, others).action;
 }
 
 TEST(DispatchTest, PrefersTheFirstBatchWithThePrefixItHolds) {
@@ -25,9 +40,30 @@ TEST(DispatchTest, ElseTakesAPrefixNoOtherWorkerHolds) {
   EXPECT_EQ(position({3, 9, 8}, 5, {3, 9}), 2u);  // its own prefix is not queued any more
 }
 
-TEST(DispatchTest, FallsBackToPlanOrderWhenEveryPrefixIsHeldElsewhere) {
-  EXPECT_EQ(position({3, 9, 3}, -1, {9, 3}), 0u);
-  EXPECT_EQ(position({3}, 2, {3, 3}), 0u);
+// A subject's 443-token few-shot prefix and batches of 256 tokens, as in MMLU 5-shot on a CPU.
+TEST(DispatchTest, TakesABatchOfAPrefixHeldElsewhereOnlyWhenThatEndsSooner) {
+  // One holder: 443 + 256 tokens of its own against the holder's queued 256 each.
+  EXPECT_EQ(action(batches({3}, 443), -1, {3}), Action::kWait);
+  EXPECT_EQ(action(batches({3, 3}, 443), -1, {3}), Action::kWait);  // 699 >= 512
+  EXPECT_EQ(position(batches({3, 3, 3}, 443), -1, {3}), 2u);        // 699 < 768: the last one
+  // Two holders share the queue: 5 batches are 640 tokens each, 6 are 768.
+  EXPECT_EQ(action(batches({3, 3, 3, 3, 3}, 443), -1, {3, 3}), Action::kWait);
+  EXPECT_EQ(position(batches({3, 3, 3, 3, 3, 3}, 443), 8, {3, 3}), 5u);
+  // A prefix held by nobody up is free, however short the queue.
+  EXPECT_EQ(position(batches({3}, 443), -1, {5}), 0u);
+}
+
+TEST(DispatchTest, TakesFromThePrefixWhoseHoldersHaveTheMostQueuedWorkEach) {
+  const std::vector<QueuedBatch> q = batches({3, 3, 3, 3, 9, 9, 9});
+  EXPECT_EQ(position(q, -1, {3, 9}), 3u);     // 1024 tokens for 3's holder, 768 for 9's
+  EXPECT_EQ(position(q, -1, {3, 3, 9}), 6u);  // 512 each for 3's two holders, 768 for 9's
+  // Tokens count, not batches: 9's two batches are the longer work.
+  std::vector<QueuedBatch> sized = batches({3, 3, 3, 9, 9});
+  sized[3].tokens = sized[4].tokens = 2000;
+  EXPECT_EQ(position(sized, -1, {3, 9}), 4u);
+  // Never the whole queue of a prefix in one batch: its holder ends that one sooner.
+  sized.pop_back();
+  EXPECT_EQ(position(sized, -1, {3, 9}), 2u);
 }
 
 TEST(DispatchTest, BatchesWithoutAPrefixAreFree) {
@@ -39,14 +75,14 @@ TEST(DispatchTest, BatchesWithoutAPrefixAreFree) {
 }
 
 TEST(DispatchTest, AWorkerOnThePreviousCheckpointSwitchesFirst) {
-  const DispatchChoice c = choose_dispatch({7, 8}, /*holds_checkpoint=*/false, 7, {});
+  const DispatchChoice c = choose_dispatch(batches({7, 8}), /*holds_checkpoint=*/false, 7, {});
   EXPECT_EQ(c.action, Action::kSwitchCheckpoint);
 }
 
 TEST(DispatchTest, NothingQueuedMeansWaitEvenForASwitch) {
-  EXPECT_EQ(choose_dispatch({}, true, 3, {}).action, Action::kWait);
+  EXPECT_EQ(choose_dispatch(batches({}), true, 3, {}).action, Action::kWait);
   // With nothing left to run, a worker keeps the checkpoint it holds.
-  EXPECT_EQ(choose_dispatch({}, false, 3, {}).action, Action::kWait);
+  EXPECT_EQ(choose_dispatch(batches({}), false, 3, {}).action, Action::kWait);
 }
 
 }  // namespace

@@ -1,34 +1,49 @@
 #include "run/dispatch.h"
 
 #include <algorithm>
+#include <map>
+#include <utility>
 
 namespace gpueval {
 
-DispatchChoice choose_dispatch(const std::vector<int64_t>& queued_prefixes, bool holds_checkpoint,
-                               int64_t held_prefix, const std::vector<int64_t>& others_prefixes) {
+DispatchChoice choose_dispatch(const std::vector<QueuedBatch>& queued, bool holds_checkpoint, int64_t held_prefix,
+                               const std::vector<int64_t>& others_prefixes) {
   DispatchChoice choice;
-  if (queued_prefixes.empty()) return choice;
+  if (queued.empty()) return choice;
   if (!holds_checkpoint) {
     choice.action = DispatchChoice::Action::kSwitchCheckpoint;
     return choice;
   }
-  choice.action = DispatchChoice::Action::kSend;
-  const auto held_by_other = [&](int64_t prefix) {
-    return std::find(others_prefixes.begin(), others_prefixes.end(), prefix) != others_prefixes.end();
+  const auto holders = [&](int64_t prefix) {
+    return std::count(others_prefixes.begin(), others_prefixes.end(), prefix);
+  };
+  const auto send = [&](size_t k) {
+    choice.action = DispatchChoice::Action::kSend;
+    choice.position = k;
+    return choice;
   };
   if (held_prefix >= 0)
-    for (size_t k = 0; k < queued_prefixes.size(); ++k)
-      if (queued_prefixes[k] == held_prefix) {
-        choice.position = k;
-        return choice;
-      }
-  for (size_t k = 0; k < queued_prefixes.size(); ++k)
-    if (queued_prefixes[k] < 0 || !held_by_other(queued_prefixes[k])) {
-      choice.position = k;
-      return choice;
+    for (size_t k = 0; k < queued.size(); ++k)
+      if (queued[k].prefix_id == held_prefix) return send(k);
+  for (size_t k = 0; k < queued.size(); ++k)
+    if (queued[k].prefix_id < 0 || holders(queued[k].prefix_id) == 0) return send(k);
+  // Every queued prefix is held by another worker: per prefix, its queued tokens and last batch.
+  std::map<int64_t, std::pair<int64_t, size_t>> work;
+  for (size_t k = 0; k < queued.size(); ++k) {
+    auto& [tokens, last] = work[queued[k].prefix_id];
+    tokens += queued[k].tokens;
+    last = k;
+  }
+  double best_share = 0;
+  for (const auto& [prefix, w] : work) {
+    const QueuedBatch& last = queued[w.second];
+    const double share = static_cast<double>(w.first) / static_cast<double>(holders(prefix));
+    if (static_cast<double>(last.prefix_tokens + last.tokens) < share && share > best_share) {
+      best_share = share;
+      send(w.second);
     }
-  choice.position = 0;
-  return choice;
+  }
+  return choice;  // kWait unless a batch was chosen
 }
 
 }  // namespace gpueval

@@ -20,13 +20,23 @@ struct DispatchChoice {
   size_t position = 0;  // kSend only
 };
 
-// `queued_prefixes`: Batch::prefix_id of every queued batch, in queue order (-1: no shared
-// prefix). `held_prefix`: the prefix of the worker's last batch, which its prefix cache holds
-// (-1: none). `others_prefixes`: the same for every other worker that is up (starting, idle or
-// busy). The choice is the first queued batch with the prefix the worker holds; else the first
-// one without a prefix or with a prefix no other worker holds, so each prefix is computed by as
-// few workers as possible; else the head of the queue.
-DispatchChoice choose_dispatch(const std::vector<int64_t>& queued_prefixes, bool holds_checkpoint,
-                               int64_t held_prefix, const std::vector<int64_t>& others_prefixes);
+// A queued batch as the policy sees it.
+struct QueuedBatch {
+  int64_t prefix_id = -1;     // Batch::prefix_id (-1: no shared prefix)
+  int64_t prefix_tokens = 0;  // its prefix's length: what a worker that does not hold it computes first
+  int64_t tokens = 0;         // the batch's padded tokens
+};
+
+// `queued`: every queued batch, in queue order. `held_prefix`: the prefix of the worker's last
+// batch, which its prefix cache holds (-1: none). `others_prefixes`: the same for every other worker
+// that is up (starting, idle or busy). The choice is the first queued batch with the prefix the
+// worker holds; else the first one without a prefix or with a prefix no other worker holds, so each
+// prefix is computed by as few workers as possible. Else every queued batch's prefix is held
+// elsewhere, and taking one means computing its prefix again: the worker takes the last queued
+// batch of the prefix whose holders have the most queued tokens each, if computing that prefix and
+// batch takes fewer tokens than those holders' share (so the batch ends sooner than they would
+// reach it); otherwise it waits, and is asked again as the queue changes.
+DispatchChoice choose_dispatch(const std::vector<QueuedBatch>& queued, bool holds_checkpoint, int64_t held_prefix,
+                               const std::vector<int64_t>& others_prefixes);
 
 }  // namespace gpueval

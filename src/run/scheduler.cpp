@@ -277,12 +277,16 @@ class Loop {
   void dispatch() {
     for (Worker& w : workers_) {
       if (w.state != State::kIdle) continue;
-      std::vector<int64_t> queued, others;
-      for (size_t i : queue_) queued.push_back(plan_.batches[i].prefix_id);
+      std::vector<QueuedBatch> queued;
+      std::vector<int64_t> others;
+      for (size_t i : queue_) {
+        const Batch& b = plan_.batches[i];
+        queued.push_back({b.prefix_id, static_cast<int64_t>(b.prefix.size()), b.padded_tokens});
+      }
       for (const Worker& o : workers_)
         if (&o != &w && is_up(o)) others.push_back(o.prefix_id);
       const DispatchChoice choice = choose_dispatch(queued, w.model == model_dir_, w.prefix_id, others);
-      if (choice.action == DispatchChoice::Action::kWait) return;
+      if (choice.action == DispatchChoice::Action::kWait) continue;  // another idle worker may still take one
       if (choice.action == DispatchChoice::Action::kSwitchCheckpoint) switch_checkpoint(w);
       else send_batch(w, choice.position);
     }
