@@ -64,6 +64,12 @@ void stop_openblas_threads() {
   if (auto shutdown = reinterpret_cast<Shutdown>(::dlsym(RTLD_DEFAULT, "blas_thread_shutdown_"))) shutdown();
 }
 
+void set_openblas_threads(int threads) {
+  using SetThreads = void (*)(int);
+  if (threads <= 0) return;
+  if (auto set = reinterpret_cast<SetThreads>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) set(threads);
+}
+
 // Whether `fd` may become a pipe end in the forked processes: closed, or open without FD_CLOEXEC,
 // which is how descriptors inherited from whoever started this process arrive (a test harness
 // hands gpueval its pipes as 3 and 4; an exec'd worker gets them replaced too). What libraries open
@@ -135,7 +141,12 @@ PreforkRole become_worker(int command_read, int result_write, pid_t parent, cons
     if (!frame) return PreforkRole::kUnused;  // the parent never needed this one
     if (frame->type != FrameType::kLaunch) throw Error(fmt::format("expected a launch frame, got {}", frame_type_name(frame->type)));
     const LaunchRequest request = launch_request_from_json(unpack_payload(*frame));
-    for (const auto& [name, value] : request.env) ::setenv(name.c_str(), value.c_str(), 1);
+    for (const auto& [name, value] : request.env) {
+      ::setenv(name.c_str(), value.c_str(), 1);
+      // An exec'd worker's OpenBLAS sizes its pool from OMP_NUM_THREADS when it loads; this one's
+      // was sized in the parent, so it is told the same count.
+      if (name == "OMP_NUM_THREADS") set_openblas_threads(std::atoi(value.c_str()));
+    }
     if (!request.log_path.empty()) {
       const int log = ::open(request.log_path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
       if (log < 0) throw Error(fmt::format("{}: cannot open: {}", request.log_path, std::strerror(errno)));

@@ -4,7 +4,7 @@
 // pays it before any batch). A waiting process blocks on its command pipe; launch_worker hands it
 // a kLaunch frame (its log file and environment) and it becomes a worker exactly as an exec'd one
 // would: fds 3 and 4 its pipes, stdin /dev/null, its own process group, killed when its parent
-// dies, the handled signals back to default. Restarts, GPU workers and anything other than this
+// dies, the handled signals back to default, OpenBLAS's pool sized from OMP_NUM_THREADS. Restarts, GPU workers and anything other than this
 // program's own `worker` are exec'd as before (worker_launch.h); GPUEVAL_PREFORK=0 turns this off.
 //
 // A fork copies only the calling thread, so forking is safe only before the first thread: the
