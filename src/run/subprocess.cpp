@@ -68,11 +68,9 @@ struct ChildPlan {
   ::_exit(127);
 }
 
-// Between fork and exec: async-signal-safe calls only (no allocation, no locks, no exceptions).
-[[noreturn]] void run_child(const ChildPlan& plan) {
-  // Every signal is blocked here (the parent blocked them around fork), so no handler of the
-  // parent's runs in the child. Handlers and the dispositions a worker must not inherit go back
-  // to default; other ignored signals stay ignored, as nohup expects.
+}  // namespace
+
+void reset_signals_in_child() {
   struct sigaction default_action;
   std::memset(&default_action, 0, sizeof default_action);
   default_action.sa_handler = SIG_DFL;
@@ -84,6 +82,15 @@ struct ChildPlan {
                          (current.sa_handler != SIG_DFL && current.sa_handler != SIG_IGN);
     if (handled || sig == SIGPIPE || sig == SIGINT || sig == SIGTERM) ::sigaction(sig, &default_action, nullptr);
   }
+}
+
+namespace {
+
+// Between fork and exec: async-signal-safe calls only (no allocation, no locks, no exceptions).
+[[noreturn]] void run_child(const ChildPlan& plan) {
+  // Every signal is blocked here (the parent blocked them around fork), so no handler of the
+  // parent's runs in the child.
+  reset_signals_in_child();
 
   int status_fd = plan.status_fd;
   if (plan.new_process_group && ::setpgid(0, 0) != 0) child_fail(status_fd, kStepSetpgid);

@@ -97,6 +97,11 @@ class Child {
   bool forked_ahead_ = false;
 };
 
+// In a child just forked (before its exec, or a worker forked ahead, worker_prefork.h): every
+// signal with a handler, and SIGPIPE, SIGINT and SIGTERM, back to SIG_DFL; other ignored signals
+// stay ignored, as nohup expects. Async-signal-safe.
+void reset_signals_in_child();
+
 // In the child (worker side): the two descriptors handed over by Child::spawn, checked with fcntl
 // to be open in the right direction (Error otherwise, e.g. when the worker binary is run by hand)
 // and marked close-on-exec so that anything the worker runs does not inherit them.

@@ -103,17 +103,7 @@ bool same_file(const std::string& a, const std::string& b) {
 
 // In a forked process: everything Child::spawn's child does before exec, then the wait for kLaunch.
 PreforkRole become_worker(int command_read, int result_write, pid_t parent, const sigset_t& mask) {
-  // Handlers and the dispositions a worker must not inherit go back to default, as in Child::spawn.
-  struct sigaction default_action {};
-  default_action.sa_handler = SIG_DFL;
-  for (int sig = 1; sig < NSIG; ++sig) {
-    if (sig == SIGKILL || sig == SIGSTOP) continue;
-    struct sigaction current {};
-    if (::sigaction(sig, nullptr, &current) != 0) continue;
-    const bool handled = (current.sa_flags & SA_SIGINFO) != 0 ||
-                         (current.sa_handler != SIG_DFL && current.sa_handler != SIG_IGN);
-    if (handled || sig == SIGPIPE || sig == SIGINT || sig == SIGTERM) ::sigaction(sig, &default_action, nullptr);
-  }
+  reset_signals_in_child();
   const auto give_up = [](const char* call) {
     std::fprintf(stderr, "gpueval: preforked worker: %s failed: %s\n", call, std::strerror(errno));
     return PreforkRole::kUnused;
@@ -139,7 +129,8 @@ PreforkRole become_worker(int command_read, int result_write, pid_t parent, cons
   try {
     const std::optional<Frame> frame = read_frame(kCommandFd);
     if (!frame) return PreforkRole::kUnused;  // the parent never needed this one
-    if (frame->type != FrameType::kLaunch) throw Error(fmt::format("expected a launch frame, got {}", frame_type_name(frame->type)));
+    if (frame->type != FrameType::kLaunch)
+      throw Error(fmt::format("expected a launch frame, got {}", frame_type_name(frame->type)));
     const LaunchRequest request = launch_request_from_json(unpack_payload(*frame));
     for (const auto& [name, value] : request.env) {
       ::setenv(name.c_str(), value.c_str(), 1);
@@ -186,7 +177,7 @@ PreforkRole prefork_workers(int count) {
   if (count <= 0) return PreforkRole::kParent;
   if (const char* v = std::getenv("GPUEVAL_PREFORK"); v && std::string(v) == "0") return PreforkRole::kParent;
   // A fork copies the calling thread alone: with a second thread alive, a lock it holds would stay
-  // locked in the child forever. Descriptors 3 and 4 must be free for the pipes.
+  // locked in the child forever. Descriptors 3 and 4 must be free to become the pipes.
   if (thread_count() != 1) stop_openblas_threads();
   // A joined thread's /proc entry can outlive the join by a moment: up to 100 ms for it to go.
   for (int i = 0; i < 100 && thread_count() > 1; ++i) ::usleep(1000);
@@ -266,11 +257,6 @@ std::optional<Child> take_preforked_worker(const SpawnOptions& options) {
     return Child::adopt(w.pid, options.argv[0], w.command_fd, w.result_fd);
   }
   return std::nullopt;
-}
-
-int preforked_workers_waiting() {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  return static_cast<int>(g_waiting.size());
 }
 
 }  // namespace gpueval

@@ -4,12 +4,14 @@
 // pays it before any batch). A waiting process blocks on its command pipe; launch_worker hands it
 // a kLaunch frame (its log file and environment) and it becomes a worker exactly as an exec'd one
 // would: fds 3 and 4 its pipes, stdin /dev/null, its own process group, killed when its parent
-// dies, the handled signals back to default, OpenBLAS's pool sized from OMP_NUM_THREADS. Restarts, GPU workers and anything other than this
-// program's own `worker` are exec'd as before (worker_launch.h); GPUEVAL_PREFORK=0 turns this off.
+// dies, the handled signals back to default, OpenBLAS's pool sized from OMP_NUM_THREADS.
+// Restarts, GPU workers and anything other than this program's own `worker` are exec'd as before
+// (worker_launch.h); GPUEVAL_PREFORK=0 turns this off.
 //
 // A fork copies only the calling thread, so forking is safe only before the first thread: the
 // caller is run_main, right after parsing, before LibTorch's thread pools exist; prefork_workers
-// checks that the process has one thread and forks nothing otherwise. It owns the waiting
+// stops OpenBLAS's server threads (as OpenBLAS's own fork handler does), checks that the process
+// then has one thread, and forks nothing otherwise. It owns the waiting
 // processes until take_preforked_worker hands one over as a Child; the ones never taken see end of
 // stream or SIGKILL when the parent exits. Calls only run/subprocess and run/wire.
 #pragma once
@@ -49,8 +51,5 @@ LaunchRequest launch_request_from_json(const nlohmann::json& j);  // Error namin
 // group, die_with_parent, and no environment but OMP_NUM_THREADS. Throws Error as Child::spawn
 // does when the log cannot be opened. Thread-safe.
 std::optional<Child> take_preforked_worker(const SpawnOptions& options);
-
-// How many forked processes wait to be taken.
-int preforked_workers_waiting();
 
 }  // namespace gpueval
