@@ -3,10 +3,12 @@
 // branches, padding, a cache's left padding), with and without a prefix, grouped heads, lengths
 // that are not a multiple of the tile and strided inputs; the visible key range of a tile; and the
 // same bits at one thread and two. Both softmax paths (the fused vector one of tile_softmax.h where the
-// CPU has AVX2, and ATen's), and the fused row kernel itself for every tail length.
+// CPU has AVX2, and ATen's), and the fused row kernel itself for every tail length, in both its
+// bodies (AVX2 and AVX-512), which must give the same bits.
 #include "model/cpu_attention.h"
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -130,39 +132,87 @@ TEST(CpuAttention, MatchesTheDefinitionForTheMasksTheModelBuilds) {
   }
 }
 
-// masked_exp_row against exp(x + mask - max) in float64, for prefix and own segments of every
-// length up to three vectors (so every tail of both, and rows of one element), with hidden keys.
+std::vector<TileSoftmaxIsa> softmax_bodies_here() {
+  std::vector<TileSoftmaxIsa> isas;
+  for (const TileSoftmaxIsa isa : {TileSoftmaxIsa::kAvx2, TileSoftmaxIsa::kAvx512})
+    if (tile_softmax_available(isa)) isas.push_back(isa);
+  return isas;
+}
+
+const char* isa_name(TileSoftmaxIsa isa) { return isa == TileSoftmaxIsa::kAvx512 ? "AVX-512" : "AVX2"; }
+
+// masked_exp_row against exp(x + mask - max) in float64, in each body this CPU runs, for prefix and
+// own segments of every length up to three AVX-512 vectors (so every tail of both bodies, and rows
+// of one element), with hidden keys; and with the prefix's mask left out (null: all visible).
 TEST(TileSoftmax, MatchesTheDefinitionForEveryTailLength) {
   if (!tile_softmax_available()) GTEST_SKIP() << "no fused softmax in this build or on this CPU";
   const float hidden = std::numeric_limits<float>::lowest();
   torch::manual_seed(5);
-  for (int64_t p = 0; p <= 24; ++p)
-    for (int64_t n = 0; n <= 24; ++n) {
-      if (p + n == 0) continue;
-      const at::Tensor scores = torch::randn({p + n}) * 4;
-      const at::Tensor mask = torch::where(torch::rand({p + n}) < 0.25, torch::full({p + n}, hidden),
-                                           torch::zeros({p + n}));
-      mask[(p + n) / 2] = 0;  // at least one key visible
-      // The mask's own segment sits after a gap in its row, as a tile's own keys start at key_begin.
-      std::vector<float> mask_row(static_cast<size_t>(p + 5 + n), hidden);
-      for (int64_t c = 0; c < p; ++c) mask_row[static_cast<size_t>(c)] = mask[c].item<float>();
-      for (int64_t c = 0; c < n; ++c) mask_row[static_cast<size_t>(p + 5 + c)] = mask[p + c].item<float>();
-      std::vector<float> x(scores.data_ptr<float>(), scores.data_ptr<float>() + p + n);
-      const float sum = masked_exp_row(x.data(), mask_row.data(), p, mask_row.data() + p + 5, n);
-      const at::Tensor z = scores.to(at::kDouble) + mask.to(at::kDouble);
-      const at::Tensor want = (z - z.max()).exp();
-      double err = 0;
-      for (int64_t c = 0; c < p + n; ++c)
-        err = std::max(err, std::abs(double(x[static_cast<size_t>(c)]) - want[c].item<double>()));
-      EXPECT_LE(err, 1e-6) << "p " << p << ", n " << n;
-      EXPECT_NEAR(sum, want.sum().item<double>(), 1e-5 * want.sum().item<double>()) << "p " << p << ", n " << n;
-    }
+  for (const TileSoftmaxIsa isa : softmax_bodies_here())
+    for (const bool whole_prefix : {false, true})
+      for (int64_t p = 0; p <= 48; ++p)
+        for (int64_t n = 0; n <= 48; ++n) {
+          if (p + n == 0) continue;
+          const std::string what = std::string(isa_name(isa)) + ", p " + std::to_string(p) + ", n " +
+                                   std::to_string(n) + (whole_prefix ? ", prefix mask null" : "");
+          const at::Tensor scores = torch::randn({p + n}) * 4;
+          at::Tensor mask = torch::where(torch::rand({p + n}) < 0.25, torch::full({p + n}, hidden),
+                                         torch::zeros({p + n}));
+          if (whole_prefix) mask.narrow(0, 0, p).zero_();
+          mask[(p + n) / 2] = 0;  // at least one key visible
+          // The mask's own segment sits after a gap in its row, as a tile's own keys start at key_begin.
+          std::vector<float> mask_row(static_cast<size_t>(p + 5 + n), hidden);
+          for (int64_t c = 0; c < p; ++c) mask_row[static_cast<size_t>(c)] = mask[c].item<float>();
+          for (int64_t c = 0; c < n; ++c) mask_row[static_cast<size_t>(p + 5 + c)] = mask[p + c].item<float>();
+          std::vector<float> x(scores.data_ptr<float>(), scores.data_ptr<float>() + p + n);
+          const float sum =
+              masked_exp_row(isa, x.data(), whole_prefix ? nullptr : mask_row.data(), p, mask_row.data() + p + 5, n);
+          const at::Tensor z = scores.to(at::kDouble) + mask.to(at::kDouble);
+          const at::Tensor want = (z - z.max()).exp();
+          double err = 0;
+          for (int64_t c = 0; c < p + n; ++c)
+            err = std::max(err, std::abs(double(x[static_cast<size_t>(c)]) - want[c].item<double>()));
+          ASSERT_LE(err, 1e-6) << what;
+          ASSERT_NEAR(sum, want.sum().item<double>(), 1e-5 * want.sum().item<double>()) << what;
+        }
   // A row the mask hides entirely (a padding query): equal, finite weights.
-  std::vector<float> x = {3.0f, -2.0f, 0.5f, 7.0f, 1.0f, -4.0f, 2.0f, 0.0f, 9.0f, -1.0f, 4.0f};
-  const std::vector<float> none(x.size(), hidden);
-  const float sum = masked_exp_row(x.data(), none.data(), 4, none.data() + 4, 7);
-  EXPECT_FLOAT_EQ(sum, 11.0f);
-  for (const float e : x) EXPECT_FLOAT_EQ(e, 1.0f);
+  for (const TileSoftmaxIsa isa : softmax_bodies_here()) {
+    std::vector<float> x = {3.0f, -2.0f, 0.5f, 7.0f, 1.0f, -4.0f, 2.0f, 0.0f, 9.0f, -1.0f, 4.0f};
+    const std::vector<float> none(x.size(), hidden);
+    const float sum = masked_exp_row(isa, x.data(), none.data(), 4, none.data() + 4, 7);
+    EXPECT_FLOAT_EQ(sum, 11.0f) << isa_name(isa);
+    for (const float e : x) EXPECT_FLOAT_EQ(e, 1.0f) << isa_name(isa);
+  }
+}
+
+// The AVX-512 body gives the AVX2 body's bits (weights and sums) for rows of every width up to a
+// few hundred keys, hidden keys and rows scattered over a wide range included; and leaving out a
+// prefix mask of zeros gives the bits of adding it. So a worker's results do not depend on which
+// body its CPU runs.
+TEST(TileSoftmax, BothBodiesAndANullPrefixMaskGiveTheSameBits) {
+  if (!tile_softmax_available(TileSoftmaxIsa::kAvx512)) GTEST_SKIP() << "no AVX-512 softmax on this CPU";
+  const float hidden = std::numeric_limits<float>::lowest();
+  torch::manual_seed(6);
+  int64_t rows = 0;
+  for (int64_t width = 1; width <= 300; width += (width < 70 ? 1 : 13))
+    for (const double spread : {1.0, 30.0}) {
+      const int64_t p = width * 2 / 3, n = width - p;
+      const at::Tensor scores = torch::randn({width}) * spread;
+      at::Tensor mask = torch::where(torch::rand({width}) < 0.2, torch::full({width}, hidden), torch::zeros({width}));
+      mask.narrow(0, 0, p).zero_();
+      const std::vector<float> m(mask.data_ptr<float>(), mask.data_ptr<float>() + width);
+      const std::vector<float> x0(scores.data_ptr<float>(), scores.data_ptr<float>() + width);
+      std::vector<float> a = x0, b = x0, c = x0;
+      const float sa = masked_exp_row(TileSoftmaxIsa::kAvx2, a.data(), m.data(), p, m.data() + p, n);
+      const float sb = masked_exp_row(TileSoftmaxIsa::kAvx512, b.data(), m.data(), p, m.data() + p, n);
+      const float sc = masked_exp_row(TileSoftmaxIsa::kAvx512, c.data(), nullptr, p, m.data() + p, n);
+      ASSERT_EQ(std::memcmp(&sa, &sb, sizeof sa), 0) << "width " << width << ": sums " << sa << " and " << sb;
+      ASSERT_EQ(std::memcmp(&sa, &sc, sizeof sa), 0) << "width " << width << ", prefix mask null";
+      ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "width " << width;
+      ASSERT_EQ(std::memcmp(a.data(), c.data(), a.size() * sizeof(float)), 0) << "width " << width;
+      ++rows;
+    }
+  EXPECT_GT(rows, 100);
 }
 
 TEST(CpuAttention, ATileScoresTheOwnKeysFromTheFirstToTheLastItsRowsSee) {
@@ -177,6 +227,13 @@ TEST(CpuAttention, ATileScoresTheOwnKeysFromTheFirstToTheLastItsRowsSee) {
   EXPECT_EQ(visible_key_range(mask, 0, 1, 1, p), std::make_pair(int64_t{6}, int64_t{7}));
   // Rows that see no own key: every own key (their outputs are padding's).
   EXPECT_EQ(visible_key_range(mask, 0, 2, 2, p), std::make_pair(int64_t{0}, own));
+  // Every row sees the whole prefix; hide one of its keys from row 3 and only rows 0-2 still do.
+  EXPECT_TRUE(sees_whole_prefix(mask, 0, 0, 4, p));
+  allowed[0][3][1] = false;
+  const at::Tensor hidden_key = additive(allowed).view({1, 4, p + own});
+  EXPECT_TRUE(sees_whole_prefix(hidden_key, 0, 0, 3, p));
+  EXPECT_FALSE(sees_whole_prefix(hidden_key, 0, 2, 2, p));
+  EXPECT_TRUE(sees_whole_prefix(hidden_key, 0, 3, 1, 1));  // only the keys before the hidden one
 }
 
 TEST(CpuAttention, ResultsAreTheSameBitsOnOneThreadOrTwo) {

@@ -72,6 +72,16 @@ std::pair<int64_t, int64_t> visible_key_range(const at::Tensor& mask, int64_t ba
   return begin < end ? std::make_pair(begin, end) : std::make_pair(int64_t{0}, own);
 }
 
+bool sees_whole_prefix(const at::Tensor& mask, int64_t batch, int64_t first, int64_t rows, int64_t prefix) {
+  const float* base = mask.data_ptr<float>() + batch * mask.stride(0);
+  for (int64_t r = first; r < first + rows; ++r) {
+    const float* m = base + r * mask.stride(1);
+    for (int64_t c = 0; c < prefix; ++c)
+      if (m[c] != 0.0f) return false;
+  }
+  return true;
+}
+
 at::Tensor tiled_attention(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
                            const at::Tensor& mask_in, const at::Tensor& prefix_keys, const at::Tensor& prefix_values,
                            TileSoftmax softmax) {
@@ -89,13 +99,19 @@ at::Tensor tiled_attention(const at::Tensor& q_in, const at::Tensor& k_in, const
 
   at::Tensor out = at::empty({b, t, heads, hd}, q.options());  // [B, T, H, hd]
   const int64_t blocks = (t + kAttentionTile - 1) / kAttentionTile;
-  // Per (row, query block): the own keys its queries may see, shared by every head.
-  std::vector<std::pair<int64_t, int64_t>> ranges(static_cast<size_t>(b * blocks));
+  // Per (row, query block), shared by every head: the own keys its queries may see, and whether
+  // they all see every key of the prefix (the mask is 0 there, so the softmax need not add it).
+  struct BlockKeys {
+    int64_t begin = 0, end = 0;
+    bool whole_prefix = false;
+  };
+  std::vector<BlockKeys> ranges(static_cast<size_t>(b * blocks));
   at::parallel_for(0, b * blocks, 1, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
-      const int64_t row = i / blocks, first = (i % blocks) * kAttentionTile;
-      ranges[static_cast<size_t>(i)] = visible_key_range(mask, mask.size(0) == 1 ? 0 : row, first,
-                                                         std::min(kAttentionTile, t - first), p);
+      const int64_t row = mask.size(0) == 1 ? 0 : i / blocks, first = (i % blocks) * kAttentionTile;
+      const int64_t rows = std::min(kAttentionTile, t - first);
+      const auto [key_begin, key_end] = visible_key_range(mask, row, first, rows, p);
+      ranges[static_cast<size_t>(i)] = {key_begin, key_end, sees_whole_prefix(mask, row, first, rows, p)};
     }
   });
 
@@ -117,7 +133,8 @@ at::Tensor tiled_attention(const at::Tensor& q_in, const at::Tensor& k_in, const
       // Head-major: consecutive tiles share one head's prefix keys and values, which stay in cache.
       const int64_t head = i / (b * blocks), row = (i / blocks) % b, block = i % blocks;
       const int64_t kv = head / groups, first = block * kAttentionTile, rows = std::min(kAttentionTile, t - first);
-      const auto [key_begin, key_end] = ranges[static_cast<size_t>(row * blocks + block)];
+      const BlockKeys& keys = ranges[static_cast<size_t>(row * blocks + block)];
+      const int64_t key_begin = keys.begin, key_end = keys.end;
       const int64_t n = key_end - key_begin, width = p + n;
       const float* qt = qd + row * q.stride(0) + head * q.stride(1) + first * q.stride(2);  // [rows, hd]
       const float* kt = kd + row * k.stride(0) + kv * k.stride(1) + key_begin * k.stride(2);  // [n, hd]
@@ -136,7 +153,7 @@ at::Tensor tiled_attention(const at::Tensor& q_in, const at::Tensor& k_in, const
       if (fused) {
         for (int64_t r = 0; r < rows; ++r) {
           const float* m = tile_mask + r * mask.stride(1);  // [P + S']
-          sums[r] = masked_exp_row(s + r * width, m, p, m + p + key_begin, n);
+          sums[r] = masked_exp_row(s + r * width, keys.whole_prefix ? nullptr : m, p, m + p + key_begin, n);
         }
       } else {
         for (int64_t r = 0; r < rows; ++r) {

@@ -52,4 +52,8 @@ at::Tensor tiled_attention(const at::Tensor& q, const at::Tensor& k, const at::T
 std::pair<int64_t, int64_t> visible_key_range(const at::Tensor& mask, int64_t batch, int64_t first, int64_t rows,
                                               int64_t prefix);
 
+// Whether the queries [first, first + rows) of mask row `batch` see every one of the `prefix` keys
+// before the own ones with weight unchanged: the mask is 0 (or -0) there. mask as above.
+bool sees_whole_prefix(const at::Tensor& mask, int64_t batch, int64_t first, int64_t rows, int64_t prefix);
+
 }  // namespace gpueval

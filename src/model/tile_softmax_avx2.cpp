@@ -14,9 +14,19 @@ __m256i first_lanes(int64_t count) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(count)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
-// x[c] += mask[c] over [0, len); returns the lane-wise maximum of the sums and `running`.
+// x[c] += mask[c] over [0, len) (mask null: x as it is); returns the lane-wise maximum of the sums
+// and `running`.
 __m256 add_mask_and_max(float* x, const float* mask, int64_t len, __m256 running) {
   int64_t c = 0;
+  if (mask == nullptr) {
+    for (; c + 8 <= len; c += 8) running = _mm256_max_ps(running, _mm256_loadu_ps(x + c));
+    if (c < len) {
+      const __m256i lanes = first_lanes(len - c);
+      const __m256 v = _mm256_maskload_ps(x + c, lanes);
+      running = _mm256_blendv_ps(running, _mm256_max_ps(running, v), _mm256_castsi256_ps(lanes));
+    }
+    return running;
+  }
   for (; c + 8 <= len; c += 8) {
     const __m256 v = _mm256_add_ps(_mm256_loadu_ps(x + c), _mm256_loadu_ps(mask + c));
     _mm256_storeu_ps(x + c, v);
