@@ -118,6 +118,15 @@ TEST(CpuAttention, MatchesTheDefinitionForTheMasksTheModelBuilds) {
       at::Tensor ks = torch::randn({b, t, kv, hd}).transpose(1, 2), vs = torch::randn({b, t, kv, hd}).transpose(1, 2);
       expect_matches(q, ks, vs, additive(allowed.narrow(0, 0, 1)), pk, pv, "strided keys, one mask" + heads);
     }
+    // A prefix long enough that a row's queries are cut into spans of two tiles, packed parts after it.
+    {
+      const int64_t b = 1, t = 300, p = 600;
+      at::Tensor q = torch::randn({b, h, t, hd}), k = torch::randn({b, kv, t, hd}), v = torch::randn({b, kv, t, hd});
+      at::Tensor pk = torch::randn({1, kv, p, hd}), pv = torch::randn({1, kv, p, hd});
+      at::Tensor own = packed_allowed({70, 100, 90, 40}, 20, 9, t).unsqueeze(0);
+      expect_matches(q, k, v, additive(at::cat({torch::ones({b, t, p}, at::kBool), own}, -1)), pk, pv,
+                     "spans after a long prefix" + heads);
+    }
     // One query against a cache of keys (a decoding step), and a prefix with no own key visible.
     {
       const int64_t b = 3, s = 45, p = 12;
@@ -234,6 +243,29 @@ TEST(CpuAttention, ATileScoresTheOwnKeysFromTheFirstToTheLastItsRowsSee) {
   EXPECT_TRUE(sees_whole_prefix(hidden_key, 0, 0, 3, p));
   EXPECT_FALSE(sees_whole_prefix(hidden_key, 0, 2, 2, p));
   EXPECT_TRUE(sees_whole_prefix(hidden_key, 0, 3, 1, 1));  // only the keys before the hidden one
+}
+
+// Tiles follow the parts of a packed sequence: a part gets tiles of its own (a part longer than a
+// tile gets near-equal ones), each scoring its part's own keys only; a causal row is cut evenly.
+TEST(CpuAttention, TilesFollowThePartsOfAPackedSequence) {
+  const int64_t p = 5, t = 200;
+  // Parts of 40, 23, 70 and 19 queries (no branches), then 48 queries of padding.
+  const at::Tensor allowed =
+      at::cat({torch::ones({1, t, p}, at::kBool), packed_allowed({40, 23, 70, 19}, 40, 1, t).unsqueeze(0)}, -1);
+  const at::Tensor mask = additive(allowed).view({1, t, p + t});
+  std::vector<std::vector<int64_t>> got;
+  for (const AttentionTile& tile : attention_tiles(mask, 0, p))
+    got.push_back({tile.first, tile.rows, tile.key_begin, tile.key_end, tile.whole_prefix ? 1 : 0});
+  const std::vector<std::vector<int64_t>> want = {
+      {0, 40, 0, 40, 1},    {40, 23, 40, 63, 1},   {63, 35, 63, 98, 1}, {98, 35, 63, 133, 1},
+      {133, 19, 133, 152, 1}, {152, 48, 0, t, 1}};  // padding sees no own key: it scores them all
+  EXPECT_EQ(got, want);
+  // One causal row of 135 queries: three tiles of 45, the first keys of the row to each tile's last.
+  const at::Tensor causal = additive(torch::ones({135, 135}, at::kBool).tril().unsqueeze(0)).view({1, 135, 135});
+  got.clear();
+  for (const AttentionTile& tile : attention_tiles(causal, 0, 0))
+    got.push_back({tile.first, tile.rows, tile.key_begin, tile.key_end, tile.whole_prefix ? 1 : 0});
+  EXPECT_EQ(got, (std::vector<std::vector<int64_t>>{{0, 45, 0, 45, 1}, {45, 45, 0, 90, 1}, {90, 45, 0, 135, 1}}));
 }
 
 TEST(CpuAttention, ResultsAreTheSameBitsOnOneThreadOrTwo) {

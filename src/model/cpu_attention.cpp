@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <tuple>
 
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
@@ -82,6 +83,40 @@ bool sees_whole_prefix(const at::Tensor& mask, int64_t batch, int64_t first, int
   return true;
 }
 
+std::vector<AttentionTile> attention_tiles(const at::Tensor& mask, int64_t batch, int64_t prefix) {
+  const int64_t t = mask.size(1), own = mask.size(2) - prefix;
+  const float hidden = std::numeric_limits<float>::lowest() / 2;
+  // Each query's first visible own key (own when it sees none): a new part of a packed sequence
+  // starts where this changes.
+  std::vector<int64_t> first_key(static_cast<size_t>(t));
+  const float* base = mask.data_ptr<float>() + batch * mask.stride(0) + prefix;
+  for (int64_t r = 0; r < t; ++r) {
+    const float* m = base + r * mask.stride(1);
+    int64_t c = 0;
+    while (c < own && !(m[c] > hidden)) ++c;
+    first_key[static_cast<size_t>(r)] = c;
+  }
+  std::vector<AttentionTile> tiles;
+  for (int64_t run = 0; run < t;) {
+    int64_t run_end = run + 1;
+    while (run_end < t && first_key[static_cast<size_t>(run_end)] == first_key[static_cast<size_t>(run)]) ++run_end;
+    // A run of L queries: ceil(L / kAttentionTile) tiles of near-equal size.
+    const int64_t length = run_end - run, count = (length + kAttentionTile - 1) / kAttentionTile;
+    for (int64_t i = 0, first = run; i < count; ++i) {
+      const int64_t rows = length / count + (i < length % count ? 1 : 0);
+      AttentionTile tile;
+      tile.first = first;
+      tile.rows = rows;
+      std::tie(tile.key_begin, tile.key_end) = visible_key_range(mask, batch, first, rows, prefix);
+      tile.whole_prefix = sees_whole_prefix(mask, batch, first, rows, prefix);
+      tiles.push_back(tile);
+      first += rows;
+    }
+    run = run_end;
+  }
+  return tiles;
+}
+
 at::Tensor tiled_attention(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
                            const at::Tensor& mask_in, const at::Tensor& prefix_keys, const at::Tensor& prefix_values,
                            TileSoftmax softmax) {
@@ -97,24 +132,42 @@ at::Tensor tiled_attention(const at::Tensor& q_in, const at::Tensor& k_in, const
   const at::Tensor mask = unit_last_stride(mask_in.reshape({mask_in.size(0), t, p + own}));  // [B or 1, T, P + S']
   const int64_t mask_batch_stride = mask.size(0) == 1 ? 0 : mask.stride(0);
 
-  at::Tensor out = at::empty({b, t, heads, hd}, q.options());  // [B, T, H, hd]
-  const int64_t blocks = (t + kAttentionTile - 1) / kAttentionTile;
-  // Per (row, query block), shared by every head: the own keys its queries may see, and whether
-  // they all see every key of the prefix (the mask is 0 there, so the softmax need not add it).
-  struct BlockKeys {
-    int64_t begin = 0, end = 0;
-    bool whole_prefix = false;
-  };
-  std::vector<BlockKeys> ranges(static_cast<size_t>(b * blocks));
-  at::parallel_for(0, b * blocks, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      const int64_t row = mask.size(0) == 1 ? 0 : i / blocks, first = (i % blocks) * kAttentionTile;
-      const int64_t rows = std::min(kAttentionTile, t - first);
-      const auto [key_begin, key_end] = visible_key_range(mask, row, first, rows, p);
-      ranges[static_cast<size_t>(i)] = {key_begin, key_end, sees_whole_prefix(mask, row, first, rows, p)};
-    }
+  // Per mask row (shared by every head): its tiles, and the spans they are grouped into.
+  const int64_t mask_rows = mask.size(0);
+  std::vector<std::vector<AttentionTile>> tiles(static_cast<size_t>(mask_rows));
+  at::parallel_for(0, mask_rows, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) tiles[static_cast<size_t>(i)] = attention_tiles(mask, i, p);
   });
+  struct Span {
+    int64_t row = 0;                    // of the batch
+    size_t first_tile = 0, tiles = 0;   // in tiles[mask row]
+    int64_t first = 0, rows = 0, width = 0;  // queries [first, first + rows); scores P + the widest tile's keys
+  };
+  // A span's scores ([rows, width]) stay within about 512 KiB: its rows are cut to fit, but never
+  // fewer than a tile's.
+  const int64_t span_rows = std::clamp<int64_t>((int64_t{1} << 17) / std::max<int64_t>(p + own, 1), kAttentionTile,
+                                                4 * kAttentionTile);
+  std::vector<Span> spans;
+  for (int64_t row = 0; row < b; ++row) {
+    const std::vector<AttentionTile>& row_tiles = tiles[static_cast<size_t>(mask_rows == 1 ? 0 : row)];
+    for (size_t i = 0; i < row_tiles.size();) {
+      Span span;
+      span.row = row;
+      span.first_tile = i;
+      span.first = row_tiles[i].first;
+      while (i < row_tiles.size() && (span.tiles == 0 || span.rows + row_tiles[i].rows <= span_rows)) {
+        span.rows += row_tiles[i].rows;
+        span.width = std::max(span.width, p + row_tiles[i].key_end - row_tiles[i].key_begin);
+        ++span.tiles;
+        ++i;
+      }
+      spans.push_back(span);
+    }
+  }
+  int64_t widest = 0;
+  for (const Span& span : spans) widest = std::max(widest, span.rows * span.width);
 
+  at::Tensor out = at::empty({b, t, heads, hd}, q.options());  // [B, T, H, hd]
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
   const float* qd = q.data_ptr<float>();
   const float* kd = k.data_ptr<float>();
@@ -125,58 +178,70 @@ at::Tensor tiled_attention(const at::Tensor& q_in, const at::Tensor& k_in, const
   float* od = out.data_ptr<float>();
   const int64_t out_ld = heads * hd;
   const bool fused = softmax == TileSoftmax::kBest && tile_softmax_available();
-  at::parallel_for(0, b * blocks * heads, 1, [&](int64_t begin, int64_t end) {
-    // Scores and probabilities of one tile: [rows, P + n] each, reused across this thread's tiles.
-    at::Tensor scores_buffer = at::empty({kAttentionTile * (p + own)}, q.options());
-    at::Tensor probs_buffer = fused ? at::Tensor() : at::empty({kAttentionTile * (p + own)}, q.options());
+  const int64_t units = static_cast<int64_t>(spans.size()) * heads;
+  at::parallel_for(0, units, 1, [&](int64_t begin, int64_t end) {
+    // One span's scores, then probabilities in place: [rows, width], reused across this thread's spans.
+    at::Tensor scores_buffer = at::empty({widest}, q.options());
+    std::vector<float> sums(static_cast<size_t>(4 * kAttentionTile));
     for (int64_t i = begin; i < end; ++i) {
-      // Head-major: consecutive tiles share one head's prefix keys and values, which stay in cache.
-      const int64_t head = i / (b * blocks), row = (i / blocks) % b, block = i % blocks;
-      const int64_t kv = head / groups, first = block * kAttentionTile, rows = std::min(kAttentionTile, t - first);
-      const BlockKeys& keys = ranges[static_cast<size_t>(row * blocks + block)];
-      const int64_t key_begin = keys.begin, key_end = keys.end;
-      const int64_t n = key_end - key_begin, width = p + n;
-      const float* qt = qd + row * q.stride(0) + head * q.stride(1) + first * q.stride(2);  // [rows, hd]
-      const float* kt = kd + row * k.stride(0) + kv * k.stride(1) + key_begin * k.stride(2);  // [n, hd]
-      const float* vt = vd + row * v.stride(0) + kv * v.stride(1) + key_begin * v.stride(2);  // [n, hd]
-      float* s = scores_buffer.data_ptr<float>();                                            // [rows, width]
+      // Head-major: consecutive spans share one head's prefix keys and values, which stay in cache.
+      const int64_t head = i / static_cast<int64_t>(spans.size());
+      const Span& span = spans[static_cast<size_t>(i % static_cast<int64_t>(spans.size()))];
+      const std::vector<AttentionTile>& row_tiles = tiles[static_cast<size_t>(mask_rows == 1 ? 0 : span.row)];
+      const int64_t row = span.row, kv = head / groups, width = span.width;
+      float* s = scores_buffer.data_ptr<float>();  // row r of the span at s + r * width
+      const float* qs = qd + row * q.stride(0) + head * q.stride(1) + span.first * q.stride(2);  // [rows, hd]
+      // Scores against the prefix for the whole span in one product; against the own keys tile by tile.
       if (p > 0)
-        sgemm_on_this_thread('N', 'T', rows, p, hd, scale, qt, row_stride(q), pkd + kv * pk.stride(1), row_stride(pk),
-                             0.0f, s, width);
-      if (n > 0)
-        sgemm_on_this_thread('N', 'T', rows, n, hd, scale, qt, row_stride(q), kt, row_stride(k), 0.0f, s + p, width);
-      // Fused: the scores become unnormalised probabilities in place and each output row is divided
-      // by its sum after the products. Plain: mask add, then ATen's softmax into the second buffer.
-      float sums[kAttentionTile];
-      const float* pr = s;
-      const float* tile_mask = md + row * mask_batch_stride + first * mask.stride(1);  // row r: + r * stride(1)
-      if (fused) {
-        for (int64_t r = 0; r < rows; ++r) {
-          const float* m = tile_mask + r * mask.stride(1);  // [P + S']
-          sums[r] = masked_exp_row(s + r * width, keys.whole_prefix ? nullptr : m, p, m + p + key_begin, n);
-        }
-      } else {
-        for (int64_t r = 0; r < rows; ++r) {
-          const float* m = tile_mask + r * mask.stride(1);  // [P + S']
-          float* x = s + r * width;
-          for (int64_t c = 0; c < p; ++c) x[c] += m[c];
-          for (int64_t c = 0; c < n; ++c) x[p + c] += m[p + key_begin + c];
-        }
-        const at::Tensor scores = scores_buffer.narrow(0, 0, rows * width).view({rows, width});
-        at::Tensor probs = probs_buffer.narrow(0, 0, rows * width).view({rows, width});
-        at::_softmax_out(probs, scores, -1, false);
-        pr = probs.data_ptr<float>();
+        sgemm_on_this_thread('N', 'T', span.rows, p, hd, scale, qs, row_stride(q), pkd + kv * pk.stride(1),
+                             row_stride(pk), 0.0f, s, width);
+      for (size_t j = span.first_tile; j < span.first_tile + span.tiles; ++j) {
+        const AttentionTile& tile = row_tiles[j];
+        const int64_t n = tile.key_end - tile.key_begin;
+        if (n == 0) continue;
+        const float* kt = kd + row * k.stride(0) + kv * k.stride(1) + tile.key_begin * k.stride(2);  // [n, hd]
+        sgemm_on_this_thread('N', 'T', tile.rows, n, hd, scale, qd + row * q.stride(0) + head * q.stride(1) +
+                             tile.first * q.stride(2), row_stride(q), kt, row_stride(k), 0.0f,
+                             s + (tile.first - span.first) * width + p, width);
       }
-      float* o = od + row * t * out_ld + first * out_ld + head * hd;  // [rows, hd], row stride H * hd
+      // Fused: the scores become unnormalised probabilities in place and each output row is divided
+      // by its sum after the products. Plain: mask add, then ATen's softmax, copied back in place.
+      for (size_t j = span.first_tile; j < span.first_tile + span.tiles; ++j) {
+        const AttentionTile& tile = row_tiles[j];
+        const int64_t n = tile.key_end - tile.key_begin, offset = tile.first - span.first;
+        const float* tile_mask = md + row * mask_batch_stride + tile.first * mask.stride(1);  // row r: + r * stride(1)
+        if (fused) {
+          for (int64_t r = 0; r < tile.rows; ++r) {
+            const float* m = tile_mask + r * mask.stride(1);  // [P + S']
+            sums[static_cast<size_t>(offset + r)] = masked_exp_row(s + (offset + r) * width, tile.whole_prefix ? nullptr : m,
+                                                              p, m + p + tile.key_begin, n);
+          }
+        } else {
+          for (int64_t r = 0; r < tile.rows; ++r) {
+            const float* m = tile_mask + r * mask.stride(1);  // [P + S']
+            float* x = s + (offset + r) * width;
+            for (int64_t c = 0; c < p; ++c) x[c] += m[c];
+            for (int64_t c = 0; c < n; ++c) x[p + c] += m[p + tile.key_begin + c];
+          }
+          at::Tensor scores = scores_buffer.as_strided({tile.rows, p + n}, {width, 1}, offset * width);
+          scores.copy_(at::_softmax(scores, -1, false));
+        }
+      }
+      float* o = od + row * t * out_ld + span.first * out_ld + head * hd;  // [rows, hd], row stride H * hd
       if (p > 0)
-        sgemm_on_this_thread('N', 'N', rows, hd, p, 1.0f, pr, width, pvd + kv * pv.stride(1), row_stride(pv), 0.0f, o,
-                             out_ld);
-      if (n > 0)
-        sgemm_on_this_thread('N', 'N', rows, hd, n, 1.0f, pr + p, width, vt, row_stride(v), p > 0 ? 1.0f : 0.0f, o,
-                             out_ld);
+        sgemm_on_this_thread('N', 'N', span.rows, hd, p, 1.0f, s, width, pvd + kv * pv.stride(1), row_stride(pv), 0.0f,
+                             o, out_ld);
+      for (size_t j = span.first_tile; j < span.first_tile + span.tiles; ++j) {
+        const AttentionTile& tile = row_tiles[j];
+        const int64_t n = tile.key_end - tile.key_begin, offset = tile.first - span.first;
+        const float* vt = vd + row * v.stride(0) + kv * v.stride(1) + tile.key_begin * v.stride(2);  // [n, hd]
+        if (n > 0)
+          sgemm_on_this_thread('N', 'N', tile.rows, hd, n, 1.0f, s + offset * width + p, width, vt, row_stride(v),
+                               p > 0 ? 1.0f : 0.0f, o + offset * out_ld, out_ld);
+      }
       if (fused) {
-        for (int64_t r = 0; r < rows; ++r) {
-          const float inverse = 1.0f / sums[r];
+        for (int64_t r = 0; r < span.rows; ++r) {
+          const float inverse = 1.0f / sums[static_cast<size_t>(r)];
           float* y = o + r * out_ld;
           for (int64_t c = 0; c < hd; ++c) y[c] *= inverse;
         }

@@ -1,22 +1,27 @@
 // Attention on the CPU in tiles of query rows: the float32 path of AttentionImpl::attend.
 // The plain path computes a [B, KV, G, T, P + S'] score tensor, adds the mask, takes the softmax
 // and multiplies, each step a pass over a tensor far larger than the cache; and it scores every
-// query against every key, the masked ones included. Here one tile is one query head of one row
-// and up to kAttentionTile consecutive queries: its scores ([tile, P + n], a few hundred KiB) stay
-// in cache from the products through the mask and the softmax to the product with the values,
-// the scale rides in the first product, and the outputs are written in place into [B, T, H, hd].
-// A tile scores only the own keys some query of it may see (the columns from the first to the
-// last the mask allows in its rows): a causal row's later keys, a packed sequence's other parts.
+// query against every key, the masked ones included. Here the queries of one row are cut into
+// tiles (attention_tiles): up to kAttentionTile consecutive queries of one part of a packed
+// sequence (or of a causal row), which score only the own keys some query of theirs may see (the
+// columns from the first to the last the mask allows in its rows). Tiles are grouped into spans of
+// up to 4 tiles whose scores ([rows, P + n], at most about 512 KiB) stay in cache from the products
+// through the mask and the softmax to the product with the values. For one query head, a span
+// scores and weighs the prefix's keys in one product each (they are shared by every tile, and a
+// larger product runs faster), and each tile's own keys in products of its own. The scale rides in
+// the first product, and the outputs are written in place into [B, T, H, hd].
 // Keys the mask leaves out contribute exp(lowest - max) = 0 in either path, so the two compute
 // the same function; a query that sees no key at all (padding) gets a finite average either way.
 //
 // The softmax is fused with the mask and left unnormalised where the CPU has AVX2 (tile_softmax.h:
 // one vector pass for the maximum, one for the exponentials, and each output row divided by its
-// sum), else the mask is added and ATen's softmax taken.
+// sum); a tile whose queries all see the whole prefix skips adding its mask of zeros there. Else
+// the mask is added and ATen's softmax taken.
 //
-// Same bits whatever the thread count: tiles are cut by shape alone, each computed on one thread
-// by single-threaded oneDNN products (cpu_matmul.h) and the softmax above. Stateless; callable from
-// any thread. Only in builds with oneDNN; tiled_attention_applies says when it is used.
+// Same bits whatever the thread count: tiles and spans are cut by the mask alone, each span and
+// head computed on one thread by single-threaded oneDNN products (cpu_matmul.h) and the softmax
+// above. Stateless; callable from any thread. Only in builds with oneDNN; tiled_attention_applies
+// says when it is used.
 #pragma once
 
 #include <cstdint>
@@ -45,6 +50,19 @@ bool tiled_attention_applies(const at::Tensor& q, const at::Tensor& k, const at:
 at::Tensor tiled_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
                            const at::Tensor& prefix_keys, const at::Tensor& prefix_values,
                            TileSoftmax softmax = TileSoftmax::kBest);
+
+// One tile of a mask row: queries [first, first + rows), the own keys [key_begin, key_end) they
+// score (visible_key_range), and whether they all see the whole prefix (sees_whole_prefix).
+struct AttentionTile {
+  int64_t first = 0, rows = 0, key_begin = 0, key_end = 0;
+  bool whole_prefix = false;
+};
+
+// The tiles of mask row `batch`, in order, covering its T queries: each run of consecutive queries
+// whose first visible own key is the same (one part of a packed sequence; all of a causal row) is
+// cut into ceil(run / kAttentionTile) tiles of near-equal size, so that a tile scores only its own
+// part's keys. mask: [B, T, P + own] float32, last stride 1.
+std::vector<AttentionTile> attention_tiles(const at::Tensor& mask, int64_t batch, int64_t prefix);
 
 // The own keys [begin, end) that the queries [first, first + rows) of mask row `batch` may see: from
 // the first to the last column past `prefix` whose mask is above lowest() / 2. When none is, every own
