@@ -41,6 +41,21 @@ TEST(DispatchTest, ElseTakesAPrefixNoOtherWorkerHolds) {
 }
 
 // A subject's 443-token few-shot prefix and batches of 256 tokens, as in MMLU 5-shot on a CPU.
+// Of the work nobody holds, the most first: a prefix counts its length and all its queued batches,
+// a batch without a prefix its own tokens; a tie goes to the earlier in the queue.
+TEST(DispatchTest, TakesTheLargestWorkNobodyHoldsFirst) {
+  EXPECT_EQ(position({3, 3, 8, 8, 8}, -1, {}), 2u);     // 8: 100 + 3 * 256 tokens, 3: 100 + 2 * 256
+  EXPECT_EQ(position({3, 3, 8, 8, 8}, -1, {8}), 0u);    // 8 is held elsewhere
+  EXPECT_EQ(position({8, 3, 3, 8}, -1, {}), 0u);        // a tie: the earlier prefix, its first batch
+  std::vector<QueuedBatch> q = batches({5, 5, 5});
+  q.insert(q.begin(), QueuedBatch{-1, 0, 900});
+  EXPECT_EQ(position(q, -1, {}), 0u);  // 900 tokens without a prefix before 5's 868
+  q.front().tokens = 500;
+  EXPECT_EQ(position(q, -1, {}), 1u);
+  q.push_back(QueuedBatch{-1, 0, 868});
+  EXPECT_EQ(position(q, -1, {}), 1u);  // a tie with 5's work: the earlier
+}
+
 TEST(DispatchTest, TakesABatchOfAPrefixHeldElsewhereOnlyWhenThatEndsSooner) {
   // One holder: 443 + 256 tokens of its own against the holder's queued 256 each.
   EXPECT_EQ(action(batches({3}, 443), -1, {3}), Action::kWait);

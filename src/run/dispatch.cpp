@@ -25,8 +25,23 @@ DispatchChoice choose_dispatch(const std::vector<QueuedBatch>& queued, bool hold
   if (held_prefix >= 0)
     for (size_t k = 0; k < queued.size(); ++k)
       if (queued[k].prefix_id == held_prefix) return send(k);
-  for (size_t k = 0; k < queued.size(); ++k)
-    if (queued[k].prefix_id < 0 || holders(queued[k].prefix_id) == 0) return send(k);
+  // Work no other worker holds: each batch without a prefix, and each prefix nobody holds (its
+  // length and all its queued batches, which this worker then goes on with). The most work first.
+  std::map<int64_t, std::pair<int64_t, size_t>> free_prefixes;  // prefix -> (tokens, first batch)
+  int64_t most = -1;
+  size_t first = 0;
+  for (size_t k = 0; k < queued.size(); ++k) {
+    const QueuedBatch& batch = queued[k];
+    if (batch.prefix_id < 0) {
+      if (batch.tokens > most) most = batch.tokens, first = k;
+    } else if (holders(batch.prefix_id) == 0) {
+      auto [it, added] = free_prefixes.try_emplace(batch.prefix_id, batch.prefix_tokens, k);
+      it->second.first += batch.tokens;
+    }
+  }
+  for (const auto& [prefix, w] : free_prefixes)
+    if (w.first > most || (w.first == most && w.second < first)) most = w.first, first = w.second;
+  if (most >= 0) return send(first);
   // Every queued prefix is held by another worker: per prefix, its queued tokens and last batch.
   std::map<int64_t, std::pair<int64_t, size_t>> work;
   for (size_t k = 0; k < queued.size(); ++k) {

@@ -30,8 +30,11 @@ struct QueuedBatch {
 // `queued`: every queued batch, in queue order. `held_prefix`: the prefix of the worker's last
 // batch, which its prefix cache holds (-1: none). `others_prefixes`: the same for every other worker
 // that is up (starting, idle or busy). The choice is the first queued batch with the prefix the
-// worker holds; else the first one without a prefix or with a prefix no other worker holds, so each
-// prefix is computed by as few workers as possible. Else every queued batch's prefix is held
+// worker holds; else work no other worker holds, so that each prefix is computed by as few workers
+// as possible, the largest first (so that the last to be taken are short and the workers end
+// together): of the batches without a prefix and the prefixes nobody holds (a prefix counts its
+// length and all its queued batches), the one with the most tokens, the earlier in the queue on a
+// tie, and for a prefix its first queued batch. Else every queued batch's prefix is held
 // elsewhere, and taking one means computing its prefix again: the worker takes the last queued
 // batch of the prefix whose holders have the most queued tokens each, if computing that prefix and
 // batch takes fewer tokens than those holders' share (so the batch ends sooner than they would
