@@ -116,6 +116,12 @@ class ResumeTest : public ::testing::Test {
     EXPECT_EQ(r.exit_code, 0) << r.err;
     EXPECT_THAT(r.err, HasSubstr(fmt::format("[sched] journal {}/journal.sqlite: {} of {} requests already scored",
                                              out, stored, total_requests_)));
+    // With a journal the workers start only once the inputs have loaded and it says what is left
+    // (a fresh run starts them first: RunTest.TwoWorkersGiveBitIdenticalResults).
+    const size_t inputs_loaded = r.err.find("[sched] contexts "), started = r.err.find("[sched] started worker");
+    EXPECT_NE(inputs_loaded, std::string::npos) << r.err;
+    EXPECT_NE(started, std::string::npos) << r.err;
+    EXPECT_LT(inputs_loaded, started) << r.err;
     expect_reference_results(out);
     const json j = results_of(out)["journal"];
     EXPECT_EQ(j["path"], out + "/journal.sqlite");

@@ -4,9 +4,12 @@
 #include <gmock/gmock.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -106,6 +109,11 @@ TEST_F(RunTest, TwoWorkersGiveBitIdenticalResults) {
   // Both CPU workers were forked at start-up and launched without exec (worker_prefork.h).
   EXPECT_THAT(r.err, ::testing::ContainsRegex("started worker cpu:0 \\(pid [0-9]+, forked ahead\\)"));
   EXPECT_THAT(r.err, ::testing::ContainsRegex("started worker cpu:1 \\(pid [0-9]+, forked ahead\\)"));
+  // A fresh run (no journal yet) starts them before its tokenizer and requests load, so that the
+  // model loads meanwhile: the inputs' first line ("contexts ... BOS") comes after.
+  const size_t started = r.err.find("[sched] started worker cpu:1"), inputs_loaded = r.err.find("[sched] contexts ");
+  ASSERT_NE(inputs_loaded, std::string::npos) << r.err;
+  EXPECT_LT(started, inputs_loaded) << r.err;
   EXPECT_EQ(status["task_progress"]["demo_choice"], (json{{"documents", 60}, {"documents_done", 60}}));
   EXPECT_EQ(status["task_progress"]["demo_perplexity"], (json{{"documents", 20}, {"documents_done", 20}}));
   EXPECT_TRUE(io::path_exists(dir_.file("two") + "/logs/worker_cpu_1.log"));
@@ -293,6 +301,36 @@ TEST(RunErrors, BadDevicesAndConfigsAreOneLine) {
   r = testing::run_gpueval({"run", dir.file("typo.yaml")});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("typo.yaml:3: unknown key 'batchsize'"));
+}
+
+// A tokenizer that does not load ends a fresh run after its workers started (they load the model
+// meanwhile): exit 1, the tokenizer's error as the one error line, the workers ended and reaped
+// without a line on how they ended, and no results.
+TEST(RunErrors, BadTokenizerEndsTheEarlyWorkersWithoutAWord) {
+  testing::TempDir dir;
+  const std::string model = dir.file("model"), stories = testing::source_dir() + "/models/stories260K";
+  io::make_directories(model);
+  for (const char* name : {"config.json", "generation_config.json", "model.safetensors", "tokenizer_config.json"})
+    ASSERT_EQ(::symlink((stories + "/" + name).c_str(), (model + "/" + name).c_str()), 0) << name;
+  testing::write_text(model + "/tokenizer.json", "{\"model\": {\"type\": \"BPE\", \"vocab\": 5\n");
+  testing::write_text(dir.file("run.yaml"), "model: " + model + "\ntasks: [demo_choice]\noutput: " + dir.file("out") + "\n");
+  auto r = testing::run_gpueval({"run", "--gpus", "cpu:2", dir.file("run.yaml")});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  std::vector<std::string> errors;
+  std::vector<int> pids;
+  std::istringstream lines(r.err);
+  for (std::string line; std::getline(lines, line);) {
+    int pid = 0;
+    if (std::sscanf(line.c_str(), "[sched] started worker cpu:%*d (pid %d", &pid) == 1)
+      pids.push_back(pid);
+    else
+      errors.push_back(line);
+  }
+  ASSERT_EQ(errors.size(), 1u) << r.err;
+  EXPECT_THAT(errors[0], HasSubstr(model + "/tokenizer.json: not valid JSON")) << r.err;
+  EXPECT_EQ(pids.size(), 2u) << r.err;
+  for (int pid : pids) EXPECT_TRUE(process_gone(pid)) << pid;
+  EXPECT_FALSE(io::path_exists(dir.file("out") + "/results.json"));
 }
 
 // Bad task definitions and datasets end the run before any worker starts: exit 1, one line on

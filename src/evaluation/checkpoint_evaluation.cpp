@@ -191,14 +191,27 @@ CheckpointOutcome evaluate_checkpoint(const RunConfig& run_config, const Evaluat
   RunConfig config = run_config;  // this checkpoint's view: its model and its output directory
   config.output = output_dir;
   config.models = {checkpoint.path};
+  // The workers load the model while the inputs load, the plan is cut and its budget chosen, a
+  // probe running in one of them (Scheduler::start_workers, probe); not when the journal may hold
+  // every result already. With no journal yet (or --fresh) nothing is stored: they start before
+  // the tokenizer and the tasks' requests load, else once the journal says what is left.
+  const bool nothing_stored = options.fresh || !io::path_exists(RunJournal::path_in(config.output));
+  if (nothing_stored) scheduler.start_workers(checkpoint.path);
+  // A tokenizer or journal that does not load ends those workers without a word: its error is the one line.
+  struct AbandonUnlessLoaded {
+    Scheduler& scheduler;
+    bool loaded = false;
+    ~AbandonUnlessLoaded() {
+      if (!loaded) scheduler.abandon_workers();
+    }
+  } early{scheduler};
   const RunInputs in = load_run_inputs(config, options.executable, checkpoint.path, &tasks.inputs);
   io::make_directories(config.output + "/logs");
   // Journal (run_journal.h): what an earlier run of this model and config already scored.
   RunJournal journal(config.output, checkpoint.fingerprint, in.model_dir, tasks.config_fp, in.requests, options.fresh);
-  // The workers load the model while the plan is cut and its budget chosen, a probe running in one
-  // of them (Scheduler::start_workers, probe); not when the journal may hold every result already.
+  early.loaded = true;
   const int64_t host_available = available_host_bytes();
-  if (journal.stored_items() < in.requests.size()) scheduler.start_workers(in.model_dir);
+  if (!nothing_stored && journal.stored_items() < in.requests.size()) scheduler.start_workers(in.model_dir);
   Plan plan = make_plan(in.requests, *in.tokenizer, in.plan_options);
   const Budget budget = choose_budget(config, options, in, journal, plan, &scheduler, host_available);
   log_plan(in, plan, budget.options);

@@ -10,7 +10,7 @@ namespace gpueval {
 RunJournal::RunJournal(const std::string& output_dir, const std::string& model_fp, const std::string& model_path,
                        const std::string& config_fp, const std::vector<Request>& requests, bool fresh)
     : config_fp_(config_fp),
-      journal_(Journal::open(output_dir + "/journal.sqlite", JournalIdentity{model_fp, model_path, config_fp_}, fresh)) {
+      journal_(Journal::open(path_in(output_dir), JournalIdentity{model_fp, model_path, config_fp_}, fresh)) {
   std::unordered_map<std::string, int64_t> index_of;
   keys_.reserve(requests.size());
   for (const Request& r : requests) {

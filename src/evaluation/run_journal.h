@@ -37,6 +37,8 @@ class RunJournal {
              const std::string& config_fp, const std::vector<Request>& requests, bool fresh);
 
   const std::string& path() const { return journal_.path(); }
+  // Where the journal of a run writing to `output_dir` is: <output_dir>/journal.sqlite.
+  static std::string path_in(const std::string& output_dir) { return output_dir + "/journal.sqlite"; }
   std::optional<int64_t> batch_tokens() const { return journal_.batch_tokens(); }
   void set_batch_tokens(int64_t tokens) { journal_.set_batch_tokens(tokens); }
   std::optional<std::string> plan_fingerprint() const { return journal_.plan_fingerprint(); }

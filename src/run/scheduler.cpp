@@ -705,4 +705,10 @@ void Scheduler::shutdown() {
   if (pool_) shutdown_workers(pool_->workers, SchedulerReport());
 }
 
+void Scheduler::abandon_workers() {
+  SchedulerReport abandoned;
+  abandoned.fatal_error = "the run's inputs did not load";
+  if (pool_) shutdown_workers(pool_->workers, abandoned);
+}
+
 }  // namespace gpueval

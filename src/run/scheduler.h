@@ -135,6 +135,9 @@ class Scheduler {
   std::optional<ProbeResult> probe(const DeviceSlot& slot, const std::string& model_dir, const ProbeOptions& options);
   // Ends every worker (a Shutdown frame, then signals after a few seconds); idempotent.
   void shutdown();
+  // Ends every worker at once, by signals, without a word on how each ended: for workers started
+  // before a run whose inputs then failed to load (that error is the one the user reads).
+  void abandon_workers();
 
  private:
   struct Pool;
