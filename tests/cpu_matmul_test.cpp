@@ -1,11 +1,18 @@
 // The CPU's float32 matrix products (model/cpu_matmul.h): the projections and attention's batched
 // products match float64 references at the shapes a model uses and at small odd ones, they read
-// transposed and narrowed views in place, and a row's bits do not depend on the thread count.
+// transposed and narrowed views in place, and a row's bits do not depend on the thread count;
+// the same for products with a packed weight (PackedWeight), and when a model packs its weights.
 #include "model/cpu_matmul.h"
+
+#include <cstdlib>
+#include <optional>
+#include <string>
 
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+
+#include "gpueval/error.h"
 
 namespace gpueval {
 namespace {
@@ -112,6 +119,100 @@ TEST(CpuMatmul, ResultsAreTheSameBitsOnOneThreadOrTwo) {
     if (begin == 0) inside = project(x, w);
   });
   EXPECT_TRUE(torch::equal(inside, one));
+}
+
+// Sets (or with nullptr unsets) an environment variable for one scope.
+struct ScopedEnv {
+  std::string name;
+  std::optional<std::string> saved;
+  ScopedEnv(const char* n, const char* value) : name(n) {
+    if (const char* old = std::getenv(n)) saved = old;
+    if (value) ::setenv(n, value, 1); else ::unsetenv(n);
+  }
+  ~ScopedEnv() {
+    if (saved) ::setenv(name.c_str(), saved->c_str(), 1); else ::unsetenv(name.c_str());
+  }
+};
+
+// Packing applies where oneDNN's matmul picks a brgemm kernel (AVX-512 and newer); elsewhere
+// pack() is null and the tests below have nothing to check.
+bool packing_applies() { return PackedWeight::pack(torch::randn({64, 64})) != nullptr; }
+
+TEST(CpuMatmul, PackedWeightsMatchAFloat64Reference) {
+  if (!packing_applies()) GTEST_SKIP() << "no brgemm kernel for float32 here: " << cpu_matmul_description();
+  torch::manual_seed(4);
+  // Row counts 1 to 775 (each its own kernel), odd sizes, and a layer's projections.
+  const std::vector<std::array<int64_t, 3>> shapes = {{1, 1, 1},     {1, 768, 64},   {3, 5, 7},      {17, 33, 65},
+                                                      {63, 64, 1},   {64, 16, 16},   {65, 96, 130},  {200, 768, 96},
+                                                      {257, 64, 2048}, {300, 2048, 64}, {775, 768, 768}};
+  for (const auto& [m, in, out] : shapes) {
+    const std::string what = "rows " + std::to_string(m) + " in " + std::to_string(in) + " out " + std::to_string(out);
+    at::Tensor x = torch::randn({m, in}), w = torch::randn({out, in}), bias = torch::randn({out});
+    const std::shared_ptr<const PackedWeight> packed = PackedWeight::pack(w);
+    ASSERT_NE(packed, nullptr) << what;
+    EXPECT_EQ(packed->in(), in);
+    EXPECT_EQ(packed->out(), out);
+    EXPECT_GE(packed->bytes(), in * out * static_cast<int64_t>(sizeof(float))) << what;
+    ASSERT_TRUE(project_uses_packed(x, *packed)) << what;
+    at::Tensor ref = at::linear(x.to(at::kDouble), w.to(at::kDouble));
+    expect_close(project(x, *packed), ref, what);
+    expect_close(project(x, *packed, bias), ref + bias.to(at::kDouble), what + " with bias");
+  }
+  // [B, T, in] keeps its leading dimensions; a non-contiguous x is read through a copy.
+  at::Tensor w = torch::randn({40, 48});
+  const std::shared_ptr<const PackedWeight> packed = PackedWeight::pack(w);
+  at::Tensor x = torch::randn({3, 70, 48}), xt = torch::randn({48, 90}).t();
+  expect_close(project(x, *packed), at::linear(x.to(at::kDouble), w.to(at::kDouble)), "3-D input");
+  expect_close(project(xt, *packed), at::linear(xt.to(at::kDouble), w.to(at::kDouble)), "transposed input");
+  // Inputs it does not take are refused by name, never multiplied wrong.
+  EXPECT_FALSE(project_uses_packed(torch::randn({5, 47}), *packed));
+  EXPECT_FALSE(project_uses_packed(torch::randn({5, 48}, at::kDouble), *packed));
+  EXPECT_THROW(project(torch::randn({5, 47}), *packed), Error);
+}
+
+TEST(CpuMatmul, OnlyContiguousFloat32MatricesArePacked) {
+  EXPECT_EQ(PackedWeight::pack(torch::randn({8, 8}, at::kDouble)), nullptr);
+  EXPECT_EQ(PackedWeight::pack(torch::randn({8, 8}).to(at::kBFloat16)), nullptr);
+  EXPECT_EQ(PackedWeight::pack(torch::randn({8, 16}).t()), nullptr);
+  EXPECT_EQ(PackedWeight::pack(torch::randn({8})), nullptr);
+  EXPECT_EQ(PackedWeight::pack(torch::randn({0, 8})), nullptr);
+  EXPECT_EQ(PackedWeight::pack(at::Tensor()), nullptr);
+}
+
+TEST(CpuMatmul, PackedResultsAreTheSameBitsOnOneThreadOrTwo) {
+  if (!packing_applies()) GTEST_SKIP() << "no brgemm kernel for float32 here: " << cpu_matmul_description();
+  Threads restore;
+  torch::manual_seed(5);
+  at::Tensor x = torch::randn({1100, 768}), w = torch::randn({2048, 768});
+  const std::shared_ptr<const PackedWeight> packed = PackedWeight::pack(w);
+  at::set_num_threads(1);
+  const at::Tensor one = project(x, *packed);
+  at::set_num_threads(2);
+  EXPECT_TRUE(torch::equal(project(x, *packed), one));
+  at::Tensor inside;
+  at::parallel_for(0, 2, 1, [&](int64_t begin, int64_t) {
+    if (begin == 0) inside = project(x, *packed);
+  });
+  EXPECT_TRUE(torch::equal(inside, one));
+  // Packed again, the same weight gives the same bits.
+  const std::shared_ptr<const PackedWeight> fresh = PackedWeight::pack(w);
+  EXPECT_TRUE(torch::equal(project(x, *fresh), one));
+}
+
+TEST(CpuMatmul, PackingIsForModelsThatLeaveRoom) {
+  {
+    ScopedEnv automatic("GPUEVAL_CPU_PACKED_WEIGHTS", nullptr);
+    EXPECT_TRUE(pack_cpu_weights(1 << 20)) << "a megabyte of weights is packed";
+    EXPECT_FALSE(pack_cpu_weights(int64_t{1} << 60)) << "more than an eighth of memory is not";
+  }
+  {
+    ScopedEnv never("GPUEVAL_CPU_PACKED_WEIGHTS", "0");
+    EXPECT_FALSE(pack_cpu_weights(1));
+  }
+  {
+    ScopedEnv always("GPUEVAL_CPU_PACKED_WEIGHTS", "1");
+    EXPECT_TRUE(pack_cpu_weights(int64_t{1} << 60));
+  }
 }
 
 TEST(CpuMatmul, SaysWhichLibraryMultiplies) {

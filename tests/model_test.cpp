@@ -4,8 +4,11 @@
 // build has (DeviceTest): on CPU always, on CUDA where there is a GPU.
 #include <c10/core/InferenceMode.h>
 
+#include <cstdlib>
+
 #include "gpueval/error.h"
 #include "gpueval/model.h"
+#include "model/cpu_matmul.h"
 #include "model/generate.h"
 #include "model/scorer.h"
 #include "test_util.h"
@@ -118,6 +121,41 @@ TEST_P(TinyModel, ParametersHaveHuggingFaceNames) {
 }
 
 GPUEVAL_INSTANTIATE_DEVICE_TESTS(TinyModel);
+
+// A CPU float32 model packs its projections and its LM head (model/cpu_matmul.h's PackedWeight)
+// where the machine has room; packed or not, it computes the same function, and the parameters
+// (what weight_broadcast sends, what load tests check) stay the checkpoint's own.
+TEST(CpuPackedWeights, PackedAndPlainModelsAgree) {
+  if (!PackedWeight::pack(at::randn({64, 64}))) GTEST_SKIP() << "no brgemm kernel for float32 here";
+  for (bool tied : {false, true}) {
+    SCOPED_TRACE(tied ? "tied head" : "own head");
+    TinyModelSpec spec;
+    spec.tied = tied;
+    ModelConfig config = testing::tiny_config(spec);
+    auto weights = testing::tiny_weights(config, spec.seed);
+    testing::TempDir dir;
+    testing::write_tiny_model(dir.path(), config, weights);
+    const char* saved = std::getenv("GPUEVAL_CPU_PACKED_WEIGHTS");
+    ::setenv("GPUEVAL_CPU_PACKED_WEIGHTS", "0", 1);
+    LlamaModel plain = load_model(dir.path(), LoadOptions{at::kCPU, at::kFloat});
+    ::unsetenv("GPUEVAL_CPU_PACKED_WEIGHTS");
+    LlamaModel packed = load_model(dir.path(), LoadOptions{at::kCPU, at::kFloat});
+    if (saved) ::setenv("GPUEVAL_CPU_PACKED_WEIGHTS", saved, 1);
+    EXPECT_EQ(plain->packed_weight_bytes(), 0);
+    // Seven projections per layer and the head, each at least as large packed as its weight.
+    int64_t weight_bytes = config.vocab_size * config.hidden_size;
+    for (const auto& p : packed->named_parameters())
+      if (p.key().find("_proj.weight") != std::string::npos) weight_bytes += p.value().numel();
+    EXPECT_GE(packed->packed_weight_bytes(), weight_bytes * static_cast<int64_t>(sizeof(float)));
+    const std::vector<int64_t> ids = random_ids(40, config.vocab_size, 8);
+    const at::Tensor a = model_logits(*plain, ids), b = model_logits(*packed, ids);
+    EXPECT_LE((a - b).abs().max().item<double>(), 1e-4) << "max |logit| " << a.abs().max().item<double>();
+    at::Tensor ref = testing::reference_logits(config, weights, ids);
+    EXPECT_LE((b - ref).abs().max().item<double>(), 1e-4);
+    for (const auto& p : packed->named_parameters())
+      EXPECT_TRUE(at::equal(p.value(), weights.at(p.key()))) << p.key();
+  }
+}
 
 class ModelBatch : public DeviceTest {
  protected:

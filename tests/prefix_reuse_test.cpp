@@ -304,7 +304,11 @@ TEST(PrefixReuseCli, MmluScoresEqualWithReuseOnAndOff) {
   const RunOutput grouped = run_mmlu(dir, "grouped", {"--prefix-reuse", "off"});
   ASSERT_EQ(on.loglikelihoods.size(), 12u * 4);
   ASSERT_EQ(off.loglikelihoods.size(), on.loglikelihoods.size());
-  for (const auto& [key, value] : on.loglikelihoods) EXPECT_NEAR(value, off.loglikelihoods.at(key), 1e-5) << key;
+  // The same function computed in other shapes: float32 sums in other orders (the products' kernels
+  // depend on their row counts), a few units in the sixth digit; a reuse error is of order 0.1.
+  const auto tolerance = [](double value) { return 1e-5 * std::max(1.0, std::abs(value)); };
+  for (const auto& [key, value] : on.loglikelihoods)
+    EXPECT_NEAR(value, off.loglikelihoods.at(key), tolerance(value)) << key;
   EXPECT_EQ(on.results["results"]["mmlu_anatomy"]["acc,none"], off.results["results"]["mmlu_anatomy"]["acc,none"]);
   const auto& b_on = on.results["batching"];
   const auto& b_off = off.results["batching"];
@@ -323,7 +327,8 @@ TEST(PrefixReuseCli, MmluScoresEqualWithReuseOnAndOff) {
   // (At least a quarter: an answer of two tokens in this tokenizer adds a one-token branch.)
   EXPECT_GE(4 * b_grouped["tokens_computed"].get<int64_t>(), b_grouped["tokens_requested"].get<int64_t>());
   EXPECT_LT(3 * b_grouped["tokens_computed"].get<int64_t>(), b_grouped["tokens_requested"].get<int64_t>());
-  for (const auto& [key, value] : on.loglikelihoods) EXPECT_NEAR(value, grouped.loglikelihoods.at(key), 1e-5) << key;
+  for (const auto& [key, value] : on.loglikelihoods)
+    EXPECT_NEAR(value, grouped.loglikelihoods.at(key), tolerance(value)) << key;
   EXPECT_THAT(io::read_file(dir.file("grouped/report.md")), HasSubstr("(prefix reuse off, continuations grouped)"));
   EXPECT_THAT(io::read_file(dir.file("off/report.md")), HasSubstr("(prefix reuse off, continuations not grouped)"));
   EXPECT_GE(b_on["shared_prefixes"].get<int64_t>(), 1);

@@ -38,14 +38,21 @@ using WeightSource = std::function<at::Tensor(const std::string& name, const std
 
 // y = x W^T (+ b); weight [out, in], bias [out] or undefined. `weight` is the tensor's checkpoint
 // name ("model.layers.0.self_attn.q_proj.weight"); the bias is the same name ending in ".bias".
+class PackedWeight;
+
 class ProjectionImpl : public torch::nn::Module {
  public:
   ProjectionImpl(const WeightSource& source, const std::string& weight, int64_t in, int64_t out, bool bias);
   at::Tensor forward(const at::Tensor& x) const;  // [..., in] -> [..., out]
+  const at::Tensor& weight() const { return weight_; }
+  // From now on CPU float32 inputs multiply a packed copy of the weight (model/cpu_matmul.h), where
+  // one applies; returns its bytes (0: none).
+  int64_t pack_for_cpu();
 
  private:
   at::Tensor weight_;  // [out, in]
   at::Tensor bias_;    // [out] or undefined
+  std::shared_ptr<const PackedWeight> packed_;
 };
 TORCH_MODULE(Projection);
 
@@ -178,6 +185,9 @@ class LlamaModelImpl : public torch::nn::Module {
   const ModelConfig& config() const { return config_; }
   const LoadOptions& options() const { return options_; }
   KVCache make_cache(int64_t batch, int64_t capacity) const;
+  // Bytes of the packed copies the projections and the LM head multiply (model/cpu_matmul.h's
+  // PackedWeight): a CPU float32 model packs them when loaded, where pack_cpu_weights() allows; else 0.
+  int64_t packed_weight_bytes() const { return packed_bytes_; }
 
  private:
   // Embedding, every layer and the final norm; mask: [B, 1, 1, T, S] as AttentionImpl takes it.
@@ -199,6 +209,8 @@ class LlamaModelImpl : public torch::nn::Module {
   RMSNorm norm_{nullptr};
   at::Tensor lm_head_;   // [V, D], the embedding weight itself when tied
   at::Tensor inv_freq_;  // [head_dim / 2] float32
+  std::shared_ptr<const PackedWeight> lm_head_packed_;
+  int64_t packed_bytes_ = 0;
 };
 TORCH_MODULE(LlamaModel);
 

@@ -1,7 +1,13 @@
 #include "model/cpu_matmul.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -10,11 +16,20 @@
 #ifdef GPUEVAL_WITH_ONEDNN
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
+#include <oneapi/dnnl/dnnl.hpp>
 
 #include <ATen/Parallel.h>
 #endif
 
 namespace gpueval {
+
+bool pack_cpu_weights(int64_t bytes) {
+  const char* setting = std::getenv("GPUEVAL_CPU_PACKED_WEIGHTS");
+  if (setting && std::strcmp(setting, "1") == 0) return true;
+  if (setting && std::strcmp(setting, "0") == 0) return false;
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 && bytes <= static_cast<int64_t>(pages) * page / 8;
+}
 
 std::vector<std::pair<int64_t, int64_t>> project_row_blocks(int64_t m) {
   // As few blocks as keep each at most 512 rows, of equal size rounded up to a multiple of 16. One
@@ -74,33 +89,166 @@ bool project_uses_onednn(const at::Tensor& x, const at::Tensor& weight, const at
                                           (bias.defined() && bias.requires_grad())));
 }
 
-at::Tensor project(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
-  if (!project_uses_onednn(x, weight, bias)) return at::linear(x, weight, bias);
-  const int64_t in = weight.size(1), out = weight.size(0);
+namespace {
+
+// x [..., in] · Wᵀ (+ bias) -> [..., out] in project_row_blocks' blocks, the threads sharing them,
+// each block multiply(first row, rows, its x, its y) on one thread with one OpenMP thread.
+template <class Multiply>
+at::Tensor project_in_blocks(const at::Tensor& x, int64_t in, int64_t out, const at::Tensor& bias,
+                             const Multiply& multiply) {
   const at::Tensor rows = x.reshape({-1, in}).contiguous();
   const int64_t m = rows.size(0);
   std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
   shape.back() = out;
   at::Tensor y = at::empty({m, out}, x.options());
   const float* a = rows.data_ptr<float>();
-  const float* w = weight.data_ptr<float>();
   float* c = y.data_ptr<float>();
   const std::vector<std::pair<int64_t, int64_t>> blocks = project_row_blocks(m);
-  std::atomic<int> failed{0};
+  std::mutex mu;
+  std::string error;
   at::parallel_for(0, static_cast<int64_t>(blocks.size()), 1, [&](int64_t begin, int64_t end) {
     OneOpenMpThread one;
     for (int64_t i = begin; i < end; ++i) {
       const auto [first, count] = blocks[static_cast<size_t>(i)];
-      // Row-major: C[count, out] = A[count, in] · Wᵀ, W being [out, in].
-      const dnnl_status_t st = dnnl_sgemm('N', 'T', count, out, in, 1.0f, a + first * in, in, w, in, 0.0f,
-                                          c + first * out, out);
-      if (st != dnnl_success) failed.store(static_cast<int>(st));
+      try {
+        multiply(count, a + first * in, c + first * out);
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> lock(mu);
+        error = e.what();
+      }
     }
   });
-  if (failed.load() != 0)
-    throw Error(fmt::format("oneDNN sgemm failed (status {}) multiplying {}x{} by {}x{}", failed.load(), m, in, in, out));
+  if (!error.empty()) throw Error(error);
   if (bias.defined()) y.add_(bias);
   return y.view(shape);
+}
+
+void sgemm_rows(int64_t m, int64_t in, int64_t out, const float* x, const float* w, float* y) {
+  // Row-major: Y[m, out] = X[m, in] · Wᵀ, W being [out, in].
+  const dnnl_status_t st = dnnl_sgemm('N', 'T', m, out, in, 1.0f, x, in, w, in, 0.0f, y, out);
+  if (st != dnnl_success)
+    throw Error(fmt::format("oneDNN sgemm failed (status {}) multiplying {}x{} by {}x{}", static_cast<int>(st), m, in,
+                            in, out));
+}
+
+}  // namespace
+
+at::Tensor project(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  if (!project_uses_onednn(x, weight, bias)) return at::linear(x, weight, bias);
+  const int64_t in = weight.size(1), out = weight.size(0);
+  const float* w = weight.data_ptr<float>();
+  return project_in_blocks(x, in, out, bias,
+                           [&](int64_t m, const float* a, float* c) { sgemm_rows(m, in, out, a, w, c); });
+}
+
+// ---- PackedWeight ----
+
+namespace {
+
+const dnnl::engine& cpu_engine() {
+  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+dnnl::memory::desc rows_desc(int64_t m, int64_t cols) {
+  return dnnl::memory::desc({m, cols}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::ab);
+}
+
+// oneDNN's matmul of m rows by [in, out] weights in the layout its kernel prefers.
+dnnl::matmul::primitive_desc matmul_desc(int64_t m, int64_t in, int64_t out) {
+  const dnnl::memory::desc any({in, out}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::any);
+  return dnnl::matmul::primitive_desc(dnnl::matmul::desc(rows_desc(m, in), any, rows_desc(m, out)), cpu_engine());
+}
+
+bool is_brgemm(const dnnl::matmul::primitive_desc& pd) { return std::strncmp(pd.impl_info_str(), "brg", 3) == 0; }
+
+}  // namespace
+
+struct PackedWeight::Impl {
+  at::Tensor plain;  // [out, in]: for a row count whose kernel wants another layout
+  int64_t in = 0, out = 0;
+  dnnl::memory packed;
+  std::mutex mu;
+  // Per row count: its kernel, or null when that kernel wants another weight layout (then sgemm).
+  std::unordered_map<int64_t, std::shared_ptr<const dnnl::matmul>> kernels;
+
+  std::shared_ptr<const dnnl::matmul> kernel(int64_t m) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = kernels.find(m);
+    if (it != kernels.end()) return it->second;
+    std::shared_ptr<const dnnl::matmul> k;
+    const dnnl::matmul::primitive_desc pd = matmul_desc(m, in, out);
+    if (pd.weights_desc() == packed.get_desc()) k = std::make_shared<const dnnl::matmul>(pd);
+    kernels.emplace(m, k);
+    return k;
+  }
+};
+
+PackedWeight::PackedWeight(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+PackedWeight::~PackedWeight() = default;
+
+std::shared_ptr<const PackedWeight> PackedWeight::pack(const at::Tensor& weight) {
+  if (!weight.defined() || !weight.device().is_cpu() || weight.scalar_type() != at::kFloat ||
+      weight.layout() != at::kStrided || weight.dim() != 2 || !weight.is_contiguous() || weight.numel() == 0)
+    return nullptr;
+  auto impl = std::make_unique<Impl>();
+  impl->plain = weight;
+  impl->out = weight.size(0);
+  impl->in = weight.size(1);
+  try {
+    // The layout is chosen for a mid-sized product; kernel() checks every row count against it.
+    const dnnl::matmul::primitive_desc pd = matmul_desc(256, impl->in, impl->out);
+    if (!is_brgemm(pd)) return nullptr;
+    // W [out, in] row-major is Wᵀ [in, out] with the in dimension outer: format "ba".
+    dnnl::memory plain({{impl->in, impl->out}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::ba},
+                       cpu_engine(), const_cast<float*>(weight.data_ptr<float>()));
+    impl->packed = dnnl::memory(pd.weights_desc(), cpu_engine());
+    dnnl::stream stream(cpu_engine());
+    OneOpenMpThread one;  // the bits of a copy do not depend on threads; one keeps the worker's count
+    dnnl::reorder(plain, impl->packed).execute(stream, plain, impl->packed);
+    stream.wait();
+  } catch (const dnnl::error& e) {
+    throw Error(fmt::format("oneDNN could not pack a {}x{} weight: {}", impl->out, impl->in, e.what()));
+  }
+  return std::shared_ptr<const PackedWeight>(new PackedWeight(std::move(impl)));
+}
+
+int64_t PackedWeight::in() const { return impl_->in; }
+int64_t PackedWeight::out() const { return impl_->out; }
+int64_t PackedWeight::bytes() const { return static_cast<int64_t>(impl_->packed.get_desc().get_size()); }
+
+void PackedWeight::multiply(int64_t m, const float* x, float* y) const {
+  if (m <= 0) return;
+  OneOpenMpThread one;
+  try {
+    const std::shared_ptr<const dnnl::matmul> kernel = impl_->kernel(m);
+    if (!kernel) return sgemm_rows(m, impl_->in, impl_->out, x, impl_->plain.data_ptr<float>(), y);
+    dnnl::stream stream(cpu_engine());
+    dnnl::memory src(rows_desc(m, impl_->in), cpu_engine(), const_cast<float*>(x));
+    dnnl::memory dst(rows_desc(m, impl_->out), cpu_engine(), y);
+    kernel->execute(stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, impl_->packed}, {DNNL_ARG_DST, dst}});
+    stream.wait();
+  } catch (const dnnl::error& e) {
+    throw Error(fmt::format("oneDNN matmul failed multiplying {}x{} by a packed {}x{}: {}", m, impl_->in, impl_->in,
+                            impl_->out, e.what()));
+  }
+}
+
+bool project_uses_packed(const at::Tensor& x, const PackedWeight& weight, const at::Tensor& bias) {
+  const auto cpu_float = [](const at::Tensor& t) {
+    return t.device().is_cpu() && t.scalar_type() == at::kFloat && t.layout() == at::kStrided;
+  };
+  if (!cpu_float(x) || x.dim() < 1 || x.size(-1) != weight.in() || x.numel() == 0) return false;
+  if (bias.defined() && (!cpu_float(bias) || bias.dim() != 1 || bias.size(0) != weight.out())) return false;
+  return !(at::GradMode::is_enabled() && (x.requires_grad() || (bias.defined() && bias.requires_grad())));
+}
+
+at::Tensor project(const at::Tensor& x, const PackedWeight& weight, const at::Tensor& bias) {
+  if (!project_uses_packed(x, weight, bias))
+    throw Error(fmt::format("project: a packed {}x{} weight takes CPU float32 rows of {}", weight.out(), weight.in(),
+                            weight.in()));
+  return project_in_blocks(x, weight.in(), weight.out(), bias,
+                           [&](int64_t m, const float* a, float* c) { weight.multiply(m, a, c); });
 }
 
 namespace {
@@ -172,6 +320,21 @@ std::string cpu_matmul_description() {
 }
 
 #else
+
+struct PackedWeight::Impl {};
+PackedWeight::PackedWeight(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+PackedWeight::~PackedWeight() = default;
+std::shared_ptr<const PackedWeight> PackedWeight::pack(const at::Tensor&) { return nullptr; }
+int64_t PackedWeight::in() const { return 0; }
+int64_t PackedWeight::out() const { return 0; }
+int64_t PackedWeight::bytes() const { return 0; }
+void PackedWeight::multiply(int64_t, const float*, float*) const {
+  throw Error("PackedWeight: this build has no oneDNN (GPUEVAL_ONEDNN is OFF)");
+}
+bool project_uses_packed(const at::Tensor&, const PackedWeight&, const at::Tensor&) { return false; }
+at::Tensor project(const at::Tensor&, const PackedWeight&, const at::Tensor&) {
+  throw Error("project: this build has no oneDNN (GPUEVAL_ONEDNN is OFF)");
+}
 
 bool project_uses_onednn(const at::Tensor&, const at::Tensor&, const at::Tensor&) { return false; }
 

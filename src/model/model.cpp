@@ -59,7 +59,15 @@ ProjectionImpl::ProjectionImpl(const WeightSource& source, const std::string& we
   if (bias) bias_ = as_parameter(*this, "bias", source(bias_name(weight), {out}));
 }
 
-at::Tensor ProjectionImpl::forward(const at::Tensor& x) const { return project(x, weight_, bias_); }
+at::Tensor ProjectionImpl::forward(const at::Tensor& x) const {
+  if (packed_ && project_uses_packed(x, *packed_, bias_)) return project(x, *packed_, bias_);
+  return project(x, weight_, bias_);
+}
+
+int64_t ProjectionImpl::pack_for_cpu() {
+  packed_ = PackedWeight::pack(weight_);
+  return packed_ ? packed_->bytes() : 0;
+}
 
 EmbeddingImpl::EmbeddingImpl(const WeightSource& source, const std::string& name, int64_t vocab, int64_t dim) {
   weight_ = as_parameter(*this, "weight", source(name, {vocab, dim}));
@@ -261,6 +269,23 @@ LlamaModelImpl::LlamaModelImpl(const ModelConfig& c, const WeightSource& source,
                                         /*requires_grad=*/false);
   }
   inv_freq_ = rope_inv_freq(c, options.device);
+  // On the CPU in float32 the projections and the LM head multiply packed copies of their weights
+  // (cpu_matmul.h's PackedWeight: no product repacks them), where the machine has room for a copy.
+  if (options.device.is_cpu() && options.dtype == at::kFloat) {
+    std::vector<ProjectionImpl*> projections;
+    int64_t bytes = lm_head_.numel() * static_cast<int64_t>(sizeof(float));
+    for (const std::shared_ptr<torch::nn::Module>& m : modules(/*include_self=*/false)) {
+      if (auto* p = dynamic_cast<ProjectionImpl*>(m.get())) {
+        projections.push_back(p);
+        bytes += p->weight().numel() * static_cast<int64_t>(sizeof(float));
+      }
+    }
+    if (pack_cpu_weights(bytes)) {
+      for (ProjectionImpl* p : projections) packed_bytes_ += p->pack_for_cpu();
+      lm_head_packed_ = PackedWeight::pack(lm_head_);
+      if (lm_head_packed_) packed_bytes_ += lm_head_packed_->bytes();
+    }
+  }
 }
 
 void LlamaModelImpl::fill_cache(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& valid,
@@ -378,7 +403,10 @@ int64_t PrefixKV::bytes() const {
   return n;
 }
 
-at::Tensor LlamaModelImpl::logits(const at::Tensor& hidden) const { return project(hidden, lm_head_); }
+at::Tensor LlamaModelImpl::logits(const at::Tensor& hidden) const {
+  if (lm_head_packed_ && project_uses_packed(hidden, *lm_head_packed_)) return project(hidden, *lm_head_packed_);
+  return project(hidden, lm_head_);
+}
 
 KVCache LlamaModelImpl::make_cache(int64_t batch, int64_t capacity) const {
   return KVCache(config_, batch, capacity, options_.dtype, options_.device);

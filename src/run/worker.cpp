@@ -239,6 +239,9 @@ void load_checkpoint(Replica& r, const WorkerHello& hello, int in, FrameWriter& 
   }
   r.tokenizer = load_tokenizer(hello.model);
   const double load_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (const int64_t packed = r.model->packed_weight_bytes(); packed > 0)
+    std::cerr << fmt::format("[{}] projections packed for oneDNN's matmul: {:.0f} MiB of this worker's own\n",
+                             hello.worker, static_cast<double>(packed) / (1 << 20));
   writer.send(FrameType::kHello, {{"pid", ::getpid()}, {"load_seconds", load_s}, {"model", hello.model}});
 }
 
