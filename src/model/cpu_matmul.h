@@ -1,5 +1,6 @@
 // The model's float32 matrix products on the CPU (its projections y = x·Wᵀ + b, and attention's
-// batched products), and which library multiplies them.
+// batched products), which library multiplies them, and the projections' weights packed once for
+// oneDNN's matmul (PackedWeight) where that is faster.
 // at::linear on the CPU goes to the BLAS LibTorch was built with: OpenBLAS for Debian's, whose
 // kernels are chosen by CPU model and can be AVX2 where the CPU has AVX-512 (OpenBLAS 0.3.21 is
 // pinned to its AVX2 "Haswell" kernels on machines where its own choice is known to miscompute).
