@@ -75,18 +75,24 @@ const char* isa_name(dnnl_cpu_isa_t isa) {
   }
 }
 
+bool is_cpu_float32(const at::Tensor& t) {
+  return t.device().is_cpu() && t.scalar_type() == at::kFloat && t.layout() == at::kStrided;
+}
+
+// Whether x [..., in] and bias ([out] or undefined) are inputs of a CPU float32 product with an
+// [out, in] weight. Autograd is never needed here; a tensor that asks for it keeps LibTorch's own path.
+bool takes_projection_inputs(const at::Tensor& x, int64_t in, int64_t out, const at::Tensor& bias) {
+  if (!is_cpu_float32(x) || x.dim() < 1 || x.size(-1) != in || x.numel() == 0) return false;
+  if (bias.defined() && (!is_cpu_float32(bias) || bias.dim() != 1 || bias.size(0) != out)) return false;
+  return !(at::GradMode::is_enabled() && (x.requires_grad() || (bias.defined() && bias.requires_grad())));
+}
+
 }  // namespace
 
 bool project_uses_onednn(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
-  const auto cpu_float = [](const at::Tensor& t) {
-    return t.device().is_cpu() && t.scalar_type() == at::kFloat && t.layout() == at::kStrided;
-  };
-  if (!cpu_float(x) || !cpu_float(weight) || weight.dim() != 2 || x.dim() < 1 || !weight.is_contiguous()) return false;
-  if (x.size(-1) != weight.size(1) || x.numel() == 0) return false;
-  if (bias.defined() && (!cpu_float(bias) || bias.dim() != 1 || bias.size(0) != weight.size(0))) return false;
-  // Autograd is never needed here; a tensor that asks for it keeps LibTorch's own path.
-  return !(at::GradMode::is_enabled() && (x.requires_grad() || weight.requires_grad() ||
-                                          (bias.defined() && bias.requires_grad())));
+  if (!is_cpu_float32(weight) || weight.dim() != 2 || !weight.is_contiguous()) return false;
+  if (at::GradMode::is_enabled() && weight.requires_grad()) return false;
+  return takes_projection_inputs(x, weight.size(1), weight.size(0), bias);
 }
 
 namespace {
@@ -235,12 +241,7 @@ void PackedWeight::multiply(int64_t m, const float* x, float* y) const {
 }
 
 bool project_uses_packed(const at::Tensor& x, const PackedWeight& weight, const at::Tensor& bias) {
-  const auto cpu_float = [](const at::Tensor& t) {
-    return t.device().is_cpu() && t.scalar_type() == at::kFloat && t.layout() == at::kStrided;
-  };
-  if (!cpu_float(x) || x.dim() < 1 || x.size(-1) != weight.in() || x.numel() == 0) return false;
-  if (bias.defined() && (!cpu_float(bias) || bias.dim() != 1 || bias.size(0) != weight.out())) return false;
-  return !(at::GradMode::is_enabled() && (x.requires_grad() || (bias.defined() && bias.requires_grad())));
+  return takes_projection_inputs(x, weight.in(), weight.out(), bias);
 }
 
 at::Tensor project(const at::Tensor& x, const PackedWeight& weight, const at::Tensor& bias) {
