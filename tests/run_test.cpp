@@ -92,6 +92,48 @@ class RunTest : public ::testing::Test {
 testing::TempDir* RunTest::reference_dir_ = nullptr;
 std::map<std::string, std::string>* RunTest::reference_ = nullptr;
 
+// results.json's and status.json's "timing" (scheduler.h's RunTiming): measured by the scheduler,
+// and its parts add up to what the run reports elsewhere.
+void expect_measured_timing(const std::string& out, size_t workers) {
+  const json results = results_of(out);
+  const json& t = results["timing"];
+  const json& b = results["batching"];
+  ASSERT_TRUE(t.is_object()) << results.dump();
+  const double compute = t["compute_s"].get<double>();
+  const double wall = std::stod(results["total_evaluation_time_seconds"].get<std::string>());
+  EXPECT_GT(compute, 0);
+  EXPECT_LE(compute, wall);
+  EXPECT_GE(t["before_first_batch_s"].get<double>(), 0);
+  EXPECT_LE(t["before_first_batch_s"].get<double>() + compute, wall);
+  ASSERT_EQ(t["workers"].size(), workers);
+  int64_t requested = 0, computed = 0, scored = 0, batches = 0;
+  for (const json& w : t["workers"]) {
+    EXPECT_GT(w["load_s"].get<double>(), 0) << w.dump();
+    EXPECT_GE(w["busy_s"].get<double>(), 0) << w.dump();
+    EXPECT_LE(w["busy_s"].get<double>(), compute + 1e-9) << "a worker's batches lie inside the window: " << w.dump();
+    EXPECT_NEAR(w["busy_fraction"].get<double>(), w["busy_s"].get<double>() / compute, 1e-12);
+    requested += w["tokens_requested"].get<int64_t>();
+    computed += w["tokens_computed"].get<int64_t>();
+    scored += w["tokens_scored"].get<int64_t>();
+    batches += w["batches"].get<int64_t>();
+  }
+  EXPECT_EQ(requested, b["tokens_requested"].get<int64_t>());
+  EXPECT_EQ(computed, b["tokens_computed"].get<int64_t>());
+  EXPECT_EQ(batches, b["batches"].get<int64_t>());
+  EXPECT_EQ(t["tokens_requested"], requested);
+  EXPECT_EQ(t["tokens_computed"], computed);
+  EXPECT_EQ(t["tokens_scored"], scored);
+  EXPECT_GT(scored, 0);
+  EXPECT_LT(scored, requested);
+  EXPECT_DOUBLE_EQ(t["requested_tokens_per_s"].get<double>(), requested / compute);
+  EXPECT_DOUBLE_EQ(t["computed_tokens_per_s"].get<double>(), computed / compute);
+  // status.json's last update holds the same window.
+  const json status = json::parse(io::read_file(out + "/status.json"));
+  EXPECT_EQ(status["timing"]["compute_s"].get<double>(), compute);
+  EXPECT_EQ(status["timing"]["workers"].size(), workers);
+  EXPECT_THAT(io::read_file(out + "/report.md"), HasSubstr("- compute: "));
+}
+
 TEST_F(RunTest, TwoWorkersGiveBitIdenticalResults) {
   const std::string cfg = write_config(dir_, "two");
   auto r = testing::run_gpueval({"--gpus", "cpu:2", cfg});  // the bare form: `gpueval --gpus … config.yaml`
@@ -118,6 +160,7 @@ TEST_F(RunTest, TwoWorkersGiveBitIdenticalResults) {
   EXPECT_EQ(status["task_progress"]["demo_perplexity"], (json{{"documents", 20}, {"documents_done", 20}}));
   EXPECT_TRUE(io::path_exists(dir_.file("two") + "/logs/worker_cpu_1.log"));
   EXPECT_TRUE(io::path_exists(dir_.file("two") + "/report.md"));
+  expect_measured_timing(dir_.file("two"), 2);
 }
 
 // GPUEVAL_PREFORK=0: every worker is fork+exec'd, as restarts always are; the same results.

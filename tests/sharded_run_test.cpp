@@ -133,6 +133,17 @@ TEST_F(ShardedRunTest, ShardsInAnyOrderMergeToTheOneMachineBytesAndASecondMergeC
   EXPECT_EQ(results["journal"]["plan_fingerprint"], p["fingerprint"]);
   EXPECT_EQ(results["journal"]["shards"].size(), 3u);
   EXPECT_EQ(results["batching"]["batches"], cut[3]);
+  // The merged timing: each shard's measured compute window, the slowest one the run's.
+  ASSERT_EQ(results["timing"]["shards"].size(), 3u) << results["timing"].dump();
+  double slowest = 0;
+  int64_t computed = 0;
+  for (const json& s : results["timing"]["shards"]) {
+    EXPECT_GT(s["compute_s"].get<double>(), 0) << s.dump();
+    slowest = std::max(slowest, s["compute_s"].get<double>());
+    computed += s["tokens_computed"].get<int64_t>();
+  }
+  EXPECT_EQ(results["timing"]["compute_s"].get<double>(), slowest);
+  EXPECT_EQ(computed, results["batching"]["tokens_computed"].get<int64_t>());
   for (const char* f : {"report.md", "report.html", "merge.json"}) EXPECT_TRUE(io::path_exists(dir + "/" + f)) << f;
 
   // Idempotent: a second merge writes nothing (not even the same bytes again).

@@ -53,6 +53,8 @@ struct RunSummary {
   std::vector<TaskGroup> groups;        // the run's groups, children before parents
   // How the work was batched and what was computed (results.json "batching"); empty: left out.
   nlohmann::json batching = nlohmann::json::object();
+  // Where the run's time went, measured (results.json "timing": RunTiming::summary); empty: left out.
+  nlohmann::json timing = nlohmann::json::object();
   // What the run took from its journal and computed (results.json "journal"); empty: left out.
   nlohmann::json journal = nlohmann::json::object();
 };

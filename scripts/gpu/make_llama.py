@@ -3,6 +3,7 @@
 
   scripts/gpu/make_llama.py OUTDIR --size 1b     # Llama-3.2-1B shape, ~1.24B parameters, bf16
   scripts/gpu/make_llama.py OUTDIR --size tiny   # same family, 2 layers, hidden 32 (~4M, mostly embedding)
+  scripts/gpu/make_llama.py OUTDIR --size smoke  # same family, 4 layers, hidden 256 (~36M, 33M of it embedding)
 
 The model is transformers' LlamaForCausalLM built from a LlamaConfig with a fixed seed, saved by
 save_pretrained(safe_serialization=True) (model.safetensors, config.json). The tokenizer is the real
@@ -24,6 +25,10 @@ SIZES = {
                num_key_value_heads=8, max_position_embeddings=131072),
     "tiny": dict(hidden_size=32, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, max_position_embeddings=131072),
+    # gpu_check.sh --cpu-smoke's model: big enough that scoring takes seconds on 2 cores; without
+    # torch the smoke writes the same shape with `gpueval init-model`.
+    "smoke": dict(hidden_size=256, intermediate_size=1024, num_hidden_layers=4, num_attention_heads=8,
+                  num_key_value_heads=4, max_position_embeddings=131072),
 }
 VOCAB = 128256
 
@@ -73,7 +78,7 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--size", choices=sorted(SIZES), default="1b")
     ap.add_argument("--dtype", choices=["bfloat16", "float32", "float16"], default=None,
-                    help="stored dtype (default: bfloat16 for 1b, float32 for tiny)")
+                    help="stored dtype (default: bfloat16 for 1b, float32 otherwise)")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--device", default=None, help="where to initialise (default: cuda if available)")
     ap.add_argument("--data", default=None, help="shared data directory (default: ../shared/data)")

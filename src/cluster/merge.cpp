@@ -107,11 +107,14 @@ struct ShardFigures {
   json journal;
   ExecutionStats stats;
   double wall_seconds = 0;  // the slowest shard's
+  json timing;               // results.json "timing": each shard's compute window, the slowest, the rate
 };
 
 ShardFigures figures(const ShardedPlan& sp, const ShardedCheckpoint& c, const std::vector<json>& records) {
   ShardFigures f;
   json shards = json::array();
+  json compute = json::array();
+  double slowest = 0;
   for (int i = 0; i < sp.shards; ++i) {
     if (c.batches_of(i) == 0) continue;
     const json& r = records[static_cast<size_t>(i)];
@@ -125,11 +128,20 @@ ShardFigures figures(const ShardedPlan& sp, const ShardedCheckpoint& c, const st
       line["attempts"] = r.value("attempts", 0);
       line["batches_resumed_last_attempt"] = ck.value("batches_resumed", int64_t{0});
       line["batches_computed_last_attempt"] = ck.value("batches_computed", int64_t{0});
+      const double c_s = ck.value("compute_s", 0.0);
+      compute.push_back({{"shard", i}, {"compute_s", c_s}, {"tokens_computed", ck.value("tokens_computed", int64_t{0})}});
+      slowest = std::max(slowest, c_s);
     }
     if (!r.is_null()) f.wall_seconds = std::max(f.wall_seconds, r.value("wall_seconds", 0.0));
     shards.push_back(line);
   }
   f.journal = {{"plan", sp.plan_path()}, {"plan_fingerprint", sp.fingerprint}, {"shards", shards}};
+  // The shards run side by side: the merged run's window is its slowest shard's, and its rate is
+  // every shard's computed tokens over that window.
+  f.timing = {{"compute_s", slowest},
+              {"tokens_computed", f.stats.tokens_computed},
+              {"computed_tokens_per_s", slowest > 0 ? json(static_cast<double>(f.stats.tokens_computed) / slowest) : json(nullptr)},
+              {"shards", compute}};
   return f;
 }
 
@@ -172,6 +184,7 @@ int run_merge_command(const std::string& dir, const EvaluationOptions& options) 
     RunSummary summary = run_summary(config, m.work.in, budget, m.work.plan, f.stats, f.journal, f.wall_seconds,
                                      docs.incomplete);
     summary.date = sp.created;  // the run's start: the plan's, so a second merge writes the same bytes
+    summary.timing = f.timing;
     const std::string state = docs.incomplete.empty() ? "complete" : "incomplete";
     incomplete = incomplete || !docs.incomplete.empty();
     const nlohmann::ordered_json results = write_checkpoint_reports(config, m.work.in, docs.scored, summary);

@@ -126,6 +126,8 @@ int run_shard(const ShardedPlan& sp, ShardId shard, const ShardRunOptions& optio
         {"tokens_computed", sum("tokens_computed", report.stats.tokens_computed)},
         {"prefix_tokens_computed", sum("prefix_tokens_computed", report.stats.prefix_tokens)},
         {"oom_splits", sum("oom_splits", report.stats.oom_splits)},
+        // this checkpoint's compute windows (scheduler.h's RunTiming), summed over the shard's attempts
+        {"compute_s", report.timing.compute_s + (before.is_null() ? 0.0 : before.value("compute_s", 0.0))},
         {"quarantined", report.quarantined.size()}};
     for (const QuarantinedBatch& q : report.quarantined)
       std::cerr << fmt::format("[shard] {}: batch {} quarantined after {} attempts ({})\n", c.checkpoint.name,

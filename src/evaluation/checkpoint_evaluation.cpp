@@ -129,6 +129,7 @@ RunSummary run_summary(const RunConfig& config, const RunInputs& in, const Budge
                       {"group_continuations", po.group_continuations},
                       {"batch_tokens", po.batch_tokens},
                       {"batches", plan.batches.size()},
+                      {"items", plan.num_items},
                       {"tokens_requested", plan.total_tokens},
                       {"tokens_computed", stats.tokens_computed},
                       {"prefix_tokens_computed", stats.prefix_tokens},
@@ -223,6 +224,7 @@ CheckpointOutcome evaluate_checkpoint(const RunConfig& run_config, const Evaluat
   const Plan todo = journal.remaining(plan, resumed);  // the batches not all in the journal
   for (std::vector<ItemResult>& items : resumed) aggregator.add(std::move(items));
   progress.set_extra("task_progress", aggregator.progress());
+  const double before_run_s = std::chrono::duration<double>(Clock::now() - t0).count();
   const SchedulerReport report = scheduler.run(
       todo, in.model_dir,
       [&](const Batch&, std::vector<ItemResult> items, const std::string&) {
@@ -237,8 +239,9 @@ CheckpointOutcome evaluate_checkpoint(const RunConfig& run_config, const Evaluat
   const size_t docs_total = docs.scored.size() + docs.incomplete.size();
   docs.incomplete.insert(docs.incomplete.begin(), quarantined.begin(), quarantined.end());
   const double wall_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  const RunSummary summary = run_summary(config, in, budget, plan, report.stats, journal.summary(), wall_seconds,
-                                         std::move(docs.incomplete));
+  RunSummary summary = run_summary(config, in, budget, plan, report.stats, journal.summary(), wall_seconds,
+                                   std::move(docs.incomplete));
+  summary.timing = report.timing.summary(before_run_s);
   nlohmann::ordered_json results;
   try {
     results = write_checkpoint_reports(config, in, docs.scored, summary);

@@ -208,6 +208,7 @@ nlohmann::ordered_json results(const std::vector<TaskScores>& tasks, const RunSu
   out["config"] = run_config_entry(summary);
   if (!summary.batching.empty()) out["batching"] = summary.batching;
   if (!summary.journal.empty()) out["journal"] = summary.journal;
+  if (!summary.timing.empty()) out["timing"] = summary.timing;
   if (summary.date) out["date"] = *summary.date;
   out["task_hashes"] = task_hashes(tasks);
   out["model_name"] = summary.model;
@@ -221,6 +222,16 @@ std::string markdown(const std::vector<TaskScores>& tasks, const RunSummary& sum
   std::string out = "# gpueval results\n\n";
   out += fmt::format("- model: `{}`\n", markdown_cell(summary.model));
   out += fmt::format("- wall time: {:.1f} s\n", summary.wall_seconds);
+  if (summary.timing.value("compute_s", 0.0) > 0) {
+    const auto& t = summary.timing;
+    const auto rate = [&](const char* key, const char* what) {
+      return t.contains(key) && t.at(key).is_number() ? fmt::format(", {:.0f} {} tokens/s", t.at(key).get<double>(), what)
+                                                       : std::string();
+    };
+    out += fmt::format("- compute: {:.2f} s from the first batch sent to the last result{}{}\n",
+                       t.at("compute_s").get<double>(), rate("requested_tokens_per_s", "requested"),
+                       rate("computed_tokens_per_s", "computed"));
+  }
   if (summary.limit) out += fmt::format("- limit: {} documents per task\n", *summary.limit);
   if (summary.batching.contains("tokens_computed")) {
     const auto& b = summary.batching;

@@ -59,7 +59,8 @@ nlohmann::json ProgressReporter::to_json(const SchedulerStatus& s) {
           {"tokens_done", s.tokens_done},
           {"elapsed_s", s.elapsed_s},
           {"eta_s", s.eta_s < 0 ? nlohmann::json(nullptr) : nlohmann::json(s.eta_s)},
-          {"workers", workers}};
+          {"workers", workers},
+          {"timing", s.timing.to_json()}};
 }
 
 void ProgressReporter::write_status(const std::string& state) {

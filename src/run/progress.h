@@ -2,7 +2,8 @@
 // terminal it redraws one live line (done/total batches, tokens/s per worker,
 // ETA); otherwise it logs a line every `log_every_s` seconds. Every update
 // also rewrites `<output>/status.json` atomically (temp file + rename), so
-// cron jobs and CI can watch a run without parsing logs. Not thread-safe: the
+// cron jobs and CI can watch a run without parsing logs; its "timing" is the
+// scheduler's RunTiming so far (the compute window and each worker's load and busy time). Not thread-safe: the
 // scheduler's loop is its only caller.
 #pragma once
 

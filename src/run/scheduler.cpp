@@ -65,7 +65,11 @@ struct Worker {
   std::vector<int32_t> probed_prefix;  // a probe's sample prefix, in its PrefixCache; run() maps it to prefix_id
   int64_t batches_done = 0;
   int64_t tokens_done = 0;
+  int64_t tokens_requested = 0;  // item costs of its finished batches: what they would take without reuse
+  int64_t tokens_computed = 0;
+  int64_t tokens_scored = 0;
   double busy_seconds = 0;
+  double load_seconds = -1;     // what its Hello reply said of loading `model`; -1: not yet
 };
 
 std::string log_path(const SchedulerOptions& o, const DeviceSlot& slot) {
@@ -87,6 +91,7 @@ void launch(Worker& w, const SchedulerOptions& o, const std::string& model_dir,
   w.batch = -1;
   w.model = model_dir;
   w.fresh = true;
+  w.load_seconds = -1;
   WorkerHello hello = first_hello(w.slot, model_dir, o.dtype, o.heartbeat_period_s);
   hello.broadcast = broadcast;
   // Into an empty pipe; what it does not take now, run() or probe() flushes.
@@ -179,6 +184,7 @@ class Loop {
     // (Scheduler::shutdown ends them).
     if (report_.interrupted || !report_.fatal_error.empty()) shutdown_workers(workers_, report_);
     report_.wall_seconds = seconds_between(start_, Clock::now());
+    report_.timing = timing();
     for (size_t i : quarantined_)
       report_.quarantined.push_back({plan_.batches[i].id, attempts_[i], failures_[i], request_indices(i)});
     maybe_status(true);
@@ -195,7 +201,11 @@ class Loop {
       w.restarts = 0;
       w.batches_done = 0;
       w.tokens_done = 0;
+      w.tokens_requested = 0;
+      w.tokens_computed = 0;
+      w.tokens_scored = 0;
       w.busy_seconds = 0;
+      if (w.model != model_dir_) w.load_seconds = -1;  // it holds the previous checkpoint: it loads this one
       w.last_seen = now;
       if (!w.child) {
         w.state = State::kDown;
@@ -298,6 +308,7 @@ class Loop {
     w.fresh = false;
     w.state = State::kStarting;
     w.prefix_id = -1;
+    w.load_seconds = -1;
     send(w, Frame{FrameType::kHello, pack_payload(switch_hello_json(model_dir_, o_.dtype))});
   }
 
@@ -309,6 +320,7 @@ class Loop {
     w.fresh = false;
     w.batch = static_cast<int64_t>(i);
     w.batch_started = Clock::now();
+    if (!first_sent_) first_sent_ = w.batch_started;
     send(w, Frame{FrameType::kWork, pack_payload({{"batch", to_json(plan_.batches[i])}})});
   }
 
@@ -393,6 +405,7 @@ class Loop {
   void on_hello_frame(Worker& w, const HelloReply& hello) {
     if (w.state != State::kStarting) return crash(w, "protocol error: unexpected Hello");
     w.state = State::kIdle;
+    w.load_seconds = hello.load_seconds;
     std::cerr << fmt::format("[sched] worker {} ready ({} loaded in {:.2f}s)\n", w.slot.name(), hello.model,
                              hello.load_seconds);
     if (broadcast_group_ && std::none_of(workers_.begin(), workers_.end(), [](const Worker& o) {
@@ -440,7 +453,11 @@ class Loop {
       return crash(w, fmt::format("protocol error: {}", e.what()));
     }
     report_.stats.add(result.stats);
-    w.busy_seconds += seconds_between(w.batch_started, Clock::now());
+    last_result_ = Clock::now();
+    w.busy_seconds += seconds_between(w.batch_started, *last_result_);
+    w.tokens_computed += result.stats.tokens_computed;
+    for (const WorkItem& item : batch.items) w.tokens_requested += item.cost();
+    for (const ItemResult& r : items) w.tokens_scored += r.num_tokens;
     w.batches_done += 1;
     w.tokens_done += batch.padded_tokens;
     tokens_done_ += batch.padded_tokens;
@@ -537,7 +554,18 @@ class Loop {
     s.elapsed_s = seconds_between(start_, now);
     if (tokens_done_ > 0) s.eta_s = s.elapsed_s * static_cast<double>(tokens_total_ - tokens_done_) / tokens_done_;
     for (const Worker& w : workers_) s.workers.push_back(worker_status(w, now));
+    s.timing = timing();
     return s;
+  }
+
+  RunTiming timing() const {
+    RunTiming t;
+    if (first_sent_) t.first_batch_s = seconds_between(start_, *first_sent_);
+    if (first_sent_ && last_result_) t.compute_s = seconds_between(*first_sent_, *last_result_);
+    for (const Worker& w : workers_)
+      t.workers.push_back({w.slot.name(), w.load_seconds, w.busy_seconds, w.batches_done, w.tokens_requested,
+                           w.tokens_computed, w.tokens_scored});
+    return t;
   }
 
   WorkerStatus worker_status(const Worker& w, Clock::time_point now) const {
@@ -567,6 +595,7 @@ class Loop {
   bool broadcast_group_ = false;  // the workers' first load goes over NCCL (weight_broadcast.h)
   int64_t tokens_total_ = 0, tokens_done_ = 0;
   Clock::time_point start_, last_status_;
+  std::optional<Clock::time_point> first_sent_, last_result_;  // the compute window (RunTiming)
   SchedulerReport report_;
 };
 
@@ -575,6 +604,40 @@ class Loop {
 struct Scheduler::Pool {
   std::vector<Worker> workers;
 };
+
+nlohmann::json RunTiming::to_json() const {
+  nlohmann::json ws = nlohmann::json::array();
+  for (const WorkerTiming& w : workers)
+    ws.push_back({{"name", w.name},
+                  {"load_s", w.load_s < 0 ? nlohmann::json(nullptr) : nlohmann::json(w.load_s)},
+                  {"busy_s", w.busy_s},
+                  {"batches", w.batches},
+                  {"tokens_requested", w.tokens_requested},
+                  {"tokens_computed", w.tokens_computed},
+                  {"tokens_scored", w.tokens_scored}});
+  return {{"first_batch_s", first_batch_s < 0 ? nlohmann::json(nullptr) : nlohmann::json(first_batch_s)},
+          {"compute_s", compute_s},
+          {"workers", ws}};
+}
+
+nlohmann::json RunTiming::summary(double before_run_s) const {
+  nlohmann::json j = to_json();
+  int64_t requested = 0, computed = 0, scored = 0;
+  for (const WorkerTiming& w : workers) {
+    requested += w.tokens_requested;
+    computed += w.tokens_computed;
+    scored += w.tokens_scored;
+  }
+  const auto rate = [&](double n) { return compute_s > 0 ? nlohmann::json(n / compute_s) : nlohmann::json(nullptr); };
+  j["before_first_batch_s"] = first_batch_s < 0 ? nlohmann::json(nullptr) : nlohmann::json(before_run_s + first_batch_s);
+  j["tokens_requested"] = requested;
+  j["tokens_computed"] = computed;
+  j["tokens_scored"] = scored;
+  j["requested_tokens_per_s"] = rate(static_cast<double>(requested));
+  j["computed_tokens_per_s"] = rate(static_cast<double>(computed));
+  for (size_t i = 0; i < workers.size(); ++i) j["workers"][i]["busy_fraction"] = rate(workers[i].busy_s);
+  return j;
+}
 
 Scheduler::Scheduler(SchedulerOptions options) : options_(std::move(options)), pool_(std::make_unique<Pool>()) {
   if (options_.load != "mmap" && options_.load != "broadcast")
@@ -641,6 +704,7 @@ ProbeResult await_probe(Worker& w, double silence_s) {
         if (w.state != State::kStarting) throw Error("protocol error: unexpected Hello");
         const HelloReply hello = hello_reply_from_json(j);
         w.state = State::kIdle;
+        w.load_seconds = hello.load_seconds;
         std::cerr << fmt::format("[sched] worker {} ready ({} loaded in {:.2f}s)\n", w.slot.name(), hello.model,
                                  hello.load_seconds);
         return true;

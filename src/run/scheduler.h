@@ -79,11 +79,37 @@ struct WorkerStatus {
   int64_t restarts = 0;
 };
 
+// Where one run()'s time went, measured by the scheduler's clock (not derived from other figures):
+// the compute window is from the first batch sent to a worker to the last result received, so it
+// holds no model load, tokenizing or planning before it and no report writing after it (it does
+// hold a worker that is still loading while another computes). A worker's busy time is the sum,
+// over its batches, of batch sent to result received; its load time is what its Hello reply said.
+struct WorkerTiming {
+  std::string name;
+  double load_s = -1;  // its model load, as the worker measured it; -1: not loaded in this run's view
+  double busy_s = 0;
+  int64_t batches = 0;
+  int64_t tokens_requested = 0;  // the requests' tokens in its batches (item costs): what no reuse computes
+  int64_t tokens_computed = 0;   // real (unpadded) tokens its forwards ran, prefixes included
+  int64_t tokens_scored = 0;     // rows through the output head: loglikelihood targets, generated tokens
+};
+
+struct RunTiming {
+  double first_batch_s = -1;  // run() called to the first batch sent; -1: no batch was sent
+  double compute_s = 0;       // the compute window; 0: no result came back
+  std::vector<WorkerTiming> workers;
+  nlohmann::json to_json() const;  // {"first_batch_s", "compute_s", "workers": [{name, load_s, busy_s, ...}]}
+  // results.json's "timing": to_json() plus `before_run_s` (the caller's time before run(): inputs,
+  // plan, probe) and the totals and rates over the compute window (null where it is 0).
+  nlohmann::json summary(double before_run_s) const;
+};
+
 struct SchedulerStatus {
   int64_t batches_total = 0, batches_done = 0, batches_quarantined = 0;
   int64_t tokens_total = 0, tokens_done = 0;
   double elapsed_s = 0, eta_s = -1;  // -1: unknown yet
   std::vector<WorkerStatus> workers;
+  RunTiming timing;  // so far: the window ends at the latest result
 };
 
 struct QuarantinedBatch {
@@ -101,6 +127,7 @@ struct SchedulerReport {
   int64_t batches_done = 0;
   int64_t worker_restarts = 0;
   double wall_seconds = 0;
+  RunTiming timing;
   ExecutionStats stats;  // summed over the batches that finished (tokens computed, OOM splits)
 };
 
