@@ -189,7 +189,7 @@ if [ -z "$data" ]; then
 fi
 
 # ---- 4 (started first, beside the build). The model, and the device's peak.
-# The MMLU runs are sized so that scoring takes seconds, not milliseconds (docs/gpu-check.md):
+# The MMLU runs are sized so that scoring takes seconds, not milliseconds (docs/gpu.md):
 # on the GPU, --limit 60 per subject is 3,420 documents, 13,680 requests, 8.15M requested and 334k
 # computed tokens (counted on the CPU with the same tokenizer and data): 6.7e14 model FLOPs for the
 # 1.24B model, so at least 0.68 s at 100% of an H200's 989 TFLOP/s and 1.7-3.4 s at 20-40% MFU;

@@ -15,7 +15,7 @@
 # Run here, before the GPU machine is used:
 #   scripts/gpu/bundle.sh --python /path/to/python-with-torch-2.11   # (b): prefix, data, binaries
 #   scripts/gpu/bundle.sh --no-build                                 # (a): prefix and data only
-# Then `scripts/gpu_check.sh --rehearse` (docs/gpu-check.md); on the device carry .gpu-bundle.
+# Then `scripts/gpu_check.sh --rehearse` (docs/gpu.md); on the device carry .gpu-bundle.
 # Env: GPUEVAL_SHARED_DATA (default ../shared/data), JOBS (build parallelism, default nproc),
 #   BUNDLE_MAX_MIB (50).
 set -euo pipefail
