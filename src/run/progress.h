@@ -3,8 +3,8 @@
 // ETA); otherwise it logs a line every `log_every_s` seconds. Every update
 // also rewrites `<output>/status.json` atomically (temp file + rename), so
 // cron jobs and CI can watch a run without parsing logs; its "timing" is the
-// scheduler's RunTiming so far (the compute window and each worker's load and busy time). Not thread-safe: the
-// scheduler's loop is its only caller.
+// scheduler's RunTiming so far (the compute window, each worker's load and
+// busy time). Not thread-safe: the scheduler's loop is its only caller.
 #pragma once
 
 #include <string>
