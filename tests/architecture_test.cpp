@@ -7,10 +7,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "gpueval/model.h"
+#include "model/checkpoint.h"
 #include "test_util.h"
 
 namespace gpueval {
@@ -63,6 +65,16 @@ class ArchitectureFixture : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ArchitectureFixture, FullForwardMatchesTransformers) {
   LlamaModel model = load_model(fixture_dir(GetParam()));
+  // Every tensor transformers saved is one the model uses (none left unread), and the config counts them all.
+  std::vector<std::string> used;
+  int64_t loaded = 0;
+  for (const auto& p : model->named_parameters()) {
+    used.push_back(p.key());
+    loaded += p.value().numel();
+  }
+  std::sort(used.begin(), used.end());
+  EXPECT_EQ(CheckpointFiles::open(fixture_dir(GetParam())).names(), used) << GetParam();
+  EXPECT_EQ(model->config().num_parameters(), loaded) << GetParam();
   c10::InferenceMode guard;
   for (const Sequence& s : expected(GetParam())) {
     const int64_t t = static_cast<int64_t>(s.ids.size());
