@@ -1,6 +1,9 @@
-// LlamaModel is a Llama-family decoder (Llama 2/3, Mistral, Qwen2, TinyLlama)
-// in LibTorch: RMSNorm, rotary embeddings (incl. llama3 scaling), grouped-query
-// attention, SwiGLU MLP, optional q/k/v bias, tied or untied LM head.
+// LlamaModel is a decoder-only transformer in LibTorch: RMSNorm, rotary embeddings
+// (incl. llama3 scaling), grouped-query attention, SwiGLU MLP, optional q/k/v bias,
+// tied or untied LM head. It is one decoder for every family ModelConfig reads
+// (Llama 2/3, Mistral, Qwen2, TinyLlama, Qwen3, OLMo 2, Granite, SmolLM3): what a
+// family does differently is the config's Architecture (norm placement, q/k
+// norms, multipliers, layers without RoPE), never a forward pass of its own.
 //
 // Parameters carry the Hugging Face names (`model.layers.0.self_attn.q_proj.weight`)
 // and are loaded from a checkpoint directory (config.json + safetensors); on CPU,
@@ -107,15 +110,23 @@ class AttentionImpl : public torch::nn::Module {
   void append_keys_values(const at::Tensor& x, const RopeTables& rope, KVCache& cache, int64_t layer) const;
 
  private:
-  // x [B, T, D] -> queries [B, H, T, hd], and keys and values [B, KV, T, hd], after RoPE.
+  // x [B, T, D] -> queries [B, H, T, hd], and keys and values [B, KV, T, hd], after the q/k norms
+  // and RoPE (where the layer has them); queries already carry any non-default attention scale.
   at::Tensor queries(const at::Tensor& x, const RopeTables& rope) const;
   std::pair<at::Tensor, at::Tensor> keys_values(const at::Tensor& x, const RopeTables& rope) const;
   // q: [B, H, T, hd], k, v: [B, KV, S', hd]; the prefix's keys come before k's. Returns [B, T, H * hd].
   at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
                     const PrefixKV* prefix, int64_t layer) const;
 
+  // [B, T, n * hd] -> [B, n, T, hd]: the q/k norm (`norm` may be null), the head split and RoPE.
+  at::Tensor heads(at::Tensor x, int64_t n, const RMSNorm& norm, const RopeTables& rope) const;
+
   int64_t n_heads_, n_kv_heads_, head_dim_;
+  QkNorm qk_norm_;
+  bool use_rope_;
+  double query_scale_;  // 1 but for a family's own attention scale: scale * sqrt(hd), folded into q
   Projection q_proj_{nullptr}, k_proj_{nullptr}, v_proj_{nullptr}, o_proj_{nullptr};
+  RMSNorm q_norm_{nullptr}, k_norm_{nullptr};  // null without arch.qk_norm
 };
 TORCH_MODULE(Attention);
 
@@ -141,8 +152,17 @@ class DecoderLayerImpl : public torch::nn::Module {
   void append_keys_values(const at::Tensor& x, const RopeTables& rope, KVCache& cache) const;
 
  private:
+  // The residual stream after each sublayer: x + f(norm(x)) * m (pre-norm) or x + norm(f(x)) (post).
+  at::Tensor attention_residual(at::Tensor attended, const at::Tensor& x) const;
+  at::Tensor mlp_residual(const at::Tensor& h) const;
+  at::Tensor attention_input(const at::Tensor& x) const;  // input_layernorm(x), or x itself (post-norm)
+
   int64_t index_;
-  RMSNorm input_layernorm_{nullptr}, post_attention_layernorm_{nullptr};
+  bool pre_norm_;
+  double residual_multiplier_;
+  // Pre-norm: input_layernorm and post_attention_layernorm (the MLP's input norm). Post-sublayer:
+  // post_attention_layernorm and post_feedforward_layernorm on each sublayer's output; no input norm.
+  RMSNorm input_layernorm_{nullptr}, post_attention_layernorm_{nullptr}, post_feedforward_layernorm_{nullptr};
   Attention self_attn_{nullptr};
   Mlp mlp_{nullptr};
 };
@@ -200,6 +220,8 @@ class LlamaModelImpl : public torch::nn::Module {
   void fill_cache(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& valid, KVCache& cache) const;
   at::Tensor forward(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& valid, KVCache* cache,
                      bool keys_only) const;
+  // Throws Error when a position ([B, T] int64) reaches config.sliding_window: attention would drop keys.
+  void check_window(const at::Tensor& positions) const;
 
   ModelConfig config_;
   LoadOptions options_;

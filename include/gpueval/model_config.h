@@ -1,5 +1,7 @@
-// ModelConfig holds the hyper-parameters of a Llama-family decoder, read from a
-// Hugging Face `config.json` (Llama 2/3, Mistral, Qwen2, TinyLlama). Every field
+// ModelConfig holds the hyper-parameters of a decoder-only model, read from a
+// Hugging Face `config.json`: Llama 2/3, Mistral, Qwen2, TinyLlama, and the
+// families that differ from Llama only in what Architecture describes (Qwen3,
+// OLMo 2, Granite, SmolLM3). Every field
 // is validated when read: a missing, ill-typed or out-of-range value is a
 // one-line gpueval::Error naming the file and the key. A ModelConfig is a
 // plain value; copy it freely.
@@ -24,8 +26,35 @@ struct RopeScaling {
   int64_t original_max_position_embeddings = 8192;  // llama3 only
 };
 
+// Where a family's norms sit around each sublayer. kPreNorm (Llama): x + f(norm(x)), norms named
+// input_layernorm and post_attention_layernorm. kPostSublayer (OLMo 2): x + norm(f(x)), norms named
+// post_attention_layernorm and post_feedforward_layernorm, no input_layernorm.
+enum class NormPlacement { kPreNorm, kPostSublayer };
+
+// An RMSNorm on the queries and keys before RoPE (self_attn.q_norm / k_norm). kPerHead (Qwen3): over
+// each head's head_dim, weight [head_dim]. kWholeProjection (OLMo 2): over the projection's full width
+// before the split into heads, weights [H * head_dim] and [KV * head_dim].
+enum class QkNorm { kNone, kPerHead, kWholeProjection };
+
+// What one family's decoder does differently from Llama's, as data: the decoder (model.cpp) and the
+// weight-name table (weight_names.cpp) branch on these fields alone, never on model_type. A family is
+// a row of model_config.cpp's table (model_type -> how config.json fills this) plus its weight names.
+struct Architecture {
+  NormPlacement norm_placement = NormPlacement::kPreNorm;
+  QkNorm qk_norm = QkNorm::kNone;
+  bool o_proj_bias = false;           // o_proj carries a bias (Llama-style attention_bias, not Qwen2's)
+  double embedding_multiplier = 1.0;  // Granite: embeddings scaled before the first layer
+  double residual_multiplier = 1.0;   // Granite: x + f(x) * m in both sublayers
+  std::optional<double> attention_scale;  // Granite's attention_multiplier; unset: 1 / sqrt(head_dim)
+  double logits_divisor = 1.0;        // Granite's logits_scaling: logits / d
+  std::vector<bool> rope_layers;      // SmolLM3's no_rope_layers (true: RoPE); empty: every layer
+  bool uses_rope(int64_t layer) const {
+    return rope_layers.empty() || rope_layers[static_cast<size_t>(layer)];
+  }
+};
+
 struct ModelConfig {
-  std::string model_type = "llama";  // llama | mistral | qwen2
+  std::string model_type = "llama";  // llama | mistral | qwen2 | qwen3 | olmo2 | granite | smollm3
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
@@ -38,7 +67,11 @@ struct ModelConfig {
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
   bool tie_word_embeddings = false;
-  bool attention_bias = false;  // q/k/v projections carry a bias (Qwen2)
+  bool attention_bias = false;  // q/k/v projections carry a bias (Qwen2); o_proj's: arch.o_proj_bias
+  // Mistral's attention window (null in config.json: none). Positions past it are refused at run time
+  // (LlamaModelImpl): below it a windowed model and a full-attention one compute the same.
+  std::optional<int64_t> sliding_window;
+  Architecture arch;
   std::string torch_dtype;      // as written in config.json; "" when absent
   std::optional<int64_t> bos_token_id;
   std::vector<int64_t> eos_token_ids;

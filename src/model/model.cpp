@@ -94,23 +94,46 @@ Projection projection(const ModelConfig& c, const WeightSource& source, LlamaWei
 }  // namespace
 
 AttentionImpl::AttentionImpl(const ModelConfig& c, const WeightSource& source, int64_t layer)
-    : n_heads_(c.num_attention_heads), n_kv_heads_(c.num_key_value_heads), head_dim_(c.head_dim) {
+    : n_heads_(c.num_attention_heads),
+      n_kv_heads_(c.num_key_value_heads),
+      head_dim_(c.head_dim),
+      qk_norm_(c.arch.qk_norm),
+      use_rope_(c.arch.uses_rope(layer)),
+      // The attention kernels scale q kᵀ by 1 / sqrt(hd); another scale s is that times s * sqrt(hd) on q.
+      query_scale_(c.arch.attention_scale ? *c.arch.attention_scale * std::sqrt(static_cast<double>(c.head_dim))
+                                          : 1.0) {
   q_proj_ = register_module("q_proj", projection(c, source, LlamaWeight::kQProj, layer));
   k_proj_ = register_module("k_proj", projection(c, source, LlamaWeight::kKProj, layer));
   v_proj_ = register_module("v_proj", projection(c, source, LlamaWeight::kVProj, layer));
   o_proj_ = register_module("o_proj", projection(c, source, LlamaWeight::kOProj, layer));
+  if (qk_norm_ != QkNorm::kNone) {
+    const auto norm = [&](LlamaWeight w) {
+      return RMSNorm(source, weight_name(w, layer), weight_shape(c, w)[0], c.rms_norm_eps);
+    };
+    q_norm_ = register_module("q_norm", norm(LlamaWeight::kQNorm));
+    k_norm_ = register_module("k_norm", norm(LlamaWeight::kKNorm));
+  }
+}
+
+at::Tensor AttentionImpl::heads(at::Tensor x, int64_t n, const RMSNorm& norm, const RopeTables& rope) const {
+  const int64_t b = x.size(0), t = x.size(1);
+  if (qk_norm_ == QkNorm::kWholeProjection) x = norm->forward(x);           // over [B, T, n * hd]
+  x = x.view({b, t, n, head_dim_});
+  if (qk_norm_ == QkNorm::kPerHead) x = norm->forward(x);                   // over each head's hd
+  x = x.transpose(1, 2);                                                    // [B, n, T, hd]
+  return use_rope_ ? rotary_embedding(x, rope) : x;
 }
 
 at::Tensor AttentionImpl::queries(const at::Tensor& x, const RopeTables& rope) const {
-  const int64_t b = x.size(0), t = x.size(1);
-  return rotary_embedding(q_proj_->forward(x).view({b, t, n_heads_, head_dim_}).transpose(1, 2), rope);
+  at::Tensor q = heads(q_proj_->forward(x), n_heads_, q_norm_, rope);
+  return query_scale_ == 1.0 ? q : q * query_scale_;
 }
 
 std::pair<at::Tensor, at::Tensor> AttentionImpl::keys_values(const at::Tensor& x, const RopeTables& rope) const {
   const int64_t b = x.size(0), t = x.size(1);
-  at::Tensor k = k_proj_->forward(x).view({b, t, n_kv_heads_, head_dim_}).transpose(1, 2);  // [B, KV, T, hd]
+  at::Tensor k = heads(k_proj_->forward(x), n_kv_heads_, k_norm_, rope);                  // [B, KV, T, hd]
   at::Tensor v = v_proj_->forward(x).view({b, t, n_kv_heads_, head_dim_}).transpose(1, 2);  // [B, KV, T, hd]
-  return {rotary_embedding(k, rope), v};
+  return {k, v};
 }
 
 at::Tensor AttentionImpl::forward(const at::Tensor& x, const RopeTables& rope, const at::Tensor& mask,
@@ -219,36 +242,52 @@ at::Tensor MlpImpl::forward(const at::Tensor& x) const {
   return down_proj_->forward(gate);
 }
 
-DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, const WeightSource& source, int64_t index) : index_(index) {
-  input_layernorm_ = register_module(
-      "input_layernorm",
-      RMSNorm(source, weight_name(LlamaWeight::kInputLayernorm, index), c.hidden_size, c.rms_norm_eps));
+DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, const WeightSource& source, int64_t index)
+    : index_(index),
+      pre_norm_(c.arch.norm_placement == NormPlacement::kPreNorm),
+      residual_multiplier_(c.arch.residual_multiplier) {
+  const auto norm = [&](LlamaWeight w) { return RMSNorm(source, weight_name(w, index), c.hidden_size, c.rms_norm_eps); };
+  if (pre_norm_) input_layernorm_ = register_module("input_layernorm", norm(LlamaWeight::kInputLayernorm));
   self_attn_ = register_module("self_attn", Attention(c, source, index));
-  post_attention_layernorm_ = register_module(
-      "post_attention_layernorm",
-      RMSNorm(source, weight_name(LlamaWeight::kPostAttentionLayernorm, index), c.hidden_size, c.rms_norm_eps));
+  post_attention_layernorm_ = register_module("post_attention_layernorm", norm(LlamaWeight::kPostAttentionLayernorm));
   mlp_ = register_module("mlp", Mlp(c, source, index));
+  if (!pre_norm_)
+    post_feedforward_layernorm_ =
+        register_module("post_feedforward_layernorm", norm(LlamaWeight::kPostFeedforwardLayernorm));
+}
+
+at::Tensor DecoderLayerImpl::attention_input(const at::Tensor& x) const {
+  return pre_norm_ ? input_layernorm_->forward(x) : x;
+}
+
+// Residuals added in place into the fresh sublayer outputs (addition commutes: the same bits as x + a).
+at::Tensor DecoderLayerImpl::attention_residual(at::Tensor attended, const at::Tensor& x) const {
+  if (!pre_norm_) attended = post_attention_layernorm_->forward(attended);
+  if (residual_multiplier_ != 1.0) attended.mul_(residual_multiplier_);
+  return attended.add_(x);
+}
+
+at::Tensor DecoderLayerImpl::mlp_residual(const at::Tensor& h) const {
+  at::Tensor m = pre_norm_ ? mlp_->forward(post_attention_layernorm_->forward(h))
+                           : post_feedforward_layernorm_->forward(mlp_->forward(h));
+  if (residual_multiplier_ != 1.0) m.mul_(residual_multiplier_);
+  return m.add_(h);
 }
 
 at::Tensor DecoderLayerImpl::forward(const at::Tensor& x, const RopeTables& rope, const at::Tensor& mask,
                                      KVCache* cache, const PrefixKV* prefix) const {
-  // Residuals added in place into the fresh sublayer outputs (addition commutes: the same bits as x + a).
-  at::Tensor h = self_attn_->forward(input_layernorm_->forward(x), rope, mask, cache, index_, prefix);
-  h.add_(x);
-  at::Tensor m = mlp_->forward(post_attention_layernorm_->forward(h));
-  return m.add_(h);
+  return mlp_residual(attention_residual(self_attn_->forward(attention_input(x), rope, mask, cache, index_, prefix), x));
 }
 
 at::Tensor DecoderLayerImpl::forward_at(const at::Tensor& x, const RopeTables& rope, const at::Tensor& mask,
                                         const PrefixKV* prefix, const at::Tensor& columns) const {
   const int64_t b = x.size(0), picked = columns.size(1), d = x.size(2);
-  at::Tensor h = self_attn_->forward_at(input_layernorm_->forward(x), rope, mask, index_, prefix, columns)
-                     .add_(x.gather(1, columns.unsqueeze(-1).expand({b, picked, d})));
-  return mlp_->forward(post_attention_layernorm_->forward(h)).add_(h);
+  return mlp_residual(attention_residual(self_attn_->forward_at(attention_input(x), rope, mask, index_, prefix, columns),
+                                         x.gather(1, columns.unsqueeze(-1).expand({b, picked, d}))));
 }
 
 void DecoderLayerImpl::append_keys_values(const at::Tensor& x, const RopeTables& rope, KVCache& cache) const {
-  self_attn_->append_keys_values(input_layernorm_->forward(x), rope, cache, index_);
+  self_attn_->append_keys_values(attention_input(x), rope, cache, index_);
 }
 
 LlamaModelImpl::LlamaModelImpl(const ModelConfig& c, const WeightSource& source, LoadOptions options)
@@ -322,8 +361,10 @@ at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens, const at::Tensor& p
 at::Tensor LlamaModelImpl::run_layers(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& mask,
                                       KVCache* cache, const PrefixKV* prefix, const at::Tensor& columns,
                                       bool keys_only) const {
+  check_window(positions);
   RopeTables rope = rope_tables(inv_freq_, positions, options_.dtype);
   at::Tensor h = embed_tokens_->forward(tokens);  // [B, T, D]
+  if (config_.arch.embedding_multiplier != 1.0) h = h * config_.arch.embedding_multiplier;
   // Converted once for all layers: [B, 1, T, S] in the model's dtype on the SDPA path.
   const at::Tensor layer_mask = use_sdpa(tokens) ? sdpa_mask(mask, options_.dtype) : mask;
   for (size_t i = 0; i < layers_.size(); ++i) {
@@ -404,8 +445,20 @@ int64_t PrefixKV::bytes() const {
 }
 
 at::Tensor LlamaModelImpl::logits(const at::Tensor& hidden) const {
-  if (lm_head_packed_ && project_uses_packed(hidden, *lm_head_packed_)) return project(hidden, *lm_head_packed_);
-  return project(hidden, lm_head_);
+  at::Tensor out = lm_head_packed_ && project_uses_packed(hidden, *lm_head_packed_) ? project(hidden, *lm_head_packed_)
+                                                                                   : project(hidden, lm_head_);
+  if (config_.arch.logits_divisor != 1.0) out.div_(config_.arch.logits_divisor);
+  return out;
+}
+
+void LlamaModelImpl::check_window(const at::Tensor& positions) const {
+  // Keys are at positions 0..p of a query at p, so below the window no key falls out of it.
+  if (!config_.sliding_window || positions.numel() == 0) return;
+  const int64_t last = positions.max().item<int64_t>();
+  if (last >= *config_.sliding_window)
+    throw Error(fmt::format("position {} is past the model's sliding_window of {} (sliding-window attention is not "
+                            "implemented; shorten the sequences or evaluate with full attention)",
+                            last, *config_.sliding_window));
 }
 
 KVCache LlamaModelImpl::make_cache(int64_t batch, int64_t capacity) const {

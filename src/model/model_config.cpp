@@ -113,6 +113,109 @@ json with_legacy_keys(const json& j, const std::string& where) {
 
 }  // namespace
 
+namespace {
+
+// Sliding-window attention is not implemented: a family whose config turns it on is refused,
+// naming the key, rather than run with full attention.
+void refuse_sliding_layers(const json& j, const std::string& where) {
+  if (get_bool(j, where, "use_sliding_window", false))
+    fail(where, "use_sliding_window=true is not supported (sliding-window attention is not implemented)");
+  if (auto it = j.find("layer_types"); it != j.end() && !it->is_null()) {
+    if (!it->is_array()) fail(where, "key 'layer_types' must be a list of strings");
+    for (const json& t : *it)
+      if (t != "full_attention")
+        fail(where, "layer_types holds {} (only full_attention is supported)", t.dump());
+  }
+}
+
+// SmolLM3's no_rope_layers: one 0/1 per layer, 1 where the layer applies RoPE. Absent, transformers
+// derives it from no_rope_layer_interval (every interval-th layer has none).
+std::vector<bool> parse_rope_layers(const json& j, const std::string& where, int64_t layers) {
+  std::vector<bool> out;
+  auto it = j.find("no_rope_layers");
+  if (it == j.end() || it->is_null()) {
+    const int64_t interval = get_int(j, where, "no_rope_layer_interval", 4, 1, kMaxLayers);
+    for (int64_t i = 0; i < layers; ++i) out.push_back((i + 1) % interval != 0);
+    return out;
+  }
+  if (!it->is_array() || static_cast<int64_t>(it->size()) != layers)
+    fail(where, "key 'no_rope_layers' must be a list of num_hidden_layers ({}) values 0 or 1", layers);
+  for (const json& x : *it) {
+    if (x != 0 && x != 1) fail(where, "key 'no_rope_layers' holds {} (each value must be 0 or 1)", x.dump());
+    out.push_back(x == 1);
+  }
+  return out;
+}
+
+double get_positive(const json& j, const std::string& where, const char* key, double fallback) {
+  const double v = get_double(j, where, key, fallback);
+  if (!(v > 0)) fail(where, "key '{}' must be a positive number, got {}", key, v);
+  return v;
+}
+
+// One row per family: the defaults its transformers Config class has where config.json is silent,
+// and how its own keys fill the Architecture (read after the keys every family shares).
+struct Family {
+  const char* model_type;
+  const char* architecture;  // the transformers class, written back by to_json
+  std::optional<int64_t> head_dim;  // unset: hidden_size / num_attention_heads
+  double rms_norm_eps;
+  double rope_theta;
+  bool tie_word_embeddings;
+  bool attention_bias;
+  void (*read)(const json& j, const std::string& where, ModelConfig& c);
+};
+
+const Family kFamilies[] = {
+    {"llama", "LlamaForCausalLM", std::nullopt, 1e-6, 10000.0, false, false,
+     [](const json&, const std::string&, ModelConfig& c) { c.arch.o_proj_bias = c.attention_bias; }},
+    {"mistral", "MistralForCausalLM", std::nullopt, 1e-6, 10000.0, false, false,
+     [](const json& j, const std::string& where, ModelConfig& c) {
+       // transformers' MistralConfig defaults the window to 4096 when the key is absent; null is none.
+       if (!j.contains("sliding_window")) c.sliding_window = 4096;
+       else if (!j["sliding_window"].is_null())
+         c.sliding_window = get_int(j, where, "sliding_window", std::nullopt, 1, kMaxPositions);
+     }},
+    {"qwen2", "Qwen2ForCausalLM", std::nullopt, 1e-6, 10000.0, false, true,
+     [](const json& j, const std::string& where, ModelConfig&) { refuse_sliding_layers(j, where); }},
+    {"qwen3", "Qwen3ForCausalLM", 128, 1e-6, 10000.0, false, false,
+     [](const json& j, const std::string& where, ModelConfig& c) {
+       refuse_sliding_layers(j, where);
+       c.arch.qk_norm = QkNorm::kPerHead;
+       c.arch.o_proj_bias = c.attention_bias;
+     }},
+    {"olmo2", "Olmo2ForCausalLM", std::nullopt, 1e-5, 10000.0, false, false,
+     [](const json&, const std::string&, ModelConfig& c) {
+       c.arch.norm_placement = NormPlacement::kPostSublayer;
+       c.arch.qk_norm = QkNorm::kWholeProjection;
+       c.arch.o_proj_bias = c.attention_bias;
+     }},
+    {"granite", "GraniteForCausalLM", std::nullopt, 1e-6, 10000.0, false, false,
+     [](const json& j, const std::string& where, ModelConfig& c) {
+       c.arch.o_proj_bias = c.attention_bias;
+       c.arch.embedding_multiplier = get_positive(j, where, "embedding_multiplier", 1.0);
+       c.arch.residual_multiplier = get_positive(j, where, "residual_multiplier", 1.0);
+       c.arch.attention_scale = get_positive(j, where, "attention_multiplier", 1.0);
+       c.arch.logits_divisor = get_positive(j, where, "logits_scaling", 1.0);
+     }},
+    {"smollm3", "SmolLM3ForCausalLM", std::nullopt, 1e-6, 2000000.0, true, false,
+     [](const json& j, const std::string& where, ModelConfig& c) {
+       refuse_sliding_layers(j, where);
+       c.arch.o_proj_bias = c.attention_bias;
+       c.arch.rope_layers = parse_rope_layers(j, where, c.num_hidden_layers);
+     }},
+};
+
+const Family& family_of(const std::string& model_type, const std::string& where) {
+  for (const Family& f : kFamilies)
+    if (model_type == f.model_type) return f;
+  std::string names;
+  for (const Family& f : kFamilies) names += std::string(names.empty() ? "" : ", ") + f.model_type;
+  fail(where, "unsupported model_type '{}' (supported: {})", model_type, names);
+}
+
+}  // namespace
+
 ModelConfig ModelConfig::from_json(const json& raw, const std::string& where) {
   if (!raw.is_object()) fail(where, "config must be a JSON object");
   const json j = with_legacy_keys(raw, where);
@@ -121,8 +224,7 @@ ModelConfig ModelConfig::from_json(const json& raw, const std::string& where) {
     if (!j["model_type"].is_string()) fail(where, "key 'model_type' must be a string");
     c.model_type = j["model_type"].get<std::string>();
   }
-  if (c.model_type != "llama" && c.model_type != "mistral" && c.model_type != "qwen2")
-    fail(where, "unsupported model_type '{}' (supported: llama, mistral, qwen2)", c.model_type);
+  const Family& family = family_of(c.model_type, where);
   if (j.contains("hidden_act") && j["hidden_act"] != "silu")
     fail(where, "unsupported hidden_act {} (only silu)", j["hidden_act"].dump());
   if (get_bool(j, where, "mlp_bias", false)) fail(where, "mlp_bias=true is not supported");
@@ -136,19 +238,20 @@ ModelConfig ModelConfig::from_json(const json& raw, const std::string& where) {
   if (c.num_attention_heads % c.num_key_value_heads != 0)
     fail(where, "num_attention_heads ({}) is not a multiple of num_key_value_heads ({})", c.num_attention_heads,
          c.num_key_value_heads);
-  std::optional<int64_t> default_head_dim;
-  if (c.hidden_size % c.num_attention_heads == 0) default_head_dim = c.hidden_size / c.num_attention_heads;
+  std::optional<int64_t> default_head_dim = family.head_dim;
+  if (!default_head_dim && c.hidden_size % c.num_attention_heads == 0) default_head_dim = c.hidden_size / c.num_attention_heads;
   c.head_dim = get_int(j, where, "head_dim", default_head_dim, 2, kMaxHeadDim);
   if (c.head_dim % 2 != 0) fail(where, "head_dim ({}) must be even for rotary embeddings", c.head_dim);
   c.max_position_embeddings = get_int(j, where, "max_position_embeddings", 2048, 1, kMaxPositions);
-  c.rms_norm_eps = get_double(j, where, "rms_norm_eps", 1e-6);
+  c.rms_norm_eps = get_double(j, where, "rms_norm_eps", family.rms_norm_eps);
   if (!(c.rms_norm_eps > 0)) fail(where, "key 'rms_norm_eps' must be positive");
-  c.rope_theta = get_double(j, where, "rope_theta", 10000.0);
+  c.rope_theta = get_double(j, where, "rope_theta", family.rope_theta);
   if (!(c.rope_theta > 1)) fail(where, "key 'rope_theta' must be > 1");
   if (j.contains("rope_scaling")) c.rope_scaling = parse_rope_scaling(j["rope_scaling"], where);
-  c.tie_word_embeddings = get_bool(j, where, "tie_word_embeddings", false);
+  c.tie_word_embeddings = get_bool(j, where, "tie_word_embeddings", family.tie_word_embeddings);
   // Qwen2 always has q/k/v biases; Llama has them only when attention_bias says so.
-  c.attention_bias = get_bool(j, where, "attention_bias", c.model_type == "qwen2");
+  c.attention_bias = get_bool(j, where, "attention_bias", family.attention_bias);
+  family.read(j, where, c);
   if (j.contains("torch_dtype") && j["torch_dtype"].is_string()) c.torch_dtype = j["torch_dtype"].get<std::string>();
   if (j.contains("bos_token_id") && !j["bos_token_id"].is_null())
     c.bos_token_id = get_int(j, where, "bos_token_id", std::nullopt, 0, kMaxTokenId);
@@ -177,8 +280,7 @@ ModelConfig ModelConfig::load(const std::string& path) {
 }
 
 json ModelConfig::to_json() const {
-  json j = {{"architectures", {model_type == "qwen2" ? "Qwen2ForCausalLM"
-                               : model_type == "mistral" ? "MistralForCausalLM" : "LlamaForCausalLM"}},
+  json j = {{"architectures", {family_of(model_type, "ModelConfig::to_json").architecture}},
             {"model_type", model_type},
             {"vocab_size", vocab_size},
             {"hidden_size", hidden_size},
@@ -204,6 +306,18 @@ json ModelConfig::to_json() const {
   } else {
     j["rope_scaling"] = nullptr;
   }
+  if (model_type == "mistral") j["sliding_window"] = sliding_window ? json(*sliding_window) : json(nullptr);
+  if (model_type == "granite") {
+    j["embedding_multiplier"] = arch.embedding_multiplier;
+    j["residual_multiplier"] = arch.residual_multiplier;
+    j["attention_multiplier"] = arch.attention_scale.value_or(1.0);
+    j["logits_scaling"] = arch.logits_divisor;
+  }
+  if (!arch.rope_layers.empty()) {
+    json layers = json::array();
+    for (bool r : arch.rope_layers) layers.push_back(r ? 1 : 0);
+    j["no_rope_layers"] = layers;
+  }
   if (!torch_dtype.empty()) j["torch_dtype"] = torch_dtype;
   if (bos_token_id) j["bos_token_id"] = *bos_token_id;
   if (eos_token_ids.size() == 1) j["eos_token_id"] = eos_token_ids[0];
@@ -215,8 +329,11 @@ int64_t ModelConfig::num_parameters() const {
   const int64_t q = num_attention_heads * head_dim, kv = num_key_value_heads * head_dim;
   int64_t attn = hidden_size * q + 2 * hidden_size * kv + q * hidden_size;
   if (attention_bias) attn += q + 2 * kv;
+  if (arch.o_proj_bias) attn += hidden_size;
+  if (arch.qk_norm == QkNorm::kPerHead) attn += 2 * head_dim;
+  if (arch.qk_norm == QkNorm::kWholeProjection) attn += q + kv;
   const int64_t mlp = 3 * hidden_size * intermediate_size;
-  const int64_t layer = attn + mlp + 2 * hidden_size;
+  const int64_t layer = attn + mlp + 2 * hidden_size;  // two norms per layer in either placement
   const int64_t embed = vocab_size * hidden_size;
   return num_hidden_layers * layer + hidden_size + embed + (tie_word_embeddings ? 0 : embed);
 }

@@ -8,9 +8,21 @@ namespace gpueval {
 namespace {
 
 constexpr LlamaWeight kLayerWeights[] = {
-    LlamaWeight::kInputLayernorm, LlamaWeight::kQProj,    LlamaWeight::kKProj,  LlamaWeight::kVProj,
-    LlamaWeight::kOProj,          LlamaWeight::kPostAttentionLayernorm,         LlamaWeight::kGateProj,
-    LlamaWeight::kUpProj,         LlamaWeight::kDownProj};
+    LlamaWeight::kInputLayernorm, LlamaWeight::kQProj,    LlamaWeight::kKProj,     LlamaWeight::kVProj,
+    LlamaWeight::kQNorm,          LlamaWeight::kKNorm,    LlamaWeight::kOProj,     LlamaWeight::kPostAttentionLayernorm,
+    LlamaWeight::kGateProj,       LlamaWeight::kUpProj,   LlamaWeight::kDownProj,  LlamaWeight::kPostFeedforwardLayernorm};
+
+// Whether a checkpoint of `c` holds the per-layer weight `w`.
+bool layer_has(const ModelConfig& c, LlamaWeight w) {
+  const bool pre_norm = c.arch.norm_placement == NormPlacement::kPreNorm;
+  switch (w) {
+    case LlamaWeight::kInputLayernorm: return pre_norm;
+    case LlamaWeight::kPostFeedforwardLayernorm: return !pre_norm;
+    case LlamaWeight::kQNorm:
+    case LlamaWeight::kKNorm: return c.arch.qk_norm != QkNorm::kNone;
+    default: return true;
+  }
+}
 
 // The name inside a layer ("self_attn.q_proj.weight"), or nullptr for the kinds outside one.
 const char* layer_suffix(LlamaWeight w) {
@@ -18,12 +30,15 @@ const char* layer_suffix(LlamaWeight w) {
     case LlamaWeight::kInputLayernorm: return "input_layernorm.weight";
     case LlamaWeight::kQProj: return "self_attn.q_proj.weight";
     case LlamaWeight::kKProj: return "self_attn.k_proj.weight";
+    case LlamaWeight::kQNorm: return "self_attn.q_norm.weight";
+    case LlamaWeight::kKNorm: return "self_attn.k_norm.weight";
     case LlamaWeight::kVProj: return "self_attn.v_proj.weight";
     case LlamaWeight::kOProj: return "self_attn.o_proj.weight";
     case LlamaWeight::kPostAttentionLayernorm: return "post_attention_layernorm.weight";
     case LlamaWeight::kGateProj: return "mlp.gate_proj.weight";
     case LlamaWeight::kUpProj: return "mlp.up_proj.weight";
     case LlamaWeight::kDownProj: return "mlp.down_proj.weight";
+    case LlamaWeight::kPostFeedforwardLayernorm: return "post_feedforward_layernorm.weight";
     default: return nullptr;
   }
 }
@@ -56,7 +71,10 @@ std::vector<int64_t> weight_shape(const ModelConfig& c, LlamaWeight w) {
     case LlamaWeight::kLmHead: return {c.vocab_size, d};
     case LlamaWeight::kInputLayernorm:
     case LlamaWeight::kPostAttentionLayernorm:
+    case LlamaWeight::kPostFeedforwardLayernorm:
     case LlamaWeight::kNorm: return {d};
+    case LlamaWeight::kQNorm: return {c.arch.qk_norm == QkNorm::kWholeProjection ? q : c.head_dim};
+    case LlamaWeight::kKNorm: return {c.arch.qk_norm == QkNorm::kWholeProjection ? kv : c.head_dim};
     case LlamaWeight::kQProj: return {q, d};
     case LlamaWeight::kKProj:
     case LlamaWeight::kVProj: return {kv, d};
@@ -71,10 +89,12 @@ std::vector<int64_t> weight_shape(const ModelConfig& c, LlamaWeight w) {
 bool is_per_layer(LlamaWeight w) { return layer_suffix(w) != nullptr; }
 
 bool is_norm(LlamaWeight w) {
-  return w == LlamaWeight::kInputLayernorm || w == LlamaWeight::kPostAttentionLayernorm || w == LlamaWeight::kNorm;
+  return w == LlamaWeight::kInputLayernorm || w == LlamaWeight::kPostAttentionLayernorm || w == LlamaWeight::kNorm ||
+         w == LlamaWeight::kPostFeedforwardLayernorm || w == LlamaWeight::kQNorm || w == LlamaWeight::kKNorm;
 }
 
 bool has_bias(const ModelConfig& c, LlamaWeight w) {
+  if (w == LlamaWeight::kOProj) return c.arch.o_proj_bias;
   return c.attention_bias && (w == LlamaWeight::kQProj || w == LlamaWeight::kKProj || w == LlamaWeight::kVProj);
 }
 
@@ -83,7 +103,8 @@ std::vector<WeightSpec> llama_weights(const ModelConfig& c) {
   auto add = [&](LlamaWeight w, int64_t layer) { out.push_back({w, layer, weight_name(w, layer), weight_shape(c, w)}); };
   add(LlamaWeight::kEmbedTokens, 0);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l)
-    for (LlamaWeight w : kLayerWeights) add(w, l);
+    for (LlamaWeight w : kLayerWeights)
+      if (layer_has(c, w)) add(w, l);
   add(LlamaWeight::kNorm, 0);
   if (!c.tie_word_embeddings) add(LlamaWeight::kLmHead, 0);
   return out;

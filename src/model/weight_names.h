@@ -1,10 +1,12 @@
-// The Hugging Face names and shapes of a Llama-family checkpoint's tensors: the one table the
+// The Hugging Face names and shapes of a checkpoint's tensors, for every family ModelConfig reads: the one table the
 // loader (model.cpp), the random-weight writer (random_model.cpp), the llama2.c converter and the
 // tests' tiny model all read, so that a name is spelled once.
 //
 // A weight is named by its kind and, for the kinds inside a decoder layer, the layer's index:
 // weight_name(LlamaWeight::kQProj, 3) is "model.layers.3.self_attn.q_proj.weight". Its shape
-// follows from the ModelConfig. Pure functions; safe from any thread.
+// follows from the ModelConfig, and which kinds a checkpoint holds from its Architecture (OLMo 2 has
+// no input_layernorm but a post_feedforward_layernorm; Qwen3 and OLMo 2 have q_norm and k_norm).
+// Pure functions; safe from any thread.
 #pragma once
 
 #include <cstdint>
@@ -20,12 +22,15 @@ enum class LlamaWeight {
   kInputLayernorm,          // [D]            per layer
   kQProj,                   // [H * hd, D]    per layer
   kKProj,                   // [KV * hd, D]   per layer
+  kQNorm,                   // [hd] or [H * hd]   per layer, with arch.qk_norm
+  kKNorm,                   // [hd] or [KV * hd]  per layer, with arch.qk_norm
   kVProj,                   // [KV * hd, D]   per layer
   kOProj,                   // [D, H * hd]    per layer
   kPostAttentionLayernorm,  // [D]            per layer
   kGateProj,                // [F, D]         per layer
   kUpProj,                  // [F, D]         per layer
   kDownProj,                // [D, F]         per layer
+  kPostFeedforwardLayernorm,  // [D]          per layer, with NormPlacement::kPostSublayer
   kNorm,                    // [D]
   kLmHead,                  // [V, D]         absent when tie_word_embeddings
 };
@@ -37,7 +42,8 @@ std::string bias_name(const std::string& weight_name);
 std::vector<int64_t> weight_shape(const ModelConfig& config, LlamaWeight weight);
 bool is_per_layer(LlamaWeight weight);  // one tensor per decoder layer
 bool is_norm(LlamaWeight weight);       // an RMSNorm scale: [D], 1 at initialisation
-bool has_bias(const ModelConfig& config, LlamaWeight weight);  // q, k, v with attention_bias
+// q, k, v with attention_bias; o with arch.o_proj_bias.
+bool has_bias(const ModelConfig& config, LlamaWeight weight);
 
 struct WeightSpec {
   LlamaWeight kind;
@@ -47,8 +53,9 @@ struct WeightSpec {
 };
 
 // Every weight (not bias) a checkpoint for `config` holds, in the order of the modules: the
-// embedding, each layer's input norm, q, k, v, o, post-attention norm, gate, up, down, the final
-// norm and, unless tied, the LM head.
+// embedding, each layer's input norm (pre-norm families), q, k, v, q and k norms (where the family has
+// them), o, post-attention norm, gate, up, down, post-feedforward norm (post-sublayer families), the
+// final norm and, unless tied, the LM head.
 std::vector<WeightSpec> llama_weights(const ModelConfig& config);
 
 }  // namespace gpueval

@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+"""Every model family gpueval reads, checked against transformers' own modeling code on random models.
+
+  HF_HUB_OFFLINE=1 /work/venv-torch211/bin/python scripts/verify_architectures.py [--gpueval build/gpueval]
+      [--families qwen3,olmo2] [--write-fixtures] [--work DIR]
+
+Per family, a small random model (hidden 64, 4 layers, vocab 512: token ids are given directly, no
+tokenizer) is built by transformers from the family's own Config class (AutoConfig.for_model) and
+AutoModelForCausalLM.from_config, every parameter perturbed so each one moves the output (weights and
+biases normal(0, 0.1), RMSNorm scales 1 + normal(0, 0.1)), and saved by save_pretrained in float32.
+transformers' float32 logits on a few token sequences are compared with `gpueval logits --ids ...`
+(CPU, float32) on the same checkpoint. Prints a table, per family:
+  max |Δ logit|   max over sequences, positions and vocabulary of |ours - transformers|
+  max |logit|     the largest transformers logit, the scale the difference is relative to
+  argmax          % of positions where both pick the same top token
+Pass: max |Δ| <= 1e-4 * max(1, max |logit|) and argmax 100%, for every family; exit code 0 on pass.
+
+--write-fixtures also writes, per family, the TINY model (hidden 16, 2 layers, vocab 64) and its
+transformers logits that tests/architecture_test.cpp checks in CI, into
+tests/fixtures/architectures/<family>/ (config.json, model.safetensors, expected_logits.json).
+Not run in CI: it needs torch and transformers (the venv of the brief; CPU is enough).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# What each family's random model sets beyond the shared shape: the features that family exists for.
+FAMILIES = {
+    "llama": dict(),
+    # Llama's attention_bias puts a bias on o_proj as well as on q, k and v.
+    "llama-bias": dict(model_type="llama", attention_bias=True),
+    "mistral": dict(sliding_window=None),
+    "qwen2": dict(),
+    # head_dim is not hidden / heads, so the q/k norms' [head_dim] and the projections' widths differ.
+    "qwen3": dict(head_dim=24),
+    "olmo2": dict(),
+    # Every multiplier away from 1, and attention_bias (q, k, v and o biases).
+    "granite": dict(embedding_multiplier=6.0, residual_multiplier=0.3, attention_multiplier=0.09,
+                    logits_scaling=4.0, attention_bias=True),
+    # Every other layer without RoPE ([1, 0, 1, 0]), untied head (the family's default is tied).
+    "smollm3": dict(no_rope_layer_interval=2, tie_word_embeddings=False),
+}
+
+VERIFY_SHAPE = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+FIXTURE_SHAPE = dict(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                     num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64)
+
+
+def family_config(family, shape, fixture):
+    from transformers import AutoConfig
+    extra = dict(FAMILIES[family])
+    model_type = extra.pop("model_type", family)
+    if family == "qwen3":
+        extra["head_dim"] = 12 if fixture else 24
+    # Special ids inside the small vocabulary (SmolLM3's defaults are Llama 3's 128000s).
+    kwargs = dict(shape, rms_norm_eps=1e-5, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
+                  pad_token_id=None)
+    kwargs.update(extra)
+    kwargs.setdefault("rope_parameters", {"rope_type": "default", "rope_theta": 10000.0})
+    return AutoConfig.for_model(model_type, **kwargs)
+
+
+def random_model(family, shape, fixture, seed):
+    import torch
+    from transformers import AutoModelForCausalLM
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(family_config(family, shape, fixture), dtype=torch.float32)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.copy_(1.0 + 0.1 * torch.randn_like(p))
+            else:
+                p.copy_(0.1 * torch.randn_like(p))
+    return model.eval()
+
+
+def sequences(vocab, lengths, seed):
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, vocab, size=n).tolist() for n in lengths]
+
+
+def hf_logits(model, ids):
+    import torch
+    with torch.inference_mode():
+        return model(input_ids=torch.tensor([ids], dtype=torch.long)).logits[0].float().numpy()
+
+
+def gpueval_logits(binary, model_dir, ids):
+    r = subprocess.run([binary, "--threads", "2", "logits", "--model", model_dir, "--device", "cpu", "--dtype",
+                        "float32", "--ids", ",".join(map(str, ids))], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"exit {r.returncode}")
+    return np.asarray(json.loads(r.stdout)["logits"], dtype=np.float32)
+
+
+def verify(family, binary, work):
+    model = random_model(family, VERIFY_SHAPE, fixture=False, seed=1234)
+    out = os.path.join(work, family)
+    model.save_pretrained(out, safe_serialization=True)
+    max_abs = max_logit = 0.0
+    agree = total = 0
+    for ids in sequences(VERIFY_SHAPE["vocab_size"], [7, 19, 64], seed=5):
+        ref = hf_logits(model, ids)
+        ours = gpueval_logits(binary, out, ids)
+        max_abs = max(max_abs, float(np.abs(ours - ref).max()))
+        max_logit = max(max_logit, float(np.abs(ref).max()))
+        agree += int((ours.argmax(-1) == ref.argmax(-1)).sum())
+        total += len(ids)
+    ok = max_abs <= 1e-4 * max(1.0, max_logit) and agree == total
+    return dict(family=family, max_abs=max_abs, max_logit=max_logit, argmax=100.0 * agree / total, ok=ok)
+
+
+def write_fixture(family):
+    model = random_model(family, FIXTURE_SHAPE, fixture=True, seed=99)
+    out = os.path.join(ROOT, "tests", "fixtures", "architectures", family)
+    os.makedirs(out, exist_ok=True)
+    model.save_pretrained(out, safe_serialization=True)
+    for extra in ("generation_config.json",):
+        if os.path.exists(os.path.join(out, extra)):
+            os.remove(os.path.join(out, extra))
+    rows = []
+    for ids in sequences(FIXTURE_SHAPE["vocab_size"], [5, 11], seed=7):
+        logits = hf_logits(model, ids)
+        rows.append({"ids": ids, "logits": [[float(f"{x:.8g}") for x in row] for row in logits]})
+    with open(os.path.join(out, "expected_logits.json"), "w") as f:
+        json.dump({"family": family, "source": "scripts/verify_architectures.py --write-fixtures (transformers "
+                   + __import__("transformers").__version__ + ", float32)", "sequences": rows}, f)
+        f.write("\n")
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--gpueval", default=os.path.join(ROOT, "build", "gpueval"))
+    ap.add_argument("--families", default=",".join(FAMILIES))
+    ap.add_argument("--write-fixtures", action="store_true")
+    ap.add_argument("--work", default=None, help="where the random checkpoints go (default: a temporary folder)")
+    args = ap.parse_args()
+    families = [f for f in args.families.split(",") if f]
+    for f in families:
+        if f not in FAMILIES:
+            sys.exit(f"unknown family {f!r} (known: {', '.join(FAMILIES)})")
+    work = args.work or tempfile.mkdtemp(prefix="verify_architectures.")
+    results = []
+    for f in families:
+        try:
+            results.append(verify(f, args.gpueval, work))
+        except Exception as e:  # one family's failure is a row of the table, not the end of the run
+            results.append(dict(family=f, max_abs=float("nan"), max_logit=float("nan"), argmax=0.0, ok=False,
+                                error=str(e)))
+        if args.write_fixtures:
+            write_fixture(f)
+    print(f"{'family':<12} {'max |Δ logit|':>14} {'max |logit|':>12} {'argmax':>8}  result")
+    for r in results:
+        print(f"{r['family']:<12} {r['max_abs']:>14.3e} {r['max_logit']:>12.4f} {r['argmax']:>7.1f}%  "
+              f"{'ok' if r['ok'] else 'FAIL'}{'  ' + r['error'] if 'error' in r else ''}")
+    sys.exit(0 if all(r["ok"] for r in results) else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,230 @@
+// Every family ModelConfig reads, against transformers: tests/fixtures/architectures/<family>/ holds a
+// tiny random checkpoint saved by transformers and transformers' own float32 logits on two token
+// sequences (scripts/verify_architectures.py --write-fixtures). Our model must reproduce them within
+// 1e-4 of the largest logit, by a full forward, a prefix shared through prefill() and forward_packed(),
+// and a KV cache filled step by step. A config a family cannot run is a one-line error naming the key.
+#include <c10/core/InferenceMode.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "gpueval/model.h"
+#include "model/checkpoint.h"
+#include "test_util.h"
+
+namespace gpueval {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+std::string fixture_dir(const std::string& family) {
+  return testing::source_dir() + "/tests/fixtures/architectures/" + family;
+}
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  EXPECT_TRUE(in) << path;
+  return nlohmann::json::parse(in);
+}
+
+struct Sequence {
+  std::vector<int64_t> ids;
+  at::Tensor logits;  // [T, V] float32
+};
+
+std::vector<Sequence> expected(const std::string& family) {
+  std::vector<Sequence> out;
+  const nlohmann::json j = read_json(fixture_dir(family) + "/expected_logits.json");
+  for (const auto& s : j.at("sequences")) {
+    Sequence seq{s["ids"].get<std::vector<int64_t>>(), {}};
+    std::vector<at::Tensor> rows;
+    for (const auto& row : s["logits"]) rows.push_back(at::tensor(row.get<std::vector<float>>(), at::kFloat));
+    seq.logits = at::stack(rows);
+    out.push_back(std::move(seq));
+  }
+  EXPECT_EQ(out.size(), 2u) << family;
+  return out;
+}
+
+// max |ours - theirs| relative to max |theirs|.
+double relative_error(const at::Tensor& ours, const at::Tensor& theirs) {
+  return (ours.to(at::kFloat) - theirs).abs().max().item<double>() / theirs.abs().max().item<double>();
+}
+
+at::Tensor row(const std::vector<int64_t>& ids, int64_t begin, int64_t end) {
+  return at::tensor(std::vector<int64_t>(ids.begin() + begin, ids.begin() + end), at::kLong).view({1, end - begin});
+}
+
+constexpr double kTolerance = 1e-4;
+
+class ArchitectureFixture : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ArchitectureFixture, FullForwardMatchesTransformers) {
+  LlamaModel model = load_model(fixture_dir(GetParam()));
+  // Every tensor transformers saved is one the model uses (none left unread), and the config counts them all.
+  std::vector<std::string> used;
+  int64_t loaded = 0;
+  for (const auto& p : model->named_parameters()) {
+    used.push_back(p.key());
+    loaded += p.value().numel();
+  }
+  std::sort(used.begin(), used.end());
+  EXPECT_EQ(CheckpointFiles::open(fixture_dir(GetParam())).names(), used) << GetParam();
+  EXPECT_EQ(model->config().num_parameters(), loaded) << GetParam();
+  c10::InferenceMode guard;
+  for (const Sequence& s : expected(GetParam())) {
+    const int64_t t = static_cast<int64_t>(s.ids.size());
+    at::Tensor logits = model->logits(model->forward(row(s.ids, 0, t), at::arange(t, at::kLong).view({1, t}),
+                                                     at::ones({1, t}, at::kBool)))[0];
+    EXPECT_LE(relative_error(logits, s.logits), kTolerance) << GetParam() << ", " << t << " tokens";
+    EXPECT_TRUE(logits.argmax(-1).equal(s.logits.argmax(-1))) << GetParam();
+  }
+}
+
+TEST_P(ArchitectureFixture, SharedPrefixAndKvCacheMatchTransformers) {
+  LlamaModel model = load_model(fixture_dir(GetParam()));
+  c10::InferenceMode guard;
+  for (const Sequence& s : expected(GetParam())) {
+    const int64_t t = static_cast<int64_t>(s.ids.size()), p = 3;
+    std::vector<int32_t> prefix_ids(s.ids.begin(), s.ids.begin() + p);
+    PrefixKV prefix = model->prefill(prefix_ids);
+    at::Tensor packed = model->logits(model->forward_packed(
+        row(s.ids, p, t), at::arange(p, t, at::kLong).view({1, t - p}), at::ones({1, t - p}, at::kBool),
+        at::zeros({1, t - p}, at::kLong), &prefix))[0];
+    EXPECT_LE(relative_error(packed, s.logits.narrow(0, p, t - p)), kTolerance) << GetParam() << " packed";
+
+    // The cache filled by a first step of p tokens, then one token at a time.
+    KVCache cache = model->make_cache(1, t);
+    std::vector<at::Tensor> steps;
+    for (int64_t begin = 0; begin < t;) {
+      const int64_t end = begin == 0 ? p : begin + 1;
+      steps.push_back(model->logits(model->forward(row(s.ids, begin, end),
+                                                   at::arange(begin, end, at::kLong).view({1, end - begin}),
+                                                   at::ones({1, end - begin}, at::kBool), &cache))[0]);
+      begin = end;
+    }
+    EXPECT_LE(relative_error(at::cat(steps), s.logits), kTolerance) << GetParam() << " cached";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, ArchitectureFixture,
+                         ::testing::Values("llama", "llama-bias", "mistral", "qwen2", "qwen3", "olmo2", "granite",
+                                           "smollm3"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           for (char& ch : name)
+                             if (ch == '-') ch = '_';
+                           return name;
+                         });
+
+// The config written back (to_json, as init-model and the llama2.c converter write it) reads as the same
+// architecture.
+TEST(ArchitectureConfig, ToJsonReadsBackAsTheSameArchitecture) {
+  for (const char* family : {"llama-bias", "qwen3", "olmo2", "granite", "smollm3", "mistral"}) {
+    const ModelConfig a = ModelConfig::load(fixture_dir(family) + "/config.json");
+    const ModelConfig b = ModelConfig::from_json(a.to_json(), "round trip");
+    EXPECT_EQ(a.to_json(), b.to_json()) << family;
+    EXPECT_EQ(a.arch.norm_placement, b.arch.norm_placement) << family;
+    EXPECT_EQ(a.arch.qk_norm, b.arch.qk_norm) << family;
+    EXPECT_EQ(a.arch.o_proj_bias, b.arch.o_proj_bias) << family;
+    EXPECT_EQ(a.arch.attention_scale, b.arch.attention_scale) << family;
+    EXPECT_EQ(a.arch.rope_layers, b.arch.rope_layers) << family;
+    EXPECT_EQ(a.num_parameters(), b.num_parameters()) << family;
+  }
+  const ModelConfig g = ModelConfig::load(fixture_dir("granite") + "/config.json");
+  EXPECT_EQ(g.arch.embedding_multiplier, 6.0);
+  EXPECT_EQ(g.arch.residual_multiplier, 0.3);
+  EXPECT_EQ(g.arch.attention_scale, 0.09);
+  EXPECT_EQ(g.arch.logits_divisor, 4.0);
+  EXPECT_EQ(ModelConfig::load(fixture_dir("smollm3") + "/config.json").arch.rope_layers, (std::vector<bool>{true, false}));
+  EXPECT_EQ(ModelConfig::load(fixture_dir("qwen3") + "/config.json").head_dim, 12);
+}
+
+// A family's config with `edit` applied: the error it loads with, which must be one line.
+std::string config_error(const std::string& family, const std::function<void(nlohmann::json&)>& edit) {
+  nlohmann::json j = read_json(fixture_dir(family) + "/config.json");
+  edit(j);
+  const std::string e = testing::error_of([&] { ModelConfig::from_json(j, family + "/config.json"); });
+  EXPECT_THAT(e, Not(HasSubstr("\n"))) << family;
+  EXPECT_THAT(e, HasSubstr(family + "/config.json")) << family;
+  return e;
+}
+
+TEST(ArchitectureConfig, EveryFamilyRefusesAMissingKeyInOneLine) {
+  for (const char* family : {"llama", "mistral", "qwen2", "qwen3", "olmo2", "granite", "smollm3"})
+    EXPECT_THAT(config_error(family, [](nlohmann::json& j) { j.erase("hidden_size"); }),
+                HasSubstr("missing required key 'hidden_size'"));
+}
+
+TEST(ArchitectureConfig, FeaturesNotImplementedAreRefusedNamingTheKey) {
+  for (const char* family : {"qwen2", "qwen3", "smollm3"}) {
+    EXPECT_THAT(config_error(family, [](nlohmann::json& j) {
+                  j["use_sliding_window"] = true;
+                  j["sliding_window"] = 8;
+                }),
+                HasSubstr("use_sliding_window"));
+    EXPECT_THAT(config_error(family, [](nlohmann::json& j) { j["layer_types"][1] = "sliding_attention"; }),
+                HasSubstr("layer_types"));
+  }
+  EXPECT_THAT(config_error("smollm3", [](nlohmann::json& j) { j["no_rope_layers"] = {1}; }),
+              HasSubstr("no_rope_layers"));
+  EXPECT_THAT(config_error("smollm3", [](nlohmann::json& j) { j["no_rope_layers"] = {1, 2}; }),
+              HasSubstr("no_rope_layers"));
+  EXPECT_THAT(config_error("granite", [](nlohmann::json& j) { j["mlp_bias"] = true; }), HasSubstr("mlp_bias"));
+  EXPECT_THAT(config_error("granite", [](nlohmann::json& j) { j["logits_scaling"] = 0; }), HasSubstr("logits_scaling"));
+  EXPECT_THAT(config_error("granite", [](nlohmann::json& j) { j["attention_multiplier"] = "x"; }),
+              HasSubstr("attention_multiplier"));
+  EXPECT_THAT(config_error("olmo2", [](nlohmann::json& j) { j["hidden_act"] = "gelu"; }), HasSubstr("hidden_act"));
+  EXPECT_THAT(config_error("olmo2", [](nlohmann::json& j) { j["model_type"] = "olmo3"; }),
+              HasSubstr("unsupported model_type 'olmo3'"));
+}
+
+// A checkpoint without a tensor its family needs (OLMo 2's post-feedforward norm, Qwen3's q_norm) is
+// refused naming the tensor, not run without it.
+TEST(ArchitectureConfig, AFamilysOwnTensorsAreRequired) {
+  for (const auto& [family, tensor] : std::vector<std::pair<std::string, std::string>>{
+           {"olmo2", "model.layers.1.post_feedforward_layernorm.weight"},
+           {"qwen3", "model.layers.0.self_attn.q_norm.weight"},
+           {"granite", "model.layers.0.self_attn.o_proj.bias"}}) {
+    const ModelConfig c = ModelConfig::load(fixture_dir(family) + "/config.json");
+    std::map<std::string, at::Tensor> weights;
+    {
+      LlamaModel full = load_model(fixture_dir(family));
+      for (const auto& p : full->named_parameters()) weights[p.key()] = p.value().clone();
+    }
+    ASSERT_EQ(weights.count(tensor), 1u) << family << " has no " << tensor;
+    weights.erase(tensor);
+    EXPECT_THAT(testing::error_of([&] { build_model(c, weights, {}, family); }), HasSubstr(tensor));
+  }
+}
+
+// Mistral's window: a position past it is one error at run time (below it every key is inside the window).
+TEST(ArchitectureConfig, MistralPositionsPastTheSlidingWindowAreRefused) {
+  nlohmann::json j = read_json(fixture_dir("mistral") + "/config.json");
+  EXPECT_FALSE(ModelConfig::from_json(j, "mistral").sliding_window.has_value());
+  j.erase("sliding_window");
+  EXPECT_EQ(ModelConfig::from_json(j, "mistral").sliding_window, 4096);  // transformers' default
+  j["sliding_window"] = 4;
+  const ModelConfig c = ModelConfig::from_json(j, "mistral");
+  std::map<std::string, at::Tensor> weights;
+  {
+    LlamaModel full = load_model(fixture_dir("mistral"));
+    for (const auto& p : full->named_parameters()) weights[p.key()] = p.value().clone();
+  }
+  LlamaModel model = build_model(c, weights);
+  c10::InferenceMode guard;
+  EXPECT_NO_THROW(model->forward(at::zeros({1, 4}, at::kLong), at::arange(4, at::kLong).view({1, 4}),
+                                 at::ones({1, 4}, at::kBool)));
+  const std::string e = testing::error_of([&] {
+    model->forward(at::zeros({1, 5}, at::kLong), at::arange(5, at::kLong).view({1, 5}), at::ones({1, 5}, at::kBool));
+  });
+  EXPECT_THAT(e, HasSubstr("sliding_window of 4"));
+  EXPECT_THAT(e, Not(HasSubstr("\n")));
+}
+
+}  // namespace
+}  // namespace gpueval
