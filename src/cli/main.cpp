@@ -7,12 +7,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <thread>
 
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
+#include "common/console.h"
 #include "common/dir_lock.h"
 #include "common/file_io.h"
 #include "common/strings.h"
@@ -446,6 +448,11 @@ int run_main(int argc, char** argv) {
   if (role == gpueval::PreforkRole::kUnused) return 0;
   if (role == gpueval::PreforkRole::kWorker) threads = 0;  // as `gpueval worker` has it
   at::set_num_threads(threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  // The commands that run workers write stderr through the console: log lines whole, a status
+  // line on a terminal (common/console.h).
+  std::optional<gpueval::Console> console;
+  if (role == gpueval::PreforkRole::kParent && (*run_cmd || *merge_cmd))
+    console.emplace(2, gpueval::ConsoleOptions{::isatty(2) != 0, false});
   try {
     if (*worker_cmd || role == gpueval::PreforkRole::kWorker) return gpueval::run_worker();
     if (*run_cmd) return run_command(run, argv[0]);
@@ -473,16 +480,16 @@ int run_main(int argc, char** argv) {
     else if (*report_cmd) gpueval::write_report_html(report.results, report.out);
     else if (*history_cmd) gpueval::run_history(history, std::cout);
   } catch (const gpueval::DirectoryBusy& e) {
-    std::cerr << "gpueval: " << e.what() << "\n";
+    gpueval::Console::error(std::string("gpueval: ") + e.what());
     return gpueval::kExitBusy;
   } catch (const gpueval::Error& e) {
-    std::cerr << "gpueval: " << e.what() << "\n";
+    gpueval::Console::error(std::string("gpueval: ") + e.what());
     return 1;
   } catch (const c10::Error& e) {
-    std::cerr << "gpueval: internal error: " << e.what_without_backtrace() << "\n";
+    gpueval::Console::error(std::string("gpueval: internal error: ") + e.what_without_backtrace());
     return 1;
   } catch (const std::exception& e) {
-    std::cerr << "gpueval: " << e.what() << "\n";
+    gpueval::Console::error(std::string("gpueval: ") + e.what());
     return 1;
   }
   return 0;

@@ -206,6 +206,7 @@ CheckpointOutcome evaluate_checkpoint(const RunConfig& run_config, const Evaluat
       if (!loaded) scheduler.abandon_workers();
     }
   } early{scheduler};
+  progress.phase(fmt::format("loading the tokenizer and the requests for {}", checkpoint.name));
   const RunInputs in = load_run_inputs(config, options.executable, checkpoint.path, &tasks.inputs);
   io::make_directories(config.output + "/logs");
   // Journal (run_journal.h): what an earlier run of this model and config already scored.
@@ -213,7 +214,9 @@ CheckpointOutcome evaluate_checkpoint(const RunConfig& run_config, const Evaluat
   early.loaded = true;
   const int64_t host_available = available_host_bytes();
   if (!nothing_stored && journal.stored_items() < in.requests.size()) scheduler.start_workers(in.model_dir);
+  progress.phase(fmt::format("tokenizing {} requests", format_count(static_cast<int64_t>(in.requests.size()))));
   Plan plan = make_plan(in.requests, *in.tokenizer, in.plan_options);
+  progress.phase("choosing the batch budget");
   const Budget budget = choose_budget(config, options, in, journal, plan, &scheduler, host_available);
   log_plan(in, plan, budget.options);
   progress.set_extra("model", in.model_dir);
@@ -243,6 +246,7 @@ CheckpointOutcome evaluate_checkpoint(const RunConfig& run_config, const Evaluat
                                    std::move(docs.incomplete));
   summary.timing = report.timing.summary(before_run_s);
   nlohmann::ordered_json results;
+  progress.phase("scoring and writing the report");
   try {
     results = write_checkpoint_reports(config, in, docs.scored, summary);
   } catch (const std::exception& e) {
