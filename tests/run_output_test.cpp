@@ -1,5 +1,6 @@
-// What `gpueval run` shows a person on a terminal: a progress bar that never shares a line with a
-// log line.
+// What `gpueval run` shows a person: the table of scores on stdout (report.md's) and the line
+// naming the report, logs on stderr, --quiet leaving errors only; on a terminal, a progress bar
+// that never shares a line with a log line.
 #include <gmock/gmock.h>
 #include <poll.h>
 #include <pty.h>
@@ -8,6 +9,7 @@
 
 #include <regex>
 
+#include "run_outputs.h"
 #include "test_util.h"
 
 namespace gpueval {
@@ -24,6 +26,45 @@ std::string write_demo_config(const testing::TempDir& dir, const std::string& na
                                 "output: " + dir.file(name) + "\n"
                                 "batch_tokens: 192\n" + extra);
   return path;
+}
+
+std::string expected_stdout(const std::string& out) {
+  return testing::scores_table_of(out) + "\nfull report: " + out + "/report.md\n";
+}
+
+TEST(CliOutput, RunPrintsTheTableOnStdoutAndLogsOnStderr) {
+  testing::TempDir dir;
+  const std::string cfg = write_demo_config(dir, "demo");
+  const auto r = testing::run_gpueval({"run", "--gpus", "cpu:1", cfg});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string table = testing::scores_table_of(dir.file("demo"));
+  EXPECT_THAT(table, HasSubstr("| demo_choice |"));
+  EXPECT_THAT(table, HasSubstr("| demo_perplexity |"));
+  EXPECT_EQ(r.out, expected_stdout(dir.file("demo")));
+  EXPECT_THAT(r.err, HasSubstr("[sched] "));
+  EXPECT_THAT(r.err, Not(HasSubstr("| Task |")));
+}
+
+TEST(CliOutput, QuietLeavesTheTableAndNothingOnStderr) {
+  testing::TempDir dir;
+  const std::string cfg = write_demo_config(dir, "demo");
+  const auto r = testing::run_gpueval({"--gpus", "cpu:1", cfg, "--quiet"});  // the bare form of `run`
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, expected_stdout(dir.file("demo")));
+  EXPECT_EQ(r.err, "");
+}
+
+TEST(CliOutput, QuietStillPrintsTheOneLineError) {
+  testing::TempDir dir;
+  const std::string cfg = dir.write("bad.yaml", "model: " + testing::source_dir() + "/models/stories260K\n" +
+                                                    "tasks: [no_such_task]\noutput: " + dir.file("bad") + "\n");
+  const auto r = testing::run_gpueval({"run", "--gpus", "cpu:1", cfg, "--quiet"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.out, "");
+  ASSERT_THAT(r.err, ::testing::StartsWith("gpueval: "));
+  EXPECT_THAT(r.err, HasSubstr("no_such_task"));
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_EQ(r.err.back(), '\n');
 }
 
 struct PtyResult {
@@ -121,6 +162,11 @@ TEST(CliTerminal, LogLinesNeverShareALineWithTheProgressBar) {
     }
   }
   EXPECT_EQ(lines.back(), "") << "the status line is erased when the run ends";
+  // The table is on the screen as on stdout.
+  const std::string table = testing::scores_table_of(dir.file("demo"));
+  std::string shown;
+  for (const std::string& line : lines) shown += line + "\n";
+  EXPECT_THAT(shown, HasSubstr(table + "\nfull report: " + dir.file("demo") + "/report.md\n"));
 }
 
 }  // namespace
