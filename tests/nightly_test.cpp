@@ -14,6 +14,7 @@
 
 #include "async_run.h"
 #include "common/file_io.h"
+#include "run_outputs.h"
 #include "test_util.h"
 
 namespace gpueval {
@@ -78,6 +79,14 @@ TEST_F(NightlyTest, GlobIsScoredOldestFirstByWorkersThatSwitchCheckpointsInPlace
     EXPECT_LE(count_of(logs, line), 2u) << logs;
   }
   EXPECT_EQ(count_of(logs, "loading "), 2u) << logs;
+  // stdout: each checkpoint's table of scores under its name, then where the trend report is.
+  std::string tables;
+  for (const char* step : {"step-100", "step-200", "step-300"}) {
+    const std::string out = dir_.file("night/") + step;
+    tables += std::string("## ") + step + "\n\n" + testing::scores_table_of(out) + "\nfull report: " + out +
+              "/report.md\n\n";
+  }
+  EXPECT_EQ(r.out, tables + "trend report: " + dir_.file("night") + "/report.md\n");
   // The byte copy of stories260K scores exactly what a plain run of stories260K scores.
   auto single = testing::run_gpueval(
       {"run", "--gpus", "cpu:1", config("single", testing::source_dir() + "/models/stories260K")});

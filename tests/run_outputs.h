@@ -34,4 +34,14 @@ inline ReferenceOutputs reference_outputs(const std::string& out) {
   return ReferenceOutputs{samples_of(out), results_of(out)["results"].dump()};
 }
 
+// report.md's table of scores (the tasks', then the groups'), without the lines around it: what
+// a run or merge prints on stdout before "full report: <out>/report.md".
+inline std::string scores_table_of(const std::string& out) {
+  const std::string md = io::read_file(out + "/report.md");
+  const size_t start = md.find("| Task |");
+  if (start == std::string::npos) return "";
+  const size_t end = md.find("\n## ", start);
+  return md.substr(start, end == std::string::npos ? std::string::npos : end + 1 - start);
+}
+
 }  // namespace gpueval::testing

@@ -129,6 +129,9 @@ TEST_F(ShardedRunTest, ShardsInAnyOrderMergeToTheOneMachineBytesAndASecondMergeC
   auto m = testing::run_gpueval({"merge", dir});
   ASSERT_EQ(m.exit_code, 0) << m.err;
   expect_reference(dir);
+  // Its table of scores on stdout, as a one-machine run prints it; the logs on stderr.
+  EXPECT_EQ(m.out, testing::scores_table_of(dir) + "\nfull report: " + dir + "/report.md\n");
+  EXPECT_THAT(m.err, HasSubstr("[merge] "));
   const json results = results_of(dir);
   EXPECT_EQ(results["journal"]["plan_fingerprint"], p["fingerprint"]);
   EXPECT_EQ(results["journal"]["shards"].size(), 3u);

@@ -7,6 +7,9 @@
 // batch is committed to <output>/journal.sqlite first (run_journal.h), so
 // running the same command again resumes: only missing requests are computed.
 //
+// Each report written, its table of scores (report.md's) and where the report is go to
+// EvaluationOptions::scores_out: the command line prints them on stdout, its logs on stderr.
+//
 // Several checkpoints (a list or a glob: checkpoints.h) make a nightly run: each is scored into
 // <output>/<name>/ by one set of workers, oldest first, skipping those the history database
 // (history.h) already holds for this config, and <output>/report.md and report.html show the
@@ -20,6 +23,7 @@
 // the holder's pid, host and start time are named; --wait waits for it instead).
 #pragma once
 
+#include <iosfwd>
 #include <string>
 
 #include "gpueval/run_config.h"
@@ -37,6 +41,9 @@ struct EvaluationOptions {
   bool fresh = false;          // --fresh: start the output's journal over instead of resuming from it
   bool wait = false;           // --wait: wait for another run that holds the output folder, instead of exiting 5
   std::string command;         // this command line, recorded in the output folder's lock for others to see
+  // Where each report's table of scores and the path of its report.md are printed once it is
+  // written (the command line's stdout); null: nowhere.
+  std::ostream* scores_out = nullptr;
 };
 
 int run_evaluation(const RunConfig& config, const EvaluationOptions& options);

@@ -62,9 +62,11 @@ struct RunSummary {
 // Writes results.json, samples_<task>.jsonl for every task, report.md and report.html into output_dir
 // (created if missing). `docs` holds the complete documents of `tasks` in any order; a
 // document whose results do not match its requests, or of a task not in `tasks`, or seen
-// twice, is an Error (incomplete documents belong in summary.incomplete instead).
-void write_reports(const std::string& output_dir, const std::vector<const Task*>& tasks,
-                   const std::vector<DocRecord>& docs, const RunSummary& summary);
+// twice, is an Error (incomplete documents belong in summary.incomplete instead). Returns
+// report.md's table of scores (the tasks', then the groups' when any has a score), Markdown as
+// report.md holds it, for the caller to show (a run prints it on stdout).
+std::string write_reports(const std::string& output_dir, const std::vector<const Task*>& tasks,
+                          const std::vector<DocRecord>& docs, const RunSummary& summary);
 
 // The pieces write_reports() writes, for tests and other writers.
 nlohmann::ordered_json results_json(const std::vector<const Task*>& tasks, const std::vector<DocRecord>& docs,

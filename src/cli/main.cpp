@@ -1,18 +1,21 @@
 // gpueval: the command-line entry point. Parses flags with CLI11 and hands off
 // to the commands in commands.h; every gpueval::Error becomes one line on
-// stderr and exit code 1, a usage error exit code 2.
+// stderr and exit code 1, a usage error exit code 2. A run or merge prints its
+// table of scores on stdout and logs on stderr (--quiet: errors only).
 #include <ATen/Parallel.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <thread>
 
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
+#include "common/console.h"
 #include "common/dir_lock.h"
 #include "common/file_io.h"
 #include "common/strings.h"
@@ -68,7 +71,14 @@ struct RunFlags {
   bool recalibrate = false;
   bool fresh = false;
   bool wait = false;
+  bool quiet = false;
 };
+
+// --quiet, on the commands that print a table of scores (run, merge).
+void add_quiet_flag(CLI::App* cmd, bool& quiet) {
+  cmd->add_flag("--quiet", quiet,
+                "print only the table of scores (stdout) and errors (stderr): no log lines, no progress");
+}
 
 // --wait, on every command that holds an output folder (src/evaluation/output_lock.h).
 void add_wait_flag(CLI::App* cmd, bool& wait) {
@@ -120,6 +130,7 @@ CLI::App* add_run_command(CLI::App& app, RunFlags& f) {
                 "start over: discard the journal instead of resuming from it, and score again the checkpoints the "
                 "history holds");
   add_wait_flag(cmd, f.wait);
+  add_quiet_flag(cmd, f.quiet);
   return cmd;
 }
 
@@ -323,6 +334,7 @@ gpueval::EvaluationOptions evaluation_options(const char* argv0, bool recalibrat
   eo.command = g_command_line;
   eo.executable = self_executable(argv0);
   eo.live_progress = ::isatty(2) != 0;
+  eo.scores_out = &std::cout;
   eo.recalibrate = recalibrate;
   eo.fresh = fresh;
   return eo;
@@ -409,12 +421,14 @@ int run_main(int argc, char** argv) {
   StatusFlags status;
   std::string merge_dir;
   bool merge_wait = false;
+  bool merge_quiet = false;
   SlurmFlags slurm;
   auto* run_cmd = add_run_command(app, run);
   auto* plan_cmd = add_plan_command(app, plan);
   auto* merge_cmd = app.add_subcommand("merge", "merge every shard of a sharded run into its reports and history");
   merge_cmd->add_option("dir", merge_dir, "the sharded run's directory (with plan.json)")->required();
   add_wait_flag(merge_cmd, merge_wait);
+  add_quiet_flag(merge_cmd, merge_quiet);
   auto* status_cmd = app.add_subcommand("status", "each shard of a sharded run: done, running, failed, pending; ETA");
   status_cmd->add_option("dir", status.dir, "the sharded run's directory (with plan.json)")->required();
   status_cmd->add_flag("--json", status.json, "one JSON object instead of the table");
@@ -446,6 +460,11 @@ int run_main(int argc, char** argv) {
   if (role == gpueval::PreforkRole::kUnused) return 0;
   if (role == gpueval::PreforkRole::kWorker) threads = 0;  // as `gpueval worker` has it
   at::set_num_threads(threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  // The commands that run workers and print scores write stderr through the console: log lines
+  // whole, a status line on a terminal, only errors under --quiet (common/console.h).
+  std::optional<gpueval::Console> console;
+  if (role == gpueval::PreforkRole::kParent && (*run_cmd || *merge_cmd))
+    console.emplace(2, gpueval::ConsoleOptions{::isatty(2) != 0, *run_cmd ? run.quiet : merge_quiet});
   try {
     if (*worker_cmd || role == gpueval::PreforkRole::kWorker) return gpueval::run_worker();
     if (*run_cmd) return run_command(run, argv[0]);
@@ -473,16 +492,16 @@ int run_main(int argc, char** argv) {
     else if (*report_cmd) gpueval::write_report_html(report.results, report.out);
     else if (*history_cmd) gpueval::run_history(history, std::cout);
   } catch (const gpueval::DirectoryBusy& e) {
-    std::cerr << "gpueval: " << e.what() << "\n";
+    gpueval::Console::error(std::string("gpueval: ") + e.what());
     return gpueval::kExitBusy;
   } catch (const gpueval::Error& e) {
-    std::cerr << "gpueval: " << e.what() << "\n";
+    gpueval::Console::error(std::string("gpueval: ") + e.what());
     return 1;
   } catch (const c10::Error& e) {
-    std::cerr << "gpueval: internal error: " << e.what_without_backtrace() << "\n";
+    gpueval::Console::error(std::string("gpueval: internal error: ") + e.what_without_backtrace());
     return 1;
   } catch (const std::exception& e) {
-    std::cerr << "gpueval: " << e.what() << "\n";
+    gpueval::Console::error(std::string("gpueval: ") + e.what());
     return 1;
   }
   return 0;

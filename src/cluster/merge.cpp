@@ -8,6 +8,7 @@
 
 #include "aggregate/aggregator.h"
 #include "cluster/sharded_plan.h"
+#include "common/console.h"
 #include "common/file_io.h"
 #include "common/sha256.h"
 #include "evaluation/checkpoint_evaluation.h"
@@ -164,6 +165,8 @@ int run_merge_command(const std::string& dir, const EvaluationOptions& options) 
     if (!j.is_discarded() && j.is_object() && j.value("digest", "") == digest) {
       std::cerr << fmt::format("[merge] {} is merged from these shards already ({}): nothing to write\n", sp.dir,
                                marker);
+      if (options.scores_out)
+        for (const ShardedCheckpoint& c : sp.checkpoints) *options.scores_out << "full report: " << c.output << "/report.md\n";
       return 0;
     }
   }
@@ -187,19 +190,21 @@ int run_merge_command(const std::string& dir, const EvaluationOptions& options) 
     summary.timing = f.timing;
     const std::string state = docs.incomplete.empty() ? "complete" : "incomplete";
     incomplete = incomplete || !docs.incomplete.empty();
-    const nlohmann::ordered_json results = write_checkpoint_reports(config, m.work.in, docs.scored, summary);
+    const CheckpointReports written = write_checkpoint_reports(config, m.work.in, docs.scored, summary);
     json line = {{"name", c.checkpoint.name}, {"state", state}};
-    recorder.recorder(c.checkpoint, &line)(docs.scored, results, state);
+    recorder.recorder(c.checkpoint, &line)(docs.scored, written.results, state);
     lines.push_back(line);
     std::cerr << fmt::format("[merge] {}: {} documents from {} shards; report in {}\n", c.checkpoint.name,
                              docs.scored.size(), sp.shards, c.output);
+    show_scores(options, sp.nightly ? c.checkpoint.name : "", written.table, c.output);
   }
   for (const json& f : sp.failed)
-    std::cerr << fmt::format("[merge] checkpoint {} failed when planned: {}\n", f.value("name", ""), f.value("error", ""));
+    Console::error(fmt::format("[merge] checkpoint {} failed when planned: {}", f.value("name", ""), f.value("error", "")));
   if (sp.nightly) {
     write_trend_reports(sp.dir, recorder.history(), sp.config_fingerprint, sp.config.fail_on_regression);
     std::cerr << fmt::format("[merge] trend of {} checkpoints: {}/report.md, {}/report.html\n",
                              recorder.history().trend(sp.config_fingerprint).size(), sp.dir, sp.dir);
+    if (options.scores_out) *options.scores_out << "trend report: " << sp.dir << "/report.md" << std::endl;
   }
   io::write_file_atomic(marker, json{{"plan_fingerprint", sp.fingerprint}, {"digest", digest}, {"checkpoints", lines}}
                                         .dump(2) + "\n");

@@ -8,6 +8,7 @@
 #include <fmt/ranges.h>  // fmt::join ({fmt} 11+ keeps it here)
 
 #include "aggregate/aggregator.h"
+#include "common/console.h"
 #include "common/file_io.h"
 #include "evaluation/calibration.h"
 #include "evaluation/run_inputs.h"
@@ -147,13 +148,26 @@ RunSummary run_summary(const RunConfig& config, const RunInputs& in, const Budge
   return summary;
 }
 
-nlohmann::ordered_json write_checkpoint_reports(const RunConfig& config, const RunInputs& in,
-                                                const std::vector<DocRecord>& scored, const RunSummary& summary) {
+CheckpointReports write_checkpoint_reports(const RunConfig& config, const RunInputs& in,
+                                           const std::vector<DocRecord>& scored, const RunSummary& summary) {
   std::vector<const Task*> task_ptrs;
   for (const Task& t : in.tasks) task_ptrs.push_back(&t);
-  write_reports(config.output, task_ptrs, scored, summary);
+  CheckpointReports written;
+  written.table = write_reports(config.output, task_ptrs, scored, summary);
   // ordered: the first metric of each task is its primary one (trend.h)
-  return nlohmann::ordered_json::parse(io::read_file(config.output + "/results.json"));
+  written.results = nlohmann::ordered_json::parse(io::read_file(config.output + "/results.json"));
+  return written;
+}
+
+void show_scores(const EvaluationOptions& options, const std::string& heading, const std::string& table,
+                 const std::string& report_dir) {
+  if (!options.scores_out) return;
+  Console::clear_status();
+  std::ostream& out = *options.scores_out;
+  if (!heading.empty()) out << "## " << heading << "\n\n";
+  out << table << "\nfull report: " << report_dir << "/report.md\n";
+  if (!heading.empty()) out << "\n";
+  out.flush();
 }
 
 namespace {
@@ -164,7 +178,7 @@ std::vector<std::string> quarantine_lines(const SchedulerReport& report) {
   for (const QuarantinedBatch& q : report.quarantined) {
     lines.push_back(fmt::format("batch {} quarantined after {} attempts ({}); requests {}", q.batch_id, q.attempts,
                                 q.last_failure, fmt::join(q.request_indices, ", ")));
-    std::cerr << "[sched] " << lines.back() << "\n";
+    Console::error("[sched] " + lines.back());  // why the run exits incomplete: shown even when quiet
   }
   return lines;
 }
@@ -206,6 +220,7 @@ CheckpointOutcome evaluate_checkpoint(const RunConfig& run_config, const Evaluat
       if (!loaded) scheduler.abandon_workers();
     }
   } early{scheduler};
+  progress.phase(fmt::format("loading the tokenizer and the requests for {}", checkpoint.name));
   const RunInputs in = load_run_inputs(config, options.executable, checkpoint.path, &tasks.inputs);
   io::make_directories(config.output + "/logs");
   // Journal (run_journal.h): what an earlier run of this model and config already scored.
@@ -213,7 +228,9 @@ CheckpointOutcome evaluate_checkpoint(const RunConfig& run_config, const Evaluat
   early.loaded = true;
   const int64_t host_available = available_host_bytes();
   if (!nothing_stored && journal.stored_items() < in.requests.size()) scheduler.start_workers(in.model_dir);
+  progress.phase(fmt::format("tokenizing {} requests", format_count(static_cast<int64_t>(in.requests.size()))));
   Plan plan = make_plan(in.requests, *in.tokenizer, in.plan_options);
+  progress.phase("choosing the batch budget");
   const Budget budget = choose_budget(config, options, in, journal, plan, &scheduler, host_available);
   log_plan(in, plan, budget.options);
   progress.set_extra("model", in.model_dir);
@@ -242,9 +259,10 @@ CheckpointOutcome evaluate_checkpoint(const RunConfig& run_config, const Evaluat
   RunSummary summary = run_summary(config, in, budget, plan, report.stats, journal.summary(), wall_seconds,
                                    std::move(docs.incomplete));
   summary.timing = report.timing.summary(before_run_s);
-  nlohmann::ordered_json results;
+  CheckpointReports written;
+  progress.phase("scoring and writing the report");
   try {
-    results = write_checkpoint_reports(config, in, docs.scored, summary);
+    written = write_checkpoint_reports(config, in, docs.scored, summary);
   } catch (const std::exception& e) {
     if (report.fatal_error.empty()) throw;
     // The run failed already (e.g. a full disk): say why the report is missing, keep the original error.
@@ -260,9 +278,10 @@ CheckpointOutcome evaluate_checkpoint(const RunConfig& run_config, const Evaluat
     progress.finish(state);
     throw Error(report.fatal_error);
   }
-  if (on_scored && !report.interrupted) on_scored(docs.scored, results, state);
+  if (on_scored && !report.interrupted) on_scored(docs.scored, written.results, state);
   CheckpointOutcome outcome;
   outcome.state = state;
+  outcome.table = written.table;
   outcome.exit_code = report.interrupted ? 128 + report.signal : docs.scored.size() == docs_total ? 0 : kExitIncomplete;
   return outcome;
 }

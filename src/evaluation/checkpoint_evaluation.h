@@ -63,10 +63,22 @@ RunSummary run_summary(const RunConfig& config, const RunInputs& in, const Budge
                        const ExecutionStats& stats, const nlohmann::json& journal, double wall_seconds,
                        std::vector<std::string> incomplete);
 
-// Writes the report files (gpueval/report.h) of `scored` into config.output and returns the
-// results.json written, key order kept (the first metric of each task is its primary one).
-nlohmann::ordered_json write_checkpoint_reports(const RunConfig& config, const RunInputs& in,
-                                                const std::vector<DocRecord>& scored, const RunSummary& summary);
+// What write_checkpoint_reports wrote: results.json, key order kept (the first metric of each
+// task is its primary one), and report.md's table of scores.
+struct CheckpointReports {
+  nlohmann::ordered_json results;
+  std::string table;
+};
+
+// Writes the report files (gpueval/report.h) of `scored` into config.output.
+CheckpointReports write_checkpoint_reports(const RunConfig& config, const RunInputs& in,
+                                           const std::vector<DocRecord>& scored, const RunSummary& summary);
+
+// Prints a report's table of scores, then "full report: <report_dir>/report.md", to
+// options.scores_out (null: nothing), under "## <heading>" when there is one (a checkpoint of a
+// nightly run). The console's status line is erased first, as stdout may share its terminal.
+void show_scores(const EvaluationOptions& options, const std::string& heading, const std::string& table,
+                 const std::string& report_dir);
 
 // Scores one checkpoint into `output_dir` with the scheduler's workers, writes its report files,
 // hands its complete documents and results.json to `on_scored`, and returns its state
@@ -75,6 +87,7 @@ nlohmann::ordered_json write_checkpoint_reports(const RunConfig& config, const R
 struct CheckpointOutcome {
   std::string state;
   int exit_code = 0;
+  std::string table;  // report.md's table of scores (show_scores); empty: no report was written
 };
 
 // `tasks`: the run's tasks and config fingerprint (load_run_tasks), shared by its checkpoints.

@@ -39,6 +39,7 @@ int run_evaluation(const RunConfig& config, const EvaluationOptions& options) {
   const bool regressed = outcome.exit_code == 0 && config.fail_on_regression &&
                          !recorder.regressions(*config.fail_on_regression).empty();
   progress.finish(regressed ? "regressed" : outcome.state);
+  if (!outcome.table.empty()) show_scores(options, "", outcome.table, config.output);
   return regressed ? kExitRegression : outcome.exit_code;
 }
 

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <iostream>
 
+#include "common/console.h"
+
 namespace gpueval {
 namespace {
 
@@ -40,9 +42,10 @@ std::vector<Regression> HistoryRecorder::regressions(double points) const {
   std::vector<Regression> out;
   for (const Regression& r : find_regressions(history_.trend(config_fp_), points)) {
     if (std::find(scored_.begin(), scored_.end(), r.current) == scored_.end()) continue;
-    std::cerr << fmt::format("[sched] regression: {} {} went from {:.4f} ({}) to {:.4f} ({}): {:.2f} {} worse, more than {}\n",
-                             r.task, r.metric, r.before, r.previous, r.after, r.current, r.drop_points,
-                             r.in_points ? "points" : "units", points);
+    // Why the run exits 4: shown even when quiet.
+    Console::error(fmt::format("[sched] regression: {} {} went from {:.4f} ({}) to {:.4f} ({}): {:.2f} {} worse, more than {}",
+                               r.task, r.metric, r.before, r.previous, r.after, r.current, r.drop_points,
+                               r.in_points ? "points" : "units", points));
     out.push_back(r);
   }
   return out;

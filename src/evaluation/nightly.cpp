@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>  // fmt::join ({fmt} 11+ keeps it here)
 #include <nlohmann/json.hpp>
 
+#include "common/console.h"
 #include "evaluation/checkpoint_evaluation.h"
 #include "gpueval/error.h"
 #include "gpueval/history.h"
@@ -58,13 +59,14 @@ int run_checkpoints(const RunConfig& config, const EvaluationOptions& options, c
                                                             progress, recorder.recorder(c, &lines[k]));
       lines[k]["state"] = outcome.state;
       progress.set_extra("checkpoints", lines);
+      if (!outcome.table.empty()) show_scores(options, c.name, outcome.table, config.output + "/" + c.name);
       if (outcome.state == "interrupted") {
         progress.finish("interrupted");
         return outcome.exit_code;
       }
       incomplete = incomplete || outcome.exit_code != 0;
     } catch (const Error& e) {
-      std::cerr << fmt::format("[sched] checkpoint {} failed: {}\n", c.name, e.what());
+      Console::error(fmt::format("[sched] checkpoint {} failed: {}", c.name, e.what()));  // shown even when quiet
       lines[k]["state"] = "failed";
       lines[k]["error"] = e.what();
       progress.set_extra("checkpoints", lines);
@@ -79,6 +81,7 @@ int run_checkpoints(const RunConfig& config, const EvaluationOptions& options, c
   const bool regressed = config.fail_on_regression && !recorder.regressions(*config.fail_on_regression).empty();
   const char* state = failed ? "failed" : regressed ? "regressed" : incomplete ? "incomplete" : "complete";
   progress.finish(state);
+  if (options.scores_out) *options.scores_out << "trend report: " << config.output << "/report.md" << std::endl;
   return failed ? 1 : regressed ? kExitRegression : incomplete ? kExitIncomplete : 0;
 }
 

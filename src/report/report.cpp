@@ -218,30 +218,10 @@ nlohmann::ordered_json results(const std::vector<TaskScores>& tasks, const RunSu
   return out;
 }
 
-std::string markdown(const std::vector<TaskScores>& tasks, const RunSummary& summary) {
-  std::string out = "# gpueval results\n\n";
-  out += fmt::format("- model: `{}`\n", markdown_cell(summary.model));
-  out += fmt::format("- wall time: {:.1f} s\n", summary.wall_seconds);
-  if (summary.timing.value("compute_s", 0.0) > 0) {
-    const auto& t = summary.timing;
-    const auto rate = [&](const char* key, const char* what) {
-      return t.contains(key) && t.at(key).is_number() ? fmt::format(", {:.0f} {} tokens/s", t.at(key).get<double>(), what)
-                                                       : std::string();
-    };
-    out += fmt::format("- compute: {:.2f} s from the first batch sent to the last result{}{}\n",
-                       t.at("compute_s").get<double>(), rate("requested_tokens_per_s", "requested"),
-                       rate("computed_tokens_per_s", "computed"));
-  }
-  if (summary.limit) out += fmt::format("- limit: {} documents per task\n", *summary.limit);
-  if (summary.batching.contains("tokens_computed")) {
-    const auto& b = summary.batching;
-    out += fmt::format("- tokens: {} computed for {} requested (prefix reuse {}, continuations {}grouped), {:.1f}% "
-                       "padding\n",
-                       b.at("tokens_computed").get<int64_t>(), b.at("tokens_requested").get<int64_t>(),
-                       b.at("prefix_reuse").get<bool>() ? "on" : "off",
-                       b.value("group_continuations", true) ? "" : "not ", 100 * b.at("padding_fraction").get<double>());
-  }
-  out += "\n| Task | Version | Filter | n-shot | Metric |   | Value |   | Stderr | n |\n";
+// report.md's table of scores: a row per task, metric and filter, then (when a group has a score)
+// a table of the groups; also what a run prints on stdout (write_reports returns it).
+std::string scores_table(const std::vector<TaskScores>& tasks, const RunSummary& summary) {
+  std::string out = "| Task | Version | Filter | n-shot | Metric |   | Value |   | Stderr | n |\n";
   out += "|------|--------:|--------|-------:|--------|---|------:|---|-------:|--:|\n";
   for (const TaskScores& t : tasks) {
     const std::string version = t.task->version().is_null() ? "N/A" : py::str(t.task->version());
@@ -272,6 +252,33 @@ std::string markdown(const std::vector<TaskScores>& tasks, const RunSummary& sum
       }
     }
   }
+  return out;
+}
+
+std::string markdown(const std::vector<TaskScores>& tasks, const RunSummary& summary) {
+  std::string out = "# gpueval results\n\n";
+  out += fmt::format("- model: `{}`\n", markdown_cell(summary.model));
+  out += fmt::format("- wall time: {:.1f} s\n", summary.wall_seconds);
+  if (summary.timing.value("compute_s", 0.0) > 0) {
+    const auto& t = summary.timing;
+    const auto rate = [&](const char* key, const char* what) {
+      return t.contains(key) && t.at(key).is_number() ? fmt::format(", {:.0f} {} tokens/s", t.at(key).get<double>(), what)
+                                                       : std::string();
+    };
+    out += fmt::format("- compute: {:.2f} s from the first batch sent to the last result{}{}\n",
+                       t.at("compute_s").get<double>(), rate("requested_tokens_per_s", "requested"),
+                       rate("computed_tokens_per_s", "computed"));
+  }
+  if (summary.limit) out += fmt::format("- limit: {} documents per task\n", *summary.limit);
+  if (summary.batching.contains("tokens_computed")) {
+    const auto& b = summary.batching;
+    out += fmt::format("- tokens: {} computed for {} requested (prefix reuse {}, continuations {}grouped), {:.1f}% "
+                       "padding\n",
+                       b.at("tokens_computed").get<int64_t>(), b.at("tokens_requested").get<int64_t>(),
+                       b.at("prefix_reuse").get<bool>() ? "on" : "off",
+                       b.value("group_continuations", true) ? "" : "not ", 100 * b.at("padding_fraction").get<double>());
+  }
+  out += "\n" + scores_table(tasks, summary);
   std::vector<std::string> notes;
   for (const TaskScores& t : tasks) notes.insert(notes.end(), t.task->notes().begin(), t.task->notes().end());
   if (!notes.empty()) {
@@ -310,8 +317,8 @@ std::string report_markdown(const std::vector<const Task*>& tasks, const std::ve
   return markdown(score_tasks(tasks, docs, summary.bootstrap_iters), summary);
 }
 
-void write_reports(const std::string& output_dir, const std::vector<const Task*>& tasks,
-                   const std::vector<DocRecord>& docs, const RunSummary& summary) {
+std::string write_reports(const std::string& output_dir, const std::vector<const Task*>& tasks,
+                          const std::vector<DocRecord>& docs, const RunSummary& summary) {
   const std::vector<TaskScores> collected = score_tasks(tasks, docs, summary.bootstrap_iters);
   io::make_directories(output_dir);
   for (const TaskScores& t : collected) {
@@ -330,6 +337,7 @@ void write_reports(const std::string& output_dir, const std::vector<const Task*>
     for (const MetricResult& m : t.metrics) counts[t.task->name()][m.name] = m.n;  // the same n for every filter
   }
   io::write_file_atomic(output_dir + "/report.html", report_html(results_object, counts));
+  return scores_table(collected, summary);
 }
 
 }  // namespace gpueval

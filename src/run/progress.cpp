@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/console.h"
 #include "common/file_io.h"
 
 namespace gpueval {
@@ -27,6 +28,12 @@ std::string format_duration(double s, const char* unknown) {
   if (total >= 3600) return fmt::format("{}h{:02}m", total / 3600, (total % 3600) / 60);
   if (total >= 60) return fmt::format("{}m{:02}s", total / 60, total % 60);
   return fmt::format("{}s", total);
+}
+
+std::string format_count(int64_t n) {
+  std::string digits = std::to_string(n < 0 ? -n : n);
+  for (size_t at = digits.size(); at > 3; at -= 3) digits.insert(at - 3, ",");
+  return n < 0 ? "-" + digits : digits;
 }
 
 ProgressReporter::ProgressReporter(std::string status_path, std::string run_name, bool live_terminal,
@@ -76,12 +83,54 @@ void ProgressReporter::write_status(const std::string& state) {
   }
 }
 
-void ProgressReporter::finish(const std::string& outcome) { write_status(outcome); }
+void ProgressReporter::finish(const std::string& outcome) {
+  if (live_) Console::clear_status();
+  write_status(outcome);
+}
+
+void ProgressReporter::phase(const std::string& what) {
+  if (live_) Console::set_status(what + "...");
+}
+
+std::string ProgressReporter::status_line(const SchedulerStatus& s, const nlohmann::json& task_progress) {
+  constexpr int kBarWidth = 24;
+  const double done = s.batches_total ? static_cast<double>(s.batches_done) / s.batches_total : 1.0;
+  const int filled = static_cast<int>(done * kBarWidth);
+  std::string bar(static_cast<size_t>(filled), '=');
+  if (filled < kBarWidth) bar += '>';
+  bar.resize(kBarWidth, ' ');
+  std::string line = fmt::format("[{}] {}/{} batches", bar, format_count(s.batches_done), format_count(s.batches_total));
+  if (task_progress.is_object()) {
+    int64_t docs = 0, docs_done = 0;
+    for (const auto& [task, p] : task_progress.items()) {
+      docs += p.value("documents", int64_t{0});
+      docs_done += p.value("documents_done", int64_t{0});
+    }
+    line += fmt::format(", {}/{} documents", format_count(docs_done), format_count(docs));
+  }
+  size_t up = 0, busy = 0;
+  for (const WorkerStatus& w : s.workers) {
+    up += w.state == "idle" || w.state == "busy";
+    busy += w.state == "busy";
+  }
+  if (s.batches_done == 0 && busy == 0 && up == 0 && !s.workers.empty())
+    return line + fmt::format(", waiting for {} to load", s.workers.size() == 1 ? std::string("the worker")
+                                                                                 : fmt::format("{} workers", s.workers.size()));
+  const double tok_s = s.elapsed_s > 0 ? s.tokens_done / s.elapsed_s : 0;
+  line += fmt::format(", {} tok/s, ETA {}, {}/{} workers busy", format_count(static_cast<int64_t>(tok_s + 0.5)),
+                      format_duration(s.eta_s), busy, s.workers.size());
+  if (s.batches_quarantined) line += fmt::format(", {} quarantined", s.batches_quarantined);
+  return line;
+}
 
 void ProgressReporter::update(const SchedulerStatus& s, bool final) {
   last_ = s;
   write_status(final ? "finishing" : "running");
-
+  if (live_ && !final && Console::set_status(status_line(s, extra_.value("task_progress", nlohmann::json()))))
+    return;
+  if (live_) Console::clear_status();
+  if (!final && s.elapsed_s - last_log_s_ < log_every_s_) return;
+  last_log_s_ = s.elapsed_s;
   const double tok_s = s.elapsed_s > 0 ? s.tokens_done / s.elapsed_s : 0;
   std::string line = fmt::format("[sched] {}/{} batches ({:.0f}%), {:.0f} tok/s, elapsed {}, ETA {}",
                                  s.batches_done, s.batches_total,
@@ -90,15 +139,7 @@ void ProgressReporter::update(const SchedulerStatus& s, bool final) {
   if (s.batches_quarantined) line += fmt::format(", {} quarantined", s.batches_quarantined);
   for (const WorkerStatus& w : s.workers)
     line += fmt::format(" | {} {} {:.0f} tok/s", w.name, w.state, w.tokens_per_second);
-  if (live_) {
-    std::string padded = line;
-    if (padded.size() < last_line_width_) padded.append(last_line_width_ - padded.size(), ' ');
-    last_line_width_ = line.size();
-    std::cerr << "\r" << padded << (final ? "\n" : "") << std::flush;
-  } else if (final || s.elapsed_s - last_log_s_ >= log_every_s_) {
-    last_log_s_ = s.elapsed_s;
-    std::cerr << line << "\n";
-  }
+  std::cerr << line << "\n";
 }
 
 }  // namespace gpueval
