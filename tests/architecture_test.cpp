@@ -186,10 +186,12 @@ TEST(ArchitectureConfig, FeaturesNotImplementedAreRefusedNamingTheKey) {
 // A checkpoint without a tensor its family needs (OLMo 2's post-feedforward norm, Qwen3's q_norm) is
 // refused naming the tensor, not run without it.
 TEST(ArchitectureConfig, AFamilysOwnTensorsAreRequired) {
-  for (const auto& [family, tensor] : std::vector<std::pair<std::string, std::string>>{
+  for (const auto& entry : std::vector<std::pair<std::string, std::string>>{
            {"olmo2", "model.layers.1.post_feedforward_layernorm.weight"},
            {"qwen3", "model.layers.0.self_attn.q_norm.weight"},
            {"granite", "model.layers.0.self_attn.o_proj.bias"}}) {
+    // Named copies, not structured bindings: C++17 lambdas (clang) cannot capture those.
+    const std::string family = entry.first, tensor = entry.second;
     const ModelConfig c = ModelConfig::load(fixture_dir(family) + "/config.json");
     std::map<std::string, at::Tensor> weights;
     {
