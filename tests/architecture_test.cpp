@@ -113,7 +113,8 @@ TEST_P(ArchitectureFixture, SharedPrefixAndKvCacheMatchTransformers) {
 
 INSTANTIATE_TEST_SUITE_P(Families, ArchitectureFixture,
                          ::testing::Values("llama", "llama-bias", "mistral", "qwen2", "qwen3", "olmo2", "granite",
-                                           "smollm3"),
+                                           "smollm3", "mistral-window", "qwen2-window", "qwen3-window",
+                                           "smollm3-window", "olmo3", "gemma2", "gemma3_text"),
                          [](const auto& info) {
                            std::string name = info.param;
                            for (char& ch : name)
@@ -162,13 +163,23 @@ TEST(ArchitectureConfig, EveryFamilyRefusesAMissingKeyInOneLine) {
 
 TEST(ArchitectureConfig, FeaturesNotImplementedAreRefusedNamingTheKey) {
   for (const char* family : {"qwen2", "qwen3", "smollm3"}) {
+    // A sliding layer needs a window: qwen's is null unless use_sliding_window, SmolLM3's absent by default.
     EXPECT_THAT(config_error(family, [](nlohmann::json& j) {
-                  j["use_sliding_window"] = true;
-                  j["sliding_window"] = 8;
+                  j["use_sliding_window"] = false;
+                  j["sliding_window"] = nullptr;
+                  j["layer_types"][1] = "sliding_attention";
                 }),
-                HasSubstr("use_sliding_window"));
-    EXPECT_THAT(config_error(family, [](nlohmann::json& j) { j["layer_types"][1] = "sliding_attention"; }),
-                HasSubstr("layer_types"));
+                HasSubstr("layer_types marks sliding_attention layers but there is no sliding_window"));
+    EXPECT_THAT(config_error(family, [](nlohmann::json& j) { j["layer_types"][1] = "chunked_attention"; }),
+                HasSubstr("layer_types holds \"chunked_attention\""));
+    EXPECT_THAT(config_error(family, [](nlohmann::json& j) { j["layer_types"] = {"full_attention"}; }),
+                HasSubstr("'layer_types' must be a list of num_hidden_layers (2)"));
+    for (const nlohmann::json& bad : {nlohmann::json(0), nlohmann::json(int64_t{1} << 30), nlohmann::json("8")})
+      EXPECT_THAT(config_error(family, [&](nlohmann::json& j) {
+                    j["use_sliding_window"] = true;
+                    j["sliding_window"] = bad;
+                  }),
+                  HasSubstr("sliding_window"));
   }
   EXPECT_THAT(config_error("smollm3", [](nlohmann::json& j) { j["no_rope_layers"] = {1}; }),
               HasSubstr("no_rope_layers"));
@@ -179,8 +190,8 @@ TEST(ArchitectureConfig, FeaturesNotImplementedAreRefusedNamingTheKey) {
   EXPECT_THAT(config_error("granite", [](nlohmann::json& j) { j["attention_multiplier"] = "x"; }),
               HasSubstr("attention_multiplier"));
   EXPECT_THAT(config_error("olmo2", [](nlohmann::json& j) { j["hidden_act"] = "gelu"; }), HasSubstr("hidden_act"));
-  EXPECT_THAT(config_error("olmo2", [](nlohmann::json& j) { j["model_type"] = "olmo3"; }),
-              HasSubstr("unsupported model_type 'olmo3'"));
+  EXPECT_THAT(config_error("olmo2", [](nlohmann::json& j) { j["model_type"] = "gemma"; }),
+              HasSubstr("unsupported model_type 'gemma'"));
 }
 
 // A checkpoint without a tensor its family needs (OLMo 2's post-feedforward norm, Qwen3's q_norm) is
@@ -204,28 +215,90 @@ TEST(ArchitectureConfig, AFamilysOwnTensorsAreRequired) {
   }
 }
 
-// Mistral's window: a position past it is one error at run time (below it every key is inside the window).
-TEST(ArchitectureConfig, MistralPositionsPastTheSlidingWindowAreRefused) {
+// Which layers slide, as transformers' Config classes derive them when layer_types is absent.
+TEST(ArchitectureConfig, SlidingLayersFollowEachFamilysRule) {
   nlohmann::json j = read_json(fixture_dir("mistral") + "/config.json");
   EXPECT_FALSE(ModelConfig::from_json(j, "mistral").sliding_window.has_value());
+  EXPECT_TRUE(ModelConfig::from_json(j, "mistral").arch.sliding_layers.empty());
   j.erase("sliding_window");
   EXPECT_EQ(ModelConfig::from_json(j, "mistral").sliding_window, 4096);  // transformers' default
-  j["sliding_window"] = 4;
-  const ModelConfig c = ModelConfig::from_json(j, "mistral");
-  std::map<std::string, at::Tensor> weights;
-  {
-    LlamaModel full = load_model(fixture_dir("mistral"));
-    for (const auto& p : full->named_parameters()) weights[p.key()] = p.value().clone();
+  EXPECT_EQ(ModelConfig::from_json(j, "mistral").arch.sliding_layers, (std::vector<bool>{true, true}));
+
+  nlohmann::json q = read_json(fixture_dir("qwen3") + "/config.json");
+  q.erase("layer_types");
+  q["sliding_window"] = 16;
+  EXPECT_FALSE(ModelConfig::from_json(q, "qwen3").sliding_window.has_value());  // use_sliding_window false
+  q["use_sliding_window"] = true;
+  q["max_window_layers"] = 1;
+  ModelConfig c = ModelConfig::from_json(q, "qwen3");
+  EXPECT_EQ(c.sliding_window, 16);
+  EXPECT_EQ(c.arch.sliding_layers, (std::vector<bool>{false, true}));
+  EXPECT_FALSE(c.arch.slides(0));
+  EXPECT_TRUE(c.arch.slides(1));
+  q["max_window_layers"] = 28;  // transformers' default: past every layer of a small model
+  EXPECT_TRUE(ModelConfig::from_json(q, "qwen3").arch.sliding_layers.empty());
+
+  nlohmann::json m = read_json(fixture_dir("smollm3") + "/config.json");  // no_rope_layers [1, 0]
+  m.erase("layer_types");
+  m["sliding_window"] = 16;
+  EXPECT_TRUE(ModelConfig::from_json(m, "smollm3").arch.sliding_layers.empty());
+  m["use_sliding_window"] = true;
+  EXPECT_EQ(ModelConfig::from_json(m, "smollm3").arch.sliding_layers, (std::vector<bool>{false, true}));
+
+  for (const char* family : {"mistral-window", "qwen3-window"}) {
+    const ModelConfig a = ModelConfig::load(fixture_dir(family) + "/config.json");
+    const ModelConfig b = ModelConfig::from_json(a.to_json(), "round trip");
+    EXPECT_EQ(a.sliding_window, b.sliding_window) << family;
+    EXPECT_EQ(a.arch.sliding_layers, b.arch.sliding_layers) << family;
+    EXPECT_FALSE(a.arch.sliding_layers.empty()) << family;
   }
-  LlamaModel model = build_model(c, weights);
+}
+
+// A window shorter than the sequences: two sequences packed side by side in one row (the second
+// after a shared trunk with two branches), and the same sequences scored alone, give the same
+// logits, on the tiled CPU path and on the plain one alike.
+TEST(SlidingWindow, PackedRowsMatchSequencesAlone) {
+  LlamaModel model = load_model(fixture_dir("qwen3-window"));
+  ASSERT_TRUE(model->config().sliding_window.has_value());
+  const int64_t window = *model->config().sliding_window;
   c10::InferenceMode guard;
-  EXPECT_NO_THROW(model->forward(at::zeros({1, 4}, at::kLong), at::arange(4, at::kLong).view({1, 4}),
-                                 at::ones({1, 4}, at::kBool)));
-  const std::string e = testing::error_of([&] {
-    model->forward(at::zeros({1, 5}, at::kLong), at::arange(5, at::kLong).view({1, 5}), at::ones({1, 5}, at::kBool));
-  });
-  EXPECT_THAT(e, HasSubstr("sliding_window of 4"));
-  EXPECT_THAT(e, Not(HasSubstr("\n")));
+  const std::vector<Sequence> seqs = expected("qwen3-window");
+  const std::vector<int64_t>& a = seqs[0].ids;  // 5 tokens
+  const std::vector<int64_t>& b = seqs[1].ids;  // 11 tokens: trunk of 7, branches of 4 and 2
+  ASSERT_GT(static_cast<int64_t>(b.size()), window + 2);
+  const int64_t trunk = 7, na = static_cast<int64_t>(a.size());
+  std::vector<int64_t> tokens(a), positions, segments;
+  for (int64_t i = 0; i < na; ++i) positions.push_back(i), segments.push_back(0);
+  const int64_t part = LlamaModelImpl::kSegmentsPerPart;
+  for (int64_t i = 0; i < 11; ++i) {
+    tokens.push_back(b[static_cast<size_t>(i)]);
+    positions.push_back(i);
+    segments.push_back(part + (i < trunk ? 0 : 1));
+  }
+  // A second branch: b's first two tokens after the trunk again, at the same positions as branch 1.
+  for (int64_t i = trunk; i < trunk + 2; ++i) {
+    tokens.push_back(b[static_cast<size_t>(i)]);
+    positions.push_back(i);
+    segments.push_back(part + 2);
+  }
+  const int64_t t = static_cast<int64_t>(tokens.size());
+  at::Tensor logits = model->logits(model->forward_packed(
+      at::tensor(tokens, at::kLong).view({1, t}), at::tensor(positions, at::kLong).view({1, t}),
+      at::ones({1, t}, at::kBool), at::tensor(segments, at::kLong).view({1, t}), nullptr))[0];
+  EXPECT_LE(relative_error(logits.narrow(0, 0, na), seqs[0].logits), kTolerance);
+  EXPECT_LE(relative_error(logits.narrow(0, na, 11), seqs[1].logits), kTolerance);
+  EXPECT_LE(relative_error(logits.narrow(0, na + 11, 2), seqs[1].logits.narrow(0, trunk, 2)), kTolerance);
+  // Full attention would differ past the window: the fixture's window matters.
+  nlohmann::json j = read_json(fixture_dir("qwen3-window") + "/config.json");
+  j["use_sliding_window"] = false;
+  j.erase("layer_types");
+  std::map<std::string, at::Tensor> weights;
+  for (const auto& p : model->named_parameters()) weights[p.key()] = p.value();
+  LlamaModel full = build_model(ModelConfig::from_json(j, "full"), weights);
+  const int64_t n = static_cast<int64_t>(b.size());
+  at::Tensor unwindowed =
+      full->logits(full->forward(row(b, 0, n), at::arange(n, at::kLong).view({1, n}), at::ones({1, n}, at::kBool)))[0];
+  EXPECT_GT(relative_error(unwindowed, seqs[1].logits), 1e-3);
 }
 
 }  // namespace

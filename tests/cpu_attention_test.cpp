@@ -268,6 +268,39 @@ TEST(CpuAttention, TilesFollowThePartsOfAPackedSequence) {
   EXPECT_EQ(got, (std::vector<std::vector<int64_t>>{{0, 45, 0, 45, 1}, {45, 45, 0, 90, 1}, {90, 45, 0, 135, 1}}));
 }
 
+// A sliding window (query i sees keys i - w < j <= i): the first visible key slides forward with the
+// queries, and a run of them still makes tiles of kAttentionTile queries (not one per query), each
+// scoring only the keys from its first query's window start to its last query; a packed part after
+// it starts a run of its own, and a prefix is seen only where the window still reaches it.
+TEST(CpuAttention, TilesUnderASlidingWindowSpanTheWindowAndTheirQueries) {
+  const int64_t w = 30, t = 200, first_part = 150, p = 10;
+  // A prefix at positions 0..9; a first part of 150 queries continuing it (positions 10..159); a
+  // second part of 50 at positions 0..49 of its own, which the prefix is no part of.
+  at::Tensor allowed = torch::zeros({1, t, p + t}, at::kBool);
+  for (int64_t i = 0; i < t; ++i) {
+    const bool first = i < first_part;
+    const int64_t pos = first ? p + i : i - first_part, start = first ? 0 : first_part;
+    for (int64_t j = 0; j < p; ++j) allowed[0][i][j] = first && pos - j < w;
+    for (int64_t j = start; j <= i; ++j) allowed[0][i][p + j] = (pos - (first ? p + j : j - first_part)) < w;
+  }
+  const at::Tensor mask = additive(allowed).view({1, t, p + t});
+  std::vector<std::vector<int64_t>> got;
+  for (const AttentionTile& tile : attention_tiles(mask, 0, p))
+    got.push_back({tile.first, tile.rows, tile.key_begin, tile.key_end, tile.whole_prefix ? 1 : 0});
+  // The first part: 150 queries in three tiles of 50, each from its first query's window start; the
+  // window reaches the prefix's first key only up to query 19, so no tile sees all of the prefix. The
+  // second part: one tile of 50, its own keys alone.
+  const std::vector<std::vector<int64_t>> want = {
+      {0, 50, 0, 50, 0}, {50, 50, 21, 100, 0}, {100, 50, 71, 150, 0}, {150, 50, 150, 200, 0}};
+  EXPECT_EQ(got, want);
+  if (!have_kernel()) GTEST_SKIP() << "this build has no oneDNN: attention takes the plain path";
+  torch::manual_seed(11);
+  const int64_t h = 4, kv = 2, hd = 16;
+  at::Tensor q = torch::randn({1, h, t, hd}), k = torch::randn({1, kv, t, hd}), v = torch::randn({1, kv, t, hd});
+  at::Tensor pk = torch::randn({1, kv, p, hd}), pv = torch::randn({1, kv, p, hd});
+  expect_matches(q, k, v, additive(allowed), pk, pv, "a sliding window over a prefix and two parts");
+}
+
 TEST(CpuAttention, ResultsAreTheSameBitsOnOneThreadOrTwo) {
   if (!have_kernel()) GTEST_SKIP() << "this build has no oneDNN: attention takes the plain path";
   torch::manual_seed(4);

@@ -1,8 +1,8 @@
 // KVCache holds the keys and values a decoder has computed so far, for a batch
 // of sequences that advance together (padding keeps them aligned). Storage is
 // allocated once for `capacity` positions, so appending never reallocates.
-// It also remembers which key slots are real tokens: padding slots are never
-// attended to. One cache belongs to one forward loop; not thread-safe.
+// It also remembers which key slots are real tokens (padding slots are never
+// attended to) and each slot's position (a sliding window is a distance in positions). One cache belongs to one forward loop; not thread-safe.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -27,9 +27,9 @@ class KVCache {
   // Returns ([B, n_kv_heads, length + T, head_dim], same).
   std::pair<at::Tensor, at::Tensor> append(int64_t layer, const at::Tensor& k, const at::Tensor& v);
 
-  // Marks the step's T slots (valid: [B, T] bool) and moves length forward;
-  // called once per forward, after every layer appended.
-  void commit(const at::Tensor& valid);
+  // Marks the step's T slots (valid: [B, T] bool; positions: [B, T] int64) and moves length
+  // forward; called once per forward, after every layer appended.
+  void commit(const at::Tensor& valid, const at::Tensor& positions);
 
   // Views of the committed keys and values of `layer`: [B, n_kv_heads, length, head_dim].
   at::Tensor keys(int64_t layer) const { return keys_[layer].narrow(2, 0, length_); }
@@ -37,7 +37,9 @@ class KVCache {
 
   // [B, length + pending] bool: which key slots hold real tokens.
   at::Tensor key_valid(int64_t pending) const { return key_valid_.narrow(1, 0, length_ + pending); }
-  void set_pending_valid(const at::Tensor& valid);
+  // [B, length + pending] int64: each key slot's position.
+  at::Tensor key_positions(int64_t pending) const { return key_positions_.narrow(1, 0, length_ + pending); }
+  void set_pending(const at::Tensor& valid, const at::Tensor& positions);
 
   // Keeps only the given rows (indices: [B'] int64), e.g. to drop finished sequences.
   void select_rows(const at::Tensor& indices);
@@ -46,6 +48,7 @@ class KVCache {
   std::vector<at::Tensor> keys_;    // per layer [B, n_kv_heads, capacity, head_dim]
   std::vector<at::Tensor> values_;  // per layer [B, n_kv_heads, capacity, head_dim]
   at::Tensor key_valid_;            // [B, capacity] bool
+  at::Tensor key_positions_;        // [B, capacity] int64
   int64_t length_ = 0;
 };
 

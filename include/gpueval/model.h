@@ -1,9 +1,10 @@
 // LlamaModel is a decoder-only transformer in LibTorch: RMSNorm, rotary embeddings
-// (incl. llama3 scaling), grouped-query attention, SwiGLU MLP, optional q/k/v bias,
-// tied or untied LM head. It is one decoder for every family ModelConfig reads
-// (Llama 2/3, Mistral, Qwen2, TinyLlama, Qwen3, OLMo 2, Granite, SmolLM3): what a
-// family does differently is the config's Architecture (norm placement, q/k
-// norms, multipliers, layers without RoPE), never a forward pass of its own.
+// (incl. llama3 scaling), grouped-query attention, SwiGLU or GeGLU MLP, optional
+// q/k/v bias, tied or untied LM head, sliding-window layers. It is one decoder for
+// every family ModelConfig reads (Llama 2/3, Mistral, Qwen2, TinyLlama, Qwen3,
+// OLMo 2/3, Granite, SmolLM3, Gemma 2/3): what a family does differently is the
+// config's Architecture (norm placement and kind, q/k norms, multipliers, layers
+// without RoPE, windows, soft-caps), never a forward pass of its own.
 //
 // Parameters carry the Hugging Face names (`model.layers.0.self_attn.q_proj.weight`)
 // and are loaded from a checkpoint directory (config.json + safetensors); on CPU,
@@ -26,6 +27,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -71,13 +73,17 @@ class EmbeddingImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Embedding);
 
+// RMSNorm: x / rms(x) * w, the statistics in float32 (float64 for float64). Llama's casts the
+// normalised x to x's dtype before the product; with unit_offset (Gemma) the product is by (1 + w),
+// in float32, and the cast comes after it.
 class RMSNormImpl : public torch::nn::Module {
  public:
-  RMSNormImpl(const WeightSource& source, const std::string& name, int64_t dim, double eps);
-  at::Tensor forward(const at::Tensor& x) const;  // [..., dim] -> same; statistics in float32 (float64 for float64)
+  RMSNormImpl(const WeightSource& source, const std::string& name, int64_t dim, double eps, bool unit_offset = false);
+  at::Tensor forward(const at::Tensor& x) const;  // [..., dim] -> same
 
  private:
   at::Tensor weight_;  // [dim]
+  at::Tensor scale_;   // unit_offset: 1 + weight in float32 (float64 for float64); else undefined
   double eps_;
 };
 TORCH_MODULE(RMSNorm);
@@ -124,6 +130,7 @@ class AttentionImpl : public torch::nn::Module {
   int64_t n_heads_, n_kv_heads_, head_dim_;
   QkNorm qk_norm_;
   bool use_rope_;
+  std::optional<double> softcap_;  // Gemma 2: scores = cap * tanh(scores / cap) before the mask
   double query_scale_;  // 1 but for a family's own attention scale: scale * sqrt(hd), folded into q
   Projection q_proj_{nullptr}, k_proj_{nullptr}, v_proj_{nullptr}, o_proj_{nullptr};
   RMSNorm q_norm_{nullptr}, k_norm_{nullptr};  // null without arch.qk_norm
@@ -137,6 +144,7 @@ class MlpImpl : public torch::nn::Module {
 
  private:
   Projection gate_proj_{nullptr}, up_proj_{nullptr}, down_proj_{nullptr};
+  Activation activation_;
 };
 TORCH_MODULE(Mlp);
 
@@ -158,11 +166,13 @@ class DecoderLayerImpl : public torch::nn::Module {
   at::Tensor attention_input(const at::Tensor& x) const;  // input_layernorm(x), or x itself (post-norm)
 
   int64_t index_;
-  bool pre_norm_;
+  NormPlacement placement_;
   double residual_multiplier_;
   // Pre-norm: input_layernorm and post_attention_layernorm (the MLP's input norm). Post-sublayer:
   // post_attention_layernorm and post_feedforward_layernorm on each sublayer's output; no input norm.
-  RMSNorm input_layernorm_{nullptr}, post_attention_layernorm_{nullptr}, post_feedforward_layernorm_{nullptr};
+  // Sandwich: input_layernorm, post_attention_layernorm, pre_feedforward_layernorm, post_feedforward_layernorm.
+  RMSNorm input_layernorm_{nullptr}, post_attention_layernorm_{nullptr}, pre_feedforward_layernorm_{nullptr},
+      post_feedforward_layernorm_{nullptr};
   Attention self_attn_{nullptr};
   Mlp mlp_{nullptr};
 };
@@ -210,18 +220,24 @@ class LlamaModelImpl : public torch::nn::Module {
   int64_t packed_weight_bytes() const { return packed_bytes_; }
 
  private:
-  // Embedding, every layer and the final norm; mask: [B, 1, 1, T, S] as AttentionImpl takes it.
+  // One forward's additive masks ([B, 1, 1, T, S] as AttentionImpl takes them): `full` for every layer,
+  // `window` (defined when the model has sliding layers) for the sliding ones.
+  struct LayerMasks {
+    at::Tensor full, window;
+  };
+  // allowed: [B, T, S] bool; query_positions [B, T] and key_positions [B, S] int64 set the window.
+  LayerMasks layer_masks(const at::Tensor& allowed, const at::Tensor& query_positions,
+                         const at::Tensor& key_positions) const;
+  // Embedding, every layer and the final norm, each layer with its mask of `masks`.
   // With columns, the last layer runs at those positions alone (forward_packed) and [B, T', D] returns.
   // keys_only (with a cache): the last layer only appends its keys and values, and nothing returns.
-  at::Tensor run_layers(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& mask,
+  at::Tensor run_layers(const at::Tensor& tokens, const at::Tensor& positions, const LayerMasks& masks,
                         KVCache* cache, const PrefixKV* prefix, const at::Tensor& columns = {},
                         bool keys_only = false) const;
   // forward() for a cache's sake alone: the last layer computes keys and values only.
   void fill_cache(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& valid, KVCache& cache) const;
   at::Tensor forward(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& valid, KVCache* cache,
                      bool keys_only) const;
-  // Throws Error when a position ([B, T] int64) reaches config.sliding_window: attention would drop keys.
-  void check_window(const at::Tensor& positions) const;
 
   ModelConfig config_;
   LoadOptions options_;
@@ -230,7 +246,8 @@ class LlamaModelImpl : public torch::nn::Module {
   std::vector<DecoderLayer> layers_;
   RMSNorm norm_{nullptr};
   at::Tensor lm_head_;   // [V, D], the embedding weight itself when tied
-  at::Tensor inv_freq_;  // [head_dim / 2] float32
+  at::Tensor inv_freq_;          // [head_dim / 2] float32
+  at::Tensor sliding_inv_freq_;  // the sliding layers' own (arch.sliding_rope_theta), or undefined
   std::shared_ptr<const PackedWeight> lm_head_packed_;
   int64_t packed_bytes_ = 0;
 };

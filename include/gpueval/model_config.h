@@ -1,7 +1,7 @@
 // ModelConfig holds the hyper-parameters of a decoder-only model, read from a
 // Hugging Face `config.json`: Llama 2/3, Mistral, Qwen2, TinyLlama, and the
 // families that differ from Llama only in what Architecture describes (Qwen3,
-// OLMo 2, Granite, SmolLM3). Every field
+// OLMo 2 and 3, Granite, SmolLM3, Gemma 2 and 3). Every field
 // is validated when read: a missing, ill-typed or out-of-range value is a
 // one-line gpueval::Error naming the file and the key. A ModelConfig is a
 // plain value; copy it freely.
@@ -28,8 +28,14 @@ struct RopeScaling {
 
 // Where a family's norms sit around each sublayer. kPreNorm (Llama): x + f(norm(x)), norms named
 // input_layernorm and post_attention_layernorm. kPostSublayer (OLMo 2): x + norm(f(x)), norms named
-// post_attention_layernorm and post_feedforward_layernorm, no input_layernorm.
-enum class NormPlacement { kPreNorm, kPostSublayer };
+// post_attention_layernorm and post_feedforward_layernorm, no input_layernorm. kSandwich (Gemma 2/3):
+// x + norm2(f(norm1(x))), four norms: input_layernorm and post_attention_layernorm around attention,
+// pre_feedforward_layernorm and post_feedforward_layernorm around the MLP.
+enum class NormPlacement { kPreNorm, kPostSublayer, kSandwich };
+
+// The MLP's gate activation: silu (SwiGLU) or GELU's tanh approximation (GeGLU, Gemma's
+// gelu_pytorch_tanh).
+enum class Activation { kSilu, kGeluTanh };
 
 // An RMSNorm on the queries and keys before RoPE (self_attn.q_norm / k_norm). kPerHead (Qwen3): over
 // each head's head_dim, weight [head_dim]. kWholeProjection (OLMo 2): over the projection's full width
@@ -48,13 +54,31 @@ struct Architecture {
   std::optional<double> attention_scale;  // Granite's attention_multiplier; unset: 1 / sqrt(head_dim)
   double logits_divisor = 1.0;        // Granite's logits_scaling: logits / d
   std::vector<bool> rope_layers;      // SmolLM3's no_rope_layers (true: RoPE); empty: every layer
+  // Layers whose attention is windowed to ModelConfig::sliding_window (layer_types' sliding_attention;
+  // every layer of a Mistral with a window); empty: none.
+  std::vector<bool> sliding_layers;
+  // Gemma: every RMSNorm scales by (1 + w), in float32, cast to the model dtype after the product.
+  bool norm_unit_offset = false;
+  Activation activation = Activation::kSilu;
+  // Gemma: embedding_multiplier (sqrt(hidden_size)) rounded to the model dtype before the product.
+  bool embedding_multiplier_in_dtype = false;
+  // Gemma 2: tanh soft-capping, cap * tanh(x / cap), of the attention scores (before the mask) and
+  // of the final logits. Unset: none.
+  std::optional<double> attention_softcap;
+  std::optional<double> logit_softcap;
+  // Gemma 3, OLMo 3: the sliding layers' RoPE, of the default type with this base (the other
+  // layers keep rope_theta and rope_scaling). Unset: every layer has the one RoPE.
+  std::optional<double> sliding_rope_theta;
   bool uses_rope(int64_t layer) const {
     return rope_layers.empty() || rope_layers[static_cast<size_t>(layer)];
+  }
+  bool slides(int64_t layer) const {
+    return !sliding_layers.empty() && sliding_layers[static_cast<size_t>(layer)];
   }
 };
 
 struct ModelConfig {
-  std::string model_type = "llama";  // llama | mistral | qwen2 | qwen3 | olmo2 | granite | smollm3
+  std::string model_type = "llama";  // a row of model_config.cpp's family table
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
@@ -68,8 +92,8 @@ struct ModelConfig {
   RopeScaling rope_scaling;
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // q/k/v projections carry a bias (Qwen2); o_proj's: arch.o_proj_bias
-  // Mistral's attention window (null in config.json: none). Positions past it are refused at run time
-  // (LlamaModelImpl): below it a windowed model and a full-attention one compute the same.
+  // The attention window of the layers arch.sliding_layers marks: a query at position p sees the keys
+  // at positions p - sliding_window < q <= p (transformers' sliding_window_overlay). Unset: no window.
   std::optional<int64_t> sliding_window;
   Architecture arch;
   std::string torch_dtype;      // as written in config.json; "" when absent

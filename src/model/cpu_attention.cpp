@@ -86,8 +86,9 @@ bool sees_whole_prefix(const at::Tensor& mask, int64_t batch, int64_t first, int
 std::vector<AttentionTile> attention_tiles(const at::Tensor& mask, int64_t batch, int64_t prefix) {
   const int64_t t = mask.size(1), own = mask.size(2) - prefix;
   const float hidden = std::numeric_limits<float>::lowest() / 2;
-  // Each query's first visible own key (own when it sees none): a new part of a packed sequence
-  // starts where this changes.
+  // Each query's first visible own key (own when it sees none). A run of queries shares it (one part
+  // of a packed sequence, all of a causal row) or slides it forward to a key the query before also
+  // sees (a sliding window); a new part starts at a key the query before does not see.
   std::vector<int64_t> first_key(static_cast<size_t>(t));
   const float* base = mask.data_ptr<float>() + batch * mask.stride(0) + prefix;
   for (int64_t r = 0; r < t; ++r) {
@@ -96,10 +97,14 @@ std::vector<AttentionTile> attention_tiles(const at::Tensor& mask, int64_t batch
     while (c < own && !(m[c] > hidden)) ++c;
     first_key[static_cast<size_t>(r)] = c;
   }
+  const auto continues = [&](int64_t r) {
+    const int64_t f = first_key[static_cast<size_t>(r)], before = first_key[static_cast<size_t>(r - 1)];
+    return f == before || (f > before && f < own && base[(r - 1) * mask.stride(1) + f] > hidden);
+  };
   std::vector<AttentionTile> tiles;
   for (int64_t run = 0; run < t;) {
     int64_t run_end = run + 1;
-    while (run_end < t && first_key[static_cast<size_t>(run_end)] == first_key[static_cast<size_t>(run)]) ++run_end;
+    while (run_end < t && continues(run_end)) ++run_end;
     // A run of L queries: ceil(L / kAttentionTile) tiles of near-equal size.
     const int64_t length = run_end - run, count = (length + kAttentionTile - 1) / kAttentionTile;
     for (int64_t i = 0, first = run; i < count; ++i) {

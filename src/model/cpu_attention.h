@@ -59,9 +59,11 @@ struct AttentionTile {
 };
 
 // The tiles of mask row `batch`, in order, covering its T queries: each run of consecutive queries
-// whose first visible own key is the same (one part of a packed sequence; all of a causal row) is
-// cut into ceil(run / kAttentionTile) tiles of near-equal size, so that a tile scores only its own
-// part's keys. mask: [B, T, P + own] float32, last stride 1.
+// whose first visible own key is the same (one part of a packed sequence; all of a causal row), or
+// slides forward to a key the query before also sees (a sliding window), is cut into
+// ceil(run / kAttentionTile) tiles of near-equal size, so that a tile scores only its own part's keys
+// (and, under a window, the keys some query of the tile still reaches). mask: [B, T, P + own]
+// float32, last stride 1.
 std::vector<AttentionTile> attention_tiles(const at::Tensor& mask, int64_t batch, int64_t prefix);
 
 // The own keys [begin, end) that the queries [first, first + rows) of mask row `batch` may see: from

@@ -12,6 +12,7 @@ KVCache::KVCache(const ModelConfig& c, int64_t batch, int64_t capacity, at::Scal
     values_.push_back(at::zeros({batch, c.num_key_value_heads, capacity, c.head_dim}, opts));
   }
   key_valid_ = at::zeros({batch, capacity}, at::TensorOptions().dtype(at::kBool).device(device));
+  key_positions_ = at::zeros({batch, capacity}, at::TensorOptions().dtype(at::kLong).device(device));
 }
 
 std::pair<at::Tensor, at::Tensor> KVCache::append(int64_t layer, const at::Tensor& k, const at::Tensor& v) {
@@ -22,12 +23,13 @@ std::pair<at::Tensor, at::Tensor> KVCache::append(int64_t layer, const at::Tenso
   return {keys_[layer].narrow(2, 0, length_ + t), values_[layer].narrow(2, 0, length_ + t)};
 }
 
-void KVCache::set_pending_valid(const at::Tensor& valid) {
+void KVCache::set_pending(const at::Tensor& valid, const at::Tensor& positions) {
   key_valid_.narrow(1, length_, valid.size(1)).copy_(valid);
+  key_positions_.narrow(1, length_, positions.size(1)).copy_(positions);
 }
 
-void KVCache::commit(const at::Tensor& valid) {
-  set_pending_valid(valid);
+void KVCache::commit(const at::Tensor& valid, const at::Tensor& positions) {
+  set_pending(valid, positions);
   length_ += valid.size(1);
 }
 
@@ -35,6 +37,7 @@ void KVCache::select_rows(const at::Tensor& indices) {
   for (auto& k : keys_) k = k.index_select(0, indices);
   for (auto& v : values_) v = v.index_select(0, indices);
   key_valid_ = key_valid_.index_select(0, indices);
+  key_positions_ = key_positions_.index_select(0, indices);
 }
 
 }  // namespace gpueval

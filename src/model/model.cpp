@@ -75,12 +75,17 @@ EmbeddingImpl::EmbeddingImpl(const WeightSource& source, const std::string& name
 
 at::Tensor EmbeddingImpl::forward(const at::Tensor& tokens) const { return at::embedding(weight_, tokens); }
 
-RMSNormImpl::RMSNormImpl(const WeightSource& source, const std::string& name, int64_t dim, double eps) : eps_(eps) {
+RMSNormImpl::RMSNormImpl(const WeightSource& source, const std::string& name, int64_t dim, double eps,
+                         bool unit_offset)
+    : eps_(eps) {
   weight_ = as_parameter(*this, "weight", source(name, {dim}));
+  if (unit_offset) scale_ = 1.0 + weight_.to(at::promote_types(weight_.scalar_type(), at::kFloat));
 }
 
 at::Tensor RMSNormImpl::forward(const at::Tensor& x) const {
-  return rms_norm(x, weight_, eps_);
+  if (!scale_.defined()) return rms_norm(x, weight_, eps_);
+  const at::Tensor xf = x.to(scale_.scalar_type());
+  return (xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps_) * scale_).to(x.scalar_type());
 }
 
 namespace {
@@ -99,6 +104,7 @@ AttentionImpl::AttentionImpl(const ModelConfig& c, const WeightSource& source, i
       head_dim_(c.head_dim),
       qk_norm_(c.arch.qk_norm),
       use_rope_(c.arch.uses_rope(layer)),
+      softcap_(c.arch.attention_softcap),
       // The attention kernels scale q kᵀ by 1 / sqrt(hd); another scale s is that times s * sqrt(hd) on q.
       query_scale_(c.arch.attention_scale ? *c.arch.attention_scale * std::sqrt(static_cast<double>(c.head_dim))
                                           : 1.0) {
@@ -108,7 +114,7 @@ AttentionImpl::AttentionImpl(const ModelConfig& c, const WeightSource& source, i
   o_proj_ = register_module("o_proj", projection(c, source, LlamaWeight::kOProj, layer));
   if (qk_norm_ != QkNorm::kNone) {
     const auto norm = [&](LlamaWeight w) {
-      return RMSNorm(source, weight_name(w, layer), weight_shape(c, w)[0], c.rms_norm_eps);
+      return RMSNorm(source, weight_name(w, layer), weight_shape(c, w)[0], c.rms_norm_eps, c.arch.norm_unit_offset);
     };
     q_norm_ = register_module("q_norm", norm(LlamaWeight::kQNorm));
     k_norm_ = register_module("k_norm", norm(LlamaWeight::kKNorm));
@@ -170,7 +176,7 @@ at::Tensor AttentionImpl::attend(const at::Tensor& q, const at::Tensor& k, const
   const int64_t b = q.size(0), t = q.size(2), groups = n_heads_ / n_kv_heads_;
   const int64_t p = prefix ? prefix->length() : 0, rows = b * groups * t;
 #if TORCH_VERSION_MAJOR >= 2
-  if (use_sdpa(q)) {
+  if (use_sdpa(q) && !softcap_) {
     // The shared prefix is expanded to every row here (SDPA takes one key sequence per row); the
     // explicit path below avoids that copy, the fused kernel more than pays for it on a GPU.
     at::Tensor keys = k, values = v;  // [B, KV, S, hd]
@@ -194,7 +200,7 @@ at::Tensor AttentionImpl::attend(const at::Tensor& q, const at::Tensor& k, const
 #endif
   // CPU float32: in tiles that stay in cache, each scoring only the keys its queries may see (cpu_attention.h).
   if (const at::Tensor pk = p > 0 ? prefix->keys[layer] : at::Tensor(), pv = p > 0 ? prefix->values[layer] : at::Tensor();
-      tiled_attention_applies(q, k, v, mask, pk, pv))
+      !softcap_ && tiled_attention_applies(q, k, v, mask, pk, pv))
     return tiled_attention(q, k, v, mask, pk, pv);
   // Grouped-query attention without copying keys: query heads of one group share a kv head.
   // Scaling q ([.., T, hd]) is cheaper than scaling the scores ([.., T, S]).
@@ -216,6 +222,7 @@ at::Tensor AttentionImpl::attend(const at::Tensor& q, const at::Tensor& k, const
   // scores is a fresh tensor (or becomes one in float32), so the mask is added in place; softmax in
   // float32 (float64 for a float64 model, the reference the others are checked against).
   scores = scores.to(at::promote_types(q.scalar_type(), at::kFloat));
+  if (softcap_) scores.div_(*softcap_).tanh_().mul_(*softcap_);
   scores.add_(mask);
   at::Tensor probs = at::softmax(scores, -1).to(q.scalar_type());
   at::Tensor out = batched_product(probs.narrow(-1, p, s_own).reshape({b * n_kv_heads_, groups * t, s_own}),
@@ -229,7 +236,7 @@ at::Tensor AttentionImpl::attend(const at::Tensor& q, const at::Tensor& k, const
   return out.reshape({b, n_heads_, t, head_dim_}).transpose(1, 2).reshape({b, t, n_heads_ * head_dim_});
 }
 
-MlpImpl::MlpImpl(const ModelConfig& c, const WeightSource& source, int64_t layer) {
+MlpImpl::MlpImpl(const ModelConfig& c, const WeightSource& source, int64_t layer) : activation_(c.arch.activation) {
   gate_proj_ = register_module("gate_proj", projection(c, source, LlamaWeight::kGateProj, layer));
   up_proj_ = register_module("up_proj", projection(c, source, LlamaWeight::kUpProj, layer));
   down_proj_ = register_module("down_proj", projection(c, source, LlamaWeight::kDownProj, layer));
@@ -238,38 +245,49 @@ MlpImpl::MlpImpl(const ModelConfig& c, const WeightSource& source, int64_t layer
 at::Tensor MlpImpl::forward(const at::Tensor& x) const {
   // In place on the fresh projections: the same bits as silu(gate) * up without two more tensors.
   at::Tensor gate = gate_proj_->forward(x);
-  at::silu_(gate).mul_(up_proj_->forward(x));
+  if (activation_ == Activation::kSilu) at::silu_(gate);
+  else gate = at::gelu(gate, "tanh");
+  gate.mul_(up_proj_->forward(x));
   return down_proj_->forward(gate);
 }
 
 DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, const WeightSource& source, int64_t index)
-    : index_(index),
-      pre_norm_(c.arch.norm_placement == NormPlacement::kPreNorm),
-      residual_multiplier_(c.arch.residual_multiplier) {
-  const auto norm = [&](LlamaWeight w) { return RMSNorm(source, weight_name(w, index), c.hidden_size, c.rms_norm_eps); };
-  if (pre_norm_) input_layernorm_ = register_module("input_layernorm", norm(LlamaWeight::kInputLayernorm));
+    : index_(index), placement_(c.arch.norm_placement), residual_multiplier_(c.arch.residual_multiplier) {
+  const auto norm = [&](LlamaWeight w) {
+    return RMSNorm(source, weight_name(w, index), c.hidden_size, c.rms_norm_eps, c.arch.norm_unit_offset);
+  };
+  if (placement_ != NormPlacement::kPostSublayer)
+    input_layernorm_ = register_module("input_layernorm", norm(LlamaWeight::kInputLayernorm));
   self_attn_ = register_module("self_attn", Attention(c, source, index));
   post_attention_layernorm_ = register_module("post_attention_layernorm", norm(LlamaWeight::kPostAttentionLayernorm));
+  if (placement_ == NormPlacement::kSandwich)
+    pre_feedforward_layernorm_ = register_module("pre_feedforward_layernorm", norm(LlamaWeight::kPreFeedforwardLayernorm));
   mlp_ = register_module("mlp", Mlp(c, source, index));
-  if (!pre_norm_)
+  if (placement_ != NormPlacement::kPreNorm)
     post_feedforward_layernorm_ =
         register_module("post_feedforward_layernorm", norm(LlamaWeight::kPostFeedforwardLayernorm));
 }
 
 at::Tensor DecoderLayerImpl::attention_input(const at::Tensor& x) const {
-  return pre_norm_ ? input_layernorm_->forward(x) : x;
+  return placement_ == NormPlacement::kPostSublayer ? x : input_layernorm_->forward(x);
 }
 
 // Residuals added in place into the fresh sublayer outputs (addition commutes: the same bits as x + a).
 at::Tensor DecoderLayerImpl::attention_residual(at::Tensor attended, const at::Tensor& x) const {
-  if (!pre_norm_) attended = post_attention_layernorm_->forward(attended);
+  if (placement_ != NormPlacement::kPreNorm) attended = post_attention_layernorm_->forward(attended);
   if (residual_multiplier_ != 1.0) attended.mul_(residual_multiplier_);
   return attended.add_(x);
 }
 
 at::Tensor DecoderLayerImpl::mlp_residual(const at::Tensor& h) const {
-  at::Tensor m = pre_norm_ ? mlp_->forward(post_attention_layernorm_->forward(h))
-                           : post_feedforward_layernorm_->forward(mlp_->forward(h));
+  at::Tensor m;
+  switch (placement_) {
+    case NormPlacement::kPreNorm: m = mlp_->forward(post_attention_layernorm_->forward(h)); break;
+    case NormPlacement::kPostSublayer: m = post_feedforward_layernorm_->forward(mlp_->forward(h)); break;
+    case NormPlacement::kSandwich:
+      m = post_feedforward_layernorm_->forward(mlp_->forward(pre_feedforward_layernorm_->forward(h)));
+      break;
+  }
   if (residual_multiplier_ != 1.0) m.mul_(residual_multiplier_);
   return m.add_(h);
 }
@@ -299,7 +317,8 @@ LlamaModelImpl::LlamaModelImpl(const ModelConfig& c, const WeightSource& source,
   auto layers = body->register_module("layers", std::make_shared<torch::nn::Module>("Layers"));
   for (int64_t i = 0; i < c.num_hidden_layers; ++i)
     layers_.push_back(layers->register_module(std::to_string(i), DecoderLayer(c, source, i)));
-  norm_ = body->register_module("norm", RMSNorm(source, weight_name(LlamaWeight::kNorm), c.hidden_size, c.rms_norm_eps));
+  norm_ = body->register_module(
+      "norm", RMSNorm(source, weight_name(LlamaWeight::kNorm), c.hidden_size, c.rms_norm_eps, c.arch.norm_unit_offset));
   if (c.tie_word_embeddings) {
     lm_head_ = embed_tokens_->weight();
   } else {
@@ -308,6 +327,12 @@ LlamaModelImpl::LlamaModelImpl(const ModelConfig& c, const WeightSource& source,
                                         /*requires_grad=*/false);
   }
   inv_freq_ = rope_inv_freq(c, options.device);
+  if (c.arch.sliding_rope_theta) {
+    ModelConfig local = c;  // the sliding layers' RoPE: the default type at their own base
+    local.rope_theta = *c.arch.sliding_rope_theta;
+    local.rope_scaling = RopeScaling{};
+    sliding_inv_freq_ = rope_inv_freq(local, options.device);
+  }
   // On the CPU in float32 the projections and the LM head multiply packed copies of their weights
   // (cpu_matmul.h's PackedWeight: no product repacks them), where the machine has room for a copy.
   if (options.device.is_cpu() && options.dtype == at::kFloat) {
@@ -341,40 +366,61 @@ at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens, const at::Tensor& p
                                    KVCache* cache, bool keys_only) const {
   const int64_t t = tokens.size(1);
   const int64_t past = cache ? cache->length() : 0;
-  at::Tensor key_valid;  // [B, S]
+  at::Tensor key_valid = valid, key_positions = positions;  // [B, S]
   if (cache) {
-    cache->set_pending_valid(valid);
+    cache->set_pending(valid, positions);
     key_valid = cache->key_valid(t);
-  } else {
-    key_valid = valid;
+    key_positions = cache->key_positions(t);
   }
   const int64_t s = past + t;
   // Query t (absolute slot past + t) sees key slot j when j <= past + t and j is a real token.
   at::Tensor q_slot = at::arange(past, s, at::TensorOptions().dtype(at::kLong).device(tokens.device()));  // [T]
   at::Tensor k_slot = at::arange(0, s, at::TensorOptions().dtype(at::kLong).device(tokens.device()));     // [S]
   at::Tensor allowed = k_slot.unsqueeze(0).le(q_slot.unsqueeze(1)).unsqueeze(0).logical_and(key_valid.unsqueeze(1));
-  at::Tensor h = run_layers(tokens, positions, additive_mask(allowed), cache, nullptr, {}, keys_only);
-  if (cache) cache->commit(valid);
+  at::Tensor h = run_layers(tokens, positions, layer_masks(allowed, positions, key_positions), cache, nullptr, {},
+                            keys_only);
+  if (cache) cache->commit(valid, positions);
   return h;
 }
 
-at::Tensor LlamaModelImpl::run_layers(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& mask,
+LlamaModelImpl::LayerMasks LlamaModelImpl::layer_masks(const at::Tensor& allowed, const at::Tensor& query_positions,
+                                                       const at::Tensor& key_positions) const {
+  LayerMasks m;
+  m.full = additive_mask(allowed);
+  if (!config_.arch.sliding_layers.empty()) {
+    // Key q is in the window of query p when p - q < sliding_window (transformers: kv_idx > q_idx - window).
+    const at::Tensor near = query_positions.unsqueeze(2).sub(key_positions.unsqueeze(1)).lt(*config_.sliding_window);
+    m.window = additive_mask(allowed.logical_and(near));
+  }
+  return m;
+}
+
+at::Tensor LlamaModelImpl::run_layers(const at::Tensor& tokens, const at::Tensor& positions, const LayerMasks& masks,
                                       KVCache* cache, const PrefixKV* prefix, const at::Tensor& columns,
                                       bool keys_only) const {
-  check_window(positions);
-  RopeTables rope = rope_tables(inv_freq_, positions, options_.dtype);
+  const RopeTables rope = rope_tables(inv_freq_, positions, options_.dtype);
+  const RopeTables sliding_rope =
+      sliding_inv_freq_.defined() ? rope_tables(sliding_inv_freq_, positions, options_.dtype) : rope;
   at::Tensor h = embed_tokens_->forward(tokens);  // [B, T, D]
-  if (config_.arch.embedding_multiplier != 1.0) h = h * config_.arch.embedding_multiplier;
+  if (config_.arch.embedding_multiplier_in_dtype)  // Gemma: the multiplier rounded to the model dtype first
+    h = h * at::scalar_tensor(config_.arch.embedding_multiplier, h.options());
+  else if (config_.arch.embedding_multiplier != 1.0)
+    h = h * config_.arch.embedding_multiplier;
   // Converted once for all layers: [B, 1, T, S] in the model's dtype on the SDPA path.
-  const at::Tensor layer_mask = use_sdpa(tokens) ? sdpa_mask(mask, options_.dtype) : mask;
+  const bool sdpa = use_sdpa(tokens);
+  const at::Tensor full = sdpa ? sdpa_mask(masks.full, options_.dtype) : masks.full;
+  const at::Tensor window = masks.window.defined() && sdpa ? sdpa_mask(masks.window, options_.dtype) : masks.window;
   for (size_t i = 0; i < layers_.size(); ++i) {
+    const bool slides = config_.arch.slides(static_cast<int64_t>(i));
+    const at::Tensor& layer_mask = slides ? window : full;
+    const RopeTables& layer_rope = slides ? sliding_rope : rope;
     if (keys_only && cache && i + 1 == layers_.size()) {
-      layers_[i]->append_keys_values(h, rope, *cache);
+      layers_[i]->append_keys_values(h, layer_rope, *cache);
       return {};
     }
     if (columns.defined() && i + 1 == layers_.size())
-      return norm_->forward(layers_[i]->forward_at(h, rope, layer_mask, prefix, columns));  // [B, T', D]
-    h = layers_[i]->forward(h, rope, layer_mask, cache, prefix);
+      return norm_->forward(layers_[i]->forward_at(h, layer_rope, layer_mask, prefix, columns));  // [B, T', D]
+    h = layers_[i]->forward(h, layer_rope, layer_mask, cache, prefix);
   }
   if (columns.defined())  // no layers: the embedding's states at the columns
     h = h.gather(1, columns.unsqueeze(-1).expand({h.size(0), columns.size(1), h.size(2)}));
@@ -426,13 +472,17 @@ at::Tensor LlamaModelImpl::forward_packed(const at::Tensor& tokens, const at::Te
   at::Tensor trunk_of_part = part.unsqueeze(2).eq(part.unsqueeze(1))
                                  .logical_and(at::remainder(segments, kSegmentsPerPart).eq(0).unsqueeze(1));
   at::Tensor allowed = causal.logical_and(valid.unsqueeze(1)).logical_and(same_branch.logical_or(trunk_of_part));
-  // Every query sees the whole prefix.
-  if (p > 0)
+  // Every query sees the whole prefix (but for a window's reach); the prefix's keys are at positions 0..P-1.
+  at::Tensor key_positions = positions;
+  if (p > 0) {
     allowed = at::cat({at::ones({b, t, p}, allowed.options()), allowed}, -1);  // [B, T, P + T]
+    key_positions = at::cat({at::arange(p, positions.options()).expand({b, p}), positions}, 1);
+  }
   if (columns.defined() && (columns.dim() != 2 || columns.size(0) != b || columns.scalar_type() != at::kLong))
     throw Error(fmt::format("forward_packed: columns are {} {}, expected [{}, T'] int64", shape_str(columns.sizes()),
                             c10::toString(columns.scalar_type()), b));
-  return run_layers(tokens, positions, additive_mask(allowed), nullptr, p > 0 ? prefix : nullptr, columns);
+  return run_layers(tokens, positions, layer_masks(allowed, positions, key_positions), nullptr,
+                    p > 0 ? prefix : nullptr, columns);
 }
 
 int64_t PrefixKV::length() const { return keys.empty() ? 0 : keys[0].size(2); }
@@ -448,17 +498,8 @@ at::Tensor LlamaModelImpl::logits(const at::Tensor& hidden) const {
   at::Tensor out = lm_head_packed_ && project_uses_packed(hidden, *lm_head_packed_) ? project(hidden, *lm_head_packed_)
                                                                                    : project(hidden, lm_head_);
   if (config_.arch.logits_divisor != 1.0) out.div_(config_.arch.logits_divisor);
+  if (config_.arch.logit_softcap) out.div_(*config_.arch.logit_softcap).tanh_().mul_(*config_.arch.logit_softcap);
   return out;
-}
-
-void LlamaModelImpl::check_window(const at::Tensor& positions) const {
-  // Keys are at positions 0..p of a query at p, so below the window no key falls out of it.
-  if (!config_.sliding_window || positions.numel() == 0) return;
-  const int64_t last = positions.max().item<int64_t>();
-  if (last >= *config_.sliding_window)
-    throw Error(fmt::format("position {} is past the model's sliding_window of {} (sliding-window attention is not "
-                            "implemented; shorten the sequences or evaluate with full attention)",
-                            last, *config_.sliding_window));
 }
 
 KVCache LlamaModelImpl::make_cache(int64_t batch, int64_t capacity) const {

@@ -1,6 +1,9 @@
 #include "gpueval/model_config.h"
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
+#include <functional>
 
 #include <nlohmann/json.hpp>
 
@@ -92,8 +95,26 @@ json with_legacy_keys(const json& j, const std::string& where) {
   json out = j;
   auto unset = [&](const char* key) { return !out.contains(key) || out[key].is_null(); };
   if (j.contains("rope_parameters") && !j["rope_parameters"].is_null()) {
-    const json& p = j["rope_parameters"];
+    json p = j["rope_parameters"];
     if (!p.is_object()) fail(where, "key 'rope_parameters' must be an object or null");
+    // Per layer type (Gemma 3, OLMo 3): full_attention's is the model's RoPE; sliding_attention's, of the
+    // default type, only changes the base, read as the older rope_local_base_freq.
+    if (p.contains("full_attention") || p.contains("sliding_attention")) {
+      for (auto it = p.begin(); it != p.end(); ++it)
+        if ((it.key() != "full_attention" && it.key() != "sliding_attention") || !it.value().is_object())
+          fail(where, "rope_parameters per layer type holds '{}' (expected full_attention and sliding_attention "
+                      "objects)", it.key());
+      if (p.contains("sliding_attention")) {
+        const json& local = p["sliding_attention"];
+        const std::string type = local.contains("rope_type") && local["rope_type"].is_string()
+                                     ? local["rope_type"].get<std::string>() : "default";
+        if (type != "default")
+          fail(where, "rope_parameters.sliding_attention has rope_type '{}' (only default is supported there)", type);
+        if (!j.contains("rope_local_base_freq") && local.contains("rope_theta"))
+          out["rope_local_base_freq"] = local["rope_theta"];
+      }
+      p = p.contains("full_attention") ? p["full_attention"] : json::object();
+    }
     if (unset("rope_theta") && p.contains("rope_theta")) out["rope_theta"] = p["rope_theta"];
     // Only a string names a type; parse_rope_scaling says what is wrong with anything else.
     std::string type = "default";
@@ -115,17 +136,45 @@ json with_legacy_keys(const json& j, const std::string& where) {
 
 namespace {
 
-// Sliding-window attention is not implemented: a family whose config turns it on is refused,
-// naming the key, rather than run with full attention.
-void refuse_sliding_layers(const json& j, const std::string& where) {
-  if (get_bool(j, where, "use_sliding_window", false))
-    fail(where, "use_sliding_window=true is not supported (sliding-window attention is not implemented)");
+// The window and the layers it applies to (Architecture::sliding_layers). `layer_types` (transformers
+// >= 4.53) names each layer "full_attention" or "sliding_attention"; absent, the family's pattern
+// `slides(layer)` decides. A sliding layer without a window is refused, as transformers refuses it.
+void read_sliding_layers(const json& j, const std::string& where, ModelConfig& c, std::optional<int64_t> window,
+                         const std::function<bool(int64_t)>& slides) {
+  std::vector<bool> layers;
   if (auto it = j.find("layer_types"); it != j.end() && !it->is_null()) {
-    if (!it->is_array()) fail(where, "key 'layer_types' must be a list of strings");
-    for (const json& t : *it)
-      if (t != "full_attention")
-        fail(where, "layer_types holds {} (only full_attention is supported)", t.dump());
+    if (!it->is_array() || static_cast<int64_t>(it->size()) != c.num_hidden_layers)
+      fail(where, "key 'layer_types' must be a list of num_hidden_layers ({}) strings", c.num_hidden_layers);
+    for (const json& t : *it) {
+      if (t != "full_attention" && t != "sliding_attention")
+        fail(where, "layer_types holds {} (supported: full_attention, sliding_attention)", t.dump());
+      layers.push_back(t == "sliding_attention");
+    }
+  } else {
+    for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers.push_back(window.has_value() && slides(i));
   }
+  const bool any = std::find(layers.begin(), layers.end(), true) != layers.end();
+  if (any && !window)
+    fail(where, "layer_types marks sliding_attention layers but there is no sliding_window (null, or "
+                "use_sliding_window is false)");
+  c.sliding_window = window;
+  if (any) c.arch.sliding_layers = std::move(layers);
+}
+
+// The window a config sets: `sliding_window` (>= 1, within the position bound), `fallback` when the
+// key is absent, none when it is null.
+std::optional<int64_t> read_window(const json& j, const std::string& where, std::optional<int64_t> fallback) {
+  if (!j.contains("sliding_window")) return fallback;
+  if (j["sliding_window"].is_null()) return std::nullopt;
+  return get_int(j, where, "sliding_window", std::nullopt, 1, kMaxPositions);
+}
+
+// Qwen2 and Qwen3: a window only with use_sliding_window, on the layers from max_window_layers on.
+void read_qwen_window(const json& j, const std::string& where, ModelConfig& c) {
+  const std::optional<int64_t> window =
+      get_bool(j, where, "use_sliding_window", false) ? read_window(j, where, 4096) : std::nullopt;
+  const int64_t first = get_int(j, where, "max_window_layers", 28, 0, kMaxLayers);
+  read_sliding_layers(j, where, c, window, [first](int64_t i) { return i >= first; });
 }
 
 // SmolLM3's no_rope_layers: one 0/1 per layer, 1 where the layer applies RoPE. Absent, transformers
@@ -153,6 +202,34 @@ double get_positive(const json& j, const std::string& where, const char* key, do
   return v;
 }
 
+// A positive number, `fallback` when absent, none when null (Gemma's soft-caps).
+std::optional<double> get_optional_positive(const json& j, const std::string& where, const char* key,
+                                            std::optional<double> fallback) {
+  if (!j.contains(key)) return fallback;
+  if (j[key].is_null()) return std::nullopt;
+  return get_positive(j, where, key, 1.0);
+}
+
+// The MLP's activation under `key`: silu (SwiGLU) or gelu_pytorch_tanh (GeGLU).
+Activation read_activation(const json& j, const std::string& where, const char* key, const char* fallback) {
+  const json v = j.contains(key) && !j[key].is_null() ? j[key] : json(fallback);
+  if (v == "silu") return Activation::kSilu;
+  if (v == "gelu_pytorch_tanh") return Activation::kGeluTanh;
+  fail(where, "unsupported {} {} (supported: silu, gelu_pytorch_tanh)", key, v.dump());
+}
+
+// Gemma 2 and 3: the sandwich of four (1 + w) norms, GeGLU, embeddings times sqrt(hidden_size) in the
+// model dtype, and the attention scale query_pre_attn_scalar^-1/2.
+void read_gemma(const json& j, const std::string& where, ModelConfig& c) {
+  c.arch.norm_placement = NormPlacement::kSandwich;
+  c.arch.norm_unit_offset = true;
+  c.arch.activation = read_activation(j, where, "hidden_activation", "gelu_pytorch_tanh");
+  c.arch.embedding_multiplier = std::sqrt(static_cast<double>(c.hidden_size));
+  c.arch.embedding_multiplier_in_dtype = true;
+  c.arch.attention_scale = 1.0 / std::sqrt(get_positive(j, where, "query_pre_attn_scalar", 256.0));
+  c.arch.o_proj_bias = c.attention_bias;
+}
+
 // One row per family: the defaults its transformers Config class has where config.json is silent,
 // and how its own keys fill the Architecture (read after the keys every family shares).
 struct Family {
@@ -172,15 +249,15 @@ const Family kFamilies[] = {
     {"mistral", "MistralForCausalLM", std::nullopt, 1e-6, 10000.0, false, false,
      [](const json& j, const std::string& where, ModelConfig& c) {
        // transformers' MistralConfig defaults the window to 4096 when the key is absent; null is none.
-       if (!j.contains("sliding_window")) c.sliding_window = 4096;
-       else if (!j["sliding_window"].is_null())
-         c.sliding_window = get_int(j, where, "sliding_window", std::nullopt, 1, kMaxPositions);
+       // Every layer slides (MistralModel reads no layer_types).
+       c.sliding_window = read_window(j, where, 4096);
+       if (c.sliding_window) c.arch.sliding_layers.assign(static_cast<size_t>(c.num_hidden_layers), true);
      }},
     {"qwen2", "Qwen2ForCausalLM", std::nullopt, 1e-6, 10000.0, false, true,
-     [](const json& j, const std::string& where, ModelConfig&) { refuse_sliding_layers(j, where); }},
+     [](const json& j, const std::string& where, ModelConfig& c) { read_qwen_window(j, where, c); }},
     {"qwen3", "Qwen3ForCausalLM", 128, 1e-6, 10000.0, false, false,
      [](const json& j, const std::string& where, ModelConfig& c) {
-       refuse_sliding_layers(j, where);
+       read_qwen_window(j, where, c);
        c.arch.qk_norm = QkNorm::kPerHead;
        c.arch.o_proj_bias = c.attention_bias;
      }},
@@ -200,9 +277,45 @@ const Family kFamilies[] = {
      }},
     {"smollm3", "SmolLM3ForCausalLM", std::nullopt, 1e-6, 2000000.0, true, false,
      [](const json& j, const std::string& where, ModelConfig& c) {
-       refuse_sliding_layers(j, where);
        c.arch.o_proj_bias = c.attention_bias;
        c.arch.rope_layers = parse_rope_layers(j, where, c.num_hidden_layers);
+       // Windowed by default only where use_sliding_window is set, on the layers without RoPE; an
+       // explicit layer_types uses sliding_window whatever use_sliding_window says (as transformers' mask does).
+       const bool use = get_bool(j, where, "use_sliding_window", false);
+       const std::vector<bool> rope = c.arch.rope_layers;
+       read_sliding_layers(j, where, c, read_window(j, where, std::nullopt),
+                           [use, rope](int64_t i) { return use && !rope[static_cast<size_t>(i)]; });
+     }},
+    {"olmo3", "Olmo3ForCausalLM", std::nullopt, 1e-5, 500000.0, false, false,
+     [](const json& j, const std::string& where, ModelConfig& c) {
+       c.arch.norm_placement = NormPlacement::kPostSublayer;
+       c.arch.qk_norm = QkNorm::kWholeProjection;
+       c.arch.o_proj_bias = c.attention_bias;
+       // Three sliding layers in every four; rope_scaling (e.g. yarn) on the full layers alone.
+       read_sliding_layers(j, where, c, read_window(j, where, 4096), [](int64_t i) { return (i + 1) % 4 != 0; });
+       c.arch.sliding_rope_theta = get_positive(j, where, "rope_local_base_freq", c.rope_theta);
+     }},
+    {"gemma2", "Gemma2ForCausalLM", 256, 1e-6, 10000.0, true, false,
+     [](const json& j, const std::string& where, ModelConfig& c) {
+       read_gemma(j, where, c);
+       c.arch.attention_softcap = get_optional_positive(j, where, "attn_logit_softcapping", 50.0);
+       c.arch.logit_softcap = get_optional_positive(j, where, "final_logit_softcapping", 30.0);
+       read_sliding_layers(j, where, c, read_window(j, where, 4096), [](int64_t i) { return (i + 1) % 2 != 0; });
+     }},
+    {"gemma3_text", "Gemma3ForCausalLM", 256, 1e-6, 1000000.0, true, false,
+     [](const json& j, const std::string& where, ModelConfig& c) {
+       read_gemma(j, where, c);
+       c.arch.qk_norm = QkNorm::kPerHead;
+       if (get_bool(j, where, "use_bidirectional_attention", false))
+         fail(where, "use_bidirectional_attention=true is not supported (gpueval scores causal language models)");
+       c.arch.attention_softcap = get_optional_positive(j, where, "attn_logit_softcapping", std::nullopt);
+       c.arch.logit_softcap = get_optional_positive(j, where, "final_logit_softcapping", std::nullopt);
+       // Five sliding layers per full one (sliding_window_pattern, saved as _sliding_window_pattern by transformers 5).
+       const int64_t pattern = get_int(j, where, "sliding_window_pattern",
+                                       get_int(j, where, "_sliding_window_pattern", 6, 1, kMaxLayers), 1, kMaxLayers);
+       read_sliding_layers(j, where, c, read_window(j, where, 4096),
+                           [pattern](int64_t i) { return (i + 1) % pattern != 0; });
+       c.arch.sliding_rope_theta = get_positive(j, where, "rope_local_base_freq", 10000.0);
      }},
 };
 
@@ -225,8 +338,7 @@ ModelConfig ModelConfig::from_json(const json& raw, const std::string& where) {
     c.model_type = j["model_type"].get<std::string>();
   }
   const Family& family = family_of(c.model_type, where);
-  if (j.contains("hidden_act") && j["hidden_act"] != "silu")
-    fail(where, "unsupported hidden_act {} (only silu)", j["hidden_act"].dump());
+  c.arch.activation = read_activation(j, where, "hidden_act", "silu");
   if (get_bool(j, where, "mlp_bias", false)) fail(where, "mlp_bias=true is not supported");
 
   c.vocab_size = get_int(j, where, "vocab_size", std::nullopt, 1, kMaxVocab);
@@ -252,6 +364,10 @@ ModelConfig ModelConfig::from_json(const json& raw, const std::string& where) {
   // Qwen2 always has q/k/v biases; Llama has them only when attention_bias says so.
   c.attention_bias = get_bool(j, where, "attention_bias", family.attention_bias);
   family.read(j, where, c);
+  if (!c.arch.sliding_rope_theta && j.contains("rope_local_base_freq") &&
+      get_double(j, where, "rope_local_base_freq", c.rope_theta) != c.rope_theta)
+    fail(where, "a second RoPE base for sliding layers (rope_local_base_freq, or rope_parameters.sliding_attention) "
+                "is not supported for model_type '{}'", c.model_type);
   if (j.contains("torch_dtype") && j["torch_dtype"].is_string()) c.torch_dtype = j["torch_dtype"].get<std::string>();
   if (j.contains("bos_token_id") && !j["bos_token_id"].is_null())
     c.bos_token_id = get_int(j, where, "bos_token_id", std::nullopt, 0, kMaxTokenId);
@@ -294,7 +410,7 @@ json ModelConfig::to_json() const {
             {"rope_theta", rope_theta},
             {"tie_word_embeddings", tie_word_embeddings},
             {"attention_bias", attention_bias},
-            {"hidden_act", "silu"}};
+            {"hidden_act", arch.activation == Activation::kSilu ? "silu" : "gelu_pytorch_tanh"}};
   if (rope_scaling.type == RopeScalingType::kLinear) {
     j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", rope_scaling.factor}};
   } else if (rope_scaling.type == RopeScalingType::kLlama3) {
@@ -306,13 +422,27 @@ json ModelConfig::to_json() const {
   } else {
     j["rope_scaling"] = nullptr;
   }
-  if (model_type == "mistral") j["sliding_window"] = sliding_window ? json(*sliding_window) : json(nullptr);
+  j["sliding_window"] = sliding_window ? json(*sliding_window) : json(nullptr);
+  if (sliding_window && model_type != "mistral") {
+    json types = json::array();
+    for (int64_t i = 0; i < num_hidden_layers; ++i) types.push_back(arch.slides(i) ? "sliding_attention" : "full_attention");
+    j["layer_types"] = types;
+    if (model_type == "qwen2" || model_type == "qwen3" || model_type == "smollm3") j["use_sliding_window"] = true;
+  }
   if (model_type == "granite") {
     j["embedding_multiplier"] = arch.embedding_multiplier;
     j["residual_multiplier"] = arch.residual_multiplier;
     j["attention_multiplier"] = arch.attention_scale.value_or(1.0);
     j["logits_scaling"] = arch.logits_divisor;
   }
+  if (model_type == "gemma2" || model_type == "gemma3_text") {
+    j["hidden_activation"] = j["hidden_act"];
+    // attention_scale is query_pre_attn_scalar^-1/2.
+    j["query_pre_attn_scalar"] = 1.0 / (*arch.attention_scale * *arch.attention_scale);
+    j["attn_logit_softcapping"] = arch.attention_softcap ? json(*arch.attention_softcap) : json(nullptr);
+    j["final_logit_softcapping"] = arch.logit_softcap ? json(*arch.logit_softcap) : json(nullptr);
+  }
+  if (arch.sliding_rope_theta) j["rope_local_base_freq"] = *arch.sliding_rope_theta;
   if (!arch.rope_layers.empty()) {
     json layers = json::array();
     for (bool r : arch.rope_layers) layers.push_back(r ? 1 : 0);
@@ -333,7 +463,8 @@ int64_t ModelConfig::num_parameters() const {
   if (arch.qk_norm == QkNorm::kPerHead) attn += 2 * head_dim;
   if (arch.qk_norm == QkNorm::kWholeProjection) attn += q + kv;
   const int64_t mlp = 3 * hidden_size * intermediate_size;
-  const int64_t layer = attn + mlp + 2 * hidden_size;  // two norms per layer in either placement
+  const int64_t norms = arch.norm_placement == NormPlacement::kSandwich ? 4 : 2;
+  const int64_t layer = attn + mlp + norms * hidden_size;
   const int64_t embed = vocab_size * hidden_size;
   return num_hidden_layers * layer + hidden_size + embed + (tie_word_embeddings ? 0 : embed);
 }

@@ -10,14 +10,16 @@ namespace {
 constexpr LlamaWeight kLayerWeights[] = {
     LlamaWeight::kInputLayernorm, LlamaWeight::kQProj,    LlamaWeight::kKProj,     LlamaWeight::kVProj,
     LlamaWeight::kQNorm,          LlamaWeight::kKNorm,    LlamaWeight::kOProj,     LlamaWeight::kPostAttentionLayernorm,
+    LlamaWeight::kPreFeedforwardLayernorm,
     LlamaWeight::kGateProj,       LlamaWeight::kUpProj,   LlamaWeight::kDownProj,  LlamaWeight::kPostFeedforwardLayernorm};
 
 // Whether a checkpoint of `c` holds the per-layer weight `w`.
 bool layer_has(const ModelConfig& c, LlamaWeight w) {
-  const bool pre_norm = c.arch.norm_placement == NormPlacement::kPreNorm;
+  const NormPlacement placement = c.arch.norm_placement;
   switch (w) {
-    case LlamaWeight::kInputLayernorm: return pre_norm;
-    case LlamaWeight::kPostFeedforwardLayernorm: return !pre_norm;
+    case LlamaWeight::kInputLayernorm: return placement != NormPlacement::kPostSublayer;
+    case LlamaWeight::kPreFeedforwardLayernorm: return placement == NormPlacement::kSandwich;
+    case LlamaWeight::kPostFeedforwardLayernorm: return placement != NormPlacement::kPreNorm;
     case LlamaWeight::kQNorm:
     case LlamaWeight::kKNorm: return c.arch.qk_norm != QkNorm::kNone;
     default: return true;
@@ -35,6 +37,7 @@ const char* layer_suffix(LlamaWeight w) {
     case LlamaWeight::kVProj: return "self_attn.v_proj.weight";
     case LlamaWeight::kOProj: return "self_attn.o_proj.weight";
     case LlamaWeight::kPostAttentionLayernorm: return "post_attention_layernorm.weight";
+    case LlamaWeight::kPreFeedforwardLayernorm: return "pre_feedforward_layernorm.weight";
     case LlamaWeight::kGateProj: return "mlp.gate_proj.weight";
     case LlamaWeight::kUpProj: return "mlp.up_proj.weight";
     case LlamaWeight::kDownProj: return "mlp.down_proj.weight";
@@ -71,6 +74,7 @@ std::vector<int64_t> weight_shape(const ModelConfig& c, LlamaWeight w) {
     case LlamaWeight::kLmHead: return {c.vocab_size, d};
     case LlamaWeight::kInputLayernorm:
     case LlamaWeight::kPostAttentionLayernorm:
+    case LlamaWeight::kPreFeedforwardLayernorm:
     case LlamaWeight::kPostFeedforwardLayernorm:
     case LlamaWeight::kNorm: return {d};
     case LlamaWeight::kQNorm: return {c.arch.qk_norm == QkNorm::kWholeProjection ? q : c.head_dim};
@@ -90,7 +94,8 @@ bool is_per_layer(LlamaWeight w) { return layer_suffix(w) != nullptr; }
 
 bool is_norm(LlamaWeight w) {
   return w == LlamaWeight::kInputLayernorm || w == LlamaWeight::kPostAttentionLayernorm || w == LlamaWeight::kNorm ||
-         w == LlamaWeight::kPostFeedforwardLayernorm || w == LlamaWeight::kQNorm || w == LlamaWeight::kKNorm;
+         w == LlamaWeight::kPreFeedforwardLayernorm || w == LlamaWeight::kPostFeedforwardLayernorm ||
+         w == LlamaWeight::kQNorm || w == LlamaWeight::kKNorm;
 }
 
 bool has_bias(const ModelConfig& c, LlamaWeight w) {

@@ -27,10 +27,11 @@ enum class LlamaWeight {
   kVProj,                   // [KV * hd, D]   per layer
   kOProj,                   // [D, H * hd]    per layer
   kPostAttentionLayernorm,  // [D]            per layer
+  kPreFeedforwardLayernorm,  // [D]           per layer, with NormPlacement::kSandwich
   kGateProj,                // [F, D]         per layer
   kUpProj,                  // [F, D]         per layer
   kDownProj,                // [D, F]         per layer
-  kPostFeedforwardLayernorm,  // [D]          per layer, with NormPlacement::kPostSublayer
+  kPostFeedforwardLayernorm,  // [D]          per layer, with NormPlacement::kPostSublayer or kSandwich
   kNorm,                    // [D]
   kLmHead,                  // [V, D]         absent when tie_word_embeddings
 };
@@ -53,9 +54,10 @@ struct WeightSpec {
 };
 
 // Every weight (not bias) a checkpoint for `config` holds, in the order of the modules: the
-// embedding, each layer's input norm (pre-norm families), q, k, v, q and k norms (where the family has
-// them), o, post-attention norm, gate, up, down, post-feedforward norm (post-sublayer families), the
-// final norm and, unless tied, the LM head.
+// embedding, each layer's input norm (pre-norm and sandwich families), q, k, v, q and k norms (where
+// the family has them), o, post-attention norm, pre-feedforward norm (sandwich), gate, up, down,
+// post-feedforward norm (post-sublayer and sandwich families), the final norm and, unless tied, the
+// LM head.
 std::vector<WeightSpec> llama_weights(const ModelConfig& config);
 
 }  // namespace gpueval

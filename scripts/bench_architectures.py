@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""CPU speed of each model family against a Llama of the same shape, measured side by side.
+
+  /work/venv-torch211/bin/python scripts/bench_architectures.py [--gpueval build/gpueval]
+      [--families qwen3,olmo2,olmo3,gemma2,gemma3_text] [--reps 3] [--length 512] [--window 256]
+
+Per family, transformers builds a random model of one shape (hidden 512, intermediate 1536, 6 layers,
+8 heads of 64, 4 kv heads, the Llama 2 vocabulary of 32,000 so that the Llama 2 tokenizer of
+../shared/data serves every model), and a Llama of exactly that shape is the baseline. `gpueval score`
+(CPU, float32, windows of --length tokens, 8 per forward) scores the same English text with each, the
+family and the Llama alternating, --reps times; the table holds the median tokens/s of each and their
+ratio. The matrix products are the same for every family; what differs is the family's own work (norms,
+soft-caps, q/k norms, the window's masks). Windowed families get a --window shorter than --length,
+so the sliding layers really drop keys (fewer attention FLOPs than the Llama: the ratio can pass 1).
+Not run in CI: it needs torch and transformers.
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHAPE = dict(vocab_size=32000, hidden_size=512, intermediate_size=1536, num_hidden_layers=6, num_attention_heads=8,
+             num_key_value_heads=4, head_dim=64, max_position_embeddings=4096, bos_token_id=1, eos_token_id=2,
+             pad_token_id=None, tie_word_embeddings=False, rms_norm_eps=1e-5)
+# What each family sets beyond the shape (its defaults otherwise); "WINDOW" becomes --window.
+FAMILIES = {
+    "qwen3": dict(),
+    "olmo2": dict(),
+    "olmo3": dict(sliding_window="WINDOW"),
+    "granite": dict(embedding_multiplier=6.0, residual_multiplier=0.3, attention_multiplier=0.09, logits_scaling=4.0),
+    "gemma2": dict(sliding_window="WINDOW", query_pre_attn_scalar=64),
+    "gemma3_text": dict(sliding_window="WINDOW", query_pre_attn_scalar=64),
+    "mistral": dict(sliding_window="WINDOW"),
+}
+
+
+def build(model_type, extra, window, out):
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+    kwargs = dict(SHAPE)
+    kwargs.update({k: (window if v == "WINDOW" else v) for k, v in extra.items()})
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(model_type, **kwargs), dtype=torch.float32)
+    model.save_pretrained(out, safe_serialization=True)
+    shutil.copy(os.path.join(ROOT, "..", "shared", "data", "tokenizers", "llama2_sentencepiece", "tokenizer.model"), out)
+    return out
+
+
+def tokens_per_s(binary, model, text, length):
+    r = subprocess.run([binary, "score", "--model", model, "--text", text, "--max-length", str(length),
+                        "--batch-windows", "8"], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"exit {r.returncode}")
+    return json.loads(r.stdout)["tokens_per_second"]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--gpueval", default=os.path.join(ROOT, "build", "gpueval"))
+    ap.add_argument("--families", default="qwen3,olmo2,olmo3,gemma2,gemma3_text")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--length", type=int, default=512)
+    ap.add_argument("--window", type=int, default=256)
+    args = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="bench_architectures.")
+    src = os.path.join(ROOT, "..", "shared", "data", "hellaswag", "hellaswag_val_full.txt")
+    text = os.path.join(work, "text.txt")
+    with open(src) as f, open(text, "w") as out:
+        out.writelines(line for i, line in enumerate(f) if i % 6 == 0 and i < 6 * 300)
+    llama = build("llama", {}, args.window, os.path.join(work, "llama"))
+    print(f"shape: {SHAPE['num_hidden_layers']} layers, hidden {SHAPE['hidden_size']}, windows of {args.length} "
+          f"tokens, sliding window {args.window}; median of {args.reps} alternating runs")
+    print(f"{'family':<12} {'tokens/s':>10} {'llama tokens/s':>15} {'ratio':>7}")
+    failed = False
+    for family in [f for f in args.families.split(",") if f]:
+        if family not in FAMILIES:
+            sys.exit(f"unknown family {family!r} (known: {', '.join(FAMILIES)})")
+        try:
+            model = build(family, FAMILIES[family], args.window, os.path.join(work, family))
+            ours, base = [], []
+            for _ in range(args.reps):
+                ours.append(tokens_per_s(args.gpueval, model, text, args.length))
+                base.append(tokens_per_s(args.gpueval, llama, text, args.length))
+            o, b = statistics.median(ours), statistics.median(base)
+            print(f"{family:<12} {o:>10.0f} {b:>15.0f} {o / b:>7.3f}")
+        except Exception as e:  # one family's failure is a row, not the end of the run
+            failed = True
+            print(f"{family:<12} FAIL {e}")
+    shutil.rmtree(work, ignore_errors=True)
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
