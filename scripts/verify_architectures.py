@@ -68,6 +68,8 @@ FAMILIES = {
                         rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
                                          "full_attention": {"rope_type": "linear", "factor": 4.0,
                                                             "rope_theta": 1000000.0}}),
+    # Fused qkv_proj and gate_up_proj, a window on every layer.
+    "phi3": dict(sliding_window="WINDOW"),
 }
 WINDOW = dict(verify=8, fixture=4)
 # Families whose transformers attention needs the eager implementation (soft-capped scores).

@@ -8,11 +8,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "gpueval/model.h"
 #include "model/checkpoint.h"
+#include "model/weight_names.h"
 #include "test_util.h"
 
 namespace gpueval {
@@ -66,13 +68,17 @@ class ArchitectureFixture : public ::testing::TestWithParam<std::string> {};
 TEST_P(ArchitectureFixture, FullForwardMatchesTransformers) {
   LlamaModel model = load_model(fixture_dir(GetParam()));
   // Every tensor transformers saved is one the model uses (none left unread), and the config counts them all.
+  // (A weight the family stores fused counts as its fused tensor: Phi-3's q, k and v as qkv_proj.)
+  const std::map<std::string, FusedSlice> fused = fused_slices(model->config());
   std::vector<std::string> used;
   int64_t loaded = 0;
   for (const auto& p : model->named_parameters()) {
-    used.push_back(p.key());
+    const auto it = fused.find(p.key());
+    used.push_back(it == fused.end() ? p.key() : it->second.stored);
     loaded += p.value().numel();
   }
   std::sort(used.begin(), used.end());
+  used.erase(std::unique(used.begin(), used.end()), used.end());
   EXPECT_EQ(CheckpointFiles::open(fixture_dir(GetParam())).names(), used) << GetParam();
   EXPECT_EQ(model->config().num_parameters(), loaded) << GetParam();
   c10::InferenceMode guard;
@@ -114,7 +120,7 @@ TEST_P(ArchitectureFixture, SharedPrefixAndKvCacheMatchTransformers) {
 INSTANTIATE_TEST_SUITE_P(Families, ArchitectureFixture,
                          ::testing::Values("llama", "llama-bias", "mistral", "qwen2", "qwen3", "olmo2", "granite",
                                            "smollm3", "mistral-window", "qwen2-window", "qwen3-window",
-                                           "smollm3-window", "olmo3", "gemma2", "gemma3_text"),
+                                           "smollm3-window", "olmo3", "gemma2", "gemma3_text", "phi3"),
                          [](const auto& info) {
                            std::string name = info.param;
                            for (char& ch : name)
@@ -125,7 +131,8 @@ INSTANTIATE_TEST_SUITE_P(Families, ArchitectureFixture,
 // The config written back (to_json, as init-model and the llama2.c converter write it) reads as the same
 // architecture.
 TEST(ArchitectureConfig, ToJsonReadsBackAsTheSameArchitecture) {
-  for (const char* family : {"llama-bias", "qwen3", "olmo2", "granite", "smollm3", "mistral"}) {
+  for (const char* family : {"llama-bias", "qwen3", "olmo2", "granite", "smollm3", "mistral", "olmo3", "gemma2",
+                             "gemma3_text", "qwen2-window", "smollm3-window"}) {
     const ModelConfig a = ModelConfig::load(fixture_dir(family) + "/config.json");
     const ModelConfig b = ModelConfig::from_json(a.to_json(), "round trip");
     EXPECT_EQ(a.to_json(), b.to_json()) << family;
@@ -134,8 +141,26 @@ TEST(ArchitectureConfig, ToJsonReadsBackAsTheSameArchitecture) {
     EXPECT_EQ(a.arch.o_proj_bias, b.arch.o_proj_bias) << family;
     EXPECT_EQ(a.arch.attention_scale, b.arch.attention_scale) << family;
     EXPECT_EQ(a.arch.rope_layers, b.arch.rope_layers) << family;
+    EXPECT_EQ(a.arch.sliding_layers, b.arch.sliding_layers) << family;
+    EXPECT_EQ(a.sliding_window, b.sliding_window) << family;
+    EXPECT_EQ(a.arch.attention_softcap, b.arch.attention_softcap) << family;
+    EXPECT_EQ(a.arch.logit_softcap, b.arch.logit_softcap) << family;
+    EXPECT_EQ(a.arch.sliding_rope_theta, b.arch.sliding_rope_theta) << family;
+    EXPECT_EQ(a.arch.activation, b.arch.activation) << family;
     EXPECT_EQ(a.num_parameters(), b.num_parameters()) << family;
   }
+  // Gemma 3's fixture: transformers 5's per-layer-type rope_parameters read as the two RoPEs.
+  const ModelConfig g3 = ModelConfig::load(fixture_dir("gemma3_text") + "/config.json");
+  EXPECT_EQ(g3.rope_theta, 1000000.0);
+  EXPECT_EQ(g3.rope_scaling.type, RopeScalingType::kLinear);
+  EXPECT_EQ(g3.rope_scaling.factor, 4.0);
+  EXPECT_EQ(g3.arch.sliding_rope_theta, 10000.0);
+  EXPECT_EQ(g3.arch.sliding_layers, (std::vector<bool>{true, false}));
+  EXPECT_EQ(g3.arch.attention_scale, 1.0 / std::sqrt(24.0));
+  const ModelConfig g2 = ModelConfig::load(fixture_dir("gemma2") + "/config.json");
+  EXPECT_EQ(g2.arch.attention_softcap, 2.0);
+  EXPECT_EQ(g2.arch.logit_softcap, 3.0);
+  EXPECT_EQ(g2.arch.activation, Activation::kGeluTanh);
   const ModelConfig g = ModelConfig::load(fixture_dir("granite") + "/config.json");
   EXPECT_EQ(g.arch.embedding_multiplier, 6.0);
   EXPECT_EQ(g.arch.residual_multiplier, 0.3);
@@ -156,7 +181,8 @@ std::string config_error(const std::string& family, const std::function<void(nlo
 }
 
 TEST(ArchitectureConfig, EveryFamilyRefusesAMissingKeyInOneLine) {
-  for (const char* family : {"llama", "mistral", "qwen2", "qwen3", "olmo2", "granite", "smollm3"})
+  for (const char* family :
+       {"llama", "mistral", "qwen2", "qwen3", "olmo2", "granite", "smollm3", "olmo3", "gemma2", "gemma3_text"})
     EXPECT_THAT(config_error(family, [](nlohmann::json& j) { j.erase("hidden_size"); }),
                 HasSubstr("missing required key 'hidden_size'"));
 }
@@ -190,6 +216,30 @@ TEST(ArchitectureConfig, FeaturesNotImplementedAreRefusedNamingTheKey) {
   EXPECT_THAT(config_error("granite", [](nlohmann::json& j) { j["attention_multiplier"] = "x"; }),
               HasSubstr("attention_multiplier"));
   EXPECT_THAT(config_error("olmo2", [](nlohmann::json& j) { j["hidden_act"] = "gelu"; }), HasSubstr("hidden_act"));
+  for (const char* family : {"olmo3", "gemma2", "gemma3_text"}) {
+    EXPECT_THAT(config_error(family, [](nlohmann::json& j) { j["sliding_window"] = int64_t{1} << 40; }),
+                HasSubstr("key 'sliding_window' is 1099511627776, past the bound"));
+    EXPECT_THAT(config_error(family, [](nlohmann::json& j) {
+                  j["rope_parameters"] = {{"full_attention", {{"rope_type", "default"}, {"rope_theta", 1e4}}},
+                                          {"sliding_attention", {{"rope_type", "linear"}, {"factor", 2.0}}}};
+                }),
+                HasSubstr("rope_parameters.sliding_attention has rope_type 'linear'"));
+    EXPECT_THAT(config_error(family, [](nlohmann::json& j) {
+                  j["rope_parameters"] = {{"full_attention", {{"rope_type", "made_up"}, {"rope_theta", 1e4}}}};
+                }),
+                HasSubstr("unsupported rope_scaling type 'made_up'"));
+  }
+  EXPECT_THAT(config_error("gemma2", [](nlohmann::json& j) { j["hidden_activation"] = "gelu"; }),
+              HasSubstr("unsupported hidden_activation \"gelu\""));
+  EXPECT_THAT(config_error("gemma2", [](nlohmann::json& j) { j["attn_logit_softcapping"] = -1; }),
+              HasSubstr("attn_logit_softcapping"));
+  EXPECT_THAT(config_error("gemma3_text", [](nlohmann::json& j) { j["use_bidirectional_attention"] = true; }),
+              HasSubstr("use_bidirectional_attention"));
+  EXPECT_THAT(config_error("gemma3_text", [](nlohmann::json& j) { j["query_pre_attn_scalar"] = 0; }),
+              HasSubstr("query_pre_attn_scalar"));
+  // A second RoPE base is read only by the families that have one.
+  EXPECT_THAT(config_error("qwen3", [](nlohmann::json& j) { j["rope_local_base_freq"] = 5.0; }),
+              HasSubstr("rope_local_base_freq"));
   EXPECT_THAT(config_error("olmo2", [](nlohmann::json& j) { j["model_type"] = "gemma"; }),
               HasSubstr("unsupported model_type 'gemma'"));
 }
@@ -200,7 +250,8 @@ TEST(ArchitectureConfig, AFamilysOwnTensorsAreRequired) {
   for (const auto& entry : std::vector<std::pair<std::string, std::string>>{
            {"olmo2", "model.layers.1.post_feedforward_layernorm.weight"},
            {"qwen3", "model.layers.0.self_attn.q_norm.weight"},
-           {"granite", "model.layers.0.self_attn.o_proj.bias"}}) {
+           {"granite", "model.layers.0.self_attn.o_proj.bias"},
+           {"gemma2", "model.layers.1.pre_feedforward_layernorm.weight"}}) {
     // Named copies, not structured bindings: C++17 lambdas (clang) cannot capture those.
     const std::string family = entry.first, tensor = entry.second;
     const ModelConfig c = ModelConfig::load(fixture_dir(family) + "/config.json");
@@ -213,6 +264,31 @@ TEST(ArchitectureConfig, AFamilysOwnTensorsAreRequired) {
     weights.erase(tensor);
     EXPECT_THAT(testing::error_of([&] { build_model(c, weights, {}, family); }), HasSubstr(tensor));
   }
+}
+
+// Phi-3's fused tensors as the checkpoint stores them: a missing one, or one of the wrong height, is
+// refused naming it; the slices are views of the stored tensor, no copy.
+TEST(ArchitectureConfig, FusedTensorsAreReadAsSlicesAndCheckedWhole) {
+  const ModelConfig c = ModelConfig::load(fixture_dir("phi3") + "/config.json");
+  CheckpointFiles ckpt = CheckpointFiles::open(fixture_dir("phi3"));
+  std::map<std::string, at::Tensor> stored;
+  for (const std::string& name : ckpt.names()) stored[name] = ckpt.tensor(name);
+  const std::string qkv = "model.layers.1.self_attn.qkv_proj.weight";
+  ASSERT_EQ(stored.count(qkv), 1u);
+  ASSERT_EQ(stored.count("model.layers.1.self_attn.q_proj.weight"), 0u);
+  LlamaModel model = build_model(c, stored);
+  const int64_t q_rows = c.num_attention_heads * c.head_dim;
+  EXPECT_TRUE(model->named_parameters()["model.layers.1.self_attn.k_proj.weight"].equal(
+      stored[qkv].narrow(0, q_rows, c.num_key_value_heads * c.head_dim)));
+  std::map<std::string, at::Tensor> missing = stored;
+  missing.erase(qkv);
+  EXPECT_THAT(testing::error_of([&] { build_model(c, missing, {}, "phi3"); }),
+              HasSubstr("missing tensor '" + qkv + "'"));
+  std::map<std::string, at::Tensor> short_one = stored;
+  short_one[qkv] = stored[qkv].narrow(0, 0, q_rows);
+  const std::string e = testing::error_of([&] { build_model(c, short_one, {}, "phi3"); });
+  EXPECT_THAT(e, HasSubstr("tensor '" + qkv + "' has shape"));
+  EXPECT_THAT(e, Not(HasSubstr("\n")));
 }
 
 // Which layers slide, as transformers' Config classes derive them when layer_types is absent.

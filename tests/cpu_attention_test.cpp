@@ -36,7 +36,7 @@ at::Tensor additive(const at::Tensor& allowed) {
 
 // The definition in float64, keys of the prefix first: [B, T, H * hd].
 at::Tensor reference(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
-                     const at::Tensor& pk, const at::Tensor& pv) {
+                     const at::Tensor& pk, const at::Tensor& pv, double softcap = 0.0) {
   const int64_t b = q.size(0), h = q.size(1), t = q.size(2), hd = q.size(3), groups = h / k.size(1);
   at::Tensor keys = k.to(at::kDouble), values = v.to(at::kDouble);
   if (pk.defined()) {
@@ -46,14 +46,15 @@ at::Tensor reference(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   keys = keys.repeat_interleave(groups, 1);
   values = values.repeat_interleave(groups, 1);
   at::Tensor scores = at::matmul(q.to(at::kDouble), keys.transpose(2, 3)) / std::sqrt(double(hd));
+  if (softcap > 0) scores = at::tanh(scores / softcap) * softcap;
   scores = scores + mask.squeeze(1).to(at::kDouble);  // [B or 1, 1, T, S] over [B, H, T, S]
   return at::matmul(at::softmax(scores, -1), values).transpose(1, 2).reshape({b, t, h * hd});
 }
 
 void expect_matches(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
-                    const at::Tensor& pk, const at::Tensor& pv, const std::string& what) {
+                    const at::Tensor& pk, const at::Tensor& pv, const std::string& what, double softcap = 0.0) {
   ASSERT_TRUE(tiled_attention_applies(q, k, v, mask, pk, pv)) << what;
-  const at::Tensor want = reference(q, k, v, mask, pk, pv);
+  const at::Tensor want = reference(q, k, v, mask, pk, pv, softcap);
   // Rows whose queries see some key; a row that sees none (padding) is only required to be finite.
   const at::Tensor sees = (mask.squeeze(1).squeeze(1) > std::numeric_limits<float>::lowest() / 2)
                               .any(-1)
@@ -62,7 +63,7 @@ void expect_matches(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
     const std::string path = what + (softmax == TileSoftmax::kAten ? ", ATen's softmax"
                                      : tile_softmax_available() ? ", fused softmax"
                                                                 : ", best softmax (ATen's here)");
-    const at::Tensor got = tiled_attention(q, k, v, mask, pk, pv, softmax);
+    const at::Tensor got = tiled_attention(q, k, v, mask, pk, pv, softmax, softcap);
     ASSERT_EQ(got.sizes(), want.sizes()) << path;
     EXPECT_TRUE(torch::isfinite(got).all().item<bool>()) << path;
     const double err = (got.to(at::kDouble) - want).abs().amax(-1).masked_select(sees).max().item<double>();
@@ -299,6 +300,8 @@ TEST(CpuAttention, TilesUnderASlidingWindowSpanTheWindowAndTheirQueries) {
   at::Tensor q = torch::randn({1, h, t, hd}), k = torch::randn({1, kv, t, hd}), v = torch::randn({1, kv, t, hd});
   at::Tensor pk = torch::randn({1, kv, p, hd}), pv = torch::randn({1, kv, p, hd});
   expect_matches(q, k, v, additive(allowed), pk, pv, "a sliding window over a prefix and two parts");
+  // Gemma 2's soft-capped scores: a cap small enough that tanh bends them (scores of 3 q·k of N(0, 1)).
+  expect_matches(q * 3, k, v, additive(allowed), pk, pv, "soft-capped scores", 2.0);
 }
 
 TEST(CpuAttention, ResultsAreTheSameBitsOnOneThreadOrTwo) {

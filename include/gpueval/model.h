@@ -2,7 +2,7 @@
 // (incl. llama3 scaling), grouped-query attention, SwiGLU or GeGLU MLP, optional
 // q/k/v bias, tied or untied LM head, sliding-window layers. It is one decoder for
 // every family ModelConfig reads (Llama 2/3, Mistral, Qwen2, TinyLlama, Qwen3,
-// OLMo 2/3, Granite, SmolLM3, Gemma 2/3): what a family does differently is the
+// OLMo 2/3, Granite, SmolLM3, Gemma 2/3, Phi-3): what a family does differently is the
 // config's Architecture (norm placement and kind, q/k norms, multipliers, layers
 // without RoPE, windows, soft-caps), never a forward pass of its own.
 //

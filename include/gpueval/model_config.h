@@ -1,7 +1,7 @@
 // ModelConfig holds the hyper-parameters of a decoder-only model, read from a
 // Hugging Face `config.json`: Llama 2/3, Mistral, Qwen2, TinyLlama, and the
 // families that differ from Llama only in what Architecture describes (Qwen3,
-// OLMo 2 and 3, Granite, SmolLM3, Gemma 2 and 3). Every field
+// OLMo 2 and 3, Granite, SmolLM3, Gemma 2 and 3, Phi-3). Every field
 // is validated when read: a missing, ill-typed or out-of-range value is a
 // one-line gpueval::Error naming the file and the key. A ModelConfig is a
 // plain value; copy it freely.
@@ -69,6 +69,10 @@ struct Architecture {
   // Gemma 3, OLMo 3: the sliding layers' RoPE, of the default type with this base (the other
   // layers keep rope_theta and rope_scaling). Unset: every layer has the one RoPE.
   std::optional<double> sliding_rope_theta;
+  // Phi-3: q, k and v stored as one qkv_proj ([q; k; v] rows), gate and up as one gate_up_proj
+  // ([gate; up] rows); weight_names.h's fused_slices says where each lies.
+  bool fused_qkv = false;
+  bool fused_gate_up = false;
   bool uses_rope(int64_t layer) const {
     return rope_layers.empty() || rope_layers[static_cast<size_t>(layer)];
   }

@@ -124,7 +124,7 @@ std::vector<AttentionTile> attention_tiles(const at::Tensor& mask, int64_t batch
 
 at::Tensor tiled_attention(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
                            const at::Tensor& mask_in, const at::Tensor& prefix_keys, const at::Tensor& prefix_values,
-                           TileSoftmax softmax) {
+                           TileSoftmax softmax, double softcap) {
   if (!tiled_attention_applies(q_in, k_in, v_in, mask_in, prefix_keys, prefix_values))
     throw Error("tiled_attention: the tensors are not CPU float32 attention inputs of matching shapes");
   const at::Tensor q = unit_last_stride(q_in), k = unit_last_stride(k_in), v = unit_last_stride(v_in);
@@ -215,6 +215,13 @@ at::Tensor tiled_attention(const at::Tensor& q_in, const at::Tensor& k_in, const
         const AttentionTile& tile = row_tiles[j];
         const int64_t n = tile.key_end - tile.key_begin, offset = tile.first - span.first;
         const float* tile_mask = md + row * mask_batch_stride + tile.first * mask.stride(1);  // row r: + r * stride(1)
+        if (softcap > 0) {  // cap * tanh(score / cap) on the prefix's scores and the tile's own
+          const float cap = static_cast<float>(softcap);
+          for (int64_t r = 0; r < tile.rows; ++r) {
+            float* x = s + (offset + r) * width;
+            for (int64_t c = 0; c < p + n; ++c) x[c] = std::tanh(x[c] / cap) * cap;
+          }
+        }
         if (fused) {
           for (int64_t r = 0; r < tile.rows; ++r) {
             const float* m = tile_mask + r * mask.stride(1);  // [P + S']

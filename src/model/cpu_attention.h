@@ -46,10 +46,11 @@ bool tiled_attention_applies(const at::Tensor& q, const at::Tensor& k, const at:
 // q: [B, H, T, hd] (not scaled); k, v: [B, KV, S', hd], this call's own keys after the prefix's;
 // prefix_keys, prefix_values: [1, KV, P, hd] shared by every row, or undefined (P = 0); mask:
 // [B or 1, 1, 1, T, P + S'] additive float32 (0 where allowed, lowest() where not). Returns
-// softmax(q kᵀ / sqrt(hd) + mask) v over the prefix's keys and the own ones: [B, T, H * hd].
+// softmax(q kᵀ / sqrt(hd) + mask) v over the prefix's keys and the own ones: [B, T, H * hd]. With a
+// softcap > 0 (Gemma 2) the scores are softcap * tanh(scores / softcap) before the mask.
 at::Tensor tiled_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
                            const at::Tensor& prefix_keys, const at::Tensor& prefix_values,
-                           TileSoftmax softmax = TileSoftmax::kBest);
+                           TileSoftmax softmax = TileSoftmax::kBest, double softcap = 0.0);
 
 // One tile of a mask row: queries [first, first + rows), the own keys [key_begin, key_end) they
 // score (visible_key_range), and whether they all see the whole prefix (sees_whole_prefix).

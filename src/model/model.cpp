@@ -200,8 +200,8 @@ at::Tensor AttentionImpl::attend(const at::Tensor& q, const at::Tensor& k, const
 #endif
   // CPU float32: in tiles that stay in cache, each scoring only the keys its queries may see (cpu_attention.h).
   if (const at::Tensor pk = p > 0 ? prefix->keys[layer] : at::Tensor(), pv = p > 0 ? prefix->values[layer] : at::Tensor();
-      !softcap_ && tiled_attention_applies(q, k, v, mask, pk, pv))
-    return tiled_attention(q, k, v, mask, pk, pv);
+      tiled_attention_applies(q, k, v, mask, pk, pv))
+    return tiled_attention(q, k, v, mask, pk, pv, TileSoftmax::kBest, softcap_.value_or(0.0));
   // Grouped-query attention without copying keys: query heads of one group share a kv head.
   // Scaling q ([.., T, hd]) is cheaper than scaling the scores ([.., T, S]).
   // The products are batched over (row, kv head) as [B*KV, G*T, ..] matrices (batched_product:
@@ -525,6 +525,23 @@ LlamaModel build_with_source(const ModelConfig& config, LoadOptions options,
   return LlamaModel(config, source, options);
 }
 
+// A weight stored apart under its own name, else its rows of the tensor its family fuses it into
+// (weight_names.h's fused_slices): `find` returns a stored tensor or an undefined one.
+at::Tensor weight_or_slice(const std::string& name, const std::map<std::string, FusedSlice>& fused,
+                           const std::function<at::Tensor(const std::string&)>& find,
+                           const std::function<std::string(const std::string&)>& where_of, const std::string& where) {
+  if (at::Tensor t = find(name); t.defined()) return t;
+  const auto it = fused.find(name);
+  if (it == fused.end()) fail(where, "checkpoint is missing tensor '{}'", name);
+  const FusedSlice& slice = it->second;
+  at::Tensor t = find(slice.stored);
+  if (!t.defined()) fail(where, "checkpoint is missing tensor '{}'", slice.stored);
+  if (t.dim() != 2 || t.size(0) != slice.stored_rows)
+    fail(where_of(slice.stored), "tensor '{}' has shape {}, but config.json implies {} rows", slice.stored,
+         shape_str(t.sizes()), slice.stored_rows);
+  return t.narrow(0, slice.begin, slice.rows);
+}
+
 }  // namespace
 
 LlamaModel load_model(const std::string& dir, LoadOptions options) {
@@ -533,26 +550,38 @@ LlamaModel load_model(const std::string& dir, LoadOptions options) {
   const std::string lm_head = weight_name(LlamaWeight::kLmHead);
   if (!config.tie_word_embeddings && !ckpt.contains(lm_head) && ckpt.contains(weight_name(LlamaWeight::kEmbedTokens)))
     fail(dir, "checkpoint has no '{}' and config.json does not set tie_word_embeddings", lm_head);
+  const std::map<std::string, FusedSlice> fused = fused_slices(config);
+  const auto file_of = [&](const std::string& name) {
+    const auto it = fused.find(name);
+    return ckpt.file_of(ckpt.contains(name) || it == fused.end() ? name : it->second.stored);
+  };
   return build_with_source(
       config, options,
       [&](const std::string& name) {
-        if (!ckpt.contains(name)) fail(dir, "checkpoint is missing tensor '{}'", name);
-        return ckpt.tensor(name);
+        return weight_or_slice(
+            name, fused, [&](const std::string& n) { return ckpt.contains(n) ? ckpt.tensor(n) : at::Tensor(); },
+            file_of, dir);
       },
-      [&](const std::string& name) { return ckpt.file_of(name); });
+      file_of);
 }
 
 LlamaModel build_model(const ModelConfig& config, const std::map<std::string, at::Tensor>& weights,
                        LoadOptions options, const std::string& where) {
+  const std::map<std::string, FusedSlice> fused = fused_slices(config);
   return build_with_source(
       config, options,
       [&](const std::string& name) {
-        auto it = weights.find(name);
-        if (it == weights.end()) fail(where, "missing tensor '{}'", name);
-        return it->second;
+        return weight_or_slice(
+            name, fused,
+            [&](const std::string& n) {
+              const auto it = weights.find(n);
+              return it == weights.end() ? at::Tensor() : it->second;
+            },
+            [&](const std::string&) { return where; }, where);
       },
       [&](const std::string&) { return where; });
 }
+
 
 at::ScalarType parse_dtype(const std::string& name) {
   if (name == "float32" || name == "fp32" || name == "float") return at::kFloat;

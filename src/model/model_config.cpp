@@ -295,6 +295,20 @@ const Family kFamilies[] = {
        read_sliding_layers(j, where, c, read_window(j, where, 4096), [](int64_t i) { return (i + 1) % 4 != 0; });
        c.arch.sliding_rope_theta = get_positive(j, where, "rope_local_base_freq", c.rope_theta);
      }},
+    {"phi3", "Phi3ForCausalLM", std::nullopt, 1e-5, 10000.0, false, false,
+     [](const json& j, const std::string& where, ModelConfig& c) {
+       if (c.attention_bias) fail(where, "attention_bias=true is not supported for phi3 (its qkv_proj has no bias)");
+       c.arch.fused_qkv = true;
+       c.arch.fused_gate_up = true;
+       // A window on every layer when sliding_window is set (Phi-3-mini-4k: 2047), as Mistral's.
+       c.sliding_window = read_window(j, where, std::nullopt);
+       if (c.sliding_window) c.arch.sliding_layers.assign(static_cast<size_t>(c.num_hidden_layers), true);
+       double partial = get_double(j, where, "partial_rotary_factor", 1.0);
+       if (j.contains("rope_parameters") && j["rope_parameters"].is_object())
+         partial = get_double(j["rope_parameters"], where, "partial_rotary_factor", partial);
+       if (partial != 1.0)
+         fail(where, "partial_rotary_factor {} is not supported yet (RoPE on every dimension of a head only)", partial);
+     }},
     {"gemma2", "Gemma2ForCausalLM", 256, 1e-6, 10000.0, true, false,
      [](const json& j, const std::string& where, ModelConfig& c) {
        read_gemma(j, where, c);

@@ -115,4 +115,25 @@ std::vector<WeightSpec> llama_weights(const ModelConfig& c) {
   return out;
 }
 
+std::map<std::string, FusedSlice> fused_slices(const ModelConfig& c) {
+  std::map<std::string, FusedSlice> out;
+  // Consecutive row blocks of one stored tensor, in order: each weight's rows follow the last one's.
+  const auto fuse = [&](int64_t layer, const char* stored, std::initializer_list<LlamaWeight> parts) {
+    int64_t total = 0;
+    for (LlamaWeight w : parts) total += weight_shape(c, w)[0];
+    int64_t begin = 0;
+    for (LlamaWeight w : parts) {
+      const int64_t rows = weight_shape(c, w)[0];
+      out[weight_name(w, layer)] = {fmt::format("model.layers.{}.{}", layer, stored), total, begin, rows};
+      begin += rows;
+    }
+  };
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    if (c.arch.fused_qkv)
+      fuse(l, "self_attn.qkv_proj.weight", {LlamaWeight::kQProj, LlamaWeight::kKProj, LlamaWeight::kVProj});
+    if (c.arch.fused_gate_up) fuse(l, "mlp.gate_up_proj.weight", {LlamaWeight::kGateProj, LlamaWeight::kUpProj});
+  }
+  return out;
+}
+
 }  // namespace gpueval

@@ -6,10 +6,12 @@
 // weight_name(LlamaWeight::kQProj, 3) is "model.layers.3.self_attn.q_proj.weight". Its shape
 // follows from the ModelConfig, and which kinds a checkpoint holds from its Architecture (OLMo 2 has
 // no input_layernorm but a post_feedforward_layernorm; Qwen3 and OLMo 2 have q_norm and k_norm).
+// A family that stores some weights fused (Phi-3) has them read as slices of the fused tensor.
 // Pure functions; safe from any thread.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -59,5 +61,15 @@ struct WeightSpec {
 // post-feedforward norm (post-sublayer and sandwich families), the final norm and, unless tied, the
 // LM head.
 std::vector<WeightSpec> llama_weights(const ModelConfig& config);
+
+// A weight a family stores fused with others (Phi-3's qkv_proj and gate_up_proj): the stored
+// tensor's name, its row count, and this weight's rows [begin, begin + rows) of it.
+struct FusedSlice {
+  std::string stored;
+  int64_t stored_rows = 0, begin = 0, rows = 0;
+};
+// Every weight of `config` that its checkpoints store fused, by the weight's own name; empty for
+// the families that store each weight apart.
+std::map<std::string, FusedSlice> fused_slices(const ModelConfig& config);
 
 }  // namespace gpueval
