@@ -307,7 +307,7 @@ LlamaModelImpl::LlamaModelImpl(const ModelConfig& c, const WeightSource& source,
     lm_head_ = head->register_parameter("weight", source(weight_name(LlamaWeight::kLmHead), weight_shape(c, LlamaWeight::kLmHead)),
                                         /*requires_grad=*/false);
   }
-  inv_freq_ = rope_inv_freq(c, options.device);
+  rope_ = std::make_shared<const RotaryEmbedding>(RotaryEmbedding::from_config(c, options.device));
   // On the CPU in float32 the projections and the LM head multiply packed copies of their weights
   // (cpu_matmul.h's PackedWeight: no product repacks them), where the machine has room for a copy.
   if (options.device.is_cpu() && options.dtype == at::kFloat) {
@@ -362,7 +362,7 @@ at::Tensor LlamaModelImpl::run_layers(const at::Tensor& tokens, const at::Tensor
                                       KVCache* cache, const PrefixKV* prefix, const at::Tensor& columns,
                                       bool keys_only) const {
   check_window(positions);
-  RopeTables rope = rope_tables(inv_freq_, positions, options_.dtype);
+  RopeTables rope = rope_->tables(positions, options_.dtype);
   at::Tensor h = embed_tokens_->forward(tokens);  // [B, T, D]
   if (config_.arch.embedding_multiplier != 1.0) h = h * config_.arch.embedding_multiplier;
   // Converted once for all layers: [B, 1, T, S] in the model's dtype on the SDPA path.
