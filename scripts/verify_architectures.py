@@ -18,6 +18,8 @@ Pass: max |Δ| <= 1e-4 * max(1, max |logit|) and argmax 100%, for every family; 
 --write-fixtures also writes, per family, the TINY model (hidden 16, 2 layers, vocab 64) and its
 transformers logits that tests/architecture_test.cpp checks in CI, into
 tests/fixtures/architectures/<family>/ (config.json, model.safetensors, expected_logits.json).
+--rope adds the rope_scaling cases of scripts/verify_rope.py (linear, dynamic, llama3, yarn, longrope
+on random Llama models, below and above their length thresholds) to the table.
 Not run in CI: it needs torch and transformers (the venv of the brief; CPU is enough).
 """
 import argparse
@@ -70,6 +72,8 @@ FAMILIES = {
                                                             "rope_theta": 1000000.0}}),
     # Fused qkv_proj and gate_up_proj, a window on every layer.
     "phi3": dict(sliding_window="WINDOW"),
+    # Phi-4-mini's shape: RoPE on the first half of each head only (partial_rotary_factor 0.5), no window.
+    "phi3-partial": dict(model_type="phi3", partial_rotary_factor=0.5),
 }
 WINDOW = dict(verify=8, fixture=4)
 # Families whose transformers attention needs the eager implementation (soft-capped scores).
@@ -174,6 +178,8 @@ def main():
     ap.add_argument("--families", default=",".join(FAMILIES))
     ap.add_argument("--write-fixtures", action="store_true")
     ap.add_argument("--work", default=None, help="where the random checkpoints go (default: a temporary folder)")
+    ap.add_argument("--rope", action="store_true",
+                    help="also every rope_scaling type (scripts/verify_rope.py's cases, and its fixtures)")
     args = ap.parse_args()
     families = [f for f in args.families.split(",") if f]
     for f in families:
@@ -189,6 +195,16 @@ def main():
                                 error=str(e)))
         if args.write_fixtures:
             write_fixture(f)
+    if args.rope:
+        import verify_rope
+        for c in verify_rope.CASES:
+            try:
+                results.append(verify_rope.verify(c, args.gpueval, work))
+            except Exception as e:
+                results.append(dict(family="rope:" + c, max_abs=float("nan"), max_logit=float("nan"), argmax=0.0,
+                                    ok=False, error=str(e)))
+            if args.write_fixtures:
+                verify_rope.write_fixture(c)
     print(f"{'family':<15} {'max |Δ logit|':>14} {'max |logit|':>12} {'argmax':>8}  result")
     for r in results:
         print(f"{r['family']:<15} {r['max_abs']:>14.3e} {r['max_logit']:>12.4f} {r['argmax']:>7.1f}%  "

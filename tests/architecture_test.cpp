@@ -120,7 +120,7 @@ TEST_P(ArchitectureFixture, SharedPrefixAndKvCacheMatchTransformers) {
 INSTANTIATE_TEST_SUITE_P(Families, ArchitectureFixture,
                          ::testing::Values("llama", "llama-bias", "mistral", "qwen2", "qwen3", "olmo2", "granite",
                                            "smollm3", "mistral-window", "qwen2-window", "qwen3-window",
-                                           "smollm3-window", "olmo3", "gemma2", "gemma3_text", "phi3"),
+                                           "smollm3-window", "olmo3", "gemma2", "gemma3_text", "phi3", "phi3-partial"),
                          [](const auto& info) {
                            std::string name = info.param;
                            for (char& ch : name)

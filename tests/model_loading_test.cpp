@@ -145,8 +145,8 @@ TEST_F(LoadingFixture, BadConfigValuesNameTheKey) {
       {"gqa", [](json& j) { j["num_key_value_heads"] = 3; }, "not a multiple of num_key_value_heads"},
       {"arch", [](json& j) { j["model_type"] = "gpt2"; }, "unsupported model_type 'gpt2'"},
       {"act", [](json& j) { j["hidden_act"] = "gelu"; }, "unsupported hidden_act"},
-      {"rope", [](json& j) { j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 2.0}}; },
-       "unsupported rope_scaling type 'yarn'"},
+      {"rope", [](json& j) { j["rope_scaling"] = {{"rope_type", "proportional"}, {"factor", 2.0}}; },
+       "unsupported rope_scaling type 'proportional'"},
       {"eos", [](json& j) { j["eos_token_id"] = "x"; }, "'eos_token_id' must be an integer"},
   };
   for (const auto& c : cases) {

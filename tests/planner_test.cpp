@@ -639,3 +639,70 @@ TEST(Planner, PackedRowsKeepPaddingLowAndBatchesInBudget) {
 
 }  // namespace
 }  // namespace gpueval
+
+namespace gpueval {
+namespace {
+
+// dynamic / longrope RoPE (PlanOptions::rope_length_threshold): an item with more inputs than the
+// threshold runs in a row of its own with no prefix, no shared context and no packing; the others
+// share as before.
+TEST(Planner, ItemsPastTheRopeLengthThresholdRunAlone) {
+  std::vector<Request> requests = fewshot_requests(2, 4);
+  const size_t regular = requests.size();
+  // Two longer questions after subject 0's few-shot examples, four answers each.
+  for (int d = 0; d < 2; ++d) {
+    const std::string context = requests[0].context.substr(0, requests[0].context.rfind("Why was")) + kStory +
+                                fmt::format("Why was Tom {} sad?\nAnswer:", d);
+    for (const char* letter : {" A", " B", " C", " D"}) {
+      Request r = loglikelihood(static_cast<int64_t>(requests.size()), context, letter);
+      r.task = "animals";
+      r.doc_id = 100 + d;
+      requests.push_back(std::move(r));
+    }
+  }
+  PlanOptions o = options(400, 512);
+  const Plan before = make_plan(requests, tokenizer(), o);
+  int64_t threshold = 0;
+  for (const Batch& b : before.batches)
+    for (const WorkItem& item : b.items)
+      if (static_cast<size_t>(item.request_index) < regular) threshold = std::max(threshold, item.cost());
+  o.rope_length_threshold = threshold;
+  const Plan plan = make_plan(requests, tokenizer(), o);
+  EXPECT_EQ(plan.num_items, before.num_items);
+  size_t alone = 0, shared_regular = 0;
+  for (const Batch& b : plan.batches) {
+    for (const WorkItem& item : b.items) {
+      if (item.cost() <= threshold) {
+        if (!b.prefix.empty()) ++shared_regular;
+        continue;
+      }
+      ++alone;
+      EXPECT_GE(static_cast<size_t>(item.request_index), regular);
+      EXPECT_FALSE(b.share_contexts);
+      EXPECT_TRUE(b.prefix.empty());
+      EXPECT_EQ(b.prefix_id, -1);
+    }
+    if (b.share_contexts || !b.prefix.empty()) continue;
+    // Each row of a batch that shares nothing is one item, positions 0 .. inputs - 1.
+    const std::vector<PackedRow> rows = pack_rows(b);
+    ASSERT_EQ(rows.size(), b.items.size());
+    for (size_t i = 0; i < rows.size(); ++i) {
+      EXPECT_EQ(static_cast<int64_t>(rows[i].tokens.size()), b.items[i].cost());
+      EXPECT_EQ(rows[i].positions.back() + 1, b.items[i].cost());
+    }
+  }
+  EXPECT_EQ(alone, 8u);  // the two long questions' four answers each
+  EXPECT_EQ(shared_regular, regular);  // the rest still share their few-shot prefixes
+  // Without the threshold the long questions share subject 0's prefix like the others.
+  size_t long_with_prefix = 0;
+  for (const Batch& b : before.batches)
+    for (const WorkItem& item : b.items)
+      if (static_cast<size_t>(item.request_index) >= regular && !b.prefix.empty()) ++long_with_prefix;
+  EXPECT_EQ(long_with_prefix, 8u);
+  // rebatch keeps the rule (it re-plans the same items under the same options).
+  const Plan again = rebatch(plan, o);
+  EXPECT_EQ(to_json(again), to_json(plan));
+}
+
+}  // namespace
+}  // namespace gpueval

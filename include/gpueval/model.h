@@ -1,5 +1,5 @@
 // LlamaModel is a decoder-only transformer in LibTorch: RMSNorm, rotary embeddings
-// (incl. llama3 scaling), grouped-query attention, SwiGLU or GeGLU MLP, optional
+// (every rope_scaling type of model/rope.h, partial rotary), grouped-query attention, SwiGLU or GeGLU MLP, optional
 // q/k/v bias, tied or untied LM head, sliding-window layers. It is one decoder for
 // every family ModelConfig reads (Llama 2/3, Mistral, Qwen2, TinyLlama, Qwen3,
 // OLMo 2/3, Granite, SmolLM3, Gemma 2/3, Phi-3): what a family does differently is the
@@ -89,6 +89,7 @@ class RMSNormImpl : public torch::nn::Module {
 TORCH_MODULE(RMSNorm);
 
 struct RopeTables;
+class RotaryEmbedding;
 
 // Keys and values of a token prefix that every row of a batch shares: computed once (batch 1) and
 // attended to by every row without being copied per row. Read-only once built: several threads may
@@ -246,8 +247,8 @@ class LlamaModelImpl : public torch::nn::Module {
   std::vector<DecoderLayer> layers_;
   RMSNorm norm_{nullptr};
   at::Tensor lm_head_;   // [V, D], the embedding weight itself when tied
-  at::Tensor inv_freq_;          // [head_dim / 2] float32
-  at::Tensor sliding_inv_freq_;  // the sliding layers' own (arch.sliding_rope_theta), or undefined
+  std::shared_ptr<const RotaryEmbedding> rope_;          // the config's RoPE, on the model's device
+  std::shared_ptr<const RotaryEmbedding> sliding_rope_;  // the sliding layers' own (arch.sliding_rope_theta), or null
   std::shared_ptr<const PackedWeight> lm_head_packed_;
   int64_t packed_bytes_ = 0;
 };

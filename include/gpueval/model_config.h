@@ -16,15 +16,33 @@
 
 namespace gpueval {
 
-enum class RopeScalingType { kNone, kLinear, kLlama3 };
+// config.json's rope_scaling (transformers 5: rope_parameters), the types transformers'
+// modeling_rope_utils computes, with its defaults. What each does is in model/rope.h.
+enum class RopeScalingType { kNone, kLinear, kDynamic, kLlama3, kYarn, kLongRope };
 
 struct RopeScaling {
   RopeScalingType type = RopeScalingType::kNone;
+  // linear, dynamic, llama3, yarn; longrope: only its attention_factor's default. yarn and longrope
+  // without one (null): max_position_embeddings / original_max_position_embeddings.
   double factor = 1.0;
-  double low_freq_factor = 1.0;    // llama3 only
-  double high_freq_factor = 4.0;   // llama3 only
-  int64_t original_max_position_embeddings = 8192;  // llama3 only
+  double low_freq_factor = 1.0;   // llama3
+  double high_freq_factor = 4.0;  // llama3
+  // llama3, yarn, longrope: the pre-training context. A top-level original_max_position_embeddings
+  // (Phi-3) wins; absent from both: max_position_embeddings.
+  int64_t original_max_position_embeddings = 8192;
+  // yarn, longrope: cos and sin are multiplied by it. Unset: derived as transformers derives it
+  // (yarn: from factor, mscale, mscale_all_dim; longrope: from factor and the original context).
+  std::optional<double> attention_factor;
+  double beta_fast = 32.0;  // yarn
+  double beta_slow = 1.0;   // yarn
+  double mscale = 0.0;           // yarn; 0: unset
+  double mscale_all_dim = 0.0;   // yarn; 0: unset
+  bool truncate = true;          // yarn
+  std::vector<double> short_factor;  // longrope: rotary_dim / 2 values, up to the original context
+  std::vector<double> long_factor;   // longrope: rotary_dim / 2 values, past it
 };
+
+const char* rope_scaling_name(RopeScalingType type);  // "default", "linear", "dynamic", ...
 
 // Where a family's norms sit around each sublayer. kPreNorm (Llama): x + f(norm(x)), norms named
 // input_layernorm and post_attention_layernorm. kPostSublayer (OLMo 2): x + norm(f(x)), norms named
@@ -94,6 +112,9 @@ struct ModelConfig {
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
+  // The fraction of each head that RoPE rotates (phi3's partial_rotary_factor, gpt_neox's rotary_pct):
+  // the first rotary_dim() dimensions, the rest pass through.
+  double partial_rotary_factor = 1.0;
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // q/k/v projections carry a bias (Qwen2); o_proj's: arch.o_proj_bias
   // The attention window of the layers arch.sliding_layers marks: a query at position p sees the keys
@@ -110,6 +131,13 @@ struct ModelConfig {
   nlohmann::json to_json() const;
 
   int64_t num_groups() const { return num_attention_heads / num_key_value_heads; }
+  // int(head_dim * partial_rotary_factor), as transformers computes it; even and > 0 once read.
+  int64_t rotary_dim() const { return static_cast<int64_t>(static_cast<double>(head_dim) * partial_rotary_factor); }
+  // The length past which the RoPE tables change (dynamic: max_position_embeddings; longrope:
+  // original_max_position_embeddings); none for the static types. A forward call's rows each choose
+  // their tables from their own largest position + 1, so a sequence longer than this must have a row
+  // of its own and no shared prefix (the planner sees to it) to get what transformers computes.
+  std::optional<int64_t> rope_length_threshold() const;
   // Parameters of the decoder, embeddings and head included (tied head counted once).
   int64_t num_parameters() const;
 };

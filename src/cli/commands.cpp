@@ -139,7 +139,8 @@ void run_logits(const LogitsCommand& cmd, std::ostream& out) {
   const auto& c = model->config();
   for (int32_t id : ids)
     if (id >= c.vocab_size) throw Error(fmt::format("--ids: token id {} outside the vocabulary [0, {})", id, c.vocab_size));
-  if (static_cast<int64_t>(ids.size()) > c.max_position_embeddings)
+  // Dynamic NTK scaling exists to run past max_position_embeddings (its base grows there).
+  if (static_cast<int64_t>(ids.size()) > c.max_position_embeddings && c.rope_scaling.type != RopeScalingType::kDynamic)
     throw Error(fmt::format("--ids: {} tokens exceed the model's context of {}", ids.size(), c.max_position_embeddings));
   c10::InferenceMode guard;
   const int64_t t = static_cast<int64_t>(ids.size());

@@ -103,6 +103,7 @@ RunInputs load_run_inputs(const RunConfig& config, const std::string& executable
   po.seed = config.seed;
   po.prefix_reuse = config.prefix_reuse;
   po.group_continuations = config.group_continuations;
+  po.rope_length_threshold = in.model_config.rope_length_threshold();
   return in;
 }
 

@@ -110,6 +110,12 @@ bool rotary_embedding_uses_kernel(const at::Tensor& x, const RopeTables& t) {
 }
 
 at::Tensor rotary_embedding(const at::Tensor& x, const RopeTables& t) {
+  if (x.dim() == 4 && t.cos.defined() && t.cos.dim() == 4 && t.cos.size(3) < x.size(3)) {
+    // Partial rotary: the kernel and the CPU loop rotate whole heads, so they take the first
+    // rotary_dim dimensions as a view; the rest pass through (apply_rope's result, bit for bit).
+    const int64_t rotary = t.cos.size(3);
+    return at::cat({rotary_embedding(x.narrow(3, 0, rotary), t), x.narrow(3, rotary, x.size(3) - rotary)}, 3);
+  }
   if (!rotary_embedding_uses_kernel(x, t)) return apply_rope_cpu_applies(x, t) ? apply_rope_cpu(x, t) : apply_rope(x, t);
 #ifdef GPUEVAL_WITH_CUDA_KERNELS
   c10::cuda::CUDAGuard guard(x.device());

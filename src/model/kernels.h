@@ -28,7 +28,9 @@ TargetScores logprob_gather(const at::Tensor& logits, const at::Tensor& targets)
 bool logprob_gather_uses_kernel(const at::Tensor& logits, const at::Tensor& targets);
 
 // RoPE: x [B, H, T, head_dim] -> same shape and dtype; reference apply_rope. Off the kernel, CPU
-// float32 takes apply_rope_cpu (one pass, the reference's bits).
+// float32 takes apply_rope_cpu (one pass, the reference's bits). Tables narrower than the head
+// (partial rotary) rotate x's first rotary_dim dimensions, a view the kernel or loop takes, and the
+// rest of each head is copied: the kernel itself only ever sees tables as wide as its x.
 at::Tensor rotary_embedding(const at::Tensor& x, const RopeTables& tables);
 bool rotary_embedding_uses_kernel(const at::Tensor& x, const RopeTables& tables);
 

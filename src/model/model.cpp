@@ -326,13 +326,10 @@ LlamaModelImpl::LlamaModelImpl(const ModelConfig& c, const WeightSource& source,
     lm_head_ = head->register_parameter("weight", source(weight_name(LlamaWeight::kLmHead), weight_shape(c, LlamaWeight::kLmHead)),
                                         /*requires_grad=*/false);
   }
-  inv_freq_ = rope_inv_freq(c, options.device);
-  if (c.arch.sliding_rope_theta) {
-    ModelConfig local = c;  // the sliding layers' RoPE: the default type at their own base
-    local.rope_theta = *c.arch.sliding_rope_theta;
-    local.rope_scaling = RopeScaling{};
-    sliding_inv_freq_ = rope_inv_freq(local, options.device);
-  }
+  rope_ = std::make_shared<const RotaryEmbedding>(RotaryEmbedding::from_config(c, options.device));
+  if (c.arch.sliding_rope_theta)  // the sliding layers' RoPE: the default type at their own base
+    sliding_rope_ = std::make_shared<const RotaryEmbedding>(c.head_dim, c.rotary_dim(), *c.arch.sliding_rope_theta,
+                                                            RopeScaling{}, c.max_position_embeddings, options.device);
   // On the CPU in float32 the projections and the LM head multiply packed copies of their weights
   // (cpu_matmul.h's PackedWeight: no product repacks them), where the machine has room for a copy.
   if (options.device.is_cpu() && options.dtype == at::kFloat) {
@@ -398,9 +395,8 @@ LlamaModelImpl::LayerMasks LlamaModelImpl::layer_masks(const at::Tensor& allowed
 at::Tensor LlamaModelImpl::run_layers(const at::Tensor& tokens, const at::Tensor& positions, const LayerMasks& masks,
                                       KVCache* cache, const PrefixKV* prefix, const at::Tensor& columns,
                                       bool keys_only) const {
-  const RopeTables rope = rope_tables(inv_freq_, positions, options_.dtype);
-  const RopeTables sliding_rope =
-      sliding_inv_freq_.defined() ? rope_tables(sliding_inv_freq_, positions, options_.dtype) : rope;
+  const RopeTables rope = rope_->tables(positions, options_.dtype);
+  const RopeTables sliding_rope = sliding_rope_ ? sliding_rope_->tables(positions, options_.dtype) : rope;
   at::Tensor h = embed_tokens_->forward(tokens);  // [B, T, D]
   if (config_.arch.embedding_multiplier_in_dtype)  // Gemma: the multiplier rounded to the model dtype first
     h = h * at::scalar_tensor(config_.arch.embedding_multiplier, h.options());

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <fstream>
 #include <functional>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -57,7 +58,44 @@ bool get_bool(const json& j, const std::string& where, const char* key, bool fal
   return it->get<bool>();
 }
 
-RopeScaling parse_rope_scaling(const json& j, const std::string& where) {
+// A key of rope_scaling: a number (null or absent: `fallback`, none: required).
+double scaling_number(const json& s, const std::string& where, const std::string& type, const char* key,
+                      std::optional<double> fallback) {
+  auto it = s.find(key);
+  if (it == s.end() || it->is_null()) {
+    if (!fallback) fail(where, "rope_scaling type '{}' needs key '{}'", type, key);
+    return *fallback;
+  }
+  if (!it->is_number()) fail(where, "rope_scaling: key '{}' must be a number, got {}", key, it->dump());
+  return it->get<double>();
+}
+
+double scaling_positive(const json& s, const std::string& where, const std::string& type, const char* key,
+                        std::optional<double> fallback) {
+  const double v = scaling_number(s, where, type, key, fallback);
+  if (!(v > 0) || !std::isfinite(v)) fail(where, "rope_scaling: key '{}' must be a positive number, got {}", key, v);
+  return v;
+}
+
+// longrope's short_factor / long_factor: rotary_dim / 2 positive numbers.
+std::vector<double> scaling_factors(const json& s, const std::string& where, const char* key, int64_t count) {
+  auto it = s.find(key);
+  if (it == s.end() || it->is_null()) fail(where, "rope_scaling type 'longrope' needs key '{}'", key);
+  if (!it->is_array() || static_cast<int64_t>(it->size()) != count)
+    fail(where, "rope_scaling: key '{}' must be a list of rotary_dim / 2 = {} numbers", key, count);
+  std::vector<double> out;
+  for (const json& x : *it) {
+    if (!x.is_number() || !(x.get<double>() > 0) || !std::isfinite(x.get<double>()))
+      fail(where, "rope_scaling: key '{}' holds {} (each value must be a positive number)", key, x.dump());
+    out.push_back(x.get<double>());
+  }
+  return out;
+}
+
+// rope_scaling as transformers' modeling_rope_utils reads it: the keys each type uses, its defaults.
+// `top` is the whole config (a top-level original_max_position_embeddings wins, as transformers 5's
+// standardize_rope_params has it); `c` has head_dim, rotary_dim() and max_position_embeddings read.
+RopeScaling parse_rope_scaling(const json& j, const json& top, const std::string& where, const ModelConfig& c) {
   RopeScaling s;
   if (j.is_null()) return s;
   if (!j.is_object()) fail(where, "key 'rope_scaling' must be an object or null");
@@ -66,22 +104,96 @@ RopeScaling parse_rope_scaling(const json& j, const std::string& where) {
   else if (j.contains("type")) type = j["type"].is_string() ? j["type"].get<std::string>() : "";
   if (type.empty()) fail(where, "rope_scaling needs a string 'rope_type' (or 'type')");
   if (type == "default") return s;
-  if (type == "linear") {
-    s.type = RopeScalingType::kLinear;
-  } else if (type == "llama3") {
-    s.type = RopeScalingType::kLlama3;
-    s.low_freq_factor = get_double(j, where, "low_freq_factor", 1.0);
-    s.high_freq_factor = get_double(j, where, "high_freq_factor", 4.0);
-    s.original_max_position_embeddings = get_int(j, where, "original_max_position_embeddings", 8192, 1, kMaxPositions);
-    if (!(s.high_freq_factor > s.low_freq_factor))
-      fail(where, "rope_scaling: high_freq_factor ({}) must exceed low_freq_factor ({})", s.high_freq_factor,
-           s.low_freq_factor);
-  } else {
-    fail(where, "unsupported rope_scaling type '{}' (supported: default, linear, llama3)", type);
+  const std::pair<const char*, RopeScalingType> kTypes[] = {
+      {"linear", RopeScalingType::kLinear}, {"dynamic", RopeScalingType::kDynamic},
+      {"llama3", RopeScalingType::kLlama3}, {"yarn", RopeScalingType::kYarn},
+      {"longrope", RopeScalingType::kLongRope}};
+  bool known = false;
+  for (const auto& entry : kTypes)
+    if (type == entry.first) {
+      s.type = entry.second;
+      known = true;
+    }
+  if (!known)
+    fail(where, "unsupported rope_scaling type '{}' (supported: default, linear, dynamic, llama3, yarn, longrope)",
+         type);
+  const bool has_original = s.type == RopeScalingType::kLlama3 || s.type == RopeScalingType::kYarn ||
+                            s.type == RopeScalingType::kLongRope;
+  if (has_original) {
+    const json* from = &j;
+    if (top.contains("original_max_position_embeddings") && !top["original_max_position_embeddings"].is_null())
+      from = &top;
+    s.original_max_position_embeddings =
+        get_int(*from, where, "original_max_position_embeddings", c.max_position_embeddings, 2, kMaxPositions);
   }
-  s.factor = get_double(j, where, "factor", 0.0);
-  if (!(s.factor > 0)) fail(where, "rope_scaling: 'factor' must be a positive number");
+  // yarn's and longrope's factor may be null: the ratio of the two contexts (yarn still needs the key).
+  const double context_ratio =
+      static_cast<double>(c.max_position_embeddings) / static_cast<double>(s.original_max_position_embeddings);
+  switch (s.type) {
+    case RopeScalingType::kLinear:
+    case RopeScalingType::kDynamic:
+      s.factor = scaling_positive(j, where, type, "factor", std::nullopt);
+      if (s.type == RopeScalingType::kDynamic && c.rotary_dim() <= 2)
+        fail(where, "rope_scaling type 'dynamic' needs a rotary dimension above 2, got {}", c.rotary_dim());
+      break;
+    case RopeScalingType::kLlama3:
+      s.factor = scaling_positive(j, where, type, "factor", std::nullopt);
+      s.low_freq_factor = scaling_positive(j, where, type, "low_freq_factor", std::nullopt);
+      s.high_freq_factor = scaling_positive(j, where, type, "high_freq_factor", std::nullopt);
+      if (!(s.high_freq_factor > s.low_freq_factor))
+        fail(where, "rope_scaling: high_freq_factor ({}) must exceed low_freq_factor ({})", s.high_freq_factor,
+             s.low_freq_factor);
+      break;
+    case RopeScalingType::kYarn: {
+      if (!j.contains("factor")) fail(where, "rope_scaling type 'yarn' needs key 'factor'");
+      s.factor = scaling_positive(j, where, type, "factor", context_ratio);
+      if (j.contains("attention_factor") && !j["attention_factor"].is_null())
+        s.attention_factor = scaling_positive(j, where, type, "attention_factor", std::nullopt);
+      // transformers: `get("beta_fast") or 32`, so 0 means the default as null does.
+      s.beta_fast = scaling_number(j, where, type, "beta_fast", 32.0);
+      if (s.beta_fast == 0) s.beta_fast = 32.0;
+      s.beta_slow = scaling_number(j, where, type, "beta_slow", 1.0);
+      if (s.beta_slow == 0) s.beta_slow = 1.0;
+      if (!(s.beta_fast > 0) || !(s.beta_slow > 0) || s.beta_fast < s.beta_slow)
+        fail(where, "rope_scaling: beta_fast ({}) and beta_slow ({}) must be positive, beta_fast >= beta_slow",
+             s.beta_fast, s.beta_slow);
+      s.mscale = scaling_number(j, where, type, "mscale", 0.0);
+      s.mscale_all_dim = scaling_number(j, where, type, "mscale_all_dim", 0.0);
+      if (s.mscale < 0 || s.mscale_all_dim < 0)
+        fail(where, "rope_scaling: mscale ({}) and mscale_all_dim ({}) must not be negative", s.mscale,
+             s.mscale_all_dim);
+      if (s.mscale != 0 && s.mscale_all_dim != 0 && s.factor > 1 && 0.1 * s.mscale_all_dim * std::log(s.factor) + 1 <= 0)
+        fail(where, "rope_scaling: mscale_all_dim gives a zero attention factor");
+      // transformers reads `get("truncate", True)`: a null there is falsy, no truncation.
+      s.truncate = j.contains("truncate") && j["truncate"].is_null() ? false : get_bool(j, where, "truncate", true);
+      break;
+    }
+    case RopeScalingType::kLongRope: {
+      const int64_t half = c.rotary_dim() / 2;
+      s.short_factor = scaling_factors(j, where, "short_factor", half);
+      s.long_factor = scaling_factors(j, where, "long_factor", half);
+      s.factor = scaling_positive(j, where, type, "factor", context_ratio);
+      if (j.contains("attention_factor") && !j["attention_factor"].is_null())
+        s.attention_factor = scaling_positive(j, where, type, "attention_factor", std::nullopt);
+      break;
+    }
+    case RopeScalingType::kNone:
+      break;
+  }
   return s;
+}
+
+// The fraction of each head RoPE rotates: partial_rotary_factor (phi3 and most), rotary_pct (gpt_neox).
+double parse_partial_rotary(const json& j, const std::string& where, int64_t head_dim) {
+  const char* key = "partial_rotary_factor";
+  if ((!j.contains(key) || j[key].is_null()) && j.contains("rotary_pct")) key = "rotary_pct";
+  const double f = get_double(j, where, key, 1.0);
+  if (!(f > 0 && f <= 1)) fail(where, "key '{}' must be in (0, 1], got {}", key, f);
+  const auto dim = static_cast<int64_t>(static_cast<double>(head_dim) * f);
+  if (dim <= 0 || dim % 2 != 0)
+    fail(where, "key '{}' ({}) gives a rotary dimension of int({} * {}) = {}; it must be even and > 0", key, f,
+         head_dim, f, dim);
+  return f;
 }
 
 }  // namespace
@@ -120,9 +232,13 @@ json with_legacy_keys(const json& j, const std::string& where) {
     std::string type = "default";
     for (const char* key : {"type", "rope_type"})
       if (p.contains(key)) type = p[key].is_string() ? p[key].get<std::string>() : "?";
+    // transformers 5 keeps partial_rotary_factor (gpt_neox's rotary_pct too) in rope_parameters.
+    if (unset("partial_rotary_factor") && unset("rotary_pct") && p.contains("partial_rotary_factor"))
+      out["partial_rotary_factor"] = p["partial_rotary_factor"];
     if (unset("rope_scaling") && type != "default") {
       json scaling = p;
       scaling.erase("rope_theta");
+      scaling.erase("partial_rotary_factor");
       out["rope_scaling"] = scaling;
     }
   }
@@ -303,11 +419,13 @@ const Family kFamilies[] = {
        // A window on every layer when sliding_window is set (Phi-3-mini-4k: 2047), as Mistral's.
        c.sliding_window = read_window(j, where, std::nullopt);
        if (c.sliding_window) c.arch.sliding_layers.assign(static_cast<size_t>(c.num_hidden_layers), true);
-       double partial = get_double(j, where, "partial_rotary_factor", 1.0);
-       if (j.contains("rope_parameters") && j["rope_parameters"].is_object())
-         partial = get_double(j["rope_parameters"], where, "partial_rotary_factor", partial);
-       if (partial != 1.0)
-         fail(where, "partial_rotary_factor {} is not supported yet (RoPE on every dimension of a head only)", partial);
+       // Phi3Config always has a top-level original_max_position_embeddings (4096 unless set), and a
+       // top-level one wins over rope_scaling's.
+       if (c.rope_scaling.type != RopeScalingType::kNone && !j.contains("original_max_position_embeddings")) {
+         json with_default = j;
+         with_default["original_max_position_embeddings"] = 4096;
+         c.rope_scaling = parse_rope_scaling(j["rope_scaling"], with_default, where, c);
+       }
      }},
     {"gemma2", "Gemma2ForCausalLM", 256, 1e-6, 10000.0, true, false,
      [](const json& j, const std::string& where, ModelConfig& c) {
@@ -373,7 +491,8 @@ ModelConfig ModelConfig::from_json(const json& raw, const std::string& where) {
   if (!(c.rms_norm_eps > 0)) fail(where, "key 'rms_norm_eps' must be positive");
   c.rope_theta = get_double(j, where, "rope_theta", family.rope_theta);
   if (!(c.rope_theta > 1)) fail(where, "key 'rope_theta' must be > 1");
-  if (j.contains("rope_scaling")) c.rope_scaling = parse_rope_scaling(j["rope_scaling"], where);
+  c.partial_rotary_factor = parse_partial_rotary(j, where, c.head_dim);
+  if (j.contains("rope_scaling")) c.rope_scaling = parse_rope_scaling(j["rope_scaling"], j, where, c);
   c.tie_word_embeddings = get_bool(j, where, "tie_word_embeddings", family.tie_word_embeddings);
   // Qwen2 always has q/k/v biases; Llama has them only when attention_bias says so.
   c.attention_bias = get_bool(j, where, "attention_bias", family.attention_bias);
@@ -425,18 +544,35 @@ json ModelConfig::to_json() const {
             {"tie_word_embeddings", tie_word_embeddings},
             {"attention_bias", attention_bias},
             {"hidden_act", arch.activation == Activation::kSilu ? "silu" : "gelu_pytorch_tanh"}};
-  if (rope_scaling.type == RopeScalingType::kLinear) {
-    j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", rope_scaling.factor}};
-  } else if (rope_scaling.type == RopeScalingType::kLlama3) {
-    j["rope_scaling"] = {{"rope_type", "llama3"},
-                         {"factor", rope_scaling.factor},
-                         {"low_freq_factor", rope_scaling.low_freq_factor},
-                         {"high_freq_factor", rope_scaling.high_freq_factor},
-                         {"original_max_position_embeddings", rope_scaling.original_max_position_embeddings}};
-  } else {
+  const RopeScaling& s = rope_scaling;
+  if (s.type == RopeScalingType::kNone) {
     j["rope_scaling"] = nullptr;
+  } else {
+    json r = {{"rope_type", rope_scaling_name(s.type)}, {"factor", s.factor}};
+    if (s.type == RopeScalingType::kLlama3) {
+      r["low_freq_factor"] = s.low_freq_factor;
+      r["high_freq_factor"] = s.high_freq_factor;
+    }
+    if (s.type == RopeScalingType::kLlama3 || s.type == RopeScalingType::kYarn || s.type == RopeScalingType::kLongRope)
+      r["original_max_position_embeddings"] = s.original_max_position_embeddings;
+    if (s.attention_factor) r["attention_factor"] = *s.attention_factor;
+    if (s.type == RopeScalingType::kYarn) {
+      r["beta_fast"] = s.beta_fast;
+      r["beta_slow"] = s.beta_slow;
+      if (s.mscale != 0) r["mscale"] = s.mscale;
+      if (s.mscale_all_dim != 0) r["mscale_all_dim"] = s.mscale_all_dim;
+      r["truncate"] = s.truncate;
+    }
+    if (s.type == RopeScalingType::kLongRope) {
+      r["short_factor"] = s.short_factor;
+      r["long_factor"] = s.long_factor;
+    }
+    j["rope_scaling"] = r;
   }
-  j["sliding_window"] = sliding_window ? json(*sliding_window) : json(nullptr);
+  if (partial_rotary_factor != 1.0) j["partial_rotary_factor"] = partial_rotary_factor;
+  // A window, or null where the family's default would be one (Mistral, Gemma, OLMo 3: 4096).
+  if (sliding_window) j["sliding_window"] = *sliding_window;
+  else if (model_type != "llama") j["sliding_window"] = nullptr;
   if (sliding_window && model_type != "mistral") {
     json types = json::array();
     for (int64_t i = 0; i < num_hidden_layers; ++i) types.push_back(arch.slides(i) ? "sliding_attention" : "full_attention");
@@ -467,6 +603,24 @@ json ModelConfig::to_json() const {
   if (eos_token_ids.size() == 1) j["eos_token_id"] = eos_token_ids[0];
   else if (!eos_token_ids.empty()) j["eos_token_id"] = eos_token_ids;
   return j;
+}
+
+const char* rope_scaling_name(RopeScalingType type) {
+  switch (type) {
+    case RopeScalingType::kNone: return "default";
+    case RopeScalingType::kLinear: return "linear";
+    case RopeScalingType::kDynamic: return "dynamic";
+    case RopeScalingType::kLlama3: return "llama3";
+    case RopeScalingType::kYarn: return "yarn";
+    case RopeScalingType::kLongRope: return "longrope";
+  }
+  return "?";
+}
+
+std::optional<int64_t> ModelConfig::rope_length_threshold() const {
+  if (rope_scaling.type == RopeScalingType::kDynamic) return max_position_embeddings;
+  if (rope_scaling.type == RopeScalingType::kLongRope) return rope_scaling.original_max_position_embeddings;
+  return std::nullopt;
 }
 
 int64_t ModelConfig::num_parameters() const {

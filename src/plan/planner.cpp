@@ -379,8 +379,24 @@ void add_units(std::vector<Row> rows, const Batch& like, bool one_unit, const Pl
 
 // The scoring items' units: with prefix reuse, one unit per shared prefix and loose rows for
 // the contexts that share none; without, a row per context.
-void add_scoring_units(const std::vector<WorkItem>& scoring, const PlanOptions& options, Plan& plan,
+void add_scoring_units(const std::vector<WorkItem>& all_scoring, const PlanOptions& options, Plan& plan,
                        std::vector<Unit>& units) {
+  // Past the RoPE length threshold an item runs alone (PlanOptions::rope_length_threshold): a row
+  // and a batch that share nothing, each request type on its own as the loose rows below.
+  std::vector<WorkItem> scoring;
+  std::vector<Row> alone, alone_rolling;
+  for (const WorkItem& item : all_scoring) {
+    if (!options.rope_length_threshold || item.cost() <= *options.rope_length_threshold) {
+      scoring.push_back(item);
+      continue;
+    }
+    Row row;
+    row.items.push_back(item);
+    row.cost = item.cost();
+    (item.type == RequestType::kLoglikelihoodRolling ? alone_rolling : alone).push_back(std::move(row));
+  }
+  add_units(std::move(alone), Batch{}, /*one_unit=*/false, options, units);
+  add_units(std::move(alone_rolling), Batch{}, /*one_unit=*/false, options, units);
   const std::vector<ContextGroup> groups = group_by_context(scoring, options.group_continuations);
   std::vector<Row> loose;
   auto row_of = [&](const ContextGroup& g, size_t prefix) {

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -89,6 +90,11 @@ struct PlanOptions {
   bool prefix_reuse = true;
   bool group_continuations = true;
   int64_t min_prefix_tokens = 16;
+  // The model's RoPE length threshold (ModelConfig::rope_length_threshold(): dynamic and longrope
+  // scaling). A row's RoPE tables follow its longest sequence, so a scoring item with more inputs
+  // than this runs alone: a row of its own, in a batch that shares nothing (no prefix, no shared
+  // context, no packing). Unset: no such rule.
+  std::optional<int64_t> rope_length_threshold;
 };
 
 struct Plan {
