@@ -58,6 +58,8 @@ case $target in
   llama2c_tokenizer) add "$shared/stories260K/tok512.bin" ;;
   tokenizer_json)
     for f in models/*/tokenizer.json; do add "$f"; done
+    # Each family's configuration (NFC, regex splits, byte fallback, templates), a few KiB each.
+    for f in tests/fixtures/tokenizers/*/tokenizer.json; do add "$f"; done
     # The real tokenizers are megabytes; their first 256 tokens and merges keep every other part.
     if command -v python3 >/dev/null; then
       for f in "$shared"/tokenizers/*/tokenizer.json; do

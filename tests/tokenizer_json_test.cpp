@@ -353,11 +353,11 @@ TEST(UnsupportedTest, StagesNameTheFileAndTheType) {
     return "no error";
   };
   json spec = bpe_json({"a"});
-  spec["normalizer"] = {{"type", "NFC"}};
-  EXPECT_EQ(message(spec), "test.json: unsupported normalizer 'NFC'");
+  spec["normalizer"] = {{"type", "Precompiled"}};
+  EXPECT_EQ(message(spec), "test.json: unsupported normalizer 'Precompiled'");
   spec = bpe_json({"a"});
-  spec["pre_tokenizer"] = {{"type", "BertPreTokenizer"}};
-  EXPECT_EQ(message(spec), "test.json: unsupported pre_tokenizer 'BertPreTokenizer'");
+  spec["pre_tokenizer"] = {{"type", "UnicodeScripts"}};
+  EXPECT_EQ(message(spec), "test.json: unsupported pre_tokenizer 'UnicodeScripts'");
   spec = bpe_json({"a"});
   spec["decoder"] = {{"type", "WordPiece"}};
   EXPECT_EQ(message(spec), "test.json: unsupported decoder 'WordPiece'");

@@ -2,63 +2,13 @@
 
 #include <algorithm>
 
+#include "common/unicode_text.h"
 #include "common/utf8.h"
 
 namespace gpueval::py {
 namespace {
 
 constexpr char32_t kSurrogateEscape = 0xdc00;  // an invalid byte b is kept as U+DC00 + b
-
-// Case pairs of one block: [upper_first, upper_last] maps to lower by adding `offset`.
-struct CaseRange {
-  char32_t upper_first, upper_last;
-  int32_t offset;
-  bool alternating;  // Latin Extended-A style: even = upper, odd = lower
-};
-
-constexpr CaseRange kCases[] = {
-    {U'A', U'Z', 32, false},          {0xc0, 0xd6, 32, false},   {0xd8, 0xde, 32, false},
-    {0x100, 0x12f, 1, true},          {0x132, 0x137, 1, true},   {0x139, 0x148, 1, true},
-    {0x14a, 0x177, 1, true},          {0x179, 0x17e, 1, true},   {0x391, 0x3a1, 32, false},
-    {0x3a3, 0x3ab, 32, false},        {0x410, 0x42f, 32, false}, {0x400, 0x40f, 80, false},
-};
-
-char32_t to_lower(char32_t c) {
-  for (const CaseRange& r : kCases) {
-    if (c < r.upper_first || c > r.upper_last) continue;
-    if (r.alternating) return ((c - r.upper_first) % 2 == 0) ? c + 1 : c;
-    return c + static_cast<char32_t>(r.offset);
-  }
-  if (c == 0x178) return 0xff;
-  return c;
-}
-
-char32_t to_upper(char32_t c) {
-  for (const CaseRange& r : kCases) {
-    if (r.alternating) {
-      if (c > r.upper_first && c <= r.upper_last + 1 && (c - r.upper_first) % 2 == 1) return c - 1;
-      continue;
-    }
-    const char32_t first = r.upper_first + static_cast<char32_t>(r.offset);
-    const char32_t last = r.upper_last + static_cast<char32_t>(r.offset);
-    if (c >= first && c <= last) return c - static_cast<char32_t>(r.offset);
-  }
-  if (c == 0xff) return 0x178;
-  if (c == 0xb5) return 0x39c;  // micro sign -> Greek capital mu
-  if (c == 0x3c2) return 0x3a3;  // final sigma
-  return c;
-}
-
-std::u32string map_case(const std::u32string& s, bool upper_case, std::u32string& out) {
-  for (const char32_t c : s) {
-    if (upper_case && c == 0xdf) {  // ß -> SS
-      out += U"SS";
-      continue;
-    }
-    out += upper_case ? to_upper(c) : to_lower(c);
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -214,14 +164,8 @@ std::string replace(const std::string& s, const std::string& from, const std::st
   return out;
 }
 
-std::string lower(const std::string& s) {
-  std::u32string out;
-  return utf8(map_case(code_points(s), false, out));
-}
+std::string lower(const std::string& s) { return utf8(python_lower(code_points(s))); }
 
-std::string upper(const std::string& s) {
-  std::u32string out;
-  return utf8(map_case(code_points(s), true, out));
-}
+std::string upper(const std::string& s) { return utf8(python_upper(code_points(s))); }
 
 }  // namespace gpueval::py

@@ -3,8 +3,8 @@
 // without a set of characters, find, replace, lower and upper. Strings are UTF-8; positions
 // count code points, as Python's do. Private to src/. Stateless and thread-safe.
 //
-// Known gap: lower()/upper() map ASCII, Latin-1, Latin Extended-A, Greek and Cyrillic; letters
-// of other scripts are left as they are (Python would change their case too).
+// lower()/upper() are Python's for every script: ICU's full case mappings (common/unicode_text.h),
+// so 'ß'.upper() is "SS", 'İ'.lower() is "i̇" and a word-final 'Σ' lowers to 'ς'.
 #pragma once
 
 #include <cstdint>

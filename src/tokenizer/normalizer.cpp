@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/unicode_text.h"
 #include "common/utf8.h"
 #include "gpueval/error.h"
 #include "tokenizer/byte_level.h"
@@ -65,6 +66,89 @@ class ByteLevelNormalizer : public Normalizer {
   void normalize(std::string& text) const override { text = byte_level_encode(text); }
 };
 
+class UnicodeFormNormalizer : public Normalizer {
+ public:
+  explicit UnicodeFormNormalizer(NormalForm form) : form_(form) {}
+  void normalize(std::string& text) const override { text = unicode_normalize(text, form_); }
+
+ private:
+  NormalForm form_;
+};
+
+class LowercaseNormalizer : public Normalizer {
+ public:
+  void normalize(std::string& text) const override { text = unicode_lower_each(text); }
+};
+
+// Removes nonspacing marks; files put it after NFD/NFKD so accents are marks by then.
+std::string without_nonspacing_marks(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t pos = 0; pos < text.size();) {
+    size_t length = 0;
+    const char32_t c = utf8_decode(text, pos, &length);
+    if (!is_nonspacing_mark(c)) out.append(text.substr(pos, length));
+    pos += length;
+  }
+  return out;
+}
+
+class StripAccentsNormalizer : public Normalizer {
+ public:
+  void normalize(std::string& text) const override { text = without_nonspacing_marks(text); }
+};
+
+// The CJK Unified Ideograph blocks BERT puts spaces around.
+bool is_chinese_char(char32_t c) {
+  return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) || (c >= 0x20000 && c <= 0x2A6DF) ||
+         (c >= 0x2A700 && c <= 0x2B73F) || (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B920 && c <= 0x2CEAF) ||
+         (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
+}
+
+class BertNormalizer : public Normalizer {
+ public:
+  BertNormalizer(bool clean_text, bool handle_chinese_chars, bool strip_accents, bool lowercase)
+      : clean_text_(clean_text),
+        handle_chinese_chars_(handle_chinese_chars),
+        strip_accents_(strip_accents),
+        lowercase_(lowercase) {}
+
+  void normalize(std::string& text) const override {
+    std::string out;
+    out.reserve(text.size());
+    for (size_t pos = 0; pos < text.size();) {
+      size_t length = 0;
+      const char32_t c = utf8_decode(text, pos, &length);
+      const std::string_view bytes = std::string_view(text).substr(pos, length);
+      pos += length;
+      const bool tab_or_newline = c == '\t' || c == '\n' || c == '\r';
+      if (clean_text_) {
+        if (c == 0 || c == 0xFFFD || (!tab_or_newline && is_other_category(c))) continue;
+        if (tab_or_newline || is_unicode_whitespace(c)) {
+          out += ' ';
+          continue;
+        }
+      }
+      if (handle_chinese_chars_ && is_chinese_char(c)) {
+        out += ' ';
+        out.append(bytes);
+        out += ' ';
+        continue;
+      }
+      out.append(bytes);
+    }
+    if (strip_accents_) out = without_nonspacing_marks(unicode_normalize(out, NormalForm::kNfd));
+    if (lowercase_) out = unicode_lower_each(out);
+    text = std::move(out);
+  }
+
+ private:
+  bool clean_text_;
+  bool handle_chinese_chars_;
+  bool strip_accents_;
+  bool lowercase_;
+};
+
 class SequenceNormalizer : public Normalizer {
  public:
   explicit SequenceNormalizer(std::vector<std::unique_ptr<Normalizer>> steps) : steps_(std::move(steps)) {}
@@ -90,6 +174,21 @@ std::unique_ptr<Normalizer> make_normalizer(const nlohmann::json& spec, const st
     return std::make_unique<StripNormalizer>(spec.value("strip_left", true), spec.value("strip_right", true));
   }
   if (type == "ByteLevel") return std::make_unique<ByteLevelNormalizer>();
+  if (type == "NFC") return std::make_unique<UnicodeFormNormalizer>(NormalForm::kNfc);
+  if (type == "NFD") return std::make_unique<UnicodeFormNormalizer>(NormalForm::kNfd);
+  if (type == "NFKC") return std::make_unique<UnicodeFormNormalizer>(NormalForm::kNfkc);
+  if (type == "NFKD") return std::make_unique<UnicodeFormNormalizer>(NormalForm::kNfkd);
+  if (type == "Lowercase") return std::make_unique<LowercaseNormalizer>();
+  if (type == "StripAccents") return std::make_unique<StripAccentsNormalizer>();
+  if (type == "BertNormalizer") {
+    const bool lowercase = spec.value("lowercase", true);
+    // A null strip_accents follows lowercase, as in Hugging Face.
+    const bool strip_accents = spec.contains("strip_accents") && spec.at("strip_accents").is_boolean()
+                                   ? spec.at("strip_accents").get<bool>()
+                                   : lowercase;
+    return std::make_unique<BertNormalizer>(spec.value("clean_text", true), spec.value("handle_chinese_chars", true),
+                                            strip_accents, lowercase);
+  }
   if (type == "Sequence") {
     std::vector<std::unique_ptr<Normalizer>> steps;
     for (const auto& step : spec.at("normalizers")) {

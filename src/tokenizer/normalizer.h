@@ -1,7 +1,9 @@
 // Normalizer is the `normalizer` stage of a tokenizer.json: it rewrites a
-// piece of input text before pre-tokenization. Supported: Prepend, Replace,
-// Strip, ByteLevel and Sequence of them; anything else (NFC, Lowercase,
-// Precompiled, ...) is rejected at load time with a one-line error.
+// piece of input text before pre-tokenization. Supported: the Unicode forms
+// NFC, NFD, NFKC and NFKD, Lowercase, StripAccents and BertNormalizer (through
+// ICU: common/unicode_text.h), Prepend, Replace (a string or a regex), Strip,
+// ByteLevel and Sequence of them; anything else (Precompiled, Nmt, ...) is
+// rejected at load time with a one-line error naming the file and the type.
 //
 // Offsets back into the original text are not tracked: gpueval needs ids,
 // not alignments. Immutable after construction; safe from any thread.

@@ -14,6 +14,10 @@ namespace {
 constexpr std::string_view kGpt2WordRegex =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
+// One punctuation character, as Hugging Face's is_punc has it: ASCII
+// punctuation (which counts $+<=>^`|~ too) or Unicode category P.
+constexpr std::string_view kPunctuationRegex = R"([\p{P}\x21-\x2F\x3A-\x40\x5B-\x60\x7B-\x7E])";
+
 // Replaces every text split by the pieces cut returns, dropping empty ones.
 template <typename Cut>
 void split_each(std::vector<TextSplit>& splits, Cut cut) {
@@ -178,6 +182,19 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const nlohmann::json& spec, con
   }
   if (type == "WhitespaceSplit") {
     return std::make_unique<SplitPreTokenizer>(SplitPattern::regex("\\s", where), SplitBehavior::kRemoved, false);
+  }
+  if (type == "Punctuation") {
+    const SplitBehavior behavior =
+        spec.contains("behavior") ? parse_split_behavior(spec.at("behavior"), where) : SplitBehavior::kIsolated;
+    return std::make_unique<SplitPreTokenizer>(SplitPattern::regex(kPunctuationRegex, where), behavior, false);
+  }
+  if (type == "BertPreTokenizer") {
+    std::vector<std::unique_ptr<PreTokenizer>> steps;
+    steps.push_back(
+        std::make_unique<SplitPreTokenizer>(SplitPattern::regex("\\s", where), SplitBehavior::kRemoved, false));
+    steps.push_back(std::make_unique<SplitPreTokenizer>(SplitPattern::regex(kPunctuationRegex, where),
+                                                        SplitBehavior::kIsolated, false));
+    return std::make_unique<SequencePreTokenizer>(std::move(steps));
   }
   if (type == "CharDelimiterSplit") {
     return std::make_unique<SplitPreTokenizer>(SplitPattern::literal(spec.at("delimiter").get<std::string>()),
