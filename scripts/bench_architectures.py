@@ -71,7 +71,7 @@ def main():
     src = os.path.join(ROOT, "..", "shared", "data", "hellaswag", "hellaswag_val_full.txt")
     text = os.path.join(work, "text.txt")
     with open(src) as f, open(text, "w") as out:
-        out.writelines(line for i, line in enumerate(f) if i % 6 == 0 and i < 6 * 300)
+        out.writelines(line for i, line in enumerate(f) if i % 6 == 0 and i < 6 * 150)
     llama = build("llama", {}, args.window, os.path.join(work, "llama"))
     print(f"shape: {SHAPE['num_hidden_layers']} layers, hidden {SHAPE['hidden_size']}, windows of {args.length} "
           f"tokens, sliding window {args.window}; median of {args.reps} alternating runs")

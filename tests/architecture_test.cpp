@@ -321,6 +321,34 @@ TEST(ArchitectureConfig, SlidingLayersFollowEachFamilysRule) {
   m["use_sliding_window"] = true;
   EXPECT_EQ(ModelConfig::from_json(m, "smollm3").arch.sliding_layers, (std::vector<bool>{false, true}));
 
+  // Gemma 2 alternates (even layers slide), Gemma 3 slides five in six (the older configs'
+  // sliding_window_pattern), OLMo 3 three in four; a Gemma 3 config as transformers 4 wrote it has
+  // rope_theta and rope_scaling for the full layers and rope_local_base_freq for the sliding ones.
+  const auto pattern = [&](const std::string& family, int64_t layers, const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json g = read_json(fixture_dir(family) + "/config.json");
+    g.erase("layer_types");
+    g["num_hidden_layers"] = layers;
+    edit(g);
+    return ModelConfig::from_json(g, family);
+  };
+  EXPECT_EQ(pattern("gemma2", 4, [](nlohmann::json&) {}).arch.sliding_layers,
+            (std::vector<bool>{true, false, true, false}));
+  const ModelConfig g3 = pattern("gemma3_text", 7, [](nlohmann::json& g) {
+    g.erase("rope_parameters");
+    g["sliding_window_pattern"] = 6;
+    g["rope_theta"] = 1000000.0;
+    g["rope_local_base_freq"] = 10000.0;
+    g["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 8.0}};
+  });
+  EXPECT_EQ(g3.arch.sliding_layers, (std::vector<bool>{true, true, true, true, true, false, true}));
+  EXPECT_EQ(g3.rope_theta, 1000000.0);
+  EXPECT_EQ(g3.rope_scaling.factor, 8.0);
+  EXPECT_EQ(g3.arch.sliding_rope_theta, 10000.0);
+  const ModelConfig o3 = pattern("olmo3", 8, [](nlohmann::json& g) { g.erase("rope_parameters"); });
+  EXPECT_EQ(o3.arch.sliding_layers, (std::vector<bool>{true, true, true, false, true, true, true, false}));
+  EXPECT_EQ(o3.arch.sliding_rope_theta, o3.rope_theta);  // the same base, without the full layers' scaling
+  EXPECT_EQ(o3.rope_theta, 500000.0);                     // Olmo3Config's default
+
   for (const char* family : {"mistral-window", "qwen3-window"}) {
     const ModelConfig a = ModelConfig::load(fixture_dir(family) + "/config.json");
     const ModelConfig b = ModelConfig::from_json(a.to_json(), "round trip");

@@ -215,13 +215,8 @@ at::Tensor tiled_attention(const at::Tensor& q_in, const at::Tensor& k_in, const
         const AttentionTile& tile = row_tiles[j];
         const int64_t n = tile.key_end - tile.key_begin, offset = tile.first - span.first;
         const float* tile_mask = md + row * mask_batch_stride + tile.first * mask.stride(1);  // row r: + r * stride(1)
-        if (softcap > 0) {  // cap * tanh(score / cap) on the prefix's scores and the tile's own
-          const float cap = static_cast<float>(softcap);
-          for (int64_t r = 0; r < tile.rows; ++r) {
-            float* x = s + (offset + r) * width;
-            for (int64_t c = 0; c < p + n; ++c) x[c] = std::tanh(x[c] / cap) * cap;
-          }
-        }
+        if (softcap > 0)  // cap * tanh(score / cap) on the prefix's scores and the tile's own, ATen's vector tanh
+          scores_buffer.as_strided({tile.rows, p + n}, {width, 1}, offset * width).div_(softcap).tanh_().mul_(softcap);
         if (fused) {
           for (int64_t r = 0; r < tile.rows; ++r) {
             const float* m = tile_mask + r * mask.stride(1);  // [P + S']
