@@ -238,9 +238,13 @@ TEST_F(SlurmClusterTest, AKilledShardStepIsRequeuedAndComputesOnlyWhatItsJournal
   const int64_t mine = json::parse(io::read_file(status))["shard_batches_total"].get<int64_t>();
   ASSERT_GT(mine, 2);
 
-  // Kill the shard's job step (its gpueval and workers); the batch script requeues the task.
+  // Kill the shard's job step (its gpueval and workers); the batch script requeues the task. On a busy
+  // machine scancel may still fail with "Job is pending execution" after its signal landed: the step
+  // died at once, the batch script requeued the task, and scancel's last request met the job pending
+  // (the shard's slurm .out then reads "srun: Force Terminated StepId=<job>.0"). Whether the kill
+  // worked is what the next wait checks: one restart, pending.
   const Shell kill = sh("scancel --signal=KILL " + job + ".0");
-  EXPECT_EQ(kill.status, 0) << kill.out;
+  EXPECT_TRUE(kill.status == 0 || kill.out.find("Job is pending execution") != std::string::npos) << kill.out;
   ASSERT_TRUE(wait_for([&] {
     auto f = job_fields(job);
     return f["Restarts"] == "1" && f["JobState"] == "PENDING";
