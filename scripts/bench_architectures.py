@@ -9,7 +9,9 @@ Per family, transformers builds a random model of one shape (hidden 512, interme
 ../shared/data serves every model), and a Llama of exactly that shape is the baseline. `gpueval score`
 (CPU, float32, windows of --length tokens, 8 per forward) scores the same English text with each, the
 family and the Llama alternating, --reps times; the table holds the median tokens/s of each and their
-ratio. The matrix products are the same for every family; what differs is the family's own work (norms,
+ratio. The matrix products are the same for every family (GPT-NeoX and GPT-2, without grouped-query
+attention and with a 2-matrix MLP, are compared with a Llama of as many kv heads, with an intermediate
+size 1.5 times as large: the same matrix FLOPs per token); what differs is the family's own work (norms,
 soft-caps, q/k norms, the window's masks). Windowed families get a --window shorter than --length,
 so the sliding layers really drop keys (fewer attention FLOPs than the Llama: the ratio can pass 1).
 Not run in CI: it needs torch and transformers.
@@ -36,14 +38,22 @@ FAMILIES = {
     "gemma2": dict(sliding_window="WINDOW", query_pre_attn_scalar=64),
     "gemma3_text": dict(sliding_window="WINDOW", query_pre_attn_scalar=64),
     "mistral": dict(sliding_window="WINDOW"),
+    # No grouped-query attention and a plain 2-matrix MLP: the baseline Llama gets as many kv heads, and
+    # the family an intermediate size 1.5 times the shape's, so both do the same matrix FLOPs per token.
+    "gpt_neox": dict(intermediate_size=2304, _llama=dict(num_key_value_heads=8)),
+    "gpt2": dict(intermediate_size=2304, n_inner=2304, _llama=dict(num_key_value_heads=8)),
 }
+# Keys the families without grouped-query attention or RoPE do not have.
+NOT_THEIRS = {"gpt_neox": ("num_key_value_heads", "head_dim"), "gpt2": ("num_key_value_heads", "head_dim")}
 
 
 def build(model_type, extra, window, out):
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
     kwargs = dict(SHAPE)
-    kwargs.update({k: (window if v == "WINDOW" else v) for k, v in extra.items()})
+    kwargs.update({k: (window if v == "WINDOW" else v) for k, v in extra.items() if k != "_llama"})
+    for key in NOT_THEIRS.get(model_type, ()):
+        kwargs.pop(key, None)
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(AutoConfig.for_model(model_type, **kwargs), dtype=torch.float32)
     model.save_pretrained(out, safe_serialization=True)
@@ -72,7 +82,7 @@ def main():
     text = os.path.join(work, "text.txt")
     with open(src) as f, open(text, "w") as out:
         out.writelines(line for i, line in enumerate(f) if i % 6 == 0 and i < 6 * 150)
-    llama = build("llama", {}, args.window, os.path.join(work, "llama"))
+    llamas = {}  # baseline Llamas by their overrides of SHAPE
     print(f"shape: {SHAPE['num_hidden_layers']} layers, hidden {SHAPE['hidden_size']}, windows of {args.length} "
           f"tokens, sliding window {args.window}; median of {args.reps} alternating runs")
     print(f"{'family':<12} {'tokens/s':>10} {'llama tokens/s':>15} {'ratio':>7}")
@@ -82,6 +92,11 @@ def main():
             sys.exit(f"unknown family {family!r} (known: {', '.join(FAMILIES)})")
         try:
             model = build(family, FAMILIES[family], args.window, os.path.join(work, family))
+            over = FAMILIES[family].get("_llama", {})
+            key = json.dumps(over, sort_keys=True)
+            if key not in llamas:
+                llamas[key] = build("llama", over, args.window, os.path.join(work, f"llama{len(llamas)}"))
+            llama = llamas[key]
             ours, base = [], []
             for _ in range(args.reps):
                 ours.append(tokens_per_s(args.gpueval, model, text, args.length))

@@ -7,7 +7,7 @@
 Per family, a small random model (hidden 64, 4 layers, vocab 512: token ids are given directly, no
 tokenizer) is built by transformers from the family's own Config class (AutoConfig.for_model) and
 AutoModelForCausalLM.from_config, every parameter perturbed so each one moves the output (weights and
-biases normal(0, 0.1), RMSNorm scales 1 + normal(0, 0.1)), and saved by save_pretrained in float32.
+biases normal(0, 0.1), norm weights and biases 1 + normal(0, 0.1)), and saved by save_pretrained in float32.
 transformers' float32 logits on a few token sequences are compared with `gpueval logits --ids ...`
 (CPU, float32) on the same checkpoint. Prints a table, per family:
   max |Δ logit|   max over sequences, positions and vocabulary of |ours - transformers|
@@ -36,8 +36,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # What each family's random model sets beyond the shared shape: the features that family exists for.
 FAMILIES = {
     "llama": dict(),
-    # Llama's attention_bias puts a bias on o_proj as well as on q, k and v.
-    "llama-bias": dict(model_type="llama", attention_bias=True),
+    # Llama's attention_bias puts a bias on o_proj as well as on q, k and v; mlp_bias on gate, up and down.
+    "llama-bias": dict(model_type="llama", attention_bias=True, mlp_bias=True),
     "mistral": dict(sliding_window=None),
     "qwen2": dict(),
     # head_dim is not hidden / heads, so the q/k norms' [head_dim] and the projections' widths differ.
@@ -74,7 +74,20 @@ FAMILIES = {
     "phi3": dict(sliding_window="WINDOW"),
     # Phi-4-mini's shape: RoPE on the first half of each head only (partial_rotary_factor 0.5), no window.
     "phi3-partial": dict(model_type="phi3", partial_rotary_factor=0.5),
+    # Pythia: LayerNorm with biases, query_key_value fused per head, RoPE on a quarter of each head
+    # (rotary_pct's default), parallel residual, erf GELU MLP with biases, untied embed_out.
+    "gpt_neox": dict(),
+    # The sequential residual, half-rotary heads, the head tied to the embedding.
+    "gpt_neox-sequential": dict(model_type="gpt_neox", use_parallel_residual=False, rotary_pct=0.5,
+                                tie_word_embeddings=True),
+    # nanoGPT's shape: learned positions, Conv1D weights stored [in, out], c_attn fused, gelu_new, tied head.
+    "gpt2": dict(tie_word_embeddings=True),
+    # Unscaled attention scores (scale_attn_weights false), erf GELU, an untied lm_head.
+    "gpt2-unscaled": dict(model_type="gpt2", scale_attn_weights=False, activation_function="gelu"),
 }
+# Families without grouped-query attention (num_key_value_heads is not theirs) or RoPE.
+NO_GQA = {"gpt_neox", "gpt2"}
+NO_ROPE = {"gpt2"}
 WINDOW = dict(verify=8, fixture=4)
 # Families whose transformers attention needs the eager implementation (soft-capped scores).
 EAGER = {"gemma2"}
@@ -98,7 +111,10 @@ def family_config(family, shape, fixture):
     kwargs = dict(shape, rms_norm_eps=1e-5, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
                   pad_token_id=None)
     kwargs.update(extra)
-    kwargs.setdefault("rope_parameters", {"rope_type": "default", "rope_theta": 10000.0})
+    if model_type in NO_GQA:
+        kwargs.pop("num_key_value_heads")
+    if model_type not in NO_ROPE:
+        kwargs.setdefault("rope_parameters", {"rope_type": "default", "rope_theta": 10000.0})
     return AutoConfig.for_model(model_type, **kwargs)
 
 
@@ -110,7 +126,7 @@ def random_model(family, shape, fixture, seed):
     model = AutoModelForCausalLM.from_config(family_config(family, shape, fixture), dtype=torch.float32, **kwargs)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if "norm" in name:
+            if "norm" in name or ".ln_" in name:
                 p.copy_(1.0 + 0.1 * torch.randn_like(p))
             else:
                 p.copy_(0.1 * torch.randn_like(p))

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fmt/format.h>
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -68,13 +69,14 @@ class ArchitectureFixture : public ::testing::TestWithParam<std::string> {};
 TEST_P(ArchitectureFixture, FullForwardMatchesTransformers) {
   LlamaModel model = load_model(fixture_dir(GetParam()));
   // Every tensor transformers saved is one the model uses (none left unread), and the config counts them all.
-  // (A weight the family stores fused counts as its fused tensor: Phi-3's q, k and v as qkv_proj.)
-  const std::map<std::string, FusedSlice> fused = fused_slices(model->config());
+  // (A weight the family stores elsewhere counts as that tensor: Phi-3's q, k and v as qkv_proj, GPT-2's
+  // as transformer.h.N.attn.c_attn.)
+  const std::map<std::string, StoredAs> layout = stored_layout(model->config());
   std::vector<std::string> used;
   int64_t loaded = 0;
   for (const auto& p : model->named_parameters()) {
-    const auto it = fused.find(p.key());
-    used.push_back(it == fused.end() ? p.key() : it->second.stored);
+    const auto it = layout.find(p.key());
+    used.push_back(it == layout.end() ? p.key() : it->second.stored);
     loaded += p.value().numel();
   }
   std::sort(used.begin(), used.end());
@@ -120,7 +122,8 @@ TEST_P(ArchitectureFixture, SharedPrefixAndKvCacheMatchTransformers) {
 INSTANTIATE_TEST_SUITE_P(Families, ArchitectureFixture,
                          ::testing::Values("llama", "llama-bias", "mistral", "qwen2", "qwen3", "olmo2", "granite",
                                            "smollm3", "mistral-window", "qwen2-window", "qwen3-window",
-                                           "smollm3-window", "olmo3", "gemma2", "gemma3_text", "phi3", "phi3-partial"),
+                                           "smollm3-window", "olmo3", "gemma2", "gemma3_text", "phi3", "phi3-partial",
+                                           "gpt_neox", "gpt_neox-sequential", "gpt2", "gpt2-unscaled"),
                          [](const auto& info) {
                            std::string name = info.param;
                            for (char& ch : name)
@@ -132,7 +135,8 @@ INSTANTIATE_TEST_SUITE_P(Families, ArchitectureFixture,
 // architecture.
 TEST(ArchitectureConfig, ToJsonReadsBackAsTheSameArchitecture) {
   for (const char* family : {"llama-bias", "qwen3", "olmo2", "granite", "smollm3", "mistral", "olmo3", "gemma2",
-                             "gemma3_text", "qwen2-window", "smollm3-window"}) {
+                             "gemma3_text", "qwen2-window", "smollm3-window", "phi3-partial", "gpt_neox",
+                             "gpt_neox-sequential", "gpt2", "gpt2-unscaled"}) {
     const ModelConfig a = ModelConfig::load(fixture_dir(family) + "/config.json");
     const ModelConfig b = ModelConfig::from_json(a.to_json(), "round trip");
     EXPECT_EQ(a.to_json(), b.to_json()) << family;
@@ -147,8 +151,35 @@ TEST(ArchitectureConfig, ToJsonReadsBackAsTheSameArchitecture) {
     EXPECT_EQ(a.arch.logit_softcap, b.arch.logit_softcap) << family;
     EXPECT_EQ(a.arch.sliding_rope_theta, b.arch.sliding_rope_theta) << family;
     EXPECT_EQ(a.arch.activation, b.arch.activation) << family;
+    EXPECT_EQ(a.arch.layout, b.arch.layout) << family;
+    EXPECT_EQ(a.arch.norm, b.arch.norm) << family;
+    EXPECT_EQ(a.arch.gated_mlp, b.arch.gated_mlp) << family;
+    EXPECT_EQ(a.arch.mlp_bias, b.arch.mlp_bias) << family;
+    EXPECT_EQ(a.arch.parallel_residual, b.arch.parallel_residual) << family;
+    EXPECT_EQ(a.arch.learned_positions, b.arch.learned_positions) << family;
+    EXPECT_EQ(a.partial_rotary_factor, b.partial_rotary_factor) << family;
+    EXPECT_EQ(a.rms_norm_eps, b.rms_norm_eps) << family;
     EXPECT_EQ(a.num_parameters(), b.num_parameters()) << family;
   }
+  // GPT-NeoX: rotary_pct's default (transformers 5 keeps it in rope_parameters), parallel residual, erf GELU.
+  const ModelConfig neox = ModelConfig::load(fixture_dir("gpt_neox") + "/config.json");
+  EXPECT_EQ(neox.partial_rotary_factor, 0.25);
+  EXPECT_TRUE(neox.arch.parallel_residual);
+  EXPECT_EQ(neox.arch.activation, Activation::kGelu);
+  EXPECT_EQ(neox.arch.norm, NormKind::kLayerNorm);
+  EXPECT_FALSE(ModelConfig::load(fixture_dir("gpt_neox-sequential") + "/config.json").arch.parallel_residual);
+  // GPT-2: its own key names; n_inner null is 4 * n_embd (the fixture's stray intermediate_size is not read).
+  const ModelConfig gpt2 = ModelConfig::load(fixture_dir("gpt2") + "/config.json");
+  EXPECT_EQ(gpt2.hidden_size, 16);
+  EXPECT_EQ(gpt2.intermediate_size, 64);
+  EXPECT_EQ(gpt2.max_position_embeddings, 64);
+  EXPECT_TRUE(gpt2.arch.learned_positions);
+  EXPECT_FALSE(gpt2.arch.uses_rope(0));
+  EXPECT_EQ(gpt2.arch.activation, Activation::kGeluTanh);
+  EXPECT_FALSE(gpt2.arch.attention_scale.has_value());
+  EXPECT_EQ(ModelConfig::load(fixture_dir("gpt2-unscaled") + "/config.json").arch.attention_scale, 1.0);
+  EXPECT_EQ(gpt2.to_json().at("n_embd"), 16);
+  EXPECT_FALSE(gpt2.to_json().contains("hidden_size"));
   // Gemma 3's fixture: transformers 5's per-layer-type rope_parameters read as the two RoPEs.
   const ModelConfig g3 = ModelConfig::load(fixture_dir("gemma3_text") + "/config.json");
   EXPECT_EQ(g3.rope_theta, 1000000.0);
@@ -185,6 +216,12 @@ TEST(ArchitectureConfig, EveryFamilyRefusesAMissingKeyInOneLine) {
        {"llama", "mistral", "qwen2", "qwen3", "olmo2", "granite", "smollm3", "olmo3", "gemma2", "gemma3_text"})
     EXPECT_THAT(config_error(family, [](nlohmann::json& j) { j.erase("hidden_size"); }),
                 HasSubstr("missing required key 'hidden_size'"));
+  for (const char* family : {"phi3", "gpt_neox"})
+    EXPECT_THAT(config_error(family, [](nlohmann::json& j) { j.erase("num_hidden_layers"); }),
+                HasSubstr("missing required key 'num_hidden_layers'"));
+  // GPT-2's own spelling of the key is the one named.
+  EXPECT_THAT(config_error("gpt2", [](nlohmann::json& j) { j.erase("n_embd"); }),
+              HasSubstr("missing required key 'n_embd'"));
 }
 
 TEST(ArchitectureConfig, FeaturesNotImplementedAreRefusedNamingTheKey) {
@@ -211,11 +248,12 @@ TEST(ArchitectureConfig, FeaturesNotImplementedAreRefusedNamingTheKey) {
               HasSubstr("no_rope_layers"));
   EXPECT_THAT(config_error("smollm3", [](nlohmann::json& j) { j["no_rope_layers"] = {1, 2}; }),
               HasSubstr("no_rope_layers"));
-  EXPECT_THAT(config_error("granite", [](nlohmann::json& j) { j["mlp_bias"] = true; }), HasSubstr("mlp_bias"));
+  EXPECT_THAT(config_error("olmo2", [](nlohmann::json& j) { j["mlp_bias"] = true; }),
+              HasSubstr("mlp_bias=true is not supported for model_type 'olmo2'"));
   EXPECT_THAT(config_error("granite", [](nlohmann::json& j) { j["logits_scaling"] = 0; }), HasSubstr("logits_scaling"));
   EXPECT_THAT(config_error("granite", [](nlohmann::json& j) { j["attention_multiplier"] = "x"; }),
               HasSubstr("attention_multiplier"));
-  EXPECT_THAT(config_error("olmo2", [](nlohmann::json& j) { j["hidden_act"] = "gelu"; }), HasSubstr("hidden_act"));
+  EXPECT_THAT(config_error("olmo2", [](nlohmann::json& j) { j["hidden_act"] = "relu"; }), HasSubstr("hidden_act"));
   for (const char* family : {"olmo3", "gemma2", "gemma3_text"}) {
     EXPECT_THAT(config_error(family, [](nlohmann::json& j) { j["sliding_window"] = int64_t{1} << 40; }),
                 HasSubstr("key 'sliding_window' is 1099511627776, past the bound"));
@@ -229,8 +267,8 @@ TEST(ArchitectureConfig, FeaturesNotImplementedAreRefusedNamingTheKey) {
                 }),
                 HasSubstr("unsupported rope_scaling type 'made_up'"));
   }
-  EXPECT_THAT(config_error("gemma2", [](nlohmann::json& j) { j["hidden_activation"] = "gelu"; }),
-              HasSubstr("unsupported hidden_activation \"gelu\""));
+  EXPECT_THAT(config_error("gemma2", [](nlohmann::json& j) { j["hidden_activation"] = "relu"; }),
+              HasSubstr("unsupported hidden_activation \"relu\""));
   EXPECT_THAT(config_error("gemma2", [](nlohmann::json& j) { j["attn_logit_softcapping"] = -1; }),
               HasSubstr("attn_logit_softcapping"));
   EXPECT_THAT(config_error("gemma3_text", [](nlohmann::json& j) { j["use_bidirectional_attention"] = true; }),
@@ -242,6 +280,31 @@ TEST(ArchitectureConfig, FeaturesNotImplementedAreRefusedNamingTheKey) {
               HasSubstr("rope_local_base_freq"));
   EXPECT_THAT(config_error("olmo2", [](nlohmann::json& j) { j["model_type"] = "gemma"; }),
               HasSubstr("unsupported model_type 'gemma'"));
+  // GPT-NeoX and GPT-2: what their modeling code lacks or would ignore.
+  EXPECT_THAT(config_error("gpt_neox", [](nlohmann::json& j) { j["num_key_value_heads"] = 1; }),
+              HasSubstr("no grouped-query attention"));
+  EXPECT_THAT(config_error("gpt_neox", [](nlohmann::json& j) { j["head_dim"] = 16; }),
+              HasSubstr("head_dim (16) must be the hidden size 16 / 2 heads"));
+  EXPECT_THAT(config_error("gpt_neox", [](nlohmann::json& j) { j["sliding_window"] = 8; }),
+              HasSubstr("sliding windows"));
+  EXPECT_THAT(config_error("gpt_neox", [](nlohmann::json& j) { j["rope_parameters"]["rope_type"] = "made_up"; }),
+              HasSubstr("unsupported rope_scaling type 'made_up'"));
+  EXPECT_THAT(config_error("gpt_neox", [](nlohmann::json& j) { j["rope_parameters"]["partial_rotary_factor"] = 0.1; }),
+              HasSubstr("rotary dimension"));
+  EXPECT_THAT(config_error("gpt_neox", [](nlohmann::json& j) { j["layer_norm_eps"] = 0; }),
+              HasSubstr("key 'layer_norm_eps' must be positive"));
+  EXPECT_THAT(config_error("gpt_neox", [](nlohmann::json& j) { j["hidden_act"] = "relu"; }),
+              HasSubstr("unsupported hidden_act \"relu\""));
+  EXPECT_THAT(config_error("gpt2", [](nlohmann::json& j) { j["scale_attn_by_inverse_layer_idx"] = true; }),
+              HasSubstr("scale_attn_by_inverse_layer_idx=true is not supported"));
+  EXPECT_THAT(config_error("gpt2", [](nlohmann::json& j) { j["add_cross_attention"] = true; }),
+              HasSubstr("add_cross_attention"));
+  EXPECT_THAT(config_error("gpt2", [](nlohmann::json& j) { j["activation_function"] = "relu"; }),
+              HasSubstr("unsupported activation_function \"relu\""));
+  EXPECT_THAT(config_error("gpt2", [](nlohmann::json& j) { j["n_positions"] = int64_t{1} << 40; }),
+              HasSubstr("key 'n_positions' is 1099511627776, past the bound"));
+  EXPECT_THAT(config_error("gpt2", [](nlohmann::json& j) { j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.0}}; }),
+              HasSubstr("learned positions"));
 }
 
 // A checkpoint without a tensor its family needs (OLMo 2's post-feedforward norm, Qwen3's q_norm) is
@@ -289,6 +352,92 @@ TEST(ArchitectureConfig, FusedTensorsAreReadAsSlicesAndCheckedWhole) {
   const std::string e = testing::error_of([&] { build_model(c, short_one, {}, "phi3"); });
   EXPECT_THAT(e, HasSubstr("tensor '" + qkv + "' has shape"));
   EXPECT_THAT(e, Not(HasSubstr("\n")));
+}
+
+// Phi-3's older rope_scaling names, su and yarn, are its longrope (as Phi3Config renames them).
+TEST(ArchitectureConfig, Phi3ReadsSuAndYarnAsLongrope) {
+  nlohmann::json j = read_json(fixture_dir("phi3") + "/config.json");
+  const ModelConfig plain = ModelConfig::from_json(j, "phi3");
+  const std::vector<double> factors(static_cast<size_t>(plain.rotary_dim() / 2), 2.0);
+  for (const char* type : {"su", "yarn", "longrope"}) {
+    j["rope_scaling"] = {{"type", type}, {"short_factor", factors}, {"long_factor", factors}};
+    const ModelConfig c = ModelConfig::from_json(j, "phi3");
+    EXPECT_EQ(c.rope_scaling.type, RopeScalingType::kLongRope) << type;
+    EXPECT_EQ(c.rope_scaling.original_max_position_embeddings, 4096) << type;
+    EXPECT_EQ(c.rope_scaling.long_factor, factors) << type;
+  }
+  // Elsewhere yarn is yarn, and su is no type at all.
+  nlohmann::json llama = read_json(fixture_dir("llama") + "/config.json");
+  llama["rope_scaling"] = {{"type", "su"}, {"short_factor", factors}, {"long_factor", factors}};
+  EXPECT_THAT(testing::error_of([&] { ModelConfig::from_json(llama, "llama"); }),
+              HasSubstr("unsupported rope_scaling type 'su'"));
+}
+
+// GPT-NeoX's query_key_value holds each head's q, k and v rows in turn ([H][3][hd] rows): a head's
+// query rows are its block's first hd, and the biases are sliced alike.
+TEST(ArchitectureConfig, GptNeoxQkvIsReadHeadByHead) {
+  const ModelConfig c = ModelConfig::load(fixture_dir("gpt_neox") + "/config.json");
+  CheckpointFiles ckpt = CheckpointFiles::open(fixture_dir("gpt_neox"));
+  LlamaModel model = load_model(fixture_dir("gpt_neox"));
+  const int64_t hd = c.head_dim, h = c.num_attention_heads;
+  const at::Tensor qkv = ckpt.tensor("gpt_neox.layers.1.attention.query_key_value.weight");
+  const at::Tensor bias = ckpt.tensor("gpt_neox.layers.1.attention.query_key_value.bias");
+  auto params = model->named_parameters();
+  for (int64_t head = 0; head < h; ++head)
+    for (const auto& [part, name] : std::vector<std::pair<int64_t, std::string>>{{0, "q_proj"}, {1, "k_proj"}, {2, "v_proj"}}) {
+      const std::string module = "model.layers.1.self_attn." + name;
+      EXPECT_TRUE(params[module + ".weight"].narrow(0, head * hd, hd).equal(qkv.narrow(0, (3 * head + part) * hd, hd)))
+          << name << " head " << head;
+      EXPECT_TRUE(params[module + ".bias"].narrow(0, head * hd, hd).equal(bias.narrow(0, (3 * head + part) * hd, hd)))
+          << name << " bias, head " << head;
+    }
+  std::map<std::string, at::Tensor> stored;
+  for (const std::string& name : ckpt.names()) stored[name] = ckpt.tensor(name);
+  stored["gpt_neox.layers.1.attention.query_key_value.weight"] = qkv.narrow(0, 0, 2 * h * hd);
+  const std::string e = testing::error_of([&] { build_model(c, stored, {}, "gpt_neox"); });
+  EXPECT_THAT(e, HasSubstr("tensor 'gpt_neox.layers.1.attention.query_key_value.weight' has shape"));
+  EXPECT_THAT(e, Not(HasSubstr("\n")));
+}
+
+// GPT-2's Conv1D weights are stored [in, out] and read transposed; the hub's own gpt2 files name every
+// tensor without the "transformer." prefix (h.0.attn.c_attn.weight, wte.weight) and load the same.
+TEST(ArchitectureConfig, Gpt2ConvWeightsAndBareNamesLoad) {
+  const ModelConfig c = ModelConfig::load(fixture_dir("gpt2") + "/config.json");
+  CheckpointFiles ckpt = CheckpointFiles::open(fixture_dir("gpt2"));
+  std::map<std::string, at::Tensor> bare;
+  for (const std::string& name : ckpt.names()) {
+    ASSERT_EQ(name.rfind("transformer.", 0), 0u) << name;
+    bare[name.substr(std::string("transformer.").size())] = ckpt.tensor(name);
+  }
+  LlamaModel model = build_model(c, bare, {}, "gpt2 (bare names)");
+  const at::Tensor c_attn = ckpt.tensor("transformer.h.0.attn.c_attn.weight");  // [D, 3D]
+  EXPECT_TRUE(model->named_parameters()["model.layers.0.self_attn.k_proj.weight"].equal(
+      c_attn.narrow(1, c.hidden_size, c.hidden_size).t()));
+  c10::InferenceMode guard;
+  const Sequence s = expected("gpt2")[1];
+  const int64_t t = static_cast<int64_t>(s.ids.size());
+  at::Tensor logits = model->logits(
+      model->forward(row(s.ids, 0, t), at::arange(t, at::kLong).view({1, t}), at::ones({1, t}, at::kBool)))[0];
+  EXPECT_LE(relative_error(logits, s.logits), kTolerance);
+  // A c_attn stored the Linear way round ([3D, D]) is refused, naming it.
+  std::map<std::string, at::Tensor> wrong = bare;
+  wrong["h.0.attn.c_attn.weight"] = c_attn.t().contiguous();
+  const std::string e = testing::error_of([&] { build_model(c, wrong, {}, "gpt2"); });
+  EXPECT_THAT(e, HasSubstr("tensor 'h.0.attn.c_attn.weight' has shape [48, 16]"));
+  EXPECT_THAT(e, HasSubstr("stored [in, out]"));
+}
+
+// A learned position table has no row past its context: a position beyond it is a one-line error, not
+// a read out of bounds.
+TEST(ArchitectureConfig, LearnedPositionsStopAtTheirTable) {
+  LlamaModel model = load_model(fixture_dir("gpt2"));
+  c10::InferenceMode guard;
+  const int64_t n = model->config().max_position_embeddings;
+  const std::string e = testing::error_of([&] {
+    model->forward(at::zeros({1, 2}, at::kLong), at::tensor(std::vector<int64_t>{n - 1, n}, at::kLong).view({1, 2}),
+                   at::ones({1, 2}, at::kBool));
+  });
+  EXPECT_THAT(e, HasSubstr(fmt::format("position {} is past the model's {} learned positions", n, n)));
 }
 
 // Which layers slide, as transformers' Config classes derive them when layer_types is absent.

@@ -1,10 +1,10 @@
-// LlamaModel is a decoder-only transformer in LibTorch: RMSNorm, rotary embeddings
-// (every rope_scaling type of model/rope.h, partial rotary), grouped-query attention, SwiGLU or GeGLU MLP, optional
-// q/k/v bias, tied or untied LM head, sliding-window layers. It is one decoder for
-// every family ModelConfig reads (Llama 2/3, Mistral, Qwen2, TinyLlama, Qwen3,
-// OLMo 2/3, Granite, SmolLM3, Gemma 2/3, Phi-3): what a family does differently is the
-// config's Architecture (norm placement and kind, q/k norms, multipliers, layers
-// without RoPE, windows, soft-caps), never a forward pass of its own.
+// LlamaModel is a decoder-only transformer in LibTorch: RMSNorm or LayerNorm, rotary embeddings
+// (every rope_scaling type of model/rope.h, partial rotary) or learned positions, grouped-query attention,
+// SwiGLU, GeGLU or plain GELU MLP, optional biases, tied or untied LM head, sliding-window layers. It is
+// one decoder for every family ModelConfig reads (Llama 2/3, Mistral, Qwen2, TinyLlama, Qwen3, OLMo 2/3,
+// Granite, SmolLM3, Gemma 2/3, Phi-3, GPT-NeoX, GPT-2): what a family does differently is the config's
+// Architecture (norm placement and kind, q/k norms, multipliers, layers without RoPE, windows,
+// soft-caps, parallel residual, weight layout), never a forward pass of its own.
 //
 // Parameters carry the Hugging Face names (`model.layers.0.self_attn.q_proj.weight`)
 // and are loaded from a checkpoint directory (config.json + safetensors); on CPU,
@@ -73,20 +73,24 @@ class EmbeddingImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Embedding);
 
-// RMSNorm: x / rms(x) * w, the statistics in float32 (float64 for float64). Llama's casts the
-// normalised x to x's dtype before the product; with unit_offset (Gemma) the product is by (1 + w),
-// in float32, and the cast comes after it.
-class RMSNormImpl : public torch::nn::Module {
+// A norm over the last dimension, of the config's NormKind. RMSNorm: x / rms(x) * w, the statistics in
+// float32 (float64 for float64); Llama's casts the normalised x to x's dtype before the product; with
+// unit_offset (Gemma) the product is by (1 + w), in float32, and the cast comes after it. LayerNorm
+// (GPT-NeoX, GPT-2): (x - mean) / std * w + b, as torch.nn.LayerNorm computes it; the bias is the
+// weight's name ending in ".bias".
+class NormImpl : public torch::nn::Module {
  public:
-  RMSNormImpl(const WeightSource& source, const std::string& name, int64_t dim, double eps, bool unit_offset = false);
+  NormImpl(const WeightSource& source, const std::string& name, int64_t dim, double eps, NormKind kind,
+           bool unit_offset = false);
   at::Tensor forward(const at::Tensor& x) const;  // [..., dim] -> same
 
  private:
   at::Tensor weight_;  // [dim]
+  at::Tensor bias_;    // [dim], LayerNorm; else undefined
   at::Tensor scale_;   // unit_offset: 1 + weight in float32 (float64 for float64); else undefined
   double eps_;
 };
-TORCH_MODULE(RMSNorm);
+TORCH_MODULE(Norm);
 
 struct RopeTables;
 class RotaryEmbedding;
@@ -126,7 +130,7 @@ class AttentionImpl : public torch::nn::Module {
                     const PrefixKV* prefix, int64_t layer) const;
 
   // [B, T, n * hd] -> [B, n, T, hd]: the q/k norm (`norm` may be null), the head split and RoPE.
-  at::Tensor heads(at::Tensor x, int64_t n, const RMSNorm& norm, const RopeTables& rope) const;
+  at::Tensor heads(at::Tensor x, int64_t n, const Norm& norm, const RopeTables& rope) const;
 
   int64_t n_heads_, n_kv_heads_, head_dim_;
   QkNorm qk_norm_;
@@ -134,7 +138,7 @@ class AttentionImpl : public torch::nn::Module {
   std::optional<double> softcap_;  // Gemma 2: scores = cap * tanh(scores / cap) before the mask
   double query_scale_;  // 1 but for a family's own attention scale: scale * sqrt(hd), folded into q
   Projection q_proj_{nullptr}, k_proj_{nullptr}, v_proj_{nullptr}, o_proj_{nullptr};
-  RMSNorm q_norm_{nullptr}, k_norm_{nullptr};  // null without arch.qk_norm
+  Norm q_norm_{nullptr}, k_norm_{nullptr};  // null without arch.qk_norm
 };
 TORCH_MODULE(Attention);
 
@@ -144,7 +148,7 @@ class MlpImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& x) const;  // [B, T, D] -> [B, T, D]
 
  private:
-  Projection gate_proj_{nullptr}, up_proj_{nullptr}, down_proj_{nullptr};
+  Projection gate_proj_{nullptr}, up_proj_{nullptr}, down_proj_{nullptr};  // no gate without arch.gated_mlp
   Activation activation_;
 };
 TORCH_MODULE(Mlp);
@@ -165,14 +169,18 @@ class DecoderLayerImpl : public torch::nn::Module {
   at::Tensor attention_residual(at::Tensor attended, const at::Tensor& x) const;
   at::Tensor mlp_residual(const at::Tensor& h) const;
   at::Tensor attention_input(const at::Tensor& x) const;  // input_layernorm(x), or x itself (post-norm)
+  // Both sublayers' outputs on the residual stream: the MLP reads the attention's residual, or with
+  // arch.parallel_residual x itself (x + attended + mlp(post_attention_layernorm(x))).
+  at::Tensor residuals(at::Tensor attended, const at::Tensor& x) const;
 
   int64_t index_;
   NormPlacement placement_;
+  bool parallel_residual_;
   double residual_multiplier_;
   // Pre-norm: input_layernorm and post_attention_layernorm (the MLP's input norm). Post-sublayer:
   // post_attention_layernorm and post_feedforward_layernorm on each sublayer's output; no input norm.
   // Sandwich: input_layernorm, post_attention_layernorm, pre_feedforward_layernorm, post_feedforward_layernorm.
-  RMSNorm input_layernorm_{nullptr}, post_attention_layernorm_{nullptr}, pre_feedforward_layernorm_{nullptr},
+  Norm input_layernorm_{nullptr}, post_attention_layernorm_{nullptr}, pre_feedforward_layernorm_{nullptr},
       post_feedforward_layernorm_{nullptr};
   Attention self_attn_{nullptr};
   Mlp mlp_{nullptr};
@@ -244,8 +252,9 @@ class LlamaModelImpl : public torch::nn::Module {
   LoadOptions options_;
   // Registered under "model" (embed_tokens, layers.N, norm) and "lm_head", as in Hugging Face.
   Embedding embed_tokens_{nullptr};
+  Embedding embed_positions_{nullptr};  // arch.learned_positions: [max_position_embeddings, D], added to the tokens'
   std::vector<DecoderLayer> layers_;
-  RMSNorm norm_{nullptr};
+  Norm norm_{nullptr};
   at::Tensor lm_head_;   // [V, D], the embedding weight itself when tied
   std::shared_ptr<const RotaryEmbedding> rope_;          // the config's RoPE, on the model's device
   std::shared_ptr<const RotaryEmbedding> sliding_rope_;  // the sliding layers' own (arch.sliding_rope_theta), or null

@@ -1,7 +1,7 @@
 // ModelConfig holds the hyper-parameters of a decoder-only model, read from a
 // Hugging Face `config.json`: Llama 2/3, Mistral, Qwen2, TinyLlama, and the
 // families that differ from Llama only in what Architecture describes (Qwen3,
-// OLMo 2 and 3, Granite, SmolLM3, Gemma 2 and 3, Phi-3). Every field
+// OLMo 2 and 3, Granite, SmolLM3, Gemma 2 and 3, Phi-3, GPT-NeoX, GPT-2). Every field
 // is validated when read: a missing, ill-typed or out-of-range value is a
 // one-line gpueval::Error naming the file and the key. A ModelConfig is a
 // plain value; copy it freely.
@@ -51,9 +51,19 @@ const char* rope_scaling_name(RopeScalingType type);  // "default", "linear", "d
 // pre_feedforward_layernorm and post_feedforward_layernorm around the MLP.
 enum class NormPlacement { kPreNorm, kPostSublayer, kSandwich };
 
-// The MLP's gate activation: silu (SwiGLU) or GELU's tanh approximation (GeGLU, Gemma's
-// gelu_pytorch_tanh).
-enum class Activation { kSilu, kGeluTanh };
+// The MLP's activation: silu (SwiGLU), GELU's tanh approximation (Gemma's gelu_pytorch_tanh, GPT-2's
+// gelu_new) or the exact, erf GELU (GPT-NeoX's gelu).
+enum class Activation { kSilu, kGeluTanh, kGelu };
+
+// The norm every layer and the final one use: RMSNorm, x / rms(x) * w (weight only), or LayerNorm,
+// (x - mean) / std * w + b (a weight and a bias: GPT-NeoX, GPT-2).
+enum class NormKind { kRms, kLayerNorm };
+
+// Where a family's checkpoints keep each weight (weight_names.cpp's tables): Llama's names
+// (model.layers.N.self_attn.q_proj, most families); Phi-3's, with q, k, v fused in qkv_proj ([q; k; v]
+// rows) and gate, up in gate_up_proj; GPT-NeoX's (gpt_neox.layers.N.attention.query_key_value, q, k and v
+// interleaved per head); GPT-2's (transformer.h.N.attn.c_attn, Conv1D weights stored [in, out]).
+enum class WeightLayout { kLlama, kPhi3, kGptNeoX, kGpt2 };
 
 // An RMSNorm on the queries and keys before RoPE (self_attn.q_norm / k_norm). kPerHead (Qwen3): over
 // each head's head_dim, weight [head_dim]. kWholeProjection (OLMo 2): over the projection's full width
@@ -62,7 +72,8 @@ enum class QkNorm { kNone, kPerHead, kWholeProjection };
 
 // What one family's decoder does differently from Llama's, as data: the decoder (model.cpp) and the
 // weight-name table (weight_names.cpp) branch on these fields alone, never on model_type. A family is
-// a row of model_config.cpp's table (model_type -> how config.json fills this) plus its weight names.
+// a row of model_config.cpp's table (model_type -> how config.json fills this, its own key names) plus,
+// where its checkpoints name tensors otherwise than Llama's, a row of weight_names.cpp's layouts.
 struct Architecture {
   NormPlacement norm_placement = NormPlacement::kPreNorm;
   QkNorm qk_norm = QkNorm::kNone;
@@ -87,12 +98,16 @@ struct Architecture {
   // Gemma 3, OLMo 3: the sliding layers' RoPE, of the default type with this base (the other
   // layers keep rope_theta and rope_scaling). Unset: every layer has the one RoPE.
   std::optional<double> sliding_rope_theta;
-  // Phi-3: q, k and v stored as one qkv_proj ([q; k; v] rows), gate and up as one gate_up_proj
-  // ([gate; up] rows); weight_names.h's fused_slices says where each lies.
-  bool fused_qkv = false;
-  bool fused_gate_up = false;
+  WeightLayout layout = WeightLayout::kLlama;
+  NormKind norm = NormKind::kRms;
+  bool gated_mlp = true;   // down(act(gate(x)) * up(x)); false: down(act(up(x))), no gate_proj (GPT-NeoX, GPT-2)
+  bool mlp_bias = false;   // gate, up and down carry biases (Llama's mlp_bias, GPT-NeoX, GPT-2)
+  // GPT-NeoX's use_parallel_residual: x + attn(ln1(x)) + mlp(ln2(x)), both sublayers reading x.
+  bool parallel_residual = false;
+  // GPT-2: a learned position table (wpe) added to the token embeddings, and no RoPE anywhere.
+  bool learned_positions = false;
   bool uses_rope(int64_t layer) const {
-    return rope_layers.empty() || rope_layers[static_cast<size_t>(layer)];
+    return !learned_positions && (rope_layers.empty() || rope_layers[static_cast<size_t>(layer)]);
   }
   bool slides(int64_t layer) const {
     return !sliding_layers.empty() && sliding_layers[static_cast<size_t>(layer)];
@@ -109,7 +124,7 @@ struct ModelConfig {
   int64_t num_key_value_heads = 0;
   int64_t head_dim = 0;
   int64_t max_position_embeddings = 2048;
-  double rms_norm_eps = 1e-6;
+  double rms_norm_eps = 1e-6;  // every norm's epsilon (GPT-NeoX's layer_norm_eps, GPT-2's layer_norm_epsilon)
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
   // The fraction of each head that RoPE rotates (phi3's partial_rotary_factor, gpt_neox's rotary_pct):

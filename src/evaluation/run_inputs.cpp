@@ -91,6 +91,9 @@ RunInputs load_run_inputs(const RunConfig& config, const std::string& executable
   po.batch_tokens = config.batch_tokens > 0 ? config.batch_tokens : 4096;
   if (config.batch_size != "auto") po.max_batch_size = std::stoll(config.batch_size);
   po.max_length = config.max_length ? *config.max_length : in.model_config.max_position_embeddings;
+  if (in.model_config.arch.learned_positions && po.max_length > in.model_config.max_position_embeddings)
+    fail(config.source, "max_length {} is past the {} positions the model in {} has learned (max_position_embeddings)",
+         po.max_length, in.model_config.max_position_embeddings, in.model_dir);
   // What the tokenizer does by default: whether encoding with special tokens puts BOS first.
   const std::vector<int32_t> probe = in.tokenizer->encode("a", /*add_special_tokens=*/true);
   const bool tokenizer_adds_bos =

@@ -75,14 +75,16 @@ EmbeddingImpl::EmbeddingImpl(const WeightSource& source, const std::string& name
 
 at::Tensor EmbeddingImpl::forward(const at::Tensor& tokens) const { return at::embedding(weight_, tokens); }
 
-RMSNormImpl::RMSNormImpl(const WeightSource& source, const std::string& name, int64_t dim, double eps,
-                         bool unit_offset)
+NormImpl::NormImpl(const WeightSource& source, const std::string& name, int64_t dim, double eps, NormKind kind,
+                   bool unit_offset)
     : eps_(eps) {
   weight_ = as_parameter(*this, "weight", source(name, {dim}));
+  if (kind == NormKind::kLayerNorm) bias_ = as_parameter(*this, "bias", source(bias_name(name), {dim}));
   if (unit_offset) scale_ = 1.0 + weight_.to(at::promote_types(weight_.scalar_type(), at::kFloat));
 }
 
-at::Tensor RMSNormImpl::forward(const at::Tensor& x) const {
+at::Tensor NormImpl::forward(const at::Tensor& x) const {
+  if (bias_.defined()) return at::layer_norm(x, {weight_.size(0)}, weight_, bias_, eps_);
   if (!scale_.defined()) return rms_norm(x, weight_, eps_);
   const at::Tensor xf = x.to(scale_.scalar_type());
   return (xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps_) * scale_).to(x.scalar_type());
@@ -114,14 +116,15 @@ AttentionImpl::AttentionImpl(const ModelConfig& c, const WeightSource& source, i
   o_proj_ = register_module("o_proj", projection(c, source, LlamaWeight::kOProj, layer));
   if (qk_norm_ != QkNorm::kNone) {
     const auto norm = [&](LlamaWeight w) {
-      return RMSNorm(source, weight_name(w, layer), weight_shape(c, w)[0], c.rms_norm_eps, c.arch.norm_unit_offset);
+      return Norm(source, weight_name(w, layer), weight_shape(c, w)[0], c.rms_norm_eps, c.arch.norm,
+                  c.arch.norm_unit_offset);
     };
     q_norm_ = register_module("q_norm", norm(LlamaWeight::kQNorm));
     k_norm_ = register_module("k_norm", norm(LlamaWeight::kKNorm));
   }
 }
 
-at::Tensor AttentionImpl::heads(at::Tensor x, int64_t n, const RMSNorm& norm, const RopeTables& rope) const {
+at::Tensor AttentionImpl::heads(at::Tensor x, int64_t n, const Norm& norm, const RopeTables& rope) const {
   const int64_t b = x.size(0), t = x.size(1);
   if (qk_norm_ == QkNorm::kWholeProjection) x = norm->forward(x);           // over [B, T, n * hd]
   x = x.view({b, t, n, head_dim_});
@@ -237,24 +240,30 @@ at::Tensor AttentionImpl::attend(const at::Tensor& q, const at::Tensor& k, const
 }
 
 MlpImpl::MlpImpl(const ModelConfig& c, const WeightSource& source, int64_t layer) : activation_(c.arch.activation) {
-  gate_proj_ = register_module("gate_proj", projection(c, source, LlamaWeight::kGateProj, layer));
+  if (c.arch.gated_mlp) gate_proj_ = register_module("gate_proj", projection(c, source, LlamaWeight::kGateProj, layer));
   up_proj_ = register_module("up_proj", projection(c, source, LlamaWeight::kUpProj, layer));
   down_proj_ = register_module("down_proj", projection(c, source, LlamaWeight::kDownProj, layer));
 }
 
 at::Tensor MlpImpl::forward(const at::Tensor& x) const {
   // In place on the fresh projections: the same bits as silu(gate) * up without two more tensors.
-  at::Tensor gate = gate_proj_->forward(x);
-  if (activation_ == Activation::kSilu) at::silu_(gate);
-  else gate = at::gelu(gate, "tanh");
-  gate.mul_(up_proj_->forward(x));
+  at::Tensor gate = (gate_proj_ ? gate_proj_ : up_proj_)->forward(x);
+  switch (activation_) {
+    case Activation::kSilu: at::silu_(gate); break;
+    case Activation::kGeluTanh: gate = at::gelu(gate, "tanh"); break;
+    case Activation::kGelu: gate = at::gelu(gate); break;
+  }
+  if (gate_proj_) gate.mul_(up_proj_->forward(x));
   return down_proj_->forward(gate);
 }
 
 DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, const WeightSource& source, int64_t index)
-    : index_(index), placement_(c.arch.norm_placement), residual_multiplier_(c.arch.residual_multiplier) {
+    : index_(index),
+      placement_(c.arch.norm_placement),
+      parallel_residual_(c.arch.parallel_residual),
+      residual_multiplier_(c.arch.residual_multiplier) {
   const auto norm = [&](LlamaWeight w) {
-    return RMSNorm(source, weight_name(w, index), c.hidden_size, c.rms_norm_eps, c.arch.norm_unit_offset);
+    return Norm(source, weight_name(w, index), c.hidden_size, c.rms_norm_eps, c.arch.norm, c.arch.norm_unit_offset);
   };
   if (placement_ != NormPlacement::kPostSublayer)
     input_layernorm_ = register_module("input_layernorm", norm(LlamaWeight::kInputLayernorm));
@@ -292,16 +301,22 @@ at::Tensor DecoderLayerImpl::mlp_residual(const at::Tensor& h) const {
   return m.add_(h);
 }
 
+at::Tensor DecoderLayerImpl::residuals(at::Tensor attended, const at::Tensor& x) const {
+  if (!parallel_residual_) return mlp_residual(attention_residual(std::move(attended), x));
+  // GPT-NeoX: (mlp + attn) + x, in transformers' order of additions.
+  return mlp_->forward(post_attention_layernorm_->forward(x)).add_(attended).add_(x);
+}
+
 at::Tensor DecoderLayerImpl::forward(const at::Tensor& x, const RopeTables& rope, const at::Tensor& mask,
                                      KVCache* cache, const PrefixKV* prefix) const {
-  return mlp_residual(attention_residual(self_attn_->forward(attention_input(x), rope, mask, cache, index_, prefix), x));
+  return residuals(self_attn_->forward(attention_input(x), rope, mask, cache, index_, prefix), x);
 }
 
 at::Tensor DecoderLayerImpl::forward_at(const at::Tensor& x, const RopeTables& rope, const at::Tensor& mask,
                                         const PrefixKV* prefix, const at::Tensor& columns) const {
   const int64_t b = x.size(0), picked = columns.size(1), d = x.size(2);
-  return mlp_residual(attention_residual(self_attn_->forward_at(attention_input(x), rope, mask, index_, prefix, columns),
-                                         x.gather(1, columns.unsqueeze(-1).expand({b, picked, d}))));
+  return residuals(self_attn_->forward_at(attention_input(x), rope, mask, index_, prefix, columns),
+                   x.gather(1, columns.unsqueeze(-1).expand({b, picked, d})));
 }
 
 void DecoderLayerImpl::append_keys_values(const at::Tensor& x, const RopeTables& rope, KVCache& cache) const {
@@ -314,11 +329,15 @@ LlamaModelImpl::LlamaModelImpl(const ModelConfig& c, const WeightSource& source,
   auto body = register_module("model", std::make_shared<torch::nn::Module>("LlamaDecoder"));
   embed_tokens_ = body->register_module(
       "embed_tokens", Embedding(source, weight_name(LlamaWeight::kEmbedTokens), c.vocab_size, c.hidden_size));
+  if (c.arch.learned_positions)
+    embed_positions_ = body->register_module(
+        "embed_positions",
+        Embedding(source, weight_name(LlamaWeight::kPositionEmbedding), c.max_position_embeddings, c.hidden_size));
   auto layers = body->register_module("layers", std::make_shared<torch::nn::Module>("Layers"));
   for (int64_t i = 0; i < c.num_hidden_layers; ++i)
     layers_.push_back(layers->register_module(std::to_string(i), DecoderLayer(c, source, i)));
-  norm_ = body->register_module(
-      "norm", RMSNorm(source, weight_name(LlamaWeight::kNorm), c.hidden_size, c.rms_norm_eps, c.arch.norm_unit_offset));
+  norm_ = body->register_module("norm", Norm(source, weight_name(LlamaWeight::kNorm), c.hidden_size, c.rms_norm_eps,
+                                             c.arch.norm, c.arch.norm_unit_offset));
   if (c.tie_word_embeddings) {
     lm_head_ = embed_tokens_->weight();
   } else {
@@ -398,6 +417,12 @@ at::Tensor LlamaModelImpl::run_layers(const at::Tensor& tokens, const at::Tensor
   const RopeTables rope = rope_->tables(positions, options_.dtype);
   const RopeTables sliding_rope = sliding_rope_ ? sliding_rope_->tables(positions, options_.dtype) : rope;
   at::Tensor h = embed_tokens_->forward(tokens);  // [B, T, D]
+  if (embed_positions_) {  // GPT-2's table has a row per position up to its context and none past it
+    if (const int64_t last = positions.max().item<int64_t>(); last >= config_.max_position_embeddings)
+      throw Error(fmt::format("position {} is past the model's {} learned positions (max_position_embeddings)", last,
+                              config_.max_position_embeddings));
+    h.add_(embed_positions_->forward(positions));
+  }
   if (config_.arch.embedding_multiplier_in_dtype)  // Gemma: the multiplier rounded to the model dtype first
     h = h * at::scalar_tensor(config_.arch.embedding_multiplier, h.options());
   else if (config_.arch.embedding_multiplier != 1.0)
@@ -521,60 +546,98 @@ LlamaModel build_with_source(const ModelConfig& config, LoadOptions options,
   return LlamaModel(config, source, options);
 }
 
-// A weight stored apart under its own name, else its rows of the tensor its family fuses it into
-// (weight_names.h's fused_slices): `find` returns a stored tensor or an undefined one.
-at::Tensor weight_or_slice(const std::string& name, const std::map<std::string, FusedSlice>& fused,
-                           const std::function<at::Tensor(const std::string&)>& find,
-                           const std::function<std::string(const std::string&)>& where_of, const std::string& where) {
-  if (at::Tensor t = find(name); t.defined()) return t;
-  const auto it = fused.find(name);
-  if (it == fused.end()) fail(where, "checkpoint is missing tensor '{}'", name);
-  const FusedSlice& slice = it->second;
-  at::Tensor t = find(slice.stored);
-  if (!t.defined()) fail(where, "checkpoint is missing tensor '{}'", slice.stored);
-  if (t.dim() != 2 || t.size(0) != slice.stored_rows)
-    fail(where_of(slice.stored), "tensor '{}' has shape {}, but config.json implies {} rows", slice.stored,
-         shape_str(t.sizes()), slice.stored_rows);
-  return t.narrow(0, slice.begin, slice.rows);
-}
+// A checkpoint's tensors as the modules ask for them, by module name, through the family's
+// stored_layout (weight_names.h): under the module's own name, else the layout's name or its bare form,
+// transposed and sliced as the layout says. `contains` and `tensor` look names up in the checkpoint.
+class StoredTensors {
+ public:
+  StoredTensors(const ModelConfig& config, std::function<bool(const std::string&)> contains,
+                std::function<at::Tensor(const std::string&)> tensor, std::function<std::string(const std::string&)> file_of,
+                std::string where)
+      : layout_(stored_layout(config)),
+        contains_(std::move(contains)),
+        tensor_(std::move(tensor)),
+        file_of_(std::move(file_of)),
+        where_(std::move(where)) {}
+
+  // The checkpoint name that holds `module`'s tensor; "" when none does.
+  std::string holder(const std::string& module) const {
+    if (contains_(module)) return module;
+    const auto it = layout_.find(module);
+    if (it == layout_.end()) return "";
+    if (contains_(it->second.stored)) return it->second.stored;
+    if (!it->second.bare.empty() && contains_(it->second.bare)) return it->second.bare;
+    return "";
+  }
+  // The name a checkpoint of this family should hold `module`'s tensor under, for messages.
+  std::string expected(const std::string& module) const {
+    const auto it = layout_.find(module);
+    return it == layout_.end() ? module : it->second.stored;
+  }
+  // The file that holds `module`'s tensor (or the directory when none does).
+  std::string file_of(const std::string& module) const {
+    const std::string name = holder(module);
+    return name.empty() ? where_ : file_of_(name);
+  }
+
+  at::Tensor read(const std::string& module) const {
+    const std::string name = holder(module);
+    if (name.empty()) fail(where_, "checkpoint is missing tensor '{}'", expected(module));
+    at::Tensor t = tensor_(name);
+    if (name == module) return t;
+    const StoredAs& s = layout_.at(module);
+    const std::string stored_shape = shape_str(t.sizes());
+    if (s.transposed) {
+      if (t.dim() != 2) fail(file_of_(name), "tensor '{}' has shape {}, expected 2 dimensions", name, shape_str(t.sizes()));
+      t = t.t();
+    }
+    if (t.dim() < 1 || t.size(0) != s.stored_rows)
+      fail(file_of_(name), "tensor '{}' has shape {}, but config.json implies {} {}", name, stored_shape, s.stored_rows,
+           s.transposed ? "columns (stored [in, out], as Conv1D)" : "rows");
+    if (s.groups > 1) {  // [groups * block, ...] -> [groups, block, ...], this weight's rows of each block
+      std::vector<int64_t> blocks = t.sizes().vec(), out = t.sizes().vec();
+      blocks[0] = s.groups;
+      blocks.insert(blocks.begin() + 1, s.stored_rows / s.groups);
+      out[0] = s.groups * s.rows;
+      return t.reshape(blocks).narrow(1, s.begin, s.rows).reshape(out);
+    }
+    t = s.rows == s.stored_rows ? t : t.narrow(0, s.begin, s.rows);
+    return s.transposed ? t.contiguous() : t;
+  }
+
+ private:
+  std::map<std::string, StoredAs> layout_;
+  std::function<bool(const std::string&)> contains_;
+  std::function<at::Tensor(const std::string&)> tensor_;
+  std::function<std::string(const std::string&)> file_of_;
+  std::string where_;
+};
 
 }  // namespace
 
 LlamaModel load_model(const std::string& dir, LoadOptions options) {
   ModelConfig config = ModelConfig::load(dir + "/config.json");
   CheckpointFiles ckpt = CheckpointFiles::open(dir);
+  const StoredTensors stored(
+      config, [&](const std::string& n) { return ckpt.contains(n); },
+      [&](const std::string& n) { return ckpt.tensor(n); }, [&](const std::string& n) { return ckpt.file_of(n); },
+      dir);
   const std::string lm_head = weight_name(LlamaWeight::kLmHead);
-  if (!config.tie_word_embeddings && !ckpt.contains(lm_head) && ckpt.contains(weight_name(LlamaWeight::kEmbedTokens)))
-    fail(dir, "checkpoint has no '{}' and config.json does not set tie_word_embeddings", lm_head);
-  const std::map<std::string, FusedSlice> fused = fused_slices(config);
-  const auto file_of = [&](const std::string& name) {
-    const auto it = fused.find(name);
-    return ckpt.file_of(ckpt.contains(name) || it == fused.end() ? name : it->second.stored);
-  };
+  if (!config.tie_word_embeddings && stored.holder(lm_head).empty() &&
+      !stored.holder(weight_name(LlamaWeight::kEmbedTokens)).empty())
+    fail(dir, "checkpoint has no '{}' and config.json does not set tie_word_embeddings", stored.expected(lm_head));
   return build_with_source(
-      config, options,
-      [&](const std::string& name) {
-        return weight_or_slice(
-            name, fused, [&](const std::string& n) { return ckpt.contains(n) ? ckpt.tensor(n) : at::Tensor(); },
-            file_of, dir);
-      },
-      file_of);
+      config, options, [&](const std::string& name) { return stored.read(name); },
+      [&](const std::string& name) { return stored.file_of(name); });
 }
 
 LlamaModel build_model(const ModelConfig& config, const std::map<std::string, at::Tensor>& weights,
                        LoadOptions options, const std::string& where) {
-  const std::map<std::string, FusedSlice> fused = fused_slices(config);
+  const StoredTensors stored(
+      config, [&](const std::string& n) { return weights.count(n) > 0; },
+      [&](const std::string& n) { return weights.at(n); }, [&](const std::string&) { return where; }, where);
   return build_with_source(
-      config, options,
-      [&](const std::string& name) {
-        return weight_or_slice(
-            name, fused,
-            [&](const std::string& n) {
-              const auto it = weights.find(n);
-              return it == weights.end() ? at::Tensor() : it->second;
-            },
-            [&](const std::string&) { return where; }, where);
-      },
+      config, options, [&](const std::string& name) { return stored.read(name); },
       [&](const std::string&) { return where; });
 }
 

@@ -184,10 +184,10 @@ RopeScaling parse_rope_scaling(const json& j, const json& top, const std::string
 }
 
 // The fraction of each head RoPE rotates: partial_rotary_factor (phi3 and most), rotary_pct (gpt_neox).
-double parse_partial_rotary(const json& j, const std::string& where, int64_t head_dim) {
+double parse_partial_rotary(const json& j, const std::string& where, int64_t head_dim, double fallback) {
   const char* key = "partial_rotary_factor";
   if ((!j.contains(key) || j[key].is_null()) && j.contains("rotary_pct")) key = "rotary_pct";
-  const double f = get_double(j, where, key, 1.0);
+  const double f = get_double(j, where, key, fallback);
   if (!(f > 0 && f <= 1)) fail(where, "key '{}' must be in (0, 1], got {}", key, f);
   const auto dim = static_cast<int64_t>(static_cast<double>(head_dim) * f);
   if (dim <= 0 || dim % 2 != 0)
@@ -326,12 +326,36 @@ std::optional<double> get_optional_positive(const json& j, const std::string& wh
   return get_positive(j, where, key, 1.0);
 }
 
-// The MLP's activation under `key`: silu (SwiGLU) or gelu_pytorch_tanh (GeGLU).
+// The MLP's activation under `key`: silu, gelu (erf) or GELU's tanh approximation under each of
+// transformers' names for it (gelu_pytorch_tanh, gelu_new, gelu_fast: the same function).
 Activation read_activation(const json& j, const std::string& where, const char* key, const char* fallback) {
   const json v = j.contains(key) && !j[key].is_null() ? j[key] : json(fallback);
   if (v == "silu") return Activation::kSilu;
-  if (v == "gelu_pytorch_tanh") return Activation::kGeluTanh;
-  fail(where, "unsupported {} {} (supported: silu, gelu_pytorch_tanh)", key, v.dump());
+  if (v == "gelu") return Activation::kGelu;
+  if (v == "gelu_pytorch_tanh" || v == "gelu_new" || v == "gelu_fast") return Activation::kGeluTanh;
+  fail(where, "unsupported {} {} (supported: silu, gelu, gelu_new, gelu_fast, gelu_pytorch_tanh)", key, v.dump());
+}
+
+const char* activation_name(Activation a) {
+  switch (a) {
+    case Activation::kSilu: return "silu";
+    case Activation::kGelu: return "gelu";
+    case Activation::kGeluTanh: return "gelu_pytorch_tanh";
+  }
+  return "?";
+}
+
+// Heads of the families without grouped-query attention, and whose head size is hidden / heads: a config
+// that says otherwise is refused, since their modeling code would ignore it.
+void require_plain_heads(const json& j, const std::string& where, const ModelConfig& c) {
+  if (c.num_key_value_heads != c.num_attention_heads)
+    fail(where, "num_key_value_heads ({}) differs from the heads ({}); model_type '{}' has no grouped-query attention",
+         c.num_key_value_heads, c.num_attention_heads, c.model_type);
+  if (c.hidden_size % c.num_attention_heads != 0 || c.head_dim != c.hidden_size / c.num_attention_heads)
+    fail(where, "head_dim ({}) must be the hidden size {} / {} heads for model_type '{}'", c.head_dim, c.hidden_size,
+         c.num_attention_heads, c.model_type);
+  if (j.contains("layer_types") || (j.contains("sliding_window") && !j["sliding_window"].is_null()))
+    fail(where, "sliding windows (layer_types, sliding_window) are not part of model_type '{}'", c.model_type);
 }
 
 // Gemma 2 and 3: the sandwich of four (1 + w) norms, GeGLU, embeddings times sqrt(hidden_size) in the
@@ -357,11 +381,30 @@ struct Family {
   bool tie_word_embeddings;
   bool attention_bias;
   void (*read)(const json& j, const std::string& where, ModelConfig& c);
+  // The family's own spelling of a key the shared code reads (GPT-2's n_embd for hidden_size): read
+  // when present or when the shared key is absent, and written back by to_json.
+  std::vector<std::pair<const char*, const char*>> keys = {};
+  const char* activation = "silu";  // hidden_act's default
+  double partial_rotary_factor = 1.0;
+  int64_t intermediate_multiple = 0;  // intermediate_size's default as a multiple of hidden_size; 0: required
+  int64_t max_position_embeddings = 2048;
+  // Older names of rope_scaling types the family's Config class renames (Phi-3: su and yarn are its longrope).
+  std::vector<std::pair<const char*, const char*>> rope_types = {};
 };
+
+// The key `ours` under the family's spelling, where the family has one and the config uses it.
+const char* key_of(const Family& f, const json& j, const char* ours) {
+  for (const auto& [shared, theirs] : f.keys)
+    if (std::string(shared) == ours && (j.contains(theirs) || !j.contains(ours))) return theirs;
+  return ours;
+}
 
 const Family kFamilies[] = {
     {"llama", "LlamaForCausalLM", std::nullopt, 1e-6, 10000.0, false, false,
-     [](const json&, const std::string&, ModelConfig& c) { c.arch.o_proj_bias = c.attention_bias; }},
+     [](const json& j, const std::string& where, ModelConfig& c) {
+       c.arch.o_proj_bias = c.attention_bias;
+       c.arch.mlp_bias = get_bool(j, where, "mlp_bias", false);
+     }},
     {"mistral", "MistralForCausalLM", std::nullopt, 1e-6, 10000.0, false, false,
      [](const json& j, const std::string& where, ModelConfig& c) {
        // transformers' MistralConfig defaults the window to 4096 when the key is absent; null is none.
@@ -386,6 +429,7 @@ const Family kFamilies[] = {
     {"granite", "GraniteForCausalLM", std::nullopt, 1e-6, 10000.0, false, false,
      [](const json& j, const std::string& where, ModelConfig& c) {
        c.arch.o_proj_bias = c.attention_bias;
+       c.arch.mlp_bias = get_bool(j, where, "mlp_bias", false);
        c.arch.embedding_multiplier = get_positive(j, where, "embedding_multiplier", 1.0);
        c.arch.residual_multiplier = get_positive(j, where, "residual_multiplier", 1.0);
        c.arch.attention_scale = get_positive(j, where, "attention_multiplier", 1.0);
@@ -394,6 +438,7 @@ const Family kFamilies[] = {
     {"smollm3", "SmolLM3ForCausalLM", std::nullopt, 1e-6, 2000000.0, true, false,
      [](const json& j, const std::string& where, ModelConfig& c) {
        c.arch.o_proj_bias = c.attention_bias;
+       c.arch.mlp_bias = get_bool(j, where, "mlp_bias", false);
        c.arch.rope_layers = parse_rope_layers(j, where, c.num_hidden_layers);
        // Windowed by default only where use_sliding_window is set, on the layers without RoPE; an
        // explicit layer_types uses sliding_window whatever use_sliding_window says (as transformers' mask does).
@@ -414,19 +459,21 @@ const Family kFamilies[] = {
     {"phi3", "Phi3ForCausalLM", std::nullopt, 1e-5, 10000.0, false, false,
      [](const json& j, const std::string& where, ModelConfig& c) {
        if (c.attention_bias) fail(where, "attention_bias=true is not supported for phi3 (its qkv_proj has no bias)");
-       c.arch.fused_qkv = true;
-       c.arch.fused_gate_up = true;
+       c.arch.layout = WeightLayout::kPhi3;
        // A window on every layer when sliding_window is set (Phi-3-mini-4k: 2047), as Mistral's.
        c.sliding_window = read_window(j, where, std::nullopt);
        if (c.sliding_window) c.arch.sliding_layers.assign(static_cast<size_t>(c.num_hidden_layers), true);
        // Phi3Config always has a top-level original_max_position_embeddings (4096 unless set), and a
        // top-level one wins over rope_scaling's.
        if (c.rope_scaling.type != RopeScalingType::kNone && !j.contains("original_max_position_embeddings")) {
-         json with_default = j;
+         json with_default = j, scaling = j["rope_scaling"];
          with_default["original_max_position_embeddings"] = 4096;
-         c.rope_scaling = parse_rope_scaling(j["rope_scaling"], with_default, where, c);
+         for (const char* type_key : {"rope_type", "type"})
+           if (scaling.contains(type_key)) scaling[type_key] = rope_scaling_name(c.rope_scaling.type);
+         c.rope_scaling = parse_rope_scaling(scaling, with_default, where, c);
        }
-     }},
+     },
+     {}, "silu", 1.0, 0, 2048, {{"su", "longrope"}, {"yarn", "longrope"}}},
     {"gemma2", "Gemma2ForCausalLM", 256, 1e-6, 10000.0, true, false,
      [](const json& j, const std::string& where, ModelConfig& c) {
        read_gemma(j, where, c);
@@ -449,6 +496,40 @@ const Family kFamilies[] = {
                            [pattern](int64_t i) { return (i + 1) % pattern != 0; });
        c.arch.sliding_rope_theta = get_positive(j, where, "rope_local_base_freq", 10000.0);
      }},
+    // Pythia: LayerNorm with biases, q, k, v fused per head in query_key_value, partial RoPE (rotary_pct,
+    // 0.25 by default), parallel residual by default, a plain GELU MLP with biases, an untied embed_out.
+    {"gpt_neox", "GPTNeoXForCausalLM", std::nullopt, 1e-5, 10000.0, false, true,
+     [](const json& j, const std::string& where, ModelConfig& c) {
+       require_plain_heads(j, where, c);
+       c.arch.layout = WeightLayout::kGptNeoX;
+       c.arch.norm = NormKind::kLayerNorm;
+       c.arch.gated_mlp = false;
+       c.arch.mlp_bias = true;
+       c.arch.o_proj_bias = c.attention_bias;
+       c.arch.parallel_residual = get_bool(j, where, "use_parallel_residual", true);
+     },
+     {{"rms_norm_eps", "layer_norm_eps"}, {"rope_theta", "rotary_emb_base"}}, "gelu", 0.25},
+    // GPT-2 (nanoGPT exports): learned positions, LayerNorm with biases, Conv1D weights stored [in, out],
+    // q, k, v fused in c_attn, biases everywhere, a plain gelu_new MLP, the head tied to wte.
+    {"gpt2", "GPT2LMHeadModel", std::nullopt, 1e-5, 10000.0, true, true,
+     [](const json& j, const std::string& where, ModelConfig& c) {
+       require_plain_heads(j, where, c);
+       for (const char* key : {"scale_attn_by_inverse_layer_idx", "add_cross_attention"})
+         if (get_bool(j, where, key, false)) fail(where, "{}=true is not supported for gpt2", key);
+       if (j.contains("rope_scaling")) fail(where, "rope_scaling is set, but gpt2 has learned positions, not RoPE");
+       c.arch.layout = WeightLayout::kGpt2;
+       c.arch.norm = NormKind::kLayerNorm;
+       c.arch.gated_mlp = false;
+       c.arch.mlp_bias = true;
+       c.attention_bias = true;  // c_attn and c_proj always carry biases
+       c.arch.o_proj_bias = true;
+       c.arch.learned_positions = true;
+       if (!get_bool(j, where, "scale_attn_weights", true)) c.arch.attention_scale = 1.0;  // q kᵀ unscaled
+     },
+     {{"hidden_size", "n_embd"}, {"num_hidden_layers", "n_layer"}, {"num_attention_heads", "n_head"},
+      {"max_position_embeddings", "n_positions"}, {"intermediate_size", "n_inner"},
+      {"rms_norm_eps", "layer_norm_epsilon"}, {"hidden_act", "activation_function"}},
+     "gelu_new", 1.0, 4, 1024},
 };
 
 const Family& family_of(const std::string& model_type, const std::string& where) {
@@ -470,14 +551,16 @@ ModelConfig ModelConfig::from_json(const json& raw, const std::string& where) {
     c.model_type = j["model_type"].get<std::string>();
   }
   const Family& family = family_of(c.model_type, where);
-  c.arch.activation = read_activation(j, where, "hidden_act", "silu");
-  if (get_bool(j, where, "mlp_bias", false)) fail(where, "mlp_bias=true is not supported");
+  const auto key = [&](const char* ours) { return key_of(family, j, ours); };
+  c.arch.activation = read_activation(j, where, key("hidden_act"), family.activation);
 
   c.vocab_size = get_int(j, where, "vocab_size", std::nullopt, 1, kMaxVocab);
-  c.hidden_size = get_int(j, where, "hidden_size", std::nullopt, 1, kMaxHidden);
-  c.intermediate_size = get_int(j, where, "intermediate_size", std::nullopt, 1, kMaxIntermediate);
-  c.num_hidden_layers = get_int(j, where, "num_hidden_layers", std::nullopt, 1, kMaxLayers);
-  c.num_attention_heads = get_int(j, where, "num_attention_heads", std::nullopt, 1, kMaxHeads);
+  c.hidden_size = get_int(j, where, key("hidden_size"), std::nullopt, 1, kMaxHidden);
+  std::optional<int64_t> default_intermediate;
+  if (family.intermediate_multiple > 0) default_intermediate = family.intermediate_multiple * c.hidden_size;
+  c.intermediate_size = get_int(j, where, key("intermediate_size"), default_intermediate, 1, kMaxIntermediate);
+  c.num_hidden_layers = get_int(j, where, key("num_hidden_layers"), std::nullopt, 1, kMaxLayers);
+  c.num_attention_heads = get_int(j, where, key("num_attention_heads"), std::nullopt, 1, kMaxHeads);
   c.num_key_value_heads = get_int(j, where, "num_key_value_heads", c.num_attention_heads, 1, kMaxHeads);
   if (c.num_attention_heads % c.num_key_value_heads != 0)
     fail(where, "num_attention_heads ({}) is not a multiple of num_key_value_heads ({})", c.num_attention_heads,
@@ -486,17 +569,26 @@ ModelConfig ModelConfig::from_json(const json& raw, const std::string& where) {
   if (!default_head_dim && c.hidden_size % c.num_attention_heads == 0) default_head_dim = c.hidden_size / c.num_attention_heads;
   c.head_dim = get_int(j, where, "head_dim", default_head_dim, 2, kMaxHeadDim);
   if (c.head_dim % 2 != 0) fail(where, "head_dim ({}) must be even for rotary embeddings", c.head_dim);
-  c.max_position_embeddings = get_int(j, where, "max_position_embeddings", 2048, 1, kMaxPositions);
-  c.rms_norm_eps = get_double(j, where, "rms_norm_eps", family.rms_norm_eps);
-  if (!(c.rms_norm_eps > 0)) fail(where, "key 'rms_norm_eps' must be positive");
-  c.rope_theta = get_double(j, where, "rope_theta", family.rope_theta);
-  if (!(c.rope_theta > 1)) fail(where, "key 'rope_theta' must be > 1");
-  c.partial_rotary_factor = parse_partial_rotary(j, where, c.head_dim);
-  if (j.contains("rope_scaling")) c.rope_scaling = parse_rope_scaling(j["rope_scaling"], j, where, c);
+  c.max_position_embeddings =
+      get_int(j, where, key("max_position_embeddings"), family.max_position_embeddings, 1, kMaxPositions);
+  c.rms_norm_eps = get_double(j, where, key("rms_norm_eps"), family.rms_norm_eps);
+  if (!(c.rms_norm_eps > 0)) fail(where, "key '{}' must be positive", key("rms_norm_eps"));
+  c.rope_theta = get_double(j, where, key("rope_theta"), family.rope_theta);
+  if (!(c.rope_theta > 1)) fail(where, "key '{}' must be > 1", key("rope_theta"));
+  c.partial_rotary_factor = parse_partial_rotary(j, where, c.head_dim, family.partial_rotary_factor);
+  if (j.contains("rope_scaling")) {
+    json scaling = j["rope_scaling"];
+    for (const char* type_key : {"rope_type", "type"})
+      for (const auto& [old_name, name] : family.rope_types)
+        if (scaling.is_object() && scaling.contains(type_key) && scaling[type_key] == old_name) scaling[type_key] = name;
+    c.rope_scaling = parse_rope_scaling(scaling, j, where, c);
+  }
   c.tie_word_embeddings = get_bool(j, where, "tie_word_embeddings", family.tie_word_embeddings);
   // Qwen2 always has q/k/v biases; Llama has them only when attention_bias says so.
   c.attention_bias = get_bool(j, where, "attention_bias", family.attention_bias);
   family.read(j, where, c);
+  if (!c.arch.mlp_bias && get_bool(j, where, "mlp_bias", false))
+    fail(where, "mlp_bias=true is not supported for model_type '{}'", c.model_type);
   if (!c.arch.sliding_rope_theta && j.contains("rope_local_base_freq") &&
       get_double(j, where, "rope_local_base_freq", c.rope_theta) != c.rope_theta)
     fail(where, "a second RoPE base for sliding layers (rope_local_base_freq, or rope_parameters.sliding_attention) "
@@ -543,7 +635,8 @@ json ModelConfig::to_json() const {
             {"rope_theta", rope_theta},
             {"tie_word_embeddings", tie_word_embeddings},
             {"attention_bias", attention_bias},
-            {"hidden_act", arch.activation == Activation::kSilu ? "silu" : "gelu_pytorch_tanh"}};
+            {"hidden_act", activation_name(arch.activation)}};
+  if (arch.mlp_bias && arch.gated_mlp) j["mlp_bias"] = true;
   const RopeScaling& s = rope_scaling;
   if (s.type == RopeScalingType::kNone) {
     j["rope_scaling"] = nullptr;
@@ -569,10 +662,11 @@ json ModelConfig::to_json() const {
     }
     j["rope_scaling"] = r;
   }
-  if (partial_rotary_factor != 1.0) j["partial_rotary_factor"] = partial_rotary_factor;
+  const Family& family = family_of(model_type, "ModelConfig::to_json");
+  if (partial_rotary_factor != family.partial_rotary_factor) j["partial_rotary_factor"] = partial_rotary_factor;
   // A window, or null where the family's default would be one (Mistral, Gemma, OLMo 3: 4096).
   if (sliding_window) j["sliding_window"] = *sliding_window;
-  else if (model_type != "llama") j["sliding_window"] = nullptr;
+  else if (model_type != "llama" && model_type != "gpt_neox" && model_type != "gpt2") j["sliding_window"] = nullptr;
   if (sliding_window && model_type != "mistral") {
     json types = json::array();
     for (int64_t i = 0; i < num_hidden_layers; ++i) types.push_back(arch.slides(i) ? "sliding_attention" : "full_attention");
@@ -592,6 +686,11 @@ json ModelConfig::to_json() const {
     j["attn_logit_softcapping"] = arch.attention_softcap ? json(*arch.attention_softcap) : json(nullptr);
     j["final_logit_softcapping"] = arch.logit_softcap ? json(*arch.logit_softcap) : json(nullptr);
   }
+  if (model_type == "gpt_neox") j["use_parallel_residual"] = arch.parallel_residual;
+  if (model_type == "gpt2") {
+    j["scale_attn_weights"] = !arch.attention_scale.has_value();
+    j.erase("rope_scaling");
+  }
   if (arch.sliding_rope_theta) j["rope_local_base_freq"] = *arch.sliding_rope_theta;
   if (!arch.rope_layers.empty()) {
     json layers = json::array();
@@ -602,6 +701,11 @@ json ModelConfig::to_json() const {
   if (bos_token_id) j["bos_token_id"] = *bos_token_id;
   if (eos_token_ids.size() == 1) j["eos_token_id"] = eos_token_ids[0];
   else if (!eos_token_ids.empty()) j["eos_token_id"] = eos_token_ids;
+  for (const auto& [ours, theirs] : family.keys)  // the family's own spelling (GPT-2's n_embd)
+    if (j.contains(ours)) {
+      j[theirs] = j[ours];
+      j.erase(ours);
+    }
   return j;
 }
 
@@ -630,11 +734,15 @@ int64_t ModelConfig::num_parameters() const {
   if (arch.o_proj_bias) attn += hidden_size;
   if (arch.qk_norm == QkNorm::kPerHead) attn += 2 * head_dim;
   if (arch.qk_norm == QkNorm::kWholeProjection) attn += q + kv;
-  const int64_t mlp = 3 * hidden_size * intermediate_size;
+  const int64_t matrices = arch.gated_mlp ? 3 : 2;
+  int64_t mlp = matrices * hidden_size * intermediate_size;
+  if (arch.mlp_bias) mlp += (matrices - 1) * intermediate_size + hidden_size;
+  const int64_t norm = (arch.norm == NormKind::kLayerNorm ? 2 : 1) * hidden_size;  // weight (and bias)
   const int64_t norms = arch.norm_placement == NormPlacement::kSandwich ? 4 : 2;
-  const int64_t layer = attn + mlp + norms * hidden_size;
+  const int64_t layer = attn + mlp + norms * norm;
   const int64_t embed = vocab_size * hidden_size;
-  return num_hidden_layers * layer + hidden_size + embed + (tie_word_embeddings ? 0 : embed);
+  const int64_t positions = arch.learned_positions ? max_position_embeddings * hidden_size : 0;
+  return num_hidden_layers * layer + norm + embed + positions + (tie_word_embeddings ? 0 : embed);
 }
 
 }  // namespace gpueval

@@ -22,6 +22,7 @@ bool layer_has(const ModelConfig& c, LlamaWeight w) {
     case LlamaWeight::kPostFeedforwardLayernorm: return placement != NormPlacement::kPreNorm;
     case LlamaWeight::kQNorm:
     case LlamaWeight::kKNorm: return c.arch.qk_norm != QkNorm::kNone;
+    case LlamaWeight::kGateProj: return c.arch.gated_mlp;
     default: return true;
   }
 }
@@ -52,6 +53,7 @@ std::string weight_name(LlamaWeight w, int64_t layer) {
   if (const char* suffix = layer_suffix(w)) return fmt::format("model.layers.{}.{}", layer, suffix);
   switch (w) {
     case LlamaWeight::kEmbedTokens: return "model.embed_tokens.weight";
+    case LlamaWeight::kPositionEmbedding: return "model.embed_positions.weight";
     case LlamaWeight::kNorm: return "model.norm.weight";
     case LlamaWeight::kLmHead: return "lm_head.weight";
     default: break;
@@ -72,6 +74,7 @@ std::vector<int64_t> weight_shape(const ModelConfig& c, LlamaWeight w) {
   switch (w) {
     case LlamaWeight::kEmbedTokens:
     case LlamaWeight::kLmHead: return {c.vocab_size, d};
+    case LlamaWeight::kPositionEmbedding: return {c.max_position_embeddings, d};
     case LlamaWeight::kInputLayernorm:
     case LlamaWeight::kPostAttentionLayernorm:
     case LlamaWeight::kPreFeedforwardLayernorm:
@@ -99,14 +102,23 @@ bool is_norm(LlamaWeight w) {
 }
 
 bool has_bias(const ModelConfig& c, LlamaWeight w) {
-  if (w == LlamaWeight::kOProj) return c.arch.o_proj_bias;
-  return c.attention_bias && (w == LlamaWeight::kQProj || w == LlamaWeight::kKProj || w == LlamaWeight::kVProj);
+  switch (w) {
+    case LlamaWeight::kQProj:
+    case LlamaWeight::kKProj:
+    case LlamaWeight::kVProj: return c.attention_bias;
+    case LlamaWeight::kOProj: return c.arch.o_proj_bias;
+    case LlamaWeight::kGateProj:
+    case LlamaWeight::kUpProj:
+    case LlamaWeight::kDownProj: return c.arch.mlp_bias;
+    default: return is_norm(w) && c.arch.norm == NormKind::kLayerNorm;
+  }
 }
 
 std::vector<WeightSpec> llama_weights(const ModelConfig& c) {
   std::vector<WeightSpec> out;
   auto add = [&](LlamaWeight w, int64_t layer) { out.push_back({w, layer, weight_name(w, layer), weight_shape(c, w)}); };
   add(LlamaWeight::kEmbedTokens, 0);
+  if (c.arch.learned_positions) add(LlamaWeight::kPositionEmbedding, 0);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l)
     for (LlamaWeight w : kLayerWeights)
       if (layer_has(c, w)) add(w, l);
@@ -115,23 +127,97 @@ std::vector<WeightSpec> llama_weights(const ModelConfig& c) {
   return out;
 }
 
-std::map<std::string, FusedSlice> fused_slices(const ModelConfig& c) {
-  std::map<std::string, FusedSlice> out;
-  // Consecutive row blocks of one stored tensor, in order: each weight's rows follow the last one's.
-  const auto fuse = [&](int64_t layer, const char* stored, std::initializer_list<LlamaWeight> parts) {
-    int64_t total = 0;
-    for (LlamaWeight w : parts) total += weight_shape(c, w)[0];
-    int64_t begin = 0;
-    for (LlamaWeight w : parts) {
-      const int64_t rows = weight_shape(c, w)[0];
-      out[weight_name(w, layer)] = {fmt::format("model.layers.{}.{}", layer, stored), total, begin, rows};
-      begin += rows;
-    }
+namespace {
+
+// A family's own name (without ".weight") for a weight kind: inside its layer prefix for the per-layer
+// kinds. Per-layer kinds that share a name are fused into that one tensor, as consecutive row blocks in
+// this order (or, with Layout::per_head, interleaved head by head).
+struct StoredName {
+  LlamaWeight kind;
+  const char* name;
+};
+
+struct Layout {
+  WeightLayout layout;
+  const char* base;       // the base model's prefix of every name but the head's; "" where no bare form is read
+  const char* layer;      // the per-layer prefix, "{}" for the index
+  bool per_head;          // fused q, k, v interleaved per head: [H][q k v][hd] rows (GPT-NeoX)
+  bool conv1d;            // projections stored [in, out] (GPT-2's Conv1D)
+  std::vector<StoredName> names;
+};
+
+const std::vector<Layout>& layouts() {
+  using W = LlamaWeight;
+  static const std::vector<Layout> kLayouts = {
+      {WeightLayout::kPhi3, "", "model.layers.{}.", false, false,
+       {{W::kQProj, "self_attn.qkv_proj"}, {W::kKProj, "self_attn.qkv_proj"}, {W::kVProj, "self_attn.qkv_proj"},
+        {W::kGateProj, "mlp.gate_up_proj"}, {W::kUpProj, "mlp.gate_up_proj"}}},
+      {WeightLayout::kGptNeoX, "gpt_neox.", "gpt_neox.layers.{}.", true, false,
+       {{W::kEmbedTokens, "gpt_neox.embed_in"}, {W::kInputLayernorm, "input_layernorm"},
+        {W::kQProj, "attention.query_key_value"}, {W::kKProj, "attention.query_key_value"},
+        {W::kVProj, "attention.query_key_value"}, {W::kOProj, "attention.dense"},
+        {W::kPostAttentionLayernorm, "post_attention_layernorm"}, {W::kUpProj, "mlp.dense_h_to_4h"},
+        {W::kDownProj, "mlp.dense_4h_to_h"}, {W::kNorm, "gpt_neox.final_layer_norm"}, {W::kLmHead, "embed_out"}}},
+      {WeightLayout::kGpt2, "transformer.", "transformer.h.{}.", false, true,
+       {{W::kEmbedTokens, "transformer.wte"}, {W::kPositionEmbedding, "transformer.wpe"},
+        {W::kInputLayernorm, "ln_1"}, {W::kQProj, "attn.c_attn"}, {W::kKProj, "attn.c_attn"},
+        {W::kVProj, "attn.c_attn"}, {W::kOProj, "attn.c_proj"}, {W::kPostAttentionLayernorm, "ln_2"},
+        {W::kUpProj, "mlp.c_fc"}, {W::kDownProj, "mlp.c_proj"}, {W::kNorm, "transformer.ln_f"},
+        {W::kLmHead, "lm_head"}}},
+  };
+  return kLayouts;
+}
+
+bool is_projection(LlamaWeight w) { return !is_norm(w) && is_per_layer(w); }
+
+}  // namespace
+
+std::map<std::string, StoredAs> stored_layout(const ModelConfig& c) {
+  std::map<std::string, StoredAs> out;
+  const Layout* layout = nullptr;
+  for (const Layout& l : layouts())
+    if (l.layout == c.arch.layout) layout = &l;
+  if (!layout) return out;  // Llama's names
+  const std::string base = layout->base;
+  const auto add = [&](const std::string& module, const std::string& stored, StoredAs s) {
+    s.stored = stored;
+    if (!base.empty() && stored.compare(0, base.size(), base) == 0) s.bare = stored.substr(base.size());
+    if (module != stored || s.rows != s.stored_rows) out[module] = s;
   };
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    if (c.arch.fused_qkv)
-      fuse(l, "self_attn.qkv_proj.weight", {LlamaWeight::kQProj, LlamaWeight::kKProj, LlamaWeight::kVProj});
-    if (c.arch.fused_gate_up) fuse(l, "mlp.gate_up_proj.weight", {LlamaWeight::kGateProj, LlamaWeight::kUpProj});
+    for (const StoredName& n : layout->names) {
+      const LlamaWeight w = n.kind;
+      if (!is_per_layer(w) && l > 0) continue;  // the kinds outside a layer once
+      if (is_per_layer(w) ? !layer_has(c, w) : (w == LlamaWeight::kLmHead && c.tie_word_embeddings)) continue;
+      if (w == LlamaWeight::kPositionEmbedding && !c.arch.learned_positions) continue;
+      const std::string stored =
+          is_per_layer(w) ? fmt::format(fmt::runtime(layout->layer), l) + n.name : std::string(n.name);
+      // The parts fused with this one: every kind of this layer under the same name, in table order.
+      int64_t total = 0, begin = 0, parts = 0;
+      for (const StoredName& m : layout->names)
+        if (std::string(m.name) == n.name && is_per_layer(m.kind) == is_per_layer(w) && layer_has(c, m.kind)) {
+          if (m.kind == w) begin = total;
+          total += weight_shape(c, m.kind)[0];
+          ++parts;
+        }
+      StoredAs s;
+      s.transposed = layout->conv1d && is_projection(w);
+      s.rows = weight_shape(c, w)[0];
+      s.stored_rows = total;
+      s.begin = begin;
+      if (layout->per_head && parts > 1) {  // [H][parts][hd]: each block holds every part's rows of one head
+        s.groups = c.num_attention_heads;
+        s.rows = c.head_dim;
+        s.begin = begin / c.num_attention_heads;
+      }
+      const std::string module = weight_name(w, l);
+      add(module, stored + ".weight", s);
+      if (has_bias(c, w)) {
+        StoredAs b = s;
+        b.transposed = false;
+        add(bias_name(module), stored + ".bias", b);
+      }
+    }
   }
   return out;
 }

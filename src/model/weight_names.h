@@ -1,12 +1,15 @@
-// The Hugging Face names and shapes of a checkpoint's tensors, for every family ModelConfig reads: the one table the
+// The names and shapes of a checkpoint's tensors, for every family ModelConfig reads: the one table the
 // loader (model.cpp), the random-weight writer (random_model.cpp), the llama2.c converter and the
 // tests' tiny model all read, so that a name is spelled once.
 //
 // A weight is named by its kind and, for the kinds inside a decoder layer, the layer's index:
-// weight_name(LlamaWeight::kQProj, 3) is "model.layers.3.self_attn.q_proj.weight". Its shape
-// follows from the ModelConfig, and which kinds a checkpoint holds from its Architecture (OLMo 2 has
-// no input_layernorm but a post_feedforward_layernorm; Qwen3 and OLMo 2 have q_norm and k_norm).
-// A family that stores some weights fused (Phi-3) has them read as slices of the fused tensor.
+// weight_name(LlamaWeight::kQProj, 3) is "model.layers.3.self_attn.q_proj.weight", the name of the
+// module that holds it (Llama's Hugging Face names, the same for every family). Its shape follows from the
+// ModelConfig, and which kinds a checkpoint holds from its Architecture (OLMo 2 has no input_layernorm
+// but a post_feedforward_layernorm; Qwen3 and OLMo 2 have q_norm and k_norm; GPT-NeoX and GPT-2 no
+// gate_proj). A family whose checkpoints name or lay out a weight otherwise (Phi-3's fused qkv_proj,
+// GPT-NeoX's gpt_neox.layers.N.attention.query_key_value, GPT-2's transposed transformer.h.N.attn.c_attn)
+// has it read from there: stored_layout says where, one table row per family (WeightLayout).
 // Pure functions; safe from any thread.
 #pragma once
 
@@ -21,6 +24,7 @@ namespace gpueval {
 
 enum class LlamaWeight {
   kEmbedTokens,             // [V, D]
+  kPositionEmbedding,       // [max_position_embeddings, D]   with arch.learned_positions (GPT-2)
   kInputLayernorm,          // [D]            per layer
   kQProj,                   // [H * hd, D]    per layer
   kKProj,                   // [KV * hd, D]   per layer
@@ -30,7 +34,7 @@ enum class LlamaWeight {
   kOProj,                   // [D, H * hd]    per layer
   kPostAttentionLayernorm,  // [D]            per layer
   kPreFeedforwardLayernorm,  // [D]           per layer, with NormPlacement::kSandwich
-  kGateProj,                // [F, D]         per layer
+  kGateProj,                // [F, D]         per layer, with arch.gated_mlp
   kUpProj,                  // [F, D]         per layer
   kDownProj,                // [D, F]         per layer
   kPostFeedforwardLayernorm,  // [D]          per layer, with NormPlacement::kPostSublayer or kSandwich
@@ -45,7 +49,8 @@ std::string bias_name(const std::string& weight_name);
 std::vector<int64_t> weight_shape(const ModelConfig& config, LlamaWeight weight);
 bool is_per_layer(LlamaWeight weight);  // one tensor per decoder layer
 bool is_norm(LlamaWeight weight);       // an RMSNorm scale: [D], 1 at initialisation
-// q, k, v with attention_bias; o with arch.o_proj_bias.
+// q, k, v with attention_bias; o with arch.o_proj_bias; gate, up and down with arch.mlp_bias; every
+// norm with NormKind::kLayerNorm.
 bool has_bias(const ModelConfig& config, LlamaWeight weight);
 
 struct WeightSpec {
@@ -62,14 +67,20 @@ struct WeightSpec {
 // LM head.
 std::vector<WeightSpec> llama_weights(const ModelConfig& config);
 
-// A weight a family stores fused with others (Phi-3's qkv_proj and gate_up_proj): the stored
-// tensor's name, its row count, and this weight's rows [begin, begin + rows) of it.
-struct FusedSlice {
+// Where a checkpoint of `config`'s layout keeps a weight or bias that is not stored under its own
+// (module) name: the stored tensor's name, and which of its rows are this weight's. The stored tensor
+// (transposed first where the family stores [in, out]) has stored_rows rows in `groups` equal blocks;
+// the weight is rows [begin, begin + rows) of each block, the blocks' pieces stacked in order. A tensor
+// stored whole under another name is one block, all its rows; Phi-3's q is block 0 of qkv_proj, rows
+// [0, H * hd); GPT-NeoX's q is rows [0, hd) of each of H blocks of query_key_value.
+struct StoredAs {
   std::string stored;
-  int64_t stored_rows = 0, begin = 0, rows = 0;
+  std::string bare;  // `stored` without the base model's prefix ("h.0.attn.c_attn.weight" in GPT-2's own files); "" if none
+  bool transposed = false;
+  int64_t stored_rows = 0, groups = 1, begin = 0, rows = 0;
 };
-// Every weight of `config` that its checkpoints store fused, by the weight's own name; empty for
-// the families that store each weight apart.
-std::map<std::string, FusedSlice> fused_slices(const ModelConfig& config);
+// Every weight and bias of `config` that its checkpoints keep elsewhere, by its module name; empty for
+// the families that store each under Llama's names.
+std::map<std::string, StoredAs> stored_layout(const ModelConfig& config);
 
 }  // namespace gpueval
