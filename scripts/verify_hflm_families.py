@@ -62,6 +62,11 @@ def build_model(family: str, model_dir: Path, tokenizer: Path, window: int) -> N
     for f in tokenizer.iterdir():
         if f.name in ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json"):
             shutil.copy(f, model_dir / f.name)
+    # The tokenizer files transformers writes for this model type: transformers 5 builds some families'
+    # own tokenizer class whatever tokenizer_config.json declares (e.g. Qwen2Tokenizer for qwen2, with
+    # Qwen's pre-tokenizer regex and NFC instead of tokenizer.json's GPT-2 split), so the saved
+    # tokenizer.json is the pipeline HFLM tokenizes with, and the one gpueval reads.
+    AutoTokenizer.from_pretrained(str(model_dir)).save_pretrained(str(model_dir))
 
 
 def prepare_tasks(args, work: Path, lm_eval_tasks: Path) -> dict:
