@@ -19,7 +19,17 @@ where the row has a sliding window (shorter than the prompts, so they matter), s
      gsm8k's greedy generations and filtered answers, the per-document and aggregated metrics; and the
      four gpueval runs with each other (bit-identical: every loglikelihood and generation equal).
 Prints a markdown table (also written to WORK/table.md), details of each difference on stderr.
-Exit 0 when every family passes, 1 otherwise, 2 on a setup error.
+Exit 0 when every family passes, 1 otherwise, 2 on a setup error. Prefix reuse on and off must agree
+within --tol (the docs promise 1e-5 per token in float32, not bit-identity); --strict-reuse asks for
+bit-identity there too. The model dir's tokenizer files are those transformers saves for the family's
+model type (transformers 5 builds Qwen2Tokenizer for qwen2 whatever tokenizer_config.json declares).
+
+Measured 2026-12-04 with gpueval 753eeb0 (/work/bin-753/gpueval), lm-eval 0.4.13, torch 2.11.0,
+transformers 5.25.0, 5 min on 2 shared cores:
+  LMEVAL_VENV=/work/venv-torch211 scripts/verify_hflm_families.sh --gpueval /work/bin-753/gpueval --limit 20
+all 17 rows pass: 80 MMLU requests and 20 gsm8k documents each, prompts 100/100, max |Δ loglik| vs HFLM
+1.9e-6..2.9e-6 (gemma3_text 1.34e-5), cpu:1 = cpu:2 bit-identical, prefix reuse on vs off within 4.8e-6
+(not bit-identical), greedy generations 20/20.
 """
 from __future__ import annotations
 
