@@ -628,9 +628,11 @@ def run_suite_lm_eval(args, work: Path, tasks: list[str], shots: int | None, lm_
 
 
 def run_suite_gpueval(args, work: Path, specs: dict, tasks: list[str], shots: int | None,
-                      roots: dict | None = None, tag: str = "", read: list[str] | None = None) -> dict:
+                      roots: dict | None = None, tag: str = "", read: list[str] | None = None,
+                      gpus: str = "cpu:1", config: dict | None = None) -> dict:
     """roots: data roots to use instead of the shared data's folders; tag: names the output;
-    read: the tasks whose samples to read (default: tasks; a group's subtasks)."""
+    read: the tasks whose samples to read (default: tasks; a group's subtasks); gpus: the
+    devices (--gpus); config: more run-config keys (e.g. prefix_reuse)."""
     out_dir = work / f"gpueval_suite{tag}_{'default' if shots is None else shots}shot_bos_{args.suite_bos}"
     if out_dir.exists():
         shutil.rmtree(out_dir)
@@ -641,9 +643,10 @@ def run_suite_gpueval(args, work: Path, specs: dict, tasks: list[str], shots: in
     cfg["data"].update(roots or {})
     if shots is not None:
         cfg["num_fewshot"] = shots
+    cfg.update(config or {})
     cfg_path = out_dir.with_suffix(".yaml")
     cfg_path.write_text(json.dumps(cfg, indent=1) + "\n")
-    cmd = [args.gpueval, "run", "--gpus", "cpu:1", str(cfg_path)]
+    cmd = [args.gpueval, "run", "--gpus", gpus, str(cfg_path)]
     log(f"[gpueval] {' '.join(cmd)}")
     proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=None if args.verbose else subprocess.PIPE, text=True)
     if proc.returncode != 0:
