@@ -221,9 +221,9 @@ def main():
                                     ok=False, error=str(e)))
             if args.write_fixtures:
                 verify_rope.write_fixture(c)
-    print(f"{'family':<15} {'max |Δ logit|':>14} {'max |logit|':>12} {'argmax':>8}  result")
+    print(f"{'family':<20} {'max |Δ logit|':>14} {'max |logit|':>12} {'argmax':>8}  result")
     for r in results:
-        print(f"{r['family']:<15} {r['max_abs']:>14.3e} {r['max_logit']:>12.4f} {r['argmax']:>7.1f}%  "
+        print(f"{r['family']:<20} {r['max_abs']:>14.3e} {r['max_logit']:>12.4f} {r['argmax']:>7.1f}%  "
               f"{'ok' if r['ok'] else 'FAIL'}{'  ' + r['error'] if 'error' in r else ''}")
     sys.exit(0 if all(r["ok"] for r in results) else 1)
 
