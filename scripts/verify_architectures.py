@@ -70,6 +70,12 @@ FAMILIES = {
                         rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
                                          "full_attention": {"rope_type": "linear", "factor": 4.0,
                                                             "rope_theta": 1000000.0}}),
+    # Gemma 3's multimodal checkpoint (4B and up): the language model (a gemma3_text, here with a final
+    # soft-cap) in text_config, its weights under language_model.model., a tiny vision tower gpueval skips.
+    "gemma3": dict(sliding_window="WINDOW", sliding_window_pattern=2, query_pre_attn_scalar=24, head_dim=16,
+                   final_logit_softcapping=5.0, tie_word_embeddings=True,
+                   rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                                    "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0}}),
     # Fused qkv_proj and gate_up_proj, a window on every layer.
     "phi3": dict(sliding_window="WINDOW"),
     # Phi-4-mini's shape: RoPE on the first half of each head only (partial_rotary_factor 0.5), no window.
@@ -85,6 +91,9 @@ FAMILIES = {
     # Unscaled attention scores (scale_attn_weights false), erf GELU, an untied lm_head.
     "gpt2-unscaled": dict(model_type="gpt2", scale_attn_weights=False, activation_function="gelu"),
 }
+# Gemma 3's vision tower, as small as SigLIP allows (4 patches of 14 pixels: mm_tokens_per_image 4).
+GEMMA3_VISION = dict(hidden_size=8, intermediate_size=16, num_hidden_layers=1, num_attention_heads=2, image_size=28,
+                     patch_size=14)
 # Families without grouped-query attention (num_key_value_heads is not theirs) or RoPE.
 NO_GQA = {"gpt_neox", "gpt2"}
 NO_ROPE = {"gpt2"}
@@ -115,6 +124,11 @@ def family_config(family, shape, fixture):
         kwargs.pop("num_key_value_heads")
     if model_type not in NO_ROPE:
         kwargs.setdefault("rope_parameters", {"rope_type": "default", "rope_theta": 10000.0})
+    if model_type == "gemma3":  # the multimodal wrapper: the text model's config inside, a tiny SigLIP beside it
+        return AutoConfig.for_model(
+            "gemma3", text_config=kwargs, vision_config=GEMMA3_VISION, mm_tokens_per_image=4,
+            image_token_index=kwargs["vocab_size"] + 100, boi_token_index=kwargs["vocab_size"] + 101,
+            eoi_token_index=kwargs["vocab_size"] + 102, tie_word_embeddings=kwargs["tie_word_embeddings"])
     return AutoConfig.for_model(model_type, **kwargs)
 
 

@@ -81,7 +81,12 @@ TEST_P(ArchitectureFixture, FullForwardMatchesTransformers) {
   }
   std::sort(used.begin(), used.end());
   used.erase(std::unique(used.begin(), used.end()), used.end());
-  EXPECT_EQ(CheckpointFiles::open(fixture_dir(GetParam())).names(), used) << GetParam();
+  // Gemma 3's multimodal checkpoint also holds a vision tower and its projector, which gpueval skips.
+  std::vector<std::string> text_tensors;
+  for (const std::string& name : CheckpointFiles::open(fixture_dir(GetParam())).names())
+    if (name.rfind("vision_tower.", 0) != 0 && name.rfind("multi_modal_projector.", 0) != 0)
+      text_tensors.push_back(name);
+  EXPECT_EQ(text_tensors, used) << GetParam();
   EXPECT_EQ(model->config().num_parameters(), loaded) << GetParam();
   c10::InferenceMode guard;
   for (const Sequence& s : expected(GetParam())) {
@@ -123,7 +128,7 @@ INSTANTIATE_TEST_SUITE_P(Families, ArchitectureFixture,
                          ::testing::Values("llama", "llama-bias", "mistral", "qwen2", "qwen3", "olmo2", "granite",
                                            "smollm3", "mistral-window", "qwen2-window", "qwen3-window",
                                            "smollm3-window", "olmo3", "gemma2", "gemma3_text", "phi3", "phi3-partial",
-                                           "gpt_neox", "gpt_neox-sequential", "gpt2", "gpt2-unscaled"),
+                                           "gpt_neox", "gpt_neox-sequential", "gpt2", "gpt2-unscaled", "gemma3"),
                          [](const auto& info) {
                            std::string name = info.param;
                            for (char& ch : name)
@@ -213,7 +218,7 @@ std::string config_error(const std::string& family, const std::function<void(nlo
 
 TEST(ArchitectureConfig, EveryFamilyRefusesAMissingKeyInOneLine) {
   for (const char* family :
-       {"llama", "mistral", "qwen2", "qwen3", "olmo2", "granite", "smollm3", "olmo3", "gemma2", "gemma3_text"})
+       {"llama", "mistral", "qwen2", "qwen3", "olmo2", "granite", "smollm3", "olmo3", "gemma2"})
     EXPECT_THAT(config_error(family, [](nlohmann::json& j) { j.erase("hidden_size"); }),
                 HasSubstr("missing required key 'hidden_size'"));
   for (const char* family : {"phi3", "gpt_neox"})
@@ -352,6 +357,63 @@ TEST(ArchitectureConfig, FusedTensorsAreReadAsSlicesAndCheckedWhole) {
   const std::string e = testing::error_of([&] { build_model(c, short_one, {}, "phi3"); });
   EXPECT_THAT(e, HasSubstr("tensor '" + qkv + "' has shape"));
   EXPECT_THAT(e, Not(HasSubstr("\n")));
+}
+
+// Gemma 3's multimodal checkpoints: the text model's config is text_config, whose keys transformers leaves
+// to Gemma3TextConfig's defaults where the released files omit them (google/gemma-3-4b-pt names only
+// its sizes, rope_scaling and window); the weights lie under language_model.model. or, as transformers
+// names them in memory, model.language_model.
+TEST(ArchitectureConfig, Gemma3MultimodalReadsItsTextModel) {
+  const ModelConfig c = ModelConfig::load(fixture_dir("gemma3") + "/config.json");
+  EXPECT_EQ(c.model_type, "gemma3_text");
+  EXPECT_EQ(c.arch.layout, WeightLayout::kGemma3Multimodal);
+  EXPECT_FALSE(c.arch.logit_softcap.has_value());  // text_config says 5, the multimodal head ignores it
+  EXPECT_EQ(c.rope_scaling.type, RopeScalingType::kLinear);
+  EXPECT_EQ(c.arch.sliding_layers, (std::vector<bool>{true, false}));
+  const nlohmann::json sparse = {
+      {"model_type", "gemma3"},
+      {"eos_token_id", {1, 106}},
+      {"torch_dtype", "bfloat16"},
+      {"text_config",
+       {{"hidden_size", 2560}, {"intermediate_size", 10240}, {"model_type", "gemma3_text"}, {"num_hidden_layers", 34},
+        {"rope_scaling", {{"factor", 8.0}, {"rope_type", "linear"}}}, {"sliding_window", 1024}}},
+      {"vision_config", {{"model_type", "siglip_vision_model"}}}};
+  const ModelConfig g = ModelConfig::from_json(sparse, "gemma-3-4b-pt");
+  EXPECT_EQ(g.vocab_size, 262208);
+  EXPECT_EQ(g.num_attention_heads, 8);
+  EXPECT_EQ(g.num_key_value_heads, 4);
+  EXPECT_EQ(g.head_dim, 256);
+  EXPECT_EQ(g.max_position_embeddings, 131072);
+  EXPECT_EQ(g.eos_token_ids, (std::vector<int64_t>{1, 106}));
+  EXPECT_EQ(g.torch_dtype, "bfloat16");
+  EXPECT_TRUE(g.tie_word_embeddings);
+  EXPECT_EQ(std::count(g.arch.sliding_layers.begin(), g.arch.sliding_layers.end(), true), 29);  // 5 in every 6
+  nlohmann::json no_text = sparse;
+  no_text.erase("text_config");
+  EXPECT_THAT(testing::error_of([&] { ModelConfig::from_json(no_text, "gemma3/config.json"); }),
+              HasSubstr("gemma3/config.json: model_type 'gemma3' needs a 'text_config' object"));
+  nlohmann::json bad = sparse;
+  bad["text_config"]["sliding_window"] = int64_t{1} << 40;
+  EXPECT_THAT(testing::error_of([&] { ModelConfig::from_json(bad, "gemma3/config.json"); }),
+              HasSubstr("gemma3/config.json (text_config): key 'sliding_window' is 1099511627776, past the bound"));
+  // The in-memory spelling of the names loads the same model.
+  CheckpointFiles ckpt = CheckpointFiles::open(fixture_dir("gemma3"));
+  std::map<std::string, at::Tensor> renamed;
+  const std::string from = "language_model.model.";
+  for (const std::string& name : ckpt.names())
+    renamed[name.rfind(from, 0) == 0 ? "model.language_model." + name.substr(from.size()) : name] = ckpt.tensor(name);
+  ASSERT_EQ(renamed.count("model.language_model.layers.1.self_attn.q_norm.weight"), 1u);
+  LlamaModel model = build_model(c, renamed, {}, "gemma3 (in-memory names)");
+  c10::InferenceMode guard;
+  const Sequence s = expected("gemma3")[0];
+  const int64_t t = static_cast<int64_t>(s.ids.size());
+  EXPECT_LE(relative_error(model->logits(model->forward(row(s.ids, 0, t), at::arange(t, at::kLong).view({1, t}),
+                                                        at::ones({1, t}, at::kBool)))[0],
+                           s.logits),
+            kTolerance);
+  renamed.erase("model.language_model.norm.weight");
+  EXPECT_THAT(testing::error_of([&] { build_model(c, renamed, {}, "gemma3"); }),
+              HasSubstr("missing tensor 'language_model.model.norm.weight'"));
 }
 
 // Phi-3's older rope_scaling names, su and yarn, are its longrope (as Phi3Config renames them).

@@ -62,8 +62,10 @@ enum class NormKind { kRms, kLayerNorm };
 // Where a family's checkpoints keep each weight (weight_names.cpp's tables): Llama's names
 // (model.layers.N.self_attn.q_proj, most families); Phi-3's, with q, k, v fused in qkv_proj ([q; k; v]
 // rows) and gate, up in gate_up_proj; GPT-NeoX's (gpt_neox.layers.N.attention.query_key_value, q, k and v
-// interleaved per head); GPT-2's (transformer.h.N.attn.c_attn, Conv1D weights stored [in, out]).
-enum class WeightLayout { kLlama, kPhi3, kGptNeoX, kGpt2 };
+// interleaved per head); GPT-2's (transformer.h.N.attn.c_attn, Conv1D weights stored [in, out]); Gemma
+// 3's multimodal checkpoints (model_type gemma3: Llama's names under language_model., beside a vision
+// tower gpueval does not read).
+enum class WeightLayout { kLlama, kPhi3, kGptNeoX, kGpt2, kGemma3Multimodal };
 
 // An RMSNorm on the queries and keys before RoPE (self_attn.q_norm / k_norm). kPerHead (Qwen3): over
 // each head's head_dim, weight [head_dim]. kWholeProjection (OLMo 2): over the projection's full width

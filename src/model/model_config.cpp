@@ -390,6 +390,9 @@ struct Family {
   int64_t max_position_embeddings = 2048;
   // Older names of rope_scaling types the family's Config class renames (Phi-3: su and yarn are its longrope).
   std::vector<std::pair<const char*, const char*>> rope_types = {};
+  // Defaults of keys every other family requires, as a JSON object: Gemma 3's released multimodal
+  // checkpoints leave the text model's vocabulary and heads to Gemma3TextConfig's defaults.
+  const char* defaults = "{}";
 };
 
 // The key `ours` under the family's spelling, where the family has one and the config uses it.
@@ -495,7 +498,10 @@ const Family kFamilies[] = {
        read_sliding_layers(j, where, c, read_window(j, where, 4096),
                            [pattern](int64_t i) { return (i + 1) % pattern != 0; });
        c.arch.sliding_rope_theta = get_positive(j, where, "rope_local_base_freq", 10000.0);
-     }},
+     },
+     {}, "silu", 1.0, 0, 131072, {},
+     R"({"vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+         "num_attention_heads": 8, "num_key_value_heads": 4})"},
     // Pythia: LayerNorm with biases, q, k, v fused per head in query_key_value, partial RoPE (rotary_pct,
     // 0.25 by default), parallel residual by default, a plain GELU MLP with biases, an untied embed_out.
     {"gpt_neox", "GPTNeoXForCausalLM", std::nullopt, 1e-5, 10000.0, false, true,
@@ -542,15 +548,45 @@ const Family& family_of(const std::string& model_type, const std::string& where)
 
 }  // namespace
 
+namespace {
+
+// Gemma 3's multimodal checkpoints (4B and up, model_type gemma3): the language model is a gemma3_text
+// whose config is text_config (the top level's dtype, special ids and tie_word_embeddings win) and
+// whose weights lie under language_model.model. (weight_names.h's WeightLayout::kGemma3Multimodal), and
+// whose logits are not soft-capped (Gemma3ForConditionalGeneration, unlike Gemma3ForCausalLM, ignores
+// final_logit_softcapping). The vision tower is not read: gpueval scores text.
+json gemma3_text_config(const json& raw, const std::string& where) {
+  if (!raw.contains("text_config") || !raw["text_config"].is_object())
+    fail(where, "model_type 'gemma3' needs a 'text_config' object (its language model's config)");
+  json text = raw["text_config"];
+  if (text.contains("model_type") && text["model_type"] != "gemma3_text")
+    fail(where, "text_config has model_type {} (model_type 'gemma3' holds a gemma3_text)", text["model_type"].dump());
+  text["model_type"] = "gemma3_text";
+  for (const char* key : {"torch_dtype", "dtype", "bos_token_id", "eos_token_id", "tie_word_embeddings"})
+    if (raw.contains(key) && !raw[key].is_null()) text[key] = raw[key];
+  return text;
+}
+
+}  // namespace
+
 ModelConfig ModelConfig::from_json(const json& raw, const std::string& where) {
   if (!raw.is_object()) fail(where, "config must be a JSON object");
-  const json j = with_legacy_keys(raw, where);
+  if (raw.contains("model_type") && raw["model_type"] == "gemma3") {
+    ModelConfig c = from_json(gemma3_text_config(raw, where), where + " (text_config)");
+    c.arch.layout = WeightLayout::kGemma3Multimodal;
+    c.arch.logit_softcap.reset();  // Gemma3ForConditionalGeneration's head applies none, whatever text_config says
+    return c;
+  }
+  json j = with_legacy_keys(raw, where);
   ModelConfig c;
   if (j.contains("model_type")) {
     if (!j["model_type"].is_string()) fail(where, "key 'model_type' must be a string");
     c.model_type = j["model_type"].get<std::string>();
   }
   const Family& family = family_of(c.model_type, where);
+  const json defaults = json::parse(family.defaults);
+  for (const auto& [name, value] : defaults.items())
+    if (!j.contains(name) || j[name].is_null()) j[name] = value;
   const auto key = [&](const char* ours) { return key_of(family, j, ours); };
   c.arch.activation = read_activation(j, where, key("hidden_act"), family.activation);
 

@@ -139,7 +139,11 @@ struct StoredName {
 
 struct Layout {
   WeightLayout layout;
-  const char* base;       // the base model's prefix of every name but the head's; "" where no bare form is read
+  const char* wrap;       // prefixed to the module name of every kind `names` does not list
+  // The names' other spelling: a stored name beginning with `from` may be stored beginning with `to`
+  // instead (GPT-2's hub files: without "transformer."; Gemma 3's: model.language_model.).
+  const char* from;
+  const char* to;
   const char* layer;      // the per-layer prefix, "{}" for the index
   bool per_head;          // fused q, k, v interleaved per head: [H][q k v][hd] rows (GPT-NeoX)
   bool conv1d;            // projections stored [in, out] (GPT-2's Conv1D)
@@ -149,21 +153,23 @@ struct Layout {
 const std::vector<Layout>& layouts() {
   using W = LlamaWeight;
   static const std::vector<Layout> kLayouts = {
-      {WeightLayout::kPhi3, "", "model.layers.{}.", false, false,
+      {WeightLayout::kPhi3, "", "", "", "model.layers.{}.", false, false,
        {{W::kQProj, "self_attn.qkv_proj"}, {W::kKProj, "self_attn.qkv_proj"}, {W::kVProj, "self_attn.qkv_proj"},
         {W::kGateProj, "mlp.gate_up_proj"}, {W::kUpProj, "mlp.gate_up_proj"}}},
-      {WeightLayout::kGptNeoX, "gpt_neox.", "gpt_neox.layers.{}.", true, false,
+      {WeightLayout::kGptNeoX, "", "gpt_neox.", "", "gpt_neox.layers.{}.", true, false,
        {{W::kEmbedTokens, "gpt_neox.embed_in"}, {W::kInputLayernorm, "input_layernorm"},
         {W::kQProj, "attention.query_key_value"}, {W::kKProj, "attention.query_key_value"},
         {W::kVProj, "attention.query_key_value"}, {W::kOProj, "attention.dense"},
         {W::kPostAttentionLayernorm, "post_attention_layernorm"}, {W::kUpProj, "mlp.dense_h_to_4h"},
         {W::kDownProj, "mlp.dense_4h_to_h"}, {W::kNorm, "gpt_neox.final_layer_norm"}, {W::kLmHead, "embed_out"}}},
-      {WeightLayout::kGpt2, "transformer.", "transformer.h.{}.", false, true,
+      {WeightLayout::kGpt2, "", "transformer.", "", "transformer.h.{}.", false, true,
        {{W::kEmbedTokens, "transformer.wte"}, {W::kPositionEmbedding, "transformer.wpe"},
         {W::kInputLayernorm, "ln_1"}, {W::kQProj, "attn.c_attn"}, {W::kKProj, "attn.c_attn"},
         {W::kVProj, "attn.c_attn"}, {W::kOProj, "attn.c_proj"}, {W::kPostAttentionLayernorm, "ln_2"},
         {W::kUpProj, "mlp.c_fc"}, {W::kDownProj, "mlp.c_proj"}, {W::kNorm, "transformer.ln_f"},
         {W::kLmHead, "lm_head"}}},
+      {WeightLayout::kGemma3Multimodal, "language_model.", "language_model.model.", "model.language_model.", "", false,
+       false, {}},
   };
   return kLayouts;
 }
@@ -178,45 +184,47 @@ std::map<std::string, StoredAs> stored_layout(const ModelConfig& c) {
   for (const Layout& l : layouts())
     if (l.layout == c.arch.layout) layout = &l;
   if (!layout) return out;  // Llama's names
-  const std::string base = layout->base;
+  const std::string from = layout->from;
   const auto add = [&](const std::string& module, const std::string& stored, StoredAs s) {
     s.stored = stored;
-    if (!base.empty() && stored.compare(0, base.size(), base) == 0) s.bare = stored.substr(base.size());
+    if (!from.empty() && stored.compare(0, from.size(), from) == 0) s.bare = layout->to + stored.substr(from.size());
     if (module != stored || s.rows != s.stored_rows) out[module] = s;
   };
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    for (const StoredName& n : layout->names) {
-      const LlamaWeight w = n.kind;
-      if (!is_per_layer(w) && l > 0) continue;  // the kinds outside a layer once
-      if (is_per_layer(w) ? !layer_has(c, w) : (w == LlamaWeight::kLmHead && c.tie_word_embeddings)) continue;
-      if (w == LlamaWeight::kPositionEmbedding && !c.arch.learned_positions) continue;
-      const std::string stored =
-          is_per_layer(w) ? fmt::format(fmt::runtime(layout->layer), l) + n.name : std::string(n.name);
-      // The parts fused with this one: every kind of this layer under the same name, in table order.
-      int64_t total = 0, begin = 0, parts = 0;
+  const auto listed = [&](LlamaWeight w) -> const StoredName* {
+    for (const StoredName& n : layout->names)
+      if (n.kind == w) return &n;
+    return nullptr;
+  };
+  for (const WeightSpec& spec : llama_weights(c)) {
+    const LlamaWeight w = spec.kind;
+    const StoredName* n = listed(w);
+    StoredAs s;
+    s.rows = s.stored_rows = spec.shape[0];
+    std::string stored = layout->wrap + spec.name;
+    if (n) {
+      const std::string prefix = is_per_layer(w) ? fmt::format(fmt::runtime(layout->layer), spec.layer) : "";
+      stored = prefix + n->name + ".weight";
+      // The parts fused with this one: every kind of the layer under the same name, in table order.
+      int64_t total = 0, parts = 0;
       for (const StoredName& m : layout->names)
-        if (std::string(m.name) == n.name && is_per_layer(m.kind) == is_per_layer(w) && layer_has(c, m.kind)) {
-          if (m.kind == w) begin = total;
+        if (std::string(m.name) == n->name && layer_has(c, m.kind)) {
+          if (m.kind == w) s.begin = total;
           total += weight_shape(c, m.kind)[0];
           ++parts;
         }
-      StoredAs s;
-      s.transposed = layout->conv1d && is_projection(w);
-      s.rows = weight_shape(c, w)[0];
       s.stored_rows = total;
-      s.begin = begin;
+      s.transposed = layout->conv1d && is_projection(w);
       if (layout->per_head && parts > 1) {  // [H][parts][hd]: each block holds every part's rows of one head
         s.groups = c.num_attention_heads;
         s.rows = c.head_dim;
-        s.begin = begin / c.num_attention_heads;
+        s.begin /= c.num_attention_heads;
       }
-      const std::string module = weight_name(w, l);
-      add(module, stored + ".weight", s);
-      if (has_bias(c, w)) {
-        StoredAs b = s;
-        b.transposed = false;
-        add(bias_name(module), stored + ".bias", b);
-      }
+    }
+    add(spec.name, stored, s);
+    if (has_bias(c, w)) {
+      StoredAs b = s;
+      b.transposed = false;
+      add(bias_name(spec.name), bias_name(stored), b);
     }
   }
   return out;

@@ -8,8 +8,9 @@
 // ModelConfig, and which kinds a checkpoint holds from its Architecture (OLMo 2 has no input_layernorm
 // but a post_feedforward_layernorm; Qwen3 and OLMo 2 have q_norm and k_norm; GPT-NeoX and GPT-2 no
 // gate_proj). A family whose checkpoints name or lay out a weight otherwise (Phi-3's fused qkv_proj,
-// GPT-NeoX's gpt_neox.layers.N.attention.query_key_value, GPT-2's transposed transformer.h.N.attn.c_attn)
-// has it read from there: stored_layout says where, one table row per family (WeightLayout).
+// GPT-NeoX's gpt_neox.layers.N.attention.query_key_value, GPT-2's transposed transformer.h.N.attn.c_attn,
+// Gemma 3's language_model.model.layers.N...) has it read from there: stored_layout says where, one
+// table row per WeightLayout.
 // Pure functions; safe from any thread.
 #pragma once
 
@@ -75,7 +76,9 @@ std::vector<WeightSpec> llama_weights(const ModelConfig& config);
 // [0, H * hd); GPT-NeoX's q is rows [0, hd) of each of H blocks of query_key_value.
 struct StoredAs {
   std::string stored;
-  std::string bare;  // `stored` without the base model's prefix ("h.0.attn.c_attn.weight" in GPT-2's own files); "" if none
+  // `stored` as other files of the family spell it, or "": GPT-2's hub files drop "transformer."
+  // (h.0.attn.c_attn.weight); Gemma 3's in-memory names read model.language_model. for language_model.model.
+  std::string bare;
   bool transposed = false;
   int64_t stored_rows = 0, groups = 1, begin = 0, rows = 0;
 };
