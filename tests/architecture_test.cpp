@@ -16,6 +16,7 @@
 #include "gpueval/model.h"
 #include "model/checkpoint.h"
 #include "model/weight_names.h"
+#include "logits_fixture.h"
 #include "test_util.h"
 
 namespace gpueval {
@@ -28,39 +29,20 @@ std::string fixture_dir(const std::string& family) {
   return testing::source_dir() + "/tests/fixtures/architectures/" + family;
 }
 
-nlohmann::json read_json(const std::string& path) {
-  std::ifstream in(path);
-  EXPECT_TRUE(in) << path;
-  return nlohmann::json::parse(in);
-}
-
-struct Sequence {
-  std::vector<int64_t> ids;
-  at::Tensor logits;  // [T, V] float32
-};
+using testing::expected_logits;
+using testing::full_logits;
+using testing::LogitsSequence;
+using testing::read_json;
+using testing::relative_error;
+using Sequence = LogitsSequence;
 
 std::vector<Sequence> expected(const std::string& family) {
-  std::vector<Sequence> out;
-  const nlohmann::json j = read_json(fixture_dir(family) + "/expected_logits.json");
-  for (const auto& s : j.at("sequences")) {
-    Sequence seq{s["ids"].get<std::vector<int64_t>>(), {}};
-    std::vector<at::Tensor> rows;
-    for (const auto& row : s["logits"]) rows.push_back(at::tensor(row.get<std::vector<float>>(), at::kFloat));
-    seq.logits = at::stack(rows);
-    out.push_back(std::move(seq));
-  }
+  std::vector<Sequence> out = expected_logits(fixture_dir(family));
   EXPECT_EQ(out.size(), 2u) << family;
   return out;
 }
 
-// max |ours - theirs| relative to max |theirs|.
-double relative_error(const at::Tensor& ours, const at::Tensor& theirs) {
-  return (ours.to(at::kFloat) - theirs).abs().max().item<double>() / theirs.abs().max().item<double>();
-}
-
-at::Tensor row(const std::vector<int64_t>& ids, int64_t begin, int64_t end) {
-  return at::tensor(std::vector<int64_t>(ids.begin() + begin, ids.begin() + end), at::kLong).view({1, end - begin});
-}
+at::Tensor row(const std::vector<int64_t>& ids, int64_t begin, int64_t end) { return testing::ids_row(ids, begin, end); }
 
 constexpr double kTolerance = 1e-4;
 
@@ -90,37 +72,18 @@ TEST_P(ArchitectureFixture, FullForwardMatchesTransformers) {
   EXPECT_EQ(model->config().num_parameters(), loaded) << GetParam();
   c10::InferenceMode guard;
   for (const Sequence& s : expected(GetParam())) {
-    const int64_t t = static_cast<int64_t>(s.ids.size());
-    at::Tensor logits = model->logits(model->forward(row(s.ids, 0, t), at::arange(t, at::kLong).view({1, t}),
-                                                     at::ones({1, t}, at::kBool)))[0];
-    EXPECT_LE(relative_error(logits, s.logits), kTolerance) << GetParam() << ", " << t << " tokens";
+    at::Tensor logits = full_logits(model, s.ids);
+    EXPECT_LE(relative_error(logits, s.logits), kTolerance) << GetParam() << ", " << s.ids.size() << " tokens";
     EXPECT_TRUE(logits.argmax(-1).equal(s.logits.argmax(-1))) << GetParam();
   }
 }
 
 TEST_P(ArchitectureFixture, SharedPrefixAndKvCacheMatchTransformers) {
   LlamaModel model = load_model(fixture_dir(GetParam()));
-  c10::InferenceMode guard;
   for (const Sequence& s : expected(GetParam())) {
-    const int64_t t = static_cast<int64_t>(s.ids.size()), p = 3;
-    std::vector<int32_t> prefix_ids(s.ids.begin(), s.ids.begin() + p);
-    PrefixKV prefix = model->prefill(prefix_ids);
-    at::Tensor packed = model->logits(model->forward_packed(
-        row(s.ids, p, t), at::arange(p, t, at::kLong).view({1, t - p}), at::ones({1, t - p}, at::kBool),
-        at::zeros({1, t - p}, at::kLong), &prefix))[0];
-    EXPECT_LE(relative_error(packed, s.logits.narrow(0, p, t - p)), kTolerance) << GetParam() << " packed";
-
-    // The cache filled by a first step of p tokens, then one token at a time.
-    KVCache cache = model->make_cache(1, t);
-    std::vector<at::Tensor> steps;
-    for (int64_t begin = 0; begin < t;) {
-      const int64_t end = begin == 0 ? p : begin + 1;
-      steps.push_back(model->logits(model->forward(row(s.ids, begin, end),
-                                                   at::arange(begin, end, at::kLong).view({1, end - begin}),
-                                                   at::ones({1, end - begin}, at::kBool), &cache))[0]);
-      begin = end;
-    }
-    EXPECT_LE(relative_error(at::cat(steps), s.logits), kTolerance) << GetParam() << " cached";
+    const testing::PrefixCacheErrors e = testing::prefix_and_cache_errors(model, s, /*p=*/3);
+    EXPECT_LE(e.packed, kTolerance) << GetParam() << " packed";
+    EXPECT_LE(e.cached, kTolerance) << GetParam() << " cached";
   }
 }
 
@@ -406,11 +369,7 @@ TEST(ArchitectureConfig, Gemma3MultimodalReadsItsTextModel) {
   LlamaModel model = build_model(c, renamed, {}, "gemma3 (in-memory names)");
   c10::InferenceMode guard;
   const Sequence s = expected("gemma3")[0];
-  const int64_t t = static_cast<int64_t>(s.ids.size());
-  EXPECT_LE(relative_error(model->logits(model->forward(row(s.ids, 0, t), at::arange(t, at::kLong).view({1, t}),
-                                                        at::ones({1, t}, at::kBool)))[0],
-                           s.logits),
-            kTolerance);
+  EXPECT_LE(relative_error(full_logits(model, s.ids), s.logits), kTolerance);
   renamed.erase("model.language_model.norm.weight");
   EXPECT_THAT(testing::error_of([&] { build_model(c, renamed, {}, "gemma3"); }),
               HasSubstr("missing tensor 'language_model.model.norm.weight'"));
@@ -477,10 +436,7 @@ TEST(ArchitectureConfig, Gpt2ConvWeightsAndBareNamesLoad) {
       c_attn.narrow(1, c.hidden_size, c.hidden_size).t()));
   c10::InferenceMode guard;
   const Sequence s = expected("gpt2")[1];
-  const int64_t t = static_cast<int64_t>(s.ids.size());
-  at::Tensor logits = model->logits(
-      model->forward(row(s.ids, 0, t), at::arange(t, at::kLong).view({1, t}), at::ones({1, t}, at::kBool)))[0];
-  EXPECT_LE(relative_error(logits, s.logits), kTolerance);
+  EXPECT_LE(relative_error(full_logits(model, s.ids), s.logits), kTolerance);
   // A c_attn stored the Linear way round ([3D, D]) is refused, naming it.
   std::map<std::string, at::Tensor> wrong = bare;
   wrong["h.0.attn.c_attn.weight"] = c_attn.t().contiguous();
@@ -610,10 +566,7 @@ TEST(SlidingWindow, PackedRowsMatchSequencesAlone) {
   std::map<std::string, at::Tensor> weights;
   for (const auto& p : model->named_parameters()) weights[p.key()] = p.value();
   LlamaModel full = build_model(ModelConfig::from_json(j, "full"), weights);
-  const int64_t n = static_cast<int64_t>(b.size());
-  at::Tensor unwindowed =
-      full->logits(full->forward(row(b, 0, n), at::arange(n, at::kLong).view({1, n}), at::ones({1, n}, at::kBool)))[0];
-  EXPECT_GT(relative_error(unwindowed, seqs[1].logits), 1e-3);
+  EXPECT_GT(relative_error(full_logits(full, b), seqs[1].logits), 1e-3);
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include "gpueval/model.h"
 #include "model/kernels.h"
 #include "model/rope.h"
+#include "logits_fixture.h"
 #include "test_util.h"
 
 namespace gpueval {
@@ -31,43 +32,15 @@ const char* const kCases[] = {"linear", "dynamic", "llama3", "yarn", "yarn-mscal
 
 std::string fixture_dir(const std::string& name) { return testing::source_dir() + "/tests/fixtures/rope/" + name; }
 
-nlohmann::json read_json(const std::string& path) {
-  std::ifstream in(path);
-  EXPECT_TRUE(in) << path;
-  return nlohmann::json::parse(in);
-}
+using testing::ids_row;
+using testing::LogitsSequence;
+using testing::read_json;
+using testing::relative_error;
+using Sequence = LogitsSequence;
 
 at::Tensor floats(const nlohmann::json& j) { return at::tensor(j.get<std::vector<float>>(), at::kFloat); }
 
-struct Sequence {
-  std::vector<int64_t> ids;
-  at::Tensor logits;  // [T, V] float32
-};
-
-std::vector<Sequence> expected(const std::string& name) {
-  std::vector<Sequence> out;
-  const nlohmann::json j = read_json(fixture_dir(name) + "/expected_logits.json");
-  for (const auto& s : j.at("sequences")) {
-    std::vector<at::Tensor> rows;
-    for (const auto& r : s["logits"]) rows.push_back(floats(r));
-    out.push_back({s["ids"].get<std::vector<int64_t>>(), at::stack(rows)});
-  }
-  return out;
-}
-
-double relative_error(const at::Tensor& ours, const at::Tensor& theirs) {
-  return (ours.to(at::kFloat) - theirs).abs().max().item<double>() / theirs.abs().max().item<double>();
-}
-
-at::Tensor ids_row(const std::vector<int64_t>& ids, int64_t begin, int64_t end) {
-  return at::tensor(std::vector<int64_t>(ids.begin() + begin, ids.begin() + end), at::kLong).view({1, end - begin});
-}
-
-at::Tensor forward_logits(const LlamaModel& model, const std::vector<int64_t>& ids) {
-  const int64_t t = static_cast<int64_t>(ids.size());
-  return model->logits(model->forward(ids_row(ids, 0, t), at::arange(t, at::kLong).view({1, t}),
-                                      at::ones({1, t}, at::kBool)))[0];
-}
+std::vector<Sequence> expected(const std::string& name) { return testing::expected_logits(fixture_dir(name)); }
 
 class RopeScalingFixture : public ::testing::TestWithParam<std::string> {};
 
@@ -83,7 +56,7 @@ TEST_P(RopeScalingFixture, LogitsMatchTransformersBelowAndAboveTheThreshold) {
   if (GetParam() == "dynamic" || GetParam().rfind("longrope", 0) == 0) EXPECT_EQ(threshold.value_or(0), 16) << GetParam();
   else EXPECT_FALSE(threshold.has_value()) << GetParam();
   for (const Sequence& s : sequences) {
-    const at::Tensor logits = forward_logits(model, s.ids);
+    const at::Tensor logits = testing::full_logits(model, s.ids);
     EXPECT_LE(relative_error(logits, s.logits), kTolerance) << GetParam() << ", " << s.ids.size() << " tokens";
     EXPECT_TRUE(logits.argmax(-1).equal(s.logits.argmax(-1))) << GetParam();
   }
@@ -100,21 +73,9 @@ TEST_P(RopeScalingFixture, PrefixCacheAndBatchRowsAgree) {
   for (const Sequence& s : sequences) {
     const int64_t t = static_cast<int64_t>(s.ids.size()), p = 3;
     if (threshold && t > *threshold) continue;
-    PrefixKV prefix = model->prefill(std::vector<int32_t>(s.ids.begin(), s.ids.begin() + p));
-    at::Tensor packed = model->logits(model->forward_packed(
-        ids_row(s.ids, p, t), at::arange(p, t, at::kLong).view({1, t - p}), at::ones({1, t - p}, at::kBool),
-        at::zeros({1, t - p}, at::kLong), &prefix))[0];
-    EXPECT_LE(relative_error(packed, s.logits.narrow(0, p, t - p)), kTolerance) << GetParam() << " packed";
-    KVCache cache = model->make_cache(1, t);
-    std::vector<at::Tensor> steps;
-    for (int64_t begin = 0; begin < t;) {
-      const int64_t end = begin == 0 ? p : begin + 1;
-      steps.push_back(model->logits(model->forward(ids_row(s.ids, begin, end),
-                                                   at::arange(begin, end, at::kLong).view({1, end - begin}),
-                                                   at::ones({1, end - begin}, at::kBool), &cache))[0]);
-      begin = end;
-    }
-    EXPECT_LE(relative_error(at::cat(steps), s.logits), kTolerance) << GetParam() << " cached";
+    const testing::PrefixCacheErrors e = testing::prefix_and_cache_errors(model, s, p);
+    EXPECT_LE(e.packed, kTolerance) << GetParam() << " packed";
+    EXPECT_LE(e.cached, kTolerance) << GetParam() << " cached";
   }
   // Both sequences in one batch, the short one right-padded.
   const int64_t longest = static_cast<int64_t>(sequences[1].ids.size());
