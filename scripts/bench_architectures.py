@@ -7,7 +7,7 @@
 Per family, transformers builds a random model of one shape (hidden 512, intermediate 1536, 6 layers,
 8 heads of 64, 4 kv heads, the Llama 2 vocabulary of 32,000 so that the Llama 2 tokenizer of
 ../shared/data serves every model), and a Llama of exactly that shape is the baseline. `gpueval score`
-(CPU, float32, windows of --length tokens, 8 per forward) scores the same English text with each, the
+(CPU, float32 unless --device/--dtype say otherwise, windows of --length tokens, 8 per forward) scores the same English text with each, the
 family and the Llama alternating, --reps times; the table holds the median tokens/s of each and their
 ratio. The matrix products are the same for every family (GPT-NeoX and GPT-2, without grouped-query
 attention and with a 2-matrix MLP, are compared with a Llama of as many kv heads, with an intermediate
@@ -61,9 +61,9 @@ def build(model_type, extra, window, out):
     return out
 
 
-def tokens_per_s(binary, model, text, length):
+def tokens_per_s(binary, model, text, length, device="cpu", dtype="float32"):
     r = subprocess.run([binary, "score", "--model", model, "--text", text, "--max-length", str(length),
-                        "--batch-windows", "8"], capture_output=True, text=True)
+                        "--batch-windows", "8", "--device", device, "--dtype", dtype], capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"exit {r.returncode}")
     return json.loads(r.stdout)["tokens_per_second"]
@@ -76,6 +76,8 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--length", type=int, default=512)
     ap.add_argument("--window", type=int, default=256)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda:N (a GPU's tokens/s per family)")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="bench_architectures.")
     src = os.path.join(ROOT, "..", "shared", "data", "hellaswag", "hellaswag_val_full.txt")
@@ -99,8 +101,8 @@ def main():
             llama = llamas[key]
             ours, base = [], []
             for _ in range(args.reps):
-                ours.append(tokens_per_s(args.gpueval, model, text, args.length))
-                base.append(tokens_per_s(args.gpueval, llama, text, args.length))
+                ours.append(tokens_per_s(args.gpueval, model, text, args.length, args.device, args.dtype))
+                base.append(tokens_per_s(args.gpueval, llama, text, args.length, args.device, args.dtype))
             o, b = statistics.median(ours), statistics.median(base)
             print(f"{family:<12} {o:>10.0f} {b:>15.0f} {o / b:>7.3f}")
         except Exception as e:  # one family's failure is a row, not the end of the run
