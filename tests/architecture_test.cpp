@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <cmath>
 #include <fstream>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "gpueval/model.h"
@@ -190,6 +191,39 @@ TEST(ArchitectureConfig, EveryFamilyRefusesAMissingKeyInOneLine) {
   // GPT-2's own spelling of the key is the one named.
   EXPECT_THAT(config_error("gpt2", [](nlohmann::json& j) { j.erase("n_embd"); }),
               HasSubstr("missing required key 'n_embd'"));
+}
+
+// Every fixture family, as the bad configs: a rope_scaling type nobody implements and a window
+// past the position bound, each refused in one line naming the key (GPT-2, which has no RoPE, refuses even
+// a known rope_scaling type, above; GPT-NeoX and GPT-2 refuse any window). Llama, Granite and OLMo 2 read no window, as their
+// transformers classes read none, so theirs loads and slides nothing.
+TEST(ArchitectureConfig, EveryFamilyRefusesAnUnknownRopeTypeAndAnOversizedWindow) {
+  const std::set<std::string> windowless = {"llama", "llama-bias", "granite", "olmo2"};
+  for (const std::string family :
+       {"llama", "llama-bias", "mistral", "qwen2", "qwen3", "olmo2", "granite", "smollm3", "mistral-window",
+        "qwen2-window", "qwen3-window", "smollm3-window", "olmo3", "gemma2", "gemma3_text", "gemma3", "phi3",
+        "phi3-partial", "gpt_neox", "gpt_neox-sequential", "gpt2", "gpt2-unscaled"}) {
+    // Gemma 3's multimodal config keeps the text model's keys in text_config.
+    const auto text = [](nlohmann::json& j) -> nlohmann::json& { return j.contains("text_config") ? j["text_config"] : j; };
+    const std::string rope = config_error(family, [&](nlohmann::json& j) {
+      text(j)["rope_scaling"] = {{"rope_type", "made_up"}, {"factor", 2.0}};
+    });
+    EXPECT_THAT(rope, HasSubstr("unsupported rope_scaling type 'made_up'")) << family;
+    const auto oversized = [&](nlohmann::json& j) {
+      text(j)["sliding_window"] = int64_t{1} << 40;
+      text(j)["use_sliding_window"] = true;
+    };
+    if (windowless.count(family)) {
+      nlohmann::json j = read_json(fixture_dir(family) + "/config.json");
+      oversized(j);
+      EXPECT_FALSE(ModelConfig::from_json(j, family).sliding_window.has_value()) << family;
+      continue;
+    }
+    EXPECT_THAT(config_error(family, oversized),
+                HasSubstr(family.rfind("gpt", 0) == 0 ? "sliding windows (layer_types, sliding_window) are not part of"
+                                                      : "key 'sliding_window' is 1099511627776, past the bound"))
+        << family;
+  }
 }
 
 TEST(ArchitectureConfig, FeaturesNotImplementedAreRefusedNamingTheKey) {
