@@ -62,30 +62,57 @@ TEST(CheckpointFingerprint, OneFlippedWeightInAnyTensorIsSeen) {
   EXPECT_NE(checkpoint_fingerprint(dir.file("a")), before);
 }
 
+// Checkpoints whose names carry no training step (training_step.h) go by the time they were written.
 TEST(Checkpoints, GlobExpandsOldestFirstSkippingNonCheckpoints) {
   testing::TempDir dir;
   fs::create_directories(dir.file("run/logs"));  // matches the glob, holds no config.json
-  testing::perturbed_copy(stories(), dir.file("run/step-10"), 0.01, 10);
-  testing::perturbed_copy(stories(), dir.file("run/step-2"), 0.01, 2);
-  testing::perturbed_copy(stories(), dir.file("run/step-300"), 0.01, 300);
-  set_written(dir.file("run/step-10"), 1700000200);
-  set_written(dir.file("run/step-2"), 1700000100);
-  set_written(dir.file("run/step-300"), 1700000050);  // rewritten earlier than the others: it goes first
+  testing::perturbed_copy(stories(), dir.file("run/v10"), 0.01, 10);
+  testing::perturbed_copy(stories(), dir.file("run/v2"), 0.01, 2);
+  testing::perturbed_copy(stories(), dir.file("run/v300"), 0.01, 300);
+  set_written(dir.file("run/v10"), 1700000200);
+  set_written(dir.file("run/v2"), 1700000100);
+  set_written(dir.file("run/v300"), 1700000050);  // rewritten earlier than the others: it goes first
   const auto cks = resolve_checkpoints({dir.file("run/*")}, "cfg.yaml");
   ASSERT_EQ(cks.size(), 3u);
-  EXPECT_EQ(cks[0].name, "step-300");
-  EXPECT_EQ(cks[1].name, "step-2");
-  EXPECT_EQ(cks[2].name, "step-10");
-  EXPECT_EQ(cks[1].path, dir.file("run/step-2"));
+  EXPECT_EQ(cks[0].name, "v300");
+  EXPECT_EQ(cks[1].name, "v2");
+  EXPECT_EQ(cks[2].name, "v10");
+  EXPECT_EQ(cks[1].path, dir.file("run/v2"));
   EXPECT_DOUBLE_EQ(cks[1].mtime, 1700000100);
-  EXPECT_EQ(cks[0].fingerprint, checkpoint_fingerprint(dir.file("run/step-300")));
+  EXPECT_FALSE(cks[1].step.has_value());
+  EXPECT_EQ(cks[0].fingerprint, checkpoint_fingerprint(dir.file("run/v300")));
   // Written at the same second: natural order of the names.
-  for (const char* s : {"step-10", "step-2", "step-300"}) set_written(dir.file(std::string("run/") + s), 1700000000);
-  const auto tied = resolve_checkpoints({dir.file("run/step-*")}, "cfg.yaml");
+  for (const char* s : {"v10", "v2", "v300"}) set_written(dir.file(std::string("run/") + s), 1700000000);
+  const auto tied = resolve_checkpoints({dir.file("run/v*")}, "cfg.yaml");
   ASSERT_EQ(tied.size(), 3u);
-  EXPECT_EQ(tied[0].name, "step-2");
-  EXPECT_EQ(tied[1].name, "step-10");
-  EXPECT_EQ(tied[2].name, "step-300");
+  EXPECT_EQ(tied[0].name, "v2");
+  EXPECT_EQ(tied[1].name, "v10");
+  EXPECT_EQ(tied[2].name, "v300");
+}
+
+// Checkpoints synced from elsewhere arrive in any order: when every one has a training step, the
+// step orders them (here against the order they were written); one without a step puts the whole
+// run back in write order.
+TEST(Checkpoints, TrainingStepsOrderThemWhenEveryOneHasOne) {
+  testing::TempDir dir;
+  testing::perturbed_copy(stories(), dir.file("run/step-0"), 0.01, 1);
+  testing::perturbed_copy(stories(), dir.file("run/step-500"), 0.01, 2);
+  testing::perturbed_copy(stories(), dir.file("run/global_step1000"), 0.01, 3);
+  set_written(dir.file("run/global_step1000"), 1700000000);
+  set_written(dir.file("run/step-0"), 1700000100);
+  set_written(dir.file("run/step-500"), 1700000200);
+  const auto cks = resolve_checkpoints({dir.file("run/*")}, "cfg.yaml");
+  ASSERT_EQ(cks.size(), 3u);
+  EXPECT_EQ(cks[0].name, "step-0");
+  EXPECT_EQ(cks[1].name, "step-500");
+  EXPECT_EQ(cks[2].name, "global_step1000");
+  EXPECT_EQ(cks[2].step, 1000);
+  testing::perturbed_copy(stories(), dir.file("run/final"), 0.01, 4);
+  set_written(dir.file("run/final"), 1700000300);
+  const auto mixed = resolve_checkpoints({dir.file("run/*")}, "cfg.yaml");
+  ASSERT_EQ(mixed.size(), 4u);
+  EXPECT_EQ(mixed[0].name, "global_step1000");
+  EXPECT_EQ(mixed[3].name, "final");
 }
 
 TEST(Checkpoints, ListsDropDuplicatesAndNameClashesGetTheParent) {

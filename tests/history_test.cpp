@@ -169,6 +169,45 @@ TEST(HistoryTest, ChanceLevelsRoundTripAndAnOlderFileGetsTheirColumn) {
   EXPECT_EQ(h.trend("cfg")[1].scores.size(), 2u);
 }
 
+// The training step orders the trend when every checkpoint has one, whatever order they were
+// written in; without one for every checkpoint, the write time does. A file from before the step
+// column gets it, empty.
+TEST(HistoryTest, StepsOrderTheTrendAndAnOlderFileGetsTheirColumn) {
+  testing::TempDir dir;
+  const std::string path = dir.file("h.sqlite");
+  const auto at_step = [](const std::string& name, double mtime, int64_t step) {
+    CheckpointInfo c = checkpoint(name, mtime);
+    c.step = step;
+    return c;
+  };
+  {
+    History h = History::open(path);
+    const int64_t run = h.begin_run("cfg", {}, "");
+    h.record(run, at_step("step-1000", 1, 1000), "cfg", "complete", scores(0.7), {});
+    h.record(run, at_step("step-0", 2, 0), "cfg", "complete", scores(0.3), {});
+    h.record(run, at_step("step-500", 3, 500), "cfg", "complete", scores(0.5), {});
+    std::vector<std::string> names;
+    for (const ScoredCheckpoint& c : h.trend("cfg")) names.push_back(c.checkpoint.name);
+    EXPECT_EQ(names, (std::vector<std::string>{"step-0", "step-500", "step-1000"}));
+    EXPECT_EQ(h.trend("cfg")[2].checkpoint.step, 1000);
+    h.record(run, checkpoint("final", 4), "cfg", "complete", scores(0.8), {});  // no step: by write time
+    names.clear();
+    for (const ScoredCheckpoint& c : h.trend("cfg")) names.push_back(c.checkpoint.name);
+    EXPECT_EQ(names, (std::vector<std::string>{"step-1000", "step-0", "step-500", "final"}));
+  }
+  // The file as a gpueval from before the column wrote it.
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "ALTER TABLE checkpoints DROP COLUMN step;", nullptr, nullptr, nullptr), SQLITE_OK)
+      << sqlite3_errmsg(db);
+  sqlite3_close(db);
+  History h = History::open(path, /*create=*/false);
+  const std::vector<ScoredCheckpoint> trend = h.trend("cfg");
+  ASSERT_EQ(trend.size(), 4u);
+  for (const ScoredCheckpoint& c : trend) EXPECT_FALSE(c.checkpoint.step.has_value()) << c.checkpoint.name;
+  EXPECT_EQ(trend[0].checkpoint.name, "step-1000");
+}
+
 TEST(HistoryTest, RecordReplacesTheEarlierRecordAndForgetRemovesIt) {
   testing::TempDir dir;
   History h = History::open(dir.file("h.sqlite"));

@@ -187,6 +187,30 @@ std::vector<std::pair<std::string, double>> ticks_of(const std::string& svg) {
   return out;
 }
 
+// The checkpoints table says which order the trend is in, and each checkpoint's training step.
+TEST(TrendReportTest, TheCheckpointsTableSaysTheOrderAndTheSteps) {
+  testing::TempDir dir;
+  const History h = History::open(write_history(dir));  // no steps recorded
+  const TrendData by_time = load_trend(h, "cfg-main", 1.0);
+  EXPECT_THAT(trend_markdown(by_time), HasSubstr("In the order they were written: 3 of 3 checkpoints have no training step."));
+  EXPECT_THAT(trend_markdown(by_time), HasSubstr("| 1 | step-100 | — | complete |"));
+  const std::string path = dir.file("steps.sqlite");
+  History s = History::open(path);
+  const int64_t run = s.begin_run("cfg", {{"model", "m"}}, "");
+  for (int64_t step : {1000, 0, 500}) {  // written newest step first
+    CheckpointInfo c{"fp" + std::to_string(step), "/ck", "step-" + std::to_string(step), 2000.0 - step};
+    c.step = step;
+    s.record(run, c, "cfg", "complete", {row("quiz", "acc", 0.5, 0.1)}, {});
+  }
+  const TrendData by_step = load_trend(s, "cfg", 1.0);
+  const std::string md = trend_markdown(by_step), html = trend_html(by_step);
+  EXPECT_THAT(md, HasSubstr("In training-step order"));
+  EXPECT_THAT(html, HasSubstr("In training-step order"));
+  EXPECT_LT(md.find("| 1 | step-0 | 0 |"), md.find("| 2 | step-500 | 500 |"));
+  EXPECT_LT(md.find("| 2 | step-500 | 500 |"), md.find("| 3 | step-1000 | 1000 |"));
+  EXPECT_THAT(html, HasSubstr("<td>step-1000</td><td class=\"num\">1000</td>"));
+}
+
 TEST(TrendReportTest, ChanceLevelIsADashedLineAtItsValue) {
   testing::TempDir dir;
   const History h = History::open(write_suite_history(dir));

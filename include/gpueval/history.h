@@ -36,7 +36,8 @@ struct CheckpointInfo {
   std::string fingerprint;  // identifies the weights (the lead's checkpoint fingerprint)
   std::string path;
   std::string name;         // shown on charts and tables, e.g. "step-1000"
-  double mtime = 0;         // UNIX time; orders the trend
+  double mtime = 0;         // UNIX time; orders the trend unless every checkpoint has a step
+  std::optional<int64_t> step;  // the training step (evaluation/training_step.h); orders the trend when all have one
 };
 
 // One line of results.json: a task's (or group's) metric under one filter.
@@ -99,8 +100,8 @@ class History {
   // Deletes the record of (checkpoint, config), if any (--fresh).
   void forget(const std::string& checkpoint_fingerprint, const std::string& config_fingerprint);
 
-  // Every scored checkpoint of this config, oldest first (checkpoint mtime, then name, then
-  // fingerprint); empty for an unknown config.
+  // Every scored checkpoint of this config, oldest first: by training step when every one has a
+  // step, else by checkpoint mtime, then name, then fingerprint; empty for an unknown config.
   std::vector<ScoredCheckpoint> trend(const std::string& config_fingerprint) const;
   // Config fingerprints that have runs, most recently begun first.
   std::vector<std::string> configs() const;

@@ -33,6 +33,7 @@ json to_json(const ShardedPlan& sp) {
                    {"path", c.checkpoint.path},
                    {"fingerprint", c.checkpoint.fingerprint},
                    {"mtime", c.checkpoint.mtime},
+                   {"step", c.checkpoint.step ? json(*c.checkpoint.step) : json(nullptr)},
                    {"output", c.output},
                    {"batch_tokens", c.batch_tokens},
                    {"budget_source", c.budget_source},
@@ -110,6 +111,7 @@ ShardedPlan read_sharded_plan(const std::string& dir_in) {
       sc.checkpoint.path = c.at("path").get<std::string>();
       sc.checkpoint.fingerprint = c.at("fingerprint").get<std::string>();
       sc.checkpoint.mtime = c.at("mtime").get<double>();
+      if (c.contains("step") && !c.at("step").is_null()) sc.checkpoint.step = c.at("step").get<int64_t>();
       sc.output = sp.nightly ? sp.dir + "/" + sc.checkpoint.name : sp.dir;
       sc.batch_tokens = c.at("batch_tokens").get<int64_t>();
       sc.budget_source = c.at("budget_source").get<std::string>();

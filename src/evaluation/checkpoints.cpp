@@ -10,6 +10,7 @@
 #include <set>
 
 #include "common/file_io.h"
+#include "evaluation/training_step.h"
 #include "gpueval/error.h"
 #include "model/model_fingerprint.h"
 
@@ -115,6 +116,7 @@ std::vector<Checkpoint> resolve_checkpoints(const std::vector<std::string>& patt
     c.mtime = written_at(dir);
     try {
       c.fingerprint = checkpoint_fingerprint(dir);
+      c.step = training_step(dir);
     } catch (const Error& e) {
       c.error = e.what();  // e.g. still being written by the training job; the run reports it
       out.push_back(std::move(c));
@@ -124,8 +126,11 @@ std::vector<Checkpoint> resolve_checkpoints(const std::vector<std::string>& patt
     if (!fresh) continue;  // a copy of a checkpoint already listed
     out.push_back(std::move(c));
   }
-  std::stable_sort(out.begin(), out.end(), [](const Checkpoint& a, const Checkpoint& b) {
-    if (a.mtime != b.mtime) return a.mtime < b.mtime;
+  // By step where every checkpoint has one: copies synced from elsewhere arrive in any order.
+  const bool by_step = std::all_of(out.begin(), out.end(), [](const Checkpoint& c) { return c.step.has_value(); });
+  std::stable_sort(out.begin(), out.end(), [by_step](const Checkpoint& a, const Checkpoint& b) {
+    if (by_step && *a.step != *b.step) return *a.step < *b.step;
+    if (!by_step && a.mtime != b.mtime) return a.mtime < b.mtime;
     return natural_less(a.path, b.path);
   });
   std::map<std::string, int> base_count;

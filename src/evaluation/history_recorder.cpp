@@ -8,7 +8,7 @@
 namespace gpueval {
 namespace {
 
-CheckpointInfo info(const Checkpoint& c) { return CheckpointInfo{c.fingerprint, c.path, c.name, c.mtime}; }
+CheckpointInfo info(const Checkpoint& c) { return CheckpointInfo{c.fingerprint, c.path, c.name, c.mtime, c.step}; }
 
 }  // namespace
 

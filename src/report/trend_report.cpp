@@ -91,6 +91,18 @@ std::string utc_text(double t) {
   return buf;
 }
 
+// A checkpoint's training step for the tables, "—" when it has none.
+std::string step_text(const CheckpointInfo& c) { return c.step ? std::to_string(*c.step) : "—"; }
+
+// Which order the trend is in (History::trend's rule), said once above the checkpoints table.
+std::string order_text(const std::vector<ScoredCheckpoint>& trend) {
+  const auto without = std::count_if(trend.begin(), trend.end(),
+                                     [](const ScoredCheckpoint& c) { return !c.checkpoint.step.has_value(); });
+  if (without == 0) return "In training-step order (trainer_state.json's global_step, or the step in each name).";
+  return fmt::format("In the order they were written: {} of {} checkpoints have no training step.", without,
+                     trend.size());
+}
+
 std::string id_list(const std::vector<int64_t>& ids) {
   std::string out;
   for (size_t i = 0; i < ids.size() && i < kMaxFlipsListed; ++i) out += (i ? ", " : "") + std::to_string(ids[i]);
@@ -395,10 +407,11 @@ std::string trend_markdown(const TrendData& data) {
   }
   if (!any) out += "No per-document right/wrong values to compare.\n\n";
 
-  out += "## Checkpoints\n\n| # | name | state | modified | fingerprint | path |\n|---:|---|---|---|---|---|\n";
+  out += "## Checkpoints\n\n" + order_text(data.trend) +
+         "\n\n| # | name | step | state | modified | fingerprint | path |\n|---:|---|---:|---|---|---|---|\n";
   for (size_t i = 0; i < data.trend.size(); ++i) {
     const CheckpointInfo& c = data.trend[i].checkpoint;
-    out += fmt::format("| {} | {} | {} | {} | `{}` | `{}` |\n", i + 1, markdown_cell(c.name),
+    out += fmt::format("| {} | {} | {} | {} | {} | `{}` | `{}` |\n", i + 1, markdown_cell(c.name), step_text(c),
                        markdown_cell(data.trend[i].state), utc_text(c.mtime), markdown_cell(c.fingerprint),
                        markdown_cell(c.path));
   }
@@ -439,14 +452,15 @@ std::string trend_html(const TrendData& data) {
     }
   }
 
-  out += "<h2>Checkpoints</h2>\n<table>\n<tr><th>#</th><th>name</th><th>state</th><th>modified</th>"
+  out += "<h2>Checkpoints</h2>\n<p class=\"note\">" + html_escape(order_text(data.trend)) +
+         "</p>\n<table>\n<tr><th>#</th><th>name</th><th>step</th><th>state</th><th>modified</th>"
          "<th>fingerprint</th><th>path</th></tr>\n";
   for (size_t i = 0; i < data.trend.size(); ++i) {
     const CheckpointInfo& c = data.trend[i].checkpoint;
-    out += fmt::format("<tr><td class=\"num\">{}</td><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td>"
-                       "<td><code>{}</code></td></tr>\n",
-                       i + 1, html_escape(c.name), html_escape(data.trend[i].state), html_escape(utc_text(c.mtime)),
-                       html_escape(c.fingerprint), html_escape(c.path));
+    out += fmt::format("<tr><td class=\"num\">{}</td><td>{}</td><td class=\"num\">{}</td><td>{}</td><td>{}</td>"
+                       "<td><code>{}</code></td><td><code>{}</code></td></tr>\n",
+                       i + 1, html_escape(c.name), step_text(c), html_escape(data.trend[i].state),
+                       html_escape(utc_text(c.mtime)), html_escape(c.fingerprint), html_escape(c.path));
   }
   out += "</table>\n";
 

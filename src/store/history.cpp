@@ -25,7 +25,7 @@ const char* const kSchema =
     " command TEXT NOT NULL, started REAL NOT NULL);"
     "CREATE INDEX runs_by_config ON runs (config);"
     "CREATE TABLE checkpoints (fingerprint TEXT PRIMARY KEY, path TEXT NOT NULL, name TEXT NOT NULL,"
-    " mtime REAL NOT NULL);"
+    " mtime REAL NOT NULL, step INTEGER);"
     "CREATE TABLE scored (checkpoint TEXT NOT NULL, config TEXT NOT NULL, run_id INTEGER NOT NULL,"
     " scored_at REAL NOT NULL, state TEXT NOT NULL, PRIMARY KEY (checkpoint, config));"
     "CREATE INDEX scored_by_config ON scored (config);"
@@ -113,6 +113,19 @@ void add_chance_column(sqlite::Db& db) {
   tx.commit();
 }
 
+// The checkpoints table's step column, added to schema 1 as chance was (nullable: none known).
+bool has_step_column(const sqlite::Db& db) {
+  Statement s(db, "SELECT 1 FROM pragma_table_info('checkpoints') WHERE name = 'step'");
+  return s.step();
+}
+
+void add_step_column(sqlite::Db& db) {
+  if (has_step_column(db)) return;
+  sqlite::WriteTransaction tx(db);
+  if (!has_step_column(db)) db.exec("ALTER TABLE checkpoints ADD COLUMN step INTEGER");
+  tx.commit();
+}
+
 }  // namespace
 
 struct History::Connection {
@@ -151,6 +164,7 @@ History History::open(const std::string& path, bool create) {
     tx.commit();
   }
   add_chance_column(db);
+  add_step_column(db);
   return History(path, std::move(connection));
 }
 
@@ -215,11 +229,13 @@ void History::record(int64_t run_id, const CheckpointInfo& ckpt, const std::stri
   sqlite::WriteTransaction tx(db);
   delete_record(db, ckpt.fingerprint, config_fingerprint);
   {
-    Statement s(db, "INSERT OR REPLACE INTO checkpoints (fingerprint, path, name, mtime) VALUES (?1, ?2, ?3, ?4)");
+    Statement s(db,
+                "INSERT OR REPLACE INTO checkpoints (fingerprint, path, name, mtime, step) VALUES (?1, ?2, ?3, ?4, ?5)");
     s.bind(1, ckpt.fingerprint);
     s.bind(2, ckpt.path);
     s.bind(3, ckpt.name);
     s.bind(4, ckpt.mtime);
+    s.bind(5, ckpt.step);
     s.step();
   }
   {
@@ -285,7 +301,7 @@ std::vector<ScoredCheckpoint> History::trend(const std::string& config_fingerpri
   std::vector<ScoredCheckpoint> out;
   try {
     Statement s(db,
-                "SELECT c.fingerprint, c.path, c.name, c.mtime, s.run_id, s.scored_at, s.state"
+                "SELECT c.fingerprint, c.path, c.name, c.mtime, s.run_id, s.scored_at, s.state, c.step"
                 " FROM scored s JOIN checkpoints c ON c.fingerprint = s.checkpoint WHERE s.config = ?1"
                 " ORDER BY c.mtime, c.name, c.fingerprint");
     s.bind(1, config_fingerprint);
@@ -298,6 +314,7 @@ std::vector<ScoredCheckpoint> History::trend(const std::string& config_fingerpri
       sc.run_id = s.int_at(4);
       sc.scored_at = s.double_at(5);
       sc.state = s.text_at(6);
+      if (!s.null_at(7)) sc.checkpoint.step = s.int_at(7);
       out.push_back(std::move(sc));
     }
     Statement rows(db,
@@ -326,6 +343,12 @@ std::vector<ScoredCheckpoint> History::trend(const std::string& config_fingerpri
     throw;
   }
   db.exec("COMMIT");
+  // By training step where every checkpoint has one (copies synced from elsewhere arrive in any
+  // order); else as written, the query's order.
+  if (std::all_of(out.begin(), out.end(), [](const ScoredCheckpoint& c) { return c.checkpoint.step.has_value(); }))
+    std::stable_sort(out.begin(), out.end(), [](const ScoredCheckpoint& a, const ScoredCheckpoint& b) {
+      return *a.checkpoint.step < *b.checkpoint.step;
+    });
   return out;
 }
 

@@ -111,6 +111,13 @@ class Statement {
       db_.check(sqlite3_bind_null(st_, i), "bind");
     }
   }
+  void bind(int i, const std::optional<int64_t>& v) {
+    if (v) {
+      bind(i, *v);
+    } else {
+      db_.check(sqlite3_bind_null(st_, i), "bind");
+    }
+  }
   bool step() {
     const int rc = sqlite3_step(st_);
     db_.check(rc, "step");
