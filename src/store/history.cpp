@@ -98,31 +98,20 @@ bool has_schema(const sqlite::Db& db) {
   return true;
 }
 
-// Whether the scores table has the chance column, added to schema 1 after its first release: a
-// file written before it gets it here (a nullable column; builds that predate it name their
-// columns, so they read and write such a file as before).
-bool has_chance_column(const sqlite::Db& db) {
-  Statement s(db, "SELECT 1 FROM pragma_table_info('scores') WHERE name = 'chance'");
+// Columns added to schema 1 after its first release: scores.chance and checkpoints.step. A file
+// written before one gets it here (nullable; builds that predate it name their columns, so they read
+// and write such a file as before).
+bool has_column(const sqlite::Db& db, const std::string& table, const std::string& column) {
+  Statement s(db, "SELECT 1 FROM pragma_table_info(?1) WHERE name = ?2");
+  s.bind(1, table);
+  s.bind(2, column);
   return s.step();
 }
 
-void add_chance_column(sqlite::Db& db) {
-  if (has_chance_column(db)) return;
+void add_column(sqlite::Db& db, const std::string& table, const std::string& column, const std::string& type) {
+  if (has_column(db, table, column)) return;
   sqlite::WriteTransaction tx(db);
-  if (!has_chance_column(db)) db.exec("ALTER TABLE scores ADD COLUMN chance REAL");
-  tx.commit();
-}
-
-// The checkpoints table's step column, added to schema 1 as chance was (nullable: none known).
-bool has_step_column(const sqlite::Db& db) {
-  Statement s(db, "SELECT 1 FROM pragma_table_info('checkpoints') WHERE name = 'step'");
-  return s.step();
-}
-
-void add_step_column(sqlite::Db& db) {
-  if (has_step_column(db)) return;
-  sqlite::WriteTransaction tx(db);
-  if (!has_step_column(db)) db.exec("ALTER TABLE checkpoints ADD COLUMN step INTEGER");
+  if (!has_column(db, table, column)) db.exec(("ALTER TABLE " + table + " ADD COLUMN " + column + " " + type).c_str());
   tx.commit();
 }
 
@@ -163,8 +152,8 @@ History History::open(const std::string& path, bool create) {
     }
     tx.commit();
   }
-  add_chance_column(db);
-  add_step_column(db);
+  add_column(db, "scores", "chance", "REAL");
+  add_column(db, "checkpoints", "step", "INTEGER");
   return History(path, std::move(connection));
 }
 
