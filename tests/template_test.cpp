@@ -104,6 +104,14 @@ TEST(TemplateTest, EvaluationErrorsNameTheDocument) {
             "d.jsonl:9: doc_to_text '{{ 9223372036854775807 + 1 }}': integer overflow in '+'");
   EXPECT_EQ(render_error("{{ (0 - 9223372036854775807 - 1) // -1 }}"),
             "d.jsonl:9: doc_to_text '{{ (0 - 9223372036854775807 - 1) // -1 }}': integer overflow in '//'");
+  // A runaway string is refused before it is built (found by fuzz_template: a filter binds tighter
+  // than '*', so this repeats the string '12222' 102 million times).
+  EXPECT_EQ(render_error("{{ 102212666*12222 | trim }}"),
+            "d.jsonl:9: doc_to_text '{{ 102212666*12222 | trim }}': '*' would repeat a string of 5 bytes "
+            "102212666 times, over the 16 MiB a template may render");
+  EXPECT_THAT(render_error("{{ ('ab' * 5000000) ~ ('ab' * 5000000) }}"),
+              HasSubstr("'~' would make a string of 20000000 bytes, over the 16 MiB a template may render"));
+  EXPECT_EQ(render("{{ 'ab' * 3 }}|{{ 2 * 'x' }}|{{ 'ab' * -1 }}|{{ '' * 9000000000000 }}"), "ababab|xx||");
 }
 
 TEST(TemplateTest, LiteralEvalReadsPythonListReprs) {

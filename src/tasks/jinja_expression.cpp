@@ -1,5 +1,6 @@
 #include "tasks/jinja_expression.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <limits>
@@ -706,10 +707,26 @@ class Evaluator {
     error("unknown filter '" + f + "'");
   }
 
+  // A template renders a prompt: a string past kMaxString is a runaway expression ("x" * 10**9),
+  // refused before it is built rather than exhausting memory.
+  static constexpr size_t kMaxString = size_t{16} << 20;
+  void bound_string(const std::string& op, size_t bytes) {
+    if (bytes > kMaxString)
+      error(fmt::format("'{}' would make a string of {} bytes, over the {} MiB a template may render", op, bytes,
+                        kMaxString >> 20));
+  }
+
   json binary(const std::string& op, const json& a, const json& b) {
-    if (op == "~") return py::str(a) + py::str(b);
+    if (op == "~") {
+      std::string l = py::str(a), r = py::str(b);
+      bound_string(op, l.size() + r.size());
+      return l + r;
+    }
     if (op == "+") {
-      if (a.is_string() && b.is_string()) return a.get<std::string>() + b.get<std::string>();
+      if (a.is_string() && b.is_string()) {
+        bound_string(op, a.get_ref<const std::string&>().size() + b.get_ref<const std::string&>().size());
+        return a.get<std::string>() + b.get<std::string>();
+      }
       if (a.is_array() && b.is_array()) {
         json out = a;
         for (const json& v : b) out.push_back(v);
@@ -754,8 +771,14 @@ class Evaluator {
     }
     if (op == "*" && ((a.is_string() && is_int(b)) || (is_int(a) && b.is_string()))) {
       const std::string& s = a.is_string() ? a.get_ref<const std::string&>() : b.get_ref<const std::string&>();
+      const int64_t times = std::max<int64_t>(0, as_int(a.is_string() ? b : a));
+      if (s.empty()) return std::string();
+      if ( static_cast<uint64_t>(times) > kMaxString / s.size())
+        error(fmt::format("'*' would repeat a string of {} bytes {} times, over the {} MiB a template may render",
+                          s.size(), times, kMaxString >> 20));
       std::string out;
-      for (int64_t i = 0; i < as_int(a.is_string() ? b : a); ++i) out += s;
+      out.reserve(s.size() * static_cast<size_t>(times));
+      for (int64_t i = 0; i < times; ++i) out += s;
       return out;
     }
     error(fmt::format("unsupported operand type(s) for {}: '{}' and '{}'", op, type_name(a), type_name(b)));
