@@ -83,6 +83,14 @@ TEST(TemplateTest, ConstructsOutsideTheSubsetNameFileLineAndConstruct) {
   EXPECT_THAT(parse_error("{% for x in y %}{{x}}{% endfor %}"), HasSubstr("tasks/x.yaml:7: doc_to_text '{% for x in y %}{{x}}{% endfor %}': a '{%' statement is not supported"));
   EXPECT_THAT(parse_error("{{ a + }}"), HasSubstr("the expression ' a + ' (it ends too early) is not supported"));
   EXPECT_THAT(parse_error("{{ 'open }}"), HasSubstr("'{{' without a closing '}}'"));
+  // Depth is bounded, so a deep template is refused, not a stack overflow (found by fuzz_template).
+  EXPECT_THAT(parse_error("{{ " + std::string(65, '[') + "1" + std::string(65, ']') + " }}"),
+              HasSubstr("brackets nested more than 64 deep is not supported"));
+  EXPECT_THAT(parse_error("{{ 1" + [] { std::string s; for (int i = 0; i < 300; ++i) s += " + 1"; return s; }() + " }}"),
+              HasSubstr("an expression more than 256 operations deep is not supported"));
+  EXPECT_EQ(Template::parse("{{ " + std::string(64, '(') + "2" + std::string(64, ')') + " * 3 }}", "doc_to_text", "t")
+                .render(doc(), "d"),
+            "6");
 }
 
 TEST(TemplateTest, EvaluationErrorsNameTheDocument) {

@@ -24,6 +24,7 @@ struct Node {
   std::string name;           // kName, kAttr, kMethod, kFilter: the name; kBinary: the operator
   std::vector<NodePtr> args;  // the operand first, then arguments; a slice's absent bounds are null
   std::string source;         // the expression as written, for messages
+  int depth = 1;              // 1 + the deepest argument's: bounds the evaluator's recursion
 };
 
 namespace {
@@ -175,13 +176,24 @@ class Parser {
     n->kind = kind;
     n->name = std::move(name);
     n->args = std::move(args);
+    for (const NodePtr& a : n->args)
+      if (a) n->depth = std::max(n->depth, a->depth + 1);
+    if (n->depth > kMaxDepth) refuse(fmt::format("an expression more than {} operations deep", kMaxDepth));
     n->literal = std::move(literal);
     n->source = text_from(begin_token);
     return n;
   }
 
-  // + and - (Jinja's math1), over ~ (concat), over * / // % (math2), over unary.
+  // + and - (Jinja's math1), over ~ (concat), over * / // % (math2), over unary. Every nested
+  // expression (parentheses, list items, arguments, subscripts) comes through here: its depth
+  // is bounded, so a deep template is refused rather than overflowing the stack.
   NodePtr additive() {
+    struct Nesting {
+      int& n;
+      explicit Nesting(int& depth) : n(++depth) {}
+      ~Nesting() { --n; }
+    } nesting(nesting_);
+    if (nesting_ - 1 > kMaxNesting) refuse(fmt::format("brackets nested more than {} deep", kMaxNesting));
     const size_t begin = pos_;
     NodePtr lhs = concat();
     while (at_op("+") || at_op("-")) {
@@ -382,6 +394,11 @@ class Parser {
   const Fail& refuse_;
   std::vector<Token> tokens_;
   size_t pos_ = 0;
+  int nesting_ = 0;
+  // Far beyond any task file's template (lm-eval's deepest nest a few brackets and chain a few
+  // operators), and far within the stack.
+  static constexpr int kMaxNesting = 64;
+  static constexpr int kMaxDepth = 256;
 };
 
 // ------------------------------------------------------------------------------------------ evaluation
