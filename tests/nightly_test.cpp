@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <string>
 
 #include <gmock/gmock.h>
@@ -14,6 +15,7 @@
 
 #include "async_run.h"
 #include "common/file_io.h"
+#include "report/tensorboard.h"
 #include "run_outputs.h"
 #include "test_util.h"
 
@@ -246,6 +248,59 @@ TEST_F(NightlyTest, ScoredCheckpointIsSkippedTrendShowsAllThreeAndRegressionFire
     EXPECT_EQ(j["journal"]["requests_computed"], 260) << c;
   }
   EXPECT_EQ(json::parse(io::read_file(dir_.file("night/step-300/results.json")))["results"], last_results["results"]);
+}
+
+// Checkpoints synced in any order: written step-300 first and step-100 last, they are scored,
+// charted and exported in training-step order; TensorBoard gets each tag once per checkpoint at
+// its step, and a second night (the flag instead of the config key, same folder) adds nothing.
+TEST_F(NightlyTest, CheckpointsWrittenOutOfOrderAreInStepOrderEverywhereAndInTensorBoardOnce) {
+  set_written(dir_.file("runs/step-300"), 1700000100);
+  set_written(dir_.file("runs/step-200"), 1700000200);
+  set_written(dir_.file("runs/step-100"), 1700000300);
+  const std::string logdir = dir_.file("tb");
+  const std::string cfg = config("night", dir_.file("runs/step-*"), "tensorboard: " + logdir + "\n");
+  auto r = testing::run_gpueval({"run", "--gpus", "cpu:2", cfg});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("3 checkpoints, oldest first: step-100, step-200, step-300"));
+  EXPECT_THAT(r.err, HasSubstr("[sched] tensorboard: 3 checkpoints, "));
+
+  auto again = testing::run_gpueval({"run", "--gpus", "cpu:1", "--tensorboard", logdir, config("night2", dir_.file("runs/step-*"))});
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_THAT(again.err, HasSubstr("holds every checkpoint already (3)"));
+
+  std::vector<std::string> runs;
+  for (const auto& e : fs::directory_iterator(logdir)) runs.push_back(e.path().string());
+  ASSERT_EQ(runs.size(), 1u);  // one run per config fingerprint, whatever the config file is called
+  EXPECT_EQ(tensorboard::event_files(runs[0]).size(), 1u);
+  std::map<std::string, std::vector<int64_t>> steps;
+  for (const tensorboard::Event& e : tensorboard::read_events(runs[0]))
+    for (const tensorboard::Value& v : e.values)
+      if (v.scalar) steps[v.tag].push_back(e.step);
+  EXPECT_TRUE(steps.count("demo_choice/acc")) << runs[0];
+  EXPECT_TRUE(steps.count("demo_perplexity/bits_per_byte")) << runs[0];
+  for (const auto& [tag, at] : steps) EXPECT_EQ(at, (std::vector<int64_t>{100, 200, 300})) << tag;
+  // The values are the checkpoints' own.
+  const json results = json::parse(io::read_file(dir_.file("night/step-200/results.json")));
+  for (const tensorboard::Event& e : tensorboard::read_events(runs[0]))
+    for (const tensorboard::Value& v : e.values)
+      if (e.step == 200 && v.tag == "demo_choice/acc")
+        EXPECT_FLOAT_EQ(*v.scalar, results["results"]["demo_choice"]["acc,none"].get<float>());
+
+  // report.md, report.html and `gpueval history`: step order, not write order.
+  auto in_order = [](const std::string& text) {
+    const size_t a = text.find("step-100"), b = text.find("step-200"), c = text.find("step-300");
+    return a != std::string::npos && a < b && b < c && c != std::string::npos;
+  };
+  const std::string md = io::read_file(dir_.file("night/report.md"));
+  EXPECT_TRUE(in_order(md)) << md;
+  EXPECT_THAT(md, HasSubstr("In training-step order"));
+  const std::string html = io::read_file(dir_.file("night/report.html"));
+  const size_t table = html.find("In training-step order");  // the checkpoints table (the header names the newest first)
+  ASSERT_NE(table, std::string::npos) << html;
+  EXPECT_TRUE(in_order(html.substr(table))) << html;
+  auto h = testing::run_gpueval({"history", "--history", dir_.file("history.sqlite"), "--task", "demo_choice"});
+  ASSERT_EQ(h.exit_code, 0) << h.err;
+  EXPECT_TRUE(in_order(h.out)) << h.out;
 }
 
 }  // namespace

@@ -580,6 +580,14 @@ TEST(RunConfigNightly, HistoryAndFailOnRegressionKeysAndFlags) {
   ASSERT_TRUE(c.fail_on_regression);
   EXPECT_DOUBLE_EQ(*c.fail_on_regression, 2.0);
   EXPECT_FALSE(load_run_config(tmp.write("plain.yaml", "model: m\ntasks: [t]\n")).fail_on_regression);
+  EXPECT_EQ(load_run_config(tmp.write("plain.yaml", "model: m\ntasks: [t]\n")).tensorboard, "");
+  EXPECT_FALSE(load_run_config(tmp.write("plain.yaml", "model: m\ntasks: [t]\n")).to_json().contains("tensorboard"));
+  const RunConfig with_tb = load_run_config(tmp.write("tb.yaml", "model: m\ntasks: [t]\ntensorboard: logs/tb\n"));
+  EXPECT_EQ(with_tb.tensorboard, std::filesystem::canonical(tmp.path()).string() + "/logs/tb");
+  EXPECT_EQ(with_tb.to_json()["tensorboard"], with_tb.tensorboard);
+  EXPECT_EQ(run_config_from_json(with_tb.to_json(), "plan.json", "/").tensorboard, with_tb.tensorboard);
+  EXPECT_THAT(testing::error_of([&] { load_run_config(tmp.write("tb.yaml", "model: m\ntasks: [t]\ntensorboard: [1]\n")); }),
+              ::testing::HasSubstr("tb.yaml:3: key 'tensorboard' must be a directory path"));
   EXPECT_THAT(testing::error_of([&] {
                 load_run_config(tmp.write("bad.yaml", "model: m\ntasks: [t]\nfail_on_regression: -1\n"));
               }),
@@ -590,7 +598,9 @@ TEST(RunConfigNightly, HistoryAndFailOnRegressionKeysAndFlags) {
   flags.model = std::vector<std::string>{"a", "b/step-*"};
   flags.history = "other.sqlite";
   flags.fail_on_regression = 0.5;
+  flags.tensorboard = "runs/tb";
   apply_overrides(o, flags);
+  EXPECT_EQ(o.tensorboard, "runs/tb");
   EXPECT_EQ(o.models, (std::vector<std::string>{"a", "b/step-*"}));
   EXPECT_EQ(o.history, "other.sqlite");
   EXPECT_DOUBLE_EQ(*o.fail_on_regression, 0.5);

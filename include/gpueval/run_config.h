@@ -79,6 +79,9 @@ struct RunConfig {
   // task's score against the previous checkpoint, in points, that fails the run (exit 4).
   std::string history;
   std::optional<double> fail_on_regression;
+  // TensorBoard log folder ("" = none): every scored checkpoint's scores as scalars, one run per
+  // config fingerprint (report/tensorboard.h).
+  std::string tensorboard;
 
   // Every field, unset optionals as null: the "config" object of results.json.
   nlohmann::json to_json() const;
@@ -116,6 +119,7 @@ struct ConfigOverrides {
   std::optional<std::string> group_continuations;  // --group-continuations on|off
   std::optional<std::string> max_memory;  // --max-memory
   std::optional<std::string> history;     // --history
+  std::optional<std::string> tensorboard; // --tensorboard
   std::optional<double> fail_on_regression;  // --fail-on-regression POINTS
   std::optional<std::vector<std::string>> tasks;  // --tasks: replaces the file's list
   std::vector<std::string> data;      // --data NAME=PATH, repeatable; each adds or replaces one root

@@ -96,6 +96,9 @@ void add_run_flags(CLI::App* cmd, ConfigOverrides& o) {
       ->allow_extra_args(false);
   cmd->add_option_function<std::string>("--history", [&](const std::string& v) { o.history = v; },
                                         "history database of nightly scores (default: see `gpueval history`)");
+  cmd->add_option_function<std::string>("--tensorboard", [&](const std::string& v) { o.tensorboard = v; },
+                                        "also write every checkpoint's scores as TensorBoard scalars into DIR, "
+                                        "one run per config");
   cmd->add_option_function<double>(
       "--fail-on-regression", [&](const double& v) { o.fail_on_regression = v; },
       "exit 4, naming the task, when a score drops by more than POINTS against the previous checkpoint");
@@ -344,7 +347,7 @@ gpueval::EvaluationOptions evaluation_options(const char* argv0, bool recalibrat
 // takes from its plan.
 bool changes_the_plan(const ConfigOverrides& o) {
   return o.model || o.output || o.batch_size || o.batch_tokens || o.limit || o.num_fewshot || o.seed || o.add_bos ||
-         o.prefix_reuse || o.group_continuations || o.max_memory || o.history || o.fail_on_regression || o.tasks || !o.data.empty();
+         o.prefix_reuse || o.group_continuations || o.max_memory || o.history || o.tensorboard || o.fail_on_regression || o.tasks || !o.data.empty();
 }
 
 // `gpueval run CONFIG`, one machine; or one shard of a sharded run: `gpueval run DIR --shard i/N`,

@@ -206,6 +206,7 @@ int run_merge_command(const std::string& dir, const EvaluationOptions& options) 
                              recorder.history().trend(sp.config_fingerprint).size(), sp.dir, sp.dir);
     if (options.scores_out) *options.scores_out << "trend report: " << sp.dir << "/report.md" << std::endl;
   }
+  recorder.export_tensorboard(sp.config.tensorboard, io::base_name(sp.dir));
   io::write_file_atomic(marker, json{{"plan_fingerprint", sp.fingerprint}, {"digest", digest}, {"checkpoints", lines}}
                                         .dump(2) + "\n");
   const bool regressed = sp.config.fail_on_regression && !recorder.regressions(*sp.config.fail_on_regression).empty();

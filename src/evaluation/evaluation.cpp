@@ -38,6 +38,7 @@ int run_evaluation(const RunConfig& config, const EvaluationOptions& options) {
   scheduler.shutdown();
   const bool regressed = outcome.exit_code == 0 && config.fail_on_regression &&
                          !recorder.regressions(*config.fail_on_regression).empty();
+  recorder.export_tensorboard(config.tensorboard, config_name(config));
   progress.finish(regressed ? "regressed" : outcome.state);
   if (!outcome.table.empty()) show_scores(options, "", outcome.table, config.output);
   return regressed ? kExitRegression : outcome.exit_code;

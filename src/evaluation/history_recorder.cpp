@@ -4,6 +4,8 @@
 #include <iostream>
 
 #include "common/console.h"
+#include "common/file_io.h"
+#include "report/tensorboard.h"
 
 namespace gpueval {
 namespace {
@@ -49,6 +51,23 @@ std::vector<Regression> HistoryRecorder::regressions(double points) const {
     out.push_back(r);
   }
   return out;
+}
+
+std::string config_name(const RunConfig& config) {
+  std::string name = io::base_name(config.source);
+  const size_t dot = name.rfind('.');
+  if (dot != std::string::npos && dot > 0) name.resize(dot);
+  return name;
+}
+
+void HistoryRecorder::export_tensorboard(const std::string& logdir, const std::string& name) const {
+  if (logdir.empty()) return;
+  const tensorboard::ExportResult r = tensorboard::export_trend(logdir, name, config_fp_, history_.trend(config_fp_));
+  if (r.checkpoints == 0)
+    std::cerr << fmt::format("[sched] tensorboard: {} holds every checkpoint already ({})\n", r.run_dir, r.already);
+  else
+    std::cerr << fmt::format("[sched] tensorboard: {} checkpoints, {} scalars written to {}\n", r.checkpoints,
+                             r.scalars, r.file);
 }
 
 }  // namespace gpueval

@@ -30,6 +30,10 @@ class HistoryRecorder {
   // Drops against the previous checkpoint of more than `points` where the newer one was scored
   // by this run, each logged as one line naming the task.
   std::vector<Regression> regressions(double points) const;
+  // When `logdir` is set: the config's trend as TensorBoard scalars (report/tensorboard.h), only
+  // the checkpoints its run folder does not hold yet, and one log line saying what was written.
+  // `name` names the TensorBoard run (with the config fingerprint). Errors name the file.
+  void export_tensorboard(const std::string& logdir, const std::string& name) const;
 
  private:
   History history_;
@@ -37,5 +41,9 @@ class HistoryRecorder {
   int64_t run_id_ = 0;
   std::vector<std::string> scored_;
 };
+
+// The config file's name without its folder and extension ("configs/mmlu.yaml" -> "mmlu"); what
+// names its TensorBoard run.
+std::string config_name(const RunConfig& config);
 
 }  // namespace gpueval

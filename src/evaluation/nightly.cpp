@@ -79,6 +79,7 @@ int run_checkpoints(const RunConfig& config, const EvaluationOptions& options, c
   std::cerr << fmt::format("[sched] trend of {} checkpoints: {}/report.md, {}/report.html\n", history.trend(config_fp).size(),
                            config.output, config.output);
   const bool regressed = config.fail_on_regression && !recorder.regressions(*config.fail_on_regression).empty();
+  recorder.export_tensorboard(config.tensorboard, config_name(config));
   const char* state = failed ? "failed" : regressed ? "regressed" : incomplete ? "incomplete" : "complete";
   progress.finish(state);
   if (options.scores_out) *options.scores_out << "trend report: " << config.output << "/report.md" << std::endl;

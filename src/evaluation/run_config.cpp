@@ -28,7 +28,7 @@ constexpr uint64_t kMaxConfigBytes = uint64_t{1} << 20;
 const std::vector<std::string> kKeys = {
     "model", "tasks", "batch_size", "batch_tokens", "dtype", "seed", "output", "limit", "num_fewshot", "fewshot_seed", "extra_metrics",
     "max_length", "add_bos", "prefix_reuse", "group_continuations", "data", "gpus", "cpu_threads", "max_attempts", "heartbeat_timeout_s", "max_worker_restarts",
-    "max_memory", "calibration_cache", "history", "fail_on_regression", "load"};
+    "max_memory", "calibration_cache", "history", "fail_on_regression", "load", "tensorboard"};
 
 const std::vector<std::string> kDtypes = {"auto", "float32", "bfloat16", "float16"};
 
@@ -301,6 +301,8 @@ class ConfigReader {
       if (!v.IsNull()) c.calibration_cache = path(key, v, "a file path");
     } else if (key == "history") {
       if (!v.IsNull()) c.history = path(key, v, "a file path");
+    } else if (key == "tensorboard") {
+      if (!v.IsNull()) c.tensorboard = path(key, v, "a directory path");
     } else if (key == "fail_on_regression") {
       if (!v.IsNull()) c.fail_on_regression = points(key, v);
     }
@@ -477,6 +479,7 @@ nlohmann::json RunConfig::to_json() const {
   };
   // Only when set: results.json of runs without it stay as they were.
   if (!extra_metrics.empty()) out["extra_metrics"] = extra_metrics;
+  if (!tensorboard.empty()) out["tensorboard"] = tensorboard;
   return out;
 }
 
@@ -586,6 +589,10 @@ void apply_overrides(RunConfig& config, const ConfigOverrides& overrides) {
   if (overrides.history) {
     check("--history", path_problem(*overrides.history));
     c.history = *overrides.history;
+  }
+  if (overrides.tensorboard) {
+    check("--tensorboard", path_problem(*overrides.tensorboard));
+    c.tensorboard = *overrides.tensorboard;
   }
   if (overrides.fail_on_regression) {
     if (!std::isfinite(*overrides.fail_on_regression) || *overrides.fail_on_regression < 0)
