@@ -9,6 +9,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <tuple>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -18,6 +19,7 @@
 #include "common/file_io.h"
 #include "gpueval/cluster.h"
 #include "gpueval/error.h"
+#include "report/tensorboard.h"
 #include "run_outputs.h"
 #include "test_util.h"
 
@@ -326,7 +328,8 @@ TEST(ShardedNightly, AGlobShardsByCheckpointAndMergesLikeANight) {
   auto config = [&](const std::string& name) {
     return dir.write(name + ".yaml", "model: " + dir.file("runs/step-*") +
                                          "\ntasks: [demo_choice, demo_perplexity]\noutput: " + dir.file(name) +
-                                         "\nbatch_tokens: 256\nhistory: " + dir.file(name + ".sqlite") + "\n");
+                                         "\nbatch_tokens: 256\nhistory: " + dir.file(name + ".sqlite") +
+                                         "\ntensorboard: " + dir.file("tb-" + name) + "\n");
   };
   auto one = testing::run_gpueval({"run", "--gpus", "cpu:1", config("night")});
   ASSERT_EQ(one.exit_code, 0) << one.err;
@@ -343,8 +346,27 @@ TEST(ShardedNightly, AGlobShardsByCheckpointAndMergesLikeANight) {
   }
   EXPECT_TRUE(io::path_exists(dir.file("sharded/shards/0/step-100/journal.sqlite")));
   EXPECT_TRUE(io::path_exists(dir.file("sharded/shards/1/step-200/journal.sqlite")));
+  EXPECT_FALSE(io::path_exists(dir.file("tb-sharded")));  // shards write no TensorBoard points
   auto m = testing::run_gpueval({"merge", dir.file("sharded")});
   ASSERT_EQ(m.exit_code, 0) << m.err;
+  // The merge writes them, once, and they are the one-machine night's points.
+  auto tb_points = [&](const std::string& logdir) {
+    std::vector<std::string> runs;
+    for (const auto& e : fs::directory_iterator(logdir)) runs.push_back(e.path().string());
+    EXPECT_EQ(runs.size(), 1u) << logdir;
+    std::vector<std::tuple<int64_t, std::string, float>> out;
+    for (const tensorboard::Event& e : tensorboard::read_events(runs.at(0)))
+      for (const tensorboard::Value& v : e.values)
+        if (v.scalar) out.emplace_back(e.step, v.tag, *v.scalar);
+    return std::make_pair(tensorboard::event_files(runs.at(0)).size(), out);
+  };
+  const auto merged_points = tb_points(dir.file("tb-sharded"));
+  EXPECT_EQ(merged_points.first, 1u);
+  EXPECT_EQ(merged_points.second.size(), 8u);  // 2 checkpoints x (acc, word and byte perplexity, bits per byte)
+  EXPECT_EQ(merged_points.second, tb_points(dir.file("tb-night")).second);
+  auto m2 = testing::run_gpueval({"merge", dir.file("sharded")});
+  ASSERT_EQ(m2.exit_code, 0) << m2.err;
+  EXPECT_EQ(tb_points(dir.file("tb-sharded")), merged_points);
   for (const char* step : {"step-100", "step-200"}) {
     EXPECT_EQ(read_json(dir.file(std::string("sharded/") + step + "/results.json"))["results"],
               read_json(dir.file(std::string("night/") + step + "/results.json"))["results"])
