@@ -69,6 +69,7 @@ void expect_rows_equal(const std::vector<ScoreRow>& got, const std::vector<Score
     EXPECT_EQ(got[i].higher_is_better, want[i].higher_is_better);
     EXPECT_EQ(got[i].is_group, want[i].is_group);
     EXPECT_EQ(got[i].chance, want[i].chance);
+    EXPECT_EQ(got[i].parent, want[i].parent);
   }
 }
 
@@ -121,12 +122,13 @@ TEST(HistoryTest, RecordAndTrendRoundTripOldestFirst) {
   EXPECT_EQ(again.trend("cfgA").size(), 4u);
 }
 
-TEST(HistoryTest, ChanceLevelsRoundTripAndAnOlderFileGetsTheirColumn) {
+TEST(HistoryTest, ChanceLevelsAndParentsRoundTripAndAnOlderFileGetsTheirColumns) {
   testing::TempDir dir;
   const std::string path = dir.file("h.sqlite");
   std::vector<ScoreRow> with_chance = scores(0.5);
   with_chance[0].chance = 0.25;
   with_chance[4].chance = 0.3125;
+  with_chance[0].parent = "all";  // quiz is a member of the group all
   {
     History h = History::open(path);
     const int64_t run = h.begin_run("cfg", {}, "");
@@ -139,6 +141,7 @@ TEST(HistoryTest, ChanceLevelsRoundTripAndAnOlderFileGetsTheirColumn) {
   ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
   const char* old_build =
       "ALTER TABLE scores DROP COLUMN chance;"
+      "ALTER TABLE scores DROP COLUMN parent;"
       "INSERT INTO checkpoints (fingerprint, path, name, mtime) VALUES ('fp-step-2', '/s2', 'step-2', 2);"
       "INSERT INTO scored (checkpoint, config, run_id, scored_at, state) VALUES ('fp-step-2', 'cfg', 1, 5, 'complete');"
       "INSERT INTO scores (checkpoint, config, ordinal, task, metric, filter, value, stderr, n, higher_is_better,"
@@ -149,7 +152,10 @@ TEST(HistoryTest, ChanceLevelsRoundTripAndAnOlderFileGetsTheirColumn) {
   History h = History::open(path, /*create=*/false);  // adds the column back, empty
   std::vector<ScoredCheckpoint> trend = h.trend("cfg");
   ASSERT_EQ(trend.size(), 2u);
-  for (const ScoreRow& r : trend[0].scores) EXPECT_FALSE(r.chance) << r.task << " " << r.metric;
+  for (const ScoreRow& r : trend[0].scores) {
+    EXPECT_FALSE(r.chance) << r.task << " " << r.metric;
+    EXPECT_EQ(r.parent, "") << r.task << " " << r.metric;
+  }
   ASSERT_EQ(trend[1].scores.size(), 1u);
   EXPECT_FALSE(trend[1].scores[0].chance);
   EXPECT_EQ(trend[1].scores[0].value, 0.75);
@@ -505,6 +511,10 @@ TEST(HistoryTest, ScoresFromResultsWithNestedGroups) {
   EXPECT_EQ(rows[5].task + rows[5].metric, "t3ppl");
   EXPECT_FALSE(rows[5].higher_is_better);
   EXPECT_FALSE(rows[5].is_group);
+  // Each row's parent: the group whose group_subtasks list it; the suite is at the top level.
+  std::vector<std::string> parents;
+  for (const ScoreRow& r : rows) parents.push_back(r.task + "<" + r.parent);
+  EXPECT_EQ(parents, (std::vector<std::string>{"all<", "sub<all", "t1<sub", "t1<sub", "t2<sub", "t3<all"}));
 }
 
 TEST(HistoryTest, SamplesFromRecordsKeepPerDocumentNumbersOfTheFirstFilter) {

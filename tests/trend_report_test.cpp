@@ -318,6 +318,72 @@ TEST(TrendReportTest, TheWidestGroupComesFirst) {
                             "piqa acc ↑ | Δ |"));
 }
 
+// A wide suite: report.md's table shows only the top level (the suite and a task named beside
+// it), each group's members get a section with a row per member; report.html shows the top level
+// as small multiples, what moved, and each group's members in a block (open for the suite's).
+TEST(TrendReportTest, AWideSuiteShowsItsTopLevelFirstAndEachGroupsMembersInTheirOwnSection) {
+  auto scored = [](const std::string& name, double shift) {
+    ScoredCheckpoint sc;
+    sc.checkpoint.name = name;
+    sc.checkpoint.fingerprint = "fp-" + name;
+    sc.state = "complete";
+    auto add = [&](const std::string& task, const std::string& metric, double v, bool group, const std::string& parent) {
+      ScoreRow r = row(task, metric, v, 0.01, true, group);
+      r.parent = parent;
+      sc.scores.push_back(r);
+    };
+    add("suite", "score", 0.40 + shift, true, "");
+    add("mmlu", "acc", 0.30, true, "suite");
+    add("mmlu_stem", "acc", 0.31, true, "mmlu");
+    add("mmlu_physics", "acc", 0.32, false, "mmlu_stem");
+    add("piqa", "acc", 0.50 + 4 * shift, false, "suite");
+    add("extra", "acc", 0.60, false, "");
+    return sc;
+  };
+  TrendData data;
+  data.trend = {scored("step-1", 0), scored("step-2", 0.05)};
+  data.steps = compare_trend(data.trend, {{}, {}});
+  const std::string md = trend_markdown(data);
+  EXPECT_THAT(md, HasSubstr("| checkpoint | group suite score ↑ | Δ | p | extra acc ↑ | Δ | p |\n"));
+  EXPECT_THAT(md, HasSubstr("### group suite: its 2 members\n\n| task | metric | step-1 | step-2 | Δ | p |\n"));
+  EXPECT_THAT(md, HasSubstr("| group mmlu | acc ↑ | 0.3000 | 0.3000 | ±0 |  |\n| piqa | acc ↑ | 0.5000 | 0.7000 | +0.2000 |  |\n"));
+  EXPECT_THAT(md, HasSubstr("### group mmlu: its 1 members"));
+  EXPECT_THAT(md, HasSubstr("### group mmlu_stem: its 1 members\n\n| task | metric | step-1 | step-2 | Δ | p |\n"
+                            "|---|---|---:|---:|---:|---:|\n| mmlu_physics | acc ↑ | 0.3200 | 0.3200 | ±0 |  |\n"));
+  // Sections depth first: the suite's, then mmlu's, then mmlu_stem's.
+  EXPECT_LT(md.find("### group suite"), md.find("### group mmlu:"));
+  EXPECT_LT(md.find("### group mmlu:"), md.find("### group mmlu_stem:"));
+  // `gpueval history --task` still finds a nested task.
+  EXPECT_THAT(trend_table(data.trend, nullptr, "mmlu_physics"), HasSubstr("| checkpoint | mmlu_physics acc ↑ | Δ |"));
+
+  const std::string html = trend_html(data);
+  const size_t glance = html.find("<h2>At a glance</h2>"), moved = html.find("<h2>Moved at the latest change"),
+               members = html.find("<details class=\"members\" open><summary>group suite: its 2 members</summary>"),
+               checkpoints = html.find("<h2>Checkpoints</h2>"), detail = html.find("<h2>Every task and group</h2>");
+  ASSERT_NE(glance, std::string::npos) << html;
+  ASSERT_NE(moved, std::string::npos) << html;
+  ASSERT_NE(members, std::string::npos) << html;
+  EXPECT_LT(glance, moved);
+  EXPECT_LT(moved, members);
+  EXPECT_LT(members, checkpoints);
+  EXPECT_LT(checkpoints, detail);
+  // At a glance: the suite and extra, each a card with a small chart linking to its section.
+  const std::string glance_part = html.substr(glance, moved - glance);
+  EXPECT_EQ(count(glance_part, "<div class=\"card"), 2u);
+  EXPECT_EQ(count(glance_part, "<svg class=\"mini"), 2u);
+  EXPECT_THAT(glance_part, HasSubstr("<a href=\"#group-suite\">suite</a>"));
+  EXPECT_THAT(glance_part, HasSubstr("0.4500 <span class=\"d good\">+0.0500</span>"));
+  // Moved: suite (+5 points, 3.5 standard errors) and piqa (+20); not mmlu, whose score stood still.
+  const std::string moved_part = html.substr(moved, members - moved);
+  EXPECT_EQ(count(moved_part, "<div class=\"card"), 2u);
+  EXPECT_THAT(moved_part, HasSubstr("href=\"#task-piqa\""));
+  EXPECT_THAT(moved_part, Not(HasSubstr("href=\"#group-mmlu\"")));
+  // Nested groups' blocks start closed.
+  EXPECT_THAT(html, HasSubstr("<details class=\"members\"><summary>group mmlu_stem: its 1 members</summary>"));
+  // Every column still has its full section below.
+  EXPECT_EQ(count(html, "<svg class=\"trend"), 6u);
+}
+
 TEST(ChartTest, DecadesAndTheirLabels) {
   EXPECT_EQ(chart::decade_range(45.7, 2.3e6), (std::pair<int, int>{1, 7}));
   EXPECT_EQ(chart::decade_range(100, 100), (std::pair<int, int>{2, 3}));

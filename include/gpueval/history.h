@@ -9,7 +9,8 @@
 //   checkpoints fingerprint -> path, name, mtime;
 //   scored      (checkpoint, config) -> run, time scored, state (complete|incomplete);
 //   scores      (checkpoint, config, task, metric, filter) -> value, stderr, n, direction, group,
-//               chance (nullable; added within schema 1: open() adds the column to an older file);
+//               chance, parent (nullable; added within schema 1: open() adds the columns to an
+//               older file);
 //   samples     (checkpoint, config, task, metric, doc_id) -> the document's metric value.
 // A record of (checkpoint, config) is written in one transaction and replaces any earlier one,
 // so a reader sees the old record or the new one, never a mix.
@@ -53,6 +54,9 @@ struct ScoreRow {
   // What a uniform guess scores (results.json "chance": multiple-choice accuracies and the
   // groups over them); nullopt where there is none.
   std::optional<double> chance;
+  // The group this task or group is a member of (the first in results.json's group_subtasks that
+  // lists it); "" at the top level of the run.
+  std::string parent;
 };
 
 // One document's value of a per-document metric (acc 0/1, exact_match 0/1, ...), first filter.
@@ -125,7 +129,7 @@ class History {
 // plain nlohmann::json sorts keys, which loses the metric order that makes a task's first
 // metric its primary one), tasks in "results" order
 // and each task's metrics in its key order: stderr "N/A" -> nullopt; n from "n-samples"
-// "effective" (a group: the sum over the tasks under it); higher_is_better from
+// "effective" (a group: the sum over the tasks under it); parent from "group_subtasks"; higher_is_better from
 // "higher_is_better" (a group: its own entry there, which only a suite score has, else its
 // first member task that has the metric; true if none); chance from gpueval's "chance".
 // Non-numeric values are skipped. Throws Error when there is no "results" object.

@@ -56,6 +56,44 @@ std::vector<Column> display_columns(const std::vector<ScoredCheckpoint>& trend) 
   return columns;
 }
 
+// The columns a reader sees first: those at the top level of the run (a suite, groups and tasks
+// named in the config), and any whose group is not in the trend.
+bool is_top_level(const Column& c, const std::vector<Column>& columns) {
+  return c.first.parent.empty() || std::none_of(columns.begin(), columns.end(), [&](const Column& g) {
+           return g.first.is_group && g.first.task == c.first.parent;
+         });
+}
+
+std::vector<Column> top_level(const std::vector<Column>& columns) {
+  std::vector<Column> out;
+  for (const Column& c : columns)
+    if (is_top_level(c, columns)) out.push_back(c);
+  return out;
+}
+
+std::vector<Column> members_of(const std::vector<Column>& columns, const std::string& group) {
+  std::vector<Column> out;
+  for (const Column& c : columns)
+    if (c.first.parent == group && c.first.task != group) out.push_back(c);
+  return out;
+}
+
+// The groups that have members, each before the groups under it (depth first from the top
+// level), so a suite's section comes before its categories'.
+std::vector<Column> groups_with_members(const std::vector<Column>& columns) {
+  std::vector<Column> out;
+  std::set<std::string> seen;
+  std::function<void(const Column&)> visit = [&](const Column& g) {
+    if (!g.first.is_group || !seen.insert(g.first.task).second) return;
+    const std::vector<Column> members = members_of(columns, g.first.task);
+    if (members.empty()) return;
+    out.push_back(g);
+    for (const Column& m : members) visit(m);
+  };
+  for (const Column& c : top_level(columns)) visit(c);
+  return out;
+}
+
 const ScoreRow* find_row(const ScoredCheckpoint& sc, const RowKey& key) {
   for (const ScoreRow& r : sc.scores) {
     if (key_of(r) == key) return &r;
@@ -134,10 +172,28 @@ svg.group .pt{fill:#e8871e}svg .pt.regressed{fill:#c0392b}section.task{margin:28
 .flips{font-family:ui-monospace,"DejaVu Sans Mono",Menlo,Consolas,monospace;font-size:12px;word-break:break-all}
 td.p-low{background:#fdecea;font-weight:600}
 svg .chance{stroke:#6b6b6b;stroke-width:1.5;stroke-dasharray:6 4}svg .chance-label{fill:#6b6b6b;font-size:11px}
+.grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(236px,1fr));gap:8px;margin:8px 0 16px}
+.card{border:1px solid #e3e6ec;border-radius:6px;padding:5px 8px 2px}.card.group{border-color:#f0c28a;background:#fffaf3}
+.card a{font-weight:600;color:#1d2433;text-decoration:none;word-break:break-all}.card .v{font-size:15px;font-variant-numeric:tabular-nums}
+.d.good{color:#1a7f37}.d.bad{color:#c0392b}.d.flat{color:#5b6475}.sig{font-weight:600;color:#a3520b}
+svg.mini .mband{fill:#4c78a8;fill-opacity:.18;stroke:none}svg.mini .mline{fill:none;stroke:#4c78a8;stroke-width:1.5}
+svg.mini .mpt{fill:#4c78a8}svg.mini.group .mband{fill:#e8871e}svg.mini.group .mline{stroke:#e8871e}
+svg.mini.group .mpt{fill:#e8871e}svg.mini .mpt.regressed{fill:#c0392b}svg.mini .axis{font-size:10px}
+svg.mini .mchance{stroke:#6b6b6b;stroke-width:1;stroke-dasharray:4 3}details.members>summary{font-size:15px;font-weight:600;color:#1d2433}
 )";
 
-constexpr double kPlotHeight = 200, kLeft = 70, kRight = 24, kTop = 14, kInset = 20;
 constexpr size_t kMaxLabelChars = 40;
+
+// A chart's frame: the full chart of a task's section, or a small multiple of the grids (no
+// x labels, the y axis labelled at its ends, its own classes so each kind is styled apart).
+struct ChartLayout {
+  double plot_h, left, right, top, inset;
+  bool mini;
+  std::string cls(const char* name) const { return mini ? std::string("m") + name : std::string(name); }
+};
+const ChartLayout kFullChart{200, 70, 24, 14, 20, false};
+const ChartLayout kMiniChart{64, 44, 8, 7, 8, true};
+constexpr double kMiniPlotWidth = 176;
 
 struct Point {
   size_t index;  // checkpoint position on the x axis
@@ -196,7 +252,10 @@ std::tuple<double, double, double> value_axis(const std::vector<Point>& points, 
   return {lo, hi, step};
 }
 
-std::string chart_svg(const std::vector<ScoredCheckpoint>& trend, const Column& col, bool regressed) {
+std::string chart_svg(const std::vector<ScoredCheckpoint>& trend, const Column& col, bool regressed,
+                      const ChartLayout& layout = kFullChart) {
+  const double plot_h = layout.plot_h, left = layout.left, right = layout.right, top = layout.top,
+               inset = layout.inset;
   std::vector<Point> points;
   for (size_t i = 0; i < trend.size(); ++i) {
     const ScoreRow* r = find_row(trend[i], col.key);
@@ -214,11 +273,12 @@ std::string chart_svg(const std::vector<ScoredCheckpoint>& trend, const Column& 
   size_t label_chars = 4;
   for (const ScoredCheckpoint& sc : trend) label_chars = std::max(label_chars, html::code_points(sc.checkpoint.name));
   label_chars = std::min(label_chars, kMaxLabelChars);
-  const double plot_w = std::clamp(72.0 * static_cast<double>(trend.size()), 360.0, 960.0);
-  const double bottom = std::ceil(static_cast<double>(label_chars) * html::kCharWidth * 0.5) + 24;  // labels at -30°
-  const double width = kLeft + plot_w + kRight, height = kTop + kPlotHeight + bottom;
-  const chart::Scale x_scale{0, static_cast<double>(trend.size() - 1), kLeft + kInset, kLeft + plot_w - kInset};
-  auto x_of = [&](size_t i) { return trend.size() == 1 ? kLeft + plot_w / 2 : x_scale(static_cast<double>(i)); };
+  const double plot_w =
+      layout.mini ? kMiniPlotWidth : std::clamp(72.0 * static_cast<double>(trend.size()), 360.0, 960.0);
+  const double bottom = layout.mini ? top : std::ceil(static_cast<double>(label_chars) * html::kCharWidth * 0.5) + 24;  // labels at -30°
+  const double width = left + plot_w + right, height = top + plot_h + bottom;
+  const chart::Scale x_scale{0, static_cast<double>(trend.size() - 1), left + inset, left + plot_w - inset};
+  auto x_of = [&](size_t i) { return trend.size() == 1 ? left + plot_w / 2 : x_scale(static_cast<double>(i)); };
 
   // The y axis: linear in nice steps, or for a perplexity log10 with a tick per decade (every
   // few decades when there are more than ten).
@@ -231,17 +291,17 @@ std::string chart_svg(const std::vector<ScoredCheckpoint>& trend, const Column& 
       lo = std::min(lo, p.value - s > 0 ? p.value - s : p.value);
       hi = std::max(hi, p.value + s);
     }
-    const auto [a, top] = chart::decade_range(lo, hi);
-    const int every = std::max(1, (top - a + 9) / 10);
-    const int b = a + (top - a + every - 1) / every * every;  // the top of the axis is a tick too
+    const auto [a, z] = chart::decade_range(lo, hi);
+    const int every = std::max(1, (z - a + 9) / 10);
+    const int b = a + (z - a + every - 1) / every * every;  // the top of the axis is a tick too
     const double d0 = std::pow(10.0, a), d1 = std::pow(10.0, b);
-    const chart::LogScale y_scale{d0, d1, kTop + kPlotHeight, kTop};
+    const chart::LogScale y_scale{d0, d1, top + plot_h, top};
     y_of = [y_scale, d0, d1](double v) { return y_scale(std::clamp(v, d0, d1)); };
     for (int k = a; k <= b; k += every) ticks.emplace_back(std::pow(10.0, k), chart::decade_label(k));
   } else {
     double lo, hi, step;
     std::tie(lo, hi, step) = value_axis(points, chance);
-    const chart::Scale y_scale{hi, lo, kTop, kTop + kPlotHeight};
+    const chart::Scale y_scale{hi, lo, top, top + plot_h};
     y_of = [y_scale, lo, hi](double v) { return y_scale(std::clamp(v, lo, hi)); };
     const int count = static_cast<int>(std::lround((hi - lo) / step));
     for (int t = 0; t <= count; ++t) {
@@ -251,26 +311,29 @@ std::string chart_svg(const std::vector<ScoredCheckpoint>& trend, const Column& 
   }
 
   const std::string name = (col.first.is_group ? "group " : "") + col.first.task;
-  chart::Svg svg(2, col.first.is_group ? "class=\"trend group\"" : "class=\"trend\"", width, height,
+  const std::string svg_class = layout.mini ? "mini" : "trend";
+  chart::Svg svg(2, "class=\"" + svg_class + (col.first.is_group ? " group\"" : "\""), width, height,
                  metric_label(col.first.metric, col.first.filter) + " of " + name + " per checkpoint" +
                      (log_axis ? " (log scale)" : ""));
-  for (const auto& [v, label] : ticks) {
-    const double y = y_of(v);
-    svg.line("grid", kLeft, y, kLeft + plot_w, y)
-        .text("axis", kLeft - 6, y, " text-anchor=\"end\" dominant-baseline=\"middle\"", label)
-        .raw("\n");
+  for (size_t t = 0; t < ticks.size(); ++t) {
+    const double y = y_of(ticks[t].first);
+    svg.line("grid", left, y, left + plot_w, y);
+    if (!layout.mini || t == 0 || t + 1 == ticks.size())
+      svg.text("axis", left - (layout.mini ? 3 : 6), y, " text-anchor=\"end\" dominant-baseline=\"middle\"", ticks[t].second);
+    svg.raw("\n");
   }
-  for (size_t i = 0; i < trend.size(); ++i) {
+  for (size_t i = 0; i < trend.size() && !layout.mini; ++i) {
     const double x = x_of(i);
-    svg.line("grid", x, kTop, x, kTop + kPlotHeight)
-        .rotated_text("axis", x + 4, kTop + kPlotHeight + 14, -30, " text-anchor=\"end\"", trend[i].checkpoint.name)
+    svg.line("grid", x, top, x, top + plot_h)
+        .rotated_text("axis", x + 4, top + plot_h + 14, -30, " text-anchor=\"end\"", trend[i].checkpoint.name)
         .raw("\n");
   }
   if (chance && !log_axis) {
     const double y = y_of(*chance);
-    svg.line("chance", kLeft, y, kLeft + plot_w, y, "chance level " + value_text(*chance))
-        .text("chance-label", kLeft + plot_w - 4, y - 4, " text-anchor=\"end\"", "chance " + value_text(*chance))
-        .raw("\n");
+    svg.line(layout.cls("chance"), left, y, left + plot_w, y, "chance level " + value_text(*chance));
+    if (!layout.mini)
+      svg.text("chance-label", left + plot_w - 4, y - 4, " text-anchor=\"end\"", "chance " + value_text(*chance));
+    svg.raw("\n");
   }
   std::vector<chart::Point> upper, lower, values;
   bool any_stderr = false;
@@ -280,14 +343,64 @@ std::string chart_svg(const std::vector<ScoredCheckpoint>& trend, const Column& 
     lower.emplace_back(x_of(p.index), y_of(p.value - p.stderr.value_or(0)));
     values.emplace_back(x_of(p.index), y_of(p.value));
   }
-  if (any_stderr) svg.band("band", upper, lower).raw("\n");
-  if (points.size() > 1) svg.path("line", values).raw("\n");
+  if (any_stderr) svg.band(layout.cls("band"), upper, lower).raw("\n");
+  if (points.size() > 1) svg.path(layout.cls("line"), values).raw("\n");
   for (size_t k = 0; k < points.size(); ++k) {
     const Point& p = points[k];
     const bool last_regressed = regressed && k + 1 == points.size() && p.index + 1 == trend.size();
-    svg.circle(last_regressed ? "pt regressed" : "pt", values[k].first, values[k].second, 4, "", p.tip).raw("\n");
+    svg.circle(layout.cls(last_regressed ? "pt regressed" : "pt"), values[k].first, values[k].second,
+               layout.mini ? 2.5 : 4, "", p.tip)
+        .raw("\n");
   }
   return svg.finish();
+}
+
+std::string anchor_of(const Column& col) { return (col.first.is_group ? "group-" : "task-") + col.first.task; }
+
+// A small multiple: the name (a link to its section), metric and direction, the newest value with
+// the latest change (green when better, red when worse) and its p, and the small chart.
+std::string card_html(const TrendData& data, const Column& col, bool regressed) {
+  const ScoreRow* last = find_row(data.trend.back(), col.key);
+  const ScoreRow* before = data.trend.size() > 1 ? find_row(data.trend[data.trend.size() - 2], col.key) : nullptr;
+  std::string change;
+  if (last && before) {
+    const double d = last->value - before->value;
+    const bool better = col.first.higher_is_better ? d > 0 : d < 0;
+    change = fmt::format(" <span class=\"d {}\">{}</span>", d == 0 ? "flat" : better ? "good" : "bad", delta_text(d));
+  }
+  const Comparison* cmp = data.steps.empty() ? nullptr : find_comparison(data.steps.back(), col.key);
+  if (cmp && cmp->p_value)
+    change += fmt::format(" <span class=\"note{}\">p {}</span>", *cmp->p_value < 0.05 ? " sig" : "", p_text(*cmp->p_value));
+  return fmt::format(
+      "<div class=\"card{}\"><a href=\"#{}\">{}</a> <span class=\"note\">{} {}</span>\n<div class=\"v\">{}{}</div>\n{}</div>\n",
+      col.first.is_group ? " group" : "", html_escape(anchor_of(col)), html_escape(col.first.task),
+      html_escape(metric_label(col.first.metric, col.first.filter)), col.first.higher_is_better ? "&#8593;" : "&#8595;",
+      last ? value_text(last->value) : "&#8211;", change, chart_svg(data.trend, col, regressed, kMiniChart));
+}
+
+// The columns whose latest change is more than noise: an exact McNemar p below 0.05, or a change
+// beyond two standard errors of the difference; most significant first, at most `cap`.
+std::vector<Column> moved_columns(const TrendData& data, const std::vector<Column>& columns, size_t cap) {
+  std::vector<std::pair<double, Column>> moved;  // two-sided p, column
+  if (data.trend.size() < 2) return {};
+  for (const Column& c : columns) {
+    const ScoreRow* last = find_row(data.trend.back(), c.key);
+    const ScoreRow* before = find_row(data.trend[data.trend.size() - 2], c.key);
+    if (!last || !before || !std::isfinite(last->value) || !std::isfinite(before->value)) continue;
+    const Comparison* cmp = data.steps.empty() ? nullptr : find_comparison(data.steps.back(), c.key);
+    std::optional<double> p;
+    if (cmp && cmp->p_value) {
+      p = *cmp->p_value;
+    } else if (last->stderr_value && before->stderr_value) {
+      const double se = std::hypot(*last->stderr_value, *before->stderr_value);
+      if (se > 0 && std::isfinite(se)) p = std::erfc(std::fabs(last->value - before->value) / se / std::sqrt(2.0));
+    }
+    if (p && *p < 0.05) moved.emplace_back(*p, c);
+  }
+  std::stable_sort(moved.begin(), moved.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<Column> out;
+  for (size_t i = 0; i < moved.size() && i < cap; ++i) out.push_back(moved[i].second);
+  return out;
 }
 
 std::string comparison_table_html(const std::vector<CheckpointStep>& steps, const RowKey& key) {
@@ -334,14 +447,12 @@ TrendData load_trend(const History& history, const std::string& config_fingerpri
   return data;
 }
 
-std::string trend_table(const std::vector<ScoredCheckpoint>& trend, const std::vector<CheckpointStep>* steps,
-                        const std::string& task) {
-  // Groups (a suite score first) before tasks, as report.html shows them.
-  std::vector<Column> columns = display_columns(trend);
-  if (!task.empty()) {
-    columns.erase(std::remove_if(columns.begin(), columns.end(), [&](const Column& c) { return c.first.task != task; }),
-                  columns.end());
-  }
+namespace {
+
+// One row per checkpoint, oldest first; per column its value ± stderr, the change from the row
+// above and (with steps) that change's McNemar p.
+std::string checkpoint_rows_table(const std::vector<ScoredCheckpoint>& trend, const std::vector<CheckpointStep>* steps,
+                                  const std::vector<Column>& columns) {
   std::string head = "| checkpoint |", rule = "|---|";
   for (const Column& c : columns) {
     head += fmt::format(" {}{} {} {} | Δ |", c.first.is_group ? "group " : "", markdown_cell(c.first.task),
@@ -368,6 +479,64 @@ std::string trend_table(const std::vector<ScoredCheckpoint>& trend, const std::v
       }
     }
     out += "\n";
+  }
+  return out;
+}
+
+// A group's members, one row each: its value at every checkpoint, then the latest change and
+// (with steps) its McNemar p. Wide suites stay readable: a row per task, not three columns.
+std::string member_rows_table(const std::vector<ScoredCheckpoint>& trend, const std::vector<CheckpointStep>* steps,
+                              const std::vector<Column>& members) {
+  std::string out = "| task | metric |", rule = "|---|---|";
+  for (const ScoredCheckpoint& sc : trend) {
+    out += " " + markdown_cell(sc.checkpoint.name) + " |";
+    rule += "---:|";
+  }
+  out += " Δ |";
+  rule += "---:|";
+  if (steps) {
+    out += " p |";
+    rule += "---:|";
+  }
+  out += "\n" + rule + "\n";
+  for (const Column& c : members) {
+    out += fmt::format("| {}{} | {} {} |", c.first.is_group ? "group " : "", markdown_cell(c.first.task),
+                       markdown_cell(metric_label(c.first.metric, c.first.filter)), c.first.higher_is_better ? "↑" : "↓");
+    for (const ScoredCheckpoint& sc : trend) {
+      const ScoreRow* r = find_row(sc, c.key);
+      out += " " + (r ? value_text(r->value) : std::string("–")) + " |";
+    }
+    const ScoreRow* last = find_row(trend.back(), c.key);
+    const ScoreRow* before = trend.size() > 1 ? find_row(trend[trend.size() - 2], c.key) : nullptr;
+    out += " " + (last && before ? delta_text(last->value - before->value) : std::string()) + " |";
+    if (steps) {
+      const Comparison* cmp = steps->empty() ? nullptr : find_comparison(steps->back(), c.key);
+      out += " " + (cmp && cmp->p_value ? p_text(*cmp->p_value) : std::string()) + " |";
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string trend_table(const std::vector<ScoredCheckpoint>& trend, const std::vector<CheckpointStep>* steps,
+                        const std::string& task) {
+  // Groups (a suite score first) before tasks, as report.html shows them.
+  std::vector<Column> columns = display_columns(trend);
+  if (!task.empty()) {
+    columns.erase(std::remove_if(columns.begin(), columns.end(), [&](const Column& c) { return c.first.task != task; }),
+                  columns.end());
+    return checkpoint_rows_table(trend, steps, columns);
+  }
+  // The top level in the table; each group's members in a section of their own.
+  std::string out = checkpoint_rows_table(trend, steps, top_level(columns));
+  if (trend.empty()) return out;
+  for (const Column& g : groups_with_members(columns)) {
+    const std::vector<Column> members = members_of(columns, g.first.task);
+    out += fmt::format("\n### {}{}: its {} members\n\n", g.first.is_group ? "group " : "", markdown_cell(g.first.task),
+                       members.size());
+    out += member_rows_table(trend, steps, members);
   }
   return out;
 }
@@ -452,6 +621,40 @@ std::string trend_html(const TrendData& data) {
     }
   }
 
+  // The first screen: the top level (a suite, its groups, the tasks named in the config) as
+  // small multiples, then what moved at the latest change, then each group's members.
+  const std::vector<Column> all_columns = display_columns(data.trend);
+  const std::vector<Column> glance = top_level(all_columns);
+  out += fmt::format("<h2>At a glance</h2>\n<p class=\"note\">{} at each checkpoint, oldest on the left; the number is "
+                     "the newest value and its change from the checkpoint before, green when better and red when "
+                     "worse.</p>\n<div class=\"grid\">\n",
+                     glance.size() == all_columns.size() ? "Every task and group" : "The top level of the run");
+  for (const Column& c : glance) out += card_html(data, c, regressed.count(c.key) > 0);
+  out += "</div>\n";
+  if (data.trend.size() > 1) {
+    constexpr size_t kMaxMoved = 12;
+    const std::vector<Column> moved = moved_columns(data, all_columns, kMaxMoved);
+    out += fmt::format("<h2>Moved at the latest change ({} &#8594; {})</h2>\n", html_escape(data.trend[data.trend.size() - 2].checkpoint.name),
+                       html_escape(data.trend.back().checkpoint.name));
+    if (moved.empty()) {
+      out += "<p class=\"note\">No task or group moved by more than chance (McNemar p &lt; 0.05, or two standard "
+             "errors).</p>\n";
+    } else {
+      out += fmt::format("<p class=\"note\">Changes unlikely by chance (McNemar p &lt; 0.05, or beyond two standard "
+                         "errors), most significant first{}.</p>\n<div class=\"grid\">\n",
+                         moved.size() == kMaxMoved ? fmt::format(", the first {}", kMaxMoved) : std::string());
+      for (const Column& c : moved) out += card_html(data, c, regressed.count(c.key) > 0);
+      out += "</div>\n";
+    }
+  }
+  for (const Column& g : groups_with_members(all_columns)) {
+    const std::vector<Column> members = members_of(all_columns, g.first.task);
+    out += fmt::format("<details class=\"members\"{}><summary>group {}: its {} members</summary>\n<div class=\"grid\">\n",
+                       is_top_level(g, all_columns) ? " open" : "", html_escape(g.first.task), members.size());
+    for (const Column& c : members) out += card_html(data, c, regressed.count(c.key) > 0);
+    out += "</div>\n</details>\n";
+  }
+
   out += "<h2>Checkpoints</h2>\n<p class=\"note\">" + html_escape(order_text(data.trend)) +
          "</p>\n<table>\n<tr><th>#</th><th>name</th><th>step</th><th>state</th><th>modified</th>"
          "<th>fingerprint</th><th>path</th></tr>\n";
@@ -465,8 +668,8 @@ std::string trend_html(const TrendData& data) {
   out += "</table>\n";
 
   // Groups first (the widest, a suite, on top), then tasks.
-  std::vector<Column> columns = display_columns(data.trend);
-  out += "<p class=\"note\">Per group and task, its primary metric at each checkpoint (oldest on the left); the "
+  const std::vector<Column>& columns = all_columns;
+  out += "<h2>Every task and group</h2>\n<p class=\"note\">Per group and task, its primary metric at each checkpoint (oldest on the left); the "
          "band spans &#177;1 standard error; a dashed line marks the chance level of a multiple-choice score (a "
          "uniform guess among the choices), and perplexities are on a log scale. b and c count the documents that went right&#8594;wrong and "
          "wrong&#8594;right; p is the exact McNemar test of that change.</p>\n";

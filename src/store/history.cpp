@@ -32,7 +32,7 @@ const char* const kSchema =
     // value is NULL for NaN, which SQLite cannot store as a REAL.
     "CREATE TABLE scores (checkpoint TEXT NOT NULL, config TEXT NOT NULL, ordinal INTEGER NOT NULL,"
     " task TEXT NOT NULL, metric TEXT NOT NULL, filter TEXT NOT NULL, value REAL, stderr REAL,"
-    " n INTEGER NOT NULL, higher_is_better INTEGER NOT NULL, is_group INTEGER NOT NULL, chance REAL,"
+    " n INTEGER NOT NULL, higher_is_better INTEGER NOT NULL, is_group INTEGER NOT NULL, chance REAL, parent TEXT,"
     " PRIMARY KEY (checkpoint, config, task, metric, filter)) WITHOUT ROWID;"
     "CREATE TABLE samples (checkpoint TEXT NOT NULL, config TEXT NOT NULL, task TEXT NOT NULL,"
     " metric TEXT NOT NULL, doc_id INTEGER NOT NULL, value REAL,"
@@ -98,7 +98,7 @@ bool has_schema(const sqlite::Db& db) {
   return true;
 }
 
-// Columns added to schema 1 after its first release: scores.chance and checkpoints.step. A file
+// Columns added to schema 1 after its first release: scores.chance, scores.parent and checkpoints.step. A file
 // written before one gets it here (nullable; builds that predate it name their columns, so they read
 // and write such a file as before).
 bool has_column(const sqlite::Db& db, const std::string& table, const std::string& column) {
@@ -153,6 +153,7 @@ History History::open(const std::string& path, bool create) {
     tx.commit();
   }
   add_column(db, "scores", "chance", "REAL");
+  add_column(db, "scores", "parent", "TEXT");
   add_column(db, "checkpoints", "step", "INTEGER");
   return History(path, std::move(connection));
 }
@@ -239,7 +240,7 @@ void History::record(int64_t run_id, const CheckpointInfo& ckpt, const std::stri
   {
     Statement s(db,
                 "INSERT INTO scores (checkpoint, config, ordinal, task, metric, filter, value, stderr, n,"
-                " higher_is_better, is_group, chance) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)");
+                " higher_is_better, is_group, chance, parent) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)");
     int64_t ordinal = 0;
     for (const ScoreRow& r : scores) {
       s.reset();
@@ -255,6 +256,7 @@ void History::record(int64_t run_id, const CheckpointInfo& ckpt, const std::stri
       s.bind(10, int64_t{r.higher_is_better});
       s.bind(11, int64_t{r.is_group});
       s.bind(12, r.chance ? non_nan(*r.chance) : std::nullopt);
+      s.bind(13, r.parent);
       s.step();
     }
   }
@@ -307,7 +309,7 @@ std::vector<ScoredCheckpoint> History::trend(const std::string& config_fingerpri
       out.push_back(std::move(sc));
     }
     Statement rows(db,
-                   "SELECT task, metric, filter, value, stderr, n, higher_is_better, is_group, chance FROM scores"
+                   "SELECT task, metric, filter, value, stderr, n, higher_is_better, is_group, chance, parent FROM scores"
                    " WHERE checkpoint = ?1 AND config = ?2 ORDER BY ordinal");
     for (ScoredCheckpoint& sc : out) {
       rows.reset();
@@ -324,6 +326,7 @@ std::vector<ScoredCheckpoint> History::trend(const std::string& config_fingerpri
         r.higher_is_better = rows.int_at(6) != 0;
         r.is_group = rows.int_at(7) != 0;
         r.chance = rows.optional_double_at(8);
+        if (!rows.null_at(9)) r.parent = rows.text_at(9);
         sc.scores.push_back(std::move(r));
       }
     }
@@ -428,6 +431,16 @@ std::vector<ScoreRow> scores_from_results(const nlohmann::ordered_json& results)
     return b && b->is_boolean() ? std::optional<bool>(b->get<bool>()) : std::nullopt;
   };
 
+  // Each task's or group's parent: the first group whose group_subtasks list it.
+  std::map<std::string, std::string> parent;
+  if (subtasks && subtasks->is_object()) {
+    for (const auto& [group, members] : subtasks->items()) {
+      if (!members.is_array()) continue;
+      for (const Ordered& m : members)
+        if (m.is_string() && m.get<std::string>() != group) parent.emplace(m.get<std::string>(), group);
+    }
+  }
+
   std::vector<ScoreRow> out;
   static const std::string kStderr = "_stderr";
   for (const auto& [task, entry] : per_task->items()) {
@@ -455,6 +468,7 @@ std::vector<ScoreRow> scores_from_results(const nlohmann::ordered_json& results)
         r.stderr_value = se->get<double>();
       }
       r.is_group = is_group;
+      if (const auto p = parent.find(task); p != parent.end()) r.parent = p->second;
       if (const Ordered* c = chance ? member(*chance, task) : nullptr) {
         if (const Ordered* v = member(*c, key); v && v->is_number()) r.chance = v->get<double>();
       }
