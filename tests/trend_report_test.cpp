@@ -347,8 +347,8 @@ TEST(TrendReportTest, AWideSuiteShowsItsTopLevelFirstAndEachGroupsMembersInTheir
   EXPECT_THAT(md, HasSubstr("| checkpoint | group suite score ↑ | Δ | p | extra acc ↑ | Δ | p |\n"));
   EXPECT_THAT(md, HasSubstr("### group suite: its 2 members\n\n| task | metric | step-1 | step-2 | Δ | p |\n"));
   EXPECT_THAT(md, HasSubstr("| group mmlu | acc ↑ | 0.3000 | 0.3000 | ±0 |  |\n| piqa | acc ↑ | 0.5000 | 0.7000 | +0.2000 |  |\n"));
-  EXPECT_THAT(md, HasSubstr("### group mmlu: its 1 members"));
-  EXPECT_THAT(md, HasSubstr("### group mmlu_stem: its 1 members\n\n| task | metric | step-1 | step-2 | Δ | p |\n"
+  EXPECT_THAT(md, HasSubstr("### group mmlu: its 1 member"));
+  EXPECT_THAT(md, HasSubstr("### group mmlu_stem: its 1 member\n\n| task | metric | step-1 | step-2 | Δ | p |\n"
                             "|---|---|---:|---:|---:|---:|\n| mmlu_physics | acc ↑ | 0.3200 | 0.3200 | ±0 |  |\n"));
   // Sections depth first: the suite's, then mmlu's, then mmlu_stem's.
   EXPECT_LT(md.find("### group suite"), md.find("### group mmlu:"));
@@ -379,7 +379,7 @@ TEST(TrendReportTest, AWideSuiteShowsItsTopLevelFirstAndEachGroupsMembersInTheir
   EXPECT_THAT(moved_part, HasSubstr("href=\"#task-piqa\""));
   EXPECT_THAT(moved_part, Not(HasSubstr("href=\"#group-mmlu\"")));
   // Nested groups' blocks start closed.
-  EXPECT_THAT(html, HasSubstr("<details class=\"members\"><summary>group mmlu_stem: its 1 members</summary>"));
+  EXPECT_THAT(html, HasSubstr("<details class=\"members\"><summary>group mmlu_stem: its 1 member</summary>"));
   // Every column still has its full section below.
   EXPECT_EQ(count(html, "<svg class=\"trend"), 6u);
 }

@@ -213,7 +213,7 @@ std::string tag_of(const ScoreRow& row) {
 }
 
 bool is_density_metric(const std::string& metric) {
-  return metric == "bits_per_byte" || metric == "byte_perplexity" || metric == "word_perplexity" ||
+  return metric == "bpb" || metric == "bits_per_byte" || metric == "byte_perplexity" || metric == "word_perplexity" ||
          metric == "perplexity";
 }
 

@@ -9,8 +9,8 @@
 // trend (primary_scores); reads the trend it is given, never the history file itself.
 //
 // What a checkpoint writes: one Event at its step holding, as scalars, every task's and group's
-// primary metric (trend.h) and any bits_per_byte, byte_perplexity, word_perplexity or
-// perplexity row, tagged "<task>/<metric>" (plus "/<filter>" when the filter is not "none");
+// primary metric (trend.h) and any bpb (extra_metrics), bits_per_byte, byte_perplexity,
+// word_perplexity or perplexity row of the same filter, tagged "<task>/<metric>" (plus "/<filter>" when the filter is not "none");
 // and a text value "gpueval/checkpoint" naming it ({"name", "fingerprint", "path", "step"}),
 // by which a later export knows it is written. Only complete records are written.
 #pragma once

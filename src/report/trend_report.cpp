@@ -179,7 +179,7 @@ svg .chance{stroke:#6b6b6b;stroke-width:1.5;stroke-dasharray:6 4}svg .chance-lab
 svg.mini .mband{fill:#4c78a8;fill-opacity:.18;stroke:none}svg.mini .mline{fill:none;stroke:#4c78a8;stroke-width:1.5}
 svg.mini .mpt{fill:#4c78a8}svg.mini.group .mband{fill:#e8871e}svg.mini.group .mline{stroke:#e8871e}
 svg.mini.group .mpt{fill:#e8871e}svg.mini .mpt.regressed{fill:#c0392b}svg.mini .axis{font-size:10px}
-svg.mini .mchance{stroke:#6b6b6b;stroke-width:1;stroke-dasharray:4 3}details.members>summary{font-size:15px;font-weight:600;color:#1d2433}
+svg.mini{width:100%;height:auto;display:block}svg.mini .mchance{stroke:#6b6b6b;stroke-width:1;stroke-dasharray:4 3}details.members>summary{font-size:15px;font-weight:600;color:#1d2433}
 )";
 
 constexpr size_t kMaxLabelChars = 40;
@@ -355,6 +355,13 @@ std::string chart_svg(const std::vector<ScoredCheckpoint>& trend, const Column& 
   return svg.finish();
 }
 
+// A card's number: four decimals as in the tables, or four significant digits past 10^5 (a random
+// model's perplexity), so the card stays one line.
+std::string card_number(double v, bool signed_change) {
+  if (std::isfinite(v) && std::fabs(v) >= 1e5) return fmt::format(signed_change ? "{:+.4g}" : "{:.4g}", v);
+  return signed_change ? delta_text(v) : value_text(v);
+}
+
 std::string anchor_of(const Column& col) { return (col.first.is_group ? "group-" : "task-") + col.first.task; }
 
 // A small multiple: the name (a link to its section), metric and direction, the newest value with
@@ -366,7 +373,7 @@ std::string card_html(const TrendData& data, const Column& col, bool regressed) 
   if (last && before) {
     const double d = last->value - before->value;
     const bool better = col.first.higher_is_better ? d > 0 : d < 0;
-    change = fmt::format(" <span class=\"d {}\">{}</span>", d == 0 ? "flat" : better ? "good" : "bad", delta_text(d));
+    change = fmt::format(" <span class=\"d {}\">{}</span>", d == 0 ? "flat" : better ? "good" : "bad", card_number(d, true));
   }
   const Comparison* cmp = data.steps.empty() ? nullptr : find_comparison(data.steps.back(), col.key);
   if (cmp && cmp->p_value)
@@ -375,7 +382,7 @@ std::string card_html(const TrendData& data, const Column& col, bool regressed) 
       "<div class=\"card{}\"><a href=\"#{}\">{}</a> <span class=\"note\">{} {}</span>\n<div class=\"v\">{}{}</div>\n{}</div>\n",
       col.first.is_group ? " group" : "", html_escape(anchor_of(col)), html_escape(col.first.task),
       html_escape(metric_label(col.first.metric, col.first.filter)), col.first.higher_is_better ? "&#8593;" : "&#8595;",
-      last ? value_text(last->value) : "&#8211;", change, chart_svg(data.trend, col, regressed, kMiniChart));
+      last ? card_number(last->value, false) : "&#8211;", change, chart_svg(data.trend, col, regressed, kMiniChart));
 }
 
 // The columns whose latest change is more than noise: an exact McNemar p below 0.05, or a change
@@ -534,8 +541,8 @@ std::string trend_table(const std::vector<ScoredCheckpoint>& trend, const std::v
   if (trend.empty()) return out;
   for (const Column& g : groups_with_members(columns)) {
     const std::vector<Column> members = members_of(columns, g.first.task);
-    out += fmt::format("\n### {}{}: its {} members\n\n", g.first.is_group ? "group " : "", markdown_cell(g.first.task),
-                       members.size());
+    out += fmt::format("\n### {}{}: its {} member{}\n\n", g.first.is_group ? "group " : "", markdown_cell(g.first.task),
+                       members.size(), members.size() == 1 ? "" : "s");
     out += member_rows_table(trend, steps, members);
   }
   return out;
@@ -649,8 +656,9 @@ std::string trend_html(const TrendData& data) {
   }
   for (const Column& g : groups_with_members(all_columns)) {
     const std::vector<Column> members = members_of(all_columns, g.first.task);
-    out += fmt::format("<details class=\"members\"{}><summary>group {}: its {} members</summary>\n<div class=\"grid\">\n",
-                       is_top_level(g, all_columns) ? " open" : "", html_escape(g.first.task), members.size());
+    out += fmt::format("<details class=\"members\"{}><summary>group {}: its {} member{}</summary>\n<div class=\"grid\">\n",
+                       is_top_level(g, all_columns) ? " open" : "", html_escape(g.first.task), members.size(),
+                       members.size() == 1 ? "" : "s");
     for (const Column& c : members) out += card_html(data, c, regressed.count(c.key) > 0);
     out += "</div>\n</details>\n";
   }
