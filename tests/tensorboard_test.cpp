@@ -1,6 +1,6 @@
 // TensorBoard event files (report/tensorboard.h): CRC-32C against its published check values,
 // events and records byte for byte as TensorBoard's own protobuf classes and RecordWriter write
-// them (the hex below was produced by tensorboard 2.20's event_pb2 and record_writer), every
+// them (the hex below was produced by tensorboard 2.21.0's event_pb2 and record_writer), every
 // record's CRCs checked on reading, and the export of a trend: one point per tag per
 // checkpoint at its step, never written twice.
 #include "report/tensorboard.h"
