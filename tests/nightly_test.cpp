@@ -303,5 +303,21 @@ TEST_F(NightlyTest, CheckpointsWrittenOutOfOrderAreInStepOrderEverywhereAndInTen
   EXPECT_TRUE(in_order(h.out)) << h.out;
 }
 
+// A TensorBoard folder that cannot be written fails the run with one line naming it, after the
+// reports and the history are written: nothing scored is lost, and the next run exports it.
+TEST_F(NightlyTest, ATensorBoardFolderThatCannotBeWrittenFailsAfterTheReports) {
+  testing::write_text(dir_.file("tb-file"), "not a folder\n");
+  auto r = testing::run_gpueval(
+      {"run", "--gpus", "cpu:1", "--tensorboard", dir_.file("tb-file"), config("one", dir_.file("runs/step-100"))});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("gpueval: TensorBoard export (the scores are in the reports and the history): " +
+                               dir_.file("tb-file") + ": exists and is not a directory"));
+  EXPECT_TRUE(io::path_exists(dir_.file("one/results.json")));
+  auto again = testing::run_gpueval(
+      {"run", "--gpus", "cpu:1", "--tensorboard", dir_.file("tb"), config("one", dir_.file("runs/step-100"))});
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_THAT(again.err, HasSubstr("[sched] tensorboard: 1 checkpoint, "));
+}
+
 }  // namespace
 }  // namespace gpueval

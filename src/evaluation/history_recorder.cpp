@@ -5,6 +5,7 @@
 
 #include "common/console.h"
 #include "common/file_io.h"
+#include "gpueval/error.h"
 #include "report/tensorboard.h"
 
 namespace gpueval {
@@ -62,12 +63,17 @@ std::string config_name(const RunConfig& config) {
 
 void HistoryRecorder::export_tensorboard(const std::string& logdir, const std::string& name) const {
   if (logdir.empty()) return;
-  const tensorboard::ExportResult r = tensorboard::export_trend(logdir, name, config_fp_, history_.trend(config_fp_));
+  tensorboard::ExportResult r;
+  try {
+    r = tensorboard::export_trend(logdir, name, config_fp_, history_.trend(config_fp_));
+  } catch (const Error& e) {
+    throw Error(std::string("TensorBoard export (the scores are in the reports and the history): ") + e.what());
+  }
   if (r.checkpoints == 0)
     std::cerr << fmt::format("[sched] tensorboard: {} holds every checkpoint already ({})\n", r.run_dir, r.already);
   else
-    std::cerr << fmt::format("[sched] tensorboard: {} checkpoints, {} scalars written to {}\n", r.checkpoints,
-                             r.scalars, r.file);
+    std::cerr << fmt::format("[sched] tensorboard: {} checkpoint{}, {} scalars written to {}\n", r.checkpoints,
+                             r.checkpoints == 1 ? "" : "s", r.scalars, r.file);
 }
 
 }  // namespace gpueval
