@@ -30,16 +30,7 @@ CheckpointInfo checkpoint(const std::string& name, double mtime) {
 
 ScoreRow row(const std::string& task, const std::string& metric, double value, std::optional<double> se, int64_t n,
              bool higher = true, bool group = false, const std::string& filter = "none") {
-  ScoreRow r;
-  r.task = task;
-  r.metric = metric;
-  r.filter = filter;
-  r.value = value;
-  r.stderr_value = se;
-  r.n = n;
-  r.higher_is_better = higher;
-  r.is_group = group;
-  return r;
+  return testing::score_row(task, metric, value, se, n, higher, group, filter);
 }
 
 std::vector<ScoreRow> scores(double acc) {

@@ -107,13 +107,7 @@ TEST(TensorBoardTest, EveryRecordsCrcIsChecked) {
 
 ScoreRow row(const std::string& task, const std::string& metric, double value, const std::string& filter = "none",
              bool group = false) {
-  ScoreRow r;
-  r.task = task;
-  r.metric = metric;
-  r.filter = filter;
-  r.value = value;
-  r.is_group = group;
-  return r;
+  return testing::score_row(task, metric, value, std::nullopt, 0, true, group, filter);
 }
 
 ScoredCheckpoint scored(const std::string& name, std::optional<int64_t> step, double acc,

@@ -240,4 +240,19 @@ std::vector<RequestResult> score_with_stories260k(const std::vector<Request>& re
   return combine_items(items);
 }
 
+ScoreRow score_row(const std::string& task, const std::string& metric, double value,
+                   std::optional<double> stderr_value, int64_t n, bool higher_is_better, bool is_group,
+                   const std::string& filter) {
+  ScoreRow r;
+  r.task = task;
+  r.metric = metric;
+  r.filter = filter;
+  r.value = value;
+  r.stderr_value = stderr_value;
+  r.n = n;
+  r.higher_is_better = higher_is_better;
+  r.is_group = is_group;
+  return r;
+}
+
 }  // namespace gpueval::testing

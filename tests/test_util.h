@@ -3,12 +3,14 @@
 // gpueval binary as a child process.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "gpueval/error.h"
+#include "gpueval/history.h"
 #include "gpueval/model.h"
 #include "gpueval/request.h"
 #include "gpueval/task.h"
@@ -111,5 +113,10 @@ const Tokenizer& stories260k_tokenizer();
 // worker does (plan with the model's context, execute every batch, combine windows); the
 // results in index order.
 std::vector<RequestResult> score_with_stories260k(const std::vector<Request>& requests);
+
+// A ScoreRow as results.json would give it, for the history, trend and TensorBoard tests.
+ScoreRow score_row(const std::string& task, const std::string& metric, double value,
+                   std::optional<double> stderr_value = std::nullopt, int64_t n = 0, bool higher_is_better = true,
+                   bool is_group = false, const std::string& filter = "none");
 
 }  // namespace gpueval::testing

@@ -20,15 +20,8 @@ using ::testing::Not;
 
 ScoreRow row(const std::string& task, const std::string& metric, double value, std::optional<double> se,
              bool higher = true, bool group = false, std::optional<double> chance = std::nullopt) {
-  ScoreRow r;
+  ScoreRow r = testing::score_row(task, metric, value, se, 8, higher, group);
   r.chance = chance;
-  r.task = task;
-  r.metric = metric;
-  r.value = value;
-  r.stderr_value = se;
-  r.n = 8;
-  r.higher_is_better = higher;
-  r.is_group = group;
   return r;
 }
 
