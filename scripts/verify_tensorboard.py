@@ -4,10 +4,11 @@
 Makes three checkpoints step-0, step-500 and step-1000 (copies of the shipped stories260K with
 their weights perturbed, so their scores differ), writes them to disk in the wrong order
 (step-1000 first), runs one nightly evaluation over the glob with --tensorboard, then the same
-night again, and reads the log folder with tensorboard's EventMultiplexer and EventAccumulator:
+night again, then a third night after a checkpoint step-250 arrives late (readers take a tag's
+points in file order: appended, it would come after step 1000), and reads the log folder with tensorboard's EventMultiplexer and EventAccumulator:
 
   - one run (one config fingerprint);
-  - every scalar tag has exactly three points, at steps 0, 500 and 1000, whose values are the
+  - every scalar tag has exactly four points, at steps 0, 250, 500 and 1000, whose values are the
     checkpoints' results.json values (to float32);
   - the checkpoint markers (text plugin) name the checkpoints in step order;
   - report.md lists the checkpoints in step order.
@@ -71,7 +72,9 @@ def main():
     with open(cfg, "w") as f:
         f.write(f"model: {runs}/step-*\ntasks: [demo_choice, demo_perplexity]\noutput: {work}/night\n"
                 f"history: {work}/history.sqlite\nbatch_tokens: 512\n")
-    for night in (1, 2):
+    for night in (1, 2, 3):
+        if night == 3:
+            perturb("models/stories260K", os.path.join(runs, "step-250"), 0.02, 9)
         r = subprocess.run([args.gpueval, "run", "--gpus", "cpu:1", "--tensorboard", logdir, cfg],
                            capture_output=True, text=True)
         tb_lines = [l for l in r.stderr.splitlines() if "[sched] tensorboard" in l]
@@ -89,14 +92,15 @@ def main():
         failures.append(f"expected one run, got {run_names}")
     acc = mux.GetAccumulator(run_names[0])
     tags = acc.Tags()
-    results = {s: json.load(open(f"{work}/night/step-{s}/results.json"))["results"] for s in (0, 500, 1000)}
+    steps_want = [0, 250, 500, 1000]
+    results = {s: json.load(open(f"{work}/night/step-{s}/results.json"))["results"] for s in steps_want}
     print(f"{'tag':40} {'steps':18} values")
     for tag in sorted(tags["scalars"]):
         events = acc.Scalars(tag)
         steps = [e.step for e in events]
         values = [e.value for e in events]
         print(f"{tag:40} {str(steps):18} {', '.join(f'{v:.6g}' for v in values)}")
-        if steps != [0, 500, 1000]:
+        if steps != steps_want:
             failures.append(f"{tag}: steps {steps}")
         task, metric, *rest = tag.split("/")
         key = f"{metric},{rest[0] if rest else 'none'}"
@@ -106,18 +110,21 @@ def main():
                 failures.append(f"{tag} at {s}: {v} against results.json {want}")
     names = [json.loads(e.tensor_proto.string_val[0])["name"] for e in acc.Tensors("gpueval/checkpoint")]
     print(f"checkpoint markers: {names}")
-    if names != ["step-0", "step-500", "step-1000"]:
+    if names != [f"step-{s}" for s in steps_want]:
         failures.append(f"markers {names}")
     md = open(f"{work}/night/report.md").read()
-    at = [md.find(f"step-{s} ") for s in (0, 500, 1000)]
-    if not (0 <= at[0] < at[1] < at[2]):
+    at = [md.find(f"step-{s} ") for s in steps_want]
+    if not (0 <= at[0] < at[1] < at[2] < at[3]):
         failures.append(f"report.md order {at}")
+    files = [f for f in os.listdir(os.path.join(logdir, run_names[0])) if "tfevents" in f]
+    print(f"event files in the run: {len(files)}")
     if not args.keep:
         shutil.rmtree(work)
     if failures:
         print("FAIL:\n  " + "\n  ".join(failures))
         return 1
-    print(f"PASS: {len(tags['scalars'])} scalar tags, each 3 points at steps 0, 500, 1000, read by tensorboard's EventAccumulator")
+    print(f"PASS: {len(tags['scalars'])} scalar tags, each 4 points at steps {steps_want}, read by tensorboard's "
+          "EventAccumulator")
     return 0
 
 

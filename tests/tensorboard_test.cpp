@@ -171,22 +171,52 @@ TEST(TensorBoardTest, ATrendIsWrittenOncePerCheckpointAtItsStep) {
   EXPECT_EQ(r.file, "");
   EXPECT_EQ(tb::event_files(r.run_dir).size(), 1u);
 
-  // The incomplete one completes, and a checkpoint without a step comes: it takes the next position (4).
+  // The incomplete one completes, and a checkpoint without a step comes: its position (4) would go
+  // back in steps, so it comes after the last step written (1501). Both appended in a new file.
   trend[3].state = "complete";
   trend.push_back(scored("final", std::nullopt, 0.95));
   r = tb::export_trend(logdir, "pretrain", fp, trend);
   EXPECT_EQ(r.checkpoints, 2);
-  EXPECT_EQ(tb::event_files(r.run_dir).size(), 2u);
-  p = points(r.run_dir);
-  std::vector<int64_t> steps;
-  for (const auto& [step, value] : p["quiz/acc"]) steps.push_back(step);
-  EXPECT_THAT(steps, ElementsAre(0, 500, 1000, 1500, 4));
-  // Each checkpoint's marker names it.
+  EXPECT_FALSE(r.rewritten);
+  const std::vector<std::string> two_files = tb::event_files(r.run_dir);
+  ASSERT_EQ(two_files.size(), 2u);
+  EXPECT_EQ(two_files[1], r.file);  // read last: TensorBoard reads a run's files in name order
+  auto steps_of = [&](const std::string& tag) {
+    const auto all = points(r.run_dir);
+    std::vector<int64_t> steps;
+    if (all.count(tag))
+      for (const auto& [step, value] : all.at(tag)) steps.push_back(step);
+    return steps;
+  };
+  EXPECT_THAT(steps_of("quiz/acc"), ElementsAre(0, 500, 1000, 1500, 1501));
+
+  // A checkpoint synced late, step-250: readers take points in file order (TensorBoard would list
+  // it after 1501, W&B's sync would drop it), so the run is written again as one file in step
+  // order and the old files go.
+  trend.push_back(scored("step-250", 250, 0.3));
+  r = tb::export_trend(logdir, "pretrain", fp, trend);
+  EXPECT_EQ(r.checkpoints, 1);
+  EXPECT_TRUE(r.rewritten);
+  EXPECT_EQ(tb::event_files(r.run_dir), std::vector<std::string>{r.file});
+  EXPECT_GT(r.file, two_files[1]);
+  EXPECT_THAT(steps_of("quiz/acc"), ElementsAre(0, 250, 500, 1000, 1500, 1501));
+  EXPECT_THAT(steps_of("story/bits_per_byte"), ElementsAre(0, 250, 500, 1000, 1500, 1501));
+  // Each checkpoint's marker names it, in step order.
   std::vector<std::string> names;
   for (const tb::Event& e : tb::read_events(r.run_dir))
     for (const tb::Value& v : e.values)
       if (v.text) names.push_back(nlohmann::json::parse(*v.text).at("name").get<std::string>());
-  EXPECT_THAT(names, ElementsAre("step-0", "step-500", "step-1000", "step-1500", "final"));
+  EXPECT_THAT(names, ElementsAre("step-0", "step-250", "step-500", "step-1000", "step-1500", "final"));
+
+  // An export stopped after writing the merged file and before removing the old ones leaves every
+  // point twice: the next export keeps each checkpoint once.
+  const std::string copy = r.run_dir + "/events.out.tfevents.0000000001.other.1.0.gpueval";
+  io::write_file_atomic(copy, io::read_file(r.file));
+  r = tb::export_trend(logdir, "pretrain", fp, trend);
+  EXPECT_EQ(r.checkpoints, 0);
+  EXPECT_TRUE(r.rewritten);
+  EXPECT_EQ(tb::event_files(r.run_dir).size(), 1u);
+  EXPECT_THAT(steps_of("quiz/acc"), ElementsAre(0, 250, 500, 1000, 1500, 1501));
 
   // Another config fingerprint is another run.
   EXPECT_EQ(tb::export_trend(logdir, "pretrain", "fedcba9876543210", trend).run_dir, logdir + "/pretrain-fedcba987654");

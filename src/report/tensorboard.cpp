@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cerrno>
 #include <cstring>
+#include <limits>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -385,29 +387,44 @@ ExportResult export_trend(const std::string& logdir, const std::string& config_n
   io::make_directories(result.run_dir);
   const DirectoryLock lock = DirectoryLock::acquire(result.run_dir, "gpueval tensorboard export", /*wait=*/true);
 
-  // What the run folder holds: each written checkpoint's fingerprint.
+  // What the run folder holds: its events, each written checkpoint's fingerprint, the largest step.
+  const std::vector<std::string> old_files = event_files(result.run_dir);
+  std::vector<Event> kept;  // every event but the files' version headers, each checkpoint once
   std::set<std::string> written;
-  for (const Event& e : read_events(result.run_dir)) {
+  bool duplicated = false;
+  std::optional<int64_t> max_step;
+  for (Event& e : read_events(result.run_dir)) {
+    if (!e.file_version.empty() && e.values.empty()) continue;
+    std::optional<std::string> fingerprint;
     for (const Value& v : e.values) {
       if (v.tag != kCheckpointTag || !v.text) continue;
       const nlohmann::json j = nlohmann::json::parse(*v.text, nullptr, false);
       if (!j.is_object() || !j.contains("fingerprint") || !j["fingerprint"].is_string())
         fail(result.run_dir, "a {} value at step {} that is not gpueval's ({{\"fingerprint\": ...}})", kCheckpointTag,
              e.step);
-      written.insert(j["fingerprint"].get<std::string>());
+      fingerprint = j["fingerprint"].get<std::string>();
     }
+    if (fingerprint && !written.insert(*fingerprint).second) {
+      duplicated = true;  // an export stopped between writing a merged file and removing the old ones
+      continue;
+    }
+    max_step = std::max(max_step.value_or(e.step), e.step);
+    kept.push_back(std::move(e));
   }
   result.already = static_cast<int64_t>(written.size());
 
-  std::string bytes;
   const double now =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  std::vector<Event> added;
   int64_t position = result.already;
   for (const ScoredCheckpoint& c : trend) {
     if (c.state != "complete" || written.count(c.checkpoint.fingerprint)) continue;
     Event e;
     e.wall_time = c.scored_at > 0 ? c.scored_at : now;
-    e.step = c.checkpoint.step.value_or(position);
+    // Without a training step: its position among the run's checkpoints, and never before a point
+    // already written (a tag's points are read in the order written; see below).
+    const int64_t after = std::max(max_step ? *max_step + 1 : 0, position);
+    e.step = c.checkpoint.step.value_or(after);
     e.values = checkpoint_scalars(c);
     result.scalars += static_cast<int64_t>(e.values.size());
     const nlohmann::json marker = {{"name", c.checkpoint.name},
@@ -416,21 +433,51 @@ ExportResult export_trend(const std::string& logdir, const std::string& config_n
                                    {"step", e.step},
                                    {"step_from", c.checkpoint.step ? "training step" : "order"}};
     e.values.push_back(Value{kCheckpointTag, std::nullopt, marker.dump()});
-    if (bytes.empty()) bytes += frame_record(encode_event(Event{now, 0, "brain.Event:2", {}}));
-    bytes += frame_record(encode_event(e));
+    max_step = std::max(max_step.value_or(e.step), e.step);
+    added.push_back(std::move(e));
     written.insert(c.checkpoint.fingerprint);
     ++result.checkpoints;
     ++position;
   }
-  if (bytes.empty()) return result;
-  // TensorBoard reads a run's files in name order: the time first (zero-padded seconds), then
-  // this host and process, and a counter for two exports within one second.
-  const auto secs = static_cast<int64_t>(now);
+  if (added.empty() && !duplicated) return result;
+
+  // Readers take a tag's points in the order the files hold them: TensorBoard's EventAccumulator
+  // returns step-500 after step-1000 if it was written later (and readers of files without a
+  // version purge the points after a step that goes back), and W&B's TensorBoard sync drops a step
+  // that is not past the last. So the new points are appended in a new file only when every one
+  // comes after those written; a checkpoint synced late (step-500 after step-1000) makes the export
+  // write the run's every point again, in step order, as one file, and remove the older files once
+  // it is in place.
+  std::stable_sort(added.begin(), added.end(), [](const Event& a, const Event& b) { return a.step < b.step; });
+  int64_t old_max = std::numeric_limits<int64_t>::min();
+  for (const Event& e : kept) old_max = std::max(old_max, e.step);
+  result.rewritten = duplicated || (!added.empty() && !kept.empty() && added.front().step <= old_max);
+  std::vector<Event> events = std::move(added);
+  if (result.rewritten) {
+    events.insert(events.end(), std::make_move_iterator(kept.begin()), std::make_move_iterator(kept.end()));
+    std::stable_sort(events.begin(), events.end(), [](const Event& a, const Event& b) { return a.step < b.step; });
+  }
+  std::string bytes = frame_record(encode_event(Event{now, 0, "brain.Event:2", {}}));
+  for (const Event& e : events) bytes += frame_record(encode_event(e));
+  // TensorBoard reads a run's files in name order: the time first (zero-padded seconds, past every
+  // file already there, so the new one is read last), then this host and process, and a counter.
+  int64_t secs = static_cast<int64_t>(now);
+  for (const std::string& f : old_files) {
+    const std::string name = io::base_name(f).substr(std::strlen(kFilePrefix));
+    int64_t t = 0;
+    if (name.size() >= 10 && std::all_of(name.begin(), name.begin() + 10, [](char c) { return c >= '0' && c <= '9'; }))
+      t = std::stoll(name.substr(0, 10));
+    secs = std::max(secs, t + 1);
+  }
   for (int n = 0;; ++n) {
     result.file = fmt::format("{}/{}{:010d}.{}.{}.{}.gpueval", result.run_dir, kFilePrefix, secs, host_name(), ::getpid(), n);
     if (!io::path_exists(result.file)) break;
   }
   io::write_file_atomic(result.file, bytes);
+  if (result.rewritten) {
+    for (const std::string& f : old_files)
+      if (::unlink(f.c_str()) != 0 && errno != ENOENT) fail(f, "cannot remove an event file merged into {}: {}", result.file, std::strerror(errno));
+  }
   return result;
 }
 

@@ -71,14 +71,20 @@ struct ExportResult {
   int64_t checkpoints = 0;   // checkpoints written by this export
   int64_t scalars = 0;       // scalar points written by this export
   int64_t already = 0;       // checkpoints the run folder held already
+  // The run's points were written again as one file in step order and the older files removed (a
+  // checkpoint came with a step at or below one already written, or a checkpoint was in two files).
+  bool rewritten = false;
 };
 
 // Writes into <logdir>/<run> the complete checkpoints of `trend` (History::trend order) that the
-// run's event files do not hold yet, as one new event file written atomically; `run` is
+// run's event files do not hold yet, as one new event file written atomically, in step order. When a
+// new step is not past every step written (readers take a tag's points in file order), the new file
+// holds the run's every point instead, in step order, and the older files are removed. `run` is
 // "<config_name>-<first 12 of config_fp>", or an existing folder of logdir ending in
 // "-<first 12>" (one run per config fingerprint, whatever the config file was called). A
 // checkpoint's step is its training step (CheckpointInfo::step), else its position among the
-// run's checkpoints (those already written count first, then the new ones in trend order).
+// run's checkpoints (those already written count first, then the new ones in trend order), moved
+// past the largest step written so far.
 // Holds <run>/gpueval.lock while it reads and writes, so two processes never both write one
 // checkpoint. A folder or file that cannot be read or written is an Error naming it.
 ExportResult export_trend(const std::string& logdir, const std::string& config_name, const std::string& config_fp,
