@@ -94,6 +94,17 @@ FAMILIES = {
     "gpt2": dict(tie_word_embeddings=True),
     # Unscaled attention scores (scale_attn_weights false), erf GELU, an untied lm_head.
     "gpt2-unscaled": dict(model_type="gpt2", scale_attn_weights=False, activation_function="gelu"),
+    # Mixtures of experts (4 experts, top 2; the perturbed routers choose every expert somewhere:
+    # scripts/moe_routing.py prints the histograms). Mixtral: Mistral's attention, always renormalised.
+    "mixtral": dict(num_local_experts=4, num_experts_per_tok=2, sliding_window=None),
+    # Qwen3-MoE: experts narrower than the dense MLP of layer 1 (mlp_only_layers), renormalised.
+    "qwen3_moe": dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=24, norm_topk_prob=True,
+                      mlp_only_layers=[1]),
+    # Unnormalised top-k, every second layer sparse (decoder_sparse_step 2).
+    "qwen3_moe-unnormalized": dict(model_type="qwen3_moe", num_experts=4, num_experts_per_tok=2,
+                                   moe_intermediate_size=24, norm_topk_prob=False, decoder_sparse_step=2),
+    # OLMoE: q/k norms over the projections, clip_qkv tight enough to clamp, unnormalised top-k.
+    "olmoe": dict(num_experts=4, num_experts_per_tok=2, norm_topk_prob=False, clip_qkv=0.5),
 }
 # Gemma 3's vision tower, as small as SigLIP allows (4 patches of 14 pixels: mm_tokens_per_image 4).
 GEMMA3_VISION = dict(hidden_size=8, intermediate_size=16, num_hidden_layers=1, num_attention_heads=2, image_size=28,
@@ -115,7 +126,7 @@ def family_config(family, shape, fixture):
     from transformers import AutoConfig
     extra = dict(FAMILIES[family])
     model_type = extra.pop("model_type", family)
-    if model_type == "qwen3":
+    if model_type in ("qwen3", "qwen3_moe"):
         extra["head_dim"] = 12 if fixture else 24
     for key, value in extra.items():
         if value == "WINDOW":

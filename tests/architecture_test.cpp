@@ -92,7 +92,8 @@ INSTANTIATE_TEST_SUITE_P(Families, ArchitectureFixture,
                          ::testing::Values("llama", "llama-bias", "mistral", "qwen2", "qwen3", "olmo2", "granite",
                                            "smollm3", "mistral-window", "qwen2-window", "qwen3-window",
                                            "smollm3-window", "olmo3", "gemma2", "gemma3_text", "phi3", "phi3-partial",
-                                           "gpt_neox", "gpt_neox-sequential", "gpt2", "gpt2-unscaled", "gemma3"),
+                                           "gpt_neox", "gpt_neox-sequential", "gpt2", "gpt2-unscaled", "gemma3",
+                                           "mixtral", "qwen3_moe", "qwen3_moe-unnormalized", "olmoe"),
                          [](const auto& info) {
                            std::string name = info.param;
                            for (char& ch : name)

@@ -136,6 +136,7 @@ class AttentionImpl : public torch::nn::Module {
   QkNorm qk_norm_;
   bool use_rope_;
   std::optional<double> softcap_;  // Gemma 2: scores = cap * tanh(scores / cap) before the mask
+  std::optional<double> clip_;     // OLMoE's clip_qkv: q, k (after their norms) and v clamped to [-c, c]
   double query_scale_;  // 1 but for a family's own attention scale: scale * sqrt(hd), folded into q
   Projection q_proj_{nullptr}, k_proj_{nullptr}, v_proj_{nullptr}, o_proj_{nullptr};
   Norm q_norm_{nullptr}, k_norm_{nullptr};  // null without arch.qk_norm
@@ -145,6 +146,8 @@ TORCH_MODULE(Attention);
 class MlpImpl : public torch::nn::Module {
  public:
   MlpImpl(const ModelConfig& config, const WeightSource& source, int64_t layer);
+  // Expert `expert` of a sparse layer: a gated MLP of the config's arch.moe.intermediate_size.
+  MlpImpl(const ModelConfig& config, const WeightSource& source, int64_t layer, int64_t expert);
   at::Tensor forward(const at::Tensor& x) const;  // [B, T, D] -> [B, T, D]
 
  private:
@@ -152,6 +155,24 @@ class MlpImpl : public torch::nn::Module {
   Activation activation_;
 };
 TORCH_MODULE(Mlp);
+
+// A sparse layer's mixture of experts (ModelConfig's arch.moe, which says how the router chooses):
+// every token routed on its own, so its experts never depend on the other rows of its batch; the
+// tokens of each expert multiplied together as one product, the experts in ascending order.
+class MoeImpl : public torch::nn::Module {
+ public:
+  MoeImpl(const ModelConfig& config, const WeightSource& source, int64_t layer);
+  at::Tensor forward(const at::Tensor& x) const;  // [..., D] -> [..., D]
+  // Each token's chosen experts, [N, top_k] int64 in torch.topk's order, for x flattened to [N, D].
+  at::Tensor choose(const at::Tensor& x, at::Tensor* weights = nullptr) const;
+
+ private:
+  Projection router_{nullptr};
+  std::vector<Mlp> experts_;
+  int64_t top_k_;
+  bool normalize_;
+};
+TORCH_MODULE(Moe);
 
 class DecoderLayerImpl : public torch::nn::Module {
  public:
@@ -183,7 +204,9 @@ class DecoderLayerImpl : public torch::nn::Module {
   Norm input_layernorm_{nullptr}, post_attention_layernorm_{nullptr}, pre_feedforward_layernorm_{nullptr},
       post_feedforward_layernorm_{nullptr};
   Attention self_attn_{nullptr};
-  Mlp mlp_{nullptr};
+  Mlp mlp_{nullptr};  // null in a sparse layer
+  Moe moe_{nullptr};  // a sparse layer's experts (arch.sparse)
+  at::Tensor feed_forward(const at::Tensor& x) const { return moe_ ? moe_->forward(x) : mlp_->forward(x); }
 };
 TORCH_MODULE(DecoderLayer);
 

@@ -64,8 +64,9 @@ enum class NormKind { kRms, kLayerNorm };
 // rows) and gate, up in gate_up_proj; GPT-NeoX's (gpt_neox.layers.N.attention.query_key_value, q, k and v
 // interleaved per head); GPT-2's (transformer.h.N.attn.c_attn, Conv1D weights stored [in, out]); Gemma
 // 3's multimodal checkpoints (model_type gemma3: Llama's names under language_model., beside a vision
-// tower gpueval does not read).
-enum class WeightLayout { kLlama, kPhi3, kGptNeoX, kGpt2, kGemma3Multimodal };
+// tower gpueval does not read); Mixtral's (block_sparse_moe.gate and block_sparse_moe.experts.E.w1/w2/w3
+// where the others have mlp.gate and mlp.experts.E.gate_proj/down_proj/up_proj).
+enum class WeightLayout { kLlama, kPhi3, kGptNeoX, kGpt2, kGemma3Multimodal, kMixtral };
 
 // An RMSNorm on the queries and keys before RoPE (self_attn.q_norm / k_norm). kPerHead (Qwen3): over
 // each head's head_dim, weight [head_dim]. kWholeProjection (OLMo 2): over the projection's full width
@@ -76,6 +77,19 @@ enum class QkNorm { kNone, kPerHead, kWholeProjection };
 // weight-name table (weight_names.cpp) branch on these fields alone, never on model_type. A family is
 // a row of model_config.cpp's table (model_type -> how config.json fills this, its own key names) plus,
 // where its checkpoints name tensors otherwise than Llama's, a row of weight_names.cpp's layouts.
+// Mixture of experts (Mixtral, Qwen3-MoE, OLMoE): a sparse layer's MLP is num_experts gated MLPs of
+// intermediate_size each, of which a linear router (no bias) picks top_k per token: softmax of the
+// router's logits in float32, torch.topk's choice and order, the chosen probabilities renormalised to
+// sum 1 with normalize_top_k; the experts' outputs weighted by them and summed in ascending expert
+// order, as transformers' loop over experts adds them.
+struct MixtureOfExperts {
+  int64_t num_experts = 0;  // 0: a dense model
+  int64_t top_k = 0;
+  int64_t intermediate_size = 0;
+  bool normalize_top_k = true;
+  std::vector<bool> sparse_layers;  // per layer; empty with num_experts > 0: every layer is sparse
+};
+
 struct Architecture {
   NormPlacement norm_placement = NormPlacement::kPreNorm;
   QkNorm qk_norm = QkNorm::kNone;
@@ -108,6 +122,12 @@ struct Architecture {
   bool parallel_residual = false;
   // GPT-2: a learned position table (wpe) added to the token embeddings, and no RoPE anywhere.
   bool learned_positions = false;
+  MixtureOfExperts moe;
+  // OLMoE's clip_qkv: q, k and v clamped to [-c, c] after their projections (and q/k norms). Unset: none.
+  std::optional<double> clip_qkv;
+  bool sparse(int64_t layer) const {
+    return moe.num_experts > 0 && (moe.sparse_layers.empty() || moe.sparse_layers[static_cast<size_t>(layer)]);
+  }
   bool uses_rope(int64_t layer) const {
     return !learned_positions && (rope_layers.empty() || rope_layers[static_cast<size_t>(layer)]);
   }

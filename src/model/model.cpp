@@ -4,6 +4,7 @@
 
 #include <c10/core/InferenceMode.h>
 #include <fmt/ranges.h>  // fmt::join ({fmt} 11+ keeps it here)
+#include <torch/nn/modules/container/modulelist.h>
 #include <torch/version.h>
 
 #include "gpueval/error.h"
@@ -93,9 +94,10 @@ at::Tensor NormImpl::forward(const at::Tensor& x) const {
 namespace {
 
 // The projection of kind `w` in `layer`: its in and out sizes and its bias from the one weight table.
-Projection projection(const ModelConfig& c, const WeightSource& source, LlamaWeight w, int64_t layer) {
+Projection projection(const ModelConfig& c, const WeightSource& source, LlamaWeight w, int64_t layer,
+                      int64_t expert = 0) {
   const std::vector<int64_t> shape = weight_shape(c, w);  // [out, in]
-  return Projection(source, weight_name(w, layer), shape[1], shape[0], has_bias(c, w));
+  return Projection(source, weight_name(w, layer, expert), shape[1], shape[0], has_bias(c, w));
 }
 
 }  // namespace
@@ -107,6 +109,7 @@ AttentionImpl::AttentionImpl(const ModelConfig& c, const WeightSource& source, i
       qk_norm_(c.arch.qk_norm),
       use_rope_(c.arch.uses_rope(layer)),
       softcap_(c.arch.attention_softcap),
+      clip_(c.arch.clip_qkv),
       // The attention kernels scale q kᵀ by 1 / sqrt(hd); another scale s is that times s * sqrt(hd) on q.
       query_scale_(c.arch.attention_scale ? *c.arch.attention_scale * std::sqrt(static_cast<double>(c.head_dim))
                                           : 1.0) {
@@ -129,6 +132,7 @@ at::Tensor AttentionImpl::heads(at::Tensor x, int64_t n, const Norm& norm, const
   if (qk_norm_ == QkNorm::kWholeProjection) x = norm->forward(x);           // over [B, T, n * hd]
   x = x.view({b, t, n, head_dim_});
   if (qk_norm_ == QkNorm::kPerHead) x = norm->forward(x);                   // over each head's hd
+  if (clip_) x = x.clamp(-*clip_, *clip_);
   x = x.transpose(1, 2);                                                    // [B, n, T, hd]
   return use_rope_ ? rotary_embedding(x, rope) : x;
 }
@@ -141,7 +145,9 @@ at::Tensor AttentionImpl::queries(const at::Tensor& x, const RopeTables& rope) c
 std::pair<at::Tensor, at::Tensor> AttentionImpl::keys_values(const at::Tensor& x, const RopeTables& rope) const {
   const int64_t b = x.size(0), t = x.size(1);
   at::Tensor k = heads(k_proj_->forward(x), n_kv_heads_, k_norm_, rope);                  // [B, KV, T, hd]
-  at::Tensor v = v_proj_->forward(x).view({b, t, n_kv_heads_, head_dim_}).transpose(1, 2);  // [B, KV, T, hd]
+  at::Tensor v = v_proj_->forward(x);
+  if (clip_) v.clamp_(-*clip_, *clip_);
+  v = v.view({b, t, n_kv_heads_, head_dim_}).transpose(1, 2);  // [B, KV, T, hd]
   return {k, v};
 }
 
@@ -245,6 +251,61 @@ MlpImpl::MlpImpl(const ModelConfig& c, const WeightSource& source, int64_t layer
   down_proj_ = register_module("down_proj", projection(c, source, LlamaWeight::kDownProj, layer));
 }
 
+MlpImpl::MlpImpl(const ModelConfig& c, const WeightSource& source, int64_t layer, int64_t expert)
+    : activation_(c.arch.activation) {
+  gate_proj_ = register_module("gate_proj", projection(c, source, LlamaWeight::kExpertGateProj, layer, expert));
+  up_proj_ = register_module("up_proj", projection(c, source, LlamaWeight::kExpertUpProj, layer, expert));
+  down_proj_ = register_module("down_proj", projection(c, source, LlamaWeight::kExpertDownProj, layer, expert));
+}
+
+MoeImpl::MoeImpl(const ModelConfig& c, const WeightSource& source, int64_t layer)
+    : top_k_(c.arch.moe.top_k), normalize_(c.arch.moe.normalize_top_k) {
+  router_ = register_module("gate", projection(c, source, LlamaWeight::kRouter, layer));
+  // Registered as "experts.E" under "mlp": each parameter is named as the checkpoint names it.
+  torch::nn::ModuleList list;
+  for (int64_t e = 0; e < c.arch.moe.num_experts; ++e) {
+    experts_.push_back(Mlp(c, source, layer, e));
+    list->push_back(experts_.back());
+  }
+  register_module("experts", list);
+}
+
+at::Tensor MoeImpl::choose(const at::Tensor& x, at::Tensor* weights) const {
+  // transformers: the router's product in the model's dtype, its softmax in float32, topk of the
+  // probabilities (its order), renormalised with norm_topk_prob (Mixtral: always).
+  const at::Tensor probs = at::softmax(router_->forward(x).to(at::kFloat), -1);
+  auto [top, chosen] = at::topk(probs, top_k_, -1);
+  if (normalize_) top.div_(top.sum(-1, /*keepdim=*/true));
+  if (weights) *weights = top;
+  return chosen;
+}
+
+at::Tensor MoeImpl::forward(const at::Tensor& x) const {
+  const int64_t d = x.size(-1);
+  const at::Tensor flat = x.reshape({-1, d});
+  at::Tensor weights;
+  const at::Tensor chosen = choose(flat, &weights);  // [N, k]
+  at::Tensor out = at::zeros_like(flat);
+  // Each expert's tokens in one product; the weighted outputs added in ascending expert order, each in
+  // float32 then cast to the model's dtype, as transformers' loop adds them.
+  const at::Tensor flat_chosen = chosen.reshape({-1});
+  const at::Tensor order = at::argsort(flat_chosen, /*stable=*/true);
+  const at::Tensor counts = at::bincount(flat_chosen, {}, static_cast<int64_t>(experts_.size())).cpu();
+  const int64_t* count = counts.data_ptr<int64_t>();
+  int64_t begin = 0;
+  for (size_t e = 0; e < experts_.size(); ++e) {
+    const int64_t n = count[e];
+    if (n == 0) continue;
+    const at::Tensor slots = order.narrow(0, begin, n);  // positions in [N * k]
+    begin += n;
+    const at::Tensor tokens = at::floor_divide(slots, top_k_);
+    const at::Tensor y = experts_[e]->forward(flat.index_select(0, tokens));
+    const at::Tensor w = weights.reshape({-1}).index_select(0, slots).unsqueeze(1);
+    out.index_add_(0, tokens, (y * w).to(out.scalar_type()));
+  }
+  return out.view(x.sizes());
+}
+
 at::Tensor MlpImpl::forward(const at::Tensor& x) const {
   // In place on the fresh projections: the same bits as silu(gate) * up without two more tensors.
   at::Tensor gate = (gate_proj_ ? gate_proj_ : up_proj_)->forward(x);
@@ -271,7 +332,8 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, const WeightSource& sou
   post_attention_layernorm_ = register_module("post_attention_layernorm", norm(LlamaWeight::kPostAttentionLayernorm));
   if (placement_ == NormPlacement::kSandwich)
     pre_feedforward_layernorm_ = register_module("pre_feedforward_layernorm", norm(LlamaWeight::kPreFeedforwardLayernorm));
-  mlp_ = register_module("mlp", Mlp(c, source, index));
+  if (c.arch.sparse(index)) moe_ = register_module("mlp", Moe(c, source, index));
+  else mlp_ = register_module("mlp", Mlp(c, source, index));
   if (placement_ != NormPlacement::kPreNorm)
     post_feedforward_layernorm_ =
         register_module("post_feedforward_layernorm", norm(LlamaWeight::kPostFeedforwardLayernorm));
@@ -291,10 +353,10 @@ at::Tensor DecoderLayerImpl::attention_residual(at::Tensor attended, const at::T
 at::Tensor DecoderLayerImpl::mlp_residual(const at::Tensor& h) const {
   at::Tensor m;
   switch (placement_) {
-    case NormPlacement::kPreNorm: m = mlp_->forward(post_attention_layernorm_->forward(h)); break;
-    case NormPlacement::kPostSublayer: m = post_feedforward_layernorm_->forward(mlp_->forward(h)); break;
+    case NormPlacement::kPreNorm: m = feed_forward(post_attention_layernorm_->forward(h)); break;
+    case NormPlacement::kPostSublayer: m = post_feedforward_layernorm_->forward(feed_forward(h)); break;
     case NormPlacement::kSandwich:
-      m = post_feedforward_layernorm_->forward(mlp_->forward(pre_feedforward_layernorm_->forward(h)));
+      m = post_feedforward_layernorm_->forward(feed_forward(pre_feedforward_layernorm_->forward(h)));
       break;
   }
   if (residual_multiplier_ != 1.0) m.mul_(residual_multiplier_);
@@ -304,7 +366,7 @@ at::Tensor DecoderLayerImpl::mlp_residual(const at::Tensor& h) const {
 at::Tensor DecoderLayerImpl::residuals(at::Tensor attended, const at::Tensor& x) const {
   if (!parallel_residual_) return mlp_residual(attention_residual(std::move(attended), x));
   // GPT-NeoX: (mlp + attn) + x, in transformers' order of additions.
-  return mlp_->forward(post_attention_layernorm_->forward(x)).add_(attended).add_(x);
+  return feed_forward(post_attention_layernorm_->forward(x)).add_(attended).add_(x);
 }
 
 at::Tensor DecoderLayerImpl::forward(const at::Tensor& x, const RopeTables& rope, const at::Tensor& mask,

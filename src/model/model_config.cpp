@@ -370,6 +370,25 @@ void read_gemma(const json& j, const std::string& where, ModelConfig& c) {
   c.arch.o_proj_bias = c.attention_bias;
 }
 
+// A mixture of experts: `experts` (under either spelling transformers uses: its 5.x files write
+// num_local_experts where the hub's Qwen3-MoE files have num_experts), num_experts_per_tok, the experts'
+// width and whether the chosen probabilities are renormalised.
+constexpr int64_t kMaxExperts = 4096;
+void read_moe(const json& j, const std::string& where, ModelConfig& c, int64_t default_experts, int64_t default_top_k,
+              int64_t intermediate_size, bool normalize) {
+  MixtureOfExperts& m = c.arch.moe;
+  const int64_t either = get_int(j, where, "num_local_experts", default_experts, 0, kMaxExperts);
+  m.num_experts = get_int(j, where, "num_experts", either, 0, kMaxExperts);
+  m.top_k = get_int(j, where, "num_experts_per_tok", default_top_k, 1, kMaxExperts);
+  if (m.num_experts > 0 && m.top_k > m.num_experts)
+    fail(where, "num_experts_per_tok ({}) is more than the {} experts", m.top_k, m.num_experts);
+  m.intermediate_size = intermediate_size;
+  m.normalize_top_k = normalize;
+  if (get_bool(j, where, "use_sliding_window", false) || (j.contains("sliding_window") && !j["sliding_window"].is_null()))
+    fail(where, "sliding_window is not supported for {} yet (mixture-of-experts families read full attention only)",
+         c.model_type);
+}
+
 // One row per family: the defaults its transformers Config class has where config.json is silent,
 // and how its own keys fill the Architecture (read after the keys every family shares).
 struct Family {
@@ -428,6 +447,43 @@ const Family kFamilies[] = {
        c.arch.norm_placement = NormPlacement::kPostSublayer;
        c.arch.qk_norm = QkNorm::kWholeProjection;
        c.arch.o_proj_bias = c.attention_bias;
+     }},
+    // Mixtral: Mistral's attention, every layer a mixture of num_local_experts SwiGLU experts of
+    // intermediate_size, top num_experts_per_tok always renormalised; Mixtral's weight names.
+    {"mixtral", "MixtralForCausalLM", std::nullopt, 1e-5, 1000000.0, false, false,
+     [](const json& j, const std::string& where, ModelConfig& c) {
+       c.arch.layout = WeightLayout::kMixtral;
+       read_moe(j, where, c, 8, 2, c.intermediate_size, true);
+     }},
+    // Qwen3-MoE: Qwen3's attention (per-head q/k norms); experts of moe_intermediate_size, renormalised only
+    // with norm_topk_prob; a layer is sparse unless listed in mlp_only_layers, every decoder_sparse_step-th.
+    {"qwen3_moe", "Qwen3MoeForCausalLM", std::nullopt, 1e-6, 10000.0, false, false,
+     [](const json& j, const std::string& where, ModelConfig& c) {
+       c.arch.qk_norm = QkNorm::kPerHead;
+       c.arch.o_proj_bias = c.attention_bias;
+       read_moe(j, where, c, 128, 8, get_int(j, where, "moe_intermediate_size", 768, 1, int64_t{1} << 24),
+                get_bool(j, where, "norm_topk_prob", false));
+       const int64_t step = get_int(j, where, "decoder_sparse_step", 1, 1, kMaxLayers);
+       std::vector<bool> sparse(static_cast<size_t>(c.num_hidden_layers));
+       for (int64_t i = 0; i < c.num_hidden_layers; ++i) sparse[static_cast<size_t>(i)] = (i + 1) % step == 0;
+       if (auto it = j.find("mlp_only_layers"); it != j.end() && !it->is_null()) {
+         if (!it->is_array()) fail(where, "key 'mlp_only_layers' must be a list of layer indices");
+         for (const json& x : *it) {
+           if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() >= c.num_hidden_layers)
+             fail(where, "key 'mlp_only_layers' holds {}, not a layer index below {}", x.dump(), c.num_hidden_layers);
+           sparse[static_cast<size_t>(x.get<int64_t>())] = false;
+         }
+       }
+       c.arch.moe.sparse_layers = sparse;
+     }},
+    // OLMoE: pre-norm Llama layers with q/k norms over the projections' widths, optional clip_qkv, and
+    // experts of intermediate_size renormalised only with norm_topk_prob.
+    {"olmoe", "OlmoeForCausalLM", std::nullopt, 1e-5, 10000.0, false, false,
+     [](const json& j, const std::string& where, ModelConfig& c) {
+       c.arch.qk_norm = QkNorm::kWholeProjection;
+       c.arch.o_proj_bias = c.attention_bias;
+       c.arch.clip_qkv = get_optional_positive(j, where, "clip_qkv", std::nullopt);
+       read_moe(j, where, c, 64, 8, c.intermediate_size, get_bool(j, where, "norm_topk_prob", false));
      }},
     {"granite", "GraniteForCausalLM", std::nullopt, 1e-6, 10000.0, false, false,
      [](const json& j, const std::string& where, ModelConfig& c) {
@@ -723,6 +779,20 @@ json ModelConfig::to_json() const {
     j["final_logit_softcapping"] = arch.logit_softcap ? json(*arch.logit_softcap) : json(nullptr);
   }
   if (model_type == "gpt_neox") j["use_parallel_residual"] = arch.parallel_residual;
+  if (arch.moe.num_experts > 0) {
+    j[model_type == "mixtral" ? "num_local_experts" : "num_experts"] = arch.moe.num_experts;
+    j["num_experts_per_tok"] = arch.moe.top_k;
+    if (model_type != "mixtral") j["norm_topk_prob"] = arch.moe.normalize_top_k;
+    if (model_type == "qwen3_moe") {
+      j["moe_intermediate_size"] = arch.moe.intermediate_size;
+      j["decoder_sparse_step"] = 1;
+      json dense = json::array();
+      for (int64_t i = 0; i < num_hidden_layers; ++i)
+        if (!arch.sparse(i)) dense.push_back(i);
+      j["mlp_only_layers"] = dense;
+    }
+  }
+  if (arch.clip_qkv) j["clip_qkv"] = *arch.clip_qkv;
   if (model_type == "gpt2") {
     j["scale_attn_weights"] = !arch.attention_scale.has_value();
     j.erase("rope_scaling");
@@ -775,10 +845,13 @@ int64_t ModelConfig::num_parameters() const {
   if (arch.mlp_bias) mlp += (matrices - 1) * intermediate_size + hidden_size;
   const int64_t norm = (arch.norm == NormKind::kLayerNorm ? 2 : 1) * hidden_size;  // weight (and bias)
   const int64_t norms = arch.norm_placement == NormPlacement::kSandwich ? 4 : 2;
-  const int64_t layer = attn + mlp + norms * norm;
+  // A sparse layer holds every expert (the memory a replica needs), and the router.
+  const int64_t sparse_mlp = arch.moe.num_experts * (3 * hidden_size * arch.moe.intermediate_size + hidden_size);
+  int64_t layers = 0;
+  for (int64_t i = 0; i < num_hidden_layers; ++i) layers += attn + (arch.sparse(i) ? sparse_mlp : mlp) + norms * norm;
   const int64_t embed = vocab_size * hidden_size;
   const int64_t positions = arch.learned_positions ? max_position_embeddings * hidden_size : 0;
-  return num_hidden_layers * layer + norm + embed + positions + (tie_word_embeddings ? 0 : embed);
+  return layers + norm + embed + positions + (tie_word_embeddings ? 0 : embed);
 }
 
 }  // namespace gpueval

@@ -43,14 +43,25 @@ const char* layer_suffix(LlamaWeight w) {
     case LlamaWeight::kUpProj: return "mlp.up_proj.weight";
     case LlamaWeight::kDownProj: return "mlp.down_proj.weight";
     case LlamaWeight::kPostFeedforwardLayernorm: return "post_feedforward_layernorm.weight";
+    case LlamaWeight::kRouter: return "mlp.gate.weight";
+    case LlamaWeight::kExpertGateProj: return "mlp.experts.{}.gate_proj.weight";
+    case LlamaWeight::kExpertUpProj: return "mlp.experts.{}.up_proj.weight";
+    case LlamaWeight::kExpertDownProj: return "mlp.experts.{}.down_proj.weight";
     default: return nullptr;
   }
 }
 
 }  // namespace
 
-std::string weight_name(LlamaWeight w, int64_t layer) {
-  if (const char* suffix = layer_suffix(w)) return fmt::format("model.layers.{}.{}", layer, suffix);
+bool is_expert(LlamaWeight w) {
+  return w == LlamaWeight::kExpertGateProj || w == LlamaWeight::kExpertUpProj || w == LlamaWeight::kExpertDownProj;
+}
+
+std::string weight_name(LlamaWeight w, int64_t layer, int64_t expert) {
+  if (const char* suffix = layer_suffix(w)) {
+    const std::string inside = is_expert(w) ? fmt::format(fmt::runtime(suffix), expert) : std::string(suffix);
+    return fmt::format("model.layers.{}.{}", layer, inside);
+  }
   switch (w) {
     case LlamaWeight::kEmbedTokens: return "model.embed_tokens.weight";
     case LlamaWeight::kPositionEmbedding: return "model.embed_positions.weight";
@@ -89,6 +100,10 @@ std::vector<int64_t> weight_shape(const ModelConfig& c, LlamaWeight w) {
     case LlamaWeight::kGateProj:
     case LlamaWeight::kUpProj: return {f, d};
     case LlamaWeight::kDownProj: return {d, f};
+    case LlamaWeight::kRouter: return {c.arch.moe.num_experts, d};
+    case LlamaWeight::kExpertGateProj:
+    case LlamaWeight::kExpertUpProj: return {c.arch.moe.intermediate_size, d};
+    case LlamaWeight::kExpertDownProj: return {d, c.arch.moe.intermediate_size};
   }
   throw Error(fmt::format("weight_shape: unknown weight kind {}", static_cast<int>(w)));
 }
@@ -120,8 +135,18 @@ std::vector<WeightSpec> llama_weights(const ModelConfig& c) {
   add(LlamaWeight::kEmbedTokens, 0);
   if (c.arch.learned_positions) add(LlamaWeight::kPositionEmbedding, 0);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l)
-    for (LlamaWeight w : kLayerWeights)
+    for (LlamaWeight w : kLayerWeights) {
+      const bool dense_mlp = w == LlamaWeight::kGateProj || w == LlamaWeight::kUpProj || w == LlamaWeight::kDownProj;
+      if (dense_mlp && c.arch.sparse(l)) {
+        if (w != LlamaWeight::kGateProj) continue;
+        add(LlamaWeight::kRouter, l);
+        for (int64_t e = 0; e < c.arch.moe.num_experts; ++e)
+          for (LlamaWeight x : {LlamaWeight::kExpertGateProj, LlamaWeight::kExpertUpProj, LlamaWeight::kExpertDownProj})
+            out.push_back({x, l, weight_name(x, l, e), weight_shape(c, x), e});
+        continue;
+      }
       if (layer_has(c, w)) add(w, l);
+    }
   add(LlamaWeight::kNorm, 0);
   if (!c.tie_word_embeddings) add(LlamaWeight::kLmHead, 0);
   return out;
@@ -170,6 +195,9 @@ const std::vector<Layout>& layouts() {
         {W::kLmHead, "lm_head"}}},
       {WeightLayout::kGemma3Multimodal, "language_model.", "language_model.model.", "model.language_model.", "", false,
        false, {}},
+      {WeightLayout::kMixtral, "", "", "", "model.layers.{}.", false, false,
+       {{W::kRouter, "block_sparse_moe.gate"}, {W::kExpertGateProj, "block_sparse_moe.experts.{}.w1"},
+        {W::kExpertUpProj, "block_sparse_moe.experts.{}.w3"}, {W::kExpertDownProj, "block_sparse_moe.experts.{}.w2"}}},
   };
   return kLayouts;
 }
@@ -203,7 +231,8 @@ std::map<std::string, StoredAs> stored_layout(const ModelConfig& c) {
     std::string stored = layout->wrap + spec.name;
     if (n) {
       const std::string prefix = is_per_layer(w) ? fmt::format(fmt::runtime(layout->layer), spec.layer) : "";
-      stored = prefix + n->name + ".weight";
+      stored = prefix + (is_expert(w) ? fmt::format(fmt::runtime(n->name), spec.expert) : std::string(n->name)) +
+               ".weight";
       // The parts fused with this one: every kind of the layer under the same name, in table order.
       int64_t total = 0, parts = 0;
       for (const StoredName& m : layout->names)

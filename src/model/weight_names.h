@@ -39,12 +39,18 @@ enum class LlamaWeight {
   kUpProj,                  // [F, D]         per layer
   kDownProj,                // [D, F]         per layer
   kPostFeedforwardLayernorm,  // [D]          per layer, with NormPlacement::kPostSublayer or kSandwich
+  kRouter,                  // [E, D]         per sparse layer (arch.sparse): mlp.gate
+  kExpertGateProj,          // [Fe, D]        per expert of a sparse layer: mlp.experts.E.gate_proj
+  kExpertUpProj,            // [Fe, D]        per expert
+  kExpertDownProj,          // [D, Fe]        per expert
   kNorm,                    // [D]
   kLmHead,                  // [V, D]         absent when tie_word_embeddings
 };
 
-// The checkpoint name of a weight; `layer` is read only for the per-layer kinds.
-std::string weight_name(LlamaWeight weight, int64_t layer = 0);
+// The checkpoint name of a weight; `layer` is read only for the per-layer kinds, `expert` only for the
+// expert kinds.
+std::string weight_name(LlamaWeight weight, int64_t layer = 0, int64_t expert = 0);
+bool is_expert(LlamaWeight weight);  // one tensor per expert of a sparse layer
 // "x.q_proj.weight" -> "x.q_proj.bias" (q, k and v carry a bias when config.attention_bias).
 std::string bias_name(const std::string& weight_name);
 std::vector<int64_t> weight_shape(const ModelConfig& config, LlamaWeight weight);
@@ -59,12 +65,13 @@ struct WeightSpec {
   int64_t layer;  // 0 for the kinds outside a layer
   std::string name;
   std::vector<int64_t> shape;
+  int64_t expert = 0;  // the expert of the expert kinds
 };
 
 // Every weight (not bias) a checkpoint for `config` holds, in the order of the modules: the
 // embedding, each layer's input norm (pre-norm and sandwich families), q, k, v, q and k norms (where
-// the family has them), o, post-attention norm, pre-feedforward norm (sandwich), gate, up, down,
-// post-feedforward norm (post-sublayer and sandwich families), the final norm and, unless tied, the
+// the family has them), o, post-attention norm, pre-feedforward norm (sandwich), gate, up, down (a
+// sparse layer: the router, then each expert's gate, up and down), post-feedforward norm (post-sublayer and sandwich families), the final norm and, unless tied, the
 // LM head.
 std::vector<WeightSpec> llama_weights(const ModelConfig& config);
 
