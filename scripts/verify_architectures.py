@@ -105,7 +105,27 @@ FAMILIES = {
                                    moe_intermediate_size=24, norm_topk_prob=False, decoder_sparse_step=2),
     # OLMoE: q/k norms over the projections, clip_qkv tight enough to clamp, unnormalised top-k.
     "olmoe": dict(num_experts=4, num_experts_per_tok=2, norm_topk_prob=False, clip_qkv=0.5),
+    # DeepSeek-V3: latent attention with a low-rank q, interleaved RoPE pairs, yarn with mscale and
+    # mscale_all_dim (the softmax scale moves too); a sigmoid router with a perturbed correction bias,
+    # 8 experts in 4 groups of which 2 may be chosen from, top 2, renormalised and scaled by 2.5; one
+    # shared expert; layer 0 dense (first_k_dense_replace). Widths: family_config's DEEPSEEK_DIMS.
+    "deepseek_v3": dict(n_routed_experts=8, num_experts_per_tok=2, n_group=4, topk_group=2, n_shared_experts=1,
+                        first_k_dense_replace=1, routed_scaling_factor=2.5, norm_topk_prob=True,
+                        rope_parameters=dict(rope_type="yarn", factor=4.0, original_max_position_embeddings="ORIGINAL",
+                                             beta_fast=32.0, beta_slow=1.0, mscale=0.707, mscale_all_dim=1.0,
+                                             rope_theta=10000.0)),
+    # Without q_lora_rank (q_proj), plain RoPE pairs, default RoPE, one group, unnormalised weights
+    # scaled by 1.5, two shared experts, every layer sparse.
+    "deepseek_v3-plain": dict(model_type="deepseek_v3", n_routed_experts=8, num_experts_per_tok=3, n_group=1,
+                              topk_group=1, n_shared_experts=2, first_k_dense_replace=0, routed_scaling_factor=1.5,
+                              norm_topk_prob=False, q_lora_rank=None, rope_interleave=False),
 }
+# DeepSeek-V3's latent widths (verify, fixture): q_lora_rank, kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim,
+# v_head_dim, moe_intermediate_size.
+DEEPSEEK_DIMS = dict(verify=dict(q_lora_rank=32, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=16,
+                                 v_head_dim=12, moe_intermediate_size=24),
+                     fixture=dict(q_lora_rank=8, kv_lora_rank=8, qk_rope_head_dim=4, qk_nope_head_dim=4,
+                                  v_head_dim=6, moe_intermediate_size=8))
 # Gemma 3's vision tower, as small as SigLIP allows (4 patches of 14 pixels: mm_tokens_per_image 4).
 GEMMA3_VISION = dict(hidden_size=8, intermediate_size=16, num_hidden_layers=1, num_attention_heads=2, image_size=28,
                      patch_size=14)
@@ -128,6 +148,15 @@ def family_config(family, shape, fixture):
     model_type = extra.pop("model_type", family)
     if model_type in ("qwen3", "qwen3_moe"):
         extra["head_dim"] = 12 if fixture else 24
+    if model_type == "deepseek_v3":
+        dims = dict(DEEPSEEK_DIMS["fixture" if fixture else "verify"])
+        if "q_lora_rank" in extra:  # None: q_proj
+            dims.pop("q_lora_rank")
+        extra = dict(dims, **extra)
+        extra["num_key_value_heads"] = shape["num_attention_heads"]  # latent attention expands keys per head
+        if "rope_parameters" in extra:
+            extra["rope_parameters"] = dict(extra["rope_parameters"],
+                                            original_max_position_embeddings=shape["max_position_embeddings"] // 4)
     for key, value in extra.items():
         if value == "WINDOW":
             extra[key] = WINDOW["fixture" if fixture else "verify"]
@@ -159,6 +188,9 @@ def random_model(family, shape, fixture, seed):
                 p.copy_(1.0 + 0.1 * torch.randn_like(p))
             else:
                 p.copy_(0.1 * torch.randn_like(p))
+        for name, b in model.named_buffers():  # DeepSeek-V3's router correction: saved, and moves the choice
+            if name.endswith("e_score_correction_bias"):
+                b.copy_(0.1 * torch.randn_like(b))
     return model.eval()
 
 

@@ -93,7 +93,8 @@ INSTANTIATE_TEST_SUITE_P(Families, ArchitectureFixture,
                                            "smollm3", "mistral-window", "qwen2-window", "qwen3-window",
                                            "smollm3-window", "olmo3", "gemma2", "gemma3_text", "phi3", "phi3-partial",
                                            "gpt_neox", "gpt_neox-sequential", "gpt2", "gpt2-unscaled", "gemma3",
-                                           "mixtral", "qwen3_moe", "qwen3_moe-unnormalized", "olmoe"),
+                                           "mixtral", "qwen3_moe", "qwen3_moe-unnormalized", "olmoe", "deepseek_v3",
+                                           "deepseek_v3-plain"),
                          [](const auto& info) {
                            std::string name = info.param;
                            for (char& ch : name)
@@ -106,7 +107,8 @@ INSTANTIATE_TEST_SUITE_P(Families, ArchitectureFixture,
 TEST(ArchitectureConfig, ToJsonReadsBackAsTheSameArchitecture) {
   for (const char* family : {"llama-bias", "qwen3", "olmo2", "granite", "smollm3", "mistral", "olmo3", "gemma2",
                              "gemma3_text", "qwen2-window", "smollm3-window", "phi3-partial", "gpt_neox",
-                             "gpt_neox-sequential", "gpt2", "gpt2-unscaled"}) {
+                             "gpt_neox-sequential", "gpt2", "gpt2-unscaled", "mixtral", "qwen3_moe",
+                             "qwen3_moe-unnormalized", "olmoe", "deepseek_v3", "deepseek_v3-plain"}) {
     const ModelConfig a = ModelConfig::load(fixture_dir(family) + "/config.json");
     const ModelConfig b = ModelConfig::from_json(a.to_json(), "round trip");
     EXPECT_EQ(a.to_json(), b.to_json()) << family;
@@ -130,7 +132,46 @@ TEST(ArchitectureConfig, ToJsonReadsBackAsTheSameArchitecture) {
     EXPECT_EQ(a.partial_rotary_factor, b.partial_rotary_factor) << family;
     EXPECT_EQ(a.rms_norm_eps, b.rms_norm_eps) << family;
     EXPECT_EQ(a.num_parameters(), b.num_parameters()) << family;
+    const MixtureOfExperts &ma = a.arch.moe, &mb = b.arch.moe;
+    EXPECT_EQ(ma.num_experts, mb.num_experts) << family;
+    EXPECT_EQ(ma.top_k, mb.top_k) << family;
+    EXPECT_EQ(ma.intermediate_size, mb.intermediate_size) << family;
+    EXPECT_EQ(ma.normalize_top_k, mb.normalize_top_k) << family;
+    EXPECT_EQ(ma.sparse_layers, mb.sparse_layers) << family;
+    EXPECT_EQ(ma.score, mb.score) << family;
+    EXPECT_EQ(ma.groups, mb.groups) << family;
+    EXPECT_EQ(ma.top_groups, mb.top_groups) << family;
+    EXPECT_EQ(ma.routed_scaling, mb.routed_scaling) << family;
+    EXPECT_EQ(ma.shared_intermediate_size, mb.shared_intermediate_size) << family;
+    EXPECT_EQ(a.arch.mla.kv_lora_rank, b.arch.mla.kv_lora_rank) << family;
+    EXPECT_EQ(a.arch.mla.q_lora_rank, b.arch.mla.q_lora_rank) << family;
+    EXPECT_EQ(a.arch.mla.qk_nope_head_dim, b.arch.mla.qk_nope_head_dim) << family;
+    EXPECT_EQ(a.arch.mla.qk_rope_head_dim, b.arch.mla.qk_rope_head_dim) << family;
+    EXPECT_EQ(a.arch.mla.v_head_dim, b.arch.mla.v_head_dim) << family;
+    EXPECT_EQ(a.arch.mla.rope_interleave, b.arch.mla.rope_interleave) << family;
+    EXPECT_EQ(a.rope_scaling.mscale_all_dim, b.rope_scaling.mscale_all_dim) << family;
+    EXPECT_EQ(a.arch.clip_qkv, b.arch.clip_qkv) << family;
   }
+  // DeepSeek-V3's fixture as transformers wrote it: latent widths, yarn, the router and the dense first layer.
+  const ModelConfig ds = ModelConfig::load(fixture_dir("deepseek_v3") + "/config.json");
+  EXPECT_TRUE(ds.latent_attention());
+  EXPECT_EQ(ds.head_dim, 4);  // qk_rope_head_dim: RoPE's width
+  EXPECT_EQ(ds.arch.mla.q_lora_rank, 8);
+  EXPECT_EQ(ds.arch.mla.kv_lora_rank, 8);
+  EXPECT_EQ(ds.arch.mla.v_head_dim, 6);
+  EXPECT_TRUE(ds.arch.mla.rope_interleave);
+  EXPECT_EQ(ds.rope_scaling.type, RopeScalingType::kYarn);
+  EXPECT_EQ(ds.arch.moe.score, RouterScore::kSigmoid);
+  EXPECT_TRUE(ds.arch.moe.correction_bias);
+  EXPECT_EQ(ds.arch.moe.groups, 4);
+  EXPECT_EQ(ds.arch.moe.top_groups, 2);
+  EXPECT_EQ(ds.arch.moe.routed_scaling, 2.5);
+  EXPECT_EQ(ds.arch.moe.shared_intermediate_size, 8);
+  EXPECT_EQ(ds.arch.moe.sparse_layers, (std::vector<bool>{false, true}));
+  const ModelConfig plain = ModelConfig::load(fixture_dir("deepseek_v3-plain") + "/config.json");
+  EXPECT_EQ(plain.arch.mla.q_lora_rank, 0);
+  EXPECT_FALSE(plain.arch.mla.rope_interleave);
+  EXPECT_EQ(plain.arch.moe.shared_intermediate_size, 16);
   // GPT-NeoX: rotary_pct's default (transformers 5 keeps it in rope_parameters), parallel residual, erf GELU.
   const ModelConfig neox = ModelConfig::load(fixture_dir("gpt_neox") + "/config.json");
   EXPECT_EQ(neox.partial_rotary_factor, 0.25);
@@ -308,6 +349,31 @@ TEST(ArchitectureConfig, FeaturesNotImplementedAreRefusedNamingTheKey) {
               HasSubstr("key 'n_positions' is 1099511627776, past the bound"));
   EXPECT_THAT(config_error("gpt2", [](nlohmann::json& j) { j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.0}}; }),
               HasSubstr("learned positions"));
+  // DeepSeek-V3: the routers and layouts transformers' DeepseekV3 does not run, and impossible groups.
+  EXPECT_THAT(config_error("deepseek_v3", [](nlohmann::json& j) { j["topk_method"] = "group_limited_greedy"; }),
+              HasSubstr("topk_method \"group_limited_greedy\" is not supported"));
+  EXPECT_THAT(config_error("deepseek_v3", [](nlohmann::json& j) { j["scoring_func"] = "softmax"; }),
+              HasSubstr("scoring_func \"softmax\" is not supported"));
+  EXPECT_THAT(config_error("deepseek_v3", [](nlohmann::json& j) { j["moe_layer_freq"] = 2; }),
+              HasSubstr("moe_layer_freq"));
+  EXPECT_THAT(config_error("deepseek_v3", [](nlohmann::json& j) { j["n_group"] = 3; }),
+              HasSubstr("n_routed_experts (8) must be n_group (3) groups of at least 2 experts"));
+  EXPECT_THAT(config_error("deepseek_v3", [](nlohmann::json& j) { j["topk_group"] = 5; }),
+              HasSubstr("topk_group (5) is more than n_group (4)"));
+  EXPECT_THAT(config_error("deepseek_v3", [](nlohmann::json& j) { j["num_experts_per_tok"] = 5; }),
+              HasSubstr("num_experts_per_tok (5) is more than the 4 experts of the topk_group (2) groups"));
+  EXPECT_THAT(config_error("deepseek_v3", [](nlohmann::json& j) { j["num_key_value_heads"] = 1; }),
+              HasSubstr("must equal num_attention_heads"));
+  EXPECT_THAT(config_error("deepseek_v3", [](nlohmann::json& j) { j["attention_bias"] = true; }),
+              HasSubstr("attention_bias=true is not supported for deepseek_v3"));
+  EXPECT_THAT(config_error("deepseek_v3", [](nlohmann::json& j) { j["q_lora_rank"] = 0; }),
+              HasSubstr("'q_lora_rank' must be null or >= 1"));
+  EXPECT_THAT(config_error("deepseek_v3", [](nlohmann::json& j) { j["qk_rope_head_dim"] = 5; }),
+              HasSubstr("qk_rope_head_dim (5) must be even"));
+  EXPECT_THAT(config_error("deepseek_v3", [](nlohmann::json& j) {
+                j["quantization_config"] = {{"quant_method", "fp8"}, {"fmt", "e4m3"}};
+              }),
+              HasSubstr("quantized checkpoints are not supported (quantization_config \"fp8\")"));
 }
 
 // A checkpoint without a tensor its family needs (OLMo 2's post-feedforward norm, Qwen3's q_norm) is

@@ -143,7 +143,7 @@ TEST_F(LoadingFixture, BadConfigValuesNameTheKey) {
       {"type", [](json& j) { j["num_hidden_layers"] = "two"; }, "'num_hidden_layers' must be an integer"},
       {"negative", [](json& j) { j["vocab_size"] = -5; }, "'vocab_size' must be >= 1"},
       {"gqa", [](json& j) { j["num_key_value_heads"] = 3; }, "not a multiple of num_key_value_heads"},
-      {"arch", [](json& j) { j["model_type"] = "deepseek_v3"; }, "unsupported model_type 'deepseek_v3'"},
+      {"arch", [](json& j) { j["model_type"] = "jamba"; }, "unsupported model_type 'jamba'"},
       {"act", [](json& j) { j["hidden_act"] = "relu"; }, "unsupported hidden_act"},
       {"rope", [](json& j) { j["rope_scaling"] = {{"rope_type", "proportional"}, {"factor", 2.0}}; },
        "unsupported rope_scaling type 'proportional'"},

@@ -2,7 +2,9 @@
 // of sequences that advance together (padding keeps them aligned). Storage is
 // allocated once for `capacity` positions, so appending never reallocates.
 // It also remembers which key slots are real tokens (padding slots are never
-// attended to) and each slot's position (a sliding window is a distance in positions). One cache belongs to one forward loop; not thread-safe.
+// attended to) and each slot's position (a sliding window is a distance in positions). Under latent
+// attention (DeepSeek-V3) a layer holds one latent head (ModelConfig::cache_heads, cache_head_dim) whose
+// values are its keys: one tensor, stored once. One cache belongs to one forward loop; not thread-safe.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -23,7 +25,7 @@ class KVCache {
   int64_t length() const { return length_; }
 
   // Writes this step's keys and values for `layer` at [length, length + T) and
-  // returns views of everything so far. k, v: [B, n_kv_heads, T, head_dim].
+  // returns views of everything so far. k, v: [B, n_kv_heads, T, head_dim] (cache_heads, cache_head_dim).
   // Returns ([B, n_kv_heads, length + T, head_dim], same).
   std::pair<at::Tensor, at::Tensor> append(int64_t layer, const at::Tensor& k, const at::Tensor& v);
 
@@ -46,7 +48,8 @@ class KVCache {
 
  private:
   std::vector<at::Tensor> keys_;    // per layer [B, n_kv_heads, capacity, head_dim]
-  std::vector<at::Tensor> values_;  // per layer [B, n_kv_heads, capacity, head_dim]
+  std::vector<at::Tensor> values_;  // per layer [B, n_kv_heads, capacity, head_dim]; keys_ itself under latent attention
+  bool values_are_keys_ = false;    // ModelConfig::cache_values_are_keys: one tensor per layer
   at::Tensor key_valid_;            // [B, capacity] bool
   at::Tensor key_positions_;        // [B, capacity] int64
   int64_t length_ = 0;

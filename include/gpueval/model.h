@@ -2,9 +2,10 @@
 // (every rope_scaling type of model/rope.h, partial rotary) or learned positions, grouped-query attention,
 // SwiGLU, GeGLU or plain GELU MLP, optional biases, tied or untied LM head, sliding-window layers. It is
 // one decoder for every family ModelConfig reads (Llama 2/3, Mistral, Qwen2, TinyLlama, Qwen3, OLMo 2/3,
-// Granite, SmolLM3, Gemma 2/3, Phi-3, GPT-NeoX, GPT-2): what a family does differently is the config's
-// Architecture (norm placement and kind, q/k norms, multipliers, layers without RoPE, windows,
-// soft-caps, parallel residual, weight layout), never a forward pass of its own.
+// Granite, SmolLM3, Gemma 2/3, Phi-3, GPT-NeoX, GPT-2, Mixtral, Qwen3-MoE, OLMoE, DeepSeek-V3): what a
+// family does differently is the config's Architecture (norm placement and kind, q/k norms, multipliers,
+// layers without RoPE, windows, soft-caps, parallel residual, weight layout, experts and their router,
+// latent attention), never a forward pass of its own.
 //
 // Parameters carry the Hugging Face names (`model.layers.0.self_attn.q_proj.weight`)
 // and are loaded from a checkpoint directory (config.json + safetensors); on CPU,
@@ -131,7 +132,15 @@ class AttentionImpl : public torch::nn::Module {
 
   // [B, T, n * hd] -> [B, n, T, hd]: the q/k norm (`norm` may be null), the head split and RoPE.
   at::Tensor heads(at::Tensor x, int64_t n, const Norm& norm, const RopeTables& rope) const;
+  // Latent attention (ModelConfig::arch.mla): RoPE on its qk_rope_head_dim dimensions ([..., rope]),
+  // de-interleaved first with rope_interleave (transformers' apply_rotary_pos_emb_interleave).
+  at::Tensor rotate(const at::Tensor& x, const RopeTables& rope) const;
+  // attend()'s output [B, T, H * hd] -> what o_proj reads: itself, or under latent attention each
+  // head's latent part times that head's value expansion (kv_b_proj's v rows): [B, T, H * v_head_dim].
+  at::Tensor attention_output(const at::Tensor& attended) const;
 
+  // Under latent attention n_kv_heads_ is 1 and head_dim_ kv_lora_rank + qk_rope_head_dim: the queries
+  // are carried into the latent (absorbed), so attention runs as multi-query attention on the latent.
   int64_t n_heads_, n_kv_heads_, head_dim_;
   QkNorm qk_norm_;
   bool use_rope_;
@@ -140,14 +149,24 @@ class AttentionImpl : public torch::nn::Module {
   double query_scale_;  // 1 but for a family's own attention scale: scale * sqrt(hd), folded into q
   Projection q_proj_{nullptr}, k_proj_{nullptr}, v_proj_{nullptr}, o_proj_{nullptr};
   Norm q_norm_{nullptr}, k_norm_{nullptr};  // null without arch.qk_norm
+  // Latent attention: q_a_proj, q_a_layernorm, q_b_proj (with a q_lora_rank; else q_proj), kv_a_proj_with_mqa,
+  // kv_a_layernorm; kv_b_proj's weight split per head into the keys' part [H, nope, r] and the values'
+  // part, transposed, [H, r, v].
+  LatentAttention mla_;
+  Projection q_a_proj_{nullptr}, q_b_proj_{nullptr}, kv_a_proj_{nullptr};
+  Norm q_a_layernorm_{nullptr}, kv_a_layernorm_{nullptr};
+  at::Tensor key_up_, value_up_;
 };
 TORCH_MODULE(Attention);
 
+// Which MLP of a layer: the dense one, expert `expert` of a sparse layer (a gated MLP of
+// arch.moe.intermediate_size) or a sparse layer's shared experts (arch.moe.shared_intermediate_size).
+enum class MlpRole { kDense, kExpert, kShared };
+
 class MlpImpl : public torch::nn::Module {
  public:
-  MlpImpl(const ModelConfig& config, const WeightSource& source, int64_t layer);
-  // Expert `expert` of a sparse layer: a gated MLP of the config's arch.moe.intermediate_size.
-  MlpImpl(const ModelConfig& config, const WeightSource& source, int64_t layer, int64_t expert);
+  MlpImpl(const ModelConfig& config, const WeightSource& source, int64_t layer, MlpRole role = MlpRole::kDense,
+          int64_t expert = 0);
   at::Tensor forward(const at::Tensor& x) const;  // [B, T, D] -> [B, T, D]
 
  private:
@@ -157,20 +176,27 @@ class MlpImpl : public torch::nn::Module {
 TORCH_MODULE(Mlp);
 
 // A sparse layer's mixture of experts (ModelConfig's arch.moe, which says how the router chooses):
-// every token routed on its own, so its experts never depend on the other rows of its batch; the
-// tokens of each expert multiplied together as one product, the experts in ascending order.
+// every token routed on its own, so its experts never depend on the other rows of its batch (on the
+// CPU in float32 the router's product is model/cpu_matmul.h's row_invariant_product, each logit summed
+// in one order whatever the row count); the tokens of each expert multiplied together as one product,
+// the experts in ascending order; the shared experts' output (DeepSeek-V3) added last.
 class MoeImpl : public torch::nn::Module {
  public:
   MoeImpl(const ModelConfig& config, const WeightSource& source, int64_t layer);
   at::Tensor forward(const at::Tensor& x) const;  // [..., D] -> [..., D]
-  // Each token's chosen experts, [N, top_k] int64 in torch.topk's order, for x flattened to [N, D].
+  // Each token's chosen experts, [N, top_k] int64 in torch.topk's order, for x flattened to [N, D];
+  // with `weights`, their weights [N, top_k] float32.
   at::Tensor choose(const at::Tensor& x, at::Tensor* weights = nullptr) const;
 
  private:
+  at::Tensor router_logits(const at::Tensor& x) const;  // [N, D] -> [N, E] float32
+
+  MixtureOfExperts moe_;
   Projection router_{nullptr};
+  at::Tensor router_float_;  // a sigmoid router's weight in float32, as transformers keeps it
+  at::Tensor correction_;    // [E] float32, with moe_.correction_bias
   std::vector<Mlp> experts_;
-  int64_t top_k_;
-  bool normalize_;
+  Mlp shared_{nullptr};      // with moe_.shared_intermediate_size
 };
 TORCH_MODULE(Moe);
 

@@ -1,7 +1,8 @@
 // ModelConfig holds the hyper-parameters of a decoder-only model, read from a
 // Hugging Face `config.json`: Llama 2/3, Mistral, Qwen2, TinyLlama, and the
 // families that differ from Llama only in what Architecture describes (Qwen3,
-// OLMo 2 and 3, Granite, SmolLM3, Gemma 2 and 3, Phi-3, GPT-NeoX, GPT-2). Every field
+// OLMo 2 and 3, Granite, SmolLM3, Gemma 2 and 3, Phi-3, GPT-NeoX, GPT-2), and the mixtures of
+// experts (Mixtral, Qwen3-MoE, OLMoE, DeepSeek-V3 with its latent attention). Every field
 // is validated when read: a missing, ill-typed or out-of-range value is a
 // one-line gpueval::Error naming the file and the key. A ModelConfig is a
 // plain value; copy it freely.
@@ -82,12 +83,47 @@ enum class QkNorm { kNone, kPerHead, kWholeProjection };
 // router's logits in float32, torch.topk's choice and order, the chosen probabilities renormalised to
 // sum 1 with normalize_top_k; the experts' outputs weighted by them and summed in ascending expert
 // order, as transformers' loop over experts adds them.
+// DeepSeek-V3 scores each expert with its own sigmoid instead (RouterScore::kSigmoid), in float32 with
+// float32 weights; a per-expert correction bias (mlp.gate.e_score_correction_bias) is added to the scores
+// for the choice alone; the choice is limited to the top_groups of `groups` equal groups of experts (a
+// group ranked by its two best corrected scores, summed); the chosen experts' uncorrected scores are
+// renormalised (sum + 1e-20) with normalize_top_k and multiplied by routed_scaling; and a shared gated MLP
+// of shared_intermediate_size, which every token passes through, is added to the routed experts' sum.
+enum class RouterScore { kSoftmax, kSigmoid };
+
 struct MixtureOfExperts {
   int64_t num_experts = 0;  // 0: a dense model
   int64_t top_k = 0;
   int64_t intermediate_size = 0;
   bool normalize_top_k = true;
   std::vector<bool> sparse_layers;  // per layer; empty with num_experts > 0: every layer is sparse
+  RouterScore score = RouterScore::kSoftmax;
+  bool correction_bias = false;  // mlp.gate.e_score_correction_bias (sigmoid routers)
+  int64_t groups = 1;            // n_group
+  int64_t top_groups = 1;        // topk_group
+  double routed_scaling = 1.0;   // routed_scaling_factor
+  int64_t shared_intermediate_size = 0;  // n_shared_experts * moe_intermediate_size; 0: no shared experts
+};
+
+// DeepSeek-V3's multi-head latent attention (MLA). Queries: q_proj, or with a q_lora_rank
+// q_b_proj(q_a_layernorm(q_a_proj(x))), qk_nope_head_dim + qk_rope_head_dim per head. Keys and values
+// come from one compressed latent per token: kv_a_proj_with_mqa(x) is kv_lora_rank latent dimensions
+// (normalised by kv_a_layernorm) and qk_rope_head_dim of a RoPE key shared by every head; kv_b_proj
+// expands the latent into each head's qk_nope_head_dim key and v_head_dim value. RoPE turns the
+// qk_rope_head_dim dimensions only (ModelConfig::head_dim is that width, as in transformers), their
+// pairs interleaved with rope_interleave. The softmax scale is qk_head_dim^-1/2, times yarn's
+// mscale(factor, mscale_all_dim)^2 under a yarn rope_scaling with mscale_all_dim.
+// gpueval multiplies the expansion into the queries and the output instead ("absorbed"), so attention
+// runs as one key-value head of kv_lora_rank + qk_rope_head_dim, the latent itself: that is what the
+// KV cache holds (ModelConfig::cache_heads and cache_head_dim), its values the same tensor as its keys.
+struct LatentAttention {
+  int64_t kv_lora_rank = 0;  // 0: not latent attention
+  int64_t q_lora_rank = 0;   // 0: q_proj straight from the hidden state
+  int64_t qk_nope_head_dim = 0;
+  int64_t qk_rope_head_dim = 0;
+  int64_t v_head_dim = 0;
+  bool rope_interleave = false;
+  int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
 };
 
 struct Architecture {
@@ -123,6 +159,7 @@ struct Architecture {
   // GPT-2: a learned position table (wpe) added to the token embeddings, and no RoPE anywhere.
   bool learned_positions = false;
   MixtureOfExperts moe;
+  LatentAttention mla;
   // OLMoE's clip_qkv: q, k and v clamped to [-c, c] after their projections (and q/k norms). Unset: none.
   std::optional<double> clip_qkv;
   bool sparse(int64_t layer) const {
@@ -168,6 +205,14 @@ struct ModelConfig {
   nlohmann::json to_json() const;
 
   int64_t num_groups() const { return num_attention_heads / num_key_value_heads; }
+  bool latent_attention() const { return arch.mla.kv_lora_rank > 0; }
+  // The KV cache's heads and their width: num_key_value_heads of head_dim, or one latent of
+  // kv_lora_rank + qk_rope_head_dim under latent attention (its values are its keys: stored once).
+  int64_t cache_heads() const { return latent_attention() ? 1 : num_key_value_heads; }
+  int64_t cache_head_dim() const {
+    return latent_attention() ? arch.mla.kv_lora_rank + arch.mla.qk_rope_head_dim : head_dim;
+  }
+  bool cache_values_are_keys() const { return latent_attention(); }
   // int(head_dim * partial_rotary_factor), as transformers computes it; even and > 0 once read.
   int64_t rotary_dim() const { return static_cast<int64_t>(static_cast<double>(head_dim) * partial_rotary_factor); }
   // The length past which the RoPE tables change (dynamic: max_position_embeddings; longrope:

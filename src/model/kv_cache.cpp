@@ -7,9 +7,10 @@ namespace gpueval {
 
 KVCache::KVCache(const ModelConfig& c, int64_t batch, int64_t capacity, at::ScalarType dtype, at::Device device) {
   auto opts = at::TensorOptions().dtype(dtype).device(device);
+  values_are_keys_ = c.cache_values_are_keys();
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    keys_.push_back(at::zeros({batch, c.num_key_value_heads, capacity, c.head_dim}, opts));
-    values_.push_back(at::zeros({batch, c.num_key_value_heads, capacity, c.head_dim}, opts));
+    keys_.push_back(at::zeros({batch, c.cache_heads(), capacity, c.cache_head_dim()}, opts));
+    values_.push_back(values_are_keys_ ? keys_.back() : at::zeros({batch, c.cache_heads(), capacity, c.cache_head_dim()}, opts));
   }
   key_valid_ = at::zeros({batch, capacity}, at::TensorOptions().dtype(at::kBool).device(device));
   key_positions_ = at::zeros({batch, capacity}, at::TensorOptions().dtype(at::kLong).device(device));
@@ -19,7 +20,8 @@ std::pair<at::Tensor, at::Tensor> KVCache::append(int64_t layer, const at::Tenso
   const int64_t t = k.size(2);
   if (length_ + t > capacity())
     throw Error(fmt::format("KV cache: {} + {} positions exceed its capacity of {}", length_, t, capacity()));
-  kv_append(keys_[layer], values_[layer], k, v, length_);
+  if (values_are_keys_) keys_[layer].narrow(2, length_, t).copy_(k);  // v is k: stored once
+  else kv_append(keys_[layer], values_[layer], k, v, length_);
   return {keys_[layer].narrow(2, 0, length_ + t), values_[layer].narrow(2, 0, length_ + t)};
 }
 
@@ -34,8 +36,10 @@ void KVCache::commit(const at::Tensor& valid, const at::Tensor& positions) {
 }
 
 void KVCache::select_rows(const at::Tensor& indices) {
-  for (auto& k : keys_) k = k.index_select(0, indices);
-  for (auto& v : values_) v = v.index_select(0, indices);
+  for (size_t l = 0; l < keys_.size(); ++l) {
+    keys_[l] = keys_[l].index_select(0, indices);
+    values_[l] = values_are_keys_ ? keys_[l] : values_[l].index_select(0, indices);
+  }
   key_valid_ = key_valid_.index_select(0, indices);
   key_positions_ = key_positions_.index_select(0, indices);
 }

@@ -1,6 +1,8 @@
 #include "gpueval/model.h"
 
+#include <cmath>
 #include <limits>
+#include <tuple>
 
 #include <c10/core/InferenceMode.h>
 #include <fmt/ranges.h>  // fmt::join ({fmt} 11+ keeps it here)
@@ -102,17 +104,64 @@ Projection projection(const ModelConfig& c, const WeightSource& source, LlamaWei
 
 }  // namespace
 
+namespace {
+
+// The softmax scale of q kᵀ: 1 / sqrt(head_dim), a family's own (Granite, Gemma), or latent attention's
+// qk_head_dim^-1/2 times yarn's mscale(factor, mscale_all_dim)^2 (transformers' yarn_apply_mscale).
+constexpr double kLatentNormEps = 1e-6;  // q_a_layernorm's and kv_a_layernorm's
+
+double softmax_scale(const ModelConfig& c) {
+  if (c.arch.attention_scale) return *c.arch.attention_scale;
+  if (!c.latent_attention()) return 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+  double scale = 1.0 / std::sqrt(static_cast<double>(c.arch.mla.qk_head_dim()));
+  const RopeScaling& s = c.rope_scaling;
+  if (s.type != RopeScalingType::kNone && s.mscale_all_dim != 0 && s.factor > 1) {
+    const double m = 0.1 * s.mscale_all_dim * std::log(s.factor) + 1.0;
+    scale *= m * m;
+  }
+  return scale;
+}
+
+}  // namespace
+
 AttentionImpl::AttentionImpl(const ModelConfig& c, const WeightSource& source, int64_t layer)
     : n_heads_(c.num_attention_heads),
-      n_kv_heads_(c.num_key_value_heads),
-      head_dim_(c.head_dim),
+      n_kv_heads_(c.cache_heads()),
+      head_dim_(c.cache_head_dim()),
       qk_norm_(c.arch.qk_norm),
       use_rope_(c.arch.uses_rope(layer)),
       softcap_(c.arch.attention_softcap),
       clip_(c.arch.clip_qkv),
       // The attention kernels scale q kᵀ by 1 / sqrt(hd); another scale s is that times s * sqrt(hd) on q.
-      query_scale_(c.arch.attention_scale ? *c.arch.attention_scale * std::sqrt(static_cast<double>(c.head_dim))
-                                          : 1.0) {
+      query_scale_(c.arch.attention_scale || c.latent_attention()
+                       ? softmax_scale(c) * std::sqrt(static_cast<double>(c.cache_head_dim()))
+                       : 1.0),
+      mla_(c.arch.mla) {
+  if (c.latent_attention()) {
+    // transformers' DeepseekV3RMSNorm(width): eps 1e-6 whatever rms_norm_eps says.
+    const auto norm = [&](LlamaWeight w) {
+      return Norm(source, weight_name(w, layer), weight_shape(c, w)[0], kLatentNormEps, c.arch.norm,
+                  c.arch.norm_unit_offset);
+    };
+    if (mla_.q_lora_rank > 0) {
+      q_a_proj_ = register_module("q_a_proj", projection(c, source, LlamaWeight::kQAProj, layer));
+      q_a_layernorm_ = register_module("q_a_layernorm", norm(LlamaWeight::kQALayernorm));
+      q_b_proj_ = register_module("q_b_proj", projection(c, source, LlamaWeight::kQBProj, layer));
+    } else {
+      q_proj_ = register_module("q_proj", projection(c, source, LlamaWeight::kQProj, layer));
+    }
+    kv_a_proj_ = register_module("kv_a_proj_with_mqa", projection(c, source, LlamaWeight::kKvAProj, layer));
+    kv_a_layernorm_ = register_module("kv_a_layernorm", norm(LlamaWeight::kKvALayernorm));
+    // kv_b_proj is never multiplied as a projection: its rows per head, [nope keys; values] x r.
+    auto kv_b = register_module("kv_b_proj", std::make_shared<torch::nn::Module>("LatentExpansion"));
+    const at::Tensor up = as_parameter(*kv_b, "weight",
+                                       source(weight_name(LlamaWeight::kKvBProj, layer), weight_shape(c, LlamaWeight::kKvBProj)))
+                              .view({n_heads_, mla_.qk_nope_head_dim + mla_.v_head_dim, mla_.kv_lora_rank});
+    key_up_ = up.narrow(1, 0, mla_.qk_nope_head_dim).contiguous();                                  // [H, nope, r]
+    value_up_ = up.narrow(1, mla_.qk_nope_head_dim, mla_.v_head_dim).transpose(1, 2).contiguous();  // [H, r, v]
+    o_proj_ = register_module("o_proj", projection(c, source, LlamaWeight::kOProj, layer));
+    return;
+  }
   q_proj_ = register_module("q_proj", projection(c, source, LlamaWeight::kQProj, layer));
   k_proj_ = register_module("k_proj", projection(c, source, LlamaWeight::kKProj, layer));
   v_proj_ = register_module("v_proj", projection(c, source, LlamaWeight::kVProj, layer));
@@ -137,13 +186,50 @@ at::Tensor AttentionImpl::heads(at::Tensor x, int64_t n, const Norm& norm, const
   return use_rope_ ? rotary_embedding(x, rope) : x;
 }
 
+at::Tensor AttentionImpl::rotate(const at::Tensor& x, const RopeTables& rope) const {
+  if (!mla_.rope_interleave) return rotary_embedding(x.contiguous(), rope);
+  // Pairs (x0, x1), (x2, x3), ... -> (x0, x2, ..., x1, x3, ...), then the halves rotated as usual: the
+  // same values as transformers' rotation of the even and odd slices, in its output order.
+  std::vector<int64_t> pairs = x.sizes().vec();
+  pairs.back() /= 2;
+  pairs.push_back(2);
+  return rotary_embedding(x.reshape(pairs).transpose(-1, -2).reshape(x.sizes()), rope);
+}
+
 at::Tensor AttentionImpl::queries(const at::Tensor& x, const RopeTables& rope) const {
+  if (mla_.kv_lora_rank > 0) {
+    const int64_t b = x.size(0), t = x.size(1);
+    const at::Tensor full = q_a_proj_ ? q_b_proj_->forward(q_a_layernorm_->forward(q_a_proj_->forward(x)))
+                                      : q_proj_->forward(x);
+    const at::Tensor q = full.view({b, t, n_heads_, mla_.qk_head_dim()}).transpose(1, 2);  // [B, H, T, qk]
+    // Each head's non-rotary part carried into the latent: q_nope · W_UK[h], [B, H, T, r].
+    const at::Tensor latent = at::matmul(q.narrow(-1, 0, mla_.qk_nope_head_dim), key_up_);
+    const at::Tensor out =
+        at::cat({latent, rotate(q.narrow(-1, mla_.qk_nope_head_dim, mla_.qk_rope_head_dim), rope)}, -1);
+    return query_scale_ == 1.0 ? out : out.mul_(query_scale_);
+  }
   at::Tensor q = heads(q_proj_->forward(x), n_heads_, q_norm_, rope);
   return query_scale_ == 1.0 ? q : q * query_scale_;
 }
 
+at::Tensor AttentionImpl::attention_output(const at::Tensor& attended) const {
+  if (mla_.kv_lora_rank == 0) return attended;
+  const int64_t b = attended.size(0), t = attended.size(1);
+  const at::Tensor latent = attended.view({b, t, n_heads_, head_dim_}).narrow(-1, 0, mla_.kv_lora_rank).transpose(1, 2);
+  return at::matmul(latent, value_up_).transpose(1, 2).reshape({b, t, n_heads_ * mla_.v_head_dim});  // [B, T, H * v]
+}
+
 std::pair<at::Tensor, at::Tensor> AttentionImpl::keys_values(const at::Tensor& x, const RopeTables& rope) const {
   const int64_t b = x.size(0), t = x.size(1);
+  if (mla_.kv_lora_rank > 0) {
+    // One key per token, the latent and the shared RoPE key: [B, 1, T, r + rope]; the values are the keys
+    // (attention_output reads their latent part).
+    const at::Tensor compressed = kv_a_proj_->forward(x);  // [B, T, r + rope]
+    const at::Tensor latent = kv_a_layernorm_->forward(compressed.narrow(-1, 0, mla_.kv_lora_rank).contiguous());
+    const at::Tensor shared = rotate(compressed.narrow(-1, mla_.kv_lora_rank, mla_.qk_rope_head_dim).unsqueeze(1), rope);
+    const at::Tensor k = at::cat({latent.unsqueeze(1), shared}, -1);
+    return {k, k};
+  }
   at::Tensor k = heads(k_proj_->forward(x), n_kv_heads_, k_norm_, rope);                  // [B, KV, T, hd]
   at::Tensor v = v_proj_->forward(x);
   if (clip_) v.clamp_(-*clip_, *clip_);
@@ -156,7 +242,7 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const RopeTables& rope, c
   const at::Tensor q = queries(x, rope);
   auto [k, v] = keys_values(x, rope);
   if (cache) std::tie(k, v) = cache->append(layer, k, v);  // [B, KV, S', hd]
-  return o_proj_->forward(attend(q, k, v, mask, prefix, layer));
+  return o_proj_->forward(attention_output(attend(q, k, v, mask, prefix, layer)));
 }
 
 at::Tensor AttentionImpl::forward_at(const at::Tensor& x, const RopeTables& rope, const at::Tensor& mask, int64_t layer,
@@ -171,7 +257,7 @@ at::Tensor AttentionImpl::forward_at(const at::Tensor& x, const RopeTables& rope
   view[0] = b;
   view[view.size() - 2] = picked;
   const at::Tensor picked_mask = mask.gather(-2, columns.view(view).expand(shape));
-  return o_proj_->forward(attend(q, k, v, picked_mask, prefix, layer));
+  return o_proj_->forward(attention_output(attend(q, k, v, picked_mask, prefix, layer)));
 }
 
 void AttentionImpl::append_keys_values(const at::Tensor& x, const RopeTables& rope, KVCache& cache,
@@ -245,37 +331,91 @@ at::Tensor AttentionImpl::attend(const at::Tensor& q, const at::Tensor& k, const
   return out.reshape({b, n_heads_, t, head_dim_}).transpose(1, 2).reshape({b, t, n_heads_ * head_dim_});
 }
 
-MlpImpl::MlpImpl(const ModelConfig& c, const WeightSource& source, int64_t layer) : activation_(c.arch.activation) {
-  if (c.arch.gated_mlp) gate_proj_ = register_module("gate_proj", projection(c, source, LlamaWeight::kGateProj, layer));
-  up_proj_ = register_module("up_proj", projection(c, source, LlamaWeight::kUpProj, layer));
-  down_proj_ = register_module("down_proj", projection(c, source, LlamaWeight::kDownProj, layer));
-}
-
-MlpImpl::MlpImpl(const ModelConfig& c, const WeightSource& source, int64_t layer, int64_t expert)
+MlpImpl::MlpImpl(const ModelConfig& c, const WeightSource& source, int64_t layer, MlpRole role, int64_t expert)
     : activation_(c.arch.activation) {
-  gate_proj_ = register_module("gate_proj", projection(c, source, LlamaWeight::kExpertGateProj, layer, expert));
-  up_proj_ = register_module("up_proj", projection(c, source, LlamaWeight::kExpertUpProj, layer, expert));
-  down_proj_ = register_module("down_proj", projection(c, source, LlamaWeight::kExpertDownProj, layer, expert));
+  using W = LlamaWeight;
+  const auto [gate, up, down] = role == MlpRole::kExpert   ? std::tuple{W::kExpertGateProj, W::kExpertUpProj, W::kExpertDownProj}
+                                : role == MlpRole::kShared ? std::tuple{W::kSharedGateProj, W::kSharedUpProj, W::kSharedDownProj}
+                                                           : std::tuple{W::kGateProj, W::kUpProj, W::kDownProj};
+  if (role != MlpRole::kDense || c.arch.gated_mlp)
+    gate_proj_ = register_module("gate_proj", projection(c, source, gate, layer, expert));
+  up_proj_ = register_module("up_proj", projection(c, source, up, layer, expert));
+  down_proj_ = register_module("down_proj", projection(c, source, down, layer, expert));
 }
 
-MoeImpl::MoeImpl(const ModelConfig& c, const WeightSource& source, int64_t layer)
-    : top_k_(c.arch.moe.top_k), normalize_(c.arch.moe.normalize_top_k) {
+MoeImpl::MoeImpl(const ModelConfig& c, const WeightSource& source, int64_t layer) : moe_(c.arch.moe) {
   router_ = register_module("gate", projection(c, source, LlamaWeight::kRouter, layer));
+  if (moe_.score == RouterScore::kSigmoid) router_float_ = router_->weight().to(at::kFloat);
+  if (moe_.correction_bias)
+    correction_ = router_->register_parameter(
+        "e_score_correction_bias",
+        source(weight_name(LlamaWeight::kRouterCorrection, layer), weight_shape(c, LlamaWeight::kRouterCorrection))
+            .to(at::kFloat),
+        /*requires_grad=*/false);
   // Registered as "experts.E" under "mlp": each parameter is named as the checkpoint names it.
   torch::nn::ModuleList list;
-  for (int64_t e = 0; e < c.arch.moe.num_experts; ++e) {
-    experts_.push_back(Mlp(c, source, layer, e));
+  for (int64_t e = 0; e < moe_.num_experts; ++e) {
+    experts_.push_back(Mlp(c, source, layer, MlpRole::kExpert, e));
     list->push_back(experts_.back());
   }
   register_module("experts", list);
+  if (moe_.shared_intermediate_size > 0)
+    shared_ = register_module("shared_experts", Mlp(c, source, layer, MlpRole::kShared));
+}
+
+namespace {
+
+// torch.sigmoid's formula, 1 / (1 + exp(-x)), with the same scalar code for every element on the CPU:
+// at::sigmoid takes a vectorised exp for most of a tensor and a scalar one for its tail, whose bits can
+// differ, so a token's scores would depend on how many rows share its tensor.
+at::Tensor sigmoid_per_element(const at::Tensor& x) {
+  if (!x.device().is_cpu() || x.scalar_type() != at::kFloat) return x.sigmoid();
+  const at::Tensor in = x.contiguous();
+  at::Tensor out = at::empty_like(in);
+  const float* src = in.data_ptr<float>();
+  float* dst = out.data_ptr<float>();
+  for (int64_t i = 0, n = in.numel(); i < n; ++i) dst[i] = 1.0f / (1.0f + std::exp(-src[i]));
+  return out;
+}
+
+}  // namespace
+
+at::Tensor MoeImpl::router_logits(const at::Tensor& x) const {
+  // A softmax router multiplies in the model's dtype (transformers' nn.Linear), a sigmoid one in float32.
+  const at::Tensor& w = router_float_.defined() ? router_float_ : router_->weight();
+  const at::Tensor in = router_float_.defined() ? x.to(at::kFloat) : x;
+  if (row_invariant_product_applies(in, w)) return row_invariant_product(in, w);
+  return at::linear(in, w).to(at::kFloat);
 }
 
 at::Tensor MoeImpl::choose(const at::Tensor& x, at::Tensor* weights) const {
-  // transformers: the router's product in the model's dtype, its softmax in float32, topk of the
-  // probabilities (its order), renormalised with norm_topk_prob (Mixtral: always).
-  const at::Tensor probs = at::softmax(router_->forward(x).to(at::kFloat), -1);
-  auto [top, chosen] = at::topk(probs, top_k_, -1);
-  if (normalize_) top.div_(top.sum(-1, /*keepdim=*/true));
+  const at::Tensor logits = router_logits(x);  // [N, E] float32
+  at::Tensor top, chosen;
+  if (moe_.score == RouterScore::kSoftmax) {
+    // transformers: softmax in float32, topk of the probabilities (its order), renormalised with
+    // norm_topk_prob (Mixtral: always).
+    std::tie(top, chosen) = at::topk(at::softmax(logits, -1), moe_.top_k, -1);
+    if (moe_.normalize_top_k) top.div_(top.sum(-1, /*keepdim=*/true));
+  } else {
+    // DeepSeek-V3 (transformers' DeepseekV3TopkRouter): sigmoid scores; the choice reads them plus the
+    // correction bias, within the top_groups groups ranked by their two best; the weights are the
+    // uncorrected scores, renormalised, times routed_scaling.
+    const at::Tensor scores = sigmoid_per_element(logits);
+    at::Tensor choice = correction_.defined() ? scores + correction_ : scores;
+    const int64_t n = choice.size(0), per_group = moe_.num_experts / moe_.groups;
+    const at::Tensor group_scores = std::get<0>(choice.view({n, moe_.groups, per_group}).topk(2, -1)).sum(-1);
+    const at::Tensor best_groups = std::get<1>(at::topk(group_scores, moe_.top_groups, -1, true, /*sorted=*/false));
+    const at::Tensor in_group = at::zeros_like(group_scores)
+                                    .scatter_(1, best_groups, 1.0)
+                                    .unsqueeze(-1)
+                                    .expand({n, moe_.groups, per_group})
+                                    .reshape({n, moe_.num_experts});
+    choice = choice.masked_fill(in_group.logical_not(), -std::numeric_limits<float>::infinity());
+    chosen = std::get<1>(at::topk(choice, moe_.top_k, -1, true, /*sorted=*/false));
+    top = scores.gather(1, chosen);
+    if (moe_.normalize_top_k) top.div_(top.sum(-1, /*keepdim=*/true) + 1e-20);
+    top = top * moe_.routed_scaling;
+  }
   if (weights) *weights = top;
   return chosen;
 }
@@ -285,24 +425,26 @@ at::Tensor MoeImpl::forward(const at::Tensor& x) const {
   const at::Tensor flat = x.reshape({-1, d});
   at::Tensor weights;
   const at::Tensor chosen = choose(flat, &weights);  // [N, k]
-  at::Tensor out = at::zeros_like(flat);
-  // Each expert's tokens in one product; the weighted outputs added in ascending expert order, each in
-  // float32 then cast to the model's dtype, as transformers' loop adds them.
+  const int64_t top_k = moe_.top_k;
+  // Each expert's tokens in one product; each (token, slot) output times its weight (float32) kept
+  // in its slot, then a token's top_k slots summed in their topk order and cast to the model's dtype
+  // once: transformers 5's default (grouped_mm) experts path, whose order no other token changes.
   const at::Tensor flat_chosen = chosen.reshape({-1});
   const at::Tensor order = at::argsort(flat_chosen, /*stable=*/true);
   const at::Tensor counts = at::bincount(flat_chosen, {}, static_cast<int64_t>(experts_.size())).cpu();
   const int64_t* count = counts.data_ptr<int64_t>();
+  at::Tensor slot_out = at::empty({flat_chosen.size(0), d}, flat.options().dtype(at::promote_types(flat.scalar_type(), weights.scalar_type())));
   int64_t begin = 0;
   for (size_t e = 0; e < experts_.size(); ++e) {
     const int64_t n = count[e];
     if (n == 0) continue;
     const at::Tensor slots = order.narrow(0, begin, n);  // positions in [N * k]
     begin += n;
-    const at::Tensor tokens = at::floor_divide(slots, top_k_);
-    const at::Tensor y = experts_[e]->forward(flat.index_select(0, tokens));
-    const at::Tensor w = weights.reshape({-1}).index_select(0, slots).unsqueeze(1);
-    out.index_add_(0, tokens, (y * w).to(out.scalar_type()));
+    const at::Tensor y = experts_[e]->forward(flat.index_select(0, at::floor_divide(slots, top_k)));
+    slot_out.index_copy_(0, slots, y * weights.reshape({-1}).index_select(0, slots).unsqueeze(1));
   }
+  at::Tensor out = slot_out.view({-1, top_k, d}).sum(1).to(flat.scalar_type());
+  if (shared_) out.add_(shared_->forward(flat));  // transformers: routed + shared_experts(x)
   return out.view(x.sizes());
 }
 
@@ -572,8 +714,9 @@ int64_t PrefixKV::length() const { return keys.empty() ? 0 : keys[0].size(2); }
 
 int64_t PrefixKV::bytes() const {
   int64_t n = 0;
-  for (const auto* list : {&keys, &values})
-    for (const at::Tensor& x : *list) n += static_cast<int64_t>(x.storage().nbytes());
+  for (const at::Tensor& k : keys) n += static_cast<int64_t>(k.storage().nbytes());
+  for (size_t l = 0; l < values.size(); ++l)  // latent attention's values are its keys: counted once
+    if (l >= keys.size() || !values[l].is_alias_of(keys[l])) n += static_cast<int64_t>(values[l].storage().nbytes());
   return n;
 }
 

@@ -389,6 +389,57 @@ void read_moe(const json& j, const std::string& where, ModelConfig& c, int64_t d
          c.model_type);
 }
 
+// DeepSeek-V3 (DeepseekV3Config's defaults): latent attention, a sigmoid router with a correction bias,
+// group-limited top-k, scaled weights, shared experts, and the first first_k_dense_replace layers dense.
+void read_deepseek_v3(const json& j, const std::string& where, ModelConfig& c) {
+  const auto require = [&](const char* key, const char* value) {
+    if (auto it = j.find(key); it != j.end() && !it->is_null() && *it != value)
+      fail(where, "{} {} is not supported for deepseek_v3 (only \"{}\", as transformers' DeepseekV3 reads it)", key,
+           it->dump(), value);
+  };
+  require("topk_method", "noaux_tc");
+  require("scoring_func", "sigmoid");
+  if (get_int(j, where, "moe_layer_freq", 1, 1, kMaxLayers) != 1)
+    fail(where, "moe_layer_freq other than 1 is not supported for deepseek_v3 (transformers makes every layer "
+                "from first_k_dense_replace on sparse)");
+  if (c.attention_bias) fail(where, "attention_bias=true is not supported for deepseek_v3");
+  if (c.num_key_value_heads != c.num_attention_heads)
+    fail(where, "num_key_value_heads ({}) must equal num_attention_heads ({}) for deepseek_v3: latent attention "
+                "expands its keys and values for every head", c.num_key_value_heads, c.num_attention_heads);
+  LatentAttention& a = c.arch.mla;
+  a.kv_lora_rank = get_int(j, where, "kv_lora_rank", 512, 1, kMaxHidden);
+  a.q_lora_rank = get_int(j, where, "q_lora_rank", 0, 0, kMaxHidden);  // null: q_proj
+  if (j.contains("q_lora_rank") && !j["q_lora_rank"].is_null() && a.q_lora_rank == 0)
+    fail(where, "key 'q_lora_rank' must be null or >= 1, got 0");
+  a.qk_rope_head_dim = c.head_dim;  // read as head_dim (the family's spelling: qk_rope_head_dim)
+  a.qk_nope_head_dim = get_int(j, where, "qk_nope_head_dim", 128, 0, kMaxHeadDim);
+  a.v_head_dim = get_int(j, where, "v_head_dim", 128, 1, kMaxHeadDim);
+  a.rope_interleave = get_bool(j, where, "rope_interleave", true);
+  MixtureOfExperts& m = c.arch.moe;
+  m.num_experts = get_int(j, where, "n_routed_experts", 256, 1, kMaxExperts);
+  m.top_k = get_int(j, where, "num_experts_per_tok", 8, 1, kMaxExperts);
+  m.intermediate_size = get_int(j, where, "moe_intermediate_size", 2048, 1, kMaxIntermediate);
+  m.normalize_top_k = get_bool(j, where, "norm_topk_prob", true);
+  m.score = RouterScore::kSigmoid;
+  m.correction_bias = true;
+  m.groups = get_int(j, where, "n_group", 8, 1, kMaxExperts);
+  m.top_groups = get_int(j, where, "topk_group", 4, 1, kMaxExperts);
+  m.routed_scaling = get_double(j, where, "routed_scaling_factor", 2.5);
+  if (!(m.routed_scaling > 0)) fail(where, "key 'routed_scaling_factor' must be positive");
+  m.shared_intermediate_size = get_int(j, where, "n_shared_experts", 1, 0, 64) * m.intermediate_size;
+  if (m.num_experts % m.groups != 0 || m.num_experts / m.groups < 2)
+    fail(where, "n_routed_experts ({}) must be n_group ({}) groups of at least 2 experts", m.num_experts, m.groups);
+  if (m.top_groups > m.groups) fail(where, "topk_group ({}) is more than n_group ({})", m.top_groups, m.groups);
+  if (m.top_k > m.top_groups * (m.num_experts / m.groups))
+    fail(where, "num_experts_per_tok ({}) is more than the {} experts of the topk_group ({}) groups", m.top_k,
+         m.top_groups * (m.num_experts / m.groups), m.top_groups);
+  const int64_t dense = get_int(j, where, "first_k_dense_replace", 3, 0, kMaxLayers);
+  m.sparse_layers.assign(static_cast<size_t>(c.num_hidden_layers), false);
+  for (int64_t i = dense; i < c.num_hidden_layers; ++i) m.sparse_layers[static_cast<size_t>(i)] = true;
+  if (get_bool(j, where, "use_sliding_window", false) || (j.contains("sliding_window") && !j["sliding_window"].is_null()))
+    fail(where, "sliding_window is not supported for deepseek_v3");
+}
+
 // One row per family: the defaults its transformers Config class has where config.json is silent,
 // and how its own keys fill the Architecture (read after the keys every family shares).
 struct Family {
@@ -485,6 +536,8 @@ const Family kFamilies[] = {
        c.arch.clip_qkv = get_optional_positive(j, where, "clip_qkv", std::nullopt);
        read_moe(j, where, c, 64, 8, c.intermediate_size, get_bool(j, where, "norm_topk_prob", false));
      }},
+    {"deepseek_v3", "DeepseekV3ForCausalLM", 64, 1e-6, 10000.0, false, false, read_deepseek_v3,
+     {{"head_dim", "qk_rope_head_dim"}}, "silu", 1.0, 0, 4096},
     {"granite", "GraniteForCausalLM", std::nullopt, 1e-6, 10000.0, false, false,
      [](const json& j, const std::string& where, ModelConfig& c) {
        c.arch.o_proj_bias = c.attention_bias;
@@ -633,6 +686,9 @@ ModelConfig ModelConfig::from_json(const json& raw, const std::string& where) {
     c.arch.logit_softcap.reset();  // Gemma3ForConditionalGeneration's head applies none, whatever text_config says
     return c;
   }
+  if (auto q = raw.find("quantization_config"); q != raw.end() && !q->is_null())
+    fail(where, "quantized checkpoints are not supported (quantization_config {}): gpueval reads float32, bfloat16 "
+                "and float16 weights", q->contains("quant_method") ? (*q)["quant_method"].dump() : q->dump());
   json j = with_legacy_keys(raw, where);
   ModelConfig c;
   if (j.contains("model_type")) {
@@ -659,8 +715,8 @@ ModelConfig ModelConfig::from_json(const json& raw, const std::string& where) {
          c.num_key_value_heads);
   std::optional<int64_t> default_head_dim = family.head_dim;
   if (!default_head_dim && c.hidden_size % c.num_attention_heads == 0) default_head_dim = c.hidden_size / c.num_attention_heads;
-  c.head_dim = get_int(j, where, "head_dim", default_head_dim, 2, kMaxHeadDim);
-  if (c.head_dim % 2 != 0) fail(where, "head_dim ({}) must be even for rotary embeddings", c.head_dim);
+  c.head_dim = get_int(j, where, key("head_dim"), default_head_dim, 2, kMaxHeadDim);
+  if (c.head_dim % 2 != 0) fail(where, "{} ({}) must be even for rotary embeddings", key("head_dim"), c.head_dim);
   c.max_position_embeddings =
       get_int(j, where, key("max_position_embeddings"), family.max_position_embeddings, 1, kMaxPositions);
   c.rms_norm_eps = get_double(j, where, key("rms_norm_eps"), family.rms_norm_eps);
@@ -758,7 +814,8 @@ json ModelConfig::to_json() const {
   if (partial_rotary_factor != family.partial_rotary_factor) j["partial_rotary_factor"] = partial_rotary_factor;
   // A window, or null where the family's default would be one (Mistral, Gemma, OLMo 3: 4096).
   if (sliding_window) j["sliding_window"] = *sliding_window;
-  else if (model_type != "llama" && model_type != "gpt_neox" && model_type != "gpt2") j["sliding_window"] = nullptr;
+  else if (model_type != "llama" && model_type != "gpt_neox" && model_type != "gpt2" && model_type != "deepseek_v3")
+    j["sliding_window"] = nullptr;
   if (sliding_window && model_type != "mistral") {
     json types = json::array();
     for (int64_t i = 0; i < num_hidden_layers; ++i) types.push_back(arch.slides(i) ? "sliding_attention" : "full_attention");
@@ -779,7 +836,26 @@ json ModelConfig::to_json() const {
     j["final_logit_softcapping"] = arch.logit_softcap ? json(*arch.logit_softcap) : json(nullptr);
   }
   if (model_type == "gpt_neox") j["use_parallel_residual"] = arch.parallel_residual;
-  if (arch.moe.num_experts > 0) {
+  if (model_type == "deepseek_v3") {
+    const MixtureOfExperts& m = arch.moe;
+    const LatentAttention& a = arch.mla;
+    j["n_routed_experts"] = m.num_experts;
+    j["num_experts_per_tok"] = m.top_k;
+    j["moe_intermediate_size"] = m.intermediate_size;
+    j["norm_topk_prob"] = m.normalize_top_k;
+    j["n_group"] = m.groups;
+    j["topk_group"] = m.top_groups;
+    j["routed_scaling_factor"] = m.routed_scaling;
+    j["n_shared_experts"] = m.shared_intermediate_size / m.intermediate_size;
+    int64_t dense = 0;
+    while (dense < num_hidden_layers && !arch.sparse(dense)) ++dense;
+    j["first_k_dense_replace"] = dense;
+    j["kv_lora_rank"] = a.kv_lora_rank;
+    j["q_lora_rank"] = a.q_lora_rank > 0 ? json(a.q_lora_rank) : json(nullptr);
+    j["qk_nope_head_dim"] = a.qk_nope_head_dim;
+    j["v_head_dim"] = a.v_head_dim;
+    j["rope_interleave"] = a.rope_interleave;
+  } else if (arch.moe.num_experts > 0) {
     j[model_type == "mixtral" ? "num_local_experts" : "num_experts"] = arch.moe.num_experts;
     j["num_experts_per_tok"] = arch.moe.top_k;
     if (model_type != "mixtral") j["norm_topk_prob"] = arch.moe.normalize_top_k;
@@ -836,6 +912,14 @@ std::optional<int64_t> ModelConfig::rope_length_threshold() const {
 int64_t ModelConfig::num_parameters() const {
   const int64_t q = num_attention_heads * head_dim, kv = num_key_value_heads * head_dim;
   int64_t attn = hidden_size * q + 2 * hidden_size * kv + q * hidden_size;
+  if (latent_attention()) {
+    const LatentAttention& a = arch.mla;
+    const int64_t q_out = num_attention_heads * a.qk_head_dim();
+    attn = a.q_lora_rank > 0 ? hidden_size * a.q_lora_rank + a.q_lora_rank + a.q_lora_rank * q_out : hidden_size * q_out;
+    attn += hidden_size * (a.kv_lora_rank + a.qk_rope_head_dim) + a.kv_lora_rank +
+            a.kv_lora_rank * num_attention_heads * (a.qk_nope_head_dim + a.v_head_dim) +
+            num_attention_heads * a.v_head_dim * hidden_size;
+  }
   if (attention_bias) attn += q + 2 * kv;
   if (arch.o_proj_bias) attn += hidden_size;
   if (arch.qk_norm == QkNorm::kPerHead) attn += 2 * head_dim;
@@ -846,7 +930,9 @@ int64_t ModelConfig::num_parameters() const {
   const int64_t norm = (arch.norm == NormKind::kLayerNorm ? 2 : 1) * hidden_size;  // weight (and bias)
   const int64_t norms = arch.norm_placement == NormPlacement::kSandwich ? 4 : 2;
   // A sparse layer holds every expert (the memory a replica needs), and the router.
-  const int64_t sparse_mlp = arch.moe.num_experts * (3 * hidden_size * arch.moe.intermediate_size + hidden_size);
+  const MixtureOfExperts& m = arch.moe;
+  const int64_t sparse_mlp = m.num_experts * (3 * hidden_size * m.intermediate_size + hidden_size) +
+                             (m.correction_bias ? m.num_experts : 0) + 3 * hidden_size * m.shared_intermediate_size;
   int64_t layers = 0;
   for (int64_t i = 0; i < num_hidden_layers; ++i) layers += attn + (arch.sparse(i) ? sparse_mlp : mlp) + norms * norm;
   const int64_t embed = vocab_size * hidden_size;

@@ -9,6 +9,8 @@ namespace {
 
 constexpr LlamaWeight kLayerWeights[] = {
     LlamaWeight::kInputLayernorm, LlamaWeight::kQProj,    LlamaWeight::kKProj,     LlamaWeight::kVProj,
+    LlamaWeight::kQAProj,         LlamaWeight::kQALayernorm, LlamaWeight::kQBProj, LlamaWeight::kKvAProj,
+    LlamaWeight::kKvALayernorm,   LlamaWeight::kKvBProj,
     LlamaWeight::kQNorm,          LlamaWeight::kKNorm,    LlamaWeight::kOProj,     LlamaWeight::kPostAttentionLayernorm,
     LlamaWeight::kPreFeedforwardLayernorm,
     LlamaWeight::kGateProj,       LlamaWeight::kUpProj,   LlamaWeight::kDownProj,  LlamaWeight::kPostFeedforwardLayernorm};
@@ -23,6 +25,15 @@ bool layer_has(const ModelConfig& c, LlamaWeight w) {
     case LlamaWeight::kQNorm:
     case LlamaWeight::kKNorm: return c.arch.qk_norm != QkNorm::kNone;
     case LlamaWeight::kGateProj: return c.arch.gated_mlp;
+    case LlamaWeight::kQProj: return !c.latent_attention() || c.arch.mla.q_lora_rank == 0;
+    case LlamaWeight::kKProj:
+    case LlamaWeight::kVProj: return !c.latent_attention();
+    case LlamaWeight::kQAProj:
+    case LlamaWeight::kQALayernorm:
+    case LlamaWeight::kQBProj: return c.latent_attention() && c.arch.mla.q_lora_rank > 0;
+    case LlamaWeight::kKvAProj:
+    case LlamaWeight::kKvALayernorm:
+    case LlamaWeight::kKvBProj: return c.latent_attention();
     default: return true;
   }
 }
@@ -36,6 +47,12 @@ const char* layer_suffix(LlamaWeight w) {
     case LlamaWeight::kQNorm: return "self_attn.q_norm.weight";
     case LlamaWeight::kKNorm: return "self_attn.k_norm.weight";
     case LlamaWeight::kVProj: return "self_attn.v_proj.weight";
+    case LlamaWeight::kQAProj: return "self_attn.q_a_proj.weight";
+    case LlamaWeight::kQALayernorm: return "self_attn.q_a_layernorm.weight";
+    case LlamaWeight::kQBProj: return "self_attn.q_b_proj.weight";
+    case LlamaWeight::kKvAProj: return "self_attn.kv_a_proj_with_mqa.weight";
+    case LlamaWeight::kKvALayernorm: return "self_attn.kv_a_layernorm.weight";
+    case LlamaWeight::kKvBProj: return "self_attn.kv_b_proj.weight";
     case LlamaWeight::kOProj: return "self_attn.o_proj.weight";
     case LlamaWeight::kPostAttentionLayernorm: return "post_attention_layernorm.weight";
     case LlamaWeight::kPreFeedforwardLayernorm: return "pre_feedforward_layernorm.weight";
@@ -47,6 +64,10 @@ const char* layer_suffix(LlamaWeight w) {
     case LlamaWeight::kExpertGateProj: return "mlp.experts.{}.gate_proj.weight";
     case LlamaWeight::kExpertUpProj: return "mlp.experts.{}.up_proj.weight";
     case LlamaWeight::kExpertDownProj: return "mlp.experts.{}.down_proj.weight";
+    case LlamaWeight::kRouterCorrection: return "mlp.gate.e_score_correction_bias";
+    case LlamaWeight::kSharedGateProj: return "mlp.shared_experts.gate_proj.weight";
+    case LlamaWeight::kSharedUpProj: return "mlp.shared_experts.up_proj.weight";
+    case LlamaWeight::kSharedDownProj: return "mlp.shared_experts.down_proj.weight";
     default: return nullptr;
   }
 }
@@ -82,6 +103,7 @@ std::string bias_name(const std::string& weight_name) {
 std::vector<int64_t> weight_shape(const ModelConfig& c, LlamaWeight w) {
   const int64_t d = c.hidden_size, f = c.intermediate_size, q = c.num_attention_heads * c.head_dim,
                 kv = c.num_key_value_heads * c.head_dim;
+  const LatentAttention& a = c.arch.mla;
   switch (w) {
     case LlamaWeight::kEmbedTokens:
     case LlamaWeight::kLmHead: return {c.vocab_size, d};
@@ -93,10 +115,16 @@ std::vector<int64_t> weight_shape(const ModelConfig& c, LlamaWeight w) {
     case LlamaWeight::kNorm: return {d};
     case LlamaWeight::kQNorm: return {c.arch.qk_norm == QkNorm::kWholeProjection ? q : c.head_dim};
     case LlamaWeight::kKNorm: return {c.arch.qk_norm == QkNorm::kWholeProjection ? kv : c.head_dim};
-    case LlamaWeight::kQProj: return {q, d};
+    case LlamaWeight::kQProj: return {c.latent_attention() ? c.num_attention_heads * a.qk_head_dim() : q, d};
     case LlamaWeight::kKProj:
     case LlamaWeight::kVProj: return {kv, d};
-    case LlamaWeight::kOProj: return {d, q};
+    case LlamaWeight::kOProj: return {d, c.latent_attention() ? c.num_attention_heads * a.v_head_dim : q};
+    case LlamaWeight::kQAProj: return {a.q_lora_rank, d};
+    case LlamaWeight::kQALayernorm: return {a.q_lora_rank};
+    case LlamaWeight::kQBProj: return {c.num_attention_heads * a.qk_head_dim(), a.q_lora_rank};
+    case LlamaWeight::kKvAProj: return {a.kv_lora_rank + a.qk_rope_head_dim, d};
+    case LlamaWeight::kKvALayernorm: return {a.kv_lora_rank};
+    case LlamaWeight::kKvBProj: return {c.num_attention_heads * (a.qk_nope_head_dim + a.v_head_dim), a.kv_lora_rank};
     case LlamaWeight::kGateProj:
     case LlamaWeight::kUpProj: return {f, d};
     case LlamaWeight::kDownProj: return {d, f};
@@ -104,6 +132,10 @@ std::vector<int64_t> weight_shape(const ModelConfig& c, LlamaWeight w) {
     case LlamaWeight::kExpertGateProj:
     case LlamaWeight::kExpertUpProj: return {c.arch.moe.intermediate_size, d};
     case LlamaWeight::kExpertDownProj: return {d, c.arch.moe.intermediate_size};
+    case LlamaWeight::kRouterCorrection: return {c.arch.moe.num_experts};
+    case LlamaWeight::kSharedGateProj:
+    case LlamaWeight::kSharedUpProj: return {c.arch.moe.shared_intermediate_size, d};
+    case LlamaWeight::kSharedDownProj: return {d, c.arch.moe.shared_intermediate_size};
   }
   throw Error(fmt::format("weight_shape: unknown weight kind {}", static_cast<int>(w)));
 }
@@ -113,7 +145,8 @@ bool is_per_layer(LlamaWeight w) { return layer_suffix(w) != nullptr; }
 bool is_norm(LlamaWeight w) {
   return w == LlamaWeight::kInputLayernorm || w == LlamaWeight::kPostAttentionLayernorm || w == LlamaWeight::kNorm ||
          w == LlamaWeight::kPreFeedforwardLayernorm || w == LlamaWeight::kPostFeedforwardLayernorm ||
-         w == LlamaWeight::kQNorm || w == LlamaWeight::kKNorm;
+         w == LlamaWeight::kQNorm || w == LlamaWeight::kKNorm || w == LlamaWeight::kQALayernorm ||
+         w == LlamaWeight::kKvALayernorm;
 }
 
 bool has_bias(const ModelConfig& c, LlamaWeight w) {
@@ -140,9 +173,13 @@ std::vector<WeightSpec> llama_weights(const ModelConfig& c) {
       if (dense_mlp && c.arch.sparse(l)) {
         if (w != LlamaWeight::kGateProj) continue;
         add(LlamaWeight::kRouter, l);
+        if (c.arch.moe.correction_bias) add(LlamaWeight::kRouterCorrection, l);
         for (int64_t e = 0; e < c.arch.moe.num_experts; ++e)
           for (LlamaWeight x : {LlamaWeight::kExpertGateProj, LlamaWeight::kExpertUpProj, LlamaWeight::kExpertDownProj})
             out.push_back({x, l, weight_name(x, l, e), weight_shape(c, x), e});
+        if (c.arch.moe.shared_intermediate_size > 0)
+          for (LlamaWeight x : {LlamaWeight::kSharedGateProj, LlamaWeight::kSharedUpProj, LlamaWeight::kSharedDownProj})
+            add(x, l);
         continue;
       }
       if (layer_has(c, w)) add(w, l);

@@ -32,7 +32,15 @@ enum class LlamaWeight {
   kQNorm,                   // [hd] or [H * hd]   per layer, with arch.qk_norm
   kKNorm,                   // [hd] or [KV * hd]  per layer, with arch.qk_norm
   kVProj,                   // [KV * hd, D]   per layer
-  kOProj,                   // [D, H * hd]    per layer
+  // Latent attention (ModelConfig::latent_attention; no k_proj, v_proj): q_proj [H * qk, D] without a
+  // q_lora_rank, else q_a_proj, q_a_layernorm, q_b_proj; qk = qk_nope_head_dim + qk_rope_head_dim.
+  kQAProj,                  // [q_lora_rank, D]
+  kQALayernorm,             // [q_lora_rank]
+  kQBProj,                  // [H * qk, q_lora_rank]
+  kKvAProj,                 // [kv_lora_rank + qk_rope_head_dim, D]   kv_a_proj_with_mqa
+  kKvALayernorm,            // [kv_lora_rank]
+  kKvBProj,                 // [H * (qk_nope_head_dim + v_head_dim), kv_lora_rank]
+  kOProj,                   // [D, H * hd]    per layer (latent attention: [D, H * v_head_dim])
   kPostAttentionLayernorm,  // [D]            per layer
   kPreFeedforwardLayernorm,  // [D]           per layer, with NormPlacement::kSandwich
   kGateProj,                // [F, D]         per layer, with arch.gated_mlp
@@ -43,6 +51,10 @@ enum class LlamaWeight {
   kExpertGateProj,          // [Fe, D]        per expert of a sparse layer: mlp.experts.E.gate_proj
   kExpertUpProj,            // [Fe, D]        per expert
   kExpertDownProj,          // [D, Fe]        per expert
+  kRouterCorrection,        // [E]            with arch.moe.correction_bias: mlp.gate.e_score_correction_bias
+  kSharedGateProj,          // [Fs, D]        with arch.moe.shared_intermediate_size: mlp.shared_experts.gate_proj
+  kSharedUpProj,            // [Fs, D]
+  kSharedDownProj,          // [D, Fs]
   kNorm,                    // [D]
   kLmHead,                  // [V, D]         absent when tie_word_embeddings
 };
@@ -71,7 +83,8 @@ struct WeightSpec {
 // Every weight (not bias) a checkpoint for `config` holds, in the order of the modules: the
 // embedding, each layer's input norm (pre-norm and sandwich families), q, k, v, q and k norms (where
 // the family has them), o, post-attention norm, pre-feedforward norm (sandwich), gate, up, down (a
-// sparse layer: the router, then each expert's gate, up and down), post-feedforward norm (post-sublayer and sandwich families), the final norm and, unless tied, the
+// sparse layer: the router and its correction bias, then each expert's gate, up and down, then the shared
+// experts' gate, up and down), post-feedforward norm (post-sublayer and sandwich families), the final norm and, unless tied, the
 // LM head.
 std::vector<WeightSpec> llama_weights(const ModelConfig& config);
 
