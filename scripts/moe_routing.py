@@ -2,7 +2,7 @@
 """transformers' expert choices on random mixture-of-experts models: the oracle for issue 36 (not in CI).
 
   HF_HUB_OFFLINE=1 /work/venv-torch211/bin/python scripts/moe_routing.py [--families mixtral,olmoe]
-      [--work DIR] [--dump]
+      [--work DIR] [--dump] [--gpueval build/gpueval]
 
 Per family (Mixtral; Qwen3-MoE with dense and sparse layers mixed, with and without norm_topk_prob;
 OLMoE with clip_qkv; DeepSeek-V3 with multi-head latent attention, group-limited sigmoid routing,
@@ -14,9 +14,15 @@ verify_architectures uses. A forward hook on every router records each token's t
 weights. Prints, per family and sparse layer, how often each expert was chosen (the routing
 histogram: routing is non-trivial when every expert is chosen somewhere), and with --dump writes
 <work>/<family>/routing.json: per sequence the ids, the logits, and per sparse layer the experts
-(sorted ascending per token: DeepSeek-V3's top-k is unsorted) and their weights in that order, for a
-token-by-token comparison with gpueval's own choices once it reads these families.
+(sorted ascending per token: DeepSeek-V3's top-k is unsorted) and their weights in that order.
+
+With --gpueval, the same checkpoints and sequences go through `gpueval logits --routing` (CPU,
+float32), and every token's experts at every sparse layer are compared with transformers': printed
+per family, the tokens compared, how many chose the same experts, the largest weight difference and
+the largest |Δ logit|; each mismatch is listed with the layer, the position and both choices. Exit
+code 0 when every choice agrees and every weight is within 1e-5.
 """
+import subprocess
 import argparse
 import json
 import os
@@ -106,7 +112,37 @@ def run(family, work, dump):
     if dump:
         with open(os.path.join(out, "routing.json"), "w") as f:
             json.dump(dict(family=family, sequences=rows), f)
-    return out, counts
+    return out, counts, rows
+
+
+def compare(binary, out, rows):
+    """gpueval's choices on the saved checkpoint against transformers' rows (run()'s)."""
+    tokens = same = 0
+    max_weight = max_logit = 0.0
+    mismatches = []
+    for row in rows:
+        r = subprocess.run([binary, "--threads", "2", "logits", "--model", out, "--routing", "--ids",
+                            ",".join(map(str, row["ids"]))], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError(r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"exit {r.returncode}")
+        ours = json.loads(r.stdout)
+        max_logit = max(max_logit, float(np.abs(np.asarray(ours["logits"]) - np.asarray(row["logits"])).max()))
+        theirs = row["layers"]
+        if sorted(theirs) != sorted(x["layer"] for x in ours["routing"]):
+            raise RuntimeError(f"sparse layers differ: transformers {sorted(theirs)}, gpueval "
+                               f"{[x['layer'] for x in ours['routing']]}")
+        for layer in ours["routing"]:
+            t = theirs[layer["layer"]]
+            for pos, (e_ours, e_theirs) in enumerate(zip(layer["experts"], t["experts"])):
+                tokens += 1
+                if e_ours == e_theirs:
+                    same += 1
+                    w = np.abs(np.asarray(layer["weights"][pos]) - np.asarray(t["weights"][pos])).max()
+                    max_weight = max(max_weight, float(w))
+                else:
+                    mismatches.append(f"layer {layer['layer']} position {pos} of {len(row['ids'])}: gpueval "
+                                      f"{e_ours} {layer['weights'][pos]}, transformers {e_theirs} {t['weights'][pos]}")
+    return dict(tokens=tokens, same=same, max_weight=max_weight, max_logit=max_logit, mismatches=mismatches)
 
 
 def main():
@@ -114,23 +150,35 @@ def main():
     ap.add_argument("--families", default=",".join(MOE_FAMILIES))
     ap.add_argument("--work", default=None)
     ap.add_argument("--dump", action="store_true", help="write <work>/<family>/routing.json")
+    ap.add_argument("--gpueval", default=None, help="compare `gpueval logits --routing` token by token")
     args = ap.parse_args()
     work = args.work or tempfile.mkdtemp(prefix="moe_routing.")
-    trivial = []
+    trivial, failed = [], []
     for family in [f for f in args.families.split(",") if f]:
         if family not in MOE_FAMILIES:
             sys.exit(f"unknown family {family!r} (known: {', '.join(MOE_FAMILIES)})")
-        out, counts = run(family, work, args.dump)
+        out, counts, rows = run(family, work, args.dump)
         print(f"{family}: {out}")
         for layer, c in sorted(counts.items()):
             print(f"  layer {layer}: experts chosen {c.tolist()}")
             if (c == 0).any():
                 trivial.append(f"{family} layer {layer}")
+        if args.gpueval:
+            r = compare(args.gpueval, out, rows)
+            ok = not r["mismatches"] and r["max_weight"] <= 1e-5
+            print(f"  gpueval: {r['same']}/{r['tokens']} (token, layer) choices identical, max |Δ weight| "
+                  f"{r['max_weight']:.2e}, max |Δ logit| {r['max_logit']:.2e}  {'ok' if ok else 'FAIL'}")
+            for m in r["mismatches"]:
+                print("    " + m)
+            if not ok:
+                failed.append(family)
     if trivial:
         print("some experts never chosen: " + ", ".join(trivial))
-        return 1
-    print("every expert of every sparse layer chosen at least once")
-    return 0
+    else:
+        print("every expert of every sparse layer chosen at least once")
+    if failed:
+        print("gpueval's choices differ from transformers' for: " + ", ".join(failed))
+    return 1 if trivial or failed else 0
 
 
 if __name__ == "__main__":

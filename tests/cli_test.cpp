@@ -72,6 +72,51 @@ TEST(Cli, BadIdsAndFlagsAreRefused) {
   EXPECT_EQ(r.exit_code, 2);
 }
 
+// `logits --routing`: per sparse layer, each token's experts (ascending) and weights; refused for a dense model.
+TEST(Cli, LogitsReportsEachTokensExperts) {
+  const std::string model = testing::source_dir() + "/tests/fixtures/architectures/deepseek_v3";
+  auto r = run_gpueval({"logits", "--model", model, "--ids", "1,7,3,9,4", "--routing"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json out = json::parse(r.out);
+  EXPECT_EQ(out["logits"].size(), 5u);
+  ASSERT_EQ(out["routing"].size(), 1u);  // layer 0 is dense (first_k_dense_replace 1)
+  const json& layer = out["routing"][0];
+  EXPECT_EQ(layer["layer"], 1);
+  ASSERT_EQ(layer["experts"].size(), 5u);
+  for (size_t i = 0; i < 5; ++i) {
+    const auto experts = layer["experts"][i].get<std::vector<int64_t>>();
+    const auto weights = layer["weights"][i].get<std::vector<double>>();
+    ASSERT_EQ(experts.size(), 2u);
+    EXPECT_LT(experts[0], experts[1]);
+    EXPECT_NEAR(weights[0] + weights[1], 2.5, 1e-5);  // renormalised, times routed_scaling_factor
+  }
+  r = run_gpueval({"logits", "--model", testing::source_dir() + "/tests/fixtures/architectures/llama", "--ids", "1,2",
+                   "--routing"});
+  expect_one_line_error(r, 1, "--routing: the model has no mixture of experts");
+}
+
+// A checkpoint whose weights (every expert) exceed the machine is refused before any worker loads it,
+// in one line saying what it needs: DeepSeek-V3's shape over the tiny fixture's file.
+TEST(Cli, RunRefusesAModelThatDoesNotFitSayingWhatItNeeds) {
+  testing::TempDir dir;
+  const std::string fixture = testing::source_dir() + "/tests/fixtures/architectures/deepseek_v3";
+  json config = json::parse(io::read_file(fixture + "/config.json"));
+  const json v3 = {{"vocab_size", 129280},     {"hidden_size", 7168},         {"intermediate_size", 18432},
+                   {"moe_intermediate_size", 2048}, {"num_hidden_layers", 61}, {"num_attention_heads", 128},
+                   {"num_key_value_heads", 128},   {"n_routed_experts", 256},  {"num_experts_per_tok", 8},
+                   {"n_group", 8},                 {"topk_group", 4},          {"first_k_dense_replace", 3}};
+  for (const auto& [key, value] : v3.items()) config[key] = value;
+  const std::string model = dir.file("v3");
+  io::make_directories(model);
+  testing::write_text(model + "/config.json", config.dump());
+  testing::write_text(model + "/model.safetensors", io::read_file(fixture + "/model.safetensors"));
+  auto r = run_gpueval({"run", testing::source_dir() + "/configs/demo.yaml", "--model", model, "--output",
+                        dir.file("out")});
+  expect_one_line_error(r, 1, model + ": the model does not fit cpu: its weights need ");
+  EXPECT_THAT(r.err, HasSubstr("all 256 experts of each sparse layer in float32"));
+  EXPECT_FALSE(io::path_exists(dir.file("out") + "/results.json"));
+}
+
 TEST(Cli, ScoreBatchedEqualsStepwiseAndReportsPerplexity) {
   GPUEVAL_REQUIRE_SHARED();
   testing::TempDir dir;

@@ -3,12 +3,13 @@
 // batch, bit for bit; DeepSeek-V3's group-limited choice stays within its top groups and its weights
 // add up to routed_scaling_factor; the router's fixed-order product agrees with a BLAS product and
 // keeps its bits at any row count; and latent attention's KV cache holds one latent per token, stored
-// once. Fixtures: tests/fixtures/architectures/<family> (scripts/verify_architectures.py).
+// once; a model larger than its device is refused saying what it needs. Fixtures: tests/fixtures/architectures/<family> (scripts/verify_architectures.py).
 #include <c10/core/InferenceMode.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <ATen/Parallel.h>
+#include <nlohmann/json.hpp>
 
 #include <set>
 #include <string>
@@ -16,6 +17,8 @@
 
 #include "gpueval/model.h"
 #include "model/cpu_matmul.h"
+#include "run/device_memory.h"
+#include "logits_fixture.h"
 #include "test_util.h"
 
 namespace gpueval {
@@ -153,6 +156,34 @@ TEST(LatentAttention, TheCacheHoldsTheLatentOnce) {
   for (const at::Tensor& k : prefix.keys) key_bytes += static_cast<int64_t>(k.storage().nbytes());
   EXPECT_EQ(prefix.bytes(), key_bytes);
   EXPECT_EQ(key_bytes, c.num_hidden_layers * 4 * c.cache_head_dim() * static_cast<int64_t>(sizeof(float)));
+}
+
+// Memory honest: a replica's weights count every expert, and a model whose weights exceed the device is
+// refused in one line saying what it needs, before any worker starts.
+TEST(MemoryCheck, AModelLargerThanTheDeviceIsRefusedSayingWhatItNeeds) {
+  const ModelConfig small = ModelConfig::load(fixture_dir("deepseek_v3") + "/config.json");
+  EXPECT_EQ(weight_bytes(small, at::kFloat), small.num_parameters() * 4);
+  EXPECT_EQ(weight_bytes(small, at::kBFloat16), small.num_parameters() * 2);
+  EXPECT_NO_THROW(check_weights_fit(small, at::kFloat, at::kCPU, 2, "tiny"));
+  // DeepSeek-V3's own shape (671B parameters, 256 experts in 58 of 61 layers): no machine's memory holds it.
+  nlohmann::json j = testing::read_json(fixture_dir("deepseek_v3") + "/config.json");
+  const nlohmann::json v3_shape = {{"vocab_size", 129280}, {"hidden_size", 7168},
+                                                 {"intermediate_size", 18432}, {"moe_intermediate_size", 2048},
+                                                 {"num_hidden_layers", 61}, {"num_attention_heads", 128},
+                                                 {"num_key_value_heads", 128}, {"n_routed_experts", 256},
+                                                 {"num_experts_per_tok", 8}, {"n_group", 8}, {"topk_group", 4},
+                                                 {"first_k_dense_replace", 3}, {"q_lora_rank", 1536},
+                                                 {"kv_lora_rank", 512}, {"qk_rope_head_dim", 64},
+                                                 {"qk_nope_head_dim", 128}, {"v_head_dim", 128}};
+  for (const auto& [key, value] : v3_shape.items()) j[key] = value;
+  const ModelConfig big = ModelConfig::from_json(j, "v3/config.json");
+  // transformers' count for this config (its parameters and correction biases, without the
+  // multi-token-prediction layer), built on the meta device.
+  EXPECT_EQ(big.num_parameters(), int64_t{671026419200});
+  const std::string e = testing::error_of([&] { check_weights_fit(big, at::kBFloat16, at::kCPU, 1, "/ckpt/v3"); });
+  EXPECT_THAT(e, ::testing::HasSubstr("/ckpt/v3: the model does not fit cpu: its weights need 1249.9 GiB (671.03B parameters, "));
+  EXPECT_THAT(e, ::testing::HasSubstr("all 256 experts of each sparse layer in bfloat16"));
+  EXPECT_THAT(e, ::testing::Not(::testing::HasSubstr("\n")));
 }
 
 }  // namespace

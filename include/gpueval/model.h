@@ -180,6 +180,10 @@ TORCH_MODULE(Mlp);
 // CPU in float32 the router's product is model/cpu_matmul.h's row_invariant_product, each logit summed
 // in one order whatever the row count); the tokens of each expert multiplied together as one product,
 // the experts in ascending order; the shared experts' output (DeepSeek-V3) added last.
+// Called with a sparse layer's index and, per token of a forward, its chosen experts [N, top_k] int64
+// and their weights [N, top_k] float32 (`gpueval logits --routing`).
+using RoutingObserver = std::function<void(int64_t layer, const at::Tensor& chosen, const at::Tensor& weights)>;
+
 class MoeImpl : public torch::nn::Module {
  public:
   MoeImpl(const ModelConfig& config, const WeightSource& source, int64_t layer);
@@ -187,9 +191,15 @@ class MoeImpl : public torch::nn::Module {
   // Each token's chosen experts, [N, top_k] int64 in torch.topk's order, for x flattened to [N, D];
   // with `weights`, their weights [N, top_k] float32.
   at::Tensor choose(const at::Tensor& x, at::Tensor* weights = nullptr) const;
+  // Every forward from now on reports its choices to `observer` (null: none). Not thread-safe: for a
+  // model that one thread runs (LlamaModelImpl::observe_routing).
+  void observe(RoutingObserver observer) { observer_ = std::move(observer); }
 
  private:
   at::Tensor router_logits(const at::Tensor& x) const;  // [N, D] -> [N, E] float32
+
+  int64_t layer_;
+  RoutingObserver observer_;
 
   MixtureOfExperts moe_;
   Projection router_{nullptr};
@@ -210,6 +220,9 @@ class DecoderLayerImpl : public torch::nn::Module {
                         const at::Tensor& columns) const;
   // The layer's keys and values of x, appended to the cache; nothing else is computed.
   void append_keys_values(const at::Tensor& x, const RopeTables& rope, KVCache& cache) const;
+  void observe_routing(const RoutingObserver& observer) {
+    if (moe_) moe_->observe(observer);
+  }
 
  private:
   // The residual stream after each sublayer: x + f(norm(x)) * m (pre-norm) or x + norm(f(x)) (post).
@@ -272,6 +285,11 @@ class LlamaModelImpl : public torch::nn::Module {
 
   const ModelConfig& config() const { return config_; }
   const LoadOptions& options() const { return options_; }
+  // Every sparse layer reports its experts to `observer` from now on (null: stops); MoeImpl::observe.
+  // For a model one thread runs (`gpueval logits --routing`), never a worker's.
+  void observe_routing(const RoutingObserver& observer) {
+    for (DecoderLayer& layer : layers_) layer->observe_routing(observer);
+  }
   KVCache make_cache(int64_t batch, int64_t capacity) const;
   // Bytes of the packed copies the projections and the LM head multiply (model/cpu_matmul.h's
   // PackedWeight): a CPU float32 model packs them when loaded, where pack_cpu_weights() allows; else 0.

@@ -148,13 +148,32 @@ void run_logits(const LogitsCommand& cmd, std::ostream& out) {
   at::Tensor tokens = at::tensor(std::vector<int64_t>(ids.begin(), ids.end()), at::kLong).view({1, t}).to(dev);
   at::Tensor positions = at::arange(t, at::kLong).view({1, t}).to(dev);
   at::Tensor valid = at::ones({1, t}, at::kBool).to(dev);
+  nlohmann::json routing = nlohmann::json::array();
+  if (cmd.routing) {
+    if (c.arch.moe.num_experts == 0) throw Error("--routing: the model has no mixture of experts (a dense model)");
+    model->observe_routing([&](int64_t layer, const at::Tensor& chosen, const at::Tensor& weights) {
+      // Each token's experts in ascending order, its weights in the same order.
+      const auto [experts, order] = chosen.to(at::kCPU).sort(-1);
+      const at::Tensor w = weights.to(at::kCPU).to(at::kDouble).gather(-1, order);
+      nlohmann::json e = nlohmann::json::array(), v = nlohmann::json::array();
+      for (int64_t i = 0; i < experts.size(0); ++i) {
+        const at::Tensor er = experts[i].contiguous(), wr = w[i].contiguous();
+        e.push_back(std::vector<int64_t>(er.data_ptr<int64_t>(), er.data_ptr<int64_t>() + er.numel()));
+        v.push_back(std::vector<double>(wr.data_ptr<double>(), wr.data_ptr<double>() + wr.numel()));
+      }
+      routing.push_back({{"layer", layer}, {"experts", e}, {"weights", v}});
+    });
+  }
   at::Tensor logits = model->logits(model->forward(tokens, positions, valid))[0].to(at::kFloat).to(at::kCPU).contiguous();  // [T, V]
+  model->observe_routing(nullptr);
   nlohmann::json rows = nlohmann::json::array();
   for (int64_t i = 0; i < t; ++i) {
     const float* p = logits[i].data_ptr<float>();
     rows.push_back(std::vector<float>(p, p + c.vocab_size));
   }
-  out << nlohmann::json{{"logits", rows}}.dump() << "\n";
+  nlohmann::json result = {{"logits", rows}};
+  if (cmd.routing) result["routing"] = routing;
+  out << result.dump() << "\n";
 }
 
 void run_tokenize(const TokenizeCommand& cmd, std::istream& in, std::ostream& out) {

@@ -33,6 +33,7 @@ void run_generate(const GenerateCommand& cmd, std::ostream& out);
 struct LogitsCommand {
   ModelOptions model;
   std::string ids;  // "1,403,407"
+  bool routing = false;  // also each sparse layer's experts and weights per token
 };
 void run_logits(const LogitsCommand& cmd, std::ostream& out);
 

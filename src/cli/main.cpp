@@ -173,6 +173,8 @@ CLI::App* add_logits_command(CLI::App& app, gpueval::LogitsCommand& l) {
   auto* cmd = app.add_subcommand("logits", "print the logits of every position as JSON");
   add_model_flags(cmd, l.model);
   cmd->add_option("--ids", l.ids, "comma-separated token ids, BOS included")->required();
+  cmd->add_flag("--routing", l.routing,
+                "mixtures of experts: also \"routing\", per sparse layer each token's experts (ascending) and weights");
   return cmd;
 }
 

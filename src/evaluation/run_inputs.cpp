@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <iostream>
+#include <map>
 #include <thread>
 
 #include <ATen/Context.h>
@@ -12,6 +13,8 @@
 #include "evaluation/checkpoints.h"
 #include "evaluation/run_identity.h"
 #include "gpueval/error.h"
+#include "model/dtype.h"
+#include "run/device_memory.h"
 
 namespace gpueval {
 namespace {
@@ -22,6 +25,16 @@ int visible_cuda_devices() {
 }
 
 }  // namespace
+
+void check_slots_fit(const ModelConfig& model, const RunConfig& config, const std::vector<DeviceSlot>& slots,
+                     const std::string& model_dir) {
+  std::map<std::string, int> workers;  // per device: the workers that hold a replica on it
+  for (const DeviceSlot& s : slots) ++workers[s.kind == DeviceSlot::Kind::kCuda ? s.name() : "cpu"];
+  for (const auto& [name, n] : workers) {
+    const at::Device device(name);
+    check_weights_fit(model, resolve_dtype(config.dtype, device, model_dir), device, n, model_dir);
+  }
+}
 
 std::vector<DeviceSlot> run_device_slots(const RunConfig& config) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -77,6 +90,7 @@ RunInputs load_run_inputs(const RunConfig& config, const std::string& executable
   in.model_dir = model_dir.empty() ? config.models[0] : model_dir;
   if (!io::is_directory(in.model_dir)) fail(in.model_dir, "model directory does not exist");
   in.model_config = ModelConfig::load(in.model_dir + "/config.json");
+  check_slots_fit(in.model_config, config, in.slots, in.model_dir);
   in.tokenizer = load_tokenizer(in.model_dir);
 
   TaskInputs tasks = loaded ? *loaded : load_tasks(config, executable);

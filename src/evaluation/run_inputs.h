@@ -53,6 +53,10 @@ RunTasks load_run_tasks(const RunConfig& config, const std::string& executable);
 
 // The device slots of `config.gpus` (else "cpu") on this machine, CPU slots with cpu_threads each.
 std::vector<DeviceSlot> run_device_slots(const RunConfig& config);
+// Refuses a model whose weights (every expert counted) do not fit the devices of `slots` in the dtype
+// each worker will load (run/device_memory.h's check_weights_fit), before any worker starts.
+void check_slots_fit(const ModelConfig& model, const RunConfig& config, const std::vector<DeviceSlot>& slots,
+                     const std::string& model_dir);
 
 // `model_dir`: the checkpoint to load; empty: the config's one model (an Error for a list or a glob).
 // `tasks`: the config's tasks loaded already (load_run_tasks), copied in; null: loaded here.

@@ -343,7 +343,7 @@ MlpImpl::MlpImpl(const ModelConfig& c, const WeightSource& source, int64_t layer
   down_proj_ = register_module("down_proj", projection(c, source, down, layer, expert));
 }
 
-MoeImpl::MoeImpl(const ModelConfig& c, const WeightSource& source, int64_t layer) : moe_(c.arch.moe) {
+MoeImpl::MoeImpl(const ModelConfig& c, const WeightSource& source, int64_t layer) : layer_(layer), moe_(c.arch.moe) {
   router_ = register_module("gate", projection(c, source, LlamaWeight::kRouter, layer));
   if (moe_.score == RouterScore::kSigmoid) router_float_ = router_->weight().to(at::kFloat);
   if (moe_.correction_bias)
@@ -425,6 +425,7 @@ at::Tensor MoeImpl::forward(const at::Tensor& x) const {
   const at::Tensor flat = x.reshape({-1, d});
   at::Tensor weights;
   const at::Tensor chosen = choose(flat, &weights);  // [N, k]
+  if (observer_) observer_(layer_, chosen, weights);
   const int64_t top_k = moe_.top_k;
   // Each expert's tokens in one product; each (token, slot) output times its weight (float32) kept
   // in its slot, then a token's top_k slots summed in their topk order and cast to the model's dtype

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "gpueval/error.h"
+#include "gpueval/model.h"
 #include "model/cpu_matmul.h"
 
 #ifdef GPUEVAL_WITH_CUDA
@@ -82,6 +83,29 @@ int64_t device_total_bytes(const at::Device& device) {
   if (device.is_cuda()) return static_cast<int64_t>(at::cuda::getDeviceProperties(cuda_index(device))->totalGlobalMem);
 #endif
   no_cuda(device);
+}
+
+int64_t weight_bytes(const ModelConfig& config, at::ScalarType dtype) {
+  return config.num_parameters() * static_cast<int64_t>(c10::elementSize(dtype));
+}
+
+void check_weights_fit(const ModelConfig& config, at::ScalarType dtype, const at::Device& device, int workers,
+                       const std::string& model_dir) {
+  const int64_t one = weight_bytes(config, dtype);
+  // CPU workers whose dtype is the checkpoint's map its file and share its pages.
+  const bool shared_mapping = device.is_cpu() && config.torch_dtype == dtype_name(dtype);
+  const int64_t need = shared_mapping ? one : one * std::max(1, workers);
+  const int64_t have = device_total_bytes(device);
+  if (need <= have) return;
+  const auto gib = [](int64_t b) { return static_cast<double>(b) / (int64_t{1} << 30); };
+  const std::string experts =
+      config.arch.moe.num_experts > 0 ? fmt::format(", all {} experts of each sparse layer", config.arch.moe.num_experts) : "";
+  const std::string replicas = need > one ? fmt::format(" x {} workers", workers) : "";
+  throw Error(fmt::format("{}: the model does not fit {}: its weights need {:.1f} GiB ({:.2f}B parameters{} in {}){}, "
+                          "the device has {:.1f} GiB; use a device with more memory, fewer workers per device, or a "
+                          "smaller dtype (tensor and expert parallelism across devices are not implemented)",
+                          model_dir, device.str(), gib(need), static_cast<double>(config.num_parameters()) / 1e9,
+                          experts, dtype_name(dtype), replicas, gib(have)));
 }
 
 int64_t available_host_bytes() { return proc_kib_field("/proc/meminfo", "MemAvailable:"); }

@@ -13,6 +13,9 @@
 #include <string>
 
 #include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
+#include "gpueval/model_config.h"
 
 namespace gpueval {
 
@@ -36,6 +39,17 @@ int64_t current_memory_bytes(const at::Device& device);
 // Gives the caching allocator's free blocks back to the driver (after an out-of-memory error).
 // A no-op on the CPU.
 void release_cached_memory(const at::Device& device);
+
+// Bytes of a replica's weights in `dtype`: ModelConfig::num_parameters, every expert of a mixture
+// counted (all of them stay resident, whichever a token chooses).
+int64_t weight_bytes(const ModelConfig& config, at::ScalarType dtype);
+
+// Refuses, before any worker starts, a model whose weights alone do not fit its device: a one-line
+// Error naming `model_dir`, what the weights need and what the device has. A GPU's memory is shared
+// by the `workers` on it (each holds a replica); the CPU's workers share one mapping of the checkpoint
+// when `dtype` is its own (MemTotal must hold it once), else each converts its own copy.
+void check_weights_fit(const ModelConfig& config, at::ScalarType dtype, const at::Device& device, int workers,
+                       const std::string& model_dir);
 
 // A stable description of the hardware a measurement was made on, for the calibration cache and
 // tables: "cpu: AMD EPYC 7B13 x2 threads, oneDNN 2.6.3 (avx512_core)" (the library that multiplies:
