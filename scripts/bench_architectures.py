@@ -3,6 +3,7 @@
 
   /work/venv-torch211/bin/python scripts/bench_architectures.py [--gpueval build/gpueval]
       [--families qwen3,olmo2,olmo3,gemma2,gemma3_text] [--reps 3] [--length 512] [--window 256]
+      [--transformers]
 
 Per family, transformers builds a random model of one shape (hidden 512, intermediate 1536, 6 layers,
 8 heads of 64, 4 kv heads, the Llama 2 vocabulary of 32,000 so that the Llama 2 tokenizer of
@@ -14,6 +15,10 @@ attention and with a 2-matrix MLP, are compared with a Llama of as many kv heads
 size 1.5 times as large: the same matrix FLOPs per token); what differs is the family's own work (norms,
 soft-caps, q/k norms, the window's masks). Windowed families get a --window shorter than --length,
 so the sliding layers really drop keys (fewer attention FLOPs than the Llama: the ratio can pass 1).
+Mixtures of experts (mixtral, qwen3_moe, olmoe, deepseek_v3) have the Llama's active parameters
+(2 of 8 experts, each half its MLP width); --transformers adds transformers' own forward of the same
+checkpoint (its default experts path, 8 windows of --length random tokens per forward, the same
+threads) and gpueval's tokens/s over it.
 Not run in CI: it needs torch and transformers.
 """
 import argparse
@@ -42,7 +47,20 @@ FAMILIES = {
     # the family an intermediate size 1.5 times the shape's, so both do the same matrix FLOPs per token.
     "gpt_neox": dict(intermediate_size=2304, _llama=dict(num_key_value_heads=8)),
     "gpt2": dict(intermediate_size=2304, n_inner=2304, _llama=dict(num_key_value_heads=8)),
+    # Mixtures of experts with the Llama's active parameters: 8 experts, 2 per token, each half the
+    # Llama's MLP width (2 x 768 = 1536); the router's 8 x 512 per layer is the only extra product.
+    "mixtral": dict(num_local_experts=8, num_experts_per_tok=2, intermediate_size=768, sliding_window=None),
+    "qwen3_moe": dict(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=768, norm_topk_prob=True,
+                      decoder_sparse_step=1, mlp_only_layers=[]),
+    "olmoe": dict(num_experts=8, num_experts_per_tok=2, intermediate_size=768),
+    # DeepSeek-V3: 2 of 8 routed experts and 1 shared, 512 wide each (3 x 512 = 1536 active), every layer
+    # sparse; latent attention (kv_lora_rank 256, RoPE on 32 of 96 query dimensions, values of 64) in
+    # place of the Llama's grouped-query attention, so attention's work differs from the baseline's.
+    "deepseek_v3": dict(n_routed_experts=8, num_experts_per_tok=2, n_group=1, topk_group=1, n_shared_experts=1,
+                        moe_intermediate_size=512, first_k_dense_replace=0, q_lora_rank=None, kv_lora_rank=256,
+                        qk_rope_head_dim=32, qk_nope_head_dim=64, v_head_dim=64, num_key_value_heads=8),
 }
+MOE = {"mixtral", "qwen3_moe", "olmoe", "deepseek_v3"}
 # Keys the families without grouped-query attention or RoPE do not have.
 NOT_THEIRS = {"gpt_neox": ("num_key_value_heads", "head_dim"), "gpt2": ("num_key_value_heads", "head_dim")}
 
@@ -69,6 +87,24 @@ def tokens_per_s(binary, model, text, length, device="cpu", dtype="float32"):
     return json.loads(r.stdout)["tokens_per_second"]
 
 
+def transformers_tokens_per_s(model_dir, length, rows=8, reps=3):
+    """transformers' own forward (float32, CPU, the same threads) on rows x length tokens: tokens/s."""
+    import time
+    import torch
+    from transformers import AutoModelForCausalLM
+    torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "2")))
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    ids = torch.randint(3, model.config.vocab_size, (rows, length), generator=torch.Generator().manual_seed(0))
+    times = []
+    with torch.inference_mode():
+        model(input_ids=ids[:1, :16])  # warm-up
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            model(input_ids=ids, logits_to_keep=0)
+            times.append(time.perf_counter() - t0)
+    return rows * length / statistics.median(times)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gpueval", default=os.path.join(ROOT, "build", "gpueval"))
@@ -78,6 +114,9 @@ def main():
     ap.add_argument("--window", type=int, default=256)
     ap.add_argument("--device", default="cpu", help="cpu or cuda:N (a GPU's tokens/s per family)")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    ap.add_argument("--transformers", action="store_true",
+                    help="also transformers' own forward of each mixture of experts (8 windows per forward, "
+                         "BENCH_THREADS threads, default 2) and gpueval's ratio over it")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="bench_architectures.")
     src = os.path.join(ROOT, "..", "shared", "data", "hellaswag", "hellaswag_val_full.txt")
@@ -87,7 +126,8 @@ def main():
     llamas = {}  # baseline Llamas by their overrides of SHAPE
     print(f"shape: {SHAPE['num_hidden_layers']} layers, hidden {SHAPE['hidden_size']}, windows of {args.length} "
           f"tokens, sliding window {args.window}; median of {args.reps} alternating runs")
-    print(f"{'family':<12} {'tokens/s':>10} {'llama tokens/s':>15} {'ratio':>7}")
+    print(f"{'family':<12} {'tokens/s':>10} {'llama tokens/s':>15} {'ratio':>7}"
+          + (f" {'transformers':>13} {'ours/theirs':>12}" if args.transformers else ""))
     failed = False
     for family in [f for f in args.families.split(",") if f]:
         if family not in FAMILIES:
@@ -104,7 +144,11 @@ def main():
                 ours.append(tokens_per_s(args.gpueval, model, text, args.length, args.device, args.dtype))
                 base.append(tokens_per_s(args.gpueval, llama, text, args.length, args.device, args.dtype))
             o, b = statistics.median(ours), statistics.median(base)
-            print(f"{family:<12} {o:>10.0f} {b:>15.0f} {o / b:>7.3f}")
+            extra = ""
+            if args.transformers and family in MOE:
+                t = transformers_tokens_per_s(model, args.length, reps=args.reps)
+                extra = f" {t:>13.0f} {o / t:>12.2f}"
+            print(f"{family:<12} {o:>10.0f} {b:>15.0f} {o / b:>7.3f}{extra}")
         except Exception as e:  # one family's failure is a row, not the end of the run
             failed = True
             print(f"{family:<12} FAIL {e}")
