@@ -62,7 +62,8 @@ FAMILIES = {
 }
 MOE = {"mixtral", "qwen3_moe", "olmoe", "deepseek_v3"}
 # Keys the families without grouped-query attention or RoPE do not have.
-NOT_THEIRS = {"gpt_neox": ("num_key_value_heads", "head_dim"), "gpt2": ("num_key_value_heads", "head_dim")}
+NOT_THEIRS = {"gpt_neox": ("num_key_value_heads", "head_dim"), "gpt2": ("num_key_value_heads", "head_dim"),
+              "deepseek_v3": ("head_dim",)}
 
 
 def build(model_type, extra, window, out):
