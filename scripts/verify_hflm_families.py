@@ -30,6 +30,9 @@ torch 2.11.0, transformers 5.25.0, 274 s on 2 cores:
 all 22 rows pass: 80 MMLU requests and 20 gsm8k documents each, prompts 100/100, max |Δ loglik| vs HFLM
 9.5e-7..2.9e-6 (gemma3_text 1.34e-5, gemma3 1.14e-5), cpu:1 = cpu:2 bit-identical, prefix reuse on vs off
 within 5.7e-6 (not bit-identical), greedy generations 20/20.
+The mixtures of experts, 2026-12-05 (session 24's build, 113 s): --families mixtral,qwen3_moe,
+qwen3_moe-unnormalized,olmoe,deepseek_v3,deepseek_v3-plain --limit 20: all 6 rows pass, prompts 100/100,
+max |Δ loglik| vs HFLM 1.9e-6..3.8e-6, cpu:1 = cpu:2 bit-identical, greedy generations 20/20.
 """
 from __future__ import annotations
 
