@@ -96,14 +96,15 @@ TEST(Cli, LogitsReportsEachTokensExperts) {
 }
 
 // A checkpoint whose weights (every expert) exceed the machine is refused before any worker loads it,
-// in one line saying what it needs: DeepSeek-V3's shape over the tiny fixture's file.
+// in one line saying what it needs: DeepSeek-V3's widths with 4096 experts in 1024 layers (740 TB in
+// float32, past any machine) over the tiny fixture's file.
 TEST(Cli, RunRefusesAModelThatDoesNotFitSayingWhatItNeeds) {
   testing::TempDir dir;
   const std::string fixture = testing::source_dir() + "/tests/fixtures/architectures/deepseek_v3";
   json config = json::parse(io::read_file(fixture + "/config.json"));
   const json v3 = {{"vocab_size", 129280},     {"hidden_size", 7168},         {"intermediate_size", 18432},
-                   {"moe_intermediate_size", 2048}, {"num_hidden_layers", 61}, {"num_attention_heads", 128},
-                   {"num_key_value_heads", 128},   {"n_routed_experts", 256},  {"num_experts_per_tok", 8},
+                   {"moe_intermediate_size", 2048}, {"num_hidden_layers", 1024}, {"num_attention_heads", 128},
+                   {"num_key_value_heads", 128},   {"n_routed_experts", 4096}, {"num_experts_per_tok", 8},
                    {"n_group", 8},                 {"topk_group", 4},          {"first_k_dense_replace", 3}};
   for (const auto& [key, value] : v3.items()) config[key] = value;
   const std::string model = dir.file("v3");
@@ -113,7 +114,7 @@ TEST(Cli, RunRefusesAModelThatDoesNotFitSayingWhatItNeeds) {
   auto r = run_gpueval({"run", testing::source_dir() + "/configs/demo.yaml", "--model", model, "--output",
                         dir.file("out")});
   expect_one_line_error(r, 1, model + ": the model does not fit cpu: its weights need ");
-  EXPECT_THAT(r.err, HasSubstr("all 256 experts of each sparse layer in float32"));
+  EXPECT_THAT(r.err, HasSubstr("all 4096 experts of each sparse layer in float32"));
   EXPECT_FALSE(io::path_exists(dir.file("out") + "/results.json"));
 }
 

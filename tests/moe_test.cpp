@@ -165,25 +165,30 @@ TEST(MemoryCheck, AModelLargerThanTheDeviceIsRefusedSayingWhatItNeeds) {
   EXPECT_EQ(weight_bytes(small, at::kFloat), small.num_parameters() * 4);
   EXPECT_EQ(weight_bytes(small, at::kBFloat16), small.num_parameters() * 2);
   EXPECT_NO_THROW(check_weights_fit(small, at::kFloat, at::kCPU, 2, "tiny"));
-  // DeepSeek-V3's own shape (671B parameters, 256 experts in 58 of 61 layers): no machine's memory holds it.
+  // DeepSeek-V3's own shape (671B parameters, 256 experts in 58 of 61 layers).
   nlohmann::json j = testing::read_json(fixture_dir("deepseek_v3") + "/config.json");
-  const nlohmann::json v3_shape = {{"vocab_size", 129280}, {"hidden_size", 7168},
-                                                 {"intermediate_size", 18432}, {"moe_intermediate_size", 2048},
-                                                 {"num_hidden_layers", 61}, {"num_attention_heads", 128},
-                                                 {"num_key_value_heads", 128}, {"n_routed_experts", 256},
-                                                 {"num_experts_per_tok", 8}, {"n_group", 8}, {"topk_group", 4},
-                                                 {"first_k_dense_replace", 3}, {"q_lora_rank", 1536},
-                                                 {"kv_lora_rank", 512}, {"qk_rope_head_dim", 64},
-                                                 {"qk_nope_head_dim", 128}, {"v_head_dim", 128}};
+  const nlohmann::json v3_shape = {
+      {"vocab_size", 129280},  {"hidden_size", 7168},        {"intermediate_size", 18432},
+      {"moe_intermediate_size", 2048}, {"num_hidden_layers", 61}, {"num_attention_heads", 128},
+      {"num_key_value_heads", 128},    {"n_routed_experts", 256}, {"num_experts_per_tok", 8},
+      {"n_group", 8},          {"topk_group", 4},            {"first_k_dense_replace", 3},
+      {"q_lora_rank", 1536},   {"kv_lora_rank", 512},        {"qk_rope_head_dim", 64},
+      {"qk_nope_head_dim", 128}, {"v_head_dim", 128}};
   for (const auto& [key, value] : v3_shape.items()) j[key] = value;
   const ModelConfig big = ModelConfig::from_json(j, "v3/config.json");
   // transformers' count for this config (its parameters and correction biases, without the
   // multi-token-prediction layer), built on the meta device.
   EXPECT_EQ(big.num_parameters(), int64_t{671026419200});
-  const std::string e = testing::error_of([&] { check_weights_fit(big, at::kBFloat16, at::kCPU, 1, "/ckpt/v3"); });
-  EXPECT_THAT(e, ::testing::HasSubstr("/ckpt/v3: the model does not fit cpu: its weights need 1249.9 GiB (671.03B parameters, "));
-  EXPECT_THAT(e, ::testing::HasSubstr("all 256 experts of each sparse layer in bfloat16"));
+  // 1024 CPU workers converting their own bfloat16 copy (the fixture's torch_dtype is float32): 1.25 PiB,
+  // past any machine's memory.
+  const std::string e = testing::error_of([&] { check_weights_fit(big, at::kBFloat16, at::kCPU, 1024, "/ckpt/v3"); });
+  EXPECT_THAT(e, ::testing::HasSubstr("/ckpt/v3: the model does not fit cpu: its weights need 1279881.3 GiB (671.03B "
+                                      "parameters, all 256 experts of each sparse layer in bfloat16) x 1024 workers"));
   EXPECT_THAT(e, ::testing::Not(::testing::HasSubstr("\n")));
+  // One worker: 1249.9 GiB, refused wherever the machine has less.
+  if (weight_bytes(big, at::kBFloat16) > device_total_bytes(at::kCPU))
+    EXPECT_THAT(testing::error_of([&] { check_weights_fit(big, at::kBFloat16, at::kCPU, 1, "/ckpt/v3"); }),
+                ::testing::HasSubstr("its weights need 1249.9 GiB"));
 }
 
 }  // namespace

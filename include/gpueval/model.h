@@ -189,7 +189,7 @@ class MoeImpl : public torch::nn::Module {
   MoeImpl(const ModelConfig& config, const WeightSource& source, int64_t layer);
   at::Tensor forward(const at::Tensor& x) const;  // [..., D] -> [..., D]
   // Each token's chosen experts, [N, top_k] int64 in torch.topk's order, for x flattened to [N, D];
-  // with `weights`, their weights [N, top_k] float32.
+  // with `weights`, their weights [N, top_k]: float32, or the model's dtype with weights_in_model_dtype.
   at::Tensor choose(const at::Tensor& x, at::Tensor* weights = nullptr) const;
   // Every forward from now on reports its choices to `observer` (null: none). Not thread-safe: for a
   // model that one thread runs (LlamaModelImpl::observe_routing).

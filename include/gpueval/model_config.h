@@ -78,11 +78,11 @@ enum class QkNorm { kNone, kPerHead, kWholeProjection };
 // weight-name table (weight_names.cpp) branch on these fields alone, never on model_type. A family is
 // a row of model_config.cpp's table (model_type -> how config.json fills this, its own key names) plus,
 // where its checkpoints name tensors otherwise than Llama's, a row of weight_names.cpp's layouts.
-// Mixture of experts (Mixtral, Qwen3-MoE, OLMoE): a sparse layer's MLP is num_experts gated MLPs of
-// intermediate_size each, of which a linear router (no bias) picks top_k per token: softmax of the
-// router's logits in float32, torch.topk's choice and order, the chosen probabilities renormalised to
-// sum 1 with normalize_top_k; the experts' outputs weighted by them and summed in ascending expert
-// order, as transformers' loop over experts adds them.
+// Mixture of experts (Mixtral, Qwen3-MoE, OLMoE, DeepSeek-V3): a sparse layer's MLP is num_experts gated
+// MLPs of intermediate_size each, of which a linear router (no bias) picks top_k per token: softmax of
+// the router's logits in float32, torch.topk's choice and order, the chosen probabilities renormalised
+// to sum 1 with normalize_top_k; each token's expert outputs weighted by them and summed over its top_k
+// slots in that order, as transformers 5's default (grouped) experts path sums them.
 // DeepSeek-V3 scores each expert with its own sigmoid instead (RouterScore::kSigmoid), in float32 with
 // float32 weights; a per-expert correction bias (mlp.gate.e_score_correction_bias) is added to the scores
 // for the choice alone; the choice is limited to the top_groups of `groups` equal groups of experts (a
@@ -103,6 +103,9 @@ struct MixtureOfExperts {
   int64_t top_groups = 1;        // topk_group
   double routed_scaling = 1.0;   // routed_scaling_factor
   int64_t shared_intermediate_size = 0;  // n_shared_experts * moe_intermediate_size; 0: no shared experts
+  // Qwen3-MoE, OLMoE: the chosen weights are cast to the model's dtype before they scale the experts'
+  // outputs (their routers' .to(router_logits.dtype)); Mixtral and DeepSeek-V3 keep them in float32.
+  bool weights_in_model_dtype = false;
 };
 
 // DeepSeek-V3's multi-head latent attention (MLA). Queries: q_proj, or with a q_lora_rank

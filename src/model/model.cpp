@@ -396,6 +396,7 @@ at::Tensor MoeImpl::choose(const at::Tensor& x, at::Tensor* weights) const {
     // norm_topk_prob (Mixtral: always).
     std::tie(top, chosen) = at::topk(at::softmax(logits, -1), moe_.top_k, -1);
     if (moe_.normalize_top_k) top.div_(top.sum(-1, /*keepdim=*/true));
+    if (moe_.weights_in_model_dtype) top = top.to(x.scalar_type());
   } else {
     // DeepSeek-V3 (transformers' DeepseekV3TopkRouter): sigmoid scores; the choice reads them plus the
     // correction bias, within the top_groups groups ranked by their two best; the weights are the

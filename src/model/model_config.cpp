@@ -514,6 +514,7 @@ const Family kFamilies[] = {
        c.arch.o_proj_bias = c.attention_bias;
        read_moe(j, where, c, 128, 8, get_int(j, where, "moe_intermediate_size", 768, 1, int64_t{1} << 24),
                 get_bool(j, where, "norm_topk_prob", false));
+       c.arch.moe.weights_in_model_dtype = true;
        const int64_t step = get_int(j, where, "decoder_sparse_step", 1, 1, kMaxLayers);
        std::vector<bool> sparse(static_cast<size_t>(c.num_hidden_layers));
        for (int64_t i = 0; i < c.num_hidden_layers; ++i) sparse[static_cast<size_t>(i)] = (i + 1) % step == 0;
@@ -535,6 +536,7 @@ const Family kFamilies[] = {
        c.arch.o_proj_bias = c.attention_bias;
        c.arch.clip_qkv = get_optional_positive(j, where, "clip_qkv", std::nullopt);
        read_moe(j, where, c, 64, 8, c.intermediate_size, get_bool(j, where, "norm_topk_prob", false));
+       c.arch.moe.weights_in_model_dtype = true;
      }},
     {"deepseek_v3", "DeepseekV3ForCausalLM", 64, 1e-6, 10000.0, false, false, read_deepseek_v3,
      {{"head_dim", "qk_rope_head_dim"}}, "silu", 1.0, 0, 4096},
