@@ -61,8 +61,10 @@ std::string cpu_matmul_description();
 // 5-10% faster (about 105 GFLOPS against 95), and the MMLU bench's cpu:2 run about 7%. The packed
 // copy is the worker's own memory, as large as the weight (whose file-backed pages the workers
 // share); model.cpp packs only where pack_cpu_weights() says so. A product's kernel depends on
-// its number of rows alone (one primitive per row count, made on first use and kept), so, as with
-// project(), the bits depend on the batch's shape but not on the threads or the workers.
+// its number of rows alone (one primitive per row count and weight shape, made on first use, kept,
+// and shared by every weight of that shape: a mixture's experts meet every row count, and kernels
+// kept per weight grew a MoE model's memory with every batch), so, as with project(), the bits
+// depend on the batch's shape but not on the threads or the workers.
 // Thread-safe.
 class PackedWeight {
  public:
