@@ -71,6 +71,8 @@ TEST_P(MixtureFixture, ATokensExpertsDoNotDependOnItsBatch) {
   EXPECT_TRUE(moe->choose(three, &three_weights).equal(all_chosen.narrow(0, 10, 3))) << GetParam();
   EXPECT_TRUE(three_weights.equal(all_weights.narrow(0, 10, 3))) << GetParam();
   EXPECT_TRUE(at::allclose(moe->forward(three), all_out.narrow(0, 10, 3), 1e-5, 1e-6)) << GetParam();
+  // No tokens (a batch whose rows hold none at a layer): an empty output, not an error.
+  EXPECT_EQ(moe->forward(x.narrow(0, 0, 0)).sizes(), (std::vector<int64_t>{0, x.size(1)})) << GetParam();
   // The random states reach several experts, so the sums over experts are exercised.
   EXPECT_GE(used.size(), 3u) << GetParam();
 }

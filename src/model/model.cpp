@@ -106,10 +106,10 @@ Projection projection(const ModelConfig& c, const WeightSource& source, LlamaWei
 
 namespace {
 
-// The softmax scale of q kᵀ: 1 / sqrt(head_dim), a family's own (Granite, Gemma), or latent attention's
-// qk_head_dim^-1/2 times yarn's mscale(factor, mscale_all_dim)^2 (transformers' yarn_apply_mscale).
 constexpr double kLatentNormEps = 1e-6;  // q_a_layernorm's and kv_a_layernorm's
 
+// The softmax scale of q kᵀ: 1 / sqrt(head_dim), a family's own (Granite, Gemma), or latent attention's
+// qk_head_dim^-1/2 times yarn's mscale(factor, mscale_all_dim)^2 (transformers' yarn_apply_mscale).
 double softmax_scale(const ModelConfig& c) {
   if (c.arch.attention_scale) return *c.arch.attention_scale;
   if (!c.latent_attention()) return 1.0 / std::sqrt(static_cast<double>(c.head_dim));
@@ -428,9 +428,10 @@ at::Tensor MoeImpl::forward(const at::Tensor& x) const {
   const at::Tensor chosen = choose(flat, &weights);  // [N, k]
   if (observer_) observer_(layer_, chosen, weights);
   const int64_t top_k = moe_.top_k;
-  // Each expert's tokens in one product; each (token, slot) output times its weight (float32) kept
-  // in its slot, then a token's top_k slots summed in their topk order and cast to the model's dtype
-  // once: transformers 5's default (grouped_mm) experts path, whose order no other token changes.
+  // Each expert's tokens in one product; each (token, slot) output times its weight (float32, or the
+  // model's dtype with weights_in_model_dtype) kept in its slot, then a token's top_k slots summed in
+  // their topk order and cast to the model's dtype once: transformers 5's default (grouped_mm) experts
+  // path, whose order no other token changes.
   const at::Tensor flat_chosen = chosen.reshape({-1});
   const at::Tensor order = at::argsort(flat_chosen, /*stable=*/true);
   const at::Tensor counts = at::bincount(flat_chosen, {}, static_cast<int64_t>(experts_.size())).cpu();
@@ -445,7 +446,7 @@ at::Tensor MoeImpl::forward(const at::Tensor& x) const {
     const at::Tensor y = experts_[e]->forward(flat.index_select(0, at::floor_divide(slots, top_k)));
     slot_out.index_copy_(0, slots, y * weights.reshape({-1}).index_select(0, slots).unsqueeze(1));
   }
-  at::Tensor out = slot_out.view({-1, top_k, d}).sum(1).to(flat.scalar_type());
+  at::Tensor out = slot_out.view({flat.size(0), top_k, d}).sum(1).to(flat.scalar_type());
   if (shared_) out.add_(shared_->forward(flat));  // transformers: routed + shared_experts(x)
   return out.view(x.sizes());
 }
