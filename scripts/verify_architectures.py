@@ -7,7 +7,8 @@
 Per family, a small random model (hidden 64, 4 layers, vocab 512: token ids are given directly, no
 tokenizer) is built by transformers from the family's own Config class (AutoConfig.for_model) and
 AutoModelForCausalLM.from_config, every parameter perturbed so each one moves the output (weights and
-biases normal(0, 0.1), norm weights and biases 1 + normal(0, 0.1)), and saved by save_pretrained in float32.
+biases normal(0, 0.1), norm weights and biases 1 + normal(0, 0.1); DeepSeek-V3's saved buffer
+e_score_correction_bias normal(0, 0.1)), and saved by save_pretrained in float32.
 transformers' float32 logits on a few token sequences are compared with `gpueval logits --ids ...`
 (CPU, float32) on the same checkpoint. Prints a table, per family:
   max |Δ logit|   max over sequences, positions and vocabulary of |ours - transformers|
