@@ -3,7 +3,7 @@
 
   /work/venv-torch211/bin/python scripts/bench_architectures.py [--gpueval build/gpueval]
       [--families qwen3,olmo2,olmo3,gemma2,gemma3_text] [--reps 3] [--length 512] [--window 256]
-      [--transformers]
+      [--transformers] [--experts 8] [--experts-per-token 2]
 
 Per family, transformers builds a random model of one shape (hidden 512, intermediate 1536, 6 layers,
 8 heads of 64, 4 kv heads, the Llama 2 vocabulary of 32,000 so that the Llama 2 tokenizer of
@@ -16,7 +16,8 @@ size 1.5 times as large: the same matrix FLOPs per token); what differs is the f
 soft-caps, q/k norms, the window's masks). Windowed families get a --window shorter than --length,
 so the sliding layers really drop keys (fewer attention FLOPs than the Llama: the ratio can pass 1).
 Mixtures of experts (mixtral, qwen3_moe, olmoe, deepseek_v3) have the Llama's active parameters
-(2 of 8 experts, each half its MLP width); --transformers adds transformers' own forward of the same
+(by default 2 of 8 experts, each half its MLP width; --experts E --experts-per-token K gives K of E
+experts, each 1536 / K wide); --transformers adds transformers' own forward of the same
 checkpoint (its default experts path, 8 windows of --length random tokens per forward, the same
 threads) and gpueval's tokens/s over it.
 Not run in CI: it needs torch and transformers.
@@ -61,6 +62,18 @@ FAMILIES = {
                         qk_rope_head_dim=32, qk_nope_head_dim=64, v_head_dim=64, num_key_value_heads=8),
 }
 MOE = {"mixtral", "qwen3_moe", "olmoe", "deepseek_v3"}
+
+
+def with_experts(family, extra, experts, per_token):
+    """A mixture's settings with `experts` experts, `per_token` per token, still the Llama's active
+    parameters: each expert 1536 / per_token wide (DeepSeek-V3: 1536 / (per_token + 1), its shared
+    expert as wide as a routed one)."""
+    extra = dict(extra)
+    width = SHAPE["intermediate_size"] // (per_token + (1 if family == "deepseek_v3" else 0))
+    count_key = {"mixtral": "num_local_experts", "deepseek_v3": "n_routed_experts"}.get(family, "num_experts")
+    width_key = "intermediate_size" if family in ("mixtral", "olmoe") else "moe_intermediate_size"
+    extra.update({count_key: experts, "num_experts_per_tok": per_token, width_key: width})
+    return extra
 # Keys the families without grouped-query attention or RoPE do not have.
 NOT_THEIRS = {"gpt_neox": ("num_key_value_heads", "head_dim"), "gpt2": ("num_key_value_heads", "head_dim"),
               "deepseek_v3": ("head_dim",)}
@@ -118,6 +131,10 @@ def main():
     ap.add_argument("--transformers", action="store_true",
                     help="also transformers' own forward of each mixture of experts (8 windows per forward, "
                          "BENCH_THREADS threads, default 2) and gpueval's ratio over it")
+    ap.add_argument("--experts", type=int, default=8,
+                    help="experts per mixture layer (default 8; real ones have 64 to 256)")
+    ap.add_argument("--experts-per-token", type=int, default=2,
+                    help="experts each token is routed to (default 2), each 1536 / this wide")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="bench_architectures.")
     src = os.path.join(ROOT, "..", "shared", "data", "hellaswag", "hellaswag_val_full.txt")
@@ -126,7 +143,8 @@ def main():
         out.writelines(line for i, line in enumerate(f) if i % 6 == 0 and i < 6 * 150)
     llamas = {}  # baseline Llamas by their overrides of SHAPE
     print(f"shape: {SHAPE['num_hidden_layers']} layers, hidden {SHAPE['hidden_size']}, windows of {args.length} "
-          f"tokens, sliding window {args.window}; median of {args.reps} alternating runs")
+          f"tokens, sliding window {args.window}; median of {args.reps} alternating runs; mixtures: "
+          f"{args.experts} experts, {args.experts_per_token} per token")
     print(f"{'family':<12} {'tokens/s':>10} {'llama tokens/s':>15} {'ratio':>7}"
           + (f" {'transformers':>13} {'ours/theirs':>12}" if args.transformers else ""))
     failed = False
@@ -134,7 +152,10 @@ def main():
         if family not in FAMILIES:
             sys.exit(f"unknown family {family!r} (known: {', '.join(FAMILIES)})")
         try:
-            model = build(family, FAMILIES[family], args.window, os.path.join(work, family))
+            extra = FAMILIES[family]
+            if family in MOE:
+                extra = with_experts(family, extra, args.experts, args.experts_per_token)
+            model = build(family, extra, args.window, os.path.join(work, family))
             over = FAMILIES[family].get("_llama", {})
             key = json.dumps(over, sort_keys=True)
             if key not in llamas:

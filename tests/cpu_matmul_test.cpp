@@ -13,6 +13,7 @@
 #include <torch/torch.h>
 
 #include "gpueval/error.h"
+#include "model/cpu_parallel.h"
 
 namespace gpueval {
 namespace {
@@ -113,9 +114,9 @@ TEST(CpuMatmul, ResultsAreTheSameBitsOnOneThreadOrTwo) {
   at::set_num_threads(2);
   EXPECT_TRUE(torch::equal(project(x, w), one));
   EXPECT_TRUE(torch::equal(batched_product(q, keys.transpose(1, 2)), one_b));
-  // And inside a parallel region (a caller's own at::parallel_for).
+  // And inside a parallel region (a caller's own cpu_parallel_for).
   at::Tensor inside;
-  at::parallel_for(0, 2, 1, [&](int64_t begin, int64_t) {
+  cpu_parallel_for(0, 2, 1, [&](int64_t begin, int64_t) {
     if (begin == 0) inside = project(x, w);
   });
   EXPECT_TRUE(torch::equal(inside, one));
@@ -190,13 +191,30 @@ TEST(CpuMatmul, PackedResultsAreTheSameBitsOnOneThreadOrTwo) {
   at::set_num_threads(2);
   EXPECT_TRUE(torch::equal(project(x, *packed), one));
   at::Tensor inside;
-  at::parallel_for(0, 2, 1, [&](int64_t begin, int64_t) {
+  cpu_parallel_for(0, 2, 1, [&](int64_t begin, int64_t) {
     if (begin == 0) inside = project(x, *packed);
   });
   EXPECT_TRUE(torch::equal(inside, one));
   // Packed again, the same weight gives the same bits.
   const std::shared_ptr<const PackedWeight> fresh = PackedWeight::pack(w);
   EXPECT_TRUE(torch::equal(project(x, *fresh), one));
+}
+
+// Two threads running packed products at once, each with its own rows: oneDNN's library-managed
+// scratchpad is one buffer for every primitive, and shared it mixed the two threads' partial sums
+// (`gpueval score` gave another perplexity on each run). Each product passes its own thread's.
+TEST(CpuMatmul, PackedProductsRunConcurrentlyGiveTheSerialBits) {
+  if (!packing_applies()) GTEST_SKIP() << "no brgemm kernel for float32 here: " << cpu_matmul_description();
+  if (!cpu_parallel_forks()) GTEST_SKIP() << "this build's cpu_parallel_for runs on one thread";
+  Threads restore;
+  torch::manual_seed(6);
+  // 8 blocks of 512 rows: each thread runs 4 products one after the other, beside the other's.
+  at::Tensor x = torch::randn({4096, 512}), w = torch::randn({1536, 512});
+  const std::shared_ptr<const PackedWeight> packed = PackedWeight::pack(w);
+  at::set_num_threads(1);
+  const at::Tensor one = project(x, *packed);
+  at::set_num_threads(2);
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(torch::equal(project(x, *packed), one)) << "run " << i;
 }
 
 TEST(CpuMatmul, PackingIsForModelsThatLeaveRoom) {

@@ -1,6 +1,6 @@
 // Mixtures of experts and latent attention beyond their logits (architecture_test.cpp checks those
 // against transformers): a token's experts and their weights do not depend on the other tokens of its
-// batch, bit for bit; DeepSeek-V3's group-limited choice stays within its top groups and its weights
+// batch, bit for bit, nor on the threads; DeepSeek-V3's group-limited choice stays within its top groups and its weights
 // add up to routed_scaling_factor; the router's fixed-order product agrees with a BLAS product and
 // keeps its bits at any row count; and latent attention's KV cache holds one latent per token, stored
 // once; a model larger than its device is refused saying what it needs. Fixtures: tests/fixtures/architectures/<family> (scripts/verify_architectures.py).
@@ -75,6 +75,33 @@ TEST_P(MixtureFixture, ATokensExpertsDoNotDependOnItsBatch) {
   EXPECT_EQ(moe->forward(x.narrow(0, 0, 0)).sizes(), (std::vector<int64_t>{0, x.size(1)})) << GetParam();
   // The random states reach several experts, so the sums over experts are exercised.
   EXPECT_GE(used.size(), 3u) << GetParam();
+}
+
+// On the CPU a worker's threads share the experts (each expert on one thread): the output is the
+// same bits on one thread or two, under inference mode or not (the threads take the caller's modes).
+TEST_P(MixtureFixture, AMixturesOutputIsTheSameBitsOnOneThreadOrTwo) {
+  const int saved = at::get_num_threads();
+  LlamaModel model = load_model(fixture_dir(GetParam()));
+  std::shared_ptr<MoeImpl> moe = first_mixture(model);
+  ASSERT_NE(moe, nullptr);
+  at::manual_seed(8);
+  const at::Tensor x = at::randn({300, model->config().hidden_size});
+  at::set_num_threads(1);
+  at::Tensor one;
+  {
+    c10::InferenceMode guard;
+    one = moe->forward(x);
+  }
+  at::set_num_threads(2);
+  {
+    c10::InferenceMode guard;
+    EXPECT_TRUE(moe->forward(x).equal(one)) << GetParam();
+  }
+  {
+    at::NoGradGuard no_grad;
+    EXPECT_TRUE(moe->forward(x).equal(one)) << GetParam() << " (no inference mode)";
+  }
+  at::set_num_threads(saved);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, MixtureFixture,

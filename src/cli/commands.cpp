@@ -21,6 +21,7 @@
 #include "model/random_model.h"
 #include "model/scorer.h"
 #include "report/trend_report.h"
+#include "run/cpu_allocator.h"
 
 namespace gpueval {
 namespace {
@@ -194,6 +195,7 @@ void run_tokenize(const TokenizeCommand& cmd, std::istream& in, std::ostream& ou
 }
 
 void run_score(const ScoreCommand& cmd, std::ostream& out) {
+  keep_freed_memory();  // window after window, as a worker runs batches (run/cpu_allocator.h)
   const std::string text = io::read_file(cmd.text_file);
   LlamaModel model = open_model(cmd.model);
   std::unique_ptr<Tokenizer> tok = load_tokenizer(cmd.model.model_dir);

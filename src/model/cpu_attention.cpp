@@ -5,7 +5,7 @@
 #include <limits>
 #include <tuple>
 
-#include <ATen/Parallel.h>
+#include "model/cpu_parallel.h"
 #include <fmt/format.h>
 
 #include "gpueval/error.h"
@@ -140,7 +140,7 @@ at::Tensor tiled_attention(const at::Tensor& q_in, const at::Tensor& k_in, const
   // Per mask row (shared by every head): its tiles, and the spans they are grouped into.
   const int64_t mask_rows = mask.size(0);
   std::vector<std::vector<AttentionTile>> tiles(static_cast<size_t>(mask_rows));
-  at::parallel_for(0, mask_rows, 1, [&](int64_t begin, int64_t end) {
+  cpu_parallel_for(0, mask_rows, 1, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) tiles[static_cast<size_t>(i)] = attention_tiles(mask, i, p);
   });
   struct Span {
@@ -184,7 +184,7 @@ at::Tensor tiled_attention(const at::Tensor& q_in, const at::Tensor& k_in, const
   const int64_t out_ld = heads * hd;
   const bool fused = softmax == TileSoftmax::kBest && tile_softmax_available();
   const int64_t units = static_cast<int64_t>(spans.size()) * heads;
-  at::parallel_for(0, units, 1, [&](int64_t begin, int64_t end) {
+  cpu_parallel_for(0, units, 1, [&](int64_t begin, int64_t end) {
     // One span's scores, then probabilities in place: [rows, width], reused across this thread's spans.
     at::Tensor scores_buffer = at::empty({widest}, q.options());
     std::vector<float> sums(static_cast<size_t>(4 * kAttentionTile));

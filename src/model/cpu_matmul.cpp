@@ -8,19 +8,17 @@
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 #include <fmt/format.h>
 
-#include <ATen/Parallel.h>
-
 #include "gpueval/error.h"
+#include "model/cpu_parallel.h"
 
 #ifdef GPUEVAL_WITH_ONEDNN
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <oneapi/dnnl/dnnl.hpp>
-
-#include <ATen/Parallel.h>
 #endif
 
 namespace gpueval {
@@ -114,7 +112,7 @@ at::Tensor project_in_blocks(const at::Tensor& x, int64_t in, int64_t out, const
   const std::vector<std::pair<int64_t, int64_t>> blocks = project_row_blocks(m);
   std::mutex mu;
   std::string error;
-  at::parallel_for(0, static_cast<int64_t>(blocks.size()), 1, [&](int64_t begin, int64_t end) {
+  cpu_parallel_for(0, static_cast<int64_t>(blocks.size()), 1, [&](int64_t begin, int64_t end) {
     OneOpenMpThread one;
     for (int64_t i = begin; i < end; ++i) {
       const auto [first, count] = blocks[static_cast<size_t>(i)];
@@ -162,10 +160,24 @@ dnnl::memory::desc rows_desc(int64_t m, int64_t cols) {
   return dnnl::memory::desc({m, cols}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::ab);
 }
 
-// oneDNN's matmul of m rows by [in, out] weights in the layout its kernel prefers.
+// oneDNN's matmul of m rows by [in, out] weights in the layout its kernel prefers. Its scratchpad is
+// the caller's (scratchpad_mode::user): the library's own is one buffer shared by every primitive
+// (Debian's oneDNN is built without DNNL_ENABLE_CONCURRENT_EXEC), so two threads running products
+// at once overwrote each other's partial sums.
 dnnl::matmul::primitive_desc matmul_desc(int64_t m, int64_t in, int64_t out) {
   const dnnl::memory::desc any({in, out}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::any);
-  return dnnl::matmul::primitive_desc(dnnl::matmul::desc(rows_desc(m, in), any, rows_desc(m, out)), cpu_engine());
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return dnnl::matmul::primitive_desc(dnnl::matmul::desc(rows_desc(m, in), any, rows_desc(m, out)), attr,
+                                      cpu_engine());
+}
+
+// The calling thread's scratchpad for a product: at least `bytes`, grown as needed, kept until the
+// thread ends.
+void* thread_scratchpad(size_t bytes) {
+  thread_local std::vector<char> buffer;
+  if (buffer.size() < bytes) buffer.resize(bytes);
+  return buffer.data();
 }
 
 bool is_brgemm(const dnnl::matmul::primitive_desc& pd) { return std::strncmp(pd.impl_info_str(), "brg", 3) == 0; }
@@ -181,16 +193,20 @@ namespace {
 // bench shape: 1.15 GB after 11 windows, 1.71 GB after 102, against 0.73 GB unpacked).
 class PackedKernels {
  public:
+  struct Kernel {
+    dnnl::matmul primitive;
+    dnnl::memory::desc scratchpad;  // what one execution needs (each thread passes its own)
+  };
   // The kernel for m rows of a weight packed as `packed`, or null when that row count's kernel wants
   // another weight layout (then sgemm).
-  std::shared_ptr<const dnnl::matmul> get(int64_t m, int64_t in, int64_t out, const dnnl::memory::desc& packed) {
+  std::shared_ptr<const Kernel> get(int64_t m, int64_t in, int64_t out, const dnnl::memory::desc& packed) {
     std::lock_guard<std::mutex> lock(mu_);
     const Key key{m, in, out};
     auto it = kernels_.find(key);
     if (it != kernels_.end()) return it->second;
-    std::shared_ptr<const dnnl::matmul> k;
+    std::shared_ptr<const Kernel> k;
     const dnnl::matmul::primitive_desc pd = matmul_desc(m, in, out);
-    if (pd.weights_desc() == packed) k = std::make_shared<const dnnl::matmul>(pd);
+    if (pd.weights_desc() == packed) k = std::make_shared<const Kernel>(Kernel{dnnl::matmul(pd), pd.scratchpad_desc()});
     kernels_.emplace(key, k);
     return k;
   }
@@ -206,7 +222,7 @@ class PackedKernels {
     }
   };
   std::mutex mu_;
-  std::unordered_map<Key, std::shared_ptr<const dnnl::matmul>, Hash> kernels_;
+  std::unordered_map<Key, std::shared_ptr<const Kernel>, Hash> kernels_;
 };
 
 PackedKernels& packed_kernels() {
@@ -221,7 +237,7 @@ struct PackedWeight::Impl {
   int64_t in = 0, out = 0;
   dnnl::memory packed;
 
-  std::shared_ptr<const dnnl::matmul> kernel(int64_t m) const {
+  std::shared_ptr<const PackedKernels::Kernel> kernel(int64_t m) const {
     return packed_kernels().get(m, in, out, packed.get_desc());
   }
 };
@@ -263,12 +279,16 @@ void PackedWeight::multiply(int64_t m, const float* x, float* y) const {
   if (m <= 0) return;
   OneOpenMpThread one;
   try {
-    const std::shared_ptr<const dnnl::matmul> kernel = impl_->kernel(m);
+    const std::shared_ptr<const PackedKernels::Kernel> kernel = impl_->kernel(m);
     if (!kernel) return sgemm_rows(m, impl_->in, impl_->out, x, impl_->plain.data_ptr<float>(), y);
     dnnl::stream stream(cpu_engine());
     dnnl::memory src(rows_desc(m, impl_->in), cpu_engine(), const_cast<float*>(x));
     dnnl::memory dst(rows_desc(m, impl_->out), cpu_engine(), y);
-    kernel->execute(stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, impl_->packed}, {DNNL_ARG_DST, dst}});
+    dnnl::memory scratchpad(kernel->scratchpad, cpu_engine(), thread_scratchpad(kernel->scratchpad.get_size()));
+    kernel->primitive.execute(stream, {{DNNL_ARG_SRC, src},
+                                       {DNNL_ARG_WEIGHTS, impl_->packed},
+                                       {DNNL_ARG_DST, dst},
+                                       {DNNL_ARG_SCRATCHPAD, scratchpad}});
     stream.wait();
   } catch (const dnnl::error& e) {
     throw Error(fmt::format("oneDNN matmul failed multiplying {}x{} by a packed {}x{}: {}", m, impl_->in, impl_->in,
@@ -328,7 +348,7 @@ at::Tensor batched_product(const at::Tensor& a_in, const at::Tensor& b_in) {
   const float* pb = b.data_ptr<float>();
   float* pc = c.data_ptr<float>();
   std::atomic<int> failed{0};
-  at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) {
+  cpu_parallel_for(0, n, 1, [&](int64_t begin, int64_t end) {
     OneOpenMpThread one;
     for (int64_t i = begin; i < end; ++i) {
       const dnnl_status_t st = dnnl_sgemm(va.trans, vb.trans, m, p, k, 1.0f, pa + i * a.stride(0), va.ld,
@@ -423,7 +443,7 @@ at::Tensor row_invariant_product(const at::Tensor& x_in, const at::Tensor& w_in)
   const float* wp = w.data_ptr<float>();
   float* op = out.data_ptr<float>();
   // Rows shared among the threads; a row's sums never depend on which thread computes it.
-  at::parallel_for(0, n, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, e * d / 64)), [&](int64_t begin, int64_t end) {
+  cpu_parallel_for(0, n, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, e * d / 64)), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r)
       for (int64_t j = 0; j < e; ++j) op[r * e + j] = fixed_order_dot(xp + r * d, wp + j * d, d);
   });

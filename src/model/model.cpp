@@ -1,5 +1,6 @@
 #include "gpueval/model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <tuple>
@@ -13,6 +14,7 @@
 #include "model/checkpoint.h"
 #include "model/cpu_attention.h"
 #include "model/cpu_matmul.h"
+#include "model/cpu_parallel.h"
 #include "model/kernels.h"
 #include "model/rope.h"
 #include "model/weight_names.h"
@@ -421,6 +423,27 @@ at::Tensor MoeImpl::choose(const at::Tensor& x, at::Tensor* weights) const {
   return chosen;
 }
 
+namespace {
+
+// Consecutive runs of experts with about equal rows, at most `threads` of them: run r is experts
+// [runs[r], runs[r + 1]). A function of the counts and the thread count.
+std::vector<size_t> expert_runs(const int64_t* count, size_t experts, int64_t threads) {
+  int64_t total = 0;
+  for (size_t e = 0; e < experts; ++e) total += count[e];
+  std::vector<size_t> runs{0};
+  int64_t rows = 0;
+  for (size_t e = 0; e < experts; ++e) {
+    rows += count[e];
+    // Cut after expert e once the runs so far hold their share of the rows.
+    const int64_t share = total * static_cast<int64_t>(runs.size()) / std::max<int64_t>(threads, 1);
+    if (e + 1 < experts && rows >= share && static_cast<int64_t>(runs.size()) < threads) runs.push_back(e + 1);
+  }
+  runs.push_back(experts);
+  return runs;
+}
+
+}  // namespace
+
 at::Tensor MoeImpl::forward(const at::Tensor& x) const {
   const int64_t d = x.size(-1);
   const at::Tensor flat = x.reshape({-1, d});
@@ -437,15 +460,32 @@ at::Tensor MoeImpl::forward(const at::Tensor& x) const {
   const at::Tensor counts = at::bincount(flat_chosen, {}, static_cast<int64_t>(experts_.size())).cpu();
   const int64_t* count = counts.data_ptr<int64_t>();
   at::Tensor slot_out = at::empty({flat_chosen.size(0), d}, flat.options().dtype(at::promote_types(flat.scalar_type(), weights.scalar_type())));
-  int64_t begin = 0;
-  for (size_t e = 0; e < experts_.size(); ++e) {
-    const int64_t n = count[e];
-    if (n == 0) continue;
-    const at::Tensor slots = order.narrow(0, begin, n);  // positions in [N * k]
-    begin += n;
+  const size_t n_experts = experts_.size();
+  std::vector<int64_t> first(n_experts + 1, 0);  // expert e's slots: order[first[e], first[e + 1])
+  for (size_t e = 0; e < n_experts; ++e) first[e + 1] = first[e] + count[e];
+  const at::Tensor flat_weights = weights.reshape({-1});
+  std::vector<at::Tensor> weighted(n_experts);  // expert e's outputs times their weights, [count[e], d]
+  const auto run_expert = [&](size_t e) {
+    const at::Tensor slots = order.narrow(0, first[e], count[e]);  // positions in [N * k]
     const at::Tensor y = experts_[e]->forward(flat.index_select(0, at::floor_divide(slots, top_k)));
-    slot_out.index_copy_(0, slots, y * weights.reshape({-1}).index_select(0, slots).unsqueeze(1));
+    weighted[e] = y * flat_weights.index_select(0, slots).unsqueeze(1);
+  };
+  if (flat.device().is_cpu()) {
+    // The worker's threads share the experts, each expert's products on one thread (cut by its own
+    // rows alone, so the bits do not depend on the threads): runs of consecutive experts with about
+    // equal rows, one per thread. An expert's 512 rows or fewer are one block of project(), one thread.
+    const std::vector<size_t> runs = expert_runs(count, n_experts, at::get_num_threads());
+    cpu_parallel_for(0, static_cast<int64_t>(runs.size()) - 1, 1, [&](int64_t b, int64_t end) {
+      for (int64_t r = b; r < end; ++r)
+        for (size_t e = runs[static_cast<size_t>(r)]; e < runs[static_cast<size_t>(r) + 1]; ++e)
+          if (count[e] > 0) run_expert(e);
+    });
+  } else {
+    for (size_t e = 0; e < n_experts; ++e)
+      if (count[e] > 0) run_expert(e);
   }
+  for (size_t e = 0; e < n_experts; ++e)
+    if (count[e] > 0) slot_out.index_copy_(0, order.narrow(0, first[e], count[e]), weighted[e]);
   at::Tensor out = slot_out.view({flat.size(0), top_k, d}).sum(1).to(flat.scalar_type());
   if (shared_) out.add_(shared_->forward(flat));  // transformers: routed + shared_experts(x)
   return out.view(x.sizes());

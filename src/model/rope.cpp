@@ -4,7 +4,7 @@
 #include <cmath>
 #include <vector>
 
-#include <ATen/Parallel.h>
+#include "model/cpu_parallel.h"
 
 #include "gpueval/error.h"
 
@@ -230,7 +230,7 @@ at::Tensor apply_rope_cpu(const at::Tensor& x, const RopeTables& t) {
   const float* sd = t.sin.data_ptr<float>();
   float* od = out.data_ptr<float>();
   const int64_t cos_b = t.cos.size(0) == 1 ? 0 : t.cos.stride(0), sin_b = t.sin.size(0) == 1 ? 0 : t.sin.stride(0);
-  at::parallel_for(0, b * heads * seq, 1024, [&](int64_t begin, int64_t end) {
+  cpu_parallel_for(0, b * heads * seq, 1024, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const int64_t row = i / (heads * seq), head = (i / seq) % heads, pos = i % seq;
       rotate_position(xd + row * x.stride(0) + head * x.stride(1) + pos * x.stride(2),
