@@ -65,11 +65,12 @@ MOE = {"mixtral", "qwen3_moe", "olmoe", "deepseek_v3"}
 
 
 def with_experts(family, extra, experts, per_token):
-    """A mixture's settings with `experts` experts, `per_token` per token, still the Llama's active
+    """A mixture's settings with `experts` experts, `per_token` per token, about the Llama's active
     parameters: each expert 1536 / per_token wide (DeepSeek-V3: 1536 / (per_token + 1), its shared
-    expert as wide as a routed one)."""
+    expert as wide as a routed one), rounded down to a multiple of 16 (transformers' grouped product
+    wants 16-byte strides)."""
     extra = dict(extra)
-    width = SHAPE["intermediate_size"] // (per_token + (1 if family == "deepseek_v3" else 0))
+    width = SHAPE["intermediate_size"] // (per_token + (1 if family == "deepseek_v3" else 0)) // 16 * 16
     count_key = {"mixtral": "num_local_experts", "deepseek_v3": "n_routed_experts"}.get(family, "num_experts")
     width_key = "intermediate_size" if family in ("mixtral", "olmoe") else "moe_intermediate_size"
     extra.update({count_key: experts, "num_experts_per_tok": per_token, width_key: width})
@@ -148,6 +149,7 @@ def main():
     print(f"{'family':<12} {'tokens/s':>10} {'llama tokens/s':>15} {'ratio':>7}"
           + (f" {'transformers':>13} {'ours/theirs':>12}" if args.transformers else ""))
     failed = False
+    llama_rows = {}  # baseline Llama -> (gpueval tokens/s, transformers tokens/s)
     for family in [f for f in args.families.split(",") if f]:
         if family not in FAMILIES:
             sys.exit(f"unknown family {family!r} (known: {', '.join(FAMILIES)})")
@@ -170,10 +172,14 @@ def main():
             if args.transformers and family in MOE:
                 t = transformers_tokens_per_s(model, args.length, reps=args.reps)
                 extra = f" {t:>13.0f} {o / t:>12.2f}"
+                if key not in llama_rows:  # the dense baseline against transformers too, once
+                    llama_rows[key] = (b, transformers_tokens_per_s(llama, args.length, reps=args.reps))
             print(f"{family:<12} {o:>10.0f} {b:>15.0f} {o / b:>7.3f}{extra}")
         except Exception as e:  # one family's failure is a row, not the end of the run
             failed = True
             print(f"{family:<12} FAIL {e}")
+    for b, t in llama_rows.values():
+        print(f"{'llama':<12} {b:>10.0f} {'':>15} {'':>7} {t:>13.0f} {b / t:>12.2f}")
     shutil.rmtree(work, ignore_errors=True)
     sys.exit(1 if failed else 0)
 

@@ -204,8 +204,12 @@ at::Tensor AttentionImpl::queries(const at::Tensor& x, const RopeTables& rope) c
     const at::Tensor full = q_a_proj_ ? q_b_proj_->forward(q_a_layernorm_->forward(q_a_proj_->forward(x)))
                                       : q_proj_->forward(x);
     const at::Tensor q = full.view({b, t, n_heads_, mla_.qk_head_dim()}).transpose(1, 2);  // [B, H, T, qk]
-    // Each head's non-rotary part carried into the latent: q_nope · W_UK[h], [B, H, T, r].
-    const at::Tensor latent = at::matmul(q.narrow(-1, 0, mla_.qk_nope_head_dim), key_up_);
+    // Each head's non-rotary part carried into the latent: q_nope · W_UK[h], one product per head over
+    // all B·T rows (batched_product: oneDNN on the CPU, read in place), [B, H, T, r].
+    const at::Tensor q_nope =
+        full.view({b * t, n_heads_, mla_.qk_head_dim()}).narrow(-1, 0, mla_.qk_nope_head_dim).transpose(0, 1);
+    const at::Tensor latent =
+        batched_product(q_nope, key_up_).view({n_heads_, b, t, mla_.kv_lora_rank}).transpose(0, 1);
     const at::Tensor out =
         at::cat({latent, rotate(q.narrow(-1, mla_.qk_nope_head_dim, mla_.qk_rope_head_dim), rope)}, -1);
     return query_scale_ == 1.0 ? out : out.mul_(query_scale_);
@@ -217,8 +221,9 @@ at::Tensor AttentionImpl::queries(const at::Tensor& x, const RopeTables& rope) c
 at::Tensor AttentionImpl::attention_output(const at::Tensor& attended) const {
   if (mla_.kv_lora_rank == 0) return attended;
   const int64_t b = attended.size(0), t = attended.size(1);
-  const at::Tensor latent = attended.view({b, t, n_heads_, head_dim_}).narrow(-1, 0, mla_.kv_lora_rank).transpose(1, 2);
-  return at::matmul(latent, value_up_).transpose(1, 2).reshape({b, t, n_heads_ * mla_.v_head_dim});  // [B, T, H * v]
+  // One product per head over all B·T rows: [H, BT, r] · W_UV[h] -> [H, BT, v] -> [B, T, H * v].
+  const at::Tensor latent = attended.view({b * t, n_heads_, head_dim_}).narrow(-1, 0, mla_.kv_lora_rank).transpose(0, 1);
+  return batched_product(latent, value_up_).transpose(0, 1).reshape({b, t, n_heads_ * mla_.v_head_dim});
 }
 
 std::pair<at::Tensor, at::Tensor> AttentionImpl::keys_values(const at::Tensor& x, const RopeTables& rope) const {
