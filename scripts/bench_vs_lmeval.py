@@ -6,7 +6,8 @@ scripts/verify_lm_eval.sh makes) and builds gpueval.
 
 The workload (issue 17): MMLU 5-shot, four subjects x 25 questions (400 requests), a random
 134M-parameter Llama (`gpueval init-model` defaults: hidden 768, 12 layers, MLP 2048) with the
-Mistral 7B v0.1 tokenizer from ../shared, float32. lm-eval runs its own mmlu_<subject>.yaml over the
+Mistral 7B v0.1 tokenizer from ../shared, float32; or --model DIR, any float32 checkpoint with a
+32,000-token vocabulary (a mixture of experts from bench_architectures.py's shapes, say). lm-eval runs its own mmlu_<subject>.yaml over the
 same rows (cais/mmlu layout, written by verify_lm_eval.py's write_mmlu_task) with its `hf` backend
 (HFLM, batch size --lm-eval-batch, torch's default threads); gpueval runs its tasks over the CSV
 release. Every measured run is a fresh process with a fresh output folder; the rows alternate
@@ -79,7 +80,12 @@ def lm_eval_child(work: Path, out: Path, limit: int, shots: int, batch: int, cou
 
 def prepare(args, work: Path) -> None:
     model = work / "model"
-    if not (model / "model.safetensors").exists():
+    if args.model:  # a given checkpoint (e.g. a mixture of experts) with the Mistral tokenizer's files beside it
+        shutil.rmtree(model, ignore_errors=True)
+        shutil.copytree(args.model, model)
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(Path(args.data) / "tokenizers" / "mistral7b_v0.1" / name, model / name)
+    elif not (model / "model.safetensors").exists():
         tok = Path(args.data) / "tokenizers" / "mistral7b_v0.1"
         subprocess.run([args.gpueval, "init-model", "--tokenizer", str(tok), "--out", str(model), "--force"],
                        check=True, stdout=subprocess.DEVNULL)
@@ -185,6 +191,8 @@ def main() -> int:
     ap.add_argument("--gpueval", default=os.environ.get("GPUEVAL_BIN") or str(REPO / "build" / "gpueval"))
     ap.add_argument("--data", default=str(REPO.parent / "shared" / "data"))
     ap.add_argument("--work", default="/tmp/bench_vs_lmeval")
+    ap.add_argument("--model", help="a float32 checkpoint with a 32,000-token vocabulary to use instead of the "
+                                    "init-model Llama (the Mistral tokenizer is copied beside it)")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--limit", type=int, default=25)
     ap.add_argument("--shots", type=int, default=5)
@@ -226,7 +234,8 @@ def main() -> int:
 
     lm_median = statistics.median(r["wall"] for r in runs["lm-eval"])
     lm_tokens = runs["lm-eval"][0]["tokens"]
-    lines = [f"MMLU {args.shots}-shot, {len(SUBJECTS)} subjects x {args.limit} questions, random 134M Llama "
+    model = f"{args.model}" if args.model else "random 134M Llama"
+    lines = [f"MMLU {args.shots}-shot, {len(SUBJECTS)} subjects x {args.limit} questions, {model} "
              f"(Mistral tokenizer), float32; {args.reps} runs per row, alternating; lm-eval batch "
              f"{args.lm_eval_batch}", "",
              "| system | wall, median (s) | runs (s) | x lm-eval | tokens computed | padding | worker tok/s | "

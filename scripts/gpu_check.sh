@@ -26,7 +26,8 @@
 #   ../shared/data, shared/data), GPU_CHECK_LIMIT (MMLU docs per subject; 60 on GPU, 25 in the smoke),
 #   GPU_CHECK_PEAK_TFLOPS (the device's peak, where summarize.py has none for it),
 #   GPU_CHECK_DEADLINE_S (450), GPU_CHECK_OOM_SPARE_GIB (GPU memory left to the probe beyond the weights; 4),
-#   GPU_CHECK_BUILD_LIMIT_S (the rehearsal's from-source build limit; 3600), JOBS (its parallelism).
+#   GPU_CHECK_BUILD_LIMIT_S (the rehearsal's from-source build limit; 3600), JOBS (its parallelism),
+#   GPU_CHECK_MODEL (llama, or moe: make_llama.py's Mixtral of 8 of 64 experts in every step).
 # Every figure is checked (scripts/gpu/summarize.py): a time under 10 ms, MFU above 100% of the device's
 # peak or tokens/s above what the peak allows fail their row.
 # In --cpu-smoke without a python holding torch + transformers, the model comes from `gpueval init-model`
@@ -196,8 +197,15 @@ fi
 # transformers' loop computes all 8.15M (1.6e16 FLOPs, ~30-80 s). On the CPU, the smoke's model
 # (36.8M parameters, 3.9M in its layers: make_llama.py --size smoke, or the same shape from `gpueval
 # init-model`) on 4 subjects x --limit 25 scores for about a second on 2 cores.
+# GPU_CHECK_MODEL=moe: every step on make_llama.py's mixture of experts instead (a Mixtral, 8 of 64
+# experts: --size moe on the GPU, moe-smoke on the CPU; issue 36).
 if [ "$mode" = gpu ]; then size=1b; dtype=bfloat16; device=cuda:0; gpus1=0; gpus2=0,0; limit=${GPU_CHECK_LIMIT:-60}
 else size=smoke; dtype=float32; device=cpu; gpus1=cpu:1; gpus2=cpu:2; limit=${GPU_CHECK_LIMIT:-25}; fi
+case ${GPU_CHECK_MODEL:-llama} in
+  llama) ;;
+  moe) if [ "$mode" = gpu ]; then size=moe; else size=moe-smoke; fi ;;
+  *) echo "gpu_check: GPU_CHECK_MODEL is llama or moe, not '$GPU_CHECK_MODEL'" >&2; exit 2 ;;
+esac
 model=$work/llama_$size
 rm -rf "$model"
 if [ "$have_torch" = 1 ]; then
@@ -350,6 +358,9 @@ if [ -n "$model_pid" ]; then
     row "model ($size)" "make_llama.py failed; see the log" FAIL
     model=
   fi
+elif [ -n "$bin" ] && [ "${GPU_CHECK_MODEL:-llama}" = moe ]; then
+  row "model ($size)" "skipped: the mixture is written by transformers (no torch here)" SKIP
+  model=
 elif [ -n "$bin" ]; then
   # make_llama.py's smoke shape (Llama-3 tokenizer, tied, 4 layers of 256), written by gpueval itself.
   tok=$work/llama3_tokenizer

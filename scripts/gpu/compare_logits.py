@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""Our logits against transformers' LlamaForCausalLM on a fixed batch of prompts.
+"""Our logits against transformers' own model class (AutoModelForCausalLM: LlamaForCausalLM for
+make_llama.py's Llama, MixtralForCausalLM for its mixture) on a fixed batch of prompts.
 
   scripts/gpu/compare_logits.py MODEL [--gpueval build-cuda/gpueval] [--device cuda:0] [--dtype bfloat16]
 
 Every prompt is tokenized by transformers (BOS prepended) and, as a side check, by `gpueval tokenize`;
-the same ids go to `gpueval logits --ids ...` and to LlamaForCausalLM (one sequence per forward, no
+the same ids go to `gpueval logits --ids ...` and to transformers' model (one sequence per forward, no
 padding). Per position t and vocabulary entry v, with ours a and transformers' b (float32 copies):
   max_abs  = max |a - b|
   max_rel  = max over positions of  max_v |a - b| / max_v |b|     (relative to the logit scale)
@@ -60,11 +61,11 @@ def hf_logits(model, ids, device):
 
 
 def load_hf(path, dtype, device):
-    from transformers import LlamaForCausalLM
+    from transformers import AutoModelForCausalLM
     try:
-        m = LlamaForCausalLM.from_pretrained(path, dtype=dtype)
+        m = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     except TypeError:  # transformers < 4.56 names it torch_dtype
-        m = LlamaForCausalLM.from_pretrained(path, torch_dtype=dtype)
+        m = AutoModelForCausalLM.from_pretrained(path, torch_dtype=dtype)
     return m.to(device).eval()
 
 

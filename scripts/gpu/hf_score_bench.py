@@ -57,7 +57,7 @@ def main():
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     import torch
-    from transformers import AutoTokenizer, LlamaForCausalLM
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     reqs = load_requests(args.run_dir)
     if not reqs:
@@ -65,9 +65,9 @@ def main():
     tok = AutoTokenizer.from_pretrained(args.model)
     enc = [encode(tok, c, x) for _, _, c, x, _ in reqs]
     try:
-        model = LlamaForCausalLM.from_pretrained(args.model, dtype=getattr(torch, args.dtype))
+        model = AutoModelForCausalLM.from_pretrained(args.model, dtype=getattr(torch, args.dtype))
     except TypeError:  # transformers < 4.56 names it torch_dtype
-        model = LlamaForCausalLM.from_pretrained(args.model, torch_dtype=getattr(torch, args.dtype))
+        model = AutoModelForCausalLM.from_pretrained(args.model, torch_dtype=getattr(torch, args.dtype))
     model = model.to(args.device).eval()
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
     order = sorted(range(len(enc)), key=lambda k: -len(enc[k][0]))

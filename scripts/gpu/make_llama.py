@@ -4,6 +4,8 @@
   scripts/gpu/make_llama.py OUTDIR --size 1b     # Llama-3.2-1B shape, ~1.24B parameters, bf16
   scripts/gpu/make_llama.py OUTDIR --size tiny   # same family, 2 layers, hidden 32 (~4M, mostly embedding)
   scripts/gpu/make_llama.py OUTDIR --size smoke  # same family, 4 layers, hidden 256 (~36M, 33M of it embedding)
+  scripts/gpu/make_llama.py OUTDIR --size moe    # a Mixtral: 8 layers, hidden 1024, 8 of 64 experts of 256, bf16
+  scripts/gpu/make_llama.py OUTDIR --size moe-smoke  # the same family, 4 layers, hidden 256, 4 of 16 experts
 
 The model is transformers' LlamaForCausalLM built from a LlamaConfig with a fixed seed, saved by
 save_pretrained(safe_serialization=True) (model.safetensors, config.json). The tokenizer is the real
@@ -19,6 +21,16 @@ import shutil
 import sys
 import time
 
+# Mixtures of experts (MixtralForCausalLM: Llama attention, 8 of 64 SwiGLU experts per token, a float32
+# softmax router), with the same tokenizer: "moe" for the GPU (0.56B stored, 0.2B active per token),
+# "moe-smoke" for the CPU rehearsal. The router weights are scaled up so that tokens spread over the
+# experts (at init's 0.02 every router logit is near 0 and ties decide).
+MOE_SIZES = {
+    "moe": dict(hidden_size=1024, intermediate_size=256, num_hidden_layers=8, num_attention_heads=16,
+                num_key_value_heads=4, num_local_experts=64, num_experts_per_tok=8, max_position_embeddings=8192),
+    "moe-smoke": dict(hidden_size=256, intermediate_size=128, num_hidden_layers=4, num_attention_heads=8,
+                      num_key_value_heads=4, num_local_experts=16, num_experts_per_tok=4, max_position_embeddings=8192),
+}
 SIZES = {
     # Llama-3.2-1B: tied embeddings, rope_theta 500000 with llama3 rope scaling.
     "1b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
@@ -76,7 +88,7 @@ def add_legacy_keys(path, rope, dtype_name):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out")
-    ap.add_argument("--size", choices=sorted(SIZES), default="1b")
+    ap.add_argument("--size", choices=sorted(SIZES) + sorted(MOE_SIZES), default="1b")
     ap.add_argument("--dtype", choices=["bfloat16", "float32", "float16"], default=None,
                     help="stored dtype (default: bfloat16 for 1b, float32 otherwise)")
     ap.add_argument("--seed", type=int, default=1234)
@@ -85,22 +97,33 @@ def main():
     args = ap.parse_args()
     t0 = time.time()
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaConfig, LlamaForCausalLM, MixtralConfig, MixtralForCausalLM
 
     data = shared_data_dir(args.data)
-    dtype_name = args.dtype or ("bfloat16" if args.size == "1b" else "float32")
+    dtype_name = args.dtype or ("bfloat16" if args.size in ("1b", "moe") else "float32")
     dtype = getattr(torch, dtype_name)
     os.makedirs(args.out, exist_ok=True)
-    cfg = LlamaConfig(vocab_size=VOCAB, rms_norm_eps=1e-5, rope_theta=500000.0,
-                      rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
-                                    "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
-                      tie_word_embeddings=True, bos_token_id=128000, eos_token_id=128001,
-                      hidden_act="silu", attention_bias=False, mlp_bias=False, initializer_range=0.02,
-                      torch_dtype=dtype_name, **SIZES[args.size])
+    moe = args.size in MOE_SIZES
+    common = dict(vocab_size=VOCAB, rms_norm_eps=1e-5, tie_word_embeddings=True, bos_token_id=128000,
+                  eos_token_id=128001, hidden_act="silu", initializer_range=0.02, torch_dtype=dtype_name)
+    if moe:
+        cfg = MixtralConfig(rope_theta=500000.0, sliding_window=None, router_aux_loss_coef=0.0,
+                            **common, **MOE_SIZES[args.size])
+    else:
+        cfg = LlamaConfig(rope_theta=500000.0,
+                          rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+                                        "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+                          attention_bias=False, mlp_bias=False, **common, **SIZES[args.size])
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     torch.manual_seed(args.seed)
     with torch.device(device):
-        model = LlamaForCausalLM(cfg)  # transformers' own init: normal(0, 0.02), norms 1, seeded above
+        # transformers' own init: normal(0, 0.02), norms 1, seeded above
+        model = (MixtralForCausalLM if moe else LlamaForCausalLM)(cfg)
+    if moe:
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if name.endswith("mlp.gate.weight"):
+                    p.normal_(0.0, 1.0)
     model = model.to(dtype).eval()
     params = sum(p.numel() for p in model.parameters())  # tied: the embedding counts once
     emb = model.model.embed_tokens.weight.numel()

@@ -145,7 +145,14 @@ def model_info(model_dir):
     total = sum(numel.values())
     outside = sum(v for k, v in numel.items() if "embed_tokens" in k or k.startswith("lm_head") or ".lm_head" in k)
     d, L, V = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["vocab_size"]
-    return {"dir": os.path.abspath(model_dir), "params": total, "body_params": total - outside, "layers": L,
+    # A mixture of experts computes num_experts_per_tok of its experts per token: body_params counts
+    # the active ones (the FLOPs per token), params every stored one.
+    body = total - outside
+    experts = sum(v for k, v in numel.items() if ".experts." in k)
+    n_experts = cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts")
+    if experts and n_experts and cfg.get("num_experts_per_tok"):
+        body = body - experts + experts * cfg["num_experts_per_tok"] / n_experts
+    return {"dir": os.path.abspath(model_dir), "params": total, "body_params": body, "layers": L,
             "hidden": d, "vocab": V, "tied": bool(cfg.get("tie_word_embeddings", False)),
             "head_flops_per_row": 2 * V * d}
 
