@@ -19,7 +19,8 @@ Mixtures of experts (mixtral, qwen3_moe, olmoe, deepseek_v3) have the Llama's ac
 (by default 2 of 8 experts, each half its MLP width; --experts E --experts-per-token K gives K of E
 experts, each 1536 / K wide); --transformers adds transformers' own forward of the same
 checkpoint (its default experts path, 8 windows of --length random tokens per forward, the same
-threads) and gpueval's tokens/s over it.
+threads) and gpueval's tokens/s over it. DeepSeek-V3 is also compared with its dense twin (the same
+latent attention, dense MLPs as wide as its active experts), whose attention matches.
 Not run in CI: it needs torch and transformers.
 """
 import argparse
@@ -175,6 +176,20 @@ def main():
                 if key not in llama_rows:  # the dense baseline against transformers too, once
                     llama_rows[key] = (b, transformers_tokens_per_s(llama, args.length, reps=args.reps))
             print(f"{family:<12} {o:>10.0f} {b:>15.0f} {o / b:>7.3f}{extra}")
+            if family == "deepseek_v3":
+                # Its dense twin: the same latent attention, every layer a dense MLP as wide as the
+                # active experts (routed + shared), so the ratio is the experts' cost alone.
+                e = with_experts(family, FAMILIES[family], args.experts, args.experts_per_token)
+                twin = build(family, dict(e, first_k_dense_replace=SHAPE["num_hidden_layers"],
+                                          intermediate_size=e["moe_intermediate_size"] * (args.experts_per_token + 1)),
+                             args.window, os.path.join(work, "deepseek_v3_dense"))
+                ours, dense = [], []
+                for _ in range(args.reps):
+                    ours.append(tokens_per_s(args.gpueval, model, text, args.length, args.device, args.dtype))
+                    dense.append(tokens_per_s(args.gpueval, twin, text, args.length, args.device, args.dtype))
+                o, d = statistics.median(ours), statistics.median(dense)
+                print(f"{'  dense twin':<12} {o:>10.0f} {d:>15.0f} {o / d:>7.3f}  (deepseek_v3 over itself with "
+                      f"dense MLPs of its active width)")
         except Exception as e:  # one family's failure is a row, not the end of the run
             failed = True
             print(f"{family:<12} FAIL {e}")
