@@ -1,9 +1,13 @@
 // Bad checkpoints and configs must fail with one line naming the file and the
-// problem; the llama2.c converter must be exact and refuse malformed files.
+// problem; the llama2.c converter must be exact and refuse malformed files;
+// generation_config.json's eos tokens end generation and enter the fingerprint where
+// they differ from config.json's.
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <set>
 
+#include <c10/core/InferenceMode.h>
 #include <gmock/gmock.h>
 
 #include <nlohmann/json.hpp>
@@ -11,7 +15,10 @@
 #include "common/file_io.h"
 #include "gpueval/error.h"
 #include "gpueval/model.h"
+#include "model/generate.h"
+#include "model/generation_config.h"
 #include "model/llama2c_convert.h"
+#include "model/model_fingerprint.h"
 #include "model/safetensors.h"
 #include "test_util.h"
 #include "tiny_model.h"
@@ -164,6 +171,74 @@ TEST_F(LoadingFixture, ConfigThatIsNotJson) {
   std::string d = write(config.to_json(), weights);
   io::write_file_atomic(d + "/config.json", "{\"hidden_size\": 32,");
   EXPECT_THAT(error_of([&] { load_model(d); }), HasSubstr("config.json: not valid JSON"));
+}
+
+// generation_config.json's eos_token_id replaces config.json's as the tokens that end generation
+// (transformers' generate() reads that file): a row stops on a token only that file names.
+TEST_F(LoadingFixture, GenerationConfigsEosTokensEndGeneration) {
+  c10::InferenceMode guard;
+  const std::string d = write(config.to_json(), weights);
+  LlamaModel plain = load_model(d);
+  ASSERT_EQ(plain->config().eos_token_ids, (std::vector<int64_t>{2}));
+  SamplingOptions o;
+  o.max_new_tokens = 8;
+  o.stop_token_ids = plain->config().eos_token_ids;
+  const std::vector<int32_t> prompt = {1, 5, 9, 4};
+  const std::vector<int32_t> free_run = generate(*plain, {prompt}, o)[0].tokens;
+  // The first generated token after the first that is new (not earlier in the run, not config's eos).
+  size_t k = 1;
+  std::set<int32_t> seen{free_run.empty() ? 0 : free_run[0]};
+  while (k < free_run.size() && (seen.count(free_run[k]) || free_run[k] == 2)) seen.insert(free_run[k++]);
+  ASSERT_LT(k, free_run.size()) << "the random model repeats one token; no later token to stop on";
+  const int32_t stop = free_run[k];
+
+  io::write_file_atomic(d + "/generation_config.json", json{{"eos_token_id", {2, stop}}, {"max_length", 20}}.dump());
+  LlamaModel with = load_model(d);
+  EXPECT_EQ(with->config().eos_token_ids, (std::vector<int64_t>{2, stop}));
+  o.stop_token_ids = with->config().eos_token_ids;
+  const Generation g = generate(*with, {prompt}, o)[0];
+  EXPECT_TRUE(g.stopped);
+  EXPECT_EQ(g.tokens, std::vector<int32_t>(free_run.begin(), free_run.begin() + static_cast<std::ptrdiff_t>(k)));
+
+  // No eos_token_id (or null) in the file: config.json's.
+  io::write_file_atomic(d + "/generation_config.json", R"({"eos_token_id": null, "do_sample": false})");
+  EXPECT_EQ(load_model(d)->config().eos_token_ids, (std::vector<int64_t>{2}));
+  io::write_file_atomic(d + "/generation_config.json", R"({"bos_token_id": 1})");
+  EXPECT_EQ(load_model(d)->config().eos_token_ids, (std::vector<int64_t>{2}));
+}
+
+TEST_F(LoadingFixture, ABadGenerationConfigIsOneLineNamingIt) {
+  const std::string d = write(config.to_json(), weights);
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"{\"eos_token_id\": [2,", "not a JSON object"},
+      {"[2, 3]", "not a JSON object"},
+      {"{\"eos_token_id\": \"</s>\"}", "eos_token_id must be a token id or a list of token ids"},
+      {"{\"eos_token_id\": [2, -1]}", "eos_token_id must be a token id or a list of token ids, not -1"},
+      {"{\"eos_token_id\": []}", "eos_token_id is an empty list"},
+  };
+  for (const auto& [text, expected] : cases) {
+    SCOPED_TRACE(text);
+    io::write_file_atomic(d + "/generation_config.json", text);
+    const std::string msg = error_of([&] { load_model(d); });
+    EXPECT_THAT(msg, HasSubstr(d + "/generation_config.json"));
+    EXPECT_THAT(msg, HasSubstr(expected));
+  }
+}
+
+// The fingerprint counts generation_config.json's eos only where it differs from config.json's, so
+// checkpoints whose two files agree keep the fingerprint they had.
+TEST_F(LoadingFixture, TheFingerprintCountsAGenerationEosThatDiffers) {
+  const std::string d = write(config.to_json(), weights);
+  const std::string bare = model_fingerprint(d);
+  io::write_file_atomic(d + "/generation_config.json", R"({"eos_token_id": 2, "max_length": 64})");
+  EXPECT_EQ(model_fingerprint(d), bare);
+  io::write_file_atomic(d + "/generation_config.json", R"({"eos_token_id": [2]})");
+  EXPECT_EQ(model_fingerprint(d), bare);
+  io::write_file_atomic(d + "/generation_config.json", R"({"eos_token_id": [2, 7]})");
+  const std::string other = model_fingerprint(d);
+  EXPECT_NE(other, bare);
+  io::write_file_atomic(d + "/generation_config.json", R"({"eos_token_id": [7, 2]})");
+  EXPECT_NE(model_fingerprint(d), other) << "the order is the file's";
 }
 
 TEST(Llama2cConvert, PermutationMapsInterleavedPairsToHalves) {

@@ -332,7 +332,9 @@ TORCH_MODULE(LlamaModel);
 
 // Loads `dir` (config.json + model.safetensors or a sharded index). Every
 // missing tensor, wrong shape or non-float dtype is a one-line Error naming the
-// file and the tensor.
+// file and the tensor. config().eos_token_ids, the tokens that end generation, are
+// generation_config.json's eos_token_id where that file sets one, as transformers'
+// generate() takes them, else config.json's (model/generation_config.h).
 LlamaModel load_model(const std::string& dir, LoadOptions options = {});
 
 // Builds the model from in-memory tensors keyed by Hugging Face name (tests,

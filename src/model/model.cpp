@@ -15,6 +15,7 @@
 #include "model/cpu_attention.h"
 #include "model/cpu_matmul.h"
 #include "model/cpu_parallel.h"
+#include "model/generation_config.h"
 #include "model/kernels.h"
 #include "model/rope.h"
 #include "model/weight_names.h"
@@ -870,6 +871,7 @@ class StoredTensors {
 
 LlamaModel load_model(const std::string& dir, LoadOptions options) {
   ModelConfig config = ModelConfig::load(dir + "/config.json");
+  if (std::optional<std::vector<int64_t>> eos = generation_eos_token_ids(dir)) config.eos_token_ids = std::move(*eos);
   CheckpointFiles ckpt = CheckpointFiles::open(dir);
   const StoredTensors stored(
       config, [&](const std::string& n) { return ckpt.contains(n); },

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 #include "common/sha256.h"
+#include "model/generation_config.h"
 
 namespace gpueval {
 namespace {
@@ -77,6 +78,15 @@ std::string architecture_material(const std::string& model_dir, const std::vecto
   std::string material = "gpueval-model-fingerprint-v1\n";
   const std::string config = io::read_file(model_dir + "/config.json", uint64_t{16} << 20);
   material += "config.json " + std::to_string(config.size()) + "\n" + config + "\n";
+  // The tokens that end generation, where generation_config.json replaces config.json's (only then,
+  // so that a checkpoint's fingerprint stays what it was wherever the two agree).
+  if (const std::optional<std::vector<int64_t>> eos = generation_eos_token_ids(model_dir)) {
+    const nlohmann::json parsed = nlohmann::json::parse(config, nullptr, false);
+    const nlohmann::json own = parsed.is_object() ? parsed.value("eos_token_id", nlohmann::json()) : nlohmann::json();
+    const nlohmann::json as_list = own.is_array() ? own : (own.is_null() ? nlohmann::json::array() : nlohmann::json::array({own}));
+    if (as_list != nlohmann::json(*eos))
+      material += "generation_config.json eos_token_id " + nlohmann::json(*eos).dump() + "\n";
+  }
   for (const WeightsFile& f : files)
     material += f.name + " " + std::to_string(f.size) + " " + std::to_string(f.header.size()) + "\n" + f.header + "\n";
   return material;

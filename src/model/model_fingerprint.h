@@ -1,5 +1,6 @@
 // A checkpoint's fingerprint: a SHA-256 that changes when the model does, computed without
-// reading every weight. It covers config.json's bytes and, for every *.safetensors file in the
+// reading every weight. It covers config.json's bytes, generation_config.json's eos_token_id where
+// it differs from config.json's (model/generation_config.h), and, for every *.safetensors file in the
 // directory (sorted by name), its name, size and JSON header (tensor names, dtypes, shapes and
 // offsets). Retraining that rewrites weights in place with identical headers and sizes is not
 // detected; everything that changes the architecture, dtype or layout is. Used as the model key
