@@ -541,6 +541,7 @@ SUITE = {
     "copa": ("super_glue/copa/default.yaml", "validation", "copa/copa.jsonl"),
     "lambada_openai": ("lambada/lambada_openai.yaml", "test", "lambada_openai/lambada_openai.jsonl"),
     "triviaqa": ("triviaqa/default.yaml", "validation", "triviaqa/triviaqa.jsonl"),
+    "gsm8k_cot": ("gsm8k/gsm8k-cot.yaml", "test", "gsm8k/test.jsonl"),
 }
 # Aggregated metrics compared with a relative tolerance (they are functions of loglikelihoods);
 # the others (acc, acc_norm, exact_match: means of 0/1 values) must be equal.
@@ -576,6 +577,8 @@ def prepare_suite(args, work: Path, lm_eval_tasks: Path) -> dict:
             f"dataset_kwargs:\n  data_files:\n    {split}: {f.resolve()}\n"
             + "".join(f"{k}: {v if v else 'null'}\n" for k, v in splits.items()))
         own = REPO / "tasks" / task / f"{task}.yaml"
+        if task == "gsm8k_cot":
+            own = REPO / "tasks" / "gsm8k" / "gsm8k_cot.yaml"
         specs[task] = str(own) if own.exists() else task
     for subject in args.mmlu_cont:
         name = f"mmlu_{subject}_continuation"
@@ -638,7 +641,7 @@ def run_suite_gpueval(args, work: Path, specs: dict, tasks: list[str], shots: in
         shutil.rmtree(out_dir)
     cfg = {"model": str(Path(args.model).resolve()), "tasks": [specs[t] for t in tasks], "dtype": "float32",
            "output": str(out_dir), "limit": args.suite_limit, "add_bos": "auto" if args.suite_bos == "auto" else False,
-           "data": {r: str((Path(args.data) / r).resolve()) for r in ["mmlu"] + list(SUITE)
+           "data": {r: str((Path(args.data) / r).resolve()) for r in ["mmlu", "gsm8k"] + list(SUITE)
                     if (Path(args.data) / r).is_dir()}}
     cfg["data"].update(roots or {})
     if shots is not None:

@@ -252,10 +252,38 @@ TEST(Executor, RejectsBatchesThatMixKinds) {
   Batch mixed = plan.batches[0];
   mixed.items.push_back(plan.batches[1].items[0]);
   EXPECT_THROW(execute_batch(model(), tokenizer(), mixed), Error);
-  Batch temperatures = plan.batches[0].items[0].type == RequestType::kGenerateUntil ? plan.batches[0] : plan.batches[1];
-  temperatures.items.push_back(temperatures.items[0]);
-  temperatures.items[1].temperature = 0.5;
-  EXPECT_THROW(execute_batch(model(), tokenizer(), temperatures), Error);
+}
+
+// Rows of one batch sample with their own settings and seeds: greedy, temperature alone, top-k
+// and top-p rows side by side give what each gives alone, and a repeat (another seed) differs.
+TEST(Executor, RowsSampleWithTheirOwnSettings) {
+  const Plan plan = make_plan({generation(0, "Once upon a time", {}, 24), generation(1, "Once upon a time", {}, 24),
+                               generation(2, "Once upon a time", {}, 24), generation(3, "Once upon a time", {}, 24),
+                               generation(4, "Once upon a time", {}, 24)},
+                              tokenizer(), options(1 << 20));
+  ASSERT_EQ(plan.batches.size(), 1u);
+  Batch together = plan.batches[0];
+  ASSERT_EQ(together.items.size(), 5u);
+  const struct {
+    double temperature;
+    int64_t top_k;
+    double top_p;
+    uint64_t seed;
+  } rows[] = {{0.0, 0, 1.0, 1}, {1.0, 0, 1.0, 1}, {1.0, 0, 1.0, 2}, {0.8, 5, 1.0, 1}, {1.2, 0, 0.5, 1}};
+  for (size_t k = 0; k < 5; ++k) {
+    together.items[k].temperature = rows[k].temperature;
+    together.items[k].top_k = rows[k].top_k;
+    together.items[k].top_p = rows[k].top_p;
+    together.items[k].seed = rows[k].seed;
+  }
+  const auto all = execute_batch(model(), tokenizer(), together);
+  for (size_t k = 0; k < 5; ++k) {
+    Batch alone = together;
+    alone.items = {together.items[k]};
+    EXPECT_EQ(execute_batch(model(), tokenizer(), alone).at(0).text, all[k].text) << "row " << k;
+  }
+  EXPECT_NE(all[1].text, all[2].text);  // same settings, another seed
+  EXPECT_NE(all[0].text, all[1].text);  // greedy against sampled
 }
 
 ItemResult item(int64_t request, int32_t part, int32_t parts, double logprob, bool greedy = true) {

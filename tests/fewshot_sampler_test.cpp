@@ -105,7 +105,7 @@ TEST_F(FewshotSamplerTest, BadSamplerOrTooFewDocumentsFailWithFileAndLine) {
   EXPECT_THAT(error_of([&] { load(std::string(kTask) + "fewshot_path: eval.jsonl\nfewshot_config:\n  sampler: random\n"); }),
               HasSubstr(yaml + ":9: fewshot_config: unknown sampler 'random' (lm-eval's samplers: default, first_n)"));
   EXPECT_THAT(error_of([&] { load(std::string(kTask) + "fewshot_path: eval.jsonl\nfewshot_config:\n  split: train\n"); }),
-              HasSubstr(yaml + ":9: fewshot_config: only 'sampler' is supported yet, not 'split'"));
+              HasSubstr(yaml + ":9: fewshot_config: only 'sampler' and 'samples' are supported yet, not 'split'"));
   // Three documents, 3 shots from the evaluated file: lm-eval's sample(pool, 4) fails too.
   EXPECT_THAT(error_of([&] { load(std::string(kTask) + "fewshot_path: eval.jsonl\n"); }),
               HasSubstr("eval.jsonl: num_fewshot 3 from the task's own 3 documents needs at least 4"));

@@ -97,6 +97,21 @@ TEST(MetricsTest, ExactMatchOptions) {
   EXPECT_THROW(exact_match("a", "a", {{"ignore_spaces", true}}), Error);
 }
 
+// pass@k = 1 - C(n-c, k) / C(n, k), checked by hand: n = 8 samples, c = 2 right.
+TEST(MetricsTest, PassAtKIsTheUnbiasedEstimator) {
+  EXPECT_DOUBLE_EQ(pass_at_k(8, 2, 1), 2.0 / 8);            // c / n
+  EXPECT_DOUBLE_EQ(pass_at_k(8, 2, 2), 1 - 15.0 / 28);      // C(6,2)/C(8,2) = 15/28
+  EXPECT_DOUBLE_EQ(pass_at_k(8, 2, 4), 1 - 15.0 / 70);      // C(6,4)/C(8,4) = 15/70
+  EXPECT_EQ(pass_at_k(8, 2, 7), 1.0);                       // n - c < k: a right one is always drawn
+  EXPECT_EQ(pass_at_k(8, 0, 1), 0.0);
+  EXPECT_EQ(pass_at_k(8, 8, 8), 1.0);
+  // C(61,8)/C(64,8) = (61 * 60 * ... * 54) / (64 * 63 * ... * 57)
+  EXPECT_DOUBLE_EQ(pass_at_k(64, 3, 8), 1 - 61.0 * 60 * 59 * 58 * 57 * 56 * 55 * 54 / (64.0 * 63 * 62 * 61 * 60 * 59 * 58 * 57));
+  EXPECT_THROW(pass_at_k(4, 5, 1), Error);
+  EXPECT_THROW(pass_at_k(4, 1, 5), Error);
+  EXPECT_THROW(pass_at_k(4, 1, 0), Error);
+}
+
 TEST(MetricsTest, AggregateMetricsFollowsSpecOrderAndSkipsAbsentMetrics) {
   const std::vector<MetricSpec> specs = {*builtin_metric("acc"), *builtin_metric("acc_norm"), *builtin_metric("acc_bytes")};
   const DocMetrics a = {{"acc", MetricValue::scalar(1)}, {"acc_norm", MetricValue::scalar(0)}};

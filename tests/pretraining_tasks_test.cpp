@@ -1,5 +1,5 @@
 // The pretraining-suite tasks (tasks/{piqa,openbookqa,boolq,copa,winogrande,lambada_openai,
-// triviaqa}) build the requests lm-evaluation-harness 0.4.13 builds: every context and
+// triviaqa}, and gsm8k/gsm8k_cot) build the requests lm-evaluation-harness 0.4.13 builds: every context and
 // continuation of their first documents equals, byte for byte, lm-eval's own Instance.arguments
 // (tests/fixtures/lm_eval_prompts.json, written by scripts/dump_lm_eval_prompts.py from lm-eval's
 // YAMLs over the same shared data). Also: Winogrande's partial scoring through the planner, the
@@ -25,12 +25,14 @@ namespace {
 using testing::error_of;
 using ::testing::HasSubstr;
 
-const char* const kSuite[] = {"piqa", "openbookqa", "boolq", "copa", "winogrande", "lambada_openai", "triviaqa"};
+const char* const kSuite[] = {"piqa",           "openbookqa", "boolq",    "copa",
+                              "winogrande",     "lambada_openai", "triviaqa", "gsm8k_cot"};
 
 std::string tasks_dir() { return testing::source_dir() + "/tasks"; }
 
 Task load_shared(const std::string& name, TaskLoadOptions options = {}) {
   options.data_roots[name] = testing::shared_dir() + "/data/" + name;
+  options.data_roots["gsm8k"] = testing::shared_dir() + "/data/gsm8k";  // gsm8k_cot's
   return Task::load(name, {tasks_dir()}, options);
 }
 

@@ -335,7 +335,7 @@ TEST(TaskTest, DefinitionErrorsNameFileAndLine) {
   EXPECT_THAT(load_error(std::string(kChoiceYaml) + "filter_list: []\n"),
               HasSubstr(yaml + ":10: filter_list applies to generate_until tasks only"));
   EXPECT_THAT(load_error(std::string(kChoiceYaml) + "num_fewshot: 5\n"),
-              HasSubstr(yaml + ":10: num_fewshot 5 needs fewshot_path (the documents to draw examples from)"));
+              HasSubstr(yaml + ":10: num_fewshot 5 needs fewshot_path or fewshot_config.samples (the documents to draw examples from)"));
   EXPECT_THAT(load_error(std::string(kChoiceYaml) + "fewshot_config:\n  sampler: balanced\n"),
               HasSubstr(yaml + ":11: fewshot_config: unknown sampler 'balanced' (lm-eval's samplers: default, first_n)"));
   EXPECT_THAT(load_error(std::string(kChoiceYaml) + "task: again\n"), HasSubstr(yaml + ":10: duplicate key 'task'"));

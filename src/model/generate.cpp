@@ -11,7 +11,7 @@ namespace gpueval {
 namespace {
 
 // logits: [V] float32 on CPU.
-int32_t pick_token(const at::Tensor& logits, const SamplingOptions& o, at::Generator& gen) {
+int32_t pick_token(const at::Tensor& logits, const Sampler& o, at::Generator& gen) {
   if (o.temperature <= 0) return static_cast<int32_t>(logits.argmax().item<int64_t>());
   at::Tensor scaled = logits / o.temperature;
   if (o.top_k > 0 && o.top_k < scaled.size(0)) {
@@ -40,6 +40,9 @@ std::vector<Generation> generate(const LlamaModelImpl& model, const std::vector<
   if (b == 0) return out;
   if (!o.seeds.empty() && static_cast<int64_t>(o.seeds.size()) != b)
     throw Error(fmt::format("generate: {} seeds for {} prompts", o.seeds.size(), b));
+  if (!o.per_row.empty() && static_cast<int64_t>(o.per_row.size()) != b)
+    throw Error(fmt::format("generate: {} samplers for {} prompts", o.per_row.size(), b));
+  const Sampler common{o.temperature, o.top_k, o.top_p};
   const int64_t context = model.config().max_position_embeddings;
   int64_t longest = 0;
   for (const auto& p : prompts) {
@@ -81,7 +84,7 @@ std::vector<Generation> generate(const LlamaModelImpl& model, const std::vector<
     std::vector<int64_t> keep_rows, still_active, next_tokens, next_pos;
     for (size_t r = 0; r < active.size(); ++r) {
       const int64_t i = active[r];
-      const int32_t tok = pick_token(logits[r], o, gens[i]);
+      const int32_t tok = pick_token(logits[r], o.per_row.empty() ? common : o.per_row[i], gens[i]);
       if (on_token) on_token(static_cast<size_t>(i), tok);
       if (std::find(o.stop_token_ids.begin(), o.stop_token_ids.end(), tok) != o.stop_token_ids.end()) {
         out[i].stopped = true;

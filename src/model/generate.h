@@ -15,11 +15,20 @@
 
 namespace gpueval {
 
-struct SamplingOptions {
-  int64_t max_new_tokens = 256;
+// How one row picks its next token, as transformers' sampling warpers do in their order:
+// logits / temperature, then top-k, then top-p (nucleus), then a draw.
+struct Sampler {
   double temperature = 0.0;  // 0: greedy (first argmax)
   int64_t top_k = 0;         // 0: off
   double top_p = 1.0;        // 1: off
+};
+
+struct SamplingOptions {
+  int64_t max_new_tokens = 256;
+  double temperature = 0.0;  // the Sampler of every row, unless `per_row` gives each its own
+  int64_t top_k = 0;
+  double top_p = 1.0;
+  std::vector<Sampler> per_row;        // one per prompt; empty: the three fields above for all
   std::vector<uint64_t> seeds;         // one per prompt; empty: `seed` for all
   uint64_t seed = 0;
   std::vector<int64_t> stop_token_ids;  // generation of a row ends after one of these (not returned)

@@ -208,6 +208,13 @@ class RequestEncoder {
     item.stops = r.stops;
     item.max_tokens = r.max_tokens;
     item.seed = request_seed(options_.seed, r.task, r.doc_id, r.choice);
+    if (r.sampled()) {
+      if (r.temperature < 0 || r.top_k < 0 || r.top_p < 0)
+        throw Error(fmt::format("request {}: sampling settings not resolved from the checkpoint", r.index));
+      item.temperature = r.temperature;
+      item.top_k = r.top_k;
+      item.top_p = r.top_p;
+    }
     return item;
   }
 
@@ -606,6 +613,10 @@ nlohmann::json to_json(const WorkItem& item) {
     j["stops"] = item.stops;
     j["max_tokens"] = item.max_tokens;
     j["temperature"] = item.temperature;
+    if (item.temperature > 0) {
+      j["top_k"] = item.top_k;
+      j["top_p"] = item.top_p;
+    }
     j["seed"] = item.seed;
   } else {
     j["first_target"] = item.first_target;
@@ -639,6 +650,11 @@ WorkItem work_item_from_json(const nlohmann::json& j, const std::string& path) {
     item.max_tokens = get_int(field(j, "max_tokens", path), path + ".max_tokens", 0, kInt32Max);
     item.temperature = get_double(field(j, "temperature", path), path + ".temperature");
     if (item.temperature < 0) fail(path + ".temperature", "must be >= 0, got {}", item.temperature);
+    if (j.contains("top_k")) item.top_k = get_int(j.at("top_k"), path + ".top_k", 0, kInt64Max);
+    if (j.contains("top_p")) {
+      item.top_p = get_double(j.at("top_p"), path + ".top_p");
+      if (!(item.top_p > 0 && item.top_p <= 1)) fail(path + ".top_p", "must be in (0, 1], got {}", item.top_p);
+    }
     item.seed = get_uint64(field(j, "seed", path), path + ".seed");
   } else {
     if (item.type == RequestType::kLoglikelihood && item.parts != 1)

@@ -38,6 +38,8 @@ struct WorkItem {
   std::vector<std::string> stops;  // generate_until
   int64_t max_tokens = 0;          // generate_until
   double temperature = 0.0;        // generate_until: 0 is greedy
+  int64_t top_k = 0;               // generate_until sampling: 0 is off
+  double top_p = 1.0;              // generate_until sampling: 1 is off
   uint64_t seed = 0;               // generate_until: request_seed(), so sampling never depends on the worker
   // loglikelihood: the request index of the first of one document's requests whose contexts
   // differ but whose continuation is the same (a multiple-input task's choices); -1 otherwise.

@@ -29,6 +29,11 @@ nlohmann::json to_json(const Request& r) {
   if (r.type == RequestType::kGenerateUntil) {
     j["stops"] = r.stops;
     j["max_tokens"] = r.max_tokens;
+    if (r.sampled()) {
+      j["temperature"] = r.temperature;
+      j["top_k"] = r.top_k;
+      j["top_p"] = r.top_p;
+    }
   }
   return j;
 }

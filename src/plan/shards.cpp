@@ -123,6 +123,10 @@ std::string plan_fingerprint(const Plan& plan) {
       for (const std::string& s : w.stops) e.bytes(s);
       e.i64(w.max_tokens);
       e.f64(w.temperature);
+      if (w.temperature > 0) {  // only when sampling, so that greedy plans keep their fingerprints
+        e.i64(w.top_k);
+        e.f64(w.top_p);
+      }
       e.i64(static_cast<int64_t>(w.seed));
       e.i64(w.family);
     }

@@ -31,13 +31,30 @@ nlohmann::ordered_json metric_json(const Task& task, const std::string& name, co
 nlohmann::ordered_json sample(const DocRecord& record, size_t filter) {
   const Task& task = *record.task;
   const DocMetrics& metrics = record.metrics.at(filter);
-  const std::vector<std::string> texts = task.filtered_texts(record.results, filter);
   const nlohmann::json target = task.target(record.doc);
   nlohmann::ordered_json arguments = nlohmann::ordered_json::object();
   nlohmann::ordered_json resps = nlohmann::ordered_json::array();
   nlohmann::ordered_json filtered = nlohmann::ordered_json::array();
   nlohmann::ordered_json generation_kwargs = task.ordered_config().value("generation_kwargs", nlohmann::ordered_json());
-  for (size_t i = 0; i < record.requests.size(); ++i) {
+  if (task.output_type() == OutputType::kGenerateUntil) {
+    // lm-eval's one Instance per document: its repeats' responses together, and what the
+    // pipeline left of them (a str after take_first, else a list).
+    const FilterPipeline& pipeline = task.filters().at(filter);
+    const std::vector<std::string> texts = task.filtered_output(record.results, filter);
+    nlohmann::ordered_json args;
+    args["arg_0"] = record.requests.empty() ? std::string() : record.requests[0].context;
+    args["arg_1"] = generation_kwargs;
+    arguments["gen_args_0"] = args;
+    nlohmann::ordered_json responses = nlohmann::ordered_json::array();
+    for (const RequestResult& result : record.results) responses.push_back(result.text);
+    resps.push_back(responses);
+    if (pipeline.single_text() && texts.size() == 1) {
+      filtered.push_back(texts.front());
+    } else {
+      filtered.push_back(nlohmann::ordered_json(texts));
+    }
+  }
+  for (size_t i = 0; i < record.requests.size() && task.output_type() != OutputType::kGenerateUntil; ++i) {
     const Request& request = record.requests[i];
     const RequestResult& result = record.results[i];
     // Instance.args of lm-eval's requests, and the response each LM method returns, with
@@ -54,15 +71,11 @@ nlohmann::ordered_json sample(const DocRecord& record, size_t filter) {
         args["arg_0"] = request.context;
         response = py::float_repr(result.logprob);
         break;
-      case RequestType::kGenerateUntil:
-        args["arg_0"] = request.context;
-        args["arg_1"] = generation_kwargs;
-        response = result.text;
-        break;
+      case RequestType::kGenerateUntil: break;  // above
     }
     arguments["gen_args_" + std::to_string(i)] = args;
     resps.push_back(nlohmann::ordered_json::array({response}));
-    filtered.push_back(request.type == RequestType::kGenerateUntil ? nlohmann::ordered_json(texts[i]) : response);
+    filtered.push_back(response);
   }
   const std::string target_text = py::str(target);
   nlohmann::ordered_json line;

@@ -234,11 +234,7 @@ std::vector<ItemResult> generate_items(const LlamaModelImpl& model, const Tokeni
   std::vector<ItemResult> out;
   std::vector<const WorkItem*> rows;  // items that generate at least one token
   std::vector<size_t> row_out;
-  const double temperature = batch.items.front().temperature;
   for (const WorkItem& item : batch.items) {
-    if (item.temperature != temperature)
-      throw Error(fmt::format("batch {}: generate_until items with temperatures {} and {}", batch.id, temperature,
-                              item.temperature));
     out.push_back(result_for(item));
     if (item.max_tokens <= 0) continue;
     rows.push_back(&item);
@@ -249,10 +245,10 @@ std::vector<ItemResult> generate_items(const LlamaModelImpl& model, const Tokeni
   std::vector<std::vector<int32_t>> prompts;
   SamplingOptions o;
   o.max_new_tokens = 0;
-  o.temperature = temperature;
   for (const WorkItem* item : rows) {
     prompts.push_back(item->tokens);
     o.seeds.push_back(item->seed);
+    o.per_row.push_back(Sampler{item->temperature, item->top_k, item->top_p});
     o.max_new_tokens = std::max(o.max_new_tokens, item->max_tokens);
   }
   o.stop_token_ids = model.config().eos_token_ids;

@@ -45,8 +45,8 @@ struct ExecutionStats {
   void add(const ExecutionStats& other);
 };
 
-// Throws Error for a batch that mixes generation with scoring or sampling
-// temperatures, or whose items do not fit the model.
+// Throws Error for a batch that mixes generation with scoring, or whose items do not fit the
+// model. Generation rows sample each with its own settings and seed (WorkItem).
 std::vector<ItemResult> execute_batch(const LlamaModelImpl& model, const Tokenizer& tokenizer, const Batch& batch,
                                       const ExecutionOptions& options = {}, ExecutionStats* stats = nullptr);
 

@@ -1,9 +1,11 @@
 #include "gpueval/filters.h"
 
+#include <algorithm>
 #include <set>
 
 #include <yaml-cpp/yaml.h>
 
+#include "common/python_format.h"
 #include "common/strict_json.h"
 #include "common/unicode_regex.h"
 #include "common/utf8.h"
@@ -96,6 +98,15 @@ FilterStep parse_step(const YAML::Node& item, const std::string& yaml_path) {
     options = {"regex_pattern", "group_select", "fallback"};
   } else if (function == "take_first") {
     step.kind = FilterStep::Kind::kTakeFirst;
+  } else if (function == "take_first_k") {
+    step.kind = FilterStep::Kind::kTakeFirstK;
+    options = {"k"};
+    if (!item["k"]) fail(where, "take_first_k needs k (how many responses to keep)");
+  } else if (function == "majority_vote") {
+    step.kind = FilterStep::Kind::kMajorityVote;
+  } else if (function == "map") {
+    step.kind = FilterStep::Kind::kMap;
+    options = {"mapping_dict", "default_value"};
   } else if (function == "lowercase") {
     step.kind = FilterStep::Kind::kLowercase;
   } else if (function == "uppercase") {
@@ -103,10 +114,12 @@ FilterStep parse_step(const YAML::Node& item, const std::string& yaml_path) {
   } else if (function == "remove_whitespace") {
     step.kind = FilterStep::Kind::kRemoveWhitespace;
   } else {
-    static const std::set<std::string> kLmEvalOnly = {"majority_vote", "take_first_k", "map", "regex_pos",
-                                                      "multi_choice_regex", "custom", "format_span", "cot_filter"};
+    static const std::set<std::string> kLmEvalOnly = {"regex_pos", "multi_choice_regex", "custom", "format_span",
+                                                      "cot_filter"};
     if (kLmEvalOnly.count(function)) fail(where, "filter function '{}' is not supported yet", function);
-    fail(where, "unknown filter function {} (known: regex, take_first, lowercase, uppercase, remove_whitespace)",
+    fail(where,
+         "unknown filter function {} (known: regex, take_first, take_first_k, majority_vote, map, lowercase, "
+         "uppercase, remove_whitespace)",
          quote_untrusted(function));
   }
   for (const auto& entry : item) {
@@ -122,6 +135,16 @@ FilterStep parse_step(const YAML::Node& item, const std::string& yaml_path) {
       const nlohmann::ordered_json v = yaml_to_json(entry.second, yaml_path);
       if (!v.is_number_integer()) fail(at, "group_select must be an integer");
       step.group_select = v.get<int64_t>();
+    } else if (key == "k") {
+      const nlohmann::ordered_json v = yaml_to_json(entry.second, yaml_path);
+      if (!v.is_number_integer() || v.get<int64_t>() < 1) fail(at, "take_first_k: k must be an integer >= 1");
+      step.k = v.get<int64_t>();
+    } else if (key == "mapping_dict") {
+      const nlohmann::ordered_json v = yaml_to_json(entry.second, yaml_path);
+      if (!v.is_object()) fail(at, "map: mapping_dict must be a mapping");
+      for (const auto& [from, to] : v.items()) step.mapping.emplace_back(from, py::str(to));
+    } else if (key == "default_value") {
+      step.default_value = py::str(yaml_to_json(entry.second, yaml_path));
     }
   }
   if (step.kind == FilterStep::Kind::kRegex) {
@@ -142,7 +165,14 @@ FilterPipeline FilterPipeline::none() {
 std::string apply_filter_step(const FilterStep& step, const std::string& text) {
   switch (step.kind) {
     case FilterStep::Kind::kRegex: return regex_extract(step, text);
-    case FilterStep::Kind::kTakeFirst: return text;
+    case FilterStep::Kind::kTakeFirst:
+    case FilterStep::Kind::kTakeFirstK:
+    case FilterStep::Kind::kMajorityVote: return text;
+    case FilterStep::Kind::kMap:
+      for (const auto& [from, to] : step.mapping) {
+        if (from == text) return to;
+      }
+      return step.default_value;
     case FilterStep::Kind::kLowercase: return ascii_case(text, false);
     case FilterStep::Kind::kUppercase: return ascii_case(text, true);
     case FilterStep::Kind::kRemoveWhitespace: return python_strip(text);
@@ -150,18 +180,55 @@ std::string apply_filter_step(const FilterStep& step, const std::string& text) {
   return text;
 }
 
-std::string FilterPipeline::apply(const std::vector<std::string>& responses) const {
+std::vector<std::string> FilterPipeline::apply(const std::vector<std::string>& responses) const {
   std::vector<std::string> current = responses;
   for (const FilterStep& step : steps_) {
-    if (step.kind == FilterStep::Kind::kTakeFirst) {
-      if (current.empty()) fail("filter '" + name_ + "'", "take_first of no responses");
-      current.resize(1);
-      continue;
+    switch (step.kind) {
+      case FilterStep::Kind::kTakeFirst:
+        if (current.empty()) fail("filter '" + name_ + "'", "take_first of no responses");
+        current.resize(1);
+        break;
+      case FilterStep::Kind::kTakeFirstK:
+        if (static_cast<int64_t>(current.size()) < step.k) {
+          fail("filter '" + name_ + "'", "take_first_k needs at least {} responses, got {} (the task's repeats)",
+               step.k, current.size());
+        }
+        current.resize(static_cast<size_t>(step.k));
+        break;
+      case FilterStep::Kind::kMajorityVote: current = {majority_vote(current)}; break;
+      default:
+        for (std::string& text : current) text = apply_filter_step(step, text);
     }
-    for (std::string& text : current) text = apply_filter_step(step, text);
   }
-  // parse_filter_list() makes every pipeline end with take_first.
-  return current.empty() ? std::string() : current[0];
+  return current;
+}
+
+int64_t FilterPipeline::output_count(int64_t responses) const {
+  int64_t n = responses;
+  for (const FilterStep& step : steps_) {
+    if (step.kind == FilterStep::Kind::kTakeFirst || step.kind == FilterStep::Kind::kMajorityVote) n = std::min<int64_t>(n, 1);
+    if (step.kind == FilterStep::Kind::kTakeFirstK) n = n < step.k ? 0 : step.k;
+  }
+  return n;
+}
+
+std::string majority_vote(const std::vector<std::string>& responses) {
+  if (responses.empty()) fail("majority_vote", "no responses to vote over");
+  // Counter(responses).most_common(1): the highest count, the first seen among equal counts.
+  std::vector<std::pair<std::string, int64_t>> counts;  // in order of first appearance
+  for (const std::string& r : responses) {
+    auto it = std::find_if(counts.begin(), counts.end(), [&](const auto& c) { return c.first == r; });
+    if (it == counts.end()) {
+      counts.emplace_back(r, 1);
+    } else {
+      ++it->second;
+    }
+  }
+  size_t best = 0;
+  for (size_t i = 1; i < counts.size(); ++i) {
+    if (counts[i].second > counts[best].second) best = i;
+  }
+  return counts[best].first;
 }
 
 std::vector<FilterPipeline> parse_filter_list(const YAML::Node& node, const std::string& yaml_path) {
@@ -189,10 +256,6 @@ std::vector<FilterPipeline> parse_filter_list(const YAML::Node& node, const std:
       fail(yaml_where(yaml_path, steps), "filter '{}': 'filter' must be a non-empty list of steps", pipeline.name_);
     }
     for (const YAML::Node& item : steps) pipeline.steps_.push_back(parse_step(item, yaml_path));
-    if (pipeline.steps_.back().kind != FilterStep::Kind::kTakeFirst) {
-      fail(yaml_where(yaml_path, steps), "filter '{}' must end with take_first (one response per request is scored)",
-           pipeline.name_);
-    }
     out.push_back(std::move(pipeline));
   }
   return out;

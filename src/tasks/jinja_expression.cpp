@@ -18,11 +18,14 @@ using nlohmann::json;
 using NodePtr = std::shared_ptr<const Node>;
 
 struct Node {
-  enum class Kind { kLiteral, kName, kList, kAttr, kItem, kSlice, kMethod, kFilter, kBinary, kNeg };
+  enum class Kind { kLiteral, kName, kList, kAttr, kItem, kSlice, kMethod, kFilter, kBinary, kNeg,
+                    kTest, kNot, kAnd, kOr, kIf };
   Kind kind = Kind::kLiteral;
   json literal;               // kLiteral
-  std::string name;           // kName, kAttr, kMethod, kFilter: the name; kBinary: the operator
-  std::vector<NodePtr> args;  // the operand first, then arguments; a slice's absent bounds are null
+  std::string name;           // kName, kAttr, kMethod, kFilter, kTest: the name; kBinary: the operator
+  std::vector<NodePtr> args;  // the operand first, then arguments; a slice's absent bounds are null;
+                              // kIf: the value, the condition, the else value
+  bool negated = false;       // kTest: `is not`
   std::string source;         // the expression as written, for messages
   int depth = 1;              // 1 + the deepest argument's: bounds the evaluator's recursion
 };
@@ -114,9 +117,11 @@ std::vector<Token> tokenize(const std::string& s, const Fail& refuse) {
 // ------------------------------------------------------------------------------------------ parser
 
 constexpr const char* kFilters[] = {"int", "join", "lower", "upper", "trim", "length", "string", "first", "last"};
+constexpr const char* kTests[] = {"defined", "undefined", "none", "string", "number"};
 constexpr const char* kSubset =
     "gpueval's Jinja subset: fields, literals, [lists], slices, + - * / // % ~, "
-    "str/list methods and the filters int, join, lower, upper, trim, length, string, first, last";
+    "str/list methods, the filters int, join, lower, upper, trim, length, string, first, last, "
+    "the tests defined, undefined, none, string, number, not/and/or and 'a if c else b'";
 
 class Parser {
  public:
@@ -125,7 +130,7 @@ class Parser {
   }
 
   NodePtr parse() {
-    NodePtr e = additive();
+    NodePtr e = expression();
     if (peek().kind != Token::Kind::kEnd) unexpected();
     return e;
   }
@@ -148,11 +153,7 @@ class Parser {
       if (t.text == "**") refuse("the operator '**'");
       if (t.text == "{" || t.text == "}") refuse("a dict literal");
     }
-    if (t.kind == Token::Kind::kName && (t.text == "if" || t.text == "else")) refuse("the conditional expression 'if'");
-    if (t.kind == Token::Kind::kName && (t.text == "is" || t.text == "in" || t.text == "not" || t.text == "and" ||
-                                         t.text == "or")) {
-      refuse(fmt::format("the operator '{}'", t.text));
-    }
+    if (t.kind == Token::Kind::kName && t.text == "in") refuse("the operator 'in'");
     // The source is quoted as untrusted text: it may hold newlines (found by fuzz_template).
     if (t.kind == Token::Kind::kEnd) refuse("the expression " + quote_untrusted(source_) + " (it ends too early" + why + ")");
     refuse(fmt::format("the expression {} (unexpected {} at offset {}{})", quote_untrusted(source_),
@@ -171,9 +172,11 @@ class Parser {
     return s;
   }
 
-  NodePtr make(Node::Kind kind, std::string name, std::vector<NodePtr> args, size_t begin_token, json literal = {}) {
+  NodePtr make(Node::Kind kind, std::string name, std::vector<NodePtr> args, size_t begin_token, json literal = {},
+               bool negated = false) {
     auto n = std::make_shared<Node>();
     n->kind = kind;
+    n->negated = negated;
     n->name = std::move(name);
     n->args = std::move(args);
     for (const NodePtr& a : n->args)
@@ -182,6 +185,48 @@ class Parser {
     n->literal = std::move(literal);
     n->source = text_from(begin_token);
     return n;
+  }
+
+  bool at_name(const char* name) const { return peek().kind == Token::Kind::kName && peek().text == name; }
+
+  // Jinja's conditional expression `a if cond else b` (the else part is required: Jinja's
+  // undefined would render as an empty string), over `or`, `and`, `not`.
+  NodePtr expression() {
+    const size_t begin = pos_;
+    NodePtr value = or_test();
+    if (!at_name("if")) return value;
+    take();
+    NodePtr condition = or_test();
+    if (!at_name("else")) unexpected(" (a conditional expression needs its 'else' part)");
+    take();
+    NodePtr otherwise = expression();
+    return make(Node::Kind::kIf, "", {value, condition, otherwise}, begin);
+  }
+  NodePtr or_test() {
+    const size_t begin = pos_;
+    NodePtr lhs = and_test();
+    while (at_name("or")) {
+      take();
+      lhs = make(Node::Kind::kOr, "or", {lhs, and_test()}, begin);
+    }
+    return lhs;
+  }
+  NodePtr and_test() {
+    const size_t begin = pos_;
+    NodePtr lhs = not_test();
+    while (at_name("and")) {
+      take();
+      lhs = make(Node::Kind::kAnd, "and", {lhs, not_test()}, begin);
+    }
+    return lhs;
+  }
+  NodePtr not_test() {
+    const size_t begin = pos_;
+    if (at_name("not")) {
+      take();
+      return make(Node::Kind::kNot, "not", {not_test()}, begin);
+    }
+    return additive();
   }
 
   // + and - (Jinja's math1), over ~ (concat), over * / // % (math2), over unary. Every nested
@@ -235,7 +280,24 @@ class Parser {
   }
 
   NodePtr filters(NodePtr node, size_t begin) {
-    while (at_op("|")) {
+    while (at_op("|") || at_name("is")) {
+      if (at_name("is")) {
+        // Jinja's tests bind as tightly as filters: `a ~ b is defined` tests b.
+        take();
+        bool negated = false;
+        if (at_name("not")) {
+          take();
+          negated = true;
+        }
+        if (peek().kind != Token::Kind::kName) unexpected(" (a test name must follow 'is')");
+        const std::string test = take().text;
+        bool known = false;
+        for (const char* t : kTests) known = known || test == t;
+        if (!known) refuse(fmt::format("the test '{}'", test));
+        if (at_op("(")) refuse(fmt::format("arguments to the test '{}'", test));
+        node = make(Node::Kind::kTest, test, {node}, begin, {}, negated);
+        continue;
+      }
       take();
       if (peek().kind != Token::Kind::kName) unexpected(" (a filter name must follow '|')");
       const std::string name = take().text;
@@ -308,7 +370,7 @@ class Parser {
       case Token::Kind::kOp:
         if (t.text == "(") {
           take();
-          NodePtr inner = additive();
+          NodePtr inner = expression();
           if (at_op(",")) refuse("a tuple literal");
           expect(")");
           take();
@@ -512,6 +574,17 @@ class Evaluator {
       case Node::Kind::kMethod: return method(n);
       case Node::Kind::kFilter: return filter(n);
       case Node::Kind::kBinary: return binary(n.name, eval(*n.args[0]), eval(*n.args[1]));
+      case Node::Kind::kTest: return test(n) != n.negated;
+      case Node::Kind::kNot: return !truthy(eval(*n.args[0]));
+      case Node::Kind::kAnd: {  // Python's: the first falsy operand, else the last
+        json lhs = eval(*n.args[0]);
+        return truthy(lhs) ? eval(*n.args[1]) : lhs;
+      }
+      case Node::Kind::kOr: {
+        json lhs = eval(*n.args[0]);
+        return truthy(lhs) ? lhs : eval(*n.args[1]);
+      }
+      case Node::Kind::kIf: return truthy(eval(*n.args[1])) ? eval(*n.args[0]) : eval(*n.args[2]);
       case Node::Kind::kNeg: {
         const json v = eval(*n.args[0]);
         if (is_int(v)) return -as_int(v);
@@ -527,6 +600,56 @@ class Evaluator {
     fail_(": " + message);
     throw std::logic_error("fail() returned");
   }
+  // Python's truth value of a JSON-held value.
+  static bool truthy(const json& v) {
+    if (v.is_null()) return false;
+    if (v.is_boolean()) return v.get<bool>();
+    if (v.is_number_float()) return v.get<double>() != 0.0;
+    if (v.is_number()) return v.get<int64_t>() != 0;
+    if (v.is_string()) return !v.get_ref<const std::string&>().empty();  // json::empty() is false for any string
+    if (v.is_array() || v.is_object()) return !v.empty();
+    return true;
+  }
+
+  // Whether `n` names something that exists (Jinja's `is defined`), without failing on a
+  // missing field, key or index; other expressions are evaluated and are defined.
+  bool defined(const Node& n) {
+    switch (n.kind) {
+      case Node::Kind::kName: return doc_.is_object() && doc_.contains(n.name);
+      case Node::Kind::kAttr: {
+        if (!defined(*n.args[0])) return false;
+        const json obj = eval(*n.args[0]);
+        return obj.is_object() && obj.contains(n.name);
+      }
+      case Node::Kind::kItem: {
+        if (!defined(*n.args[0])) return false;
+        const json obj = eval(*n.args[0]);
+        const json key = eval(*n.args[1]);
+        if (obj.is_object()) return obj.contains(key.is_string() ? key.get<std::string>() : py::str(key));
+        if ((obj.is_array() || obj.is_string()) && is_int(key)) {
+          const int64_t size = obj.is_array() ? static_cast<int64_t>(obj.size())
+                                              : static_cast<int64_t>(py::code_points(obj.get<std::string>()).size());
+          const int64_t i = as_int(key);
+          return i >= -size && i < size;
+        }
+        eval(n);  // the error Jinja would raise
+        return true;
+      }
+      default: eval(n); return true;
+    }
+  }
+
+  bool test(const Node& n) {
+    const std::string& t = n.name;
+    if (t == "defined") return defined(*n.args[0]);
+    if (t == "undefined") return !defined(*n.args[0]);
+    const json v = eval(*n.args[0]);
+    if (t == "none") return v.is_null();
+    if (t == "string") return v.is_string();
+    if (t == "number") return v.is_number() || v.is_boolean();  // Python's bool is a Number
+    error(fmt::format("unknown test '{}'", t));
+  }
+
   [[noreturn]] void missing(const Node& n) {
     fail_(" references missing field '" + n.source + "'");
     throw std::logic_error("fail() returned");

@@ -11,11 +11,15 @@
 //                 endswith(x); on lists: index(x), count(x)
 //   filters       x|int, x|join(sep), x|lower, x|upper, x|trim, x|length, x|string, x|first,
 //                 x|last (Jinja's own: int("2.5") is 2, an unparsable one 0)
+//   tests         x is [not] defined / undefined / none / string / number (a missing field,
+//                 key or index is not defined, and testing it is no error)
 //   operators     unary -, + (numbers, strings, lists), - * / // % (numbers), ~ (string
-//                 concatenation), parentheses; precedence as Jinja's: filters bind tightest,
-//                 then * / // %, then ~, then + -.
+//                 concatenation), parentheses, not / and / or (Python's truth values; and/or
+//                 give an operand), `a if cond else b` (the else part required); precedence
+//                 as Jinja's: filters and tests bind tightest, then * / // %, then ~, then
+//                 + -, then not, and, or, and the conditional loosest.
 //
-// Anything else (comparisons, conditionals, tests, calls of other functions, dict literals)
+// Anything else (comparisons, `in`, calls of other functions, dict literals)
 // is refused at parse time, naming the construct. Evaluation errors (a missing field, a type
 // Python would reject, an index out of range, list.index of an absent value) name the
 // document. Values are JSON, standing for the Python values (strings, int, float, bool,

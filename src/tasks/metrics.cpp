@@ -91,6 +91,10 @@ std::optional<MetricSpec> builtin_metric(std::string_view name) {
       // gpueval's: -logprob of the gold continuation / its UTF-8 bytes / ln 2, averaged over
       // documents (OLMo's in-training "bits per byte").
       {"bpb", Aggregation::kMean, false},
+      // generate_until with repeats: the unbiased pass@k and majority-vote accuracy over k
+      // samples (metrics.h); expanded per k by the task file's entry.
+      {"pass_at_k", Aggregation::kMean, true},
+      {"maj_at_k", Aggregation::kMean, true},
   };
   for (const Builtin& b : kBuiltins) {
     if (name == b.name) return MetricSpec{b.name, b.aggregation, b.higher_is_better, nlohmann::json::object()};
@@ -272,6 +276,19 @@ double exact_match(std::string prediction, std::string reference, const nlohmann
     return out;
   };
   return normalize(std::move(prediction)) == normalize(std::move(reference)) ? 1.0 : 0.0;
+}
+
+}  // namespace gpueval
+
+namespace gpueval {
+
+double pass_at_k(int64_t n, int64_t c, int64_t k) {
+  if (c < 0 || c > n || k < 1 || k > n) throw Error(fmt::format("pass@k: needs 0 <= c <= n and 1 <= k <= n, got n={} c={} k={}", n, c, k));
+  if (n - c < k) return 1.0;
+  // 1 - prod_{i = n-c+1}^{n} (1 - k / i), left to right as numpy's prod over np.arange.
+  double product = 1.0;
+  for (int64_t i = n - c + 1; i <= n; ++i) product *= 1.0 - static_cast<double>(k) / static_cast<double>(i);
+  return 1.0 - product;
 }
 
 }  // namespace gpueval

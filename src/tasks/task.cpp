@@ -118,7 +118,9 @@ void Task::load_documents() {
                        text.get_ref<const std::string&>().find_first_not_of("0123456789") == std::string::npos);
   }
   if (num_fewshot_ > 0) {
-    if (!fewshot_from_dataset_) fewshot_pool_ = read_documents(fewshot_file_, fewshot_kind_, fewshot_lines_);
+    if (!fewshot_from_dataset_ && !fewshot_inline_) {
+      fewshot_pool_ = read_documents(fewshot_file_, fewshot_kind_, fewshot_lines_);
+    }
     draw_fewshot();
   }
   // Render everything once, so a bad document fails the load, not the run.

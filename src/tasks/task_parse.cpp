@@ -2,6 +2,7 @@
 // dataset keys) checked and typed, in the order whose first error a user sees, and the
 // config results.json shows. Loading the documents is in task.cpp.
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -39,7 +40,7 @@ const std::vector<std::string>& task_config_order() {
 const std::set<std::string>& unsupported_keys() {
   static const std::set<std::string> kKeys = {
       "custom_dataset", "doc_to_image", "doc_to_audio", "process_results", "use_prompt",
-      "gen_prefix", "group", "include", "class"};
+      "gen_prefix", "group", "class"};
   return kKeys;
 }
 
@@ -58,7 +59,7 @@ const std::vector<std::string>& metrics_for(OutputType type) {
   static const std::vector<std::string> kChoice = {"acc", "acc_norm", "acc_bytes", "exact_match", "bpb"};
   static const std::vector<std::string> kLoglikelihood = {"perplexity", "acc", "bpb"};
   static const std::vector<std::string> kRolling = {"word_perplexity", "byte_perplexity", "bits_per_byte"};
-  static const std::vector<std::string> kGenerate = {"exact_match"};
+  static const std::vector<std::string> kGenerate = {"exact_match", "pass_at_k", "maj_at_k"};
   switch (type) {
     case OutputType::kMultipleChoice: return kChoice;
     case OutputType::kLoglikelihood: return kLoglikelihood;
@@ -90,33 +91,25 @@ std::string scalar_string(const YAML::Node& value, const std::string& key, const
 
 // One task file's top-level keys, each known, supported and there once but not yet typed, and
 // the config results.json shows, filled in any order as keys are read.
+// A task file's top-level keys. `include: FILE` (lm-eval's; FILE relative to the including
+// file) reads FILE's keys first and lets this file's override them, as lm-eval merges them;
+// an error in an included value names the file and line it was written on.
 class TaskYaml {
  public:
   explicit TaskYaml(const std::string& yaml_path) : path_(yaml_path) {
-    const std::string text = io::read_file(yaml_path, uint64_t{1} << 24);
-    root_ = parse_yaml(text, yaml_path);
-    if (!root_.IsMap()) fail(yaml_path, "a task file must be a YAML mapping of keys to values");
-    const auto& order = task_config_order();
-    for (const auto& entry : root_) {
-      const std::string at = where(entry.first);
-      if (!entry.first.IsScalar()) fail(at, "keys must be plain text");
-      const std::string key = entry.first.Scalar();
-      if (values_.count(key)) fail(at, "duplicate key '{}'", key);
-      if (unsupported_keys().count(key)) fail(at, "key '{}' is not supported yet", key);
-      if (std::find(order.begin(), order.end(), key) == order.end()) {
-        fail(at, "unknown key {} (lm-evaluation-harness task keys: task, dataset_path, output_type, doc_to_text, "
-             "doc_to_target, doc_to_choice, target_delimiter, description, metric_list, generation_kwargs, ...)",
-             quote_untrusted(key));
-      }
-      values_[key] = entry.second;
-    }
+    root_ = read(yaml_path, 0);
   }
 
   const std::string& path() const { return path_; }
   const YAML::Node& root() const { return root_; }
   bool has(const std::string& key) const { return values_.count(key) != 0; }
   const YAML::Node& at(const std::string& key) const { return values_.at(key); }
-  std::string where(const YAML::Node& node) const { return yaml_where(path_, node); }
+  std::string where(const YAML::Node& node) const {
+    for (const auto& [root, file] : included_) {
+      if (holds(root, node)) return yaml_where(file, node);
+    }
+    return yaml_where(path_, node);
+  }
   std::string where_of(const std::string& key) const { return where(at(key)); }
   void require(const std::string& key) const {
     if (!has(key)) fail(path_, "missing required key '{}'", key);
@@ -126,9 +119,64 @@ class TaskYaml {
   nlohmann::ordered_json& config() { return config_; }
 
  private:
+  static constexpr int kMaxIncludeDepth = 8;
+
+  // Reads `file`'s keys into values_ over those already there (an included file's), after the
+  // keys of the file it includes.
+  YAML::Node read(const std::string& file, int depth) {
+    const std::string text = io::read_file(file, uint64_t{1} << 24);
+    YAML::Node root = parse_yaml(text, file);
+    if (!root.IsMap()) fail(file, "a task file must be a YAML mapping of keys to values");
+    if (depth > 0) included_.emplace_back(root, file);
+    const auto& order = task_config_order();
+    std::set<std::string> seen;
+    for (const auto& entry : root) {
+      const std::string at = yaml_where(file, entry.first);
+      if (!entry.first.IsScalar()) fail(at, "keys must be plain text");
+      const std::string key = entry.first.Scalar();
+      if (!seen.insert(key).second) fail(at, "duplicate key '{}'", key);
+      if (key == "include") {
+        if (!entry.second.IsScalar() || entry.second.Scalar().empty())
+          fail(yaml_where(file, entry.second), "include must name a task file");
+        if (depth >= kMaxIncludeDepth) fail(at, "includes nested more than {} deep", kMaxIncludeDepth);
+        const std::string& name = entry.second.Scalar();
+        const std::string base = name.front() == '/' ? name : io::dir_of(file) + "/" + name;
+        if (!io::path_exists(base)) fail(yaml_where(file, entry.second), "included task file {} does not exist", base);
+        read(base, depth + 1);
+        continue;
+      }
+      if (unsupported_keys().count(key)) fail(at, "key '{}' is not supported yet", key);
+      if (std::find(order.begin(), order.end(), key) == order.end()) {
+        fail(at, "unknown key {} (lm-evaluation-harness task keys: task, dataset_path, output_type, doc_to_text, "
+             "doc_to_target, doc_to_choice, target_delimiter, description, metric_list, generation_kwargs, ...)",
+             quote_untrusted(key));
+      }
+    }
+    for (const auto& entry : root) {
+      if (entry.first.Scalar() != "include") values_[entry.first.Scalar()] = entry.second;
+    }
+    return root;
+  }
+
+  // Whether `node` is `tree` or inside it.
+  static bool holds(const YAML::Node& tree, const YAML::Node& node) {
+    if (tree.is(node)) return true;
+    if (tree.IsMap()) {
+      for (const auto& entry : tree) {
+        if (holds(entry.first, node) || holds(entry.second, node)) return true;
+      }
+    } else if (tree.IsSequence()) {
+      for (const auto& item : tree) {
+        if (holds(item, node)) return true;
+      }
+    }
+    return false;
+  }
+
   std::string path_;
   YAML::Node root_;
   std::map<std::string, YAML::Node> values_;
+  std::vector<std::pair<YAML::Node, std::string>> included_;  // the included files' roots and paths
   nlohmann::ordered_json config_;
 };
 
@@ -353,8 +401,11 @@ std::string read_delimiter(TaskYaml& yaml, const std::string& key, const std::st
   return delimiter;
 }
 
-// lm-eval's samplers: default (random.sample, also without fewshot_config) and first_n.
-std::string read_fewshot_sampler(TaskYaml& yaml) {
+// lm-eval's samplers: default (random.sample, also without fewshot_config) and first_n; and
+// `samples`, a list of example documents written in the task file (gsm8k-cot's eight), which
+// are the few-shot pool instead of a fewshot_path (lm-eval takes them as they are, without
+// process_docs). Returns the sampler; fills `samples` and their YAML lines.
+std::string read_fewshot_config(TaskYaml& yaml, std::vector<Document>& samples, std::vector<int64_t>& lines) {
   std::string sampler = "default";
   if (!yaml.has("fewshot_config")) return sampler;
   const YAML::Node& node = yaml.at("fewshot_config");
@@ -363,7 +414,26 @@ std::string read_fewshot_sampler(TaskYaml& yaml) {
   for (const auto& entry : node) {
     const std::string key = entry.first.IsScalar() ? entry.first.Scalar() : "";
     const std::string where = yaml.where(entry.first);
-    if (key != "sampler") fail(where, "fewshot_config: only 'sampler' is supported yet, not {}", quote_untrusted(key));
+    if (key == "samples") {
+      if (!entry.second.IsSequence() || entry.second.size() == 0) {
+        fail(yaml.where(entry.second), "fewshot_config.samples must be a non-empty list of documents (mappings); "
+                                       "a !function is not supported");
+      }
+      if (yaml.has("fewshot_path")) {
+        fail(where, "fewshot_config.samples and fewshot_path are both given (lm-eval would use the split and "
+                    "ignore the samples); keep one");
+      }
+      for (const YAML::Node& item : entry.second) {
+        const nlohmann::ordered_json doc = yaml.json(item);
+        if (!doc.is_object()) fail(yaml.where(item), "a fewshot_config.samples entry must be a mapping");
+        samples.push_back(Document{static_cast<int64_t>(samples.size()), nlohmann::json(doc)});
+        lines.push_back(static_cast<int64_t>(item.Mark().line) + 1);
+      }
+      continue;
+    }
+    if (key != "sampler") {
+      fail(where, "fewshot_config: only 'sampler' and 'samples' are supported yet, not {}", quote_untrusted(key));
+    }
     sampler = scalar_string(entry.second, "fewshot_config.sampler", where);
     if (sampler != "default" && sampler != "first_n") {
       fail(where, "fewshot_config: unknown sampler {} (lm-eval's samplers: default, first_n)", quote_untrusted(sampler));
@@ -373,8 +443,9 @@ std::string read_fewshot_sampler(TaskYaml& yaml) {
   return sampler;
 }
 
-// The task file's num_fewshot (default 0) unless the run sets one; examples need a fewshot_path.
-int64_t read_num_fewshot(TaskYaml& yaml, const TaskLoadOptions& options, const std::string& fewshot_file) {
+// The task file's num_fewshot (default 0) unless the run sets one; examples need a fewshot_path
+// or fewshot_config.samples.
+int64_t read_num_fewshot(TaskYaml& yaml, const TaskLoadOptions& options, bool has_fewshot_source) {
   int64_t num_fewshot = 0;
   if (yaml.has("num_fewshot")) {
     const auto n = yaml.json(yaml.at("num_fewshot"));
@@ -382,9 +453,10 @@ int64_t read_num_fewshot(TaskYaml& yaml, const TaskLoadOptions& options, const s
     num_fewshot = n.get<int64_t>();
   }
   if (options.num_fewshot) num_fewshot = *options.num_fewshot;
-  if (num_fewshot > 0 && fewshot_file.empty()) {
+  if (num_fewshot > 0 && !has_fewshot_source) {
     fail(yaml.has("num_fewshot") ? yaml.where_of("num_fewshot") : yaml.path(),
-         "num_fewshot {} needs fewshot_path (the documents to draw examples from)", num_fewshot);
+         "num_fewshot {} needs fewshot_path or fewshot_config.samples (the documents to draw examples from)",
+         num_fewshot);
   }
   yaml.config()["num_fewshot"] = num_fewshot;  // lm-eval's evaluator writes the number it used
   return num_fewshot;
@@ -404,16 +476,30 @@ std::string fewshot_from_dataset_note(const std::string& task, int64_t num_fewsh
       sampler == "first_n" ? "the first documents" : fmt::format("drawn at random, seed {}", seed));
 }
 
-// unsafe_code and repeats: gpueval runs no code and scores each request once.
-void read_unsafe_code_and_repeats(TaskYaml& yaml) {
+// Far beyond OLMo 3's 8 or lm-eval's self-consistency 64; bounds the requests one task file makes.
+constexpr int64_t kMaxRepeats = 1024;
+
+// unsafe_code (gpueval runs no code yet) and repeats: how many responses a generate_until
+// request gets (lm-eval's Instance.repeats), each sampled with its own seed.
+int64_t read_unsafe_code_and_repeats(TaskYaml& yaml, OutputType type) {
   if (yaml.has("unsafe_code") && yaml.json(yaml.at("unsafe_code")) != false) {
     fail(yaml.where_of("unsafe_code"), "unsafe_code tasks are not supported");
   }
   yaml.config()["unsafe_code"] = false;
-  if (yaml.has("repeats") && yaml.json(yaml.at("repeats")) != 1) {
-    fail(yaml.where_of("repeats"), "repeats other than 1 is not supported yet");
+  int64_t repeats = 1;
+  if (yaml.has("repeats")) {
+    const nlohmann::ordered_json v = yaml.json(yaml.at("repeats"));
+    if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > kMaxRepeats) {
+      fail(yaml.where_of("repeats"), "repeats must be an integer from 1 to {}", kMaxRepeats);
+    }
+    repeats = v.get<int64_t>();
+    if (repeats > 1 && type != OutputType::kGenerateUntil) {
+      fail(yaml.where_of("repeats"), "repeats {} applies to generate_until tasks only (a score does not change "
+                                     "when it is computed again)", repeats);
+    }
   }
-  yaml.config()["repeats"] = 1;
+  yaml.config()["repeats"] = repeats;
+  return repeats;
 }
 
 MetricSpec& add_metric(std::vector<MetricSpec>& metrics, const std::string& name, OutputType type,
@@ -446,14 +532,18 @@ void read_metric_options(const nlohmann::ordered_json& entry, MetricSpec& spec, 
     } else if (key == "higher_is_better") {
       if (!value.is_boolean()) fail(where, "higher_is_better must be true or false");
       spec.higher_is_better = value.get<bool>();
-    } else if (spec.name == "exact_match") {
+    } else if (key == "k" && (spec.name == "pass_at_k" || spec.name == "maj_at_k")) {
+      spec.kwargs[key] = value;  // read by expand_over_k()
+    } else if (spec.name == "exact_match" || spec.name == "pass_at_k" || spec.name == "maj_at_k") {
       spec.kwargs[key] = value;
     } else {
       fail(where, "metric '{}' takes no option '{}'", spec.name, key);
     }
   }
   try {
-    if (spec.name == "exact_match") exact_match("", "", spec.kwargs);
+    nlohmann::json options = spec.kwargs;
+    options.erase("k");
+    if (spec.name == "exact_match" || spec.name == "pass_at_k" || spec.name == "maj_at_k") exact_match("", "", options);
   } catch (const Error& e) {
     fail(where, "{}", e.what());
   }
@@ -487,7 +577,31 @@ void add_extra_metrics(TaskYaml& yaml, std::vector<MetricSpec>& metrics, const s
   }
 }
 
-std::vector<MetricSpec> read_metrics(TaskYaml& yaml, OutputType type) {
+// A pass_at_k / maj_at_k entry as one spec per k ("pass@1", "pass@4", ...); k (an integer or a
+// list of them, default 1) must be within the task's repeats.
+void expand_over_k(std::vector<MetricSpec>& metrics, int64_t repeats, const std::string& where) {
+  const MetricSpec base = metrics.back();
+  if (base.name != "pass_at_k" && base.name != "maj_at_k") return;
+  metrics.pop_back();
+  nlohmann::json ks = base.kwargs.contains("k") ? base.kwargs.at("k") : nlohmann::json(1);
+  if (!ks.is_array()) ks = nlohmann::json::array({ks});
+  if (ks.empty()) fail(where, "{}: k must be an integer or a non-empty list of integers", base.name);
+  for (const auto& k : ks) {
+    if (!k.is_number_integer() || k.get<int64_t>() < 1 || k.get<int64_t>() > repeats) {
+      fail(where, "{}: k {} must be an integer from 1 to the task's repeats ({})", base.name, k.dump(), repeats);
+    }
+    MetricSpec spec = base;
+    spec.k = k.get<int64_t>();
+    spec.kwargs.erase("k");
+    spec.name = (base.name == "pass_at_k" ? "pass@" : "maj@") + std::to_string(spec.k);
+    for (const MetricSpec& m : metrics) {
+      if (m.name == spec.name) fail(where, "metric '{}' is listed twice", spec.name);
+    }
+    metrics.push_back(std::move(spec));
+  }
+}
+
+std::vector<MetricSpec> read_metrics(TaskYaml& yaml, OutputType type, int64_t repeats) {
   std::vector<MetricSpec> metrics;
   if (!yaml.has("metric_list")) {
     for (const std::string& name : default_metrics(type)) add_metric(metrics, name, type, yaml.where(yaml.root()));
@@ -499,12 +613,14 @@ std::vector<MetricSpec> read_metrics(TaskYaml& yaml, OutputType type) {
       const std::string where = yaml.where(item);
       if (item.IsScalar()) {
         entries.push_back(metric_entry(add_metric(metrics, item.Scalar(), type, where)));
+        expand_over_k(metrics, repeats, where);
         continue;
       }
       if (!item.IsMap() || !item["metric"]) fail(where, "a metric_list entry must be a name or a mapping with 'metric'");
       nlohmann::ordered_json entry = yaml.json(item);
       if (!entry["metric"].is_string()) fail(where, "metric must be a string");
       read_metric_options(entry, add_metric(metrics, entry["metric"].get<std::string>(), type, where), where);
+      expand_over_k(metrics, repeats, where);
       entries.push_back(entry);
     }
     yaml.config()["metric_list"] = entries;
@@ -521,9 +637,17 @@ std::vector<MetricSpec> read_metrics(TaskYaml& yaml, OutputType type) {
 struct GenerationSettings {
   std::vector<std::string> until;
   std::optional<int64_t> max_gen_toks;  // nullopt: the Task's default
+  // Request's sampling fields: 0 / 0 / 1 when greedy; negative: the checkpoint's (request.h).
+  double temperature = 0.0;
+  int64_t top_k = 0;
+  double top_p = 1.0;
 };
 
-// generation_kwargs of a generate_until task; only greedy decoding is supported.
+// generation_kwargs of a generate_until task: until, max_gen_toks, and sampling as lm-eval's
+// HF backend passes it to transformers' generate(): do_sample, temperature, top_k, top_p.
+// Settings whose meaning differs between lm-eval's backends are refused rather than guessed:
+// a temperature without do_sample (transformers would decode greedily, vLLM would sample), and
+// sampling settings beside do_sample false (transformers ignores them).
 GenerationSettings read_generation_kwargs(TaskYaml& yaml, OutputType type, const std::string& fewshot_delimiter) {
   const bool given = yaml.has("generation_kwargs");
   if (type != OutputType::kGenerateUntil) {
@@ -555,17 +679,66 @@ GenerationSettings read_generation_kwargs(TaskYaml& yaml, OutputType type, const
       }
       settings.max_gen_toks = value.get<int64_t>();
     } else if (key == "do_sample") {
-      if (value != false) fail(where, "generation_kwargs.do_sample: only greedy decoding is supported yet");
-    } else if (key == "temperature") {
-      if (!value.is_number() || value.get<double>() != 0.0) {
-        fail(where, "generation_kwargs.temperature: only greedy decoding (0) is supported yet");
+      if (!value.is_boolean()) fail(where, "generation_kwargs.do_sample must be true or false");
+    } else if (key == "temperature" || key == "top_p") {
+      if (!value.is_number() || value.get<double>() < 0 || !std::isfinite(value.get<double>()) ||
+          (key == "top_p" && value.get<double>() > 1)) {
+        fail(where, "generation_kwargs.{} must be a number {}", key, key == "top_p" ? "in [0, 1]" : ">= 0");
+      }
+    } else if (key == "top_k") {
+      if (!value.is_number_integer() || value.get<int64_t>() < 0) {
+        fail(where, "generation_kwargs.top_k must be an integer >= 0 (0: off)");
       }
     } else {
-      fail(where, "generation_kwargs.{} is not supported yet", key);
+      fail(where, "generation_kwargs.{} is not supported yet (supported: until, max_gen_toks, do_sample, "
+                  "temperature, top_k, top_p)", key);
     }
+  }
+  const bool do_sample = kwargs.contains("do_sample") && kwargs["do_sample"].get<bool>();
+  const std::optional<double> temperature =
+      kwargs.contains("temperature") ? std::optional<double>(kwargs["temperature"].get<double>()) : std::nullopt;
+  if (!do_sample) {
+    if (temperature && *temperature != 0.0) {
+      fail(where, "generation_kwargs.temperature {} without do_sample: true (lm-eval's HF backend would decode "
+                  "greedily and vLLM would sample); say do_sample: true to sample, or drop the temperature",
+           *temperature);
+    }
+    for (const char* k : {"top_k", "top_p"}) {
+      if (kwargs.contains(k)) {
+        fail(where, "generation_kwargs.{} without do_sample: true (greedy decoding ignores it); say do_sample: "
+                    "true to sample, or drop it", k);
+      }
+    }
+  } else {
+    if (temperature && *temperature == 0.0) {
+      fail(where, "generation_kwargs: do_sample true with temperature 0 (transformers refuses it); give a "
+                  "temperature > 0, or do_sample: false for greedy decoding");
+    }
+    settings.temperature = temperature ? *temperature : -1.0;
+    settings.top_k = kwargs.contains("top_k") ? kwargs["top_k"].get<int64_t>() : -1;
+    settings.top_p = kwargs.contains("top_p") ? kwargs["top_p"].get<double>() : -1.0;
+    if (settings.top_p == 0.0) fail(where, "generation_kwargs.top_p 0 keeps no token; give a value in (0, 1]");
   }
   yaml.config()["generation_kwargs"] = kwargs;
   return settings;
+}
+
+// Every pipeline leaves what its metrics need: a response at all (take_first_k within the
+// repeats), and k of them for pass@k / maj@k.
+void check_filters_leave_enough(TaskYaml& yaml, const std::vector<FilterPipeline>& filters,
+                                const std::vector<MetricSpec>& metrics, int64_t repeats) {
+  for (const FilterPipeline& f : filters) {
+    const int64_t left = f.output_count(repeats);
+    const std::string where = yaml.has("filter_list") ? yaml.where_of("filter_list") : yaml.path();
+    if (left == 0) fail(where, "filter '{}' keeps more responses than the task's repeats ({})", f.name(), repeats);
+    for (const MetricSpec& m : metrics) {
+      if (m.k > left) {
+        fail(yaml.has("metric_list") ? yaml.where_of("metric_list") : where,
+             "metric {} needs {} responses, but filter '{}' leaves {} of the task's {} repeats", m.name, m.k, f.name(),
+             left, repeats);
+      }
+    }
+  }
 }
 
 std::vector<FilterPipeline> read_filters(TaskYaml& yaml, OutputType type) {
@@ -644,21 +817,29 @@ Task Task::parse(const std::string& yaml_path, const TaskLoadOptions& options) {
   task.fewshot_delimiter_ = read_delimiter(yaml, "fewshot_delimiter", task.fewshot_delimiter_);
 
   task.fewshot_seed_ = options.fewshot_seed;
-  task.fewshot_sampler_ = read_fewshot_sampler(yaml);
-  task.num_fewshot_ = read_num_fewshot(yaml, options, task.fewshot_file_);
-  if (task.num_fewshot_ > 0 && same_file(task.fewshot_file_, task.dataset_file_)) {
+  task.fewshot_sampler_ = read_fewshot_config(yaml, task.fewshot_pool_, task.fewshot_lines_);
+  if (!task.fewshot_pool_.empty()) {
+    task.fewshot_inline_ = true;
+    task.fewshot_file_ = yaml_path;  // examples are located by their line in the task file
+  }
+  task.num_fewshot_ = read_num_fewshot(yaml, options, !task.fewshot_file_.empty());
+  if (task.num_fewshot_ > 0 && !task.fewshot_inline_ && same_file(task.fewshot_file_, task.dataset_file_)) {
     task.fewshot_from_dataset_ = true;
     task.notes_.push_back(fewshot_from_dataset_note(task.name_, task.num_fewshot_, task.dataset_file_,
                                                     task.fewshot_sampler_, task.fewshot_seed_));
   }
-  read_unsafe_code_and_repeats(yaml);
+  task.repeats_ = read_unsafe_code_and_repeats(yaml, task.output_type_);
 
-  task.metrics_ = read_metrics(yaml, task.output_type_);
+  task.metrics_ = read_metrics(yaml, task.output_type_, task.repeats_);
   add_extra_metrics(yaml, task.metrics_, options.extra_metrics, task.output_type_);
   GenerationSettings generation = read_generation_kwargs(yaml, task.output_type_, task.fewshot_delimiter_);
   task.until_ = std::move(generation.until);
   if (generation.max_gen_toks) task.max_gen_toks_ = *generation.max_gen_toks;
+  task.temperature_ = generation.temperature;
+  task.top_k_ = generation.top_k;
+  task.top_p_ = generation.top_p;
   task.filters_ = read_filters(yaml, task.output_type_);
+  check_filters_leave_enough(yaml, task.filters_, task.metrics_, task.repeats_);
   task.version_ = read_descriptive_keys(yaml);
   task.config_ = in_task_config_order(yaml.config());
   return task;

@@ -114,7 +114,7 @@ std::string Task::fewshot_example(const Document& doc, const std::string& where)
   }
   // lm-eval's build_qa_turn: a list target shows its first entry, an index the choice it
   // names; no answer ("" or none) leaves out the target delimiter too.
-  const nlohmann::json t = target(doc);
+  const nlohmann::json t = target_at(doc, where);
   std::string text;
   if (t.is_array()) {
     if (t.empty()) fail(where, "doc_to_target gives an empty list");
@@ -150,8 +150,9 @@ std::vector<std::string> Task::choices(const Document& doc) const {
   return out;
 }
 
-nlohmann::json Task::target(const Document& doc) const {
-  const std::string where = location(doc);
+nlohmann::json Task::target(const Document& doc) const { return target_at(doc, location(doc)); }
+
+nlohmann::json Task::target_at(const Document& doc, const std::string& where) const {
   // A rolling task written with doc_to_text only reads its text from there.
   nlohmann::json value = (doc_to_target_ || doc_to_target_fn_) ? resolve(doc_to_target_, doc_to_target_fn_, doc.fields, where)
                                                                : resolve(doc_to_text_, doc_to_text_fn_, doc.fields, where);
@@ -259,24 +260,36 @@ std::vector<Request> Task::requests(const Document& doc) const {
     }
     case OutputType::kGenerateUntil: {
       target(doc);
-      Request r = base();
-      r.type = RequestType::kGenerateUntil;
-      r.context = context(doc);
-      r.stops = until_;
-      r.max_tokens = max_gen_toks_;
-      out.push_back(std::move(r));
+      const std::string ctx = context(doc);
+      // One request per repeat (lm-eval clones the Instance `repeats` times); `choice` numbers
+      // them, so each has its own seed (planner.h's request_seed).
+      for (int64_t k = 0; k < repeats_; ++k) {
+        Request r = base();
+        r.choice = k;
+        r.type = RequestType::kGenerateUntil;
+        r.context = ctx;
+        r.stops = until_;
+        r.max_tokens = max_gen_toks_;
+        r.temperature = temperature_;
+        r.top_k = top_k_;
+        r.top_p = top_p_;
+        out.push_back(std::move(r));
+      }
       break;
     }
   }
   return out;
 }
 
-std::vector<std::string> Task::filtered_texts(const std::vector<RequestResult>& results, size_t filter) const {
+std::vector<std::string> Task::filtered_output(const std::vector<RequestResult>& results, size_t filter) const {
   if (filter >= filters_.size()) fail(name_, "no filter {} (the task has {})", filter, filters_.size());
   std::vector<std::string> out;
-  for (const RequestResult& r : results) {
-    out.push_back(output_type_ == OutputType::kGenerateUntil ? filters_[filter].apply({r.text}) : r.text);
+  if (output_type_ == OutputType::kGenerateUntil) {
+    std::vector<std::string> responses;
+    for (const RequestResult& r : results) responses.push_back(r.text);
+    return filters_[filter].apply(responses);
   }
+  for (const RequestResult& r : results) out.push_back(r.text);
   return out;
 }
 
@@ -335,7 +348,9 @@ DocMetrics Task::process_results(const Document& doc, const std::vector<RequestR
       break;
     }
     case OutputType::kGenerateUntil: {
-      if (results.size() != 1) fail(where, "{} results for one request of document {}", results.size(), doc.doc_id);
+      if (static_cast<int64_t>(results.size()) != repeats_) {
+        fail(where, "{} results for the {} repeats of document {}", results.size(), repeats_, doc.doc_id);
+      }
       nlohmann::json gold = target(doc);
       if (has_choices() && gold.is_number_integer()) {
         const std::vector<std::string> options = choices(doc);
@@ -346,11 +361,34 @@ DocMetrics Task::process_results(const Document& doc, const std::vector<RequestR
         gold = options[static_cast<size_t>(i)];
       }
       const nlohmann::json golds = gold.is_array() ? gold : nlohmann::json::array({gold});
-      const std::string answer = filters_[filter].apply({results[0].text});
+      std::vector<std::string> answers;
+      try {
+        answers = filtered_output(results, filter);
+      } catch (const Error& e) {
+        fail(where, "{}", e.what());
+      }
+      if (answers.empty()) fail(where, "filter '{}' left no response to score", filters_[filter].name());
       for (const MetricSpec& spec : metrics_) {
-        double score = 0;
-        for (const auto& g : golds) score = std::max(score, exact_match(answer, py::str(g), spec.kwargs));
-        all[spec.name] = MetricValue::scalar(score);
+        auto right = [&](const std::string& answer) {
+          double score = 0;
+          for (const auto& g : golds) score = std::max(score, exact_match(answer, py::str(g), spec.kwargs));
+          return score;
+        };
+        const int64_t n = static_cast<int64_t>(answers.size());
+        if (spec.k > 0 && spec.k > n) {
+          fail(where, "{} needs {} responses, filter '{}' left {}", spec.name, spec.k, filters_[filter].name(), n);
+        }
+        if (spec.name.rfind("pass@", 0) == 0) {
+          int64_t c = 0;
+          for (const std::string& a : answers) c += right(a) > 0 ? 1 : 0;
+          all[spec.name] = MetricValue::scalar(pass_at_k(n, c, spec.k));
+        } else if (spec.name.rfind("maj@", 0) == 0) {
+          const std::vector<std::string> first_k(answers.begin(), answers.begin() + spec.k);
+          all[spec.name] = MetricValue::scalar(right(majority_vote(first_k)));
+        } else {
+          // lm-eval's results[0]: the first response the pipeline leaves.
+          all[spec.name] = MetricValue::scalar(right(answers.front()));
+        }
       }
       break;
     }
