@@ -1,6 +1,14 @@
 // generate()'s RowCheck: a caller-ended row stops there, keeps the token that
-// ended it, and leaves the other rows of its batch exactly as they were.
+// ended it, and leaves the other rows of its batch exactly as they were. Continuous batching:
+// rows refilled as others end give each sequence the tokens it gets decoded alone; a moved cache
+// row (KVCache::place_row, realign) attends as it did; a shared prefix and equal prompts.
+#include <iostream>
+
+#include <c10/core/InferenceMode.h>
+
+#include "gpueval/kv_cache.h"
 #include "gpueval/model.h"
+#include "model/cpu_matmul.h"
 #include "model/generate.h"
 #include "test_util.h"
 #include "tiny_model.h"
@@ -32,6 +40,124 @@ TEST(GenerateRowCheck, EndsOnlyTheRowItSaysAndKeepsItsToken) {
   EXPECT_FALSE(checked[1].stopped);
   EXPECT_FALSE(checked[0].ended_by_check);
   EXPECT_EQ(calls[1], 3u);
+}
+
+// Prompts of different lengths, each ending after its own number of tokens (so rows finish at
+// different steps and waiting prompts take their rows), sampled and greedy: decoding them one at a
+// time, two or three at a time, or all together gives every prompt the same tokens.
+TEST(ContinuousBatching, EverySequenceGetsTheTokensItGetsAlone) {
+  testing::TinyModelSpec spec;
+  ModelConfig config = testing::tiny_config(spec);
+  LlamaModel model = build_model(config, testing::tiny_weights(config, spec.seed));
+  const std::vector<std::vector<int32_t>> prompts = {{1, 5, 9},    {1, 7, 3, 8, 2}, {4},          {1, 2},
+                                                     {6, 6, 6, 6}, {1, 5, 9},       {3, 1, 4, 1, 5, 9, 2}};
+  auto end_after = [](size_t row, const std::vector<int32_t>& tokens) { return tokens.size() >= 3 + 2 * row; };
+  for (double temperature : {0.0, 1.0}) {
+    SamplingOptions o;
+    o.max_new_tokens = 40;
+    o.temperature = temperature;
+    for (size_t i = 0; i < prompts.size(); ++i) o.seeds.push_back(100 + i);
+    std::vector<std::vector<Generation>> runs;
+    for (int64_t rows : {1, 2, 3, 0}) {
+      o.max_rows = rows;
+      runs.push_back(generate(*model, prompts, o, nullptr, end_after));
+    }
+    for (size_t r = 1; r < runs.size(); ++r)
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        EXPECT_EQ(runs[r][i].tokens, runs[0][i].tokens) << "temperature " << temperature << " run " << r << " prompt " << i;
+        EXPECT_EQ(runs[r][i].tokens.size(), 3 + 2 * i);
+      }
+    // Prompts 0 and 5 are equal: prefilled once, each sampling with its own seed.
+    if (temperature > 0) EXPECT_NE(runs[0][0].tokens, runs[0][5].tokens);
+    if (temperature == 0)
+      EXPECT_EQ(runs[0][0].tokens, std::vector<int32_t>(runs[0][5].tokens.begin(), runs[0][5].tokens.begin() + 3));
+  }
+}
+
+// With a prefix computed once (a task's few-shot examples), prompts decode as they do without it,
+// and the same whatever shares their steps.
+TEST(ContinuousBatching, APrefixIsSharedByEveryRow) {
+  testing::TinyModelSpec spec;
+  ModelConfig config = testing::tiny_config(spec);
+  LlamaModel model = build_model(config, testing::tiny_weights(config, spec.seed));
+  const std::vector<int32_t> head = {1, 9, 8, 7, 6, 5, 4, 3};
+  std::vector<std::vector<int32_t>> prompts;
+  for (const std::vector<int32_t>& tail : std::vector<std::vector<int32_t>>{{2}, {5, 5}, {2}, {7, 1, 3}}) {
+    prompts.push_back(head);
+    prompts.back().insert(prompts.back().end(), tail.begin(), tail.end());
+  }
+  const PrefixKV prefix = model->prefill(head);
+  SamplingOptions o;
+  o.max_new_tokens = 12;
+  o.temperature = 0.8;
+  o.seeds = {1, 2, 3, 4};
+  std::vector<std::vector<Generation>> runs;
+  for (int64_t rows : {1, 3, 0}) {
+    o.max_rows = rows;
+    runs.push_back(generate(*model, prompts, o, nullptr, nullptr, &prefix));
+  }
+  for (size_t r = 1; r < runs.size(); ++r)
+    for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(runs[r][i].tokens, runs[0][i].tokens) << r << " " << i;
+  // Against the prompts decoded whole: the same states up to float rounding.
+  c10::InferenceMode guard;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const int64_t n = static_cast<int64_t>(prompts[i].size()), p = static_cast<int64_t>(head.size());
+    at::Tensor whole = model->forward(at::tensor(std::vector<int64_t>(prompts[i].begin(), prompts[i].end())).view({1, n}),
+                                      at::arange(n).view({1, n}), at::ones({1, n}, at::kBool));
+    KVCache cache = model->make_cache(1, n - p);
+    at::Tensor tail = model->forward(
+        at::tensor(std::vector<int64_t>(prompts[i].begin() + p, prompts[i].end())).view({1, n - p}),
+        at::arange(p, n).view({1, n - p}), at::ones({1, n - p}, at::kBool), &cache, &prefix);
+    EXPECT_TRUE(at::allclose(tail, whole.narrow(1, p, n - p), 1e-4, 1e-5)) << i;
+  }
+  std::vector<std::vector<int32_t>> empty_tail = {head};
+  EXPECT_THROW(generate(*model, empty_tail, o, nullptr, nullptr, &prefix), Error);
+}
+
+// A row moved into another cache (place_row), and the cache realigned, attends to the same keys in
+// the same order: its next state equals the one computed alone, bit for bit where the CPU products
+// give a row the same bits whatever the other rows (oneDNN's packed kernels), else to float rounding.
+TEST(ContinuousBatching, AMovedRowAttendsAsItDidAlone) {
+  testing::TinyModelSpec spec;
+  ModelConfig config = testing::tiny_config(spec);
+  LlamaModel model = build_model(config, testing::tiny_weights(config, spec.seed));
+  c10::InferenceMode guard;
+  auto ids = [](std::vector<int64_t> v) { return at::tensor(v).view({1, static_cast<int64_t>(v.size())}); };
+  // Alone: prompt {1, 5, 9, 2}, then token 7 at position 4.
+  KVCache alone = model->make_cache(1, 8);
+  model->forward(ids({1, 5, 9, 2}), at::arange(4).view({1, 4}), at::ones({1, 4}, at::kBool), &alone);
+  const at::Tensor expected = model->forward(ids({7}), at::full({1, 1}, 4, at::kLong), at::ones({1, 1}, at::kBool), &alone);
+  // Moved: two other rows of 6 and 2 tokens, the cache realigned wider, then the prompt placed in row 1.
+  KVCache prompt = model->make_cache(1, 4);
+  model->forward(ids({1, 5, 9, 2}), at::arange(4).view({1, 4}), at::ones({1, 4}, at::kBool), &prompt);
+  KVCache shared = model->make_cache(3, 16);
+  at::Tensor tokens = at::tensor(std::vector<int64_t>{3, 3, 3, 3, 3, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 4, 8}).view({3, 6});
+  at::Tensor valid = tokens.ne(0);
+  valid[1].fill_(false);
+  at::Tensor positions = at::zeros({3, 6}, at::kLong);
+  positions[0] = at::arange(6);
+  positions[2].narrow(0, 4, 2).copy_(at::arange(2));
+  model->forward(tokens, positions, valid, &shared);
+  shared.realign({6, 0, 2}, 9);  // rows end at position 9 now
+  shared.place_row(1, prompt, 0, 4);
+  EXPECT_EQ(shared.length(), 9);
+  EXPECT_TRUE(shared.key_valid(0)[1].narrow(0, 5, 4).all().item<bool>());
+  EXPECT_FALSE(shared.key_valid(0)[1].narrow(0, 0, 5).any().item<bool>());
+  EXPECT_TRUE(shared.key_valid(0)[0].narrow(0, 3, 6).all().item<bool>());
+  const at::Tensor step = model->forward(at::tensor(std::vector<int64_t>{5, 7, 6}).view({3, 1}),
+                                         at::tensor(std::vector<int64_t>{6, 4, 2}).view({3, 1}),
+                                         at::ones({3, 1}, at::kBool), &shared);
+  const at::Tensor got = step.narrow(0, 1, 1);
+  EXPECT_TRUE(at::allclose(got, expected, 1e-4, 1e-5));
+  const bool packed = model->packed_weight_bytes() > 0;
+  if (packed) {
+    EXPECT_TRUE(at::equal(got, expected)) << "max difference " << (got - expected).abs().max().item<float>();
+  } else {
+    std::cout << "[   INFO   ] bit equality not asserted: no packed CPU products here (" << cpu_matmul_description()
+              << "); rows' product bits may depend on the batch's shape\n";
+  }
+  EXPECT_THROW(shared.place_row(0, prompt, 0, 10), Error);
+  EXPECT_THROW(shared.realign({6, 4, 2}, 17), Error);
 }
 
 }  // namespace

@@ -706,3 +706,67 @@ TEST(Planner, ItemsPastTheRopeLengthThresholdRunAlone) {
 
 }  // namespace
 }  // namespace gpueval
+
+namespace gpueval {
+namespace {
+
+// generate_until prompts with a common few-shot head: batches carry it as their prefix (computed
+// once per worker), each prompt going past it; a task's repeats (equal prompts) sit side by side;
+// the items are shared out among the workers, and a batch decodes up to generation_rows at once.
+TEST(Planner, GenerationBatchesShareTheFewShotPrefixAndTheWorkers) {
+  const std::string head =
+      "Once upon a time there was a little girl named Lily. She loved to play outside in the sun. "
+      "One day she saw a big red ball in the park and ran to get it. ";
+  std::vector<Request> requests;
+  for (int64_t i = 0; i < 12; ++i) {
+    Request r = generation(i, head + "Question " + std::to_string(i / 3) + ": what did she do?", {"\n"}, 20);
+    r.doc_id = i / 3;
+    r.choice = i % 3;  // three repeats of each of four prompts
+    requests.push_back(r);
+  }
+  requests.push_back(generation(12, "A different story altogether.", {"\n"}, 20));
+  for (int64_t workers : {1, 2, 4}) {
+    PlanOptions o = options(1 << 20, 512);
+    o.workers = workers;
+    o.generation_rows = 4;
+    const Plan plan = make_plan(requests, tokenizer(), o);
+    std::set<int64_t> seen;
+    int64_t with_prefix = 0;
+    for (const Batch& b : plan.batches) {
+      EXPECT_GE(b.max_rows, 1);
+      EXPECT_LE(b.max_rows, 4);
+      EXPECT_LE(static_cast<int64_t>(b.items.size()), 8);  // twice the rows
+      for (const WorkItem& item : b.items) {
+        seen.insert(item.request_index);
+        ASSERT_GT(item.tokens.size(), b.prefix.size());
+        EXPECT_TRUE(std::equal(b.prefix.begin(), b.prefix.end(), item.tokens.begin()));
+      }
+      if (!b.prefix.empty()) {
+        ++with_prefix;
+        EXPECT_GE(b.prefix.size(), encode(head).size() - 2) << "the head is the prefix";
+        // Equal prompts adjacent: a repeat follows its first copy.
+        for (size_t k = 1; k < b.items.size(); ++k)
+          if (b.items[k].tokens == b.items[k - 1].tokens)
+            EXPECT_EQ(b.items[k].request_index, b.items[k - 1].request_index + 1);
+      }
+      const Batch back = batch_from_json(to_json(b));
+      EXPECT_EQ(back.max_rows, b.max_rows);
+      EXPECT_EQ(back.prefix, b.prefix);
+    }
+    EXPECT_EQ(seen.size(), requests.size());
+    // The 12 prompts with the head: 12 items shared among the workers (a batch at most 8).
+    EXPECT_EQ(with_prefix, std::max<int64_t>(2, workers)) << "workers " << workers;
+  }
+  // A generation batch whose items do not start with its prefix is refused.
+  PlanOptions o = options();
+  Plan plan = make_plan(requests, tokenizer(), o);
+  for (Batch& b : plan.batches) {
+    if (b.prefix.empty()) continue;
+    nlohmann::json j = to_json(b);
+    j["prefix"][0] = 1 + j["prefix"][0].get<int>();
+    EXPECT_THROW(batch_from_json(j), Error);
+  }
+}
+
+}  // namespace
+}  // namespace gpueval

@@ -1,5 +1,6 @@
 // KVCache holds the keys and values a decoder has computed so far, for a batch
-// of sequences that advance together (padding keeps them aligned). Storage is
+// of sequences that advance together (padding keeps them aligned; a row may take another
+// sequence, place_row). Storage is
 // allocated once for `capacity` positions, so appending never reallocates.
 // It also remembers which key slots are real tokens (padding slots are never
 // attended to) and each slot's position (a sliding window is a distance in positions). Under latent
@@ -45,6 +46,18 @@ class KVCache {
 
   // Keeps only the given rows (indices: [B'] int64), e.g. to drop finished sequences.
   void select_rows(const at::Tensor& indices);
+
+  // Continuous batching (model/generate.h) moves whole sequences between rows. Each row's real
+  // positions end at length() and are contiguous, so attention sees them in the same order
+  // wherever they sit.
+  // Row `row` takes the last n committed positions of `source`'s row `source_row` as its last
+  // n, and nothing before them; needs n <= length().
+  void place_row(int64_t row, const KVCache& source, int64_t source_row, int64_t n);
+  // Row `row` holds nothing.
+  void clear_row(int64_t row);
+  // Sets length() to new_length (<= capacity) with each row's last row_lengths[r] positions
+  // moved to end there: grows the cache's span for a longer row, or compacts it when full.
+  void realign(const std::vector<int64_t>& row_lengths, int64_t new_length);
 
  private:
   std::vector<at::Tensor> keys_;    // per layer [B, n_kv_heads, capacity, head_dim]

@@ -263,6 +263,10 @@ class LlamaModelImpl : public torch::nn::Module {
   // Returns the final-norm hidden states [B, T, D].
   at::Tensor forward(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& valid,
                      KVCache* cache = nullptr) const;
+  // The same after a shared prefix (may be null): every query also sees the prefix's keys, at
+  // positions 0..P-1 (tokens' positions start at P or later).
+  at::Tensor forward(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& valid, KVCache* cache,
+                     const PrefixKV* prefix) const;
   // Runs `tokens` at positions 0..P-1 as one sequence and returns their keys and values (throws Error if
   // empty, longer than max_position_embeddings or an id is outside the vocabulary).
   PrefixKV prefill(const std::vector<int32_t>& tokens) const;
@@ -313,7 +317,7 @@ class LlamaModelImpl : public torch::nn::Module {
   // forward() for a cache's sake alone: the last layer computes keys and values only.
   void fill_cache(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& valid, KVCache& cache) const;
   at::Tensor forward(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& valid, KVCache* cache,
-                     bool keys_only) const;
+                     bool keys_only, const PrefixKV* prefix = nullptr) const;
 
   ModelConfig config_;
   LoadOptions options_;

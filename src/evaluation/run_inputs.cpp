@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <thread>
 
@@ -53,6 +54,37 @@ std::vector<std::string> task_search_dirs(const RunConfig& config, const std::st
   if (!executable.empty()) dirs.push_back(io::dir_of(executable) + "/../tasks");
   if (!config.source.empty()) dirs.push_back(io::dir_of(config.source));
   return dirs;
+}
+
+// KV cache positions a generation batch's running rows may hold on the smallest of `slots`: a
+// quarter of the memory one worker has besides its weights (a CPU worker's share of what is
+// available; a GPU's memory shared by its workers), at least the scoring budget.
+int64_t generation_kv_positions(const ModelConfig& model, const RunConfig& config, const std::vector<DeviceSlot>& slots,
+                                const std::string& model_dir, int64_t batch_tokens) {
+  int64_t cpu_workers = 0;
+  std::map<int, int64_t> per_gpu;
+  for (const DeviceSlot& s : slots) {
+    if (s.kind == DeviceSlot::Kind::kCpu) ++cpu_workers;
+    else ++per_gpu[s.index];
+  }
+  int64_t smallest = std::numeric_limits<int64_t>::max();
+  if (cpu_workers > 0) {
+    const at::ScalarType dtype = resolve_dtype(config.dtype, at::kCPU, model_dir);
+    const int64_t per_position = (model.cache_values_are_keys() ? 1 : 2) * model.num_hidden_layers *
+                                 model.cache_heads() * model.cache_head_dim() * static_cast<int64_t>(c10::elementSize(dtype));
+    const int64_t memory = static_cast<int64_t>(0.8 * static_cast<double>(available_host_bytes())) / cpu_workers;
+    smallest = std::min(smallest, memory / 4 / std::max<int64_t>(1, per_position));
+  }
+  for (const auto& [index, workers] : per_gpu) {
+    const at::Device device(at::kCUDA, static_cast<c10::DeviceIndex>(index));
+    const at::ScalarType dtype = resolve_dtype(config.dtype, device, model_dir);
+    const int64_t per_position = (model.cache_values_are_keys() ? 1 : 2) * model.num_hidden_layers *
+                                 model.cache_heads() * model.cache_head_dim() * static_cast<int64_t>(c10::elementSize(dtype));
+    const int64_t memory = device_total_bytes(device) / workers - weight_bytes(model, dtype);
+    smallest = std::min(smallest, std::max<int64_t>(0, memory) / 4 / std::max<int64_t>(1, per_position));
+  }
+  if (smallest == std::numeric_limits<int64_t>::max()) smallest = 0;
+  return std::max(smallest, batch_tokens);
 }
 
 void resolve_sampling(std::vector<Request>& requests, const std::string& model_dir) {
@@ -134,6 +166,9 @@ RunInputs load_run_inputs(const RunConfig& config, const std::string& executable
   po.prefix_reuse = config.prefix_reuse;
   po.group_continuations = config.group_continuations;
   po.rope_length_threshold = in.model_config.rope_length_threshold();
+  po.workers = static_cast<int64_t>(in.slots.size());
+  po.generation_kv_positions =
+      generation_kv_positions(in.model_config, config, in.slots, in.model_dir, po.batch_tokens);
   return in;
 }
 

@@ -1,10 +1,15 @@
-// Batched autoregressive generation on the KV cache: prompts are left-padded
-// into one batch, prefilled in one forward, then decoded a token per step.
-// Greedy by default; with a temperature, each row samples from its own CPU
-// generator seeded by the caller, so a row's text does not depend on which
-// other rows share its batch or on the device. Finished rows leave the batch,
-// on a stop token, on the length limit, or when the caller's RowCheck says so
-// (stop strings, per-row token limits), so a row never waits on its batch mates.
+// Autoregressive generation on the KV cache with continuous batching: up to max_rows sequences
+// are decoded together, a token each per step; when one ends (a stop token, the length limit, or
+// the caller's RowCheck: stop strings, per-row token limits), its cache row takes the next
+// waiting prompt, so the running set stays full while prompts wait. Waiting prompts are
+// prefilled together (left-padded, after the shared prefix when there is one), and prompts equal
+// to each other (a task's repeats) are prefilled once.
+//
+// A sequence's tokens do not depend on which others share its steps: its keys sit contiguous in
+// its row wherever the row is (KVCache::place_row, realign), tiled attention scores exactly a
+// row's own keys (cpu_attention.h), the packed CPU products give a row the same bits whatever the
+// other rows (cpu_matmul.h, where oneDNN packs: AVX-512), and every sequence samples from its own
+// generator seeded by the caller. Greedy by default.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +34,7 @@ struct SamplingOptions {
   int64_t top_k = 0;
   double top_p = 1.0;
   std::vector<Sampler> per_row;        // one per prompt; empty: the three fields above for all
+  int64_t max_rows = 0;                // sequences decoded together; 0: every prompt at once
   std::vector<uint64_t> seeds;         // one per prompt; empty: `seed` for all
   uint64_t seed = 0;
   std::vector<int64_t> stop_token_ids;  // generation of a row ends after one of these (not returned)
@@ -47,8 +53,10 @@ using TokenCallback = std::function<void(size_t, int32_t)>;
 // row's new tokens so far); returning true ends that row, keeping the token.
 using RowCheck = std::function<bool(size_t, const std::vector<int32_t>&)>;
 
+// With a prefix, every prompt starts with its tokens (and has at least one more): its keys and
+// values are shared by all rows, computed once by the caller (LlamaModelImpl::prefill).
 std::vector<Generation> generate(const LlamaModelImpl& model, const std::vector<std::vector<int32_t>>& prompts,
                                  const SamplingOptions& options, const TokenCallback& on_token = nullptr,
-                                 const RowCheck& end_row = nullptr);
+                                 const RowCheck& end_row = nullptr, const PrefixKV* prefix = nullptr);
 
 }  // namespace gpueval

@@ -44,4 +44,45 @@ void KVCache::select_rows(const at::Tensor& indices) {
   key_positions_ = key_positions_.index_select(0, indices);
 }
 
+
+void KVCache::place_row(int64_t row, const KVCache& source, int64_t source_row, int64_t n) {
+  if (n > length_ || n > source.length_)
+    throw Error(fmt::format("KV cache: a row of {} positions does not fit before position {} (the source holds {})", n,
+                            length_, source.length_));
+  clear_row(row);
+  const int64_t from = source.length_ - n, to = length_ - n;
+  for (size_t l = 0; l < keys_.size(); ++l) {
+    keys_[l][row].narrow(1, to, n).copy_(source.keys_[l][source_row].narrow(1, from, n));
+    if (!values_are_keys_) values_[l][row].narrow(1, to, n).copy_(source.values_[l][source_row].narrow(1, from, n));
+  }
+  key_valid_[row].narrow(0, to, n).copy_(source.key_valid_[source_row].narrow(0, from, n));
+  key_positions_[row].narrow(0, to, n).copy_(source.key_positions_[source_row].narrow(0, from, n));
+}
+
+void KVCache::clear_row(int64_t row) { key_valid_[row].fill_(false); }
+
+void KVCache::realign(const std::vector<int64_t>& row_lengths, int64_t new_length) {
+  if (static_cast<int64_t>(row_lengths.size()) != batch())
+    throw Error(fmt::format("KV cache: {} row lengths for {} rows", row_lengths.size(), batch()));
+  if (new_length > capacity())
+    throw Error(fmt::format("KV cache: realigning to {} positions exceeds its capacity of {}", new_length, capacity()));
+  for (int64_t r = 0; r < batch(); ++r) {
+    const int64_t n = row_lengths[static_cast<size_t>(r)];
+    if (n > new_length || n > length_)
+      throw Error(fmt::format("KV cache: row {} holds {} positions, more than {} or {}", r, n, new_length, length_));
+    if (n > 0 && new_length != length_) {
+      // Moved through a copy: the source and the destination may overlap.
+      for (size_t l = 0; l < keys_.size(); ++l) {
+        keys_[l][r].narrow(1, new_length - n, n).copy_(keys_[l][r].narrow(1, length_ - n, n).clone());
+        if (!values_are_keys_)
+          values_[l][r].narrow(1, new_length - n, n).copy_(values_[l][r].narrow(1, length_ - n, n).clone());
+      }
+      key_positions_[r].narrow(0, new_length - n, n).copy_(key_positions_[r].narrow(0, length_ - n, n).clone());
+    }
+    key_valid_[r].fill_(false);
+    if (n > 0) key_valid_[r].narrow(0, new_length - n, n).fill_(true);
+  }
+  length_ = new_length;
+}
+
 }  // namespace gpueval

@@ -632,8 +632,17 @@ at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens, const at::Tensor& p
 }
 
 at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& valid,
-                                   KVCache* cache, bool keys_only) const {
+                                   KVCache* cache, const PrefixKV* prefix) const {
+  return forward(tokens, positions, valid, cache, /*keys_only=*/false, prefix);
+}
+
+at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& valid,
+                                   KVCache* cache, bool keys_only, const PrefixKV* prefix) const {
   const int64_t t = tokens.size(1);
+  const int64_t p = prefix ? prefix->length() : 0;
+  if (p > 0 && static_cast<int64_t>(prefix->keys.size()) != config_.num_hidden_layers)
+    throw Error(fmt::format("forward: the prefix has {} layers, the model {}", prefix->keys.size(),
+                            config_.num_hidden_layers));
   const int64_t past = cache ? cache->length() : 0;
   at::Tensor key_valid = valid, key_positions = positions;  // [B, S]
   if (cache) {
@@ -646,8 +655,13 @@ at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens, const at::Tensor& p
   at::Tensor q_slot = at::arange(past, s, at::TensorOptions().dtype(at::kLong).device(tokens.device()));  // [T]
   at::Tensor k_slot = at::arange(0, s, at::TensorOptions().dtype(at::kLong).device(tokens.device()));     // [S]
   at::Tensor allowed = k_slot.unsqueeze(0).le(q_slot.unsqueeze(1)).unsqueeze(0).logical_and(key_valid.unsqueeze(1));
-  at::Tensor h = run_layers(tokens, positions, layer_masks(allowed, positions, key_positions), cache, nullptr, {},
-                            keys_only);
+  if (p > 0) {  // every query sees the whole prefix (but for a window's reach), its keys at positions 0..P-1
+    const int64_t b = tokens.size(0);
+    allowed = at::cat({at::ones({b, t, p}, allowed.options()), allowed.expand({b, t, s})}, -1);  // [B, T, P + S]
+    key_positions = at::cat({at::arange(p, key_positions.options()).expand({b, p}), key_positions}, 1);
+  }
+  at::Tensor h = run_layers(tokens, positions, layer_masks(allowed, positions, key_positions), cache,
+                            p > 0 ? prefix : nullptr, {}, keys_only);
   if (cache) cache->commit(valid, positions);
   return h;
 }

@@ -472,6 +472,84 @@ void append_batches(std::vector<Unit> units, Plan& plan) {
   }
 }
 
+// generate_until items as PlanOptions describes: equal prompts together, clusters sharing a prefix
+// in batches that carry it, each cluster one unit of batches of up to a worker's share.
+void add_generation_units(const std::vector<WorkItem>& gen, const PlanOptions& options, Plan& plan,
+                          std::vector<Unit>& units) {
+  std::vector<ContextGroup> groups;  // equal prompts, in order of first appearance
+  std::map<std::vector<int32_t>, size_t> index;
+  for (size_t i = 0; i < gen.size(); ++i) {
+    const auto [it, added] = index.emplace(gen[i].tokens, groups.size());
+    if (added) groups.push_back(ContextGroup{gen[i].tokens, {}});
+    groups[it->second].items.push_back(i);
+  }
+  const size_t min_prefix = static_cast<size_t>(std::max<int64_t>(1, options.min_prefix_tokens));
+  std::vector<PrefixCluster> clusters;
+  if (options.prefix_reuse) clusters = find_shared_prefixes(groups, min_prefix);
+  PrefixCluster loose;  // the groups that share no prefix
+  for (PrefixCluster& c : clusters) {
+    for (size_t g : c.groups) {
+      // At least one token after the prefix: the last prompt token's state picks the first new one.
+      c.prefix_length = std::min(c.prefix_length, groups[g].context.size() - 1);
+      // A long prompt's RoPE tables follow its own length (rope_length_threshold): no prefix.
+      for (size_t i : groups[g].items)
+        if (options.rope_length_threshold && gen[i].cost() > *options.rope_length_threshold) c.prefix_length = 0;
+    }
+    if (c.prefix_length < min_prefix) {
+      loose.groups.insert(loose.groups.end(), c.groups.begin(), c.groups.end());
+      c.groups.clear();
+    }
+  }
+  if (!options.prefix_reuse)
+    for (size_t g = 0; g < groups.size(); ++g) loose.groups.push_back(g);
+  std::sort(loose.groups.begin(), loose.groups.end());
+  if (!loose.groups.empty()) clusters.push_back(std::move(loose));
+  for (const PrefixCluster& c : clusters) {
+    if (c.groups.empty()) continue;
+    Batch like;
+    const size_t p = c.prefix_length;
+    if (p > 0) {
+      const auto& context = groups[c.groups.front()].context;
+      like.prefix.assign(context.begin(), context.begin() + static_cast<std::ptrdiff_t>(p));
+      like.prefix_id = plan.num_prefixes++;
+      plan.prefix_tokens += static_cast<int64_t>(p);
+    }
+    std::vector<WorkItem> items;
+    for (size_t g : c.groups)
+      for (size_t i : groups[g].items) items.push_back(gen[i]);
+    // Longest first, then in request order (equal prompts, of equal cost, stay together).
+    std::stable_sort(items.begin(), items.end(), [](const WorkItem& a, const WorkItem& b) {
+      if (a.cost() != b.cost()) return a.cost() > b.cost();
+      return request_order(a, b);
+    });
+    const int64_t n = static_cast<int64_t>(items.size());
+    const int64_t kv = options.generation_kv_positions > 0 ? options.generation_kv_positions : options.batch_tokens;
+    const int64_t workers = std::max<int64_t>(1, options.workers);
+    const int64_t share = std::max<int64_t>(1, (n + workers - 1) / workers);
+    Unit unit;
+    for (int64_t first = 0; first < n;) {
+      // The batch's widest row is its first (longest first): its cache positions after the prefix.
+      const int64_t widest = std::max<int64_t>(1, items[static_cast<size_t>(first)].cost() - static_cast<int64_t>(p));
+      int64_t rows = std::max<int64_t>(1, std::min(options.generation_rows, kv / (2 * widest)));
+      int64_t cap = std::max<int64_t>(1, std::min(2 * rows, kv / widest));
+      if (options.max_batch_size > 0) {
+        rows = std::min(rows, options.max_batch_size);
+        cap = std::min(cap, options.max_batch_size);
+      }
+      cap = std::min(cap, share);
+      Batch b = like;
+      b.items.assign(items.begin() + first, items.begin() + std::min(n, first + cap));
+      b.max_rows = std::min<int64_t>(rows, static_cast<int64_t>(b.items.size()));
+      first += static_cast<int64_t>(b.items.size());
+      unit.batches.push_back(std::move(b));
+    }
+    unit.longest = items.front().cost();
+    unit.first_request = items.front().request_index;
+    for (const WorkItem& item : items) unit.longest = std::max(unit.longest, item.cost());
+    units.push_back(std::move(unit));
+  }
+}
+
 // Batches for a plan's items (in any order): packing, prefix search, cutting and ordering.
 void batch_items(std::vector<WorkItem> items, const PlanOptions& options, Plan& plan) {
   std::sort(items.begin(), items.end(), request_order);
@@ -483,16 +561,7 @@ void batch_items(std::vector<WorkItem> items, const PlanOptions& options, Plan& 
   }
   std::vector<Unit> units;
   add_scoring_units(scoring, options, plan, units);
-  for (auto& [temperature, gen] : generation) {
-    std::vector<Row> rows;
-    for (WorkItem& item : gen) {
-      Row row;
-      row.cost = item.cost();
-      row.items.push_back(std::move(item));
-      rows.push_back(std::move(row));
-    }
-    add_units(std::move(rows), Batch{}, /*one_unit=*/false, options, units);
-  }
+  for (auto& [temperature, gen] : generation) add_generation_units(gen, options, plan, units);
   append_batches(std::move(units), plan);
 }
 
@@ -680,6 +749,7 @@ nlohmann::json to_json(const Batch& batch) {
     j["prefix"] = batch.prefix;
     j["prefix_id"] = batch.prefix_id;
   }
+  if (batch.max_rows > 0) j["max_rows"] = batch.max_rows;
   return j;
 }
 
@@ -707,7 +777,16 @@ Batch batch_from_json(const nlohmann::json& j) {
   if (j.contains("prefix")) {
     batch.prefix = get_token_ids(j.at("prefix"), path + ".prefix");
     batch.prefix_id = get_int(field(j, "prefix_id", path), path + ".prefix_id", 0, kInt64Max);
-    if (generate) fail(path + ".prefix", "a generate_until batch has no prefix");
+    if (generate) {
+      for (const WorkItem& item : batch.items)
+        if (item.tokens.size() <= batch.prefix.size() ||
+            !std::equal(batch.prefix.begin(), batch.prefix.end(), item.tokens.begin()))
+          fail(path + ".prefix", "a generate_until item does not start with the batch's prefix and go on past it");
+    }
+  }
+  if (j.contains("max_rows")) {
+    batch.max_rows = get_int(j.at("max_rows"), path + ".max_rows", 1, kInt64Max);
+    if (!generate) fail(path + ".max_rows", "only a generate_until batch has max_rows");
   }
   // The padded size is derived data; a mismatch means the message was damaged or forged.
   int64_t expected = 0;

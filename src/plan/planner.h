@@ -64,6 +64,9 @@ struct Batch {
   // it has a sequence of its own); 0: the longest row's.
   int64_t sequence_width = 0;
   int64_t padded_tokens = 0;     // sequences * their width (packing.h's pack_rows)
+  // generate_until: the sequences decoded together (continuous batching, model/generate.h): when
+  // one ends, the next item takes its place; 0: every item at once.
+  int64_t max_rows = 0;
 };
 
 struct PlanOptions {
@@ -97,6 +100,18 @@ struct PlanOptions {
   // than this runs alone: a row of its own, in a batch that shares nothing (no prefix, no shared
   // context, no packing). Unset: no such rule.
   std::optional<int64_t> rope_length_threshold;
+  // generate_until batching. Prompts equal to each other (a task's repeats) go together, and
+  // prompts sharing a prefix of at least min_prefix_tokens (a task's few-shot examples) go in
+  // batches that carry it (with prefix_reuse), longest first. A batch decodes up to
+  // generation_rows sequences at once (and at most max_batch_size), fewer where their cache (twice
+  // the widest row's prompt after the prefix plus max_tokens, per row) would pass
+  // generation_kv_positions, and holds up to twice that many items so that finished rows are
+  // refilled, within generation_kv_positions of rows and max_batch_size, and no more than an equal
+  // share of its prefix's items among `workers`, so that every worker gets some.
+  // generation_kv_positions 0: batch_tokens.
+  int64_t generation_rows = 16;
+  int64_t generation_kv_positions = 0;
+  int64_t workers = 1;
 };
 
 struct Plan {

@@ -5,6 +5,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <set>
 
 #include <c10/core/InferenceMode.h>
 #include <c10/util/Exception.h>
@@ -230,7 +231,8 @@ class StopWatch {
   std::vector<size_t> tail_tokens_;
 };
 
-std::vector<ItemResult> generate_items(const LlamaModelImpl& model, const Tokenizer& tokenizer, const Batch& batch) {
+std::vector<ItemResult> generate_items(const LlamaModelImpl& model, const Tokenizer& tokenizer, const Batch& batch,
+                                       const ExecutionOptions& options, ExecutionStats& stats) {
   std::vector<ItemResult> out;
   std::vector<const WorkItem*> rows;  // items that generate at least one token
   std::vector<size_t> row_out;
@@ -256,8 +258,22 @@ std::vector<ItemResult> generate_items(const LlamaModelImpl& model, const Tokeni
       std::find(o.stop_token_ids.begin(), o.stop_token_ids.end(), *tokenizer.eos_id()) == o.stop_token_ids.end())
     o.stop_token_ids.push_back(*tokenizer.eos_id());
 
+  o.max_rows = batch.max_rows;
+  // The batch's prefix (a task's few-shot examples): computed once per worker, as a scoring one.
+  std::shared_ptr<const PrefixKV> prefix;
+  if (!batch.prefix.empty()) {
+    int64_t computed = 0;
+    if (options.prefixes) {
+      prefix = options.prefixes->get(model, batch.prefix, &computed);
+    } else {
+      prefix = std::make_shared<const PrefixKV>(model.prefill(batch.prefix));
+      computed = static_cast<int64_t>(batch.prefix.size());
+    }
+    stats.prefix_tokens += computed;
+    stats.tokens_computed += computed;
+  }
   const StopWatch stop_watch(tokenizer, rows);
-  std::vector<Generation> gens = generate(model, prompts, o, nullptr, std::cref(stop_watch));
+  std::vector<Generation> gens = generate(model, prompts, o, nullptr, std::cref(stop_watch), prefix.get());
   for (size_t k = 0; k < rows.size(); ++k) {
     ItemResult& r = out[row_out[k]];
     r.num_tokens = static_cast<int64_t>(gens[k].tokens.size());
@@ -275,8 +291,11 @@ std::vector<ItemResult> generate_split(const LlamaModelImpl& model, const Tokeni
     int64_t width = 0;
     for (const WorkItem& item : batch.items) width = std::max(width, item.cost());
     if (options.before_forward) options.before_forward(static_cast<int64_t>(batch.items.size()), width);
-    std::vector<ItemResult> out = generate_items(model, tokenizer, batch);
-    for (const WorkItem& item : batch.items) stats.tokens_computed += static_cast<int64_t>(item.tokens.size());
+    std::vector<ItemResult> out = generate_items(model, tokenizer, batch, options, stats);
+    // Each distinct prompt's tokens after the prefix are computed once.
+    std::set<std::vector<int32_t>> prompts;
+    for (const WorkItem& item : batch.items) prompts.insert(item.tokens);
+    for (const auto& p : prompts) stats.tokens_computed += static_cast<int64_t>(p.size() - batch.prefix.size());
     for (const ItemResult& r : out) stats.tokens_computed += r.num_tokens;
     return out;
   } catch (const c10::OutOfMemoryError& e) {
@@ -286,6 +305,7 @@ std::vector<ItemResult> generate_split(const LlamaModelImpl& model, const Tokeni
                               batch.items.front().cost()));
     ++stats.oom_splits;
     Batch half = batch;
+    half.max_rows = std::max<int64_t>(1, (batch.max_rows > 0 ? batch.max_rows : static_cast<int64_t>(batch.items.size())) / 2);
     const auto mid = batch.items.begin() + static_cast<std::ptrdiff_t>(batch.items.size() / 2);
     half.items.assign(batch.items.begin(), mid);
     std::vector<ItemResult> out = generate_split(model, tokenizer, half, options, stats);

@@ -1,0 +1,73 @@
+// Sampled generation with repeats, end to end with real processes: every sample's text is a
+// function of (seed, task, document, repeat) alone. An uninterrupted one-worker run with the
+// default batches, and a two-worker run with batches of two sequences that is killed with SIGKILL
+// mid-run and then resumed from its journal, write the same samples.
+#include <gmock/gmock.h>
+#include <signal.h>
+
+#include <nlohmann/json.hpp>
+
+#include "async_run.h"
+#include "common/file_io.h"
+#include "test_util.h"
+
+namespace gpueval {
+namespace {
+
+using ::testing::HasSubstr;
+using nlohmann::json;
+using testing::AsyncRun;
+
+// Twelve story openings, each sampled four times (48 requests), then the demo choice task.
+std::string write_config(const testing::TempDir& dir, const std::string& name, const std::string& extra) {
+  std::string docs;
+  const char* names[] = {"Lily", "Tom", "Ben", "Sue", "Max", "Mia", "Sam", "Anna", "Tim", "Lucy", "Jack", "Sara"};
+  for (const char* n : names) docs += "{\"start\": \"Once upon a time, " + std::string(n) + " went to the\", \"who\": \"" + n + "\"}\n";
+  testing::write_text(dir.file("stories.jsonl"), docs);
+  testing::write_text(dir.file("stories.yaml"),
+                      "task: stories\ndataset_path: stories.jsonl\noutput_type: generate_until\n"
+                      "doc_to_text: \"{{start}}\"\ndoc_to_target: \"{{who}}\"\nrepeats: 4\n"
+                      "generation_kwargs:\n  until: [\"\\n\"]\n  do_sample: true\n  temperature: 0.9\n"
+                      "  max_gen_toks: 24\n"
+                      "filter_list:\n  - name: name\n    filter:\n      - function: regex\n"
+                      "        regex_pattern: \"(Lily|Tom|Ben|Sue|Max|Mia|Sam|Anna|Tim|Lucy|Jack|Sara)\"\n"
+                      "metric_list:\n  - metric: pass_at_k\n    k: [1, 4]\n  - metric: maj_at_k\n    k: 4\n");
+  const std::string path = dir.file(name + ".yaml");
+  testing::write_text(path, "model: " + testing::source_dir() + "/models/stories260K\ntasks: [" +
+                                dir.file("stories.yaml") + ", demo_choice]\noutput: " + dir.file(name) +
+                                "\nheartbeat_timeout_s: 20\n" + extra);
+  return path;
+}
+
+TEST(GenerationResume, SampledRepeatsAreTheSameAfterASigkillWithOtherBatchesAndWorkers) {
+  testing::TempDir dir;
+  const auto reference = testing::run_gpueval({"run", "--gpus", "cpu:1", write_config(dir, "reference", "")});
+  ASSERT_EQ(reference.exit_code, 0) << reference.err;
+  const std::string expected = io::read_file(dir.file("reference/samples_stories.jsonl"));
+
+  const std::string cfg = write_config(dir, "killed", "batch_size: 2\n");
+  const std::string out = dir.file("killed");
+  {
+    // Request 60 (in demo_choice) is held, so the run cannot end; it is killed once two batches are done.
+    AsyncRun run = AsyncRun::start({"run", "--gpus", "cpu:2", cfg}, out,
+                                   {{"GPUEVAL_FAULT", "hold:60"}, {"GPUEVAL_FAULT_ONCE", out + ".held"}});
+    const json s = run.wait_status([](const json& st) { return st.value("batches_done", 0) >= 2; });
+    ASSERT_FALSE(s.is_null()) << run.log();
+    ASSERT_EQ(::kill(-run.child.pid(), SIGKILL), 0);
+    run.child.wait();
+  }
+  const auto resumed = testing::run_gpueval({"run", "--gpus", "cpu:2", cfg});
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_THAT(resumed.err, HasSubstr("requests already scored"));
+  const json journal = json::parse(io::read_file(out + "/results.json"))["journal"];
+  EXPECT_GT(journal["requests_resumed"].get<int64_t>(), 0) << journal.dump();
+  EXPECT_GT(journal["requests_computed"].get<int64_t>(), 0) << journal.dump();
+  EXPECT_EQ(io::read_file(out + "/samples_stories.jsonl"), expected);
+  // Four different samples of a document: sampling happened.
+  const json first = json::parse(expected.substr(0, expected.find('\n')));
+  ASSERT_EQ(first["resps"][0].size(), 4u);
+  EXPECT_NE(first["resps"][0][0], first["resps"][0][1]);
+}
+
+}  // namespace
+}  // namespace gpueval
