@@ -112,6 +112,11 @@ TEST(TemplateTest, ConstructsOutsideTheSubsetNameFileLineAndConstruct) {
               HasSubstr("brackets nested more than 64 deep is not supported"));
   EXPECT_THAT(parse_error("{{ 1" + [] { std::string s; for (int i = 0; i < 300; ++i) s += " + 1"; return s; }() + " }}"),
               HasSubstr("an expression more than 256 operations deep is not supported"));
+  // Long chains of `not` and of conditionals are bounded too, never a deep recursion.
+  EXPECT_THAT(parse_error("{{ " + [] { std::string s; for (int i = 0; i < 300; ++i) s += "not "; return s; }() + "x }}"),
+              HasSubstr("an expression more than 256 operations deep is not supported"));
+  EXPECT_THAT(parse_error("{{ " + [] { std::string s; for (int i = 0; i < 100; ++i) s += "a if b else "; return s; }() + "c }}"),
+              HasSubstr("brackets nested more than 64 deep is not supported"));
   EXPECT_EQ(Template::parse("{{ " + std::string(64, '(') + "2" + std::string(64, ')') + " * 3 }}", "doc_to_text", "t")
                 .render(doc(), "d"),
             "6");

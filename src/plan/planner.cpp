@@ -511,8 +511,6 @@ void add_generation_units(const std::vector<WorkItem>& gen, const PlanOptions& o
     if (p > 0) {
       const auto& context = groups[c.groups.front()].context;
       like.prefix.assign(context.begin(), context.begin() + static_cast<std::ptrdiff_t>(p));
-      like.prefix_id = plan.num_prefixes++;
-      plan.prefix_tokens += static_cast<int64_t>(p);
     }
     std::vector<WorkItem> items;
     for (size_t g : c.groups)
@@ -542,6 +540,18 @@ void add_generation_units(const std::vector<WorkItem>& gen, const PlanOptions& o
       b.max_rows = std::min<int64_t>(rows, static_cast<int64_t>(b.items.size()));
       first += static_cast<int64_t>(b.items.size());
       unit.batches.push_back(std::move(b));
+    }
+    // Each worker's share of the batches gets a prefix id of its own (the same tokens): the
+    // dispatcher gives a batch whose prefix another worker holds to an idle worker only when that
+    // saves tokens, which one long generation batch queued behind another never does, so without
+    // this one worker would decode every share in turn while the others wait.
+    if (p > 0) {
+      const int64_t batches = static_cast<int64_t>(unit.batches.size());
+      const int64_t ids = std::min(workers, batches);
+      for (int64_t k = 0; k < batches; ++k)
+        unit.batches[static_cast<size_t>(k)].prefix_id = plan.num_prefixes + k * ids / batches;
+      plan.num_prefixes += ids;
+      plan.prefix_tokens += ids * static_cast<int64_t>(p);
     }
     unit.longest = items.front().cost();
     unit.first_request = items.front().request_index;

@@ -192,6 +192,13 @@ class Parser {
   // Jinja's conditional expression `a if cond else b` (the else part is required: Jinja's
   // undefined would render as an empty string), over `or`, `and`, `not`.
   NodePtr expression() {
+    struct Nesting {
+      int& n;
+      explicit Nesting(int& depth) : n(++depth) {}
+      ~Nesting() { --n; }
+    } nesting(conditionals_);
+    // A chain `a if b else c if d else ...` nests here: bounded as brackets are.
+    if (conditionals_ - 1 > kMaxNesting) refuse(fmt::format("brackets nested more than {} deep", kMaxNesting));
     const size_t begin = pos_;
     NodePtr value = or_test();
     if (!at_name("if")) return value;
@@ -221,12 +228,14 @@ class Parser {
     return lhs;
   }
   NodePtr not_test() {
-    const size_t begin = pos_;
-    if (at_name("not")) {
+    std::vector<size_t> nots;  // where each `not` begins; read in a loop, not by recursion
+    while (at_name("not")) {
+      nots.push_back(pos_);
       take();
-      return make(Node::Kind::kNot, "not", {not_test()}, begin);
     }
-    return additive();
+    NodePtr operand = additive();
+    for (auto it = nots.rbegin(); it != nots.rend(); ++it) operand = make(Node::Kind::kNot, "not", {operand}, *it);
+    return operand;
   }
 
   // + and - (Jinja's math1), over ~ (concat), over * / // % (math2), over unary. Every nested
@@ -457,6 +466,7 @@ class Parser {
   std::vector<Token> tokens_;
   size_t pos_ = 0;
   int nesting_ = 0;
+  int conditionals_ = 0;  // conditional expressions open (an else part's chain)
   // Far beyond any task file's template (lm-eval's deepest nest a few brackets and chain a few
   // operators), and far within the stack.
   static constexpr int kMaxNesting = 64;
