@@ -165,6 +165,24 @@ class RowRunner {
   std::vector<ItemResult>& out_;
 };
 
+// The keys and values of the batch's prefix (null without one): the worker's prefix cache's copy,
+// or computed for this batch alone; what had to be computed counts in `stats`.
+std::shared_ptr<const PrefixKV> batch_prefix(const LlamaModelImpl& model, const Batch& batch,
+                                             const ExecutionOptions& options, ExecutionStats& stats) {
+  if (batch.prefix.empty()) return nullptr;
+  int64_t computed = 0;
+  std::shared_ptr<const PrefixKV> prefix;
+  if (options.prefixes) {
+    prefix = options.prefixes->get(model, batch.prefix, &computed);
+  } else {
+    prefix = std::make_shared<const PrefixKV>(model.prefill(batch.prefix));
+    computed = static_cast<int64_t>(batch.prefix.size());
+  }
+  stats.prefix_tokens += computed;
+  stats.tokens_computed += computed;
+  return prefix;
+}
+
 std::vector<ItemResult> score_items(const LlamaModelImpl& model, const Batch& batch, const ExecutionOptions& options,
                                     ExecutionStats& stats) {
   c10::InferenceMode guard;
@@ -175,18 +193,7 @@ std::vector<ItemResult> score_items(const LlamaModelImpl& model, const Batch& ba
   }
   const std::vector<PackedRow> rows = pack_rows(batch);
   if (rows.empty()) return out;
-  std::shared_ptr<const PrefixKV> prefix;
-  if (!batch.prefix.empty()) {
-    int64_t computed = 0;
-    if (options.prefixes) {
-      prefix = options.prefixes->get(model, batch.prefix, &computed);
-    } else {
-      prefix = std::make_shared<const PrefixKV>(model.prefill(batch.prefix));
-      computed = static_cast<int64_t>(batch.prefix.size());
-    }
-    stats.prefix_tokens += computed;
-    stats.tokens_computed += computed;
-  }
+  const std::shared_ptr<const PrefixKV> prefix = batch_prefix(model, batch, options, stats);
   RowRunner(model, batch, rows, prefix.get(), options, stats, out).run(0, rows.size());
   return out;
 }
@@ -260,18 +267,7 @@ std::vector<ItemResult> generate_items(const LlamaModelImpl& model, const Tokeni
 
   o.max_rows = batch.max_rows;
   // The batch's prefix (a task's few-shot examples): computed once per worker, as a scoring one.
-  std::shared_ptr<const PrefixKV> prefix;
-  if (!batch.prefix.empty()) {
-    int64_t computed = 0;
-    if (options.prefixes) {
-      prefix = options.prefixes->get(model, batch.prefix, &computed);
-    } else {
-      prefix = std::make_shared<const PrefixKV>(model.prefill(batch.prefix));
-      computed = static_cast<int64_t>(batch.prefix.size());
-    }
-    stats.prefix_tokens += computed;
-    stats.tokens_computed += computed;
-  }
+  const std::shared_ptr<const PrefixKV> prefix = batch_prefix(model, batch, options, stats);
   const StopWatch stop_watch(tokenizer, rows);
   std::vector<Generation> gens = generate(model, prompts, o, nullptr, std::cref(stop_watch), prefix.get());
   for (size_t k = 0; k < rows.size(); ++k) {
