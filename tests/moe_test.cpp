@@ -17,6 +17,7 @@
 
 #include "gpueval/model.h"
 #include "model/cpu_matmul.h"
+#include "model/row_invariant.h"
 #include "run/device_memory.h"
 #include "logits_fixture.h"
 #include "test_util.h"

@@ -177,7 +177,7 @@ TORCH_MODULE(Mlp);
 
 // A sparse layer's mixture of experts (ModelConfig's arch.moe, which says how the router chooses):
 // every token routed on its own, so its experts never depend on the other rows of its batch (on the
-// CPU in float32 the router's product is model/cpu_matmul.h's row_invariant_product, each logit summed
+// CPU in float32 the router's product is model/row_invariant.h's row_invariant_product, each logit summed
 // in one order whatever the row count); the tokens of each expert multiplied together as one product,
 // the experts in ascending order; the shared experts' output (DeepSeek-V3) added last.
 // Called with a sparse layer's index and, per token of a forward, its chosen experts [N, top_k] int64

@@ -412,42 +412,4 @@ std::string cpu_matmul_description() { return ""; }
 
 #endif
 
-namespace {
-
-float fixed_order_dot(const float* a, const float* b, int64_t d) {
-  constexpr int64_t kLanes = 16;
-  float sum[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= d; i += kLanes)
-    for (int64_t l = 0; l < kLanes; ++l) sum[l] += a[i + l] * b[i + l];
-  for (int64_t l = 0; i < d; ++i, ++l) sum[l] += a[i] * b[i];
-  for (int64_t width = kLanes / 2; width > 0; width /= 2)
-    for (int64_t l = 0; l < width; ++l) sum[l] += sum[l + width];
-  return sum[0];
-}
-
-}  // namespace
-
-bool row_invariant_product_applies(const at::Tensor& x, const at::Tensor& w) {
-  return x.device().is_cpu() && w.device().is_cpu() && x.scalar_type() == at::kFloat &&
-         w.scalar_type() == at::kFloat && x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1);
-}
-
-at::Tensor row_invariant_product(const at::Tensor& x_in, const at::Tensor& w_in) {
-  if (!row_invariant_product_applies(x_in, w_in))
-    throw Error("row_invariant_product: needs CPU float32 x [n, d] and w [e, d] of the same d");
-  const at::Tensor x = x_in.contiguous(), w = w_in.contiguous();
-  const int64_t n = x.size(0), e = w.size(0), d = x.size(1);
-  at::Tensor out = at::empty({n, e}, x.options());
-  const float* xp = x.data_ptr<float>();
-  const float* wp = w.data_ptr<float>();
-  float* op = out.data_ptr<float>();
-  // Rows shared among the threads; a row's sums never depend on which thread computes it.
-  cpu_parallel_for(0, n, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, e * d / 64)), [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r)
-      for (int64_t j = 0; j < e; ++j) op[r * e + j] = fixed_order_dot(xp + r * d, wp + j * d, d);
-  });
-  return out;
-}
-
 }  // namespace gpueval

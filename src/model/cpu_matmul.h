@@ -94,13 +94,7 @@ class PackedWeight {
 at::Tensor project(const at::Tensor& x, const PackedWeight& weight, const at::Tensor& bias = {});
 bool project_uses_packed(const at::Tensor& x, const PackedWeight& weight, const at::Tensor& bias = {});
 
-// x [n, d] · w [e, d]ᵀ -> [n, e], CPU float32, each element a dot product summed in one fixed order
-// (16 running sums, then added pairwise) by plain C++ code: a row's result is the same bits whatever
-// the number of rows, the threads or the workers (a BLAS picks its kernel, and so its order of
-// additions, by the matrix's shape). For small products whose exact bits decide something, a MoE
-// router's choice of experts (model.h's MoeImpl); far slower than project() on large ones.
-at::Tensor row_invariant_product(const at::Tensor& x, const at::Tensor& w);
-bool row_invariant_product_applies(const at::Tensor& x, const at::Tensor& w);
+// Products whose bits must not depend on the number of rows (generation, a MoE router): row_invariant.h.
 
 // Whether a CPU float32 model packs its projections (PackedWeight), their packed copies taking
 // `bytes`: GPUEVAL_CPU_PACKED_WEIGHTS=1 always, =0 never; else (auto) when they take at most

@@ -7,6 +7,7 @@
 #include <c10/core/InferenceMode.h>
 
 #include "gpueval/error.h"
+#include "model/row_invariant.h"
 
 namespace gpueval {
 namespace {
@@ -258,6 +259,7 @@ class Engine {
 std::vector<Generation> generate(const LlamaModelImpl& model, const std::vector<std::vector<int32_t>>& prompts,
                                  const SamplingOptions& o, const TokenCallback& on_token, const RowCheck& end_row,
                                  const PrefixKV* prefix) {
+  const RowInvariantProducts invariant;  // a row's tokens whatever shares its steps
   return Engine(model, prompts, o, prefix, on_token, end_row).run();
 }
 

@@ -7,9 +7,10 @@
 //
 // A sequence's tokens do not depend on which others share its steps: its keys sit contiguous in
 // its row wherever the row is (KVCache::place_row, realign), tiled attention scores exactly a
-// row's own keys (cpu_attention.h), the packed CPU products give a row the same bits whatever the
-// other rows (cpu_matmul.h, where oneDNN packs: AVX-512), and every sequence samples from its own
-// generator seeded by the caller. Greedy by default.
+// row's own keys (cpu_attention.h), generate() multiplies the projections and the LM head with the
+// row-invariant product (row_invariant.h's RowInvariantProducts: a row's bits whatever the other
+// rows, on CPUs with AVX2+FMA; a caller computing the prefix holds one too), and every sequence
+// samples from its own generator seeded by the caller. Greedy by default.
 #pragma once
 
 #include <cstdint>

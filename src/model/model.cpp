@@ -18,6 +18,7 @@
 #include "model/generation_config.h"
 #include "model/kernels.h"
 #include "model/rope.h"
+#include "model/row_invariant.h"
 #include "model/weight_names.h"
 
 namespace gpueval {
@@ -66,6 +67,8 @@ ProjectionImpl::ProjectionImpl(const WeightSource& source, const std::string& we
 }
 
 at::Tensor ProjectionImpl::forward(const at::Tensor& x) const {
+  if (row_invariant_products_on() && row_invariant_project_applies(x, weight_, bias_))
+    return row_invariant_project(x, weight_, bias_);
   if (packed_ && project_uses_packed(x, *packed_, bias_)) return project(x, *packed_, bias_);
   return project(x, weight_, bias_);
 }
@@ -784,8 +787,10 @@ int64_t PrefixKV::bytes() const {
 }
 
 at::Tensor LlamaModelImpl::logits(const at::Tensor& hidden) const {
-  at::Tensor out = lm_head_packed_ && project_uses_packed(hidden, *lm_head_packed_) ? project(hidden, *lm_head_packed_)
-                                                                                   : project(hidden, lm_head_);
+  at::Tensor out = row_invariant_products_on() && row_invariant_project_applies(hidden, lm_head_)
+                       ? row_invariant_project(hidden, lm_head_)
+                   : lm_head_packed_ && project_uses_packed(hidden, *lm_head_packed_) ? project(hidden, *lm_head_packed_)
+                                                                                      : project(hidden, lm_head_);
   if (config_.arch.logits_divisor != 1.0) out.div_(config_.arch.logits_divisor);
   if (config_.arch.logit_softcap) out.div_(*config_.arch.logit_softcap).tanh_().mul_(*config_.arch.logit_softcap);
   return out;

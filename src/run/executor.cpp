@@ -14,6 +14,7 @@
 #include "gpueval/error.h"
 #include "model/generate.h"
 #include "model/logprob_gather.h"
+#include "model/row_invariant.h"
 #include "model/scorer.h"
 #include "plan/packing.h"
 #include "run/device_memory.h"
@@ -266,7 +267,9 @@ std::vector<ItemResult> generate_items(const LlamaModelImpl& model, const Tokeni
     o.stop_token_ids.push_back(*tokenizer.eos_id());
 
   o.max_rows = batch.max_rows;
-  // The batch's prefix (a task's few-shot examples): computed once per worker, as a scoring one.
+  // The batch's prefix (a task's few-shot examples): computed once per worker, as a scoring one, with
+  // the row-invariant products generate() decodes with (the prefix cache keeps the two apart).
+  const RowInvariantProducts invariant;
   const std::shared_ptr<const PrefixKV> prefix = batch_prefix(model, batch, options, stats);
   const StopWatch stop_watch(tokenizer, rows);
   std::vector<Generation> gens = generate(model, prompts, o, nullptr, std::cref(stop_watch), prefix.get());

@@ -2,7 +2,9 @@
 // prefix that several batches start with (a task's few-shot examples), kept
 // between batches so that each prefix is computed once per worker however many
 // batches use it. Entries are looked up by their tokens; the least recently
-// used are dropped beyond max_entries or max_bytes. One cache per worker;
+// used are dropped beyond max_entries or max_bytes. A prefix computed under
+// row-invariant products (model/row_invariant.h: generation) is another entry
+// than the same tokens computed for scoring. One cache per worker;
 // not thread-safe.
 #pragma once
 
@@ -31,6 +33,7 @@ class PrefixCache {
  private:
   struct Entry {
     std::vector<int32_t> tokens;
+    bool row_invariant = false;  // computed under row_invariant_products_on()
     std::shared_ptr<const PrefixKV> kv;
   };
   size_t max_entries_;

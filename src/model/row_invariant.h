@@ -1,0 +1,61 @@
+// Row-invariant float32 products on the CPU: y = x·Wᵀ in which every output element is one dot
+// product summed in one fixed order, so that a row's bits never depend on how many other rows share
+// the product, how the work is tiled, the threads or the workers. A BLAS (oneDNN's sgemm, OpenBLAS)
+// picks its kernel, and with it the order of its additions, by the matrix's shape: a sequence's
+// logits then change in their last bits with the batch it shares, and a greedy or sampled token can
+// flip on a near-tie. This is what the generation engine multiplies with (RowInvariantProducts), and
+// what a MoE router's choice of experts uses (model.h's MoeImpl).
+//
+// The order, for x[i] · w[j] over k elements: 8 running sums, element c going to sum c mod 8, each a
+// chain of fused multiply-adds in index order starting from +0 (the last partial group padded with
+// zeros); then the sums added (s0+s4 + s2+s6) + (s1+s5 + s3+s7). Two bodies compute it: AVX2+FMA
+// vector code (row_invariant_avx2.cpp, 4 rows by 3 outputs per tile, as fast as oneDNN's sgemm on
+// decode shapes and 80-95% of it on prefill shapes; docs/performance.md) where the build and CPU have
+// it, else scalar code with std::fma. Both give the same bits (the tests compare them).
+// May call cpu_parallel.h; stateless apart from the thread-local RowInvariantProducts switch.
+#pragma once
+
+#include <cstdint>
+
+#include <ATen/ATen.h>
+
+namespace gpueval {
+
+// kBest: the vector body where row_invariant_vector_code(), else the scalar one; kScalar: always the
+// scalar one (the tests compare the two).
+enum class RowInvariantCode { kBest, kScalar };
+
+// Whether the AVX2+FMA body runs here (built for x86-64, and the CPU has AVX2 and FMA).
+bool row_invariant_vector_code();
+
+// y[i * ldy + j] = x[i] · w[j] for i < m, j < n, each in the fixed order above; x rows of k floats
+// ldx apart, w rows ldw apart. On the calling thread alone.
+void row_invariant_multiply(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, const float* w, int64_t ldw,
+                            float* y, int64_t ldy, RowInvariantCode code = RowInvariantCode::kBest);
+
+// x [..., in] · weight [out, in]ᵀ + bias [out] (bias may be undefined) -> [..., out], the threads
+// sharing the outputs (a row's bits do not depend on them). CPU float32 only (row_invariant_project_applies).
+at::Tensor row_invariant_project(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = {});
+bool row_invariant_project_applies(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = {});
+
+// x [n, d] · w [e, d]ᵀ -> [n, e] as row_invariant_project without a bias: a MoE router's logits.
+at::Tensor row_invariant_product(const at::Tensor& x, const at::Tensor& w);
+bool row_invariant_product_applies(const at::Tensor& x, const at::Tensor& w);
+
+// While an object lives on a thread, cpu_matmul.h's project() on that thread (a model's projections
+// and LM head) multiplies with row_invariant_project where row_invariant_vector_code() (else it keeps
+// its fastest product, and a row's bits may depend on its batch). The generation engine holds one
+// (generate.h), and so does whoever computes a prefix it will decode from. Nestable.
+class RowInvariantProducts {
+ public:
+  RowInvariantProducts();
+  ~RowInvariantProducts();
+  RowInvariantProducts(const RowInvariantProducts&) = delete;
+  RowInvariantProducts& operator=(const RowInvariantProducts&) = delete;
+};
+
+// Whether project() on this thread multiplies with row_invariant_project now. The environment's
+// GPUEVAL_ROW_INVARIANT_PRODUCTS=0 keeps it off everywhere (to measure what invariance costs).
+bool row_invariant_products_on();
+
+}  // namespace gpueval
