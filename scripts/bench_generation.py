@@ -125,12 +125,13 @@ def llama_cpp_child(work: Path, out: Path, max_gen_toks: int) -> None:
     llm = Llama(model_path=str(work / "model-f32.gguf"), n_ctx=p["n_ctx"], n_threads=os.cpu_count(),
                 n_batch=512, seed=0, verbose=False)
     docs, own = {}, 0
+    t0 = time.monotonic()
     for d, ids in zip(p["doc_ids"], p["ids"]):
         r = llm.create_completion(prompt=ids, max_tokens=max_gen_toks, temperature=0.0, top_k=1, top_p=1.0,
                                   min_p=0.0, repeat_penalty=1.0, stop=p["until"])
         docs[d] = {"text": r["choices"][0]["text"]}
         own += r["usage"]["completion_tokens"]
-    out.write_text(json.dumps({"docs": docs, "own_tokens": own}))
+    out.write_text(json.dumps({"docs": docs, "own_tokens": own, "generate_s": time.monotonic() - t0}))
 
 
 def vllm_child(work: Path, out: Path, model: str, max_gen_toks: int) -> None:
@@ -140,10 +141,12 @@ def vllm_child(work: Path, out: Path, model: str, max_gen_toks: int) -> None:
     p = json.loads((work / "prompts.json").read_text())
     llm = LLM(model=model, dtype="float32", max_model_len=p["n_ctx"], seed=0)
     sp = SamplingParams(temperature=0.0, max_tokens=max_gen_toks, stop=p["until"])
+    t0 = time.monotonic()
     outs = llm.generate([{"prompt_token_ids": ids} for ids in p["ids"]], sp)
+    generate_s = time.monotonic() - t0
     docs = {d: {"text": o.outputs[0].text} for d, o in zip(p["doc_ids"], outs)}
     own = sum(len(o.outputs[0].token_ids) for o in outs)
-    out.write_text(json.dumps({"docs": docs, "own_tokens": own}))
+    out.write_text(json.dumps({"docs": docs, "own_tokens": own, "generate_s": generate_s}))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -548,6 +551,12 @@ def main() -> int:
         lines.append(f"gpueval texts identical across its runs: {'yes' if reps_same else 'NO'}; one run: "
                      f"{g['before_first_batch_s']:.1f} s to the first batch, {g['compute_s']:.1f} s computing "
                      f"({g['budget']})")
+    for name in systems:  # the optional systems' own generate calls, start-up and model load excluded
+        gen = [r["generate_s"] for r in runs[name] if r.get("generate_s")]
+        if gen:
+            toks = count_tokens(model, prompts, runs[name][0]["docs"])
+            lines.append(f"{name}: generate calls alone {statistics.median(gen):.1f} s ({toks / statistics.median(gen):.1f} "
+                         f"tok/s; the rest of its wall time is start-up and model load)")
     if args.invariance_cost and runs[g_name] and runs[f_name]:
         inv = statistics.median(r["wall"] for r in runs[g_name])
         fast = statistics.median(r["wall"] for r in runs[f_name])

@@ -8,6 +8,7 @@
 
 #include <ATen/Parallel.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <iostream>
@@ -16,6 +17,7 @@
 
 #include "gpueval/error.h"
 #include "gpueval/model.h"
+#include "model/cpu_matmul.h"
 #include "model/row_invariant.h"
 #include "run/prefix_cache.h"
 #include "tiny_model.h"
@@ -149,6 +151,52 @@ TEST(RowInvariantProducts, ThePrefixCacheKeepsGenerationAndScoringPrefixesApart)
     EXPECT_EQ(cache.size(), 2u);
   } else {
     EXPECT_EQ(generation, scoring);  // no vector body: the switch changes nothing, one entry serves both
+  }
+}
+
+}  // namespace
+}  // namespace gpueval
+
+namespace gpueval {
+namespace {
+
+// Not run by CI: the row-invariant product against oneDNN's sgemm, one thread, at the projection
+// shapes of the generation bench's 134M Llama (hidden 768, MLP 2048, vocab 32000), at decode row
+// counts (1, 8, 16) and prefill ones (64, 512). Prints GFLOPS per shape:
+//   build/gpueval_tests --gtest_also_run_disabled_tests --gtest_filter='RowInvariantTiming.*'
+TEST(RowInvariantTiming, DISABLED_AgainstOneDnnAtDecodeAndPrefillShapes) {
+  if (!row_invariant_vector_code()) GTEST_SKIP() << "no AVX2+FMA body on this CPU or build";
+  if (cpu_matmul_description().empty()) GTEST_SKIP() << "no oneDNN in this build";
+  struct Shape {
+    int64_t in, out;
+  };
+  for (const Shape s : {Shape{768, 2048}, Shape{2048, 768}, Shape{768, 768}, Shape{768, 32000}}) {
+    const std::vector<float> w = values(s.in * s.out, 11);
+    for (int64_t m : {1, 8, 16, 64, 512}) {
+      const std::vector<float> x = values(m * s.in, 12);
+      std::vector<float> y(static_cast<size_t>(m * s.out));
+      auto seconds = [&](const auto& f) {
+        f();
+        const auto start = std::chrono::steady_clock::now();
+        int reps = 0;
+        double elapsed = 0;
+        do {
+          f();
+          ++reps;
+          elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        } while (elapsed < 0.3);
+        return elapsed / reps;
+      };
+      const double onednn = seconds([&] {
+        sgemm_on_this_thread('N', 'T', m, s.out, s.in, 1.0f, x.data(), s.in, w.data(), s.in, 0.0f, y.data(), s.out);
+      });
+      const double invariant =
+          seconds([&] { row_invariant_multiply(m, s.out, s.in, x.data(), s.in, w.data(), s.in, y.data(), s.out); });
+      const double flops = 2.0 * static_cast<double>(m * s.in * s.out);
+      std::cout << "[   INFO   ] " << s.in << "x" << s.out << " rows " << m << ": oneDNN " << flops / onednn / 1e9
+                << " GFLOPS, row-invariant " << flops / invariant / 1e9 << " GFLOPS (" << onednn / invariant
+                << "x)\n";
+    }
   }
 }
 
