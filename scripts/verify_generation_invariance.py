@@ -4,7 +4,7 @@
   A. The generated texts do not depend on batching, workers or a resume. 48 TinyStories-style
      prompts (below) go into a JSONL in the work folder, with two generate_until tasks over it:
      greedy (until "\\n\\n", max_gen_toks 64) and sampled (repeats 4, do_sample, temperature 0.8).
-     Six runs, each into a fresh output folder:
+     Seven runs, each into a fresh output folder:
        cpu1_b1      --gpus cpu:1 --batch-size 1        (the reference)
        cpu1_auto    --gpus cpu:1                       (batch budget from calibration)
        cpu2_auto    --gpus cpu:2
@@ -13,6 +13,13 @@
        cpu2_resume  --gpus cpu:2, SIGKILLed (its whole process group) once status.json says a
                     batch is done and the run is not complete, then the same command again,
                     which resumes from the journal and finishes.
+       sharded      the node-count axis (docs/cluster.md): `gpueval plan --shards 2` (no
+                    --gpus: the config has none, so the plan's default, cpu), then
+                    `gpueval run DIR --shard 0/2 --gpus cpu:1` and
+                    `gpueval run DIR --shard 1/2 --gpus cpu:2` (another worker count per
+                    "node"), then `gpueval merge DIR`; the merged samples files are compared.
+                    The shards run one after the other on this machine; every shard is run even
+                    when an earlier one failed, the merge only when all succeeded.
      Every document's responses in each run's samples_<task>.jsonl are compared with the
      reference's.
   B. Greedy generation equals transformers' at batch 1. Per prompt, transformers'
@@ -31,10 +38,12 @@ Usage (CPU only; a venv with torch, transformers 5 and tokenizers; a minute or t
 
 Prints, for greedy and for sampled, "N of N identical" per run against cpu1_b1 (and the first
 differing document on a difference), where the resume run was killed and what its journal resumed,
-then "k of N equal" against transformers and one line per mismatch. Exits 1 when any run's texts
-differ from the reference's, when the resume run could not be killed mid-way, when a run fails, or
-when fewer than 99% of the greedy texts equal transformers'. The work folder keeps the task files,
-every run's output folder and its log (<run>.log).
+each step of the sharded run (plan, shards, merge) with its exit status, then "k of N equal"
+against transformers and one line per mismatch. Exits 1 when any run's texts differ from the
+reference's, when the resume run could not be killed mid-way, when a run (or any step of the
+sharded run: the plan, a shard or the merge) fails, or when fewer than 99% of the greedy texts
+equal transformers'. The work folder keeps the task files, every run's output folder and its log
+(<run>.log; the sharded run's holds each step's command line and output).
 """
 import argparse
 import json
@@ -108,14 +117,16 @@ PROMPTS = [
     "Pete had a blue balloon. He held it tight, but",
 ]
 
-# (run name, --gpus, --batch-size or None, killed and resumed)
+# (run name, --gpus, --batch-size or None, kind): kind "plain", "killed" (killed and resumed) or
+# "sharded" (planned with --shards len(gpus), shard i run with --gpus gpus[i], then merged).
 RUNS = [
-    ("cpu1_b1", "cpu:1", "1", False),
-    ("cpu1_auto", "cpu:1", None, False),
-    ("cpu2_auto", "cpu:2", None, False),
-    ("cpu2_b64", "cpu:2", "64", False),
-    ("cpu2_b5", "cpu:2", "5", False),
-    ("cpu2_resume", "cpu:2", None, True),
+    ("cpu1_b1", "cpu:1", "1", "plain"),
+    ("cpu1_auto", "cpu:1", None, "plain"),
+    ("cpu2_auto", "cpu:2", None, "plain"),
+    ("cpu2_b64", "cpu:2", "64", "plain"),
+    ("cpu2_b5", "cpu:2", "5", "plain"),
+    ("cpu2_resume", "cpu:2", None, "killed"),
+    ("sharded", ("cpu:1", "cpu:2"), None, "sharded"),
 ]
 
 
@@ -192,6 +203,41 @@ def run_command(args, work, name, gpus, batch_size):
     if batch_size:
         cmd[2:2] = ["--batch-size", batch_size]
     return cmd, out
+
+
+def sharded_commands(args, work, name, gpus_per_shard):
+    """The plan, each shard's run and the merge of a sharded run (docs/cluster.md)."""
+    out = work / name
+    n = len(gpus_per_shard)
+    plan = [args.gpueval, "plan", "--shards", str(n), "--output", str(out),
+            "--history", str(out / "history.sqlite"), str(work / "run.yaml")]
+    shards = [[args.gpueval, "run", str(out), "--shard", f"{i}/{n}", "--gpus", g]
+              for i, g in enumerate(gpus_per_shard)]
+    merge = [args.gpueval, "merge", str(out)]
+    return plan, shards, merge, out
+
+
+def run_sharded(plan, shards, merge, log):
+    """Runs the plan, every shard (even after one failed: each shard's own status is worth
+    seeing) and, when all succeeded, the merge. Returns (rc, [(command, rc, seconds)]): rc is the
+    first nonzero step's, else 0."""
+    steps = []
+
+    def step(cmd):
+        with open(log, "a") as f:
+            f.write(f"$ {' '.join(cmd)}\n")
+        t = time.time()
+        rc = run_plain(cmd, log)
+        steps.append((cmd, rc, time.time() - t))
+        return rc
+
+    if step(plan) != 0:
+        return steps[-1][1], steps
+    shard_rcs = [step(cmd) for cmd in shards]
+    bad = next((rc for rc in shard_rcs if rc != 0), None)
+    if bad is not None:
+        return bad, steps
+    return step(merge), steps
 
 
 def status(out):
@@ -362,19 +408,29 @@ def main() -> int:
     failed = False
     samples = {}
     ref_config = None
-    for name, gpus, batch_size, resume in RUNS:
-        cmd, out = run_command(args, work, name, gpus, batch_size)
+    for name, gpus, batch_size, kind in RUNS:
         log = work / f"{name}.log"
-        shutil.rmtree(out, ignore_errors=True)
         log.unlink(missing_ok=True)
         t = time.time()
-        if resume:
-            rc, note = run_killed_then_resumed(cmd, out, log, args.poll)
+        if kind == "sharded":
+            plan, shards, merge, out = sharded_commands(args, work, name, gpus)
+            shutil.rmtree(out, ignore_errors=True)
+            rc, steps = run_sharded(plan, shards, merge, log)
+            for cmd, step_rc, secs in steps:
+                print(f"run {name}: {' '.join(cmd)}: rc {step_rc}, {secs:.1f}s")
+            if len(steps) < 2 + len(shards):
+                print(f"  not run: {'the shards and ' if len(steps) == 1 else ''}the merge")
+            print(f"run {name}: rc {rc}, {time.time() - t:.1f}s in all")
         else:
-            rc, note = run_plain(cmd, log), None
-        print(f"run {name}: {' '.join(cmd)}: rc {rc}, {time.time() - t:.1f}s")
-        if note:
-            print(f"  {note}")
+            cmd, out = run_command(args, work, name, gpus, batch_size)
+            shutil.rmtree(out, ignore_errors=True)
+            if kind == "killed":
+                rc, note = run_killed_then_resumed(cmd, out, log, args.poll)
+            else:
+                rc, note = run_plain(cmd, log), None
+            print(f"run {name}: {' '.join(cmd)}: rc {rc}, {time.time() - t:.1f}s")
+            if note:
+                print(f"  {note}")
         if rc != 0:
             print(f"  FAIL: see {log}")
             failed = True
@@ -382,11 +438,19 @@ def main() -> int:
         results = json.loads((out / "results.json").read_text())
         j = results.get("journal", {})
         b = results.get("batching", {})
+        if kind == "sharded":
+            # A merged run's journal section lists its shards' journals.
+            journal = "; ".join(
+                f"shard {s.get('shard')} ({gpus[s.get('shard')]}): {s.get('batches')} batches, "
+                f"{s.get('batches_computed_last_attempt')} computed, "
+                f"{s.get('batches_resumed_last_attempt')} resumed"
+                for s in j.get("shards", []))
+        else:
+            journal = (f"{j.get('requests_resumed')} requests resumed, {j.get('requests_computed')} computed, "
+                       f"{j.get('batches_resumed')} batches resumed, {j.get('batches_computed')} computed")
         print(f"  batch budget {results['config'].get('batch_tokens_used')} tokens, {b.get('batches')} batches, "
-              f"{100 * b.get('padding_fraction', 0):.2f}% padding; journal: "
-              f"{j.get('requests_resumed')} requests resumed, {j.get('requests_computed')} computed, "
-              f"{j.get('batches_resumed')} batches resumed, {j.get('batches_computed')} computed")
-        if resume and not j.get("requests_resumed"):
+              f"{100 * b.get('padding_fraction', 0):.2f}% padding; journal: {journal}")
+        if kind == "killed" and not j.get("requests_resumed"):
             print("  FAIL: the resumed run resumed nothing from the journal")
             failed = True
         if ref_config is None:

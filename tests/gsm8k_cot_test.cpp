@@ -290,5 +290,39 @@ TEST(Gsm8kCotTest, SampledTextsDoNotDependOnBatchesOrWorkers) {
   EXPECT_TRUE(results["results"]["olmo_short"].contains("maj@4,flexible-extract"));
 }
 
+// A sharded run's generation batches are cut as the planning machine cut them (its worker count and
+// memory, recorded in plan.json): shards with other worker counts than the plan's, and the merge
+// (which plans on one CPU worker), accept the plan, and the merged samples are the one-machine run's.
+TEST(Gsm8kCotTest, ShardsWithOtherWorkerCountsThanThePlanGiveTheOneMachineTexts) {
+  GPUEVAL_REQUIRE_SHARED();
+  testing::TempDir dir;
+  testing::write_text(dir.file("olmo_short.yaml"), "include: " + testing::source_dir() +
+                                                       "/tasks/gsm8k/gsm8k_cot_olmo3.yaml\n"
+                                                       "task: olmo_short\nrepeats: 2\n"
+                                                       "generation_kwargs:\n  until: [\"Q:\"]\n  do_sample: true\n"
+                                                       "  temperature: 0.9\n  max_gen_toks: 16\n"
+                                                       "metric_list:\n  - metric: pass_at_k\n    k: [1, 2]\n");
+  auto config = [&](const std::string& name) {
+    const std::string path = dir.file(name + ".yaml");
+    testing::write_text(path, "model: " + testing::source_dir() + "/models/stories260K\ntasks: [" +
+                                  dir.file("olmo_short.yaml") + "]\nlimit: 4\ndata:\n  gsm8k: " +
+                                  testing::shared_dir() + "/data/gsm8k\noutput: " + dir.file(name) +
+                                  "\nhistory: " + dir.file("history.sqlite") + "\n");
+    return path;
+  };
+  auto ok = [](const std::vector<std::string>& args) {
+    const auto r = testing::run_gpueval(args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+  };
+  ok({"run", "--gpus", "cpu:2", config("one")});
+  ok({"plan", "--shards", "2", "--gpus", "cpu:2", config("sharded")});
+  const nlohmann::json plan = nlohmann::json::parse(io::read_file(dir.file("sharded/plan.json")));
+  EXPECT_EQ(plan["checkpoints"][0]["generation_workers"], 2) << plan.dump();
+  ok({"run", dir.file("sharded"), "--shard", "0/2", "--gpus", "cpu:1"});
+  ok({"run", dir.file("sharded"), "--shard", "1/2", "--gpus", "cpu:2"});
+  ok({"merge", dir.file("sharded")});
+  EXPECT_EQ(io::read_file(dir.file("sharded/samples_olmo_short.jsonl")), io::read_file(dir.file("one/samples_olmo_short.jsonl")));
+}
+
 }  // namespace
 }  // namespace gpueval

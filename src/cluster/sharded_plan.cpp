@@ -36,6 +36,8 @@ json to_json(const ShardedPlan& sp) {
                    {"step", c.checkpoint.step ? json(*c.checkpoint.step) : json(nullptr)},
                    {"output", c.output},
                    {"batch_tokens", c.batch_tokens},
+                   {"generation_workers", c.generation_workers},
+                   {"generation_kv_positions", c.generation_kv_positions},
                    {"budget_source", c.budget_source},
                    {"plan_fingerprint", c.plan_fingerprint},
                    {"batches", c.batches},
@@ -114,6 +116,8 @@ ShardedPlan read_sharded_plan(const std::string& dir_in) {
       if (c.contains("step") && !c.at("step").is_null()) sc.checkpoint.step = c.at("step").get<int64_t>();
       sc.output = sp.nightly ? sp.dir + "/" + sc.checkpoint.name : sp.dir;
       sc.batch_tokens = c.at("batch_tokens").get<int64_t>();
+      sc.generation_workers = c.value("generation_workers", int64_t{-1});
+      sc.generation_kv_positions = c.value("generation_kv_positions", int64_t{-1});
       sc.budget_source = c.at("budget_source").get<std::string>();
       sc.plan_fingerprint = c.at("plan_fingerprint").get<std::string>();
       sc.batches = c.at("batches").get<int64_t>();
@@ -182,6 +186,8 @@ ShardedPlan make_sharded_plan(const RunConfig& config_in, int shards, const Eval
     Plan plan = make_plan(in.requests, *in.tokenizer, in.plan_options);
     const Budget budget = calibrated_budget(cc, options, in, plan);
     sc.batch_tokens = budget.options.batch_tokens;
+    sc.generation_workers = in.plan_options.workers;
+    sc.generation_kv_positions = in.plan_options.generation_kv_positions;
     sc.budget_source = budget.source;
     sc.plan_fingerprint = plan_fingerprint(plan);
     sc.batches = static_cast<int64_t>(plan.batches.size());
@@ -254,7 +260,10 @@ CheckpointWork plan_checkpoint(const ShardedPlan& sp, const ShardedCheckpoint& c
                                const std::string& executable) {
   const RunConfig cc = checkpoint_config(sp.config, c.checkpoint, sp.dir, gpus);
   CheckpointWork w{load_run_inputs(cc, executable, c.checkpoint.path), Plan{}, PlanOptions{}};
-  // As a one-machine run plans: under the config's options, re-cut under a calibrated budget.
+  // As a one-machine run plans: under the config's options, re-cut under a calibrated budget; the
+  // generation batches as the planning machine cut them, whatever this machine's workers and memory.
+  if (c.generation_workers > 0) w.in.plan_options.workers = c.generation_workers;
+  if (c.generation_kv_positions >= 0) w.in.plan_options.generation_kv_positions = c.generation_kv_positions;
   w.options = w.in.plan_options;
   w.plan = make_plan(w.in.requests, *w.in.tokenizer, w.options);
   if (c.batch_tokens != w.options.batch_tokens) {

@@ -33,6 +33,12 @@ struct ShardedCheckpoint {
   Checkpoint checkpoint;          // path, name, fingerprint, mtime
   std::string output;             // where the merge writes its reports
   int64_t batch_tokens = 0;       // the budget its plan is cut under
+  // What generate_until batches are cut under (PlanOptions' workers and generation_kv_positions),
+  // as the planning machine saw them: every shard and the merge plan with these, whatever their own
+  // workers and memory. Absent in plan files written before they were recorded (then -1: the
+  // machine's own, as those files were planned).
+  int64_t generation_workers = -1;
+  int64_t generation_kv_positions = -1;
   std::string budget_source;      // config | probed | cache
   std::string plan_fingerprint;   // plan/shards.h
   int64_t batches = 0;
