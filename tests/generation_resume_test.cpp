@@ -1,7 +1,9 @@
 // Sampled generation with repeats, end to end with real processes: every sample's text is a
 // function of (seed, task, document, repeat) alone. An uninterrupted one-worker run with the
 // default batches, and a two-worker run with batches of two sequences that is killed with SIGKILL
-// mid-run and then resumed from its journal, write the same samples.
+// mid-run and then resumed from its journal, write the same samples. Where a batch's sequences do
+// not depend on each other (generation_rows_independent), the sequences that ended before a
+// worker died, or before the whole run was killed, are kept and not computed again.
 #include <gmock/gmock.h>
 #include <signal.h>
 
@@ -9,6 +11,7 @@
 
 #include "async_run.h"
 #include "common/file_io.h"
+#include "model/generate.h"
 #include "test_util.h"
 
 namespace gpueval {
@@ -17,6 +20,12 @@ namespace {
 using ::testing::HasSubstr;
 using nlohmann::json;
 using testing::AsyncRun;
+
+const char* const kNoIndependentRows =
+    "this machine's generation rows depend on their batch (no AVX2+FMA, or GPUEVAL_ROW_INVARIANT_PRODUCTS=0): "
+    "a batch is always redone whole, as the other tests here check";
+
+json journal_of(const std::string& out) { return json::parse(io::read_file(out + "/results.json"))["journal"]; }
 
 // Twelve story openings, each sampled four times (48 requests), then the demo choice task.
 std::string write_config(const testing::TempDir& dir, const std::string& name, const std::string& extra) {
@@ -67,6 +76,69 @@ TEST(GenerationResume, SampledRepeatsAreTheSameAfterASigkillWithOtherBatchesAndW
   const json first = json::parse(expected.substr(0, expected.find('\n')));
   ASSERT_EQ(first["resps"][0].size(), 4u);
   EXPECT_NE(first["resps"][0][0], first["resps"][0][1]);
+}
+
+TEST(GenerationResume, AWorkerThatDiesMidBatchSendsOnlyTheUnfinishedSequencesAgain) {
+  if (!generation_rows_independent(at::kCPU, at::kFloat)) GTEST_SKIP() << kNoIndependentRows;
+  testing::TempDir dir;
+  const auto reference = testing::run_gpueval({"run", "--gpus", "cpu:1", write_config(dir, "reference", "")});
+  ASSERT_EQ(reference.exit_code, 0) << reference.err;
+
+  // The worker aborts once five sequences of its batch have ended and gone ahead.
+  const std::string out = dir.file("crashed");
+  AsyncRun run = AsyncRun::start({"run", "--gpus", "cpu:1", write_config(dir, "crashed", "")}, out,
+                                 {{"GPUEVAL_FAULT", "crash-items:5"}, {"GPUEVAL_FAULT_ONCE", out + ".fired"}});
+  const ExitStatus st = run.child.wait();
+  ASSERT_EQ(st.kind, ExitStatus::Kind::kExited);
+  ASSERT_EQ(st.code, 0) << run.log();
+  ASSERT_TRUE(io::path_exists(out + ".fired")) << run.log();
+  EXPECT_THAT(run.log(), HasSubstr("goes on without its 5 items that ended ahead"));
+  EXPECT_EQ(io::read_file(out + "/samples_stories.jsonl"), io::read_file(dir.file("reference/samples_stories.jsonl")));
+  EXPECT_EQ(journal_of(out)["items_recorded_ahead"].get<int64_t>(), 48) << journal_of(out).dump();
+}
+
+TEST(GenerationResume, AnItemSentAheadTwiceIsTheWorkersProtocolError) {
+  if (!generation_rows_independent(at::kCPU, at::kFloat)) GTEST_SKIP() << kNoIndependentRows;
+  testing::TempDir dir;
+  const auto reference = testing::run_gpueval({"run", "--gpus", "cpu:1", write_config(dir, "reference", "")});
+  ASSERT_EQ(reference.exit_code, 0) << reference.err;
+
+  const std::string out = dir.file("twice");
+  AsyncRun run = AsyncRun::start({"run", "--gpus", "cpu:1", write_config(dir, "twice", "")}, out,
+                                 {{"GPUEVAL_FAULT", "twice-items:2"}, {"GPUEVAL_FAULT_ONCE", out + ".fired"}});
+  const ExitStatus st = run.child.wait();
+  ASSERT_EQ(st.kind, ExitStatus::Kind::kExited);
+  ASSERT_EQ(st.code, 0) << run.log();
+  EXPECT_THAT(run.log(), HasSubstr("failed: protocol error: an item of request"));
+  // The two items before the bad frame were kept; the restarted worker computed the rest.
+  EXPECT_THAT(run.log(), HasSubstr("goes on without its 2 items that ended ahead"));
+  EXPECT_EQ(io::read_file(out + "/samples_stories.jsonl"), io::read_file(dir.file("reference/samples_stories.jsonl")));
+}
+
+TEST(GenerationResume, AKilledRunKeepsTheSequencesThatEndedBeforeTheKill) {
+  if (!generation_rows_independent(at::kCPU, at::kFloat)) GTEST_SKIP() << kNoIndependentRows;
+  testing::TempDir dir;
+  const auto reference = testing::run_gpueval({"run", "--gpus", "cpu:1", write_config(dir, "reference", "")});
+  ASSERT_EQ(reference.exit_code, 0) << reference.err;
+
+  const std::string cfg = write_config(dir, "killed", "");
+  const std::string out = dir.file("killed");
+  {
+    // The one worker holds its batch once three of its sequences have ended, so nothing else comes
+    // ahead; the run is killed when the scheduler has journaled them (status.json's items_ahead is
+    // written after they are). The resumed run has two workers: another plan, the same texts.
+    AsyncRun run = AsyncRun::start({"run", "--gpus", "cpu:1", cfg}, out,
+                                   {{"GPUEVAL_FAULT", "hold-items:3"}, {"GPUEVAL_FAULT_ONCE", out + ".held"}});
+    const json s = run.wait_status([](const json& st) { return st.value("items_ahead", 0) == 3; });
+    ASSERT_FALSE(s.is_null()) << run.log();
+    ASSERT_EQ(::kill(-run.child.pid(), SIGKILL), 0);
+    run.child.wait();
+  }
+  const auto resumed = testing::run_gpueval({"run", "--gpus", "cpu:2", cfg});
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_THAT(resumed.err, HasSubstr("sequences that ended before)"));
+  EXPECT_EQ(journal_of(out)["items_resumed_in_batches"].get<int64_t>(), 3) << journal_of(out).dump();
+  EXPECT_EQ(io::read_file(out + "/samples_stories.jsonl"), io::read_file(dir.file("reference/samples_stories.jsonl")));
 }
 
 }  // namespace

@@ -21,7 +21,8 @@ using ::testing::HasSubstr;
 
 const FrameType kAllTypes[] = {FrameType::kHello,     FrameType::kWork,  FrameType::kResult,
                                FrameType::kHeartbeat, FrameType::kError, FrameType::kShutdown,
-                               FrameType::kProbe, FrameType::kBroadcast, FrameType::kLaunch};
+                               FrameType::kProbe, FrameType::kBroadcast, FrameType::kLaunch,
+                               FrameType::kItems};
 
 std::string random_bytes(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -74,6 +75,7 @@ TEST(WireTest, FrameTypeNames) {
   EXPECT_STREQ(frame_type_name(FrameType::kProbe), "probe");
   EXPECT_STREQ(frame_type_name(FrameType::kBroadcast), "broadcast");
   EXPECT_STREQ(frame_type_name(FrameType::kLaunch), "launch");
+  EXPECT_STREQ(frame_type_name(FrameType::kItems), "items");
   EXPECT_STREQ(frame_type_name(static_cast<FrameType>(0)), "unknown");
 }
 
@@ -334,7 +336,7 @@ TEST(WireTest, OversizeLengthIsRejectedBeforeThePayload) {
 
 TEST(WireTest, EncodeRefusesAnUnknownType) {
   EXPECT_THROW(encode_frame({static_cast<FrameType>(0), ""}), Error);
-  EXPECT_THROW(encode_frame({static_cast<FrameType>(10), ""}), Error);
+  EXPECT_THROW(encode_frame({static_cast<FrameType>(11), ""}), Error);
 }
 
 TEST(WireTest, WriteAndReadLargeFramesThroughNonBlockingPipe) {

@@ -104,7 +104,7 @@ int run_shard(const ShardedPlan& sp, ShardId shard, const ShardRunOptions& optio
     }
     const Plan part = plan_slice(work.plan, c.shard_batches[shard.index], c.shard_batches[shard.index + 1]);
     std::vector<std::vector<ItemResult>> stored(work.in.requests.size());  // already in the journal
-    const Plan todo = journal.remaining(part, stored);
+    const Plan todo = journal.remaining(part, stored, generation_rows_independent_on(work.in, config.dtype));
     done += static_cast<int64_t>(part.batches.size() - todo.batches.size());
     progress.set_extra("shard_batches_done", done);
     const SchedulerReport report = scheduler.run(
@@ -113,7 +113,8 @@ int run_shard(const ShardedPlan& sp, ShardId shard, const ShardRunOptions& optio
           journal.record(items);  // committed before it counts; a failure ends the shard (scheduler.h)
           progress.set_extra("shard_batches_done", ++done);
         },
-        [&](const SchedulerStatus& s, bool final) { progress.update(s, final); });
+        [&](const SchedulerStatus& s, bool final) { progress.update(s, final); },
+        [&](const Batch&, const std::vector<ItemResult>& items) { journal.record_ahead(items); });
 
     const json before =
         earlier.is_null() ? json() : earlier.value("checkpoints", json::object()).value(c.checkpoint.name, json());

@@ -238,7 +238,8 @@ CheckpointOutcome evaluate_checkpoint(const RunConfig& run_config, const Evaluat
 
   Aggregator aggregator(in.tasks, in.requests);
   std::vector<std::vector<ItemResult>> resumed(in.requests.size());
-  const Plan todo = journal.remaining(plan, resumed);  // the batches not all in the journal
+  // The batches not all in the journal (a generation batch without the sequences stored).
+  const Plan todo = journal.remaining(plan, resumed, generation_rows_independent_on(in, config.dtype));
   for (std::vector<ItemResult>& items : resumed) aggregator.add(std::move(items));
   progress.set_extra("task_progress", aggregator.progress());
   const double before_run_s = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -249,7 +250,8 @@ CheckpointOutcome evaluate_checkpoint(const RunConfig& run_config, const Evaluat
         aggregator.add(std::move(items));
         progress.set_extra("task_progress", aggregator.progress());
       },
-      [&](const SchedulerStatus& s, bool final) { progress.update(s, final); });
+      [&](const SchedulerStatus& s, bool final) { progress.update(s, final); },
+      [&](const Batch&, const std::vector<ItemResult>& items) { journal.record_ahead(items); });
 
   Aggregator::Documents docs = aggregator.documents();
   const std::vector<std::string> quarantined = quarantine_lines(report);

@@ -15,6 +15,7 @@
 #include "evaluation/run_identity.h"
 #include "gpueval/error.h"
 #include "model/dtype.h"
+#include "model/generate.h"
 #include "model/generation_config.h"
 #include "run/device_memory.h"
 
@@ -36,6 +37,14 @@ void check_slots_fit(const ModelConfig& model, const RunConfig& config, const st
     const at::Device device(name);
     check_weights_fit(model, resolve_dtype(config.dtype, device, model_dir), device, n, model_dir);
   }
+}
+
+bool generation_rows_independent_on(const RunInputs& in, const std::string& dtype) {
+  for (const DeviceSlot& s : in.slots) {
+    const at::Device device(s.kind == DeviceSlot::Kind::kCuda ? s.name() : "cpu");
+    if (!generation_rows_independent(device, resolve_dtype(dtype, device, in.model_dir))) return false;
+  }
+  return !in.slots.empty();
 }
 
 std::vector<DeviceSlot> run_device_slots(const RunConfig& config) {

@@ -62,6 +62,11 @@ std::vector<DeviceSlot> run_device_slots(const RunConfig& config);
 void check_slots_fit(const ModelConfig& model, const RunConfig& config, const std::vector<DeviceSlot>& slots,
                      const std::string& model_dir);
 
+// Whether every worker of `in` decodes a generation batch's sequences independently of each other
+// (generate.h's generation_rows_independent for each slot's device, in the dtype it loads): then
+// RunJournal::remaining may run a partly stored generation batch without its stored items.
+bool generation_rows_independent_on(const RunInputs& in, const std::string& dtype);
+
 // `model_dir`: the checkpoint to load; empty: the config's one model (an Error for a list or a glob).
 // `tasks`: the config's tasks loaded already (load_run_tasks), copied in; null: loaded here.
 RunInputs load_run_inputs(const RunConfig& config, const std::string& executable, const std::string& model_dir = "",

@@ -2,11 +2,15 @@
 // request of the run (run_identity.h), loads what an earlier run of the same
 // model and config stored, drops from the plan every batch whose items are all
 // stored (their results are taken from the journal instead), and records each
-// finished batch as it arrives. The plan itself is made exactly as an
+// finished batch as it arrives, and each generation item as its sequence ends
+// (Scheduler::run's on_items). The plan itself is made exactly as an
 // uninterrupted run makes it, and a batch with only some items stored runs
 // whole, so every result is computed in the same batch it would have been
 // computed in without the interruption: a resumed run's results are bit for
-// bit those of an uninterrupted one, with any number of workers.
+// bit those of an uninterrupted one, with any number of workers. The one
+// exception keeps that promise too: where a generation batch's sequences do not
+// depend on each other (generation_rows_independent, generate.h), a batch with
+// some items stored runs only the others.
 //
 // Not thread-safe; the aggregator (run_evaluation) owns it.
 #pragma once
@@ -47,15 +51,23 @@ class RunJournal {
   // The plan with only the batches that still need computing (ids kept); the
   // stored items of every dropped batch are appended to items_of[request_index].
   // Logs "[sched] journal <path>: N of M requests already scored; computing K in B batches", M
-  // counting the requests with items in `plan` (a shard's plan holds only some).
-  Plan remaining(const Plan& plan, std::vector<std::vector<ItemResult>>& items_of);
+  // counting the requests with items in `plan` (a shard's plan holds only some). With
+  // `generation_rows_independent`, a generate_until batch keeps only its items not stored (the
+  // stored ones are appended to items_of), and the line adds "(B batches go on without their I
+  // sequences that ended before)".
+  Plan remaining(const Plan& plan, std::vector<std::vector<ItemResult>>& items_of,
+                 bool generation_rows_independent = false);
 
   // Commits a finished batch's items in one transaction. Throws Error
   // ("<path>: cannot record results: database or disk is full") when it cannot.
   void record(const std::vector<ItemResult>& items);
+  // Commits items that are final before their batch is (a generation's sequences as they end),
+  // in one transaction; a batch's record() later writes them again, unchanged. Errors as record().
+  void record_ahead(const std::vector<ItemResult>& items);
 
   // results.json's "journal": path, requests_resumed, requests_computed,
-  // batches_resumed, batches_computed.
+  // batches_resumed, batches_computed, items_resumed_in_batches (stored items of batches that
+  // ran without them) and items_recorded_ahead (items this run recorded before their batch ended).
   nlohmann::json summary() const;
   size_t stored_items() const { return stored_.size(); }  // results of this run's requests found on disk
   int64_t requests_computed() const { return requests_computed_; }
@@ -69,6 +81,7 @@ class RunJournal {
   std::vector<bool> computed_;                             // [request index]: recorded by this run
   int64_t requests_resumed_ = 0, requests_computed_ = 0;
   int64_t batches_resumed_ = 0, batches_computed_ = 0;
+  int64_t items_resumed_in_batches_ = 0, items_recorded_ahead_ = 0;
 };
 
 }  // namespace gpueval

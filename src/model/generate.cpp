@@ -49,8 +49,8 @@ struct Prefilled {
 class Engine {
  public:
   Engine(const LlamaModelImpl& model, const std::vector<std::vector<int32_t>>& prompts, const SamplingOptions& o,
-         const PrefixKV* prefix, const TokenCallback& on_token, const RowCheck& end_row)
-      : model_(model), prompts_(prompts), o_(o), prefix_(prefix), on_token_(on_token), end_row_(end_row),
+         const PrefixKV* prefix, const TokenCallback& on_token, const RowCheck& end_row, const RowDone& on_done)
+      : model_(model), prompts_(prompts), o_(o), prefix_(prefix), on_token_(on_token), end_row_(end_row), on_done_(on_done),
         device_(model.options().device), p_(prefix ? prefix->length() : 0), out_(prompts.size()) {}
 
   std::vector<Generation> run() {
@@ -160,19 +160,28 @@ class Engine {
     if (on_token_) on_token_(static_cast<size_t>(i), tok);
     if (std::find(o_.stop_token_ids.begin(), o_.stop_token_ids.end(), tok) != o_.stop_token_ids.end()) {
       out_[i].stopped = true;
-      return false;
+      return done(i);
     }
     out_[i].tokens.push_back(tok);
     if (end_row_ && end_row_(static_cast<size_t>(i), out_[i].tokens)) {
       out_[i].ended_by_check = true;
-      return false;
+      return done(i);
     }
-    return static_cast<int64_t>(out_[i].tokens.size()) < max_new_[i];
+    return static_cast<int64_t>(out_[i].tokens.size()) < max_new_[i] || done(i);
+  }
+
+  // Prompt i's sequence has ended: the caller hears of it now. Always false.
+  bool done(int64_t i) {
+    if (on_done_) on_done_(static_cast<size_t>(i), out_[i]);
+    return false;
   }
 
   // Prompt i's first token from its prefill; when the sequence goes on, it takes slot s.
   void start(size_t s, int64_t i) {
-    if (max_new_[i] <= 0) return;
+    if (max_new_[i] <= 0) {
+      done(i);
+      return;
+    }
     const std::vector<int32_t> key = suffix(i);
     Prefilled& pf = prefilled_.at(key);
     const bool goes_on = advance(i, pf.logits);
@@ -241,6 +250,7 @@ class Engine {
   const PrefixKV* prefix_;
   const TokenCallback& on_token_;
   const RowCheck& end_row_;
+  const RowDone& on_done_;
   const at::Device device_;
   const int64_t p_;
   std::vector<Generation> out_;
@@ -258,9 +268,18 @@ class Engine {
 
 std::vector<Generation> generate(const LlamaModelImpl& model, const std::vector<std::vector<int32_t>>& prompts,
                                  const SamplingOptions& o, const TokenCallback& on_token, const RowCheck& end_row,
-                                 const PrefixKV* prefix) {
+                                 const PrefixKV* prefix, const RowDone& on_done) {
   const RowInvariantProducts invariant;  // a row's tokens whatever shares its steps
-  return Engine(model, prompts, o, prefix, on_token, end_row).run();
+  return Engine(model, prompts, o, prefix, on_token, end_row, on_done).run();
+}
+
+bool generation_rows_independent(const at::Device& device, at::ScalarType dtype) {
+  const RowInvariantProducts invariant;
+  return device.is_cpu() && dtype == at::kFloat && row_invariant_vector_code() && row_invariant_products_on();
+}
+
+bool generation_rows_independent(const LlamaModelImpl& model) {
+  return generation_rows_independent(model.options().device, model.options().dtype);
 }
 
 }  // namespace gpueval

@@ -54,10 +54,22 @@ using TokenCallback = std::function<void(size_t, int32_t)>;
 // row's new tokens so far); returning true ends that row, keeping the token.
 using RowCheck = std::function<bool(size_t, const std::vector<int32_t>&)>;
 
+// Called once per prompt, as soon as its sequence has ended, with (prompt index, its generation).
+using RowDone = std::function<void(size_t, const Generation&)>;
+
 // With a prefix, every prompt starts with its tokens (and has at least one more): its keys and
 // values are shared by all rows, computed once by the caller (LlamaModelImpl::prefill).
 std::vector<Generation> generate(const LlamaModelImpl& model, const std::vector<std::vector<int32_t>>& prompts,
                                  const SamplingOptions& options, const TokenCallback& on_token = nullptr,
-                                 const RowCheck& end_row = nullptr, const PrefixKV* prefix = nullptr);
+                                 const RowCheck& end_row = nullptr, const PrefixKV* prefix = nullptr,
+                                 const RowDone& on_done = nullptr);
+
+// Whether generate() on a model on `device` with weights of `dtype` gives each sequence the same
+// tokens whatever else shares its steps or batch: a CPU model in float32 where the row-invariant
+// product runs (row_invariant_vector_code(), and GPUEVAL_ROW_INVARIANT_PRODUCTS is not 0). Where
+// it holds, a batch's sequences can be computed in any grouping (a crashed batch's unfinished
+// ones alone); elsewhere only the batch as planned gives the planned tokens.
+bool generation_rows_independent(const at::Device& device, at::ScalarType dtype);
+bool generation_rows_independent(const LlamaModelImpl& model);
 
 }  // namespace gpueval

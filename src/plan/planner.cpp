@@ -633,6 +633,15 @@ int64_t batch_padded_tokens(const Batch& batch) {
   return rows * longest;
 }
 
+Batch generation_batch_subset(const Batch& batch, const std::vector<size_t>& positions) {
+  Batch rest = batch;
+  rest.items.clear();
+  for (size_t k : positions) rest.items.push_back(batch.items.at(k));
+  if (rest.max_rows > 0) rest.max_rows = std::min<int64_t>(rest.max_rows, static_cast<int64_t>(rest.items.size()));
+  rest.padded_tokens = batch_padded_tokens(rest);
+  return rest;
+}
+
 Plan make_plan(const std::vector<Request>& requests, const Tokenizer& tokenizer, const PlanOptions& options) {
   check_options(options);
   {

@@ -147,6 +147,12 @@ Plan rebatch(const Plan& plan, const PlanOptions& options);
 // times the longest row. Throws Error for items that do not extend the prefix.
 int64_t batch_padded_tokens(const Batch& batch);
 
+// A generate_until batch with only its items at `positions` (ascending, not empty): the same id
+// and prefix, max_rows at most the items left, padded_tokens for them. What goes on of a
+// batch some of whose sequences have ended already (scheduler.h, run_journal.h); its sequences
+// give the tokens they give in the whole batch only where generation_rows_independent (generate.h).
+Batch generation_batch_subset(const Batch& batch, const std::vector<size_t>& positions);
+
 // The longest item cost in the plan: the length an auto batch size is probed at.
 int64_t longest_item(const Plan& plan);
 

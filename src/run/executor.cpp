@@ -272,13 +272,21 @@ std::vector<ItemResult> generate_items(const LlamaModelImpl& model, const Tokeni
   const RowInvariantProducts invariant;
   const std::shared_ptr<const PrefixKV> prefix = batch_prefix(model, batch, options, stats);
   const StopWatch stop_watch(tokenizer, rows);
-  std::vector<Generation> gens = generate(model, prompts, o, nullptr, std::cref(stop_watch), prefix.get());
-  for (size_t k = 0; k < rows.size(); ++k) {
+  auto finish = [&](size_t k, const Generation& g) {
     ItemResult& r = out[row_out[k]];
-    r.num_tokens = static_cast<int64_t>(gens[k].tokens.size());
+    r.num_tokens = static_cast<int64_t>(g.tokens.size());
     // Decoded on its own, as lm-evaluation-harness decodes the continuation.
-    r.text = cut_at_stops(tokenizer.decode(gens[k].tokens, /*skip_special_tokens=*/true), rows[k]->stops);
-  }
+    r.text = cut_at_stops(tokenizer.decode(g.tokens, /*skip_special_tokens=*/true), rows[k]->stops);
+  };
+  RowDone on_done;
+  if (options.on_item_done && generation_rows_independent(model))
+    on_done = [&](size_t k, const Generation& g) {
+      finish(k, g);
+      options.on_item_done(out[row_out[k]]);
+    };
+  std::vector<Generation> gens =
+      generate(model, prompts, o, nullptr, std::cref(stop_watch), prefix.get(), on_done);
+  for (size_t k = 0; k < rows.size(); ++k) finish(k, gens[k]);
   return out;
 }
 

@@ -1,7 +1,8 @@
 // The executor is what a worker runs for one Batch of the plan: one packed
 // scoring forward for loglikelihood and rolling windows (packing.h: a shared
 // context once per row, a shared prefix from the worker's PrefixCache), or one
-// batched generation for generate_until, giving an ItemResult (plan/item_result.h) per work item.
+// batched generation for generate_until, giving an ItemResult (plan/item_result.h) per work item
+// (and, for generation, each one as its sequence ends: ExecutionOptions::on_item_done).
 // A forward that runs out of device memory (c10::OutOfMemoryError) is retried
 // as two halves of the batch, recursively, so the run goes on with the results
 // a smaller batch gives; only a single row that does not fit is an Error.
@@ -35,6 +36,10 @@ struct ExecutionOptions {
   // c10::OutOfMemoryError (fault injection, a host memory guard), which is
   // handled as a real out-of-memory error.
   std::function<void(int64_t rows, int64_t width)> before_forward;
+  // Called with each generate_until item's result as soon as its sequence ends, before the batch
+  // is done, where generation_rows_independent(model) (generate.h): a batch's unfinished items
+  // alone then give the tokens they give in it, so what ended need not be computed again.
+  std::function<void(const ItemResult& item)> on_item_done;
 };
 
 struct ExecutionStats {

@@ -64,6 +64,7 @@ nlohmann::json ProgressReporter::to_json(const SchedulerStatus& s) {
           {"batches_quarantined", s.batches_quarantined},
           {"tokens_total", s.tokens_total},
           {"tokens_done", s.tokens_done},
+          {"items_ahead", s.items_ahead},
           {"elapsed_s", s.elapsed_s},
           {"eta_s", s.eta_s < 0 ? nlohmann::json(nullptr) : nlohmann::json(s.eta_s)},
           {"workers", workers},

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <iostream>
 #include <optional>
 #include <thread>
@@ -57,6 +58,7 @@ struct Worker {
   Clock::time_point last_seen;
   Clock::time_point start_at;   // when a kDown worker may be (re)started
   int64_t batch = -1;
+  std::vector<size_t> positions;  // of `batch`'s items, those it was sent (the others came ahead before)
   int64_t prefix_id = -1;       // the prefix of its last batch: its PrefixCache holds it
   Clock::time_point batch_started;
   int64_t restarts = 0;
@@ -143,14 +145,17 @@ void shutdown_workers(std::vector<Worker>& workers, const SchedulerReport& repor
 class Loop {
  public:
   Loop(const SchedulerOptions& o, std::vector<Worker>& workers, const Plan& plan, const std::string& model_dir,
-       const Scheduler::ResultCallback& on_result, const Scheduler::StatusCallback& on_status)
-      : o_(o), plan_(plan), model_dir_(model_dir), on_result_(on_result), on_status_(on_status), workers_(workers) {
+       const Scheduler::ResultCallback& on_result, const Scheduler::StatusCallback& on_status,
+       const Scheduler::ItemsCallback& on_items)
+      : o_(o), plan_(plan), model_dir_(model_dir), on_result_(on_result), on_status_(on_status), on_items_(on_items),
+        workers_(workers) {
     for (size_t i = 0; i < plan.batches.size(); ++i) {
       queue_.push_back(i);
       tokens_total_ += plan.batches[i].padded_tokens;
     }
     attempts_.assign(plan.batches.size(), 0);
     failures_.assign(plan.batches.size(), "");
+    ahead_.assign(plan.batches.size(), {});
     reset_workers();
     begin_broadcast_group();
   }
@@ -315,13 +320,27 @@ class Loop {
   void send_batch(Worker& w, size_t position) {
     const size_t i = queue_[position];
     queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(position));
-    if (plan_.batches[i].prefix_id >= 0) w.prefix_id = plan_.batches[i].prefix_id;
+    const Batch& planned = plan_.batches[i];
+    if (planned.prefix_id >= 0) w.prefix_id = planned.prefix_id;
     w.state = State::kBusy;
     w.fresh = false;
     w.batch = static_cast<int64_t>(i);
     w.batch_started = Clock::now();
     if (!first_sent_) first_sent_ = w.batch_started;
-    send(w, Frame{FrameType::kWork, pack_payload({{"batch", to_json(plan_.batches[i])}})});
+    w.positions.clear();
+    for (size_t k = 0; k < planned.items.size(); ++k)
+      if (!ahead_[i].count(k)) w.positions.push_back(k);
+    if (w.positions.size() == planned.items.size())
+      return send(w, Frame{FrameType::kWork, pack_payload({{"batch", to_json(planned)}})});
+    // Its worker failed after some items came ahead: those are final, the rest runs without them.
+    std::cerr << fmt::format("[sched] batch {} goes on without its {} items that ended ahead ({} of {} left)\n",
+                             planned.id, ahead_[i].size(), w.positions.size(), planned.items.size());
+    if (w.positions.empty()) {
+      std::vector<ItemResult> items;
+      for (const auto& [k, r] : ahead_[i]) items.push_back(r);
+      return finish_batch(w, std::move(items), ExecutionStats{});
+    }
+    send(w, Frame{FrameType::kWork, pack_payload({{"batch", to_json(generation_batch_subset(planned, w.positions))}})});
   }
 
   void wait_for_events(const SignalScope& signals) {
@@ -380,6 +399,7 @@ class Loop {
     HelloReply hello;
     ErrorReply error;
     ResultReply result;
+    ItemsReply ahead;
     std::string nccl_id;
     try {
       switch (f.type) {
@@ -387,6 +407,7 @@ class Loop {
         case FrameType::kHello: hello = hello_reply_from_json(j); break;
         case FrameType::kBroadcast: nccl_id = broadcast_id_from_json(j); break;
         case FrameType::kResult: result = result_reply_from_json(j); break;
+        case FrameType::kItems: ahead = items_reply_from_json(j); break;
         case FrameType::kError: error = error_reply_from_json(j); break;
         default: return crash(w, fmt::format("protocol error: unexpected {} frame", frame_type_name(f.type)));
       }
@@ -397,6 +418,7 @@ class Loop {
       case FrameType::kHello: return on_hello_frame(w, hello);
       case FrameType::kBroadcast: return on_broadcast_frame(w, nccl_id);
       case FrameType::kResult: return on_result_frame(w, std::move(result));
+      case FrameType::kItems: return on_items_frame(w, std::move(ahead));
       case FrameType::kError: return on_error_frame(w, error);
       default: return;
     }
@@ -432,30 +454,84 @@ class Loop {
     fail_batch(w, fmt::format("worker {} reported: {}", w.slot.name(), message), /*restart=*/false);
   }
 
-  // The items of a Result frame for `batch`; Error if they are not exactly its items, in order.
-  static std::vector<ItemResult> result_items(ResultReply& result, const Batch& batch) {
+  static bool same_item(const ItemResult& r, const WorkItem& item) {
+    return r.request_index == item.request_index && r.part == item.part;
+  }
+
+  static bool same_result(const ItemResult& a, const ItemResult& b) {
+    return a.parts == b.parts && std::memcmp(&a.logprob, &b.logprob, sizeof a.logprob) == 0 &&
+           a.is_greedy == b.is_greedy && a.num_tokens == b.num_tokens && a.text == b.text;
+  }
+
+  // The items of a Result frame for the batch `w` computes, in the batch's order with those that
+  // came ahead merged in; Error if they are not exactly the items it was sent, in order, or differ
+  // from what came ahead.
+  std::vector<ItemResult> result_items(ResultReply& result, const Worker& w) const {
+    const size_t i = static_cast<size_t>(w.batch);
+    const Batch& batch = plan_.batches[i];
     if (result.batch_id != batch.id) throw Error("result for another batch");
-    std::vector<ItemResult> items = std::move(result.items);
-    if (items.size() != batch.items.size()) throw Error(fmt::format("{} results for {} items", items.size(), batch.items.size()));
-    for (size_t k = 0; k < items.size(); ++k)
-      if (items[k].request_index != batch.items[k].request_index || items[k].part != batch.items[k].part)
-        throw Error("results out of order");
+    if (result.items.size() != w.positions.size())
+      throw Error(fmt::format("{} results for {} items", result.items.size(), w.positions.size()));
+    std::vector<ItemResult> items(batch.items.size());
+    for (const auto& [k, r] : ahead_[i]) items[k] = r;
+    for (size_t k = 0; k < w.positions.size(); ++k) {
+      const size_t at = w.positions[k];
+      ItemResult& r = result.items[k];
+      if (!same_item(r, batch.items[at])) throw Error("results out of order");
+      if (auto it = ahead_[i].find(at); it != ahead_[i].end() && !same_result(it->second, r))
+        throw Error(fmt::format("the result of request {} differs from the one that came ahead", r.request_index));
+      items[at] = std::move(r);
+    }
     return items;
+  }
+
+  // Items of the batch in flight that ended ahead of it: kept (and handed to on_items) so that a
+  // failed worker's batch goes on without them.
+  void on_items_frame(Worker& w, ItemsReply reply) {
+    if (w.state != State::kBusy) return crash(w, "protocol error: items while idle");
+    const size_t i = static_cast<size_t>(w.batch);
+    const Batch& batch = plan_.batches[i];
+    if (reply.batch_id != batch.id) return crash(w, "protocol error: items of another batch");
+    std::vector<size_t> at;
+    for (const ItemResult& r : reply.items) {
+      auto k = std::find_if(w.positions.begin(), w.positions.end(),
+                            [&](size_t p) { return same_item(r, batch.items[p]); });
+      if (k == w.positions.end() || ahead_[i].count(*k) ||
+          std::find(at.begin(), at.end(), *k) != at.end())
+        return crash(w, fmt::format("protocol error: an item of request {} that is not one still to come",
+                                    r.request_index));
+      at.push_back(*k);
+    }
+    for (size_t k = 0; k < at.size(); ++k) ahead_[i].emplace(at[k], reply.items[k]);
+    items_ahead_ += static_cast<int64_t>(at.size());
+    if (!report_.fatal_error.empty() || !on_items_) return;
+    try {
+      on_items_(batch, reply.items);
+    } catch (const std::exception& e) {
+      report_.fatal_error = e.what();
+    }
   }
 
   void on_result_frame(Worker& w, ResultReply result) {
     if (w.state != State::kBusy) return crash(w, "protocol error: a result while idle");
-    const Batch& batch = plan_.batches[static_cast<size_t>(w.batch)];
     std::vector<ItemResult> items;
     try {
-      items = result_items(result, batch);
+      items = result_items(result, w);
     } catch (const std::exception& e) {
       return crash(w, fmt::format("protocol error: {}", e.what()));
     }
-    report_.stats.add(result.stats);
+    finish_batch(w, std::move(items), result.stats);
+  }
+
+  // `w`'s batch is done: `items` are all of its items, in order.
+  void finish_batch(Worker& w, std::vector<ItemResult> items, const ExecutionStats& stats) {
+    const size_t i = static_cast<size_t>(w.batch);
+    const Batch& batch = plan_.batches[i];
+    ahead_[i].clear();
+    report_.stats.add(stats);
     last_result_ = Clock::now();
     w.busy_seconds += seconds_between(w.batch_started, *last_result_);
-    w.tokens_computed += result.stats.tokens_computed;
+    w.tokens_computed += stats.tokens_computed;
     for (const WorkItem& item : batch.items) w.tokens_requested += item.cost();
     for (const ItemResult& r : items) w.tokens_scored += r.num_tokens;
     w.batches_done += 1;
@@ -551,6 +627,7 @@ class Loop {
     s.batches_quarantined = static_cast<int64_t>(quarantined_.size());
     s.tokens_total = tokens_total_;
     s.tokens_done = tokens_done_;
+    s.items_ahead = items_ahead_;
     s.elapsed_s = seconds_between(start_, now);
     if (tokens_done_ > 0) s.eta_s = s.elapsed_s * static_cast<double>(tokens_total_ - tokens_done_) / tokens_done_;
     for (const Worker& w : workers_) s.workers.push_back(worker_status(w, now));
@@ -587,7 +664,10 @@ class Loop {
   const std::string& model_dir_;
   const Scheduler::ResultCallback& on_result_;
   const Scheduler::StatusCallback& on_status_;
+  const Scheduler::ItemsCallback& on_items_;
   std::deque<size_t> queue_;
+  std::vector<std::map<size_t, ItemResult>> ahead_;  // [batch]: its items that came ahead, by position
+  int64_t items_ahead_ = 0;
   std::vector<int64_t> attempts_;
   std::vector<std::string> failures_;
   std::vector<size_t> quarantined_;
@@ -660,9 +740,9 @@ Scheduler::Scheduler(SchedulerOptions options) : options_(std::move(options)), p
 Scheduler::~Scheduler() { shutdown(); }
 
 SchedulerReport Scheduler::run(const Plan& plan, const std::string& model_dir, const ResultCallback& on_result,
-                               const StatusCallback& on_status) {
+                               const StatusCallback& on_status, const ItemsCallback& on_items) {
   if (options_.slots.empty()) throw Error("scheduler: no device slots");
-  Loop loop(options_, pool_->workers, plan, model_dir, on_result, on_status);
+  Loop loop(options_, pool_->workers, plan, model_dir, on_result, on_status, on_items);
   return loop.run();
 }
 

@@ -107,6 +107,7 @@ struct RunTiming {
 struct SchedulerStatus {
   int64_t batches_total = 0, batches_done = 0, batches_quarantined = 0;
   int64_t tokens_total = 0, tokens_done = 0;
+  int64_t items_ahead = 0;  // items that came ahead of their batch's result (Scheduler::run's on_items)
   double elapsed_s = 0, eta_s = -1;  // -1: unknown yet
   std::vector<WorkerStatus> workers;
   RunTiming timing;  // so far: the window ends at the latest result
@@ -135,6 +136,7 @@ class Scheduler {
  public:
   using ResultCallback = std::function<void(const Batch& batch, std::vector<ItemResult> items, const std::string& worker)>;
   using StatusCallback = std::function<void(const SchedulerStatus& status, bool final)>;
+  using ItemsCallback = std::function<void(const Batch& batch, const std::vector<ItemResult>& items)>;
 
   explicit Scheduler(SchedulerOptions options);  // starts no process yet
   ~Scheduler();
@@ -146,8 +148,13 @@ class Scheduler {
   // once a second. Workers stay up afterwards unless the run was interrupted or failed.
   // An exception thrown by `on_result` is a fatal error: its message becomes fatal_error,
   // no further result is delivered and the workers are ended.
+  // `on_items` hears of items that are final before their batch is (a generation batch's sequences
+  // as they end, kItems frames; executor.h), so the caller can journal them; on_result still gets
+  // the whole batch. A batch whose worker fails after some of its items came ahead is sent again
+  // without them (logged "[sched] batch B goes on without its K items that ended ahead"), and
+  // on_result gets them merged back in the batch's order. Exceptions as for on_result.
   SchedulerReport run(const Plan& plan, const std::string& model_dir, const ResultCallback& on_result,
-                      const StatusCallback& on_status);
+                      const StatusCallback& on_status, const ItemsCallback& on_items = nullptr);
   // Starts, without waiting for them, the workers that can load `model_dir` beside a batch-budget
   // probe and have no process yet: every CPU slot (a probe measures its own process) and the first
   // slot of each GPU (where a probe runs: probe() uses that worker); none with load: broadcast,

@@ -33,7 +33,7 @@ uint32_t get_u32(const char* in) {
 }
 
 bool known_type(uint8_t t) {
-  return t >= static_cast<uint8_t>(FrameType::kHello) && t <= static_cast<uint8_t>(FrameType::kLaunch);
+  return t >= static_cast<uint8_t>(FrameType::kHello) && t <= static_cast<uint8_t>(FrameType::kItems);
 }
 
 uint32_t frame_crc(uint8_t type, const char* payload, size_t size) {
@@ -152,6 +152,7 @@ const char* frame_type_name(FrameType type) {
     case FrameType::kProbe: return "probe";
     case FrameType::kBroadcast: return "broadcast";
     case FrameType::kLaunch: return "launch";
+    case FrameType::kItems: return "items";
   }
   return "unknown";
 }

@@ -1,5 +1,5 @@
 // The wire between the scheduler and its worker processes: self-checking frames carried over
-// pipes. A frame is one message (hello, work, result, heartbeat, error, shutdown, probe, broadcast) whose payload
+// pipes. A frame is one message (hello, work, result, items, heartbeat, error, shutdown, probe, broadcast, launch) whose payload
 // is opaque bytes, by convention CBOR (pack_payload / unpack_payload). Frames are encoded into
 // plain std::string values the caller owns; a FrameDecoder owns the bytes it has been fed and
 // nothing else. Nothing here is shared: a FrameDecoder belongs to one reader, and
@@ -24,10 +24,13 @@ namespace gpueval {
 // kProbe asks a worker to measure batch budgets (batch_probe.h): payload ProbeOptions, answered by
 // a kResult holding a ProbeResult, or a kError. kBroadcast carries {"nccl_id": hex} for
 // `load: broadcast` (weight_broadcast.h): from rank 0 to the scheduler, then to the other ranks.
-// kLaunch turns a process forked ahead into a worker, before its Hello (worker_prefork.h).
+// kLaunch turns a process forked ahead into a worker, before its Hello (worker_prefork.h). kItems
+// carries results of the batch in flight that are final before the batch is (a generation batch's
+// sequences as they end: executor.h's on_item_done), {"batch_id", "items"}; its kResult still
+// holds every item.
 enum class FrameType : uint8_t {
   kHello = 1, kWork = 2, kResult = 3, kHeartbeat = 4, kError = 5, kShutdown = 6, kProbe = 7, kBroadcast = 8,
-  kLaunch = 9
+  kLaunch = 9, kItems = 10
 };
 
 // "hello", "work", ...; "unknown" for a value outside the enum.

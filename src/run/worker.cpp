@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include <c10/util/Exception.h>
@@ -47,12 +48,15 @@ using Clock = std::chrono::steady_clock;
 //                                keep heartbeating, and run it only once GPUEVAL_FAULT_RELEASE exists
 //   slow:MS                      sleep MS milliseconds before every batch
 //   oom:T                        a forward of more than T padded tokens runs out of memory
+//   crash-items:N, hold-items:N  once a batch has sent N finished items ahead of its result (kItems):
+//   twice-items:N                abort, or log "holding batch B after N finished items" and wait as hold
+//                                does, or send the N-th again (a protocol error the scheduler must catch)
 // GPUEVAL_FAULT_ONCE=path fires it in the one worker that creates the file; GPUEVAL_FAULT_MODEL=s
 // only while the loaded checkpoint's path ends with s; GPUEVAL_FAULT_AFTER=N only once the worker
 // has passed N batches the fault applies to (hold:any after N: the worker's batch N+1). Tests wait on what a fault logs, not on time.
 struct Fault {
-  enum class Kind { kNone, kCrash, kCorrupt, kHang, kHold, kSlow, kOom } kind = Kind::kNone;
-  int64_t request_index = -1;  // kSlow: milliseconds; kOom: the most padded tokens a forward may hold
+  enum class Kind { kNone, kCrash, kCorrupt, kHang, kHold, kSlow, kOom, kCrashItems, kHoldItems, kTwiceItems } kind = Kind::kNone;
+  int64_t request_index = -1;  // kSlow: milliseconds; kOom: the most padded tokens a forward may hold; k*Items: N
   bool any_batch = false;      // kHold: every batch
   std::string once_path;       // fire only if this worker creates the file
   std::string release_path;    // kHold: the file that lets a held batch go on
@@ -70,13 +74,16 @@ struct Fault {
   }
   // The faults that act on one batch (not slow, not oom): whether this one fires on `batch` now.
   bool fires_on(const Batch& batch, const std::string& model_dir) {
-    if (kind == Kind::kNone || kind == Kind::kSlow || kind == Kind::kOom) return false;
+    if (kind == Kind::kNone || kind == Kind::kSlow || kind == Kind::kOom || fires_on_items()) return false;
     if (!applies_to(batch, model_dir)) return false;
     if (passed < after) {
       ++passed;
       return false;
     }
     return claim();
+  }
+  bool fires_on_items() const {
+    return kind == Kind::kCrashItems || kind == Kind::kHoldItems || kind == Kind::kTwiceItems;
   }
   // Decides, at the moment of firing, whether this worker is the one.
   bool claim() {
@@ -106,6 +113,9 @@ Fault fault_from_env() {
   else if (kind == "hold") f.kind = Fault::Kind::kHold;
   else if (kind == "slow") f.kind = Fault::Kind::kSlow;
   else if (kind == "oom") f.kind = Fault::Kind::kOom;
+  else if (kind == "crash-items") f.kind = Fault::Kind::kCrashItems;
+  else if (kind == "hold-items") f.kind = Fault::Kind::kHoldItems;
+  else if (kind == "twice-items") f.kind = Fault::Kind::kTwiceItems;
   if (const char* once = std::getenv("GPUEVAL_FAULT_ONCE")) f.once_path = once;
   if (const char* release = std::getenv("GPUEVAL_FAULT_RELEASE")) f.release_path = release;
   if (const char* model = std::getenv("GPUEVAL_FAULT_MODEL")) f.model_suffix = model;
@@ -273,6 +283,24 @@ void answer_probe(Replica& r, const Frame& frame, FrameWriter& writer) {
   }
 }
 
+void wait_for_release(const Fault& fault) {
+  while (fault.release_path.empty() || !io::path_exists(fault.release_path))
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+}
+
+// The faults after a batch's n-th finished item has been sent (as `frame`): abort, the frame again,
+// or a hold until released.
+void inject_item_fault(Fault& fault, const Batch& batch, const std::string& name, size_t n, FrameWriter& writer,
+                       const nlohmann::json& frame) {
+  if (!fault.fires_on_items() || static_cast<int64_t>(n) != fault.request_index || !fault.claim()) return;
+  std::cerr << fmt::format("[{}] injected fault on batch {} after {} finished items\n", name, batch.id, n);
+  if (fault.kind == Fault::Kind::kCrashItems) std::abort();
+  if (fault.kind == Fault::Kind::kTwiceItems) return writer.send(FrameType::kItems, frame);
+  std::cerr << fmt::format("[{}] pid {} holding batch {} after {} finished items\n", name, ::getpid(), batch.id, n)
+            << std::flush;
+  wait_for_release(fault);
+}
+
 // The per-batch faults: abort, a corrupted answer, silence forever, or a hold until released.
 // True when the batch has been answered (with a corrupt frame) and must not run.
 bool inject_fault(Fault& fault, const Batch& batch, const std::string& name, FrameWriter& writer,
@@ -280,8 +308,7 @@ bool inject_fault(Fault& fault, const Batch& batch, const std::string& name, Fra
   std::cerr << fmt::format("[{}] injected fault on batch {}\n", name, batch.id);
   if (fault.kind == Fault::Kind::kHold) {
     std::cerr << fmt::format("[{}] pid {} holding batch {}\n", name, ::getpid(), batch.id) << std::flush;
-    while (fault.release_path.empty() || !io::path_exists(fault.release_path))
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    wait_for_release(fault);
   }
   if (fault.kind == Fault::Kind::kCrash) std::abort();
   if (fault.kind == Fault::Kind::kCorrupt) {
@@ -297,9 +324,17 @@ bool inject_fault(Fault& fault, const Batch& batch, const std::string& name, Fra
   return false;
 }
 
-// Runs one batch and answers with its results, or with an error frame naming the batch.
-void run_batch(Replica& r, const Batch& batch, const ExecutionOptions& exec, FrameWriter& writer) {
+// Runs one batch and answers with its results, or with an error frame naming the batch. Items
+// final before the batch is (a generation's sequences as they end) go ahead, one kItems frame each.
+void run_batch(Replica& r, const Batch& batch, ExecutionOptions exec, FrameWriter& writer, Fault& fault) {
   const auto b0 = Clock::now();
+  std::set<std::pair<int64_t, int32_t>> sent;  // (request index, part)
+  exec.on_item_done = [&](const ItemResult& item) {
+    if (!sent.insert({item.request_index, item.part}).second) return;  // an out-of-memory split ran it again
+    const nlohmann::json frame = {{"batch_id", batch.id}, {"items", nlohmann::json::array({to_json(item)})}};
+    writer.send(FrameType::kItems, frame);
+    inject_item_fault(fault, batch, r.hello.worker, sent.size(), writer, frame);
+  };
   nlohmann::json items = nlohmann::json::array();
   ExecutionStats stats;
   try {
@@ -336,7 +371,7 @@ void serve(Replica& r, int in, FrameWriter& writer, Heartbeat& heartbeat, Fault&
     const Batch batch = batch_from_json(wire::field(unpack_payload(*frame), "batch", "work"));
     if (fault.kind == Fault::Kind::kSlow) std::this_thread::sleep_for(std::chrono::milliseconds(fault.request_index));
     if (fault.fires_on(batch, r.hello.model) && inject_fault(fault, batch, r.hello.worker, writer, heartbeat)) continue;
-    run_batch(r, batch, exec, writer);
+    run_batch(r, batch, exec, writer, fault);
   }
 }
 

@@ -45,6 +45,14 @@ ResultReply result_reply_from_json(const nlohmann::json& j) {
   return r;
 }
 
+ItemsReply items_reply_from_json(const nlohmann::json& j) {
+  wire::require_object(j, "items");
+  ItemsReply r;
+  r.batch_id = wire::get_int(wire::field(j, "batch_id", "items"), "items: batch_id", 0, kMaxInt);
+  for (const nlohmann::json& item : wire::array_field(j, "items", "items")) r.items.push_back(item_result_from_json(item));
+  return r;
+}
+
 std::string broadcast_id_from_json(const nlohmann::json& j) {
   wire::require_object(j, "broadcast");
   return wire::get_string(wire::field(j, "nccl_id", "broadcast"), "broadcast: nccl_id");

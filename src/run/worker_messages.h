@@ -32,9 +32,15 @@ struct ResultReply {  // kResult for a batch: its items in order, and what compu
   ExecutionStats stats;
 };
 
+struct ItemsReply {  // kItems: results of the batch in flight that are final before it is
+  int64_t batch_id = 0;
+  std::vector<ItemResult> items;
+};
+
 HelloReply hello_reply_from_json(const nlohmann::json& j);
 ErrorReply error_reply_from_json(const nlohmann::json& j);
 ResultReply result_reply_from_json(const nlohmann::json& j);
+ItemsReply items_reply_from_json(const nlohmann::json& j);
 std::string broadcast_id_from_json(const nlohmann::json& j);  // kBroadcast: rank 0's NCCL id
 
 }  // namespace gpueval

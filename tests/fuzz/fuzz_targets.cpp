@@ -262,6 +262,7 @@ void decode_frame(const Frame& f) {
     case FrameType::kProbe: (void)probe_options_from_json(j); break;
     case FrameType::kBroadcast: (void)broadcast_id_from_json(j); break;
     case FrameType::kLaunch: (void)launch_request_from_json(j); break;
+    case FrameType::kItems: (void)items_reply_from_json(j); break;
     case FrameType::kHeartbeat:
     case FrameType::kShutdown: break;
   }
