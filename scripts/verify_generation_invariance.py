@@ -13,6 +13,11 @@
        cpu2_resume  --gpus cpu:2, SIGKILLed (its whole process group) once status.json says a
                     batch is done and the run is not complete, then the same command again,
                     which resumes from the journal and finishes.
+       cpu1_mid     --gpus cpu:1 with its worker made to hold its batch once 5 sequences of it have
+                    ended (GPUEVAL_FAULT=hold-items:5, src/run/worker.cpp), SIGKILLed once
+                    status.json's items_ahead says they are journaled, then resumed with --gpus cpu:2:
+                    a partly journaled generation batch runs without its stored sequences
+                    (results.json journal.items_resumed_in_batches, where rows are independent).
        sharded      the node-count axis (docs/cluster.md): `gpueval plan --shards 2` (no
                     --gpus: the config has none, so the plan's default, cpu), then
                     `gpueval run DIR --shard 0/2 --gpus cpu:1` and
@@ -126,6 +131,7 @@ RUNS = [
     ("cpu2_b64", "cpu:2", "64", "plain"),
     ("cpu2_b5", "cpu:2", "5", "plain"),
     ("cpu2_resume", "cpu:2", None, "killed"),
+    ("cpu1_mid", "cpu:1", None, "killed_mid"),
     ("sharded", ("cpu:1", "cpu:2"), None, "sharded"),
 ]
 
@@ -196,6 +202,17 @@ seed: 1234
 """)
 
 
+def rows_independent_here():
+    """Whether gpueval's CPU generation rows are independent here (generate.h's
+    generation_rows_independent for float32): an x86-64 CPU with AVX2 and FMA, and
+    GPUEVAL_ROW_INVARIANT_PRODUCTS not 0."""
+    try:
+        flags = next(line for line in open("/proc/cpuinfo") if line.startswith("flags")).split()
+    except (OSError, StopIteration):
+        return False
+    return "avx2" in flags and "fma" in flags and os.environ.get("GPUEVAL_ROW_INVARIANT_PRODUCTS") != "0"
+
+
 def run_command(args, work, name, gpus, batch_size):
     out = work / name
     cmd = [args.gpueval, "run", "--gpus", gpus, "--output", str(out),
@@ -263,23 +280,26 @@ def run_plain(cmd, log):
         return subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT).returncode
 
 
-def run_killed_then_resumed(cmd, out, log, poll_s):
+def run_killed_then_resumed(cmd, out, log, poll_s, mid_batch=False, resume_cmd=None, env=None):
     """Starts cmd in a process group of its own, SIGKILLs the group once status.json shows a
-    batch done and the run not complete, then runs cmd again. Returns (rc, note) or raises."""
+    batch done (mid_batch: a generated sequence journaled ahead of its batch, items_ahead) and the
+    run not complete, then runs resume_cmd (default cmd). Returns (rc, note) or raises."""
     with open(log, "ab") as f:
         proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT,
-                                start_new_session=True)
+                                start_new_session=True, env=env)
         seen = None
         while proc.poll() is None:
             st = status(out)
-            if st and st.get("batches_done", 0) >= 1 and st.get("state") != "complete":
+            ready = st and (st.get("items_ahead", 0) >= 5 if mid_batch else st.get("batches_done", 0) >= 1)
+            if ready and st.get("state") != "complete":
                 os.killpg(proc.pid, signal.SIGKILL)
                 seen = st
                 break
             time.sleep(poll_s)
         proc.wait()
     if seen is None:
-        return None, f"the run ended (rc {proc.returncode}) before status.json showed a batch done"
+        return None, (f"the run ended (rc {proc.returncode}) before status.json showed "
+                      f"{'a sequence journaled ahead' if mid_batch else 'a batch done'}")
     # The workers are in the same process group; wait until none is left.
     deadline, gone = time.time() + 10, False
     while not gone and time.time() < deadline:
@@ -290,9 +310,10 @@ def run_killed_then_resumed(cmd, out, log, poll_s):
             gone = True
     rows = journal_rows(out)
     note = (f"killed (SIGKILL to the process group) at {seen['batches_done']} of "
-            f"{seen['batches_total']} batches per status.json, journal holding {rows} results"
+            f"{seen['batches_total']} batches and {seen.get('items_ahead', 0)} sequences journaled ahead "
+            f"per status.json, journal holding {rows} results"
             + ("" if gone else "; WARNING: processes of the group still alive after 10 s"))
-    rc = run_plain(cmd, log)
+    rc = run_plain(resume_cmd or cmd, log)
     return rc, note
 
 
@@ -426,6 +447,12 @@ def main() -> int:
             shutil.rmtree(out, ignore_errors=True)
             if kind == "killed":
                 rc, note = run_killed_then_resumed(cmd, out, log, args.poll)
+            elif kind == "killed_mid":
+                resume_cmd, _ = run_command(args, work, name, "cpu:2", batch_size)
+                held = dict(os.environ, GPUEVAL_FAULT="hold-items:5", GPUEVAL_FAULT_ONCE=str(work / f"{name}.held"))
+                (work / f"{name}.held").unlink(missing_ok=True)
+                rc, note = run_killed_then_resumed(cmd, out, log, args.poll, mid_batch=True, resume_cmd=resume_cmd,
+                                                   env=held)
             else:
                 rc, note = run_plain(cmd, log), None
             print(f"run {name}: {' '.join(cmd)}: rc {rc}, {time.time() - t:.1f}s")
@@ -447,11 +474,15 @@ def main() -> int:
                 for s in j.get("shards", []))
         else:
             journal = (f"{j.get('requests_resumed')} requests resumed, {j.get('requests_computed')} computed, "
-                       f"{j.get('batches_resumed')} batches resumed, {j.get('batches_computed')} computed")
+                       f"{j.get('batches_resumed')} batches resumed, {j.get('batches_computed')} computed, "
+                       f"{j.get('items_resumed_in_batches')} sequences of partly journaled batches resumed")
         print(f"  batch budget {results['config'].get('batch_tokens_used')} tokens, {b.get('batches')} batches, "
               f"{100 * b.get('padding_fraction', 0):.2f}% padding; journal: {journal}")
-        if kind == "killed" and not j.get("requests_resumed"):
+        if kind.startswith("killed") and not j.get("requests_resumed"):
             print("  FAIL: the resumed run resumed nothing from the journal")
+            failed = True
+        if kind == "killed_mid" and rows_independent_here() and not j.get("items_resumed_in_batches"):
+            print("  FAIL: the resumed run did not run its partly journaled generation batch without the stored sequences")
             failed = True
         if ref_config is None:
             ref_config = results["config"]

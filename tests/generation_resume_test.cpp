@@ -78,51 +78,66 @@ TEST(GenerationResume, SampledRepeatsAreTheSameAfterASigkillWithOtherBatchesAndW
   EXPECT_NE(first["resps"][0][0], first["resps"][0][1]);
 }
 
-TEST(GenerationResume, AWorkerThatDiesMidBatchSendsOnlyTheUnfinishedSequencesAgain) {
-  if (!generation_rows_independent(at::kCPU, at::kFloat)) GTEST_SKIP() << kNoIndependentRows;
-  testing::TempDir dir;
-  const auto reference = testing::run_gpueval({"run", "--gpus", "cpu:1", write_config(dir, "reference", "")});
-  ASSERT_EQ(reference.exit_code, 0) << reference.err;
+// Sequences that end before their batch (kItems frames, journaled as they arrive), against one
+// uninterrupted one-worker reference run shared by the suite. Skipped where rows depend on their
+// batch: there a batch is always redone whole, as the test above checks.
+class SequencesAhead : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!generation_rows_independent(at::kCPU, at::kFloat)) return;
+    reference_dir_ = new testing::TempDir;
+    const auto reference = testing::run_gpueval({"run", "--gpus", "cpu:1", write_config(*reference_dir_, "reference", "")});
+    reference_error_ = reference.exit_code == 0 ? "" : reference.err;
+    if (reference.exit_code == 0) reference_ = io::read_file(reference_dir_->file("reference/samples_stories.jsonl"));
+  }
+  static void TearDownTestSuite() {
+    delete reference_dir_;
+    reference_dir_ = nullptr;
+  }
+  void SetUp() override {
+    if (!generation_rows_independent(at::kCPU, at::kFloat)) GTEST_SKIP() << kNoIndependentRows;
+    ASSERT_TRUE(reference_error_.empty()) << reference_error_;
+  }
 
+  // Runs the config as `name` on one worker, with GPUEVAL_FAULT=fault firing once, to its end
+  // (exit 0 asserted); its log.
+  std::string run_with_fault(const std::string& name, const std::string& fault) {
+    const std::string out = dir_.file(name);
+    AsyncRun run = AsyncRun::start({"run", "--gpus", "cpu:1", write_config(dir_, name, "")}, out,
+                                   {{"GPUEVAL_FAULT", fault}, {"GPUEVAL_FAULT_ONCE", out + ".fired"}});
+    const ExitStatus st = run.child.wait();
+    EXPECT_EQ(st.kind, ExitStatus::Kind::kExited);
+    EXPECT_EQ(st.code, 0) << run.log();
+    EXPECT_TRUE(io::path_exists(out + ".fired")) << run.log();
+    return run.log();
+  }
+  void expect_reference_samples(const std::string& name) const {
+    EXPECT_EQ(io::read_file(dir_.file(name) + "/samples_stories.jsonl"), reference_);
+  }
+
+  testing::TempDir dir_;
+  static inline testing::TempDir* reference_dir_ = nullptr;
+  static inline std::string reference_, reference_error_;
+};
+
+TEST_F(SequencesAhead, AWorkerThatDiesMidBatchSendsOnlyTheUnfinishedSequencesAgain) {
   // The worker aborts once five sequences of its batch have ended and gone ahead.
-  const std::string out = dir.file("crashed");
-  AsyncRun run = AsyncRun::start({"run", "--gpus", "cpu:1", write_config(dir, "crashed", "")}, out,
-                                 {{"GPUEVAL_FAULT", "crash-items:5"}, {"GPUEVAL_FAULT_ONCE", out + ".fired"}});
-  const ExitStatus st = run.child.wait();
-  ASSERT_EQ(st.kind, ExitStatus::Kind::kExited);
-  ASSERT_EQ(st.code, 0) << run.log();
-  ASSERT_TRUE(io::path_exists(out + ".fired")) << run.log();
-  EXPECT_THAT(run.log(), HasSubstr("goes on without its 5 items that ended ahead"));
-  EXPECT_EQ(io::read_file(out + "/samples_stories.jsonl"), io::read_file(dir.file("reference/samples_stories.jsonl")));
-  EXPECT_EQ(journal_of(out)["items_recorded_ahead"].get<int64_t>(), 48) << journal_of(out).dump();
+  EXPECT_THAT(run_with_fault("crashed", "crash-items:5"), HasSubstr("goes on without its 5 items that ended ahead"));
+  expect_reference_samples("crashed");
+  EXPECT_EQ(journal_of(dir_.file("crashed"))["items_recorded_ahead"].get<int64_t>(), 48);
 }
 
-TEST(GenerationResume, AnItemSentAheadTwiceIsTheWorkersProtocolError) {
-  if (!generation_rows_independent(at::kCPU, at::kFloat)) GTEST_SKIP() << kNoIndependentRows;
-  testing::TempDir dir;
-  const auto reference = testing::run_gpueval({"run", "--gpus", "cpu:1", write_config(dir, "reference", "")});
-  ASSERT_EQ(reference.exit_code, 0) << reference.err;
-
-  const std::string out = dir.file("twice");
-  AsyncRun run = AsyncRun::start({"run", "--gpus", "cpu:1", write_config(dir, "twice", "")}, out,
-                                 {{"GPUEVAL_FAULT", "twice-items:2"}, {"GPUEVAL_FAULT_ONCE", out + ".fired"}});
-  const ExitStatus st = run.child.wait();
-  ASSERT_EQ(st.kind, ExitStatus::Kind::kExited);
-  ASSERT_EQ(st.code, 0) << run.log();
-  EXPECT_THAT(run.log(), HasSubstr("failed: protocol error: an item of request"));
+TEST_F(SequencesAhead, AnItemSentAheadTwiceIsTheWorkersProtocolError) {
+  const std::string log = run_with_fault("twice", "twice-items:2");
+  EXPECT_THAT(log, HasSubstr("failed: protocol error: an item of request"));
   // The two items before the bad frame were kept; the restarted worker computed the rest.
-  EXPECT_THAT(run.log(), HasSubstr("goes on without its 2 items that ended ahead"));
-  EXPECT_EQ(io::read_file(out + "/samples_stories.jsonl"), io::read_file(dir.file("reference/samples_stories.jsonl")));
+  EXPECT_THAT(log, HasSubstr("goes on without its 2 items that ended ahead"));
+  expect_reference_samples("twice");
 }
 
-TEST(GenerationResume, AKilledRunKeepsTheSequencesThatEndedBeforeTheKill) {
-  if (!generation_rows_independent(at::kCPU, at::kFloat)) GTEST_SKIP() << kNoIndependentRows;
-  testing::TempDir dir;
-  const auto reference = testing::run_gpueval({"run", "--gpus", "cpu:1", write_config(dir, "reference", "")});
-  ASSERT_EQ(reference.exit_code, 0) << reference.err;
-
-  const std::string cfg = write_config(dir, "killed", "");
-  const std::string out = dir.file("killed");
+TEST_F(SequencesAhead, AKilledRunKeepsTheSequencesThatEndedBeforeTheKill) {
+  const std::string cfg = write_config(dir_, "killed", "");
+  const std::string out = dir_.file("killed");
   {
     // The one worker holds its batch once three of its sequences have ended, so nothing else comes
     // ahead; the run is killed when the scheduler has journaled them (status.json's items_ahead is
@@ -138,7 +153,7 @@ TEST(GenerationResume, AKilledRunKeepsTheSequencesThatEndedBeforeTheKill) {
   ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
   EXPECT_THAT(resumed.err, HasSubstr("sequences that ended before)"));
   EXPECT_EQ(journal_of(out)["items_resumed_in_batches"].get<int64_t>(), 3) << journal_of(out).dump();
-  EXPECT_EQ(io::read_file(out + "/samples_stories.jsonl"), io::read_file(dir.file("reference/samples_stories.jsonl")));
+  expect_reference_samples("killed");
 }
 
 }  // namespace

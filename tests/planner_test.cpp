@@ -735,7 +735,7 @@ TEST(Planner, GenerationBatchesShareTheFewShotPrefixAndTheWorkers) {
     for (const Batch& b : plan.batches) {
       EXPECT_GE(b.max_rows, 1);
       EXPECT_LE(b.max_rows, 4);
-      EXPECT_LE(static_cast<int64_t>(b.items.size()), 8);  // twice the rows
+      EXPECT_LE(static_cast<int64_t>(b.items.size()), PlanOptions::kGenerationItemsPerRow * 4);
       for (const WorkItem& item : b.items) {
         seen.insert(item.request_index);
         ASSERT_GT(item.tokens.size(), b.prefix.size());
@@ -754,8 +754,8 @@ TEST(Planner, GenerationBatchesShareTheFewShotPrefixAndTheWorkers) {
       EXPECT_EQ(back.prefix, b.prefix);
     }
     EXPECT_EQ(seen.size(), requests.size());
-    // The 12 prompts with the head: 12 items shared among the workers (a batch at most 8).
-    EXPECT_EQ(with_prefix, std::max<int64_t>(2, workers)) << "workers " << workers;
+    // The 12 prompts with the head: 12 items shared among the workers, a batch each.
+    EXPECT_EQ(with_prefix, workers) << "workers " << workers;
   }
   // A generation batch whose items do not start with its prefix is refused.
   PlanOptions o = options();

@@ -529,7 +529,7 @@ void add_generation_units(const std::vector<WorkItem>& gen, const PlanOptions& o
       // The batch's widest row is its first (longest first): its cache positions after the prefix.
       const int64_t widest = std::max<int64_t>(1, items[static_cast<size_t>(first)].cost() - static_cast<int64_t>(p));
       int64_t rows = std::max<int64_t>(1, std::min(options.generation_rows, kv / (2 * widest)));
-      int64_t cap = std::max<int64_t>(1, std::min(2 * rows, kv / widest));
+      int64_t cap = std::max<int64_t>(1, std::min(PlanOptions::kGenerationItemsPerRow * rows, kv / widest));
       if (options.max_batch_size > 0) {
         rows = std::min(rows, options.max_batch_size);
         cap = std::min(cap, options.max_batch_size);

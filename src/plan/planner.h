@@ -105,10 +105,13 @@ struct PlanOptions {
   // batches that carry it (with prefix_reuse), longest first. A batch decodes up to
   // generation_rows sequences at once (and at most max_batch_size), fewer where their cache (twice
   // the widest row's prompt after the prefix plus max_tokens, per row) would pass
-  // generation_kv_positions, and holds up to twice that many items so that finished rows are
-  // refilled, within generation_kv_positions of rows and max_batch_size, and no more than an equal
-  // share of its prefix's items among `workers`, so that every worker gets some.
+  // generation_kv_positions, and holds up to kGenerationItemsPerRow times that many items (within
+  // generation_kv_positions of rows, and max_batch_size), and no more than an equal share of its
+  // prefix's items among `workers`, so that every worker gets some. Its running set is refilled as sequences end, so it runs full until its
+  // last sequences start; only then does it drain. Every sequence is journaled as it ends (where rows
+  // are independent: run_journal.h), so a long batch loses no finished work to a crash.
   // generation_kv_positions 0: batch_tokens.
+  static constexpr int64_t kGenerationItemsPerRow = 8;
   int64_t generation_rows = 16;
   int64_t generation_kv_positions = 0;
   int64_t workers = 1;
