@@ -15,16 +15,18 @@ import sys
 ALLOWED = {
     'common': set(),
     'tokenizer': set(),
+    'sandbox': set(),
     'model': {'tokenizer'},
     'tasks': {'plan'},
     'plan': {'tokenizer', 'model'},
     'aggregate': {'tasks', 'plan'},
     'store': {'plan', 'tasks'},
     'report': {'tasks', 'plan', 'aggregate', 'store'},
-    'run': {'model', 'tokenizer', 'plan'},
-    'evaluation': {'model', 'tokenizer', 'tasks', 'plan', 'run', 'aggregate', 'store', 'report'},
-    'cluster': {'model', 'tokenizer', 'tasks', 'plan', 'run', 'aggregate', 'store', 'report', 'evaluation'},
-    'cli': {'model', 'tokenizer', 'tasks', 'plan', 'run', 'aggregate', 'store', 'report', 'evaluation', 'cluster'},
+    'run': {'model', 'tokenizer', 'plan', 'sandbox'},
+    'evaluation': {'model', 'tokenizer', 'tasks', 'plan', 'run', 'aggregate', 'store', 'report', 'sandbox'},
+    'cluster': {'model', 'tokenizer', 'tasks', 'plan', 'run', 'aggregate', 'store', 'report', 'evaluation', 'sandbox'},
+    'cli': {'model', 'tokenizer', 'tasks', 'plan', 'run', 'aggregate', 'store', 'report', 'evaluation', 'cluster',
+            'sandbox'},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 

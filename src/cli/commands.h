@@ -1,5 +1,5 @@
 // The single-process subcommands of the `gpueval` CLI (generate, logits,
-// tokenize, score, convert-llama2c, init-model, history). main.cpp parses flags into these option
+// tokenize, score, convert-llama2c, init-model, history, execute). main.cpp parses flags into these option
 // structs; each command writes its result to `out` and logs to stderr, and
 // throws gpueval::Error on bad input.
 #pragma once
@@ -77,6 +77,22 @@ struct HistoryCommand {
 // trend_report.h's trend_table(). A missing file, an unknown --task or a --config that matches
 // nothing is an Error; a file without runs prints one line saying so.
 void run_history(const HistoryCommand& cmd, std::ostream& out);
+
+struct ExecuteCommand {
+  int max_sandboxes = 0;          // 0: the machine's cores
+  double cpu_seconds = 3.0;       // per program, its whole process tree
+  double wall_seconds = 0;        // 0: 10 + 3 * cpu_seconds
+  std::string memory = "2GiB";    // address space per process, over the interpreter's own
+  int max_subprocesses = 16;
+  std::string mode = "code_eval";  // or "script"
+  std::string python = "/usr/bin/python3";
+  bool unsafe_no_sandbox = false;
+};
+// `gpueval execute` (cli/execute_command.cpp): JSONL {"id", "program"[, "cpu_seconds", "memory",
+// "mode"]} on `in`, one {"id", "verdict", "detail", "cpu_s", "wall_s"} line per program on `out` in
+// input order, each in its own sandbox (sandbox/sandbox.h), a summary on stderr. Every line is
+// checked before any program runs: a bad one is an Error naming its line.
+void run_execute(const ExecuteCommand& cmd, std::istream& in, std::ostream& out);
 
 // "1,403,407" -> ids; `flag` names the option in errors.
 std::vector<int32_t> parse_id_list(const std::string& text, const std::string& flag);

@@ -225,6 +225,26 @@ CLI::App* add_init_model_command(CLI::App& app, gpueval::InitModelCommand& init)
   return cmd;
 }
 
+CLI::App* add_execute_command(CLI::App& app, gpueval::ExecuteCommand& e) {
+  auto* cmd = app.add_subcommand("execute", "run programs in the code sandbox: JSONL {\"id\", \"program\"} on stdin -> "
+                                            "{\"id\", \"verdict\", \"detail\", \"cpu_s\", \"wall_s\"} on stdout");
+  cmd->add_option("--max-sandboxes", e.max_sandboxes, "programs at once (default: the machine's cores)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--cpu-seconds", e.cpu_seconds, "CPU time limit per program, its processes together")
+      ->capture_default_str();
+  cmd->add_option("--wall-seconds", e.wall_seconds, "wall-clock ceiling per program (default: 10 + 3 x CPU seconds)");
+  cmd->add_option("--memory", e.memory, "address space per process over the interpreter's own: 2GiB, 512MiB")
+      ->capture_default_str();
+  cmd->add_option("--max-subprocesses", e.max_subprocesses, "processes and threads per sandbox")->capture_default_str();
+  cmd->add_option("--mode", e.mode,
+                  "code_eval: as lm-eval's code_eval runs a program (exec under its guard); script: as python3 main.py")
+      ->capture_default_str();
+  cmd->add_option("--python", e.python, "the interpreter programs run on")->capture_default_str();
+  cmd->add_flag("--unsafe-no-sandbox", e.unsafe_no_sandbox,
+                "run the programs without a sandbox (same limits, no isolation): trusted programs only");
+  return cmd;
+}
+
 struct ReportFlags {
   std::string results;
   std::string out;
@@ -311,7 +331,7 @@ CLI::App* add_slurm_command(CLI::App& app, SlurmFlags& f) {
 
 // `gpueval --gpus 0-3 configs/mmlu.yaml` is `gpueval run --gpus 0-3 configs/mmlu.yaml`.
 std::vector<std::string> with_default_subcommand(int argc, char** argv) {
-  static const char* kSubcommands[] = {"run", "worker", "generate", "logits", "tokenize", "score", "convert-llama2c", "init-model", "report", "calibrate", "history", "plan", "merge", "status", "slurm"};
+  static const char* kSubcommands[] = {"run", "worker", "generate", "logits", "tokenize", "score", "convert-llama2c", "init-model", "report", "calibrate", "history", "plan", "merge", "status", "slurm", "execute"};
   std::vector<std::string> args(argv, argv + argc);
   bool has_subcommand = false, looks_like_run = false;
   for (int i = 1; i < argc; ++i) {
@@ -422,6 +442,7 @@ int run_main(int argc, char** argv) {
   gpueval::InitModelCommand init;
   ReportFlags report;
   gpueval::HistoryCommand history;
+  gpueval::ExecuteCommand execute;
   PlanFlags plan;
   StatusFlags status;
   std::string merge_dir;
@@ -448,6 +469,7 @@ int run_main(int argc, char** argv) {
   auto* init_cmd = add_init_model_command(app, init);
   auto* report_cmd = add_report_command(app, report);
   auto* history_cmd = add_history_command(app, history);
+  auto* execute_cmd = add_execute_command(app, execute);
 
   std::vector<std::string> args = with_default_subcommand(argc, argv);
   g_command_line = "gpueval";
@@ -496,6 +518,7 @@ int run_main(int argc, char** argv) {
     else if (*init_cmd) gpueval::run_init_model(init);
     else if (*report_cmd) gpueval::write_report_html(report.results, report.out);
     else if (*history_cmd) gpueval::run_history(history, std::cout);
+    else if (*execute_cmd) gpueval::run_execute(execute, std::cin, std::cout);
   } catch (const gpueval::DirectoryBusy& e) {
     gpueval::Console::error(std::string("gpueval: ") + e.what());
     return gpueval::kExitBusy;

@@ -8,6 +8,7 @@
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
 
+#include "common/byte_amount.h"
 #include "gpueval/error.h"
 #include "plan/packing.h"
 #include "run/device_memory.h"
@@ -281,24 +282,12 @@ ProbeResult probe_batch_tokens(const LlamaModelImpl& model, const Tokenizer& tok
 int64_t parse_memory_amount(const std::string& text, int64_t available_bytes, const std::string& where) {
   const char* begin = text.c_str();
   char* end = nullptr;
-  errno = 0;
   const double value = std::strtod(begin, &end);
-  if (text.empty() || end == begin || errno != 0 || !std::isfinite(value) || !(value > 0) || text[0] == '+')
-    fail(where, "must be an amount such as 6GiB, 512MiB or a share of available memory such as 0.5, got '{}'", text);
-  const std::string unit(end);
-  static const std::pair<const char*, double> kUnits[] = {
-      {"", 1},          {"B", 1},         {"KiB", 1024.0},  {"MiB", 1048576.0}, {"GiB", 1073741824.0},
-      {"TiB", 1099511627776.0}, {"KB", 1e3}, {"MB", 1e6},    {"GB", 1e9},        {"TB", 1e12}};
-  if (unit.empty() && value <= 1) return static_cast<int64_t>(value * static_cast<double>(available_bytes));
-  for (const auto& [name, scale] : kUnits) {
-    if (unit != name) continue;
-    const double bytes = value * scale;
-    if (bytes < 1 << 20 || bytes > 9e18)
-      fail(where, "'{}' is out of range (at least 1MiB)", text);
-    return static_cast<int64_t>(bytes);
-  }
-  fail(where, "unknown unit '{}' in '{}' (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB, or a share such as 0.5)",
-       unit, text);
+  if (end != begin && *end == '\0' && value > 0 && value <= 1 && text[0] != '+')
+    return static_cast<int64_t>(value * static_cast<double>(available_bytes));
+  if (const std::optional<int64_t> bytes = parse_byte_amount(text, 1 << 20, where, ", or a share such as 0.5"))
+    return *bytes;
+  fail(where, "must be an amount such as 6GiB, 512MiB or a share of available memory such as 0.5, got '{}'", text);
 }
 
 nlohmann::json to_json(const ProbePoint& p) {
