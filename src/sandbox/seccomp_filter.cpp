@@ -62,12 +62,13 @@ Context build(std::vector<std::string>* refused) {
   }
   // libseccomp compares arguments with ==: one masked rule per namespace flag.
   for (uint64_t flag : kNamespaceFlags)
-    check(seccomp_rule_add(c.ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 1, SCMP_A0(SCMP_CMP_MASKED_EQ, flag, flag)),
+    check(seccomp_rule_add(c.ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 1,
+                           scmp_arg_cmp{0, SCMP_CMP_MASKED_EQ, flag, flag}),
           "clone(CLONE_NEW*)");
   if (refused) refused->push_back("clone(CLONE_NEW*)");
   check(seccomp_rule_add(c.ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0), "clone3");
   if (refused) refused->push_back("clone3 (ENOSYS)");
-  check(seccomp_rule_add(c.ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(ioctl), 1, SCMP_A1(SCMP_CMP_EQ, TIOCSTI)),
+  check(seccomp_rule_add(c.ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(ioctl), 1, scmp_arg_cmp{1, SCMP_CMP_EQ, TIOCSTI, 0}),
         "ioctl(TIOCSTI)");
   if (refused) refused->push_back("ioctl(TIOCSTI)");
   return c;
