@@ -88,6 +88,21 @@ TEST(SandboxFilter, RefusesWhatTestProgramsNeverNeed) {
   EXPECT_EQ(bpf.size() % 8, 0u) << "a classic BPF program is whole 8-byte instructions";
 }
 
+TEST(SandboxTest, WithoutBubblewrapItRefusesInOneLineSayingWhatToInstall) {
+  SandboxOptions o;
+  o.bwrap = "/nonexistent/bwrap";
+  EXPECT_EQ(testing::error_of([&] { Sandbox s(o); }),
+            "sandbox: the code sandbox needs bubblewrap at /nonexistent/bwrap: install it (Debian: apt-get install "
+            "bubblewrap), or pass --unsafe-no-sandbox to run the programs without a sandbox");
+  o.offer_unsafe = false;  // a run has no such flag to offer
+  EXPECT_EQ(testing::error_of([&] { Sandbox s(o); }),
+            "sandbox: the code sandbox needs bubblewrap at /nonexistent/bwrap: install it (Debian: apt-get install "
+            "bubblewrap)");
+  o.python = "/nonexistent/python3";
+  o.unsafe_no_sandbox = true;
+  EXPECT_THAT(testing::error_of([&] { Sandbox s(o); }), StartsWith("/nonexistent/python3: no Python interpreter there"));
+}
+
 TEST(SandboxLimitsCheck, OutOfRangeValuesAreOneLineErrors) {
   SandboxLimits l;
   l.cpu_seconds = 0;

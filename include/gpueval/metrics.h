@@ -59,6 +59,9 @@ struct MetricSpec {
   bool higher_is_better = true;
   nlohmann::json kwargs = nlohmann::json::object();  // further keys of the entry (exact_match options)
   int64_t k = 0;  // pass@k, maj@k: k; else 0
+  // A code_eval metric (lm-eval's `!function utils.pass_at_k` / `utils.pass_at_1`): a response is
+  // right when its program passes, not when it matches the target.
+  bool runs_programs = false;
 };
 
 // The metrics gpueval computes, with lm-eval's default aggregation and direction; nullopt

@@ -57,6 +57,9 @@ struct RunSummary {
   nlohmann::json timing = nlohmann::json::object();
   // What the run took from its journal and computed (results.json "journal"); empty: left out.
   nlohmann::json journal = nlohmann::json::object();
+  // How the code tasks' programs ran (results.json "code_execution": the sandbox, its limits, the
+  // programs run and taken from the journal, their verdicts); empty: left out.
+  nlohmann::json code_execution = nlohmann::json::object();
 };
 
 // Writes results.json, samples_<task>.jsonl for every task, report.md and report.html into output_dir

@@ -88,6 +88,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -115,6 +116,9 @@ struct TaskLoadOptions {
   // Metrics added to every task whose output type computes them (the run's extra_metrics: bpb).
   std::vector<std::string> extra_metrics;
 };
+
+// A program's verdict by its text: whether it passed (ran without an exception within its limits).
+using ProgramVerdicts = std::unordered_map<std::string, bool>;
 
 // One dataset line: doc_id is its position among the documents (0..n-1, file order).
 struct Document {
@@ -181,13 +185,29 @@ class Task {
   // Per-document metric values from the results of requests(doc), in the same order, as
   // filters()[filter] gives the answers. Throws Error naming the document when the count of
   // results does not match.
-  DocMetrics process_results(const Document& doc, const std::vector<RequestResult>& results, size_t filter = 0) const;
+  // A task that runs programs (runs_programs()) needs `verdicts` holding every program of
+  // programs(doc, results, filter); Error naming the document otherwise.
+  DocMetrics process_results(const Document& doc, const std::vector<RequestResult>& results, size_t filter = 0,
+                             const ProgramVerdicts* verdicts = nullptr) const;
   // Every filter's metrics, in filters() order.
-  std::vector<DocMetrics> process_results_all(const Document& doc, const std::vector<RequestResult>& results) const;
+  std::vector<DocMetrics> process_results_all(const Document& doc, const std::vector<RequestResult>& results,
+                                              const ProgramVerdicts* verdicts = nullptr) const;
   // generate_until: one document's responses (its requests' texts, one per repeat) through
   // filters()[filter] (lm-eval's filtered_resps; one text when the pipeline ends with
   // take_first). Other output types have nothing to filter: their texts are returned as is.
-  std::vector<std::string> filtered_output(const std::vector<RequestResult>& results, size_t filter) const;
+  std::vector<std::string> filtered_output(const Document& doc, const std::vector<RequestResult>& results,
+                                           size_t filter) const;
+
+  // Whether a metric of the task runs the model's programs (lm-eval's code_eval metrics:
+  // `!function utils.pass_at_k`, humaneval's, and `!function utils.pass_at_1`, mbpp's; the task
+  // file says `unsafe_code: true`). A program passes when it runs without an exception
+  // (src/sandbox/).
+  bool runs_programs() const { return runs_programs_; }
+  // The programs one document's filtered responses make, as lm-eval's code_eval assembles them:
+  // each filtered response + "\n" + the document's target (the tests). Empty for a task that
+  // runs none.
+  std::vector<std::string> programs(const Document& doc, const std::vector<RequestResult>& results,
+                                    size_t filter) const;
 
   // The task's definition as lm-eval dumps it into results.json "configs": the file's keys with
   // lm-eval's defaults filled in (description "", target_delimiter " ", num_fewshot 0, ...) and
@@ -239,6 +259,7 @@ class Task {
   DocProcessor doc_to_target_fn_ = nullptr;
   DocProcessor doc_to_choice_fn_ = nullptr;
   bool multiple_input_ = false;
+  bool runs_programs_ = false;  // a metric runs the model's programs (runs_programs())
   bool has_choices() const { return doc_to_choice_ || choice_list_ || doc_to_choice_fn_; }
   // doc_to_text's value for a document (a field, a rendered template, a function's result).
   nlohmann::json doc_text(const Document& doc, const std::string& where) const;

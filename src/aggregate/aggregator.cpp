@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <unordered_set>
 #include <utility>
 
 #include "gpueval/error.h"
@@ -80,7 +81,7 @@ nlohmann::json Aggregator::progress() const {
   return j;
 }
 
-Aggregator::Documents Aggregator::documents() const {
+Aggregator::Documents Aggregator::records() const {
   // A document counts only when every one of its requests has a result.
   std::vector<RequestResult> results(requests_.size());
   std::vector<bool> have(requests_.size(), false);
@@ -111,9 +112,42 @@ Aggregator::Documents Aggregator::documents() const {
         out.incomplete.push_back(fmt::format("{} doc {}", tasks_[t].name(), rec.doc.doc_id));
         continue;
       }
-      rec.metrics = tasks_[t].process_results_all(rec.doc, rec.results);
       out.scored.push_back(std::move(rec));
     }
+  }
+  return out;
+}
+
+Aggregator::Documents Aggregator::documents(const ProgramVerdicts* verdicts) const {
+  Documents all = records();
+  Documents out;
+  out.incomplete = std::move(all.incomplete);
+  for (DocRecord& rec : all.scored) {
+    if (rec.task->runs_programs()) {
+      // A document whose programs have no verdict (the run stopped before they ran) is not scored.
+      bool judged = true;
+      for (size_t f = 0; f < rec.task->filters().size() && judged; ++f)
+        for (const std::string& program : rec.task->programs(rec.doc, rec.results, f))
+          judged = judged && verdicts && verdicts->count(program);
+      if (!judged) {
+        out.incomplete.push_back(fmt::format("{} doc {} (its programs did not run)", rec.task->name(), rec.doc.doc_id));
+        continue;
+      }
+    }
+    rec.metrics = rec.task->process_results_all(rec.doc, rec.results, verdicts);
+    out.scored.push_back(std::move(rec));
+  }
+  return out;
+}
+
+std::vector<std::string> Aggregator::programs() const {
+  std::vector<std::string> out;
+  std::unordered_set<std::string> seen;
+  for (const DocRecord& rec : records().scored) {
+    if (!rec.task->runs_programs()) continue;
+    for (size_t f = 0; f < rec.task->filters().size(); ++f)
+      for (std::string& program : rec.task->programs(rec.doc, rec.results, f))
+        if (seen.insert(program).second) out.push_back(std::move(program));
   }
   return out;
 }

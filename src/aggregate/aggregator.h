@@ -49,9 +49,16 @@ class Aggregator {
     std::vector<DocRecord> scored;       // complete documents with their metrics, task by task, in doc order
     std::vector<std::string> incomplete; // "<task> doc <doc_id>" for each document missing a result
   };
-  Documents documents() const;
+  // `verdicts`: every program of programs() (tasks that run programs need them; Error otherwise).
+  Documents documents(const ProgramVerdicts* verdicts = nullptr) const;
+
+  // The programs the complete documents of tasks that run programs need verdicts for (Task::programs),
+  // each once, in task and document order. Its callers run them (src/sandbox/) before documents().
+  std::vector<std::string> programs() const;
 
  private:
+  Documents records() const;  // the documents, unscored
+
   void count_if_complete(size_t request);
 
   const std::vector<Task>& tasks_;

@@ -1,5 +1,6 @@
 // `gpueval merge DIR` (gpueval/cluster.h): every shard's journal read back, checked whole and
 // against the plan, and aggregated into the reports and history entries of a one-machine run.
+#include <algorithm>
 #include <cstring>
 #include <iostream>
 #include <map>
@@ -14,6 +15,7 @@
 #include "evaluation/checkpoint_evaluation.h"
 #include "evaluation/history_recorder.h"
 #include "evaluation/output_lock.h"
+#include "evaluation/program_runs.h"
 #include "evaluation/run_identity.h"
 #include "evaluation/run_journal.h"
 #include "gpueval/cluster.h"
@@ -181,13 +183,24 @@ int run_merge_command(const std::string& dir, const EvaluationOptions& options) 
     config.models = {c.checkpoint.path};
     Aggregator aggregator(m.work.in.tasks, m.work.in.requests);
     for (std::vector<ItemResult>& items : m.items) aggregator.add(std::move(items));
-    Aggregator::Documents docs = aggregator.documents();
+    // The code tasks' programs run here, once every shard's generations are in (program_runs.h).
+    ProgramVerdicts verdicts;
+    json code_execution = json::object();
+    if (std::any_of(m.work.in.tasks.begin(), m.work.in.tasks.end(), [](const Task& t) { return t.runs_programs(); })) {
+      const Sandbox sandbox(SandboxOptions{"/usr/bin/python3", "/usr/bin/bwrap", false, /*offer_unsafe=*/false});
+      const ProgramRunSettings settings;
+      ProgramRunReport ran = run_task_programs(aggregator.programs(), sandbox, settings, nullptr);
+      code_execution = ran.summary(sandbox, settings);
+      verdicts = std::move(ran.verdicts);
+    }
+    Aggregator::Documents docs = aggregator.documents(&verdicts);
     const ShardFigures f = figures(sp, c, records);
     Budget budget{m.work.options, c.budget_source};
     RunSummary summary = run_summary(config, m.work.in, budget, m.work.plan, f.stats, f.journal, f.wall_seconds,
                                      docs.incomplete);
     summary.date = sp.created;  // the run's start: the plan's, so a second merge writes the same bytes
     summary.timing = f.timing;
+    summary.code_execution = code_execution;
     const std::string state = docs.incomplete.empty() ? "complete" : "incomplete";
     incomplete = incomplete || !docs.incomplete.empty();
     const CheckpointReports written = write_checkpoint_reports(config, m.work.in, docs.scored, summary);

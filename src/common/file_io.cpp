@@ -1,5 +1,7 @@
 #include "common/file_io.h"
 
+#include <zlib.h>
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -91,6 +93,40 @@ std::string read_file(const std::string& path, uint64_t max_bytes) {
   }
   text.resize(done);
   return text;
+}
+
+std::string read_gzip_file(const std::string& path, uint64_t max_bytes) {
+  const std::string packed = read_file(path, max_bytes);
+  if (packed.size() < 2 || static_cast<unsigned char>(packed[0]) != 0x1f || static_cast<unsigned char>(packed[1]) != 0x8b)
+    fail(path, "not a gzip file (it does not start with gzip's magic bytes 1f 8b)");
+  std::string out;
+  size_t offset = 0;
+  while (offset < packed.size()) {  // one member after another, as `cat a.gz b.gz` makes
+    z_stream z{};
+    if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) fail(path, "zlib could not start inflating");
+    z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(packed.data() + offset));
+    z.avail_in = static_cast<uInt>(packed.size() - offset);
+    int rc = Z_OK;
+    char buf[1 << 16];
+    while (rc == Z_OK) {
+      z.next_out = reinterpret_cast<Bytef*>(buf);
+      z.avail_out = sizeof buf;
+      rc = inflate(&z, Z_NO_FLUSH);
+      if (rc != Z_OK && rc != Z_STREAM_END) {
+        const std::string why = z.msg ? z.msg : (rc == Z_BUF_ERROR ? "the file ends early" : "corrupt data");
+        inflateEnd(&z);
+        fail(path, "not valid gzip data at byte {}: {}", offset + z.total_in, why);
+      }
+      out.append(buf, sizeof buf - z.avail_out);
+      if (out.size() > max_bytes) {
+        inflateEnd(&z);
+        fail(path, "decompresses to more than the {} bytes allowed", max_bytes);
+      }
+    }
+    offset += z.total_in;
+    inflateEnd(&z);
+  }
+  return out;
 }
 
 int write_all(int fd, const void* data, size_t size) {

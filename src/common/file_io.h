@@ -40,6 +40,11 @@ UniqueFd open_file(const std::string& path, int flags, mode_t mode = 0);
 // surprise multi-gigabyte file into memory.
 std::string read_file(const std::string& path, uint64_t max_bytes = uint64_t{1} << 34);
 
+// The decompressed bytes of a gzip file (one or more members, as gzip writes them), read whole
+// like read_file; fails naming the file if it is not gzip, is truncated or decompresses to more
+// than max_bytes.
+std::string read_gzip_file(const std::string& path, uint64_t max_bytes = uint64_t{1} << 34);
+
 // write(2) until every byte is written, retrying EINTR and short writes; 0 or the errno of the
 // write that failed, so the caller can say which file it was writing.
 int write_all(int fd, const void* data, size_t size);

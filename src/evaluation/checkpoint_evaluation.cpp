@@ -11,6 +11,7 @@
 #include "common/console.h"
 #include "common/file_io.h"
 #include "evaluation/calibration.h"
+#include "evaluation/program_runs.h"
 #include "evaluation/run_inputs.h"
 #include "evaluation/run_journal.h"
 #include "gpueval/error.h"
@@ -225,6 +226,11 @@ CheckpointOutcome evaluate_checkpoint(const RunConfig& run_config, const Evaluat
   io::make_directories(config.output + "/logs");
   // Journal (run_journal.h): what an earlier run of this model and config already scored.
   RunJournal journal(config.output, checkpoint.fingerprint, in.model_dir, tasks.config_fp, in.requests, options.fresh);
+  // Code tasks run their programs in the sandbox: checked here, before any generation, so a
+  // machine without one fails now, in one line, rather than after the night's generations.
+  std::optional<Sandbox> sandbox;
+  if (std::any_of(in.tasks.begin(), in.tasks.end(), [](const Task& t) { return t.runs_programs(); }))
+    sandbox.emplace(SandboxOptions{"/usr/bin/python3", "/usr/bin/bwrap", false, /*offer_unsafe=*/false});
   early.loaded = true;
   const int64_t host_available = available_host_bytes();
   if (!nothing_stored && journal.stored_items() < in.requests.size()) scheduler.start_workers(in.model_dir);
@@ -253,7 +259,18 @@ CheckpointOutcome evaluate_checkpoint(const RunConfig& run_config, const Evaluat
       [&](const SchedulerStatus& s, bool final) { progress.update(s, final); },
       [&](const Batch&, const std::vector<ItemResult>& items) { journal.record_ahead(items); });
 
-  Aggregator::Documents docs = aggregator.documents();
+  // The code tasks' programs, once their generations are in (program_runs.h).
+  ProgramVerdicts verdicts;
+  nlohmann::json code_execution = nlohmann::json::object();
+  if (sandbox && report.fatal_error.empty() && !report.interrupted) {
+    const std::vector<std::string> programs = aggregator.programs();
+    progress.phase(fmt::format("running {} programs in the sandbox", programs.size()));
+    const ProgramRunSettings settings;
+    ProgramRunReport ran = run_task_programs(programs, *sandbox, settings, &journal);
+    code_execution = ran.summary(*sandbox, settings);
+    verdicts = std::move(ran.verdicts);
+  }
+  Aggregator::Documents docs = aggregator.documents(&verdicts);
   const std::vector<std::string> quarantined = quarantine_lines(report);
   const size_t docs_total = docs.scored.size() + docs.incomplete.size();
   docs.incomplete.insert(docs.incomplete.begin(), quarantined.begin(), quarantined.end());
@@ -261,6 +278,7 @@ CheckpointOutcome evaluate_checkpoint(const RunConfig& run_config, const Evaluat
   RunSummary summary = run_summary(config, in, budget, plan, report.stats, journal.summary(), wall_seconds,
                                    std::move(docs.incomplete));
   summary.timing = report.timing.summary(before_run_s);
+  summary.code_execution = code_execution;
   CheckpointReports written;
   progress.phase("scoring and writing the report");
   try {

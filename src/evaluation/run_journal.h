@@ -65,6 +65,14 @@ class RunJournal {
   // in one transaction; a batch's record() later writes them again, unchanged. Errors as record().
   void record_ahead(const std::vector<ItemResult>& items);
 
+  // Program verdicts by execution key (program_runs.h): the stored ones, and storing more (one
+  // transaction; errors as record()). May be called from another thread than the rest while no
+  // other call runs (program_runs.h records from its sandbox threads, one at a time).
+  std::map<std::string, Journal::StoredVerdict> load_verdicts() const { return journal_.load_verdicts(); }
+  void record_verdicts(const std::vector<std::pair<std::string, Journal::StoredVerdict>>& verdicts) {
+    journal_.record_verdicts(verdicts);
+  }
+
   // results.json's "journal": path, requests_resumed, requests_computed,
   // batches_resumed, batches_computed, items_resumed_in_batches (stored items of batches that
   // ran without them) and items_recorded_ahead (items this run recorded before their batch ended).

@@ -40,7 +40,7 @@ nlohmann::ordered_json sample(const DocRecord& record, size_t filter) {
     // lm-eval's one Instance per document: its repeats' responses together, and what the
     // pipeline left of them (a str after take_first, else a list).
     const FilterPipeline& pipeline = task.filters().at(filter);
-    const std::vector<std::string> texts = task.filtered_output(record.results, filter);
+    const std::vector<std::string> texts = task.filtered_output(record.doc, record.results, filter);
     nlohmann::ordered_json args;
     args["arg_0"] = record.requests.empty() ? std::string() : record.requests[0].context;
     args["arg_1"] = generation_kwargs;
@@ -221,6 +221,7 @@ nlohmann::ordered_json results(const std::vector<TaskScores>& tasks, const RunSu
   out["config"] = run_config_entry(summary);
   if (!summary.batching.empty()) out["batching"] = summary.batching;
   if (!summary.journal.empty()) out["journal"] = summary.journal;
+  if (!summary.code_execution.empty()) out["code_execution"] = summary.code_execution;
   if (!summary.timing.empty()) out["timing"] = summary.timing;
   if (summary.date) out["date"] = *summary.date;
   out["task_hashes"] = task_hashes(tasks);

@@ -134,11 +134,11 @@ nlohmann::ordered_json to_json(const Verdict& v) {
 }
 
 Sandbox::Sandbox(SandboxOptions options) : options_(std::move(options)) {
+  const std::string or_unsafe =
+      options_.offer_unsafe ? ", or pass --unsafe-no-sandbox to run the programs without a sandbox" : "";
   if (!options_.unsafe_no_sandbox && ::access(options_.bwrap.c_str(), X_OK) != 0)
-    fail("sandbox",
-         "the code sandbox needs bubblewrap at {}: install it (Debian: apt-get install bubblewrap), or pass "
-         "--unsafe-no-sandbox to run the programs without a sandbox",
-         options_.bwrap);
+    fail("sandbox", "the code sandbox needs bubblewrap at {}: install it (Debian: apt-get install bubblewrap){}",
+         options_.bwrap, or_unsafe);
   interpreter_ = probe_interpreter(options_.python);
   if (!options_.unsafe_no_sandbox) {
     seccomp_bpf_ = seccomp_filter_bpf();
@@ -156,7 +156,7 @@ Sandbox::Sandbox(SandboxOptions options) : options_(std::move(options)) {
   if (v.detail.find("namespace") != std::string::npos || v.detail.find("Operation not permitted") != std::string::npos)
     hint = ": unprivileged user namespaces must be allowed (sysctl user.max_user_namespaces > 0; on Debian "
            "kernel.unprivileged_userns_clone=1; on Ubuntu 24.04 kernel.apparmor_restrict_unprivileged_userns=0 or an "
-           "AppArmor profile for bwrap), or pass --unsafe-no-sandbox";
+           "AppArmor profile for bwrap)" + or_unsafe;
   else if (v.detail.find("source path") != std::string::npos || v.detail.find("Permission denied") != std::string::npos)
     hint = fmt::format(": the interpreter {} and its libraries must be readable by the sandbox's user{}",
                        interpreter_.path, ::geteuid() == 0 ? " (nobody, since gpueval runs as root)" : "");

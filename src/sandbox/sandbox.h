@@ -83,6 +83,9 @@ struct SandboxOptions {
   // machine as the user running gpueval does. For machines without user namespaces, when the
   // programs are trusted; results.json says so.
   bool unsafe_no_sandbox = false;
+  // Whether the caller has --unsafe-no-sandbox to offer when the sandbox does not start here
+  // (`gpueval execute` does; a run does not).
+  bool offer_unsafe = true;
 };
 
 class Sandbox {

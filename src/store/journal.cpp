@@ -26,6 +26,11 @@ const char* kSchema =
     " num_tokens INTEGER NOT NULL, text BLOB NOT NULL, checksum INTEGER NOT NULL,"
     " PRIMARY KEY (request_key, part)) WITHOUT ROWID;";
 
+// Added beside the results: a journal written before it has no such table and gets it on open.
+const char* kVerdictsTable =
+    "CREATE TABLE IF NOT EXISTS verdicts (exec_key TEXT PRIMARY KEY, verdict TEXT NOT NULL, detail BLOB NOT NULL,"
+    " cpu_bits INTEGER NOT NULL, wall_bits INTEGER NOT NULL, checksum INTEGER NOT NULL) WITHOUT ROWID;";
+
 // A failed SQLite call is a sqlite::Failure; the journal turns SQLite's message into an Error
 // that says what the failure means (a corrupt journal on open, a failed write when recording).
 using sqlite::Statement;
@@ -72,6 +77,12 @@ int64_t row_checksum(const std::string& key, const ItemResult& r) {
       .add(static_cast<uint64_t>(r.is_greedy))
       .add(static_cast<uint64_t>(r.num_tokens))
       .add(r.text);
+  return static_cast<int64_t>(f.value());
+}
+
+int64_t verdict_checksum(const std::string& key, const Journal::StoredVerdict& v) {
+  Fnv f;
+  f.add(key).add(v.verdict).add(v.detail).add(double_bits(v.cpu_seconds)).add(double_bits(v.wall_seconds));
   return static_cast<int64_t>(f.value());
 }
 
@@ -132,7 +143,8 @@ Journal Journal::open(const std::string& path, const JournalIdentity& id, bool f
     std::vector<std::string> names;
     while (tables.step()) names.push_back(tables.bytes_at(0));
     if (!names.empty()) {
-      if (names != std::vector<std::string>{"meta", "results"})
+      if (names != std::vector<std::string>{"meta", "results"} &&
+          names != std::vector<std::string>{"meta", "results", "verdicts"})
         throw Error(corrupt(path, "not a gpueval journal: tables " + fmt::format("{}", fmt::join(names, ", "))));
       meta = read_meta(db);
     }
@@ -164,6 +176,7 @@ Journal Journal::open(const std::string& path, const JournalIdentity& id, bool f
       put_meta(db, "config_fingerprint", id.config_fingerprint);
       tx.commit();
     }
+    db.exec(kVerdictsTable);
     if (const char* pages = std::getenv("GPUEVAL_JOURNAL_MAX_PAGES"); pages && *pages) {
       const std::string sql = fmt::format("PRAGMA max_page_count={}", std::strtoll(pages, nullptr, 10));
       db.exec(sql.c_str());
@@ -233,6 +246,49 @@ void Journal::record_batch(const std::vector<JournalItem>& items) {
     tx.commit();
   } catch (const sqlite::Failure& f) {
     fail(path_, "cannot record results: {}", f.sqlite_message());
+  }
+}
+
+std::map<std::string, Journal::StoredVerdict> Journal::load_verdicts() const {
+  std::map<std::string, StoredVerdict> out;
+  try {
+    Statement s(*db_, "SELECT exec_key, verdict, detail, cpu_bits, wall_bits, checksum FROM verdicts");
+    while (s.step()) {
+      StoredVerdict v;
+      const std::string key = s.bytes_at(0);
+      v.verdict = s.bytes_at(1);
+      v.detail = s.bytes_at(2);
+      v.cpu_seconds = bits_double(static_cast<uint64_t>(s.int_at(3)));
+      v.wall_seconds = bits_double(static_cast<uint64_t>(s.int_at(4)));
+      if (verdict_checksum(key, v) != s.int_at(5))
+        throw Error(corrupt(path_, fmt::format("the verdict {} fails its checksum", key.substr(0, 12))));
+      out.emplace(key, std::move(v));
+    }
+  } catch (const sqlite::Failure& f) {
+    throw Error(corrupt(path_, f.sqlite_message()));
+  }
+  return out;
+}
+
+void Journal::record_verdicts(const std::vector<std::pair<std::string, StoredVerdict>>& verdicts) {
+  try {
+    sqlite::WriteTransaction tx(*db_);
+    Statement s(*db_,
+                "INSERT OR REPLACE INTO verdicts (exec_key, verdict, detail, cpu_bits, wall_bits, checksum)"
+                " VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
+    for (const auto& [key, v] : verdicts) {
+      s.bind(1, key);
+      s.bind(2, v.verdict);
+      s.bind_blob(3, v.detail);
+      s.bind(4, static_cast<int64_t>(double_bits(v.cpu_seconds)));
+      s.bind(5, static_cast<int64_t>(double_bits(v.wall_seconds)));
+      s.bind(6, verdict_checksum(key, v));
+      s.step();
+      s.reset();
+    }
+    tx.commit();
+  } catch (const sqlite::Failure& f) {
+    fail(path_, "cannot record verdicts: {}", f.sqlite_message());
   }
 }
 

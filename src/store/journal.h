@@ -27,6 +27,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -80,6 +81,19 @@ class Journal {
   // "<path>: cannot record results: <SQLite's message>" (e.g. "database or
   // disk is full"); what earlier calls committed stays.
   void record_batch(const std::vector<JournalItem>& items);
+
+  // Program verdicts (src/sandbox/) by execution key (evaluation/program_runs.h): what a code
+  // task's programs gave, so a resumed run does not run them again. Stored exactly, with a
+  // checksum; a row that fails it is an Error ("journal is corrupt").
+  struct StoredVerdict {
+    std::string verdict;  // "passed", "failed", "timed out" ("error" is never stored: it is retried)
+    std::string detail;
+    double cpu_seconds = 0;
+    double wall_seconds = 0;
+  };
+  std::map<std::string, StoredVerdict> load_verdicts() const;
+  // One transaction; errors as record_batch's.
+  void record_verdicts(const std::vector<std::pair<std::string, StoredVerdict>>& verdicts);
 
   // The batch budget the run that started this journal planned with.
   std::optional<int64_t> batch_tokens() const;

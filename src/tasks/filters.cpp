@@ -113,13 +113,25 @@ FilterStep parse_step(const YAML::Node& item, const std::string& yaml_path) {
     step.kind = FilterStep::Kind::kUppercase;
   } else if (function == "remove_whitespace") {
     step.kind = FilterStep::Kind::kRemoveWhitespace;
+  } else if (function == "custom") {
+    // lm-eval's custom filter runs a Python function of the task's utils.py; gpueval has the ones
+    // its shipped tasks use, by name.
+    if (!item["filter_fn"] || item["filter_fn"].Tag() != "!function")
+      fail(where, "filter function 'custom' needs filter_fn: !function NAME");
+    const std::string fn = scalar_text(item["filter_fn"], "filter_fn", where);
+    if (fn != "utils.build_predictions")
+      fail(where, "custom filter_fn {}: gpueval runs no Python; its built-in filter functions are "
+           "utils.build_predictions (humaneval's: the document's prompt + the response)", quote_untrusted(fn));
+    step.kind = FilterStep::Kind::kPromptPlusResponse;
+    options = {"filter_fn"};
+    YAML::Node fn_node = item["filter_fn"];
+    fn_node.SetTag("!");  // read as its name from here on (the task's config in results.json)
   } else {
-    static const std::set<std::string> kLmEvalOnly = {"regex_pos", "multi_choice_regex", "custom", "format_span",
-                                                      "cot_filter"};
+    static const std::set<std::string> kLmEvalOnly = {"regex_pos", "multi_choice_regex", "format_span", "cot_filter"};
     if (kLmEvalOnly.count(function)) fail(where, "filter function '{}' is not supported yet", function);
     fail(where,
          "unknown filter function {} (known: regex, take_first, take_first_k, majority_vote, map, lowercase, "
-         "uppercase, remove_whitespace)",
+         "uppercase, remove_whitespace, custom)",
          quote_untrusted(function));
   }
   for (const auto& entry : item) {
@@ -167,7 +179,8 @@ std::string apply_filter_step(const FilterStep& step, const std::string& text) {
     case FilterStep::Kind::kRegex: return regex_extract(step, text);
     case FilterStep::Kind::kTakeFirst:
     case FilterStep::Kind::kTakeFirstK:
-    case FilterStep::Kind::kMajorityVote: return text;
+    case FilterStep::Kind::kMajorityVote:
+    case FilterStep::Kind::kPromptPlusResponse: return text;  // FilterPipeline::apply does these
     case FilterStep::Kind::kMap:
       for (const auto& [from, to] : step.mapping) {
         if (from == text) return to;
@@ -180,10 +193,18 @@ std::string apply_filter_step(const FilterStep& step, const std::string& text) {
   return text;
 }
 
-std::vector<std::string> FilterPipeline::apply(const std::vector<std::string>& responses) const {
+std::vector<std::string> FilterPipeline::apply(const std::vector<std::string>& responses,
+                                               const nlohmann::json* doc) const {
   std::vector<std::string> current = responses;
   for (const FilterStep& step : steps_) {
     switch (step.kind) {
+      case FilterStep::Kind::kPromptPlusResponse: {
+        if (!doc || !doc->is_object() || !doc->contains("prompt") || !(*doc)["prompt"].is_string())
+          fail("filter '" + name_ + "'", "utils.build_predictions needs the document's 'prompt' string");
+        const std::string& prompt = (*doc)["prompt"].get_ref<const std::string&>();
+        for (std::string& text : current) text = prompt + text;
+        break;
+      }
       case FilterStep::Kind::kTakeFirst:
         if (current.empty()) fail("filter '" + name_ + "'", "take_first of no responses");
         current.resize(1);

@@ -87,7 +87,8 @@ std::vector<Document> Task::read_documents(const std::string& file, DatasetKind 
     if (documents.empty()) fail(file, "no documents");
     return documents;
   }
-  const std::string text = io::read_file(file);
+  // JSON Lines, or gzip-compressed JSON Lines (*.jsonl.gz, as HumanEval ships).
+  const std::string text = ends_with(file, ".gz") ? io::read_gzip_file(file) : io::read_file(file);
   int64_t line_number = 0;
   size_t pos = 0;
   while (pos < text.size()) {

@@ -479,13 +479,28 @@ std::string fewshot_from_dataset_note(const std::string& task, int64_t num_fewsh
 // Far beyond OLMo 3's 8 or lm-eval's self-consistency 64; bounds the requests one task file makes.
 constexpr int64_t kMaxRepeats = 1024;
 
-// unsafe_code (gpueval runs no code yet) and repeats: how many responses a generate_until
-// request gets (lm-eval's Instance.repeats), each sampled with its own seed.
-int64_t read_unsafe_code_and_repeats(TaskYaml& yaml, OutputType type) {
-  if (yaml.has("unsafe_code") && yaml.json(yaml.at("unsafe_code")) != false) {
-    fail(yaml.where_of("unsafe_code"), "unsafe_code tasks are not supported");
+// unsafe_code: true exactly when a metric runs the model's programs (in gpueval's sandbox,
+// src/sandbox/), as lm-eval's code tasks say it; returns whether one does.
+bool read_unsafe_code(TaskYaml& yaml, const std::vector<MetricSpec>& metrics) {
+  const bool runs = std::any_of(metrics.begin(), metrics.end(), [](const MetricSpec& m) { return m.runs_programs; });
+  bool unsafe = false;
+  if (yaml.has("unsafe_code")) {
+    const nlohmann::ordered_json v = yaml.json(yaml.at("unsafe_code"));
+    if (!v.is_boolean()) fail(yaml.where_of("unsafe_code"), "unsafe_code must be true or false");
+    unsafe = v.get<bool>();
   }
-  yaml.config()["unsafe_code"] = false;
+  if (runs && !unsafe)
+    fail(yaml.where_of("metric_list"), "a metric that runs the model's programs needs unsafe_code: true in the task");
+  if (unsafe && !runs)
+    fail(yaml.where_of("unsafe_code"), "unsafe_code: true, but no metric runs programs (gpueval's one that does: "
+                                       "!function utils.pass_at_k)");
+  yaml.config()["unsafe_code"] = unsafe;
+  return runs;
+}
+
+// repeats: how many responses a generate_until request gets (lm-eval's Instance.repeats), each
+// sampled with its own seed.
+int64_t read_repeats(TaskYaml& yaml, OutputType type) {
   int64_t repeats = 1;
   if (yaml.has("repeats")) {
     const nlohmann::ordered_json v = yaml.json(yaml.at("repeats"));
@@ -617,9 +632,23 @@ std::vector<MetricSpec> read_metrics(TaskYaml& yaml, OutputType type, int64_t re
         continue;
       }
       if (!item.IsMap() || !item["metric"]) fail(where, "a metric_list entry must be a name or a mapping with 'metric'");
+      YAML::Node metric_node = item["metric"];
+      const bool runs_programs = metric_node.IsScalar() && metric_node.Tag() == "!function";
+      if (runs_programs) metric_node.SetTag("!");  // read as its name from here on
       nlohmann::ordered_json entry = yaml.json(item);
       if (!entry["metric"].is_string()) fail(where, "metric must be a string");
-      read_metric_options(entry, add_metric(metrics, entry["metric"].get<std::string>(), type, where), where);
+      std::string name = entry["metric"].get<std::string>();
+      if (runs_programs) {
+        // lm-eval's code_eval metric (humaneval's utils.pass_at_k): the unbiased pass@k over the
+        // responses' programs, each run in the sandbox.
+        if (name != "utils.pass_at_k")
+          fail(where, "metric !function {}: gpueval runs no Python; its built-in metric functions are "
+                      "utils.pass_at_k (humaneval's code_eval pass@k)", name);
+        name = "pass_at_k";
+      }
+      MetricSpec& spec = add_metric(metrics, name, type, where);
+      spec.runs_programs = runs_programs;
+      read_metric_options(entry, spec, where);
       expand_over_k(metrics, repeats, where);
       entries.push_back(entry);
     }
@@ -828,9 +857,11 @@ Task Task::parse(const std::string& yaml_path, const TaskLoadOptions& options) {
     task.notes_.push_back(fewshot_from_dataset_note(task.name_, task.num_fewshot_, task.dataset_file_,
                                                     task.fewshot_sampler_, task.fewshot_seed_));
   }
-  task.repeats_ = read_unsafe_code_and_repeats(yaml, task.output_type_);
+  yaml.config()["unsafe_code"] = false;  // its place in lm-eval's key order; read_unsafe_code sets it
+  task.repeats_ = read_repeats(yaml, task.output_type_);
 
   task.metrics_ = read_metrics(yaml, task.output_type_, task.repeats_);
+  task.runs_programs_ = read_unsafe_code(yaml, task.metrics_);
   add_extra_metrics(yaml, task.metrics_, options.extra_metrics, task.output_type_);
   GenerationSettings generation = read_generation_kwargs(yaml, task.output_type_, task.fewshot_delimiter_);
   task.until_ = std::move(generation.until);

