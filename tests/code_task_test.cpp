@@ -22,15 +22,7 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using json = nlohmann::json;
 
-std::vector<RequestResult> responses(const std::vector<std::string>& texts) {
-  std::vector<RequestResult> out;
-  for (const std::string& t : texts) {
-    RequestResult r;
-    r.text = t;
-    out.push_back(r);
-  }
-  return out;
-}
+std::vector<RequestResult> responses(const std::vector<std::string>& texts) { return testing::text_results(texts); }
 
 Task load_humaneval() {
   TaskLoadOptions options;

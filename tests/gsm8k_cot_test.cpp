@@ -31,15 +31,7 @@ Task load(const std::string& name) {
   return Task::load(name, {testing::source_dir() + "/tasks"}, options);
 }
 
-std::vector<RequestResult> responses(const std::vector<std::string>& texts) {
-  std::vector<RequestResult> out;
-  for (const std::string& t : texts) {
-    RequestResult r;
-    r.text = t;
-    out.push_back(r);
-  }
-  return out;
-}
+std::vector<RequestResult> responses(const std::vector<std::string>& texts) { return testing::text_results(texts); }
 
 std::vector<std::string> metric_names(const Task& task) {
   std::vector<std::string> names;

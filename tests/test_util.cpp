@@ -255,4 +255,14 @@ ScoreRow score_row(const std::string& task, const std::string& metric, double va
   return r;
 }
 
+std::vector<RequestResult> text_results(const std::vector<std::string>& texts) {
+  std::vector<RequestResult> out;
+  for (const std::string& t : texts) {
+    RequestResult r;
+    r.text = t;
+    out.push_back(r);
+  }
+  return out;
+}
+
 }  // namespace gpueval::testing

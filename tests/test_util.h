@@ -94,6 +94,8 @@ void write_text(const std::string& path, const std::string& text);
 // loglikelihood_rolling over {text}. `extra_keys` (YAML lines) end the task file.
 std::string write_quiz_task(const TempDir& dir, const std::string& documents, const std::string& extra_keys = "");
 std::string write_story_task(const TempDir& dir, const std::string& documents, const std::string& extra_keys = "");
+// One generate_until result per text (the responses of a document's repeats), the other fields left default.
+std::vector<RequestResult> text_results(const std::vector<std::string>& texts);
 // `doc` of `task` scored as the aggregator scores it, from one result per request in order.
 DocRecord scored_record(const Task& task, const Document& doc, std::vector<RequestResult> results);
 
