@@ -73,8 +73,9 @@ SandboxLimits quick_limits(double wall_seconds = 30.0) {
   return l;
 }
 
+// Every process the sampler saw is gone. (A program that ends within a few milliseconds may be
+// gone before the first sample: the daemon test checks that one was seen.)
 void expect_nothing_left(const Verdict& v) {
-  EXPECT_FALSE(v.processes.empty()) << "the sampler saw no process at all";
   for (const auto& [pid, start] : v.processes) EXPECT_FALSE(process_alive(pid, start)) << "pid " << pid << " is left";
 }
 

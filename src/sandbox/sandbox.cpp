@@ -278,6 +278,11 @@ Verdict Sandbox::run(const std::string& program, const SandboxLimits& limits, Pr
     if (child_pidfd.fd >= 0) pidfd_kill(child_pidfd.fd);
     if (unsafe) ::kill(-pid, SIGKILL);  // its session, as far as it stayed in it
   };
+  auto sample = [&] {
+    const ProcessTreeSample s = sample_process_tree(init_pid);
+    polled_cpu = std::max(polled_cpu, s.cpu_seconds);
+    seen.insert(s.processes.begin(), s.processes.end());
+  };
   auto take_output = [&](const char* buf, size_t n) {
     out_total += n;
     if (head.size() < kHead) head.append(buf, std::min(n, kHead - head.size()));
@@ -324,6 +329,7 @@ Verdict Sandbox::run(const std::string& program, const SandboxLimits& limits, Pr
             init_pid = j["child-pid"].get<pid_t>();
             init_pidfd.reset(pidfd_open(init_pid));
             if (killed != Kill::kNone && init_pidfd.fd >= 0) pidfd_kill(init_pidfd.fd);
+            if (killed == Kill::kNone) sample();  // at once: a short program may end before the first tick
           }
         }
       }
@@ -337,9 +343,7 @@ Verdict Sandbox::run(const std::string& program, const SandboxLimits& limits, Pr
       out_open = result_open = false;
     }
     if (killed == Kill::kNone && init_pid > 0 && !child_done) {
-      const ProcessTreeSample s = sample_process_tree(init_pid);
-      polled_cpu = std::max(polled_cpu, s.cpu_seconds);
-      seen.insert(s.processes.begin(), s.processes.end());
+      sample();
       if (polled_cpu >= limits.cpu_seconds) kill_tree(Kill::kCpu);
     }
     if (killed == Kill::kNone && seconds_since(t0) >= wall_limit) kill_tree(Kill::kWall);
