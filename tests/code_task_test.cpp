@@ -1,4 +1,4 @@
-// Code tasks (lm-eval's humaneval): the task file as lm-eval defines it, its programs assembled
+// Code tasks (lm-eval's humaneval and mbpp): the task files as lm-eval defines it, its programs assembled
 // as lm-eval's code_eval builds them, pass@k from their verdicts, and a run end to end on the
 // shipped model whose programs run in the sandbox and whose verdicts a resumed run takes from
 // the journal. The run needs bubblewrap and user namespaces (sandbox_test.cpp says how it skips).
@@ -56,6 +56,34 @@ TEST(CodeTask, HumanEvalIsLmEvalsTaskOverTheGzippedJsonl) {
                              doc.fields["test"].get<std::string>() + "\ncheck(has_close_elements)");
 }
 
+TEST(CodeTask, HumanEval64SamplesEachProblem64TimesAndReportsPassAtK) {
+  GPUEVAL_REQUIRE_SHARED();
+  TaskLoadOptions options;
+  options.data_roots["humaneval"] = testing::shared_dir() + "/data/humaneval";
+  const Task task = Task::load("humaneval_64", {testing::source_dir() + "/tasks"}, options);
+  EXPECT_EQ(task.documents().size(), 164u);
+  EXPECT_EQ(task.repeats(), 64);
+  std::vector<std::string> names;
+  for (const MetricSpec& m : task.metrics()) names.push_back(m.name);
+  EXPECT_THAT(names, ElementsAre("pass@2", "pass@8", "pass@16", "pass@32", "pass@64"));
+  const std::vector<Request> requests = task.requests(task.documents()[0]);
+  ASSERT_EQ(requests.size(), 64u);  // one per repeat, each seeded by its own index
+  EXPECT_EQ(requests[0].temperature, 0.2);
+  EXPECT_EQ(requests[0].top_p, 0.95);
+  // pass@k over 64 programs of which 16 pass: the unbiased estimator per problem.
+  const Document& doc = task.documents()[0];
+  std::vector<std::string> texts;
+  for (int i = 0; i < 64; ++i) texts.push_back("    return " + std::to_string(i) + "\n");
+  const std::vector<RequestResult> results = responses(texts);
+  const std::vector<std::string> programs = task.programs(doc, results, 0);
+  ASSERT_EQ(programs.size(), 64u);
+  ProgramVerdicts verdicts;
+  for (int i = 0; i < 64; ++i) verdicts[programs[static_cast<size_t>(i)]] = i % 4 == 0;
+  const DocMetrics m = task.process_results(doc, results, 0, &verdicts);
+  EXPECT_EQ(m.at("pass@64").value, 1.0);
+  EXPECT_NEAR(m.at("pass@2").value, 1.0 - (48.0 * 47.0) / (64.0 * 63.0), 1e-12);
+}
+
 TEST(CodeTask, PassAtKComesFromTheProgramsVerdicts) {
   GPUEVAL_REQUIRE_SHARED();
   const Task task = load_humaneval();
@@ -68,6 +96,74 @@ TEST(CodeTask, PassAtKComesFromTheProgramsVerdicts) {
   EXPECT_EQ(task.process_results(doc, results, 0, &verdicts).at("pass@1").value, 0.0);
   EXPECT_THAT(testing::error_of([&] { task.process_results(doc, results, 0, nullptr); }),
               HasSubstr("pass@1: a program has no verdict"));
+}
+
+Task load_mbpp() {
+  TaskLoadOptions options;
+  options.data_roots["mbpp"] = testing::shared_dir() + "/data/mbpp";
+  return Task::load("mbpp", {testing::source_dir() + "/tasks"}, options);
+}
+
+TEST(CodeTask, MbppIsLmEvalsTestSplitThreeShotWithPassAt1OnTheFirstResponse) {
+  GPUEVAL_REQUIRE_SHARED();
+  const Task task = load_mbpp();
+  // lm-eval's test split: task_ids 11-510 of the 974, in order.
+  ASSERT_EQ(task.documents().size(), 500u);
+  EXPECT_EQ(task.documents().front().fields["task_id"], 11);
+  EXPECT_EQ(task.documents().back().fields["task_id"], 510);
+  EXPECT_EQ(task.documents().back().doc_id, 499);
+  ASSERT_EQ(task.metrics().size(), 1u);
+  EXPECT_EQ(task.metrics()[0].name, "pass_at_1");
+  EXPECT_TRUE(task.metrics()[0].runs_programs);
+  EXPECT_EQ(task.filters().at(0).name(), "none");
+  const Document& doc = task.documents()[0];
+  const std::vector<Request> requests = task.requests(doc);
+  ASSERT_EQ(requests.size(), 1u);
+  EXPECT_EQ(requests[0].stops, std::vector<std::string>{"[DONE]"});
+  // The three examples (is_fewshot: their code and "[DONE]"), then the asked task's prompt.
+  EXPECT_THAT(requests[0].context, ::testing::StartsWith(
+      "You are an expert Python programmer, and here is your task: Write a function to find the similar elements "
+      "from the given two tuple lists. Your code should pass these tests:\n\nassert similar_elements((3, 4, 5, 6),"));
+  EXPECT_THAT(requests[0].context, HasSubstr("  return (res) \n[DONE]\n\nYou are an expert"));
+  EXPECT_THAT(requests[0].context, ::testing::EndsWith(doc.fields["test_list"][2].get<std::string>() + "\n[BEGIN]\n"));
+  // The program: the response, "\n", the three asserts (code_eval's candidate + "\n" + test).
+  const std::vector<RequestResult> results = responses({"def remove_Occ(s, ch): return s\n"});
+  const std::vector<std::string> programs = task.programs(doc, results, 0);
+  ASSERT_EQ(programs.size(), 1u);
+  const json& tests = doc.fields["test_list"];
+  EXPECT_EQ(programs[0], "def remove_Occ(s, ch): return s\n\n" + tests[0].get<std::string>() + "\n" +
+                             tests[1].get<std::string>() + "\n" + tests[2].get<std::string>());
+  ProgramVerdicts verdicts{{programs[0], true}};
+  EXPECT_EQ(task.process_results(doc, results, 0, &verdicts).at("pass_at_1").value, 1.0);
+  verdicts[programs[0]] = false;
+  EXPECT_EQ(task.process_results(doc, results, 0, &verdicts).at("pass_at_1").value, 0.0);
+}
+
+TEST(CodeTask, DocumentRangeKeepsTheDocumentsWhoseIdIsInRangeAndRefusesBadOnes) {
+  testing::TempDir dir;
+  testing::write_text(dir.file("d.jsonl"), "{\"id\": 1, \"q\": \"a\"}\n{\"id\": 2, \"q\": \"b\"}\n"
+                                           "{\"id\": 3, \"q\": \"c\"}\n");
+  const std::string head = "task: t\ndataset_path: d.jsonl\noutput_type: generate_until\ndoc_to_text: \"{{q}}\"\n"
+                           "doc_to_target: \"{{q}}\"\n";
+  auto load = [&](const std::string& body) {
+    testing::write_text(dir.file("t.yaml"), head + body);
+    return Task::load(dir.file("t.yaml"), {}, {});
+  };
+  auto error = [&](const std::string& body) { return testing::error_of([&] { load(body); }); };
+  const Task task = load("document_range: {field: id, first: 2, last: 3}\n");
+  ASSERT_EQ(task.documents().size(), 2u);
+  EXPECT_EQ(task.documents()[0].fields["q"], "b");
+  EXPECT_EQ(task.documents()[0].doc_id, 0);
+  EXPECT_EQ(task.location(task.documents()[1]), dir.file("d.jsonl") + ":3");
+  EXPECT_EQ(task.ordered_config()["document_range"]["first"], 2);
+  EXPECT_THAT(error("document_range: {field: id, first: 4, last: 9}\n"),
+              HasSubstr(dir.file("d.jsonl") + ": no document has id from 4 to 9 (document_range, " + dir.file("t.yaml") + ":6"));
+  EXPECT_THAT(error("document_range: {field: q, first: 1, last: 2}\n"),
+              HasSubstr(dir.file("d.jsonl") + ":1: document without an integer field 'q' (document_range"));
+  EXPECT_THAT(error("document_range: {field: id, first: 3, last: 2}\n"),
+              HasSubstr(dir.file("t.yaml") + ":6: document_range must be a mapping {field: NAME, first: N, last: M}"));
+  EXPECT_THAT(error("document_range: [1, 2]\n"), HasSubstr("document_range must be a mapping"));
+  EXPECT_THAT(error("document_range: {field: id, first: 1, last: 2, step: 1}\n"), HasSubstr("document_range must be a mapping"));
 }
 
 TEST(CodeTask, ATaskFileSaysUnsafeCodeExactlyWhenAMetricRunsPrograms) {
@@ -85,6 +181,11 @@ TEST(CodeTask, ATaskFileSaysUnsafeCodeExactlyWhenAMetricRunsPrograms) {
   EXPECT_THAT(error("unsafe_code: yes please\n" + code_metric), HasSubstr("unsafe_code must be true or false"));
   EXPECT_THAT(error("unsafe_code: true\nmetric_list:\n  - metric: !function utils.my_metric\n"),
               HasSubstr("metric !function utils.my_metric: gpueval runs no Python"));
+  EXPECT_THAT(error("metric_list:\n  - metric: pass_at_1\n"),
+              HasSubstr("metric pass_at_1 is lm-eval's mbpp code metric: write it as !function utils.pass_at_1"));
+  EXPECT_THAT(error("metric_list:\n  - pass_at_1\n"), HasSubstr("write it as !function utils.pass_at_1"));
+  EXPECT_THAT(error("unsafe_code: true\nmetric_list:\n  - metric: !function utils.pass_at_1\n    k: 2\n"),
+              HasSubstr("metric 'pass_at_1' takes no option 'k'"));
   EXPECT_THAT(error("unsafe_code: true\n" + code_metric +
                     "filter_list:\n  - name: f\n    filter:\n      - function: custom\n"
                     "        filter_fn: !function utils.extract\n"),

@@ -13,6 +13,7 @@
 
 #include "aggregate/aggregator.h"
 #include "common/file_io.h"
+#include "common/sha256.h"
 #include "gpueval/task.h"
 #include "plan/planner.h"
 #include "run/executor.h"
@@ -25,8 +26,8 @@ namespace {
 using testing::error_of;
 using ::testing::HasSubstr;
 
-const char* const kSuite[] = {"piqa",           "openbookqa", "boolq",    "copa",
-                              "winogrande",     "lambada_openai", "triviaqa", "gsm8k_cot"};
+const char* const kSuite[] = {"piqa",     "openbookqa", "boolq",     "copa", "winogrande", "lambada_openai",
+                              "triviaqa", "gsm8k_cot",  "humaneval", "mbpp"};
 
 std::string tasks_dir() { return testing::source_dir() + "/tasks"; }
 
@@ -72,13 +73,46 @@ TEST(PretrainingTasksTest, RequestsEqualLmEvalsInstancesByteForByte) {
   }
 }
 
+// Every request of every document, not only the first ones: the fixture's digest of lm-eval's
+// requests over the whole evaluated split (scripts/dump_lm_eval_prompts.py says how it is made:
+// for each request in (doc_id, idx) order, context, NUL, the continuation or the stop strings
+// joined by 0x1f, NUL), recomputed from gpueval's requests.
+TEST(PretrainingTasksTest, EveryRequestOfEveryDocumentEqualsLmEvalsByDigest) {
+  GPUEVAL_REQUIRE_SHARED();
+  std::ifstream in(testing::source_dir() + "/tests/fixtures/lm_eval_prompts.json");
+  const nlohmann::json fixture = nlohmann::json::parse(in);
+  for (const char* name : kSuite) {
+    SCOPED_TRACE(name);
+    const Task task = load_shared(name);
+    std::string bytes;
+    int64_t count = 0;
+    for (const Document& doc : task.documents()) {
+      for (const Request& r : task.requests(doc)) {
+        bytes += r.context;
+        bytes += '\0';
+        if (r.type == RequestType::kGenerateUntil) {
+          for (size_t i = 0; i < r.stops.size(); ++i) bytes += (i ? "\x1f" : "") + r.stops[i];
+        } else {
+          bytes += r.continuation;
+        }
+        bytes += '\0';
+        ++count;
+      }
+    }
+    const nlohmann::json& expected = fixture.at("digests").at(name);
+    EXPECT_EQ(count, expected.at("requests").get<int64_t>());
+    EXPECT_EQ(sha256_hex(bytes), expected.at("sha256").get<std::string>());
+  }
+}
+
 TEST(PretrainingTasksTest, DocumentCountsAndMetricsAreLmEvals) {
   GPUEVAL_REQUIRE_SHARED();
   const std::map<std::string, std::pair<size_t, std::vector<std::string>>> expected = {
       {"piqa", {1838, {"acc", "acc_norm"}}},         {"openbookqa", {500, {"acc", "acc_norm"}}},
       {"boolq", {3270, {"acc"}}},                    {"copa", {100, {"acc"}}},
       {"winogrande", {1267, {"acc"}}},               {"lambada_openai", {5153, {"perplexity", "acc"}}},
-      {"triviaqa", {3000, {"exact_match"}}}};
+      {"triviaqa", {3000, {"exact_match"}}},         {"humaneval", {164, {"pass@1"}}},
+      {"mbpp", {500, {"pass_at_1"}}}};
   for (const auto& [name, want] : expected) {
     SCOPED_TRACE(name);
     const Task task = load_shared(name);

@@ -342,8 +342,8 @@ TEST(TaskTest, DefinitionErrorsNameFileAndLine) {
   EXPECT_THAT(load_error("task: [unclosed\n"), HasSubstr(yaml + ":2: invalid YAML"));
   EXPECT_THAT(load_error("task: q\ndataset_path: quiz.jsonl\ndoc_to_text: \"{{ question | title }}\"\n"),
               HasSubstr(yaml + ":3: doc_to_text '{{ question | title }}': the filter 'title' is not supported"));
-  EXPECT_THAT(load_error("task: q\ndataset_path: quiz.jsonl\ndoc_to_text: \"{% if x %}y{% endif %}\"\n"),
-              HasSubstr("a '{%' statement is not supported"));
+  EXPECT_THAT(load_error("task: q\ndataset_path: quiz.jsonl\ndoc_to_text: \"{% for x in y %}{{x}}{% endfor %}\"\n"),
+              HasSubstr(yaml + ":3: doc_to_text '{% for x in y %}{{x}}{% endfor %}': a '{% for %}' statement is not supported"));
   EXPECT_THAT(load_error("task: q\ndataset_path: quiz.jsonl\ndoc_to_text: \"{{question\"\n"),
               HasSubstr("'{{' without a closing '}}'"));
   EXPECT_THAT(load_error("task: q\ndataset_path: quiz.jsonl\ndoc_to_text: !function utils.doc_to_text\n"

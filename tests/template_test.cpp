@@ -104,7 +104,7 @@ TEST(TemplateTest, ConstructsOutsideTheSubsetNameFileLineAndConstruct) {
   EXPECT_THAT(parse_error("{{ x is odd }}"), HasSubstr("the test 'odd' is not supported"));
   EXPECT_THAT(parse_error("{{ x is divisibleby(3) }}"), HasSubstr("the test 'divisibleby' is not supported"));
   EXPECT_THAT(parse_error("{{ x|join(sep=',') }}"), HasSubstr("the keyword argument 'sep=' is not supported"));
-  EXPECT_THAT(parse_error("{% for x in y %}{{x}}{% endfor %}"), HasSubstr("tasks/x.yaml:7: doc_to_text '{% for x in y %}{{x}}{% endfor %}': a '{%' statement is not supported"));
+  EXPECT_THAT(parse_error("{% for x in y %}{{x}}{% endfor %}"), HasSubstr("tasks/x.yaml:7: doc_to_text '{% for x in y %}{{x}}{% endfor %}': a '{% for %}' statement is not supported (gpueval's templates have if/elif/else/endif only)"));
   EXPECT_THAT(parse_error("{{ a + }}"), HasSubstr("the expression ' a + ' (it ends too early) is not supported"));
   EXPECT_THAT(parse_error("{{ 'open }}"), HasSubstr("'{{' without a closing '}}'"));
   // Depth is bounded, so a deep template is refused, not a stack overflow (found by fuzz_template).
@@ -120,6 +120,52 @@ TEST(TemplateTest, ConstructsOutsideTheSubsetNameFileLineAndConstruct) {
   EXPECT_EQ(Template::parse("{{ " + std::string(64, '(') + "2" + std::string(64, ')') + " * 3 }}", "doc_to_text", "t")
                 .render(doc(), "d"),
             "6");
+}
+
+TEST(TemplateTest, IfStatementsChooseABranchAsJinjaDoes) {
+  // lm-eval's mbpp doc_to_target: the few-shot examples carry is_fewshot, the asked documents do not.
+  const std::string mbpp = "{% if is_fewshot is defined %}{{code}}\n[DONE]{% else %}{{tests[0]}}\n{{tests[1]}}{% endif %}";
+  const Template t = Template::parse(mbpp, "doc_to_target", "t");
+  EXPECT_FALSE(t.is_single_expression());
+  const nlohmann::json asked = {{"code", "def f(): pass"}, {"tests", {"assert f() is None", "assert 1"}}};
+  nlohmann::json example = asked;
+  example["is_fewshot"] = true;
+  EXPECT_EQ(t.render(asked, "d"), "assert f() is None\nassert 1");
+  EXPECT_EQ(t.render(example, "d"), "def f(): pass\n[DONE]");
+  // elif, else, nesting, Python truth values, and no trim_blocks: the text around a tag stays.
+  const Template branches = Template::parse(
+      "a{% if x %}X{% elif y %}Y{% if z %}Z{% else %}z{% endif %}{% else %}-{% endif %}\n{% if x %}1{% endif %}b", "x", "t");
+  EXPECT_EQ(branches.render({{"x", "s"}, {"y", 0}, {"z", 0}}, "d"), "aX\n1b");
+  EXPECT_EQ(branches.render({{"x", ""}, {"y", {1}}, {"z", 1.5}}, "d"), "aYZ\nb");
+  EXPECT_EQ(branches.render({{"x", nullptr}, {"y", true}, {"z", nlohmann::json::array()}}, "d"), "aYz\nb");
+  EXPECT_EQ(branches.render({{"x", false}, {"y", 0.0}, {"z", 1}}, "d"), "a-\nb");
+  // Whitespace control on statement tags.
+  EXPECT_EQ(Template::parse("a  {%- if x -%}  b  {%- endif %} c", "x", "t").render({{"x", 1}}, "d"), "ab c");
+  // A condition is only evaluated when reached: a missing field in an untaken elif is no error.
+  EXPECT_EQ(Template::parse("{% if x %}1{% elif missing %}2{% endif %}", "x", "t").render({{"x", 1}}, "d"), "1");
+  EXPECT_THAT(error_of([] { Template::parse("{% if x %}1{% elif missing %}2{% endif %}", "x", "t").render({{"x", 0}}, "d:3"); }),
+              HasSubstr("d:3: x '{% if x %}1{% elif missing %}2{% endif %}' references missing field 'missing'"));
+}
+
+TEST(TemplateTest, MalformedStatementsAreOneLineErrors) {
+  auto parse_error = [](const std::string& text) {
+    return error_of([&] { Template::parse(text, "doc_to_target", "tasks/x.yaml:7"); });
+  };
+  EXPECT_THAT(parse_error("{% if x %}a"), HasSubstr("tasks/x.yaml:7: doc_to_target '{% if x %}a': '{% if %}' without '{% endif %}'"));
+  EXPECT_THAT(parse_error("a{% endif %}"), HasSubstr("'{% endif %}' without an open '{% if %}'"));
+  EXPECT_THAT(parse_error("{% if x %}{% else %}{% elif y %}{% endif %}"), HasSubstr("'{% elif %}' after '{% else %}'"));
+  EXPECT_THAT(parse_error("{% if x %}{% else %}{% else %}{% endif %}"), HasSubstr("'{% else %}' after '{% else %}'"));
+  EXPECT_THAT(parse_error("{% if %}{% endif %}"), HasSubstr("'{% if %}' without a condition"));
+  EXPECT_THAT(parse_error("{% if x %}{% endif y %}"), HasSubstr("'{% endif %}' takes nothing after it, not 'y'"));
+  EXPECT_THAT(parse_error("{% if x == 1 %}{% endif %}"), HasSubstr("the comparison '==' is not supported"));
+  EXPECT_THAT(parse_error("{% if x %}"), HasSubstr("without '{% endif %}'"));
+  EXPECT_THAT(parse_error("{% set x = 1 %}"), HasSubstr("a '{% set %}' statement is not supported"));
+  EXPECT_THAT(parse_error("{% if x "), HasSubstr("'{%' without a closing '%}'"));
+  // A '%}' inside a string literal does not close the tag.
+  EXPECT_EQ(Template::parse("{% if 'a %}' %}A{% endif %}", "x", "t").render(nlohmann::json::object(), "d"), "A");
+  std::string deep;
+  for (int i = 0; i < 33; ++i) deep += "{% if x %}";
+  EXPECT_THAT(parse_error(deep), HasSubstr("'{% if %}' nested more than 32 deep"));
 }
 
 TEST(TemplateTest, EvaluationErrorsNameTheDocument) {

@@ -66,7 +66,7 @@ struct MetricSpec {
 
 // The metrics gpueval computes, with lm-eval's default aggregation and direction; nullopt
 // for any other name. acc, acc_norm, acc_bytes, exact_match, perplexity, word_perplexity,
-// byte_perplexity, bits_per_byte, bpb, pass_at_k, maj_at_k.
+// byte_perplexity, bits_per_byte, bpb, pass_at_k, maj_at_k, pass_at_1.
 std::optional<MetricSpec> builtin_metric(std::string_view name);
 
 // CPython 3.12+'s sum() of floats: left to right with Neumaier's compensation.

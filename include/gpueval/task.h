@@ -216,6 +216,13 @@ class Task {
   // The same, keys in lm-eval's TaskConfig field order, for writing results.json.
   const nlohmann::ordered_json& ordered_config() const { return config_; }
 
+  // document_range: only the documents whose integer `field` is within [first, last].
+  struct DocumentRange {
+    std::string field;
+    int64_t first = 0, last = 0;
+    std::string where;  // the task file's line, for messages
+  };
+
  private:
   // target() with errors located at `where` (a few-shot example's own file and line).
   nlohmann::json target_at(const Document& doc, const std::string& where) const;
@@ -237,6 +244,7 @@ class Task {
   DatasetKind dataset_kind_ = DatasetKind::kJsonl;
   DatasetKind fewshot_kind_ = DatasetKind::kJsonl;
   DocProcessor process_docs_ = nullptr;  // process_docs, applied to every document read
+  std::optional<DocumentRange> document_range_;  // dataset_path's documents kept (all without one)
   std::vector<std::string> column_names_;  // csv only
   int64_t num_fewshot_ = 0;
   std::string fewshot_delimiter_ = "\n\n";

@@ -9,14 +9,18 @@
 // (`{{[sol1, sol2]}}`), the str/list methods strip, lstrip, rstrip, split, lower, upper,
 // replace, index, startswith, endswith, count, the filters int, join, lower, upper, trim,
 // length, string, first, last, and + - * / // % ~ with parentheses (`{{(label|int) - 1}}`,
-// `{{text.split(' ')[:-1]|join(' ')}}`). `{{-` and `-}}` strip the whitespace before or after,
-// `{# ... #}` is a comment. A field the document lacks is an error, as under lm-eval's
+// `{{text.split(' ')[:-1]|join(' ')}}`). The one statement is the conditional,
+// `{% if cond %}...{% elif cond %}...{% else %}...{% endif %}` (nested at most 32 deep; a
+// condition is any expression, tested by Python's truth value: lm-eval's mbpp target reads
+// `{% if is_fewshot is defined %}`); as in lm-eval's Jinja environment there is no trim_blocks
+// or lstrip_blocks, so the text around a tag stays as written. `{{-`, `-}}`, `{%-` and `-%}`
+// strip the whitespace before or after, `{# ... #}` is a comment. A field the document lacks is an error, as under lm-eval's
 // StrictUndefined, and so is anything Python would reject (list.index of an absent value, a
 // str + int); the error names the document.
 //
-// Statements ({% %}) and every expression outside the subset (comparisons, conditionals,
-// tests, function calls, dict literals, unknown filters) are rejected when the template is
-// parsed, with the file and line it came from and the construct.
+// Every other statement ({% for %}, {% set %}, ...) and every expression outside the subset
+// (comparisons, function calls, dict literals, unknown filters) is rejected when the template
+// is parsed, with the file and line it came from and the construct.
 // A Template is immutable after parse() and safe to share between threads.
 #pragma once
 
@@ -51,12 +55,21 @@ class Template {
   nlohmann::json value(const nlohmann::json& doc, const std::string& where) const;
 
  private:
+  struct IfBlock;
+  // Literal text, then at most one of an expression or a conditional (neither: trailing text).
   struct Segment {
-    std::string literal;                              // text before the expression
-    std::shared_ptr<const jinja::Expression> expression;  // null for trailing text
+    std::string literal;
+    std::shared_ptr<const jinja::Expression> expression;
+    std::shared_ptr<const IfBlock> conditional;
+  };
+  struct IfBlock {
+    std::vector<std::pair<std::shared_ptr<const jinja::Expression>, std::vector<Segment>>> branches;  // if, elifs
+    std::vector<Segment> otherwise;                                                                 // else
   };
 
   nlohmann::json evaluate(const jinja::Expression& e, const nlohmann::json& doc, const std::string& where) const;
+  void render(const std::vector<Segment>& body, const nlohmann::json& doc, const std::string& where,
+              std::string& out) const;
 
   std::string text_;
   std::string name_;

@@ -610,16 +610,6 @@ class Evaluator {
     fail_(": " + message);
     throw std::logic_error("fail() returned");
   }
-  // Python's truth value of a JSON-held value.
-  static bool truthy(const json& v) {
-    if (v.is_null()) return false;
-    if (v.is_boolean()) return v.get<bool>();
-    if (v.is_number_float()) return v.get<double>() != 0.0;
-    if (v.is_number()) return v.get<int64_t>() != 0;
-    if (v.is_string()) return !v.get_ref<const std::string&>().empty();  // json::empty() is false for any string
-    if (v.is_array() || v.is_object()) return !v.empty();
-    return true;
-  }
 
   // Whether `n` names something that exists (Jinja's `is defined`), without failing on a
   // missing field, key or index; other expressions are evaluated and are defined.
@@ -949,6 +939,16 @@ Expression Expression::parse(const std::string& source, const Fail& refuse) {
 }
 
 json Expression::evaluate(const json& doc, const Fail& fail_at) const { return Evaluator(doc, fail_at).eval(*root_); }
+
+bool truthy(const json& v) {
+  if (v.is_null()) return false;
+  if (v.is_boolean()) return v.get<bool>();
+  if (v.is_number_float()) return v.get<double>() != 0.0;
+  if (v.is_number()) return v.get<int64_t>() != 0;
+  if (v.is_string()) return !v.get_ref<const std::string&>().empty();  // json::empty() is false for any string
+  if (v.is_array() || v.is_object()) return !v.empty();
+  return true;
+}
 
 std::optional<json> literal_eval(const std::string& text) {
   struct Refused {};

@@ -55,6 +55,9 @@ class Expression {
   std::string source_;
 };
 
+// Python's truth value of a JSON-held value (what `if`, `not`, `and` and `or` test).
+bool truthy(const nlohmann::json& v);
+
 // Python's ast.literal_eval for the literals above (strings, numbers, booleans, None and
 // lists of them): nullopt when `text` is not one.
 std::optional<nlohmann::json> literal_eval(const std::string& text);

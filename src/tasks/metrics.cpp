@@ -95,6 +95,8 @@ std::optional<MetricSpec> builtin_metric(std::string_view name) {
       // samples (metrics.h); expanded per k by the task file's entry.
       {"pass_at_k", Aggregation::kMean, true},
       {"maj_at_k", Aggregation::kMean, true},
+      // lm-eval's mbpp `!function utils.pass_at_1`: whether the first response's program passes.
+      {"pass_at_1", Aggregation::kMean, true},
   };
   for (const Builtin& b : kBuiltins) {
     if (name == b.name) return MetricSpec{b.name, b.aggregation, b.higher_is_better, nlohmann::json::object()};

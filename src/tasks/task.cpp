@@ -111,6 +111,28 @@ std::vector<Document> Task::read_documents(const std::string& file, DatasetKind 
 
 void Task::load_documents() {
   documents_ = read_documents(dataset_file_, dataset_kind_, lines_);
+  if (document_range_) {
+    const DocumentRange& range = *document_range_;
+    std::vector<Document> kept;
+    std::vector<int64_t> kept_lines;
+    for (size_t i = 0; i < documents_.size(); ++i) {
+      const auto it = documents_[i].fields.find(range.field);
+      if (it == documents_[i].fields.end() || !it->is_number_integer()) {
+        fail(dataset_file_ + ":" + std::to_string(lines_[i]), "document without an integer field '{}' (document_range, {})",
+             range.field, range.where);
+      }
+      const int64_t id = it->get<int64_t>();
+      if (id < range.first || id > range.last) continue;
+      kept.push_back(Document{static_cast<int64_t>(kept.size()), std::move(documents_[i].fields)});
+      kept_lines.push_back(lines_[i]);
+    }
+    if (kept.empty()) {
+      fail(dataset_file_, "no document has {} from {} to {} (document_range, {})", range.field, range.first, range.last,
+           range.where);
+    }
+    documents_ = std::move(kept);
+    lines_ = std::move(kept_lines);
+  }
   // lm-eval tests the first document: a doc_to_text giving an integer makes the task multiple input.
   if (output_type_ == OutputType::kMultipleChoice && has_choices()) {
     const nlohmann::json text = doc_text(documents_.front(), location(documents_.front()));

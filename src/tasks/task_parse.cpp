@@ -31,7 +31,7 @@ const std::vector<std::string>& task_config_order() {
       "metric_list", "output_type", "generation_kwargs", "repeats", "filter_list", "should_decontaminate",
       "doc_to_decontamination_query", "gen_prefix", "metadata",
       // gpueval's dataset keys (task.h), after lm-eval's.
-      "dataset_kind", "column_names", "data_root", "fewshot_path"};
+      "dataset_kind", "column_names", "data_root", "fewshot_path", "document_range"};
   return kOrder;
 }
 
@@ -59,7 +59,7 @@ const std::vector<std::string>& metrics_for(OutputType type) {
   static const std::vector<std::string> kChoice = {"acc", "acc_norm", "acc_bytes", "exact_match", "bpb"};
   static const std::vector<std::string> kLoglikelihood = {"perplexity", "acc", "bpb"};
   static const std::vector<std::string> kRolling = {"word_perplexity", "byte_perplexity", "bits_per_byte"};
-  static const std::vector<std::string> kGenerate = {"exact_match", "pass_at_k", "maj_at_k"};
+  static const std::vector<std::string> kGenerate = {"exact_match", "pass_at_k", "maj_at_k", "pass_at_1"};
   switch (type) {
     case OutputType::kMultipleChoice: return kChoice;
     case OutputType::kLoglikelihood: return kLoglikelihood;
@@ -308,6 +308,23 @@ DocProcessor read_process_docs(TaskYaml& yaml) {
   return *processor;
 }
 
+// document_range: {field: NAME, first: N, last: M}, the documents whose integer field lies in
+// [N, M] (a split held by task ids, as MBPP's test split is task_ids 11-510 of its one file).
+std::optional<Task::DocumentRange> read_document_range(TaskYaml& yaml) {
+  if (!yaml.has("document_range")) return std::nullopt;
+  const std::string where = yaml.where_of("document_range");
+  const nlohmann::ordered_json v = yaml.json(yaml.at("document_range"));
+  auto refuse = [&] {
+    fail(where, "document_range must be a mapping {{field: NAME, first: N, last: M}} with integers N <= M");
+  };
+  if (!v.is_object() || v.size() != 3 || !v.contains("field") || !v["field"].is_string() ||
+      v["field"].get_ref<const std::string&>().empty() || !v.contains("first") || !v["first"].is_number_integer() ||
+      !v.contains("last") || !v["last"].is_number_integer() || v["first"].get<int64_t>() > v["last"].get<int64_t>())
+    refuse();
+  yaml.config()["document_range"] = v;
+  return Task::DocumentRange{v["field"].get<std::string>(), v["first"].get<int64_t>(), v["last"].get<int64_t>(), where};
+}
+
 // lm-eval's TaskConfig default output_type is generate_until.
 OutputType read_output_type(TaskYaml& yaml) {
   OutputType type = OutputType::kGenerateUntil;
@@ -492,8 +509,8 @@ bool read_unsafe_code(TaskYaml& yaml, const std::vector<MetricSpec>& metrics) {
   if (runs && !unsafe)
     fail(yaml.where_of("metric_list"), "a metric that runs the model's programs needs unsafe_code: true in the task");
   if (unsafe && !runs)
-    fail(yaml.where_of("unsafe_code"), "unsafe_code: true, but no metric runs programs (gpueval's one that does: "
-                                       "!function utils.pass_at_k)");
+    fail(yaml.where_of("unsafe_code"), "unsafe_code: true, but no metric runs programs (gpueval's that do: "
+                                       "!function utils.pass_at_k, !function utils.pass_at_1)");
   yaml.config()["unsafe_code"] = unsafe;
   return runs;
 }
@@ -627,6 +644,8 @@ std::vector<MetricSpec> read_metrics(TaskYaml& yaml, OutputType type, int64_t re
     for (const YAML::Node& item : list) {
       const std::string where = yaml.where(item);
       if (item.IsScalar()) {
+        if (item.Scalar() == "pass_at_1")
+          fail(where, "metric pass_at_1 is lm-eval's mbpp code metric: write it as !function utils.pass_at_1");
         entries.push_back(metric_entry(add_metric(metrics, item.Scalar(), type, where)));
         expand_over_k(metrics, repeats, where);
         continue;
@@ -641,10 +660,13 @@ std::vector<MetricSpec> read_metrics(TaskYaml& yaml, OutputType type, int64_t re
       if (runs_programs) {
         // lm-eval's code_eval metric (humaneval's utils.pass_at_k): the unbiased pass@k over the
         // responses' programs, each run in the sandbox.
-        if (name != "utils.pass_at_k")
+        // mbpp's utils.pass_at_1: whether the first response's program passes.
+        if (name != "utils.pass_at_k" && name != "utils.pass_at_1")
           fail(where, "metric !function {}: gpueval runs no Python; its built-in metric functions are "
-                      "utils.pass_at_k (humaneval's code_eval pass@k)", name);
-        name = "pass_at_k";
+                      "utils.pass_at_k (humaneval's code_eval pass@k) and utils.pass_at_1 (mbpp's)", name);
+        name = name.substr(6);
+      } else if (name == "pass_at_1") {
+        fail(where, "metric pass_at_1 is lm-eval's mbpp code metric: write it as !function utils.pass_at_1");
       }
       MetricSpec& spec = add_metric(metrics, name, type, where);
       spec.runs_programs = runs_programs;
@@ -828,6 +850,7 @@ Task Task::parse(const std::string& yaml_path, const TaskLoadOptions& options) {
                    (!task.fewshot_file_.empty() && task.fewshot_kind_ == DatasetKind::kCsv);
   task.column_names_ = read_column_names(yaml, csv);
   task.process_docs_ = read_process_docs(yaml);
+  task.document_range_ = read_document_range(yaml);
 
   task.output_type_ = read_output_type(yaml);
   task.doc_to_text_ = read_template(yaml, "doc_to_text");

@@ -147,7 +147,8 @@ put("hellaswag", "two.txt", "Cooking: He cracks an egg\n2\n into the pan.\n away
 for i, t in enumerate(["{{question}}", "{{choices[label]}}", "Q: {{ question | trim }}\nA:",
                        "{{ 'yes' if t else 'no' }} {{ d.k[1] + n }}", "{{question.split(' ')[0] ~ '!'}}",
                        "{% for c in choices %}{{ loop.index }}. {{ c }}\n{% endfor %}",
-                       "{{ choices | join(', ') }} {{ x * 2 }} {{ (n // 2) % 3 }}"]):
+                       "{{ choices | join(', ') }} {{ x * 2 }} {{ (n // 2) % 3 }}",
+                       "{% if is_fewshot is defined %}{{code}}\n[DONE]{% elif t %}x{% else %}{{question}}{% endif %}"]):
     put("template", "t%d.txt" % i, t)
 
 item = {"request_index": 0, "part": 0, "parts": 1, "logprob": -1.5, "is_greedy": True, "num_tokens": 2, "text": ""}
