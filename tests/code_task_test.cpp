@@ -3,6 +3,7 @@
 // shipped model whose programs run in the sandbox and whose verdicts a resumed run takes from
 // the journal. The run needs bubblewrap and user namespaces (sandbox_test.cpp says how it skips).
 #include <cstdlib>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/file_io.h"
+#include "evaluation/program_runs.h"
 #include "gpueval/task.h"
 #include "sandbox/sandbox.h"
 #include "test_util.h"
@@ -139,6 +141,37 @@ TEST(CodeTask, MbppIsLmEvalsTestSplitThreeShotWithPassAt1OnTheFirstResponse) {
   EXPECT_EQ(task.process_results(doc, results, 0, &verdicts).at("pass_at_1").value, 0.0);
 }
 
+// The bits-per-byte variants score the gold solution after the same prompt, and run nothing.
+TEST(CodeTask, BitsPerByteVariantsScoreTheGoldSolutionAfterTheSamePrompt) {
+  GPUEVAL_REQUIRE_SHARED();
+  TaskLoadOptions options;
+  options.data_roots["humaneval"] = testing::shared_dir() + "/data/humaneval";
+  options.data_roots["mbpp"] = testing::shared_dir() + "/data/mbpp";
+  const std::string dir = testing::source_dir() + "/tasks";
+  const Task he = Task::load("humaneval_bpb", {dir}, options);
+  EXPECT_FALSE(he.runs_programs());
+  ASSERT_EQ(he.documents().size(), 164u);
+  ASSERT_EQ(he.metrics().size(), 1u);
+  EXPECT_EQ(he.metrics()[0].name, "bpb");
+  const Document& h0 = he.documents()[0];
+  const std::vector<Request> hr = he.requests(h0);
+  ASSERT_EQ(hr.size(), 1u);
+  EXPECT_EQ(hr[0].type, RequestType::kLoglikelihood);
+  EXPECT_EQ(hr[0].context, load_humaneval().requests(load_humaneval().documents()[0])[0].context);
+  EXPECT_EQ(hr[0].continuation, h0.fields["canonical_solution"].get<std::string>());
+
+  const Task mb = Task::load("mbpp_bpb", {dir}, options);
+  EXPECT_FALSE(mb.runs_programs());
+  ASSERT_EQ(mb.documents().size(), 500u);
+  const Task gen = load_mbpp();
+  for (size_t d : {size_t{0}, size_t{250}, size_t{499}}) {
+    const std::vector<Request> mr = mb.requests(mb.documents()[d]);
+    ASSERT_EQ(mr.size(), 1u);
+    EXPECT_EQ(mr[0].context, gen.requests(gen.documents()[d])[0].context) << d;
+    EXPECT_EQ(mr[0].continuation, mb.documents()[d].fields["code"].get<std::string>()) << d;
+  }
+}
+
 TEST(CodeTask, DocumentRangeKeepsTheDocumentsWhoseIdIsInRangeAndRefusesBadOnes) {
   testing::TempDir dir;
   testing::write_text(dir.file("d.jsonl"), "{\"id\": 1, \"q\": \"a\"}\n{\"id\": 2, \"q\": \"b\"}\n"
@@ -227,18 +260,62 @@ std::string write_code_config(const testing::TempDir& dir) {
   return path;
 }
 
+// Skips the test (or fails it, under GPUEVAL_REQUIRE_SANDBOX=1, as CI sets) without a sandbox here.
+#define REQUIRE_SANDBOX()                                                                       \
+  do {                                                                                          \
+    std::string why;                                                                            \
+    try {                                                                                       \
+      Sandbox probe{SandboxOptions{}};                                                          \
+    } catch (const Error& e) {                                                                  \
+      why = e.what();                                                                           \
+    }                                                                                           \
+    if (!why.empty()) {                                                                         \
+      const char* require = std::getenv("GPUEVAL_REQUIRE_SANDBOX");                             \
+      if (require && std::string(require) == "1") FAIL() << "GPUEVAL_REQUIRE_SANDBOX=1: " << why; \
+      GTEST_SKIP() << "no code sandbox here: " << why;                                          \
+    }                                                                                           \
+  } while (0)
+
+// The runner takes programs while earlier ones run: submit() returns at once, the status says
+// what is busy, queued and done, each program runs once however often it is handed over, and the
+// verdicts come with their details.
+TEST(CodeTask, TheProgramRunnerRunsProgramsBesideItsCallerEachOnce) {
+  REQUIRE_SANDBOX();
+  const Sandbox sandbox{SandboxOptions{}};
+  ProgramRunSettings settings;
+  settings.limits.cpu_seconds = 2;
+  settings.max_sandboxes = 1;
+  ProgramRunner runner(sandbox, settings, nullptr);
+  const std::string spin = "while True:\n    pass\n", pass = "assert 1 + 1 == 2\n", fail = "assert 1 + 1 == 3\n";
+  runner.submit({spin, pass});
+  // The loop needs 2 s of CPU time before it has a verdict: nothing can be done yet.
+  ProgramRunStatus s = runner.status();
+  EXPECT_EQ(s.max_sandboxes, 1);
+  EXPECT_EQ(s.programs_done, 0);
+  EXPECT_EQ(s.sandboxes_busy + s.programs_queued, 2);
+  runner.submit({pass, fail, spin});  // the first two again: not run twice
+  s = runner.status();
+  EXPECT_EQ(s.programs_done, 0);
+  EXPECT_EQ(s.sandboxes_busy + s.programs_queued, 3);
+  std::vector<ProgramRunStatus> seen;
+  const ProgramRunReport report = runner.finish([&](const ProgramRunStatus& st) { seen.push_back(st); });
+  ASSERT_FALSE(seen.empty());
+  EXPECT_EQ(seen.back().programs_done, 3);
+  EXPECT_EQ(seen.back().programs_queued, 0);
+  EXPECT_EQ(report.run, 3);
+  EXPECT_EQ(report.passed, 1);
+  EXPECT_EQ(report.failed, 1);
+  EXPECT_EQ(report.timed_out, 1);
+  EXPECT_TRUE(report.verdicts.at(pass));
+  EXPECT_FALSE(report.verdicts.at(fail));
+  EXPECT_EQ(report.outcomes.at(fail).verdict, "failed");
+  EXPECT_EQ(report.outcomes.at(fail).detail, "AssertionError");
+  EXPECT_EQ(report.outcomes.at(spin).verdict, "timed out");
+  EXPECT_THAT(report.outcomes.at(spin).detail, HasSubstr("limit 2"));
+}
+
 TEST(CodeTask, ARunRunsTheProgramsInTheSandboxAndAResumeTakesTheirVerdictsFromTheJournal) {
-  std::string why;
-  try {
-    Sandbox sandbox{SandboxOptions{}};
-  } catch (const Error& e) {
-    why = e.what();
-  }
-  if (!why.empty()) {
-    const char* require = std::getenv("GPUEVAL_REQUIRE_SANDBOX");
-    if (require && std::string(require) == "1") FAIL() << "GPUEVAL_REQUIRE_SANDBOX=1: " << why;
-    GTEST_SKIP() << "no code sandbox here: " << why;
-  }
+  REQUIRE_SANDBOX();
   testing::TempDir dir;
   const std::string config = write_code_config(dir);
   const testing::CommandResult first = testing::run_gpueval({"run", "--gpus", "cpu:1", config});
@@ -252,6 +329,24 @@ TEST(CodeTask, ARunRunsTheProgramsInTheSandboxAndAResumeTakesTheirVerdictsFromTh
   EXPECT_EQ(ran["programs"], 4);
   EXPECT_EQ(ran["programs_run"], 4);
   EXPECT_EQ(ran["timed_out"], 1);
+  EXPECT_GE(ran["max_sandboxes"].get<int>(), 1);
+  // status.json kept the sandboxes' last state: every program done, none queued.
+  const json status = json::parse(io::read_file(dir.file("out/status.json")));
+  EXPECT_EQ(status["code_execution"]["programs_done"], 4);
+  EXPECT_EQ(status["code_execution"]["programs_queued"], 0);
+  EXPECT_EQ(status["code_execution"]["sandboxes_busy"], 0);
+  // Each sample line says how its program ended.
+  std::vector<std::string> verdicts, details;
+  std::istringstream samples(io::read_file(dir.file("out/samples_code.jsonl")));
+  for (std::string line; std::getline(samples, line);) {
+    const json sample = json::parse(line);
+    ASSERT_EQ(sample["programs"].size(), 1u);
+    verdicts.push_back(sample["programs"][0]["verdict"].get<std::string>());
+    details.push_back(sample["programs"][0]["detail"].get<std::string>());
+  }
+  EXPECT_THAT(verdicts, ElementsAre("passed", "passed", "failed", "timed out"));
+  EXPECT_EQ(details[2], "AssertionError");
+  EXPECT_THAT(details[3], ::testing::StartsWith("cpu time "));
   // The same run again: every generation and every verdict from the journal, the same scores.
   const testing::CommandResult again = testing::run_gpueval({"run", "--gpus", "cpu:1", config});
   ASSERT_EQ(again.exit_code, 0) << again.err;

@@ -615,6 +615,47 @@ TEST(RunConfigNightly, HistoryAndFailOnRegressionKeysAndFlags) {
 namespace gpueval {
 namespace {
 
+TEST_F(RunConfigTest, CodeExecutionKeysSetTheSandboxLimitsAndFlagsWin) {
+  const std::string head = "model: m\ntasks: [t]\n";
+  const RunConfig defaults = load(head);
+  EXPECT_TRUE(defaults.code_execution.is_default());
+  EXPECT_FALSE(defaults.to_json().contains("code_execution"));  // results.json of other runs unchanged
+  const RunConfig c = load(head + "code_execution:\n  max_sandboxes: 3\n  cpu_seconds: 1.5\n  wall_seconds: 20\n"
+                                  "  memory: 512MiB\n  max_subprocesses: 4\n");
+  EXPECT_EQ(c.code_execution.max_sandboxes, 3);
+  EXPECT_EQ(c.code_execution.cpu_seconds, 1.5);
+  EXPECT_EQ(c.code_execution.wall_seconds, 20);
+  EXPECT_EQ(c.code_execution.memory, int64_t{512} << 20);
+  EXPECT_EQ(c.code_execution.max_subprocesses, 4);
+  EXPECT_FALSE(c.code_execution.unsafe_no_sandbox);
+  // It round-trips through results.json's config (and a sharded run's plan.json).
+  const RunConfig back = run_config_from_json(c.to_json(), "plan.json", dir());
+  EXPECT_EQ(back.code_execution.to_json(), c.code_execution.to_json());
+  EXPECT_EQ(c.to_json()["code_execution"]["memory"], "512MiB");
+  ConfigOverrides o;
+  o.max_sandboxes = 1;
+  o.unsafe_no_sandbox = true;
+  RunConfig flagged = c;
+  apply_overrides(flagged, o);
+  EXPECT_EQ(flagged.code_execution.max_sandboxes, 1);
+  EXPECT_TRUE(flagged.code_execution.unsafe_no_sandbox);
+  ConfigOverrides bad;
+  bad.max_sandboxes = 0;
+  EXPECT_THAT(overrides_error(bad), HasSubstr("--max-sandboxes: must be at least 1, got 0"));
+  EXPECT_THAT(error_of(head + "code_execution:\n  cpu_secs: 2\n"),
+              HasSubstr(at(4) + "unknown key 'code_execution.cpu_secs' (known: max_sandboxes, cpu_seconds"));
+  EXPECT_THAT(error_of(head + "code_execution: 3\n"), HasSubstr(at(3) + "key 'code_execution' must be a mapping"));
+  EXPECT_THAT(error_of(head + "code_execution:\n  memory: lots\n"),
+              HasSubstr(at(4) + "key 'code_execution.memory' must be an amount such as 2GiB"));
+  EXPECT_THAT(error_of(head + "code_execution:\n  memory: 1MiB\n"), HasSubstr("code_execution.memory"));
+  EXPECT_THAT(error_of(head + "code_execution:\n  cpu_seconds: 7200\n"),
+              HasSubstr(at(4) + "key 'code_execution': CPU seconds must be in (0, 3600], got 7200"));
+  EXPECT_THAT(error_of(head + "code_execution:\n  max_subprocesses: 0\n"), HasSubstr(at(4) + "key 'code_execution.max_subprocesses'"));
+  EXPECT_THAT(error_of(head + "code_execution:\n  unsafe_no_sandbox: maybe\n"),
+              HasSubstr(at(4) + "key 'code_execution.unsafe_no_sandbox'"));
+  EXPECT_THAT(error_of(head + "extra_metrics: [pass_at_1]\n"), HasSubstr(at(3) + "key 'extra_metrics': pass_at_1"));
+}
+
 TEST_F(RunConfigTest, ExtraMetricsAreKnownMetricNames) {
   const std::string head = "model: m\ntasks: [t]\n";
   EXPECT_TRUE(load(head).extra_metrics.empty());

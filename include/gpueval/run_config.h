@@ -82,6 +82,22 @@ struct RunConfig {
   // TensorBoard log folder ("" = none): every scored checkpoint's scores as scalars, one run per
   // config fingerprint (report/tensorboard.h).
   std::string tensorboard;
+  // Code tasks' programs (docs/sandbox.md), the file's `code_execution:` mapping: at most
+  // max_sandboxes at once beside generation, each within cpu_seconds of CPU time over its whole
+  // process tree, memory of address space per process over the interpreter's own,
+  // max_subprocesses processes and threads, and a wall-clock ceiling only for programs that sleep.
+  struct CodeExecution {
+    int64_t max_sandboxes = 0;            // 0: the cores the CPU workers leave, at least 1
+    double cpu_seconds = 3.0;
+    double wall_seconds = 0;              // 0: 10 + 3 x cpu_seconds
+    int64_t memory = int64_t{2} << 30;
+    int64_t max_subprocesses = 16;
+    // --unsafe-no-sandbox: the same limits without bubblewrap or seccomp (the programs see the
+    // machine as the user running gpueval); results.json says so.
+    bool unsafe_no_sandbox = false;
+    bool is_default() const;
+    nlohmann::json to_json() const;
+  } code_execution;
 
   // Every field, unset optionals as null: the "config" object of results.json.
   nlohmann::json to_json() const;
@@ -123,6 +139,8 @@ struct ConfigOverrides {
   std::optional<double> fail_on_regression;  // --fail-on-regression POINTS
   std::optional<std::vector<std::string>> tasks;  // --tasks: replaces the file's list
   std::vector<std::string> data;      // --data NAME=PATH, repeatable; each adds or replaces one root
+  std::optional<int64_t> max_sandboxes;   // --max-sandboxes
+  bool unsafe_no_sandbox = false;         // --unsafe-no-sandbox
 };
 
 // Applies the set overrides, validating each new value as the file's would be; errors name the

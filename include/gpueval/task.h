@@ -309,6 +309,9 @@ struct DocRecord {
   std::vector<Request> requests;
   std::vector<RequestResult> results;
   std::vector<DocMetrics> metrics;
+  // Code tasks: per filter, [{"verdict", "detail"}] for each of Task::programs() in order (the
+  // samples file's "programs"); empty for other tasks.
+  std::vector<nlohmann::json> programs;
 };
 
 }  // namespace gpueval

@@ -71,7 +71,40 @@ void Aggregator::add(std::vector<ItemResult> items) {
 void Aggregator::count_if_complete(size_t i) {
   if (static_cast<int32_t>(items_[i].size()) != items_[i].front().parts) return;
   const size_t t = task_index_.at(requests_[i].task);
-  if (--requests_left_[t][static_cast<size_t>(requests_[i].doc_id)] == 0) ++documents_done_[t];
+  if (--requests_left_[t][static_cast<size_t>(requests_[i].doc_id)] == 0) {
+    ++documents_done_[t];
+    if (tasks_[t].runs_programs()) ready_.emplace_back(t, static_cast<size_t>(requests_[i].doc_id));
+  }
+}
+
+bool Aggregator::record(size_t t, size_t d, DocRecord& rec) const {
+  rec.task = &tasks_[t];
+  rec.doc = tasks_[t].documents()[d];
+  for (int64_t i : doc_requests_[t][d]) {
+    const std::vector<ItemResult>& items = items_[static_cast<size_t>(i)];
+    if (items.empty()) return false;
+    std::vector<ItemResult> parts = items;
+    std::sort(parts.begin(), parts.end(), [](const ItemResult& a, const ItemResult& b) { return a.part < b.part; });
+    try {
+      rec.results.push_back(combine_items(parts).at(0));
+    } catch (const Error&) {
+      return false;  // some windows of a rolling request are missing: the request is incomplete
+    }
+    rec.requests.push_back(requests_[static_cast<size_t>(i)]);
+  }
+  return true;
+}
+
+std::vector<std::string> Aggregator::take_ready_programs() {
+  std::vector<std::string> out;
+  for (const auto& [t, d] : ready_) {
+    DocRecord rec;
+    if (!record(t, d, rec)) continue;
+    for (size_t f = 0; f < rec.task->filters().size(); ++f)
+      for (std::string& program : rec.task->programs(rec.doc, rec.results, f)) out.push_back(std::move(program));
+  }
+  ready_.clear();
+  return out;
 }
 
 nlohmann::json Aggregator::progress() const {
@@ -83,32 +116,11 @@ nlohmann::json Aggregator::progress() const {
 
 Aggregator::Documents Aggregator::records() const {
   // A document counts only when every one of its requests has a result.
-  std::vector<RequestResult> results(requests_.size());
-  std::vector<bool> have(requests_.size(), false);
-  for (size_t i = 0; i < requests_.size(); ++i) {
-    if (items_[i].empty()) continue;
-    std::vector<ItemResult> parts = items_[i];
-    std::sort(parts.begin(), parts.end(), [](const ItemResult& a, const ItemResult& b) { return a.part < b.part; });
-    try {
-      results[i] = combine_items(parts).at(0);
-      have[i] = true;
-    } catch (const Error&) {
-      // Some windows of a rolling request are missing: the request is incomplete.
-    }
-  }
   Documents out;
   for (size_t t = 0; t < tasks_.size(); ++t) {
     for (size_t d = 0; d < doc_requests_[t].size(); ++d) {
       DocRecord rec;
-      rec.task = &tasks_[t];
-      rec.doc = tasks_[t].documents()[d];
-      bool complete = true;
-      for (int64_t i : doc_requests_[t][d]) {
-        rec.requests.push_back(requests_[static_cast<size_t>(i)]);
-        complete = complete && have[static_cast<size_t>(i)];
-        rec.results.push_back(results[static_cast<size_t>(i)]);
-      }
-      if (!complete) {
+      if (!record(t, d, rec)) {
         out.incomplete.push_back(fmt::format("{} doc {}", tasks_[t].name(), rec.doc.doc_id));
         continue;
       }

@@ -55,9 +55,14 @@ class Aggregator {
   // The programs the complete documents of tasks that run programs need verdicts for (Task::programs),
   // each once, in task and document order. Its callers run them (src/sandbox/) before documents().
   std::vector<std::string> programs() const;
+  // The programs of the documents of such tasks that became complete since the last call (add()
+  // completes them): what a run hands its ProgramRunner while generation goes on.
+  std::vector<std::string> take_ready_programs();
 
  private:
   Documents records() const;  // the documents, unscored
+  // Document d of task t with its requests and combined results; false when one is missing.
+  bool record(size_t t, size_t d, DocRecord& rec) const;
 
   void count_if_complete(size_t request);
 
@@ -68,6 +73,7 @@ class Aggregator {
   std::vector<std::vector<ItemResult>> items_;                   // [request] -> its parts so far
   std::vector<std::vector<size_t>> requests_left_;               // [task][doc] -> requests not complete
   std::vector<int64_t> documents_done_;                          // [task]
+  std::vector<std::pair<size_t, size_t>> ready_;                  // (task, doc) complete, programs not taken
 };
 
 // One task's scored documents in doc_id order and its metrics, filter by filter.

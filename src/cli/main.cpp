@@ -117,6 +117,12 @@ void add_run_flags(CLI::App* cmd, ConfigOverrides& o) {
                                         [&](const std::string& v) { o.group_continuations = v; },
                                         "on|off: score one context's continuations in one row, the context once "
                                         "(default on)");
+  cmd->add_option_function<int64_t>("--max-sandboxes", [&](const int64_t& v) { o.max_sandboxes = v; },
+                                    "code tasks: programs run at once beside generation (default: the cores the CPU "
+                                    "workers leave, at least 1)");
+  cmd->add_flag("--unsafe-no-sandbox", o.unsafe_no_sandbox,
+                "code tasks: run the model's programs without bubblewrap or seccomp, as this user, with rlimits "
+                "only (results.json says so)");
 }
 
 CLI::App* add_run_command(CLI::App& app, RunFlags& f) {
@@ -369,7 +375,8 @@ gpueval::EvaluationOptions evaluation_options(const char* argv0, bool recalibrat
 // takes from its plan.
 bool changes_the_plan(const ConfigOverrides& o) {
   return o.model || o.output || o.batch_size || o.batch_tokens || o.limit || o.num_fewshot || o.seed || o.add_bos ||
-         o.prefix_reuse || o.group_continuations || o.max_memory || o.history || o.tensorboard || o.fail_on_regression || o.tasks || !o.data.empty();
+         o.prefix_reuse || o.group_continuations || o.max_memory || o.history || o.tensorboard || o.fail_on_regression || o.tasks || !o.data.empty() ||
+         o.max_sandboxes || o.unsafe_no_sandbox;
 }
 
 // `gpueval run CONFIG`, one machine; or one shard of a sharded run: `gpueval run DIR --shard i/N`,

@@ -185,15 +185,18 @@ int run_merge_command(const std::string& dir, const EvaluationOptions& options) 
     for (std::vector<ItemResult>& items : m.items) aggregator.add(std::move(items));
     // The code tasks' programs run here, once every shard's generations are in (program_runs.h).
     ProgramVerdicts verdicts;
+    std::unordered_map<std::string, ProgramOutcome> outcomes;
     json code_execution = json::object();
     if (std::any_of(m.work.in.tasks.begin(), m.work.in.tasks.end(), [](const Task& t) { return t.runs_programs(); })) {
-      const Sandbox sandbox(SandboxOptions{"/usr/bin/python3", "/usr/bin/bwrap", false, /*offer_unsafe=*/false});
-      const ProgramRunSettings settings;
+      const Sandbox sandbox(sandbox_options(config.code_execution));
+      const ProgramRunSettings settings = program_run_settings(config.code_execution, 0);
       ProgramRunReport ran = run_task_programs(aggregator.programs(), sandbox, settings, nullptr);
       code_execution = ran.summary(sandbox, settings);
       verdicts = std::move(ran.verdicts);
+      outcomes = std::move(ran.outcomes);
     }
     Aggregator::Documents docs = aggregator.documents(&verdicts);
+    attach_program_outcomes(docs.scored, outcomes);
     const ShardFigures f = figures(sp, c, records);
     Budget budget{m.work.options, c.budget_source};
     RunSummary summary = run_summary(config, m.work.in, budget, m.work.plan, f.stats, f.journal, f.wall_seconds,

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <iostream>
 #include <optional>
+#include <unordered_map>
 
 #include <fmt/ranges.h>  // fmt::join ({fmt} 11+ keeps it here)
 
@@ -229,8 +230,12 @@ CheckpointOutcome evaluate_checkpoint(const RunConfig& run_config, const Evaluat
   // Code tasks run their programs in the sandbox: checked here, before any generation, so a
   // machine without one fails now, in one line, rather than after the night's generations.
   std::optional<Sandbox> sandbox;
-  if (std::any_of(in.tasks.begin(), in.tasks.end(), [](const Task& t) { return t.runs_programs(); }))
-    sandbox.emplace(SandboxOptions{"/usr/bin/python3", "/usr/bin/bwrap", false, /*offer_unsafe=*/false});
+  if (std::any_of(in.tasks.begin(), in.tasks.end(), [](const Task& t) { return t.runs_programs(); })) {
+    sandbox.emplace(sandbox_options(config.code_execution));
+    if (config.code_execution.unsafe_no_sandbox)
+      Console::error("[exec] --unsafe-no-sandbox: the model's programs run without a sandbox, as this user, with "
+                     "rlimits only");
+  }
   early.loaded = true;
   const int64_t host_available = available_host_bytes();
   if (!nothing_stored && journal.stored_items() < in.requests.size()) scheduler.start_workers(in.model_dir);
@@ -243,10 +248,28 @@ CheckpointOutcome evaluate_checkpoint(const RunConfig& run_config, const Evaluat
   progress.set_extra("tasks", config.tasks);
 
   Aggregator aggregator(in.tasks, in.requests);
+  // The code tasks' programs run beside generation (program_runs.h): a document's programs go to
+  // the runner as soon as its generations are in, resumed ones included.
+  std::optional<ProgramRunner> programs;
+  ProgramRunSettings program_settings;
+  if (sandbox) {
+    int busy_cores = 0;
+    for (const DeviceSlot& slot : run_device_slots(config))
+      if (slot.kind == DeviceSlot::Kind::kCpu) busy_cores += slot.threads;
+    program_settings = program_run_settings(config.code_execution, busy_cores);
+    programs.emplace(*sandbox, program_settings, &journal);
+  }
+  auto hand_programs = [&] {
+    if (!programs) return;
+    programs->submit(aggregator.take_ready_programs());
+    programs->collect();
+    progress.set_extra("code_execution", programs->status().to_json());
+  };
   std::vector<std::vector<ItemResult>> resumed(in.requests.size());
   // The batches not all in the journal (a generation batch without the sequences stored).
   const Plan todo = journal.remaining(plan, resumed, generation_rows_independent_on(in, config.dtype));
   for (std::vector<ItemResult>& items : resumed) aggregator.add(std::move(items));
+  hand_programs();
   progress.set_extra("task_progress", aggregator.progress());
   const double before_run_s = std::chrono::duration<double>(Clock::now() - t0).count();
   const SchedulerReport report = scheduler.run(
@@ -255,22 +278,31 @@ CheckpointOutcome evaluate_checkpoint(const RunConfig& run_config, const Evaluat
         journal.record(items);  // committed before it counts; a failure ends the run (scheduler.h)
         aggregator.add(std::move(items));
         progress.set_extra("task_progress", aggregator.progress());
+        hand_programs();
       },
-      [&](const SchedulerStatus& s, bool final) { progress.update(s, final); },
+      [&](const SchedulerStatus& s, bool final) {
+        if (programs) progress.set_extra("code_execution", programs->status().to_json());
+        progress.update(s, final);
+      },
       [&](const Batch&, const std::vector<ItemResult>& items) { journal.record_ahead(items); });
 
-  // The code tasks' programs, once their generations are in (program_runs.h).
+  // The programs still running or queued when generation ends.
   ProgramVerdicts verdicts;
+  std::unordered_map<std::string, ProgramOutcome> outcomes;
   nlohmann::json code_execution = nlohmann::json::object();
-  if (sandbox && report.fatal_error.empty() && !report.interrupted) {
-    const std::vector<std::string> programs = aggregator.programs();
-    progress.phase(fmt::format("running {} programs in the sandbox", programs.size()));
-    const ProgramRunSettings settings;
-    ProgramRunReport ran = run_task_programs(programs, *sandbox, settings, &journal);
-    code_execution = ran.summary(*sandbox, settings);
+  if (programs && report.fatal_error.empty() && !report.interrupted) {
+    hand_programs();
+    ProgramRunReport ran = programs->finish([&](const ProgramRunStatus& s) {
+      progress.set_extra("code_execution", s.to_json());
+      progress.programs(s.to_json());
+    });
+    code_execution = ran.summary(*sandbox, program_settings);
     verdicts = std::move(ran.verdicts);
+    outcomes = std::move(ran.outcomes);
   }
+  programs.reset();  // an interrupted or failed run: queued programs are dropped, running ones end
   Aggregator::Documents docs = aggregator.documents(&verdicts);
+  attach_program_outcomes(docs.scored, outcomes);
   const std::vector<std::string> quarantined = quarantine_lines(report);
   const size_t docs_total = docs.scored.size() + docs.incomplete.size();
   docs.incomplete.insert(docs.incomplete.begin(), quarantined.begin(), quarantined.end());

@@ -1,19 +1,31 @@
-// The programs of a checkpoint's code tasks (Task::runs_programs: humaneval's code_eval pass@k),
-// run in the sandbox (src/sandbox/) once its generations are in, before its documents are scored.
-// Each program's execution key is the SHA-256 of the program, its limits, its mode (code_eval) and
-// the sandbox and interpreter that run it; verdicts stored in the journal under their key are
-// reused, the others run at most `max_sandboxes` at once, each journaled as it ends, so a run
-// resumed after a crash runs only what was not finished. An "error" verdict (the sandbox could
-// not run the program) is never stored and ends the run: a score with it would be wrong.
+// The programs of a checkpoint's code tasks (Task::runs_programs: humaneval's and mbpp's code_eval
+// metrics), run in the sandbox (src/sandbox/) beside generation: a ProgramRunner takes a
+// document's programs as soon as its generations are in and runs them on threads of its own, at
+// most `max_sandboxes` at once, while the scheduler's loop goes on. Each program's execution key
+// is the SHA-256 of the program, its limits, its mode (code_eval) and the sandbox and interpreter
+// that run it; verdicts stored in the journal under their key are reused, and every new one is
+// journaled by collect(), on the caller's thread (the journal's only thread), so a run resumed
+// after a crash neither regenerates nor re-executes what was done. An "error" verdict (the
+// sandbox could not run the program) is never stored and ends the run: a score with it would be
+// wrong.
 // May call sandbox/, store/ (through run_journal.h) and common/.
 #pragma once
 
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
 #include <string>
+#include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "evaluation/run_journal.h"
+#include "gpueval/run_config.h"
 #include "gpueval/task.h"
 #include "sandbox/sandbox.h"
 
@@ -21,24 +33,96 @@ namespace gpueval {
 
 struct ProgramRunSettings {
   SandboxLimits limits;   // the defaults: 3 CPU seconds, 2GiB, ... (sandbox.h)
-  int max_sandboxes = 0;  // 0: every core (generation is over when programs run)
+  int max_sandboxes = 0;  // 0: default_max_sandboxes(busy_cores)
+  int busy_cores = 0;     // cores the run's CPU workers use (the default leaves them alone)
+  int sandboxes() const;  // the number in effect
+};
+
+// How a program ended, for the samples file: "passed", "failed" or "timed out", and why.
+struct ProgramOutcome {
+  std::string verdict;
+  std::string detail;
 };
 
 struct ProgramRunReport {
   ProgramVerdicts verdicts;  // every program asked for
+  std::unordered_map<std::string, ProgramOutcome> outcomes;  // the same programs, with the detail
   int64_t run = 0, resumed = 0, passed = 0, failed = 0, timed_out = 0;
-  double seconds = 0;
+  double seconds = 0;  // from the first program run to the last verdict
   // results.json "code_execution": the sandbox, the limits and the counts above.
   nlohmann::json summary(const Sandbox& sandbox, const ProgramRunSettings& settings) const;
 };
 
+// What status.json and the progress line show while programs run.
+struct ProgramRunStatus {
+  int sandboxes_busy = 0, max_sandboxes = 0;
+  int64_t programs_done = 0;    // verdicts in, from the journal or run
+  int64_t programs_queued = 0;  // waiting for a sandbox
+  // {"sandboxes_busy", "max_sandboxes", "programs_done", "programs_queued"}
+  nlohmann::json to_json() const;
+};
+
+// The sandbox and the settings a run config's code_execution asks for; `busy_cores`: the run's
+// CPU workers (the default number of sandboxes leaves their cores alone).
+SandboxOptions sandbox_options(const RunConfig::CodeExecution& config);
+ProgramRunSettings program_run_settings(const RunConfig::CodeExecution& config, int busy_cores);
+
 // The key a program's verdict is stored under.
 std::string execution_key(const std::string& program, const SandboxLimits& limits, const Sandbox& sandbox);
 
-// Runs `programs` (or takes their verdicts from the journal; without one, as `gpueval merge` does
-// for a sharded run, runs them all); logs one line on stderr
-// ("[exec] N programs: R from the journal, ran K in S s with M sandboxes: P passed, F failed,
-// T timed out"). Throws Error on an "error" verdict, naming the program's first line and why.
+class ProgramRunner {
+ public:
+  // `journal` (may be null: `gpueval merge` runs everything) must outlive the runner.
+  ProgramRunner(const Sandbox& sandbox, ProgramRunSettings settings, RunJournal* journal);
+  // Stops: queued programs are dropped; running ones end first (within their limits).
+  ~ProgramRunner();
+  ProgramRunner(const ProgramRunner&) = delete;
+  ProgramRunner& operator=(const ProgramRunner&) = delete;
+
+  // Queues the programs not asked for before; one with a stored verdict is done at once.
+  void submit(const std::vector<std::string>& programs);
+  // Journals and counts the verdicts that came in since the last call. Throws Error on an "error"
+  // verdict, naming the program's first line and why.
+  void collect();
+  ProgramRunStatus status() const;
+  // Waits for every queued program, collecting as verdicts come in (`on_progress` after each
+  // batch of them and at least every second); logs one line on stderr ("[exec] N programs: R from
+  // the journal, ran K in S s with M sandboxes: P passed, F failed, T timed out").
+  ProgramRunReport finish(const std::function<void(const ProgramRunStatus&)>& on_progress = {});
+
+ private:
+  struct Done {
+    size_t index;  // into programs_
+    Verdict verdict;
+  };
+  void work();
+  void start_threads();
+
+  const Sandbox& sandbox_;
+  const ProgramRunSettings settings_;
+  RunJournal* journal_;
+  std::map<std::string, Journal::StoredVerdict> stored_;
+  ProgramRunReport report_;
+  std::vector<std::string> programs_;  // every program run here, by index
+  std::vector<std::string> keys_;      // their execution keys
+  std::chrono::steady_clock::time_point first_run_{};
+  bool ran_any_ = false;
+
+  mutable std::mutex mutex_;
+  std::condition_variable work_ready_, done_ready_;
+  std::deque<size_t> queue_;
+  std::vector<Done> done_;
+  int busy_ = 0;
+  bool stopping_ = false;
+  std::vector<std::thread> threads_;
+};
+
+// Each scored document of a code task gets its programs' verdicts and details (DocRecord::programs,
+// the samples file's "programs"); a program without one gets verdict null.
+void attach_program_outcomes(std::vector<DocRecord>& scored,
+                             const std::unordered_map<std::string, ProgramOutcome>& outcomes);
+
+// Runs `programs` to the end (ProgramRunner: submit, finish).
 ProgramRunReport run_task_programs(const std::vector<std::string>& programs, const Sandbox& sandbox,
                                    const ProgramRunSettings& settings, RunJournal* journal);
 

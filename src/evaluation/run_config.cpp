@@ -10,12 +10,14 @@
 #include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
 
+#include "common/byte_amount.h"
 #include "common/file_io.h"
 #include "common/yaml_json.h"
 #include "gpueval/error.h"
 #include "gpueval/task.h"
 #include "run/batch_probe.h"
 #include "run/devices.h"
+#include "sandbox/sandbox.h"
 
 namespace gpueval {
 namespace {
@@ -28,7 +30,7 @@ constexpr uint64_t kMaxConfigBytes = uint64_t{1} << 20;
 const std::vector<std::string> kKeys = {
     "model", "tasks", "batch_size", "batch_tokens", "dtype", "seed", "output", "limit", "num_fewshot", "fewshot_seed", "extra_metrics",
     "max_length", "add_bos", "prefix_reuse", "group_continuations", "data", "gpus", "cpu_threads", "max_attempts", "heartbeat_timeout_s", "max_worker_restarts",
-    "max_memory", "calibration_cache", "history", "fail_on_regression", "load", "tensorboard"};
+    "max_memory", "calibration_cache", "history", "fail_on_regression", "load", "tensorboard", "code_execution"};
 
 const std::vector<std::string> kDtypes = {"auto", "float32", "bfloat16", "float16"};
 
@@ -227,6 +229,8 @@ class ConfigReader {
         fail(at(item), "key '{}': {} needs k and the task's repeats; list it in the task file's metric_list", key,
              name);
       }
+      if (name == "pass_at_1")
+        fail(at(item), "key '{}': pass_at_1 runs the model's programs; list it in a code task file's metric_list", key);
       if (std::find(c.extra_metrics.begin(), c.extra_metrics.end(), name) == c.extra_metrics.end()) {
         c.extra_metrics.push_back(name);
       }
@@ -291,10 +295,50 @@ class ConfigReader {
       c.heartbeat_timeout_s = seconds(key, v);
     } else if (key == "max_worker_restarts") {
       c.max_worker_restarts = integer(key, v, 0);
+    } else if (key == "code_execution") {
+      read_code_execution(c, v);
     } else {
       return false;
     }
     return true;
+  }
+
+  void read_code_execution(RunConfig& c, const YAML::Node& v) {
+    if (v.IsNull()) return;
+    if (!v.IsMap())
+      fail(at(v), "key 'code_execution' must be a mapping (max_sandboxes, cpu_seconds, wall_seconds, memory, "
+                  "max_subprocesses, unsafe_no_sandbox), got {}", describe(v));
+    RunConfig::CodeExecution& e = c.code_execution;
+    for (auto it = v.begin(); it != v.end(); ++it) {
+      const std::string name = it->first.IsScalar() ? it->first.Scalar() : std::string();
+      const std::string key = "code_execution." + name;
+      const YAML::Node& value = it->second;
+      if (name == "max_sandboxes") {
+        e.max_sandboxes = integer(key, value, 1);
+      } else if (name == "cpu_seconds") {
+        e.cpu_seconds = seconds(key, value);
+      } else if (name == "wall_seconds") {
+        e.wall_seconds = seconds(key, value);
+      } else if (name == "memory") {
+        const std::string text = scalar(key, value, "an amount such as 2GiB");
+        const std::optional<int64_t> bytes = parse_byte_amount(text, int64_t{64} << 20, at(value) + ": key '" + key + "'");
+        if (!bytes) fail(at(value), "key '{}' must be an amount such as 2GiB, got {}", key, describe(value));
+        e.memory = *bytes;
+      } else if (name == "max_subprocesses") {
+        e.max_subprocesses = integer(key, value, 1);
+      } else if (name == "unsafe_no_sandbox") {
+        check(key, value, switch_problem(scalar(key, value, "true or false"), &e.unsafe_no_sandbox));
+      } else {
+        fail(at(it->first), "unknown key 'code_execution.{}' (known: max_sandboxes, cpu_seconds, wall_seconds, "
+                            "memory, max_subprocesses, unsafe_no_sandbox)", name);
+      }
+    }
+    SandboxLimits limits;
+    limits.cpu_seconds = e.cpu_seconds;
+    limits.wall_seconds = e.wall_seconds;
+    limits.memory = e.memory;
+    limits.max_subprocesses = static_cast<int>(std::min<int64_t>(e.max_subprocesses, 1 << 20));
+    check_sandbox_limits(limits, at(v) + ": key 'code_execution'");
   }
 
   // What the run writes and keeps: the output directory, the calibration cache, the history.
@@ -484,7 +528,16 @@ nlohmann::json RunConfig::to_json() const {
   // Only when set: results.json of runs without it stay as they were.
   if (!extra_metrics.empty()) out["extra_metrics"] = extra_metrics;
   if (!tensorboard.empty()) out["tensorboard"] = tensorboard;
+  if (!code_execution.is_default()) out["code_execution"] = code_execution.to_json();
   return out;
+}
+
+bool RunConfig::CodeExecution::is_default() const { return to_json() == CodeExecution().to_json(); }
+
+nlohmann::json RunConfig::CodeExecution::to_json() const {
+  return {{"max_sandboxes", max_sandboxes}, {"cpu_seconds", cpu_seconds},
+          {"wall_seconds", wall_seconds},   {"memory", byte_amount_str(memory)},
+          {"max_subprocesses", max_subprocesses}, {"unsafe_no_sandbox", unsafe_no_sandbox}};
 }
 
 RunConfig load_run_config(const std::string& path) {
@@ -586,6 +639,11 @@ void apply_overrides(RunConfig& config, const ConfigOverrides& overrides) {
     c.num_fewshot = overrides.num_fewshot;
   }
   if (overrides.seed) c.seed = *overrides.seed;
+  if (overrides.max_sandboxes) {
+    if (*overrides.max_sandboxes < 1) fail("--max-sandboxes", "must be at least 1, got {}", *overrides.max_sandboxes);
+    c.code_execution.max_sandboxes = *overrides.max_sandboxes;
+  }
+  if (overrides.unsafe_no_sandbox) c.code_execution.unsafe_no_sandbox = true;
   if (overrides.max_memory) {
     check("--max-memory", max_memory_problem(*overrides.max_memory));
     c.max_memory = *overrides.max_memory;

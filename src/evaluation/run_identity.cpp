@@ -3,6 +3,7 @@
 #include <optional>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "common/sha256.h"
 
@@ -58,6 +59,11 @@ std::string config_fingerprint(const RunConfig& config, const std::vector<Reques
   field(out, "fewshot_seed", std::to_string(config.fewshot_seed));
   // Only when set, so that configs without it keep their fingerprint (and their history).
   for (const std::string& metric : config.extra_metrics) field(out, "extra_metric", metric);
+  // The limits code tasks' programs run under decide their verdicts (how many sandboxes run at
+  // once does not): only when changed, as above.
+  RunConfig::CodeExecution limits = config.code_execution;
+  limits.max_sandboxes = 0;
+  if (!limits.is_default()) field(out, "code_execution", limits.to_json().dump());
   field(out, "requests", static_cast<int64_t>(requests.size()));
   for (const Request& r : requests) field(out, "request", canonical_request(r));
   return sha256_hex(out);

@@ -99,6 +99,8 @@ nlohmann::ordered_json sample(const DocRecord& record, size_t filter) {
       line[spec.name] = metric_json(task, spec.name, it->second);
     }
   }
+  // gpueval's, after lm-eval's keys: how each program of a code task ended (Task::programs order).
+  if (filter < record.programs.size() && !record.programs[filter].is_null()) line["programs"] = record.programs[filter];
   return line;
 }
 

@@ -1,5 +1,6 @@
 #include "run/progress.h"
 
+#include <chrono>
 #include <ctime>
 #include <iostream>
 
@@ -93,7 +94,26 @@ void ProgressReporter::phase(const std::string& what) {
   if (live_) Console::set_status(what + "...");
 }
 
-std::string ProgressReporter::status_line(const SchedulerStatus& s, const nlohmann::json& task_progress) {
+std::string ProgressReporter::programs_part(const nlohmann::json& e) {
+  if (!e.is_object() || !e.contains("max_sandboxes")) return "";
+  return fmt::format(", sandboxes {}/{} busy, programs {} done, {} queued", e.value("sandboxes_busy", 0),
+                     e.value("max_sandboxes", 0), format_count(e.value("programs_done", int64_t{0})),
+                     format_count(e.value("programs_queued", int64_t{0})));
+}
+
+void ProgressReporter::programs(const nlohmann::json& execution) {
+  extra_["code_execution"] = execution;
+  write_status("running programs");
+  const std::string line = "running programs" + programs_part(execution);
+  if (live_ && Console::set_status(line)) return;
+  const double now = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  if (now - last_programs_log_s_ < log_every_s_) return;
+  last_programs_log_s_ = now;
+  std::cerr << "[exec] " << line << "\n";
+}
+
+std::string ProgressReporter::status_line(const SchedulerStatus& s, const nlohmann::json& task_progress,
+                                          const nlohmann::json& execution) {
   constexpr int kBarWidth = 24;
   const double done = s.batches_total ? static_cast<double>(s.batches_done) / s.batches_total : 1.0;
   const int filled = static_cast<int>(done * kBarWidth);
@@ -121,13 +141,15 @@ std::string ProgressReporter::status_line(const SchedulerStatus& s, const nlohma
   line += fmt::format(", {} tok/s, ETA {}, {}/{} workers busy", format_count(static_cast<int64_t>(tok_s + 0.5)),
                       format_duration(s.eta_s), busy, s.workers.size());
   if (s.batches_quarantined) line += fmt::format(", {} quarantined", s.batches_quarantined);
-  return line;
+  return line + programs_part(execution);
 }
 
 void ProgressReporter::update(const SchedulerStatus& s, bool final) {
   last_ = s;
   write_status(final ? "finishing" : "running");
-  if (live_ && !final && Console::set_status(status_line(s, extra_.value("task_progress", nlohmann::json()))))
+  if (live_ && !final &&
+      Console::set_status(status_line(s, extra_.value("task_progress", nlohmann::json()),
+                                      extra_.value("code_execution", nlohmann::json()))))
     return;
   if (live_) Console::clear_status();
   if (!final && s.elapsed_s - last_log_s_ < log_every_s_) return;
@@ -138,6 +160,7 @@ void ProgressReporter::update(const SchedulerStatus& s, bool final) {
                                  s.batches_total ? 100.0 * s.batches_done / s.batches_total : 100.0, tok_s,
                                  format_duration(s.elapsed_s), final ? "0s" : format_duration(s.eta_s));
   if (s.batches_quarantined) line += fmt::format(", {} quarantined", s.batches_quarantined);
+  line += programs_part(extra_.value("code_execution", nlohmann::json()));
   for (const WorkerStatus& w : s.workers)
     line += fmt::format(" | {} {} {:.0f} tok/s", w.name, w.state, w.tokens_per_second);
   std::cerr << line << "\n";

@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <string>
 
-#include <nlohmann/json_fwd.hpp>
+#include <nlohmann/json.hpp>
 
 #include "run/scheduler.h"
 
@@ -34,6 +34,14 @@ class ProgressReporter {
   // Adds fields (e.g. per-task progress, the final state) to every later status.json.
   void set_extra(const std::string& key, const nlohmann::json& value);
 
+  // While a run's programs run after its generations (evaluation/program_runs.h): `execution` is
+  // {"sandboxes_busy", "max_sandboxes", "programs_done", "programs_queued"}, kept as status.json's
+  // "code_execution" (state "running programs") and shown as the status line or, every
+  // `log_every_s`, logged.
+  void programs(const nlohmann::json& execution);
+  // ", sandboxes 2/2 busy, programs 40 done, 12 queued" from such an object; "" for anything else.
+  static std::string programs_part(const nlohmann::json& execution);
+
   // Rewrites status.json one last time with the run's outcome
   // ("complete", "incomplete", "interrupted", "failed").
   void finish(const std::string& outcome);
@@ -41,8 +49,9 @@ class ProgressReporter {
   static nlohmann::json to_json(const SchedulerStatus& status);
   // The terminal's status line: bar, batches, documents (from `task_progress`, the aggregator's
   // progress(); null: left out), tok/s, ETA, workers busy; "waiting for workers to load" while
-  // no worker is up yet.
-  static std::string status_line(const SchedulerStatus& status, const nlohmann::json& task_progress);
+  // no worker is up yet; then programs_part(execution) when code tasks run programs.
+  static std::string status_line(const SchedulerStatus& status, const nlohmann::json& task_progress,
+                                 const nlohmann::json& execution = nlohmann::json());
 
  private:
   void write_status(const std::string& state);
@@ -52,6 +61,7 @@ class ProgressReporter {
   bool live_;
   double log_every_s_;
   double last_log_s_ = -1e9;
+  double last_programs_log_s_ = -1e9;  // steady-clock seconds
   nlohmann::json extra_;
   SchedulerStatus last_;
 };

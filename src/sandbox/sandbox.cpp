@@ -245,6 +245,10 @@ Verdict Sandbox::run(const std::string& program, const SandboxLimits& limits, Pr
                       ::setresuid(kNobody, kNobody, kNobody) != 0))
       ::_exit(126);
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // after the uid change, which clears it
+    // The program starts with no signal blocked, whatever the calling thread had (a run's program
+    // threads block every signal, for its scheduler's thread); the raw call, no interceptor.
+    const uint64_t no_signals = 0;
+    ::syscall(SYS_rt_sigprocmask, SIG_SETMASK, &no_signals, nullptr, sizeof no_signals);
     if (::getppid() == 1) ::_exit(126);
     ::setsid();
     int moved[kFds];

@@ -84,7 +84,7 @@ struct SandboxOptions {
   // programs are trusted; results.json says so.
   bool unsafe_no_sandbox = false;
   // Whether the caller has --unsafe-no-sandbox to offer when the sandbox does not start here
-  // (`gpueval execute` does; a run does not).
+  // (`gpueval execute` and `gpueval run` do).
   bool offer_unsafe = true;
 };
 
