@@ -2,6 +2,7 @@
 // as lm-eval's code_eval builds them, pass@k from their verdicts, and a run end to end on the
 // shipped model whose programs run in the sandbox and whose verdicts a resumed run takes from
 // the journal. The run needs bubblewrap and user namespaces (sandbox_test.cpp says how it skips).
+#include <csignal>
 #include <cstdlib>
 #include <sstream>
 #include <string>
@@ -11,6 +12,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "async_run.h"
 #include "common/file_io.h"
 #include "evaluation/program_runs.h"
 #include "gpueval/task.h"
@@ -240,7 +242,7 @@ TEST(CodeTask, AGzippedDatasetThatIsNotGzipIsOneLine) {
 // A code task on the shipped model whose programs do not depend on what the model writes: each
 // prompt ends in a comment the completion continues (generation stops at the line's end), so the
 // verdict is the document's own test: two pass, one fails, one loops forever.
-std::string write_code_config(const testing::TempDir& dir) {
+std::string write_code_config(const testing::TempDir& dir, const std::string& extra = "") {
   testing::write_text(
       dir.file("code.jsonl"),
       "{\"prompt\": \"def f():\\n    return 1\\n# \", \"test\": \"assert f() == 1\"}\n"
@@ -256,7 +258,7 @@ std::string write_code_config(const testing::TempDir& dir) {
                       "        filter_fn: !function utils.build_predictions\n");
   const std::string path = dir.file("run.yaml");
   testing::write_text(path, "model: " + testing::source_dir() + "/models/stories260K\ntasks: [" +
-                                dir.file("code.yaml") + "]\noutput: " + dir.file("out") + "\n");
+                                dir.file("code.yaml") + "]\noutput: " + dir.file("out") + "\n" + extra);
   return path;
 }
 
@@ -355,6 +357,43 @@ TEST(CodeTask, ARunRunsTheProgramsInTheSandboxAndAResumeTakesTheirVerdictsFromTh
   EXPECT_EQ(resumed["results"], results["results"]);
   EXPECT_EQ(resumed["code_execution"]["programs_resumed"], 4);
   EXPECT_EQ(resumed["code_execution"]["programs_run"], 0);
+}
+
+}  // namespace
+}  // namespace gpueval
+
+namespace gpueval {
+namespace {
+
+// Killed with SIGKILL while its last program runs, a run resumes with every generation and every
+// journaled verdict, runs only what had none, and scores as an uninterrupted run.
+TEST(CodeTask, ARunKilledWhileItsProgramsRunResumesWithoutRunningThemAgain) {
+  REQUIRE_SANDBOX();
+  testing::TempDir dir;
+  // One sandbox, so the endless loop (2 CPU seconds before it times out) runs after the others.
+  const std::string config = write_code_config(dir, "code_execution:\n  max_sandboxes: 1\n  cpu_seconds: 2\n");
+  const std::string out = dir.file("out");
+  testing::AsyncRun run = testing::AsyncRun::start({"run", "--gpus", "cpu:1", config}, out);
+  const json s = run.wait_status([](const json& st) {
+    return st.contains("code_execution") && st["code_execution"].value("programs_done", 0) >= 3;
+  });
+  ASSERT_FALSE(s.is_null()) << run.log();
+  ASSERT_EQ(::kill(-run.child.pid(), SIGKILL), 0);
+  run.child.wait();
+  EXPECT_FALSE(io::path_exists(out + "/results.json"));
+
+  const testing::CommandResult again = testing::run_gpueval({"run", "--gpus", "cpu:1", config});
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_THAT(again.err, HasSubstr("4 of 4 requests already scored"));  // no generation again
+  const json results = json::parse(io::read_file(out + "/results.json"));
+  EXPECT_EQ(results["results"]["code"]["pass@1,create_test"], 0.5);
+  const json& ran = results["code_execution"];
+  EXPECT_EQ(ran["programs"], 4);
+  // At least the three verdicts status.json had counted were journaled; the loop may have ended too.
+  EXPECT_GE(ran["programs_resumed"].get<int>(), 3);
+  EXPECT_EQ(ran["programs_resumed"].get<int>() + ran["programs_run"].get<int>(), 4);
+  EXPECT_EQ(ran["timed_out"], 1);
+  EXPECT_EQ(ran["cpu_seconds"], 2.0);
 }
 
 }  // namespace

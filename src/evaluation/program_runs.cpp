@@ -196,7 +196,7 @@ ProgramRunStatus ProgramRunner::status() const {
   ProgramRunStatus s;
   s.sandboxes_busy = busy_;
   s.max_sandboxes = settings_.sandboxes();
-  s.programs_done = report_.resumed + report_.run + static_cast<int64_t>(done_.size());
+  s.programs_done = report_.resumed + report_.run;  // collected, so journaled: a resume keeps them
   s.programs_queued = static_cast<int64_t>(queue_.size());
   return s;
 }

@@ -56,7 +56,7 @@ struct ProgramRunReport {
 // What status.json and the progress line show while programs run.
 struct ProgramRunStatus {
   int sandboxes_busy = 0, max_sandboxes = 0;
-  int64_t programs_done = 0;    // verdicts in, from the journal or run
+  int64_t programs_done = 0;    // verdicts collected (journaled), from the journal or run
   int64_t programs_queued = 0;  // waiting for a sandbox
   // {"sandboxes_busy", "max_sandboxes", "programs_done", "programs_queued"}
   nlohmann::json to_json() const;
