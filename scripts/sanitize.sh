@@ -41,11 +41,13 @@ parsers+=':SharedTokenizer*:Csv*:Template*:Task*:RunConfig*:ResolveAddBos*:Wire*
 parsers+=':FuzzRegressions*:ArcHellaswag*:DirectoryLock*'
 # The model's CPU kernels that index raw buffers (attention tiles, their vector softmax, oneDNN call sites).
 parsers+=':CpuAttention*:TileSoftmax*:CpuMatmul*:CpuParallel*'
-# The code sandbox: its pipes, /proc parsing and descriptor juggling, the hostile battery. Not the
-# code-task run (CodeTask.ARun...): under ASan, after these tests in the same process, it counted a
-# passing program as timed out in 2 of 3 tries (session 29; not seen in the gcc build or alone).
-# Until that is understood it runs in the main suite only.
+# The code sandbox: its pipes, /proc parsing and descriptor juggling, the hostile battery, and the
+# run's program runner (its threads beside the caller's). Not the code-task runs end to end
+# (CodeTask.ARun...): an ASan gpueval run counted a program as timed out at the wall-clock ceiling
+# in 2 of 40 tries under load (sessions 29 and 30; never in the gcc build, 0 of 70 outside gtest).
+# Until that is understood they run in the main suite only.
 parsers+=':Sandbox*:Hostile/SandboxBattery*:ExecuteCommand*:CodeTask.HumanEval*:CodeTask.PassAtK*'
+parsers+=':CodeTask.TheProgramRunner*:CodeTask.Mbpp*:CodeTask.DocumentRange*:CodeTask.BitsPerByte*'
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 if [ "$all_tests" = 1 ]; then
   ASAN_OPTIONS=detect_leaks=0 ctest --test-dir build-fuzz --output-on-failure -j"$(nproc)" --timeout 1200 -LE fuzz
