@@ -19,6 +19,8 @@
 #include <string>
 
 #include <fmt/format.h>
+#include <sys/stat.h>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -102,6 +104,29 @@ TEST(SandboxTest, WithoutBubblewrapItRefusesInOneLineSayingWhatToInstall) {
   o.python = "/nonexistent/python3";
   o.unsafe_no_sandbox = true;
   EXPECT_THAT(testing::error_of([&] { Sandbox s(o); }), StartsWith("/nonexistent/python3: no Python interpreter there"));
+}
+
+// A sandbox that never comes up (here a bubblewrap that, after the start-up check, only sleeps) is
+// no verdict on the program: it is tried once more, then an error, never "timed out".
+TEST(SandboxTest, ASandboxThatNeverStartsIsAnErrorNotATimeout) {
+  GPUEVAL_REQUIRE_SANDBOX(real);
+  testing::TempDir dir;
+  // Run as nobody when gpueval is root: the folder must be open to it.
+  ASSERT_EQ(::chmod(dir.path().c_str(), 0755), 0);
+  const std::string state = dir.file("state");
+  ASSERT_EQ(::mkdir(state.c_str(), 0777), 0);
+  ASSERT_EQ(::chmod(state.c_str(), 0777), 0);
+  const std::string fake = dir.file("bwrap");
+  testing::write_text(fake, "#!/bin/sh\ncase \"$1\" in --version) exec /usr/bin/bwrap \"$@\";; esac\n"
+                            "if [ -e " + state + "/started ]; then exec sleep 600; fi\n"
+                            ": > " + state + "/started\nexec /usr/bin/bwrap \"$@\"\n");
+  ASSERT_EQ(::chmod(fake.c_str(), 0755), 0);
+  SandboxOptions o;
+  o.bwrap = fake;
+  const Sandbox sandbox(o);  // its start-up check runs through the real bubblewrap
+  const Verdict v = sandbox.run("assert True\n", quick_limits(/*wall_seconds=*/1.0), ProgramMode::kCodeEval);
+  EXPECT_EQ(v.kind, Kind::kError);
+  EXPECT_EQ(v.detail, "the sandbox did not start within 1.00 s");
 }
 
 TEST(SandboxLimitsCheck, OutOfRangeValuesAreOneLineErrors) {

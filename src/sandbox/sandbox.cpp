@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <iostream>
 #include <set>
 
 #include <fmt/format.h>
@@ -76,6 +77,8 @@ Fd memfd_with(const char* name, const std::string& data) {
   ::lseek(f.fd, 0, SEEK_SET);
   return f;
 }
+
+constexpr const char* kDidNotStart = "the sandbox did not start within";
 
 int pidfd_open(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
 void pidfd_kill(int fd) { ::syscall(SYS_pidfd_send_signal, fd, SIGKILL, nullptr, 0); }
@@ -171,6 +174,15 @@ nlohmann::json Sandbox::describe() const {
 }
 
 Verdict Sandbox::run(const std::string& program, const SandboxLimits& limits, ProgramMode mode) const {
+  Verdict v = run_once(program, limits, mode);
+  if (v.kind == Verdict::Kind::kError && v.detail.rfind(kDidNotStart, 0) == 0) {
+    std::cerr << "[sandbox] " << v.detail << "; trying the program once more\n";
+    v = run_once(program, limits, mode);
+  }
+  return v;
+}
+
+Verdict Sandbox::run_once(const std::string& program, const SandboxLimits& limits, ProgramMode mode) const {
   const bool unsafe = options_.unsafe_no_sandbox;
   const double wall_limit = limits.wall_ceiling();
   int out_pipe[2], result_pipe[2], status_pipe[2];
@@ -241,10 +253,13 @@ Verdict Sandbox::run(const std::string& program, const SandboxLimits& limits, Pr
   if (pid < 0) fail("sandbox", "fork: {}", std::strerror(errno));
   if (pid == 0) {
     // Async-signal-safe calls only from here.
-    if (drop_root && (::setgroups(0, nullptr) != 0 || ::setresgid(kNobody, kNobody, kNobody) != 0 ||
-                      ::setresuid(kNobody, kNobody, kNobody) != 0))
+    // Raw system calls: glibc's set*id wrappers are not async-signal-safe (they coordinate every
+    // thread of the process, and a forked child of a threaded parent has one).
+    if (drop_root && (::syscall(SYS_setgroups, 0, nullptr) != 0 ||
+                      ::syscall(SYS_setresgid, kNobody, kNobody, kNobody) != 0 ||
+                      ::syscall(SYS_setresuid, kNobody, kNobody, kNobody) != 0))
       ::_exit(126);
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // after the uid change, which clears it
+    ::syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);  // after the uid change, which clears it
     // The program starts with no signal blocked, whatever the calling thread had (a run's program
     // threads block every signal, for its scheduler's thread); the raw call, no interceptor.
     const uint64_t no_signals = 0;
@@ -379,6 +394,10 @@ Verdict Sandbox::run(const std::string& program, const SandboxLimits& limits, Pr
   if (killed == Kill::kCpu || v.cpu_seconds >= limits.cpu_seconds || (!has_result && code == 128 + SIGXCPU)) {
     v.kind = Verdict::Kind::kTimedOut;
     v.detail = fmt::format("cpu time {}, limit {}", seconds_str(v.cpu_seconds), seconds_str(limits.cpu_seconds));
+  } else if (killed == Kill::kWall && init_pid == 0) {
+    // Nothing of the program ran: the sandbox itself never came up. Not the program's timeout.
+    v.kind = Verdict::Kind::kError;
+    v.detail = fmt::format("{} {}", kDidNotStart, seconds_str(wall_limit));
   } else if (killed == Kill::kWall) {
     v.kind = Verdict::Kind::kTimedOut;
     v.detail = fmt::format("wall-clock ceiling {} (cpu time {})", seconds_str(wall_limit), seconds_str(v.cpu_seconds));

@@ -94,6 +94,9 @@ class Sandbox {
   // what to install or enable (bubblewrap, user namespaces, an interpreter nobody can read).
   explicit Sandbox(SandboxOptions options);
 
+  // Runs one program to its verdict. A sandbox that has not started by the wall-clock ceiling
+  // (bubblewrap never reported its namespace's first process) is no verdict on the program: it is
+  // tried once more, then an "error" verdict ("the sandbox did not start within N s").
   Verdict run(const std::string& program, const SandboxLimits& limits, ProgramMode mode) const;
 
   const Interpreter& interpreter() const { return interpreter_; }
@@ -102,6 +105,8 @@ class Sandbox {
   nlohmann::json describe() const;
 
  private:
+  Verdict run_once(const std::string& program, const SandboxLimits& limits, ProgramMode mode) const;
+
   SandboxOptions options_;
   Interpreter interpreter_;
   std::string seccomp_bpf_;
