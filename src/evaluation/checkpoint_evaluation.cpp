@@ -259,10 +259,13 @@ CheckpointOutcome evaluate_checkpoint(const RunConfig& run_config, const Evaluat
     program_settings = program_run_settings(config.code_execution, busy_cores);
     programs.emplace(*sandbox, program_settings, &journal);
   }
+  std::string status_error;  // a journal write that failed in the status callback: raised with the next batch
   auto hand_programs = [&] {
     if (!programs) return;
+    if (!status_error.empty()) throw Error(status_error);
     programs->submit(aggregator.take_ready_programs());
     programs->collect();
+    programs->throw_if_failed();  // in the result callback: ends the run (scheduler.h)
     progress.set_extra("code_execution", programs->status().to_json());
   };
   std::vector<std::vector<ItemResult>> resumed(in.requests.size());
@@ -281,7 +284,15 @@ CheckpointOutcome evaluate_checkpoint(const RunConfig& run_config, const Evaluat
         hand_programs();
       },
       [&](const SchedulerStatus& s, bool final) {
-        if (programs) progress.set_extra("code_execution", programs->status().to_json());
+        if (programs && status_error.empty()) {
+          // Journaled now; an error verdict (or a failed write) ends the run with the next batch or at the end.
+          try {
+            programs->collect();
+          } catch (const std::exception& e) {
+            status_error = e.what();
+          }
+          progress.set_extra("code_execution", programs->status().to_json());
+        }
         progress.update(s, final);
       },
       [&](const Batch&, const std::vector<ItemResult>& items) { journal.record_ahead(items); });
@@ -291,7 +302,7 @@ CheckpointOutcome evaluate_checkpoint(const RunConfig& run_config, const Evaluat
   std::unordered_map<std::string, ProgramOutcome> outcomes;
   nlohmann::json code_execution = nlohmann::json::object();
   if (programs && report.fatal_error.empty() && !report.interrupted) {
-    hand_programs();
+    hand_programs();  // throws what the status callback kept
     ProgramRunReport ran = programs->finish([&](const ProgramRunStatus& s) {
       progress.set_extra("code_execution", s.to_json());
       progress.programs(s.to_json());

@@ -170,13 +170,12 @@ void ProgramRunner::collect() {
     done.swap(done_);
   }
   std::vector<std::pair<std::string, Journal::StoredVerdict>> store;
-  std::string error;
   for (Done& d : done) {
     const std::string& program = programs_[d.index];
     const Verdict& v = d.verdict;
     if (v.kind == Verdict::Kind::kError) {
-      if (error.empty())
-        error = fmt::format("the sandbox could not run a program ({}...): {}", program.substr(0, program.find('\n')),
+      if (error_.empty())
+        error_ = fmt::format("the sandbox could not run a program ({}...): {}", program.substr(0, program.find('\n')),
                             v.detail);
       continue;
     }
@@ -188,7 +187,10 @@ void ProgramRunner::collect() {
     ++report_.run;
   }
   if (journal_ && !store.empty()) journal_->record_verdicts(store);
-  if (!error.empty()) fail("code execution", "{}", error);
+}
+
+void ProgramRunner::throw_if_failed() const {
+  if (!error_.empty()) fail("code execution", "{}", error_);
 }
 
 ProgramRunStatus ProgramRunner::status() const {
@@ -204,6 +206,7 @@ ProgramRunStatus ProgramRunner::status() const {
 ProgramRunReport ProgramRunner::finish(const std::function<void(const ProgramRunStatus&)>& on_progress) {
   for (;;) {
     collect();
+    throw_if_failed();
     if (on_progress) on_progress(status());
     std::unique_lock<std::mutex> lock(mutex_);
     if (queue_.empty() && busy_ == 0 && done_.empty()) break;

@@ -81,9 +81,12 @@ class ProgramRunner {
 
   // Queues the programs not asked for before; one with a stored verdict is done at once.
   void submit(const std::vector<std::string>& programs);
-  // Journals and counts the verdicts that came in since the last call. Throws Error on an "error"
-  // verdict, naming the program's first line and why.
+  // Journals and counts the verdicts that came in since the last call (the run calls it with
+  // every batch and every progress update, so a crash loses at most a tick's verdicts). An
+  // "error" verdict is kept, not journaled: throw_if_failed() and finish() throw it.
   void collect();
+  // Throws Error for the first "error" verdict collected, naming the program's first line and why.
+  void throw_if_failed() const;
   ProgramRunStatus status() const;
   // Waits for every queued program, collecting as verdicts come in (`on_progress` after each
   // batch of them and at least every second); logs one line on stderr ("[exec] N programs: R from
@@ -107,6 +110,7 @@ class ProgramRunner {
   std::vector<std::string> keys_;      // their execution keys
   std::chrono::steady_clock::time_point first_run_{};
   bool ran_any_ = false;
+  std::string error_;  // the first "error" verdict, as a message
 
   mutable std::mutex mutex_;
   std::condition_variable work_ready_, done_ready_;
