@@ -312,7 +312,7 @@ class ConfigReader {
     for (auto it = v.begin(); it != v.end(); ++it) {
       const std::string name = it->first.IsScalar() ? it->first.Scalar() : std::string();
       const std::string key = "code_execution." + name;
-      const YAML::Node& value = it->second;
+      const YAML::Node value = it->second;  // a copy: it->second is a member of a temporary
       if (name == "max_sandboxes") {
         e.max_sandboxes = integer(key, value, 1);
       } else if (name == "cpu_seconds") {
