@@ -11,11 +11,14 @@
 #include <fmt/format.h>
 #include <cmath>
 #include <fstream>
+#include <iostream>
 #include <set>
 #include <nlohmann/json.hpp>
 
 #include "gpueval/model.h"
+#include "gpueval/kv_cache.h"
 #include "model/checkpoint.h"
+#include "model/row_invariant.h"
 #include "model/weight_names.h"
 #include "logits_fixture.h"
 #include "test_util.h"
@@ -86,6 +89,73 @@ TEST_P(ArchitectureFixture, SharedPrefixAndKvCacheMatchTransformers) {
     EXPECT_LE(e.packed, kTolerance) << GetParam() << " packed";
     EXPECT_LE(e.cached, kTolerance) << GetParam() << " cached";
   }
+}
+
+// A ragged forward (continuous batching's step: two decoding rows, a token each, beside a prompt's
+// second chunk, after a shared prefix) gives each group what a forward of that group alone gives
+// it: bit for bit under the row-invariant products where they run, and the same keys in each cache.
+// The chunked prompt's states also match transformers' logits.
+TEST_P(ArchitectureFixture, ARaggedForwardGivesEachGroupWhatItGetsAlone) {
+  LlamaModel model = load_model(fixture_dir(GetParam()));
+  c10::InferenceMode guard;
+  const RowInvariantProducts invariant;
+  const std::vector<Sequence> sequences = expected(GetParam());
+  ASSERT_FALSE(sequences.empty());
+  const Sequence s = *std::max_element(sequences.begin(), sequences.end(),
+                                       [](const Sequence& a, const Sequence& b) { return a.ids.size() < b.ids.size(); });
+  const int64_t p = 3, n = static_cast<int64_t>(s.ids.size());
+  ASSERT_GE(n, p + 6) << GetParam();
+  const PrefixKV prefix = model->prefill(std::vector<int32_t>(s.ids.begin(), s.ids.begin() + p));
+  auto positions = [](int64_t first, int64_t count) { return at::arange(first, first + count).view({1, count}); };
+  auto all_valid = [](int64_t rows, int64_t count) { return at::ones({rows, count}, at::kBool); };
+  // Two setups filled the same way: rows decoding after 3 and 2 tokens of their own (the second
+  // left-padded), and a prompt whose first chunk of 2 tokens is in its cache.
+  struct Setup {
+    KVCache rows, prompt;
+  };
+  auto setup = [&]() {
+    Setup u{model->make_cache(2, 8), model->make_cache(1, n - p)};
+    const at::Tensor tokens = at::stack({row(s.ids, p, p + 3)[0], at::cat({at::zeros({1}, at::kLong), row(s.ids, p + 1, p + 3)[0]})});
+    at::Tensor valid = all_valid(2, 3);
+    valid[1][0] = false;
+    at::Tensor pos = at::cat({positions(p, 3), positions(p - 1, 3)}, 0);
+    model->forward(tokens, pos, valid, &u.rows, &prefix);
+    model->forward(row(s.ids, p, p + 2), positions(p, 2), all_valid(1, 2), &u.prompt, &prefix);
+    return u;
+  };
+  Setup alone = setup(), joined = setup();
+  const at::Tensor step_tokens = at::stack({row(s.ids, p + 3, p + 4)[0], row(s.ids, p + 3, p + 4)[0]});
+  const at::Tensor step_positions = at::cat({positions(p + 3, 1), positions(p + 2, 1)}, 0);
+  const int64_t c = n - p - 2;  // the prompt's second chunk: the rest of the sequence
+  const at::Tensor chunk = row(s.ids, p + 2, n), chunk_positions = positions(p + 2, c);
+  const at::Tensor rows_alone = model->forward(step_tokens, step_positions, all_valid(2, 1), &alone.rows, &prefix);
+  const at::Tensor prompt_alone = model->forward(chunk, chunk_positions, all_valid(1, c), &alone.prompt, &prefix);
+  const std::vector<at::Tensor> ragged = model->forward_ragged(
+      {ForwardGroup{step_tokens, step_positions, all_valid(2, 1), &joined.rows},
+       ForwardGroup{chunk, chunk_positions, all_valid(1, c), &joined.prompt}},
+      &prefix);
+  ASSERT_EQ(ragged.size(), 2u);
+  ASSERT_EQ(ragged[0].sizes(), rows_alone.sizes());
+  ASSERT_EQ(ragged[1].sizes(), prompt_alone.sizes());
+  EXPECT_EQ(joined.rows.length(), alone.rows.length());
+  EXPECT_EQ(joined.prompt.length(), n - p);
+  if (row_invariant_products_on() && model->options().dtype == at::kFloat) {
+    EXPECT_TRUE(at::equal(ragged[0], rows_alone)) << GetParam() << ": " << (ragged[0] - rows_alone).abs().max().item<float>();
+    EXPECT_TRUE(at::equal(ragged[1], prompt_alone)) << GetParam() << ": " << (ragged[1] - prompt_alone).abs().max().item<float>();
+    for (int64_t l = 0; l < model->config().num_hidden_layers; ++l) {
+      EXPECT_TRUE(at::equal(joined.rows.keys(l), alone.rows.keys(l))) << GetParam() << " layer " << l;
+      EXPECT_TRUE(at::equal(joined.prompt.values(l), alone.prompt.values(l))) << GetParam() << " layer " << l;
+    }
+  } else {
+    std::cout << "[   INFO   ] bit equality not asserted: no row-invariant vector code on this CPU or build\n";
+    EXPECT_TRUE(at::allclose(ragged[0], rows_alone, 1e-4, 1e-5)) << GetParam();
+    EXPECT_TRUE(at::allclose(ragged[1], prompt_alone, 1e-4, 1e-5)) << GetParam();
+  }
+  // The chunked prompt against transformers: the logits of its last c positions.
+  const at::Tensor logits = model->logits(ragged[1][0]).to(at::kFloat);
+  EXPECT_LE(relative_error(logits, s.logits.narrow(0, p + 2, c)), kTolerance) << GetParam();
+  EXPECT_THROW(model->forward_ragged({ForwardGroup{chunk, positions(p + 2, c - 1), all_valid(1, c), nullptr}}, &prefix),
+               Error);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, ArchitectureFixture,

@@ -2,6 +2,7 @@
 // ended it, and leaves the other rows of its batch exactly as they were. Continuous batching:
 // rows refilled as others end give each sequence the tokens it gets decoded alone; a moved cache
 // row (KVCache::place_row, realign) attends as it did; a shared prefix and equal prompts.
+#include <algorithm>
 #include <iostream>
 
 #include <c10/core/InferenceMode.h>
@@ -72,6 +73,48 @@ TEST(ContinuousBatching, EverySequenceGetsTheTokensItGetsAlone) {
     if (temperature == 0)
       EXPECT_EQ(runs[0][0].tokens, std::vector<int32_t>(runs[0][5].tokens.begin(), runs[0][5].tokens.begin() + 3));
   }
+}
+
+// A prompt prefilled in chunks joins the decode steps: while it is prefilled the running rows go on
+// getting a token per step, and every prompt gets the tokens it gets alone, whatever the rows, the
+// chunking of the others, or a prefix.
+TEST(ContinuousBatching, APromptsPrefillJoinsTheDecodeStepsAChunkAtATime) {
+  testing::TinyModelSpec spec;
+  ModelConfig config = testing::tiny_config(spec);
+  LlamaModel model = build_model(config, testing::tiny_weights(config, spec.seed));
+  const std::vector<std::vector<int32_t>> prompts = {
+      {1, 5, 9, 4}, {1, 7}, {1, 3, 1, 4, 1, 5, 9, 2, 6, 5, 3}, {1, 2, 7, 1, 8, 2, 8}, {1, 7}, {1, 6, 6, 6, 6, 6}};
+  // Prompt 1 ends after 2 tokens, the others run long.
+  auto end_at = [](size_t row, const std::vector<int32_t>& tokens) { return tokens.size() >= (row == 1 ? 2u : 12u + row); };
+  SamplingOptions o;
+  o.max_new_tokens = 30;
+  o.temperature = 0.9;
+  for (size_t i = 0; i < prompts.size(); ++i) o.seeds.push_back(7 + i);
+  o.prefill_chunk = 2;
+  // With two rows: prompt 2 (11 tokens, 6 chunks) takes prompt 1's row; the order of the tokens shows
+  // prompt 0 decoding while prompt 2 is prefilled.
+  o.max_rows = 2;
+  std::vector<size_t> order;
+  const auto two_rows = generate(*model, prompts, o, [&](size_t i, int32_t) { order.push_back(i); }, end_at);
+  const auto first_of_2 = std::find(order.begin(), order.end(), 2u);
+  const auto last_of_1 = std::find(order.rbegin(), order.rend(), 1u).base();
+  ASSERT_NE(first_of_2, order.end());
+  EXPECT_EQ(std::count(last_of_1, first_of_2, 0u), 6) << "prompt 0's tokens while prompt 2's 6 chunks were prefilled";
+  EXPECT_EQ(std::count(last_of_1, first_of_2, 2u), 0);
+  for (int64_t rows : {1, 3, 0}) {
+    o.max_rows = rows;
+    const auto run = generate(*model, prompts, o, nullptr, end_at);
+    for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(run[i].tokens, two_rows[i].tokens) << rows << " rows, prompt " << i;
+  }
+  // After a shared prefix, chunked the same way from each prompt's first own token.
+  const PrefixKV prefix = model->prefill({1});
+  o.max_rows = 2;
+  const auto after_prefix = generate(*model, prompts, o, nullptr, end_at, &prefix);
+  o.max_rows = 0;
+  const auto after_prefix_all = generate(*model, prompts, o, nullptr, end_at, &prefix);
+  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(after_prefix_all[i].tokens, after_prefix[i].tokens) << i;
+  o.prefill_chunk = 0;
+  EXPECT_THROW(generate(*model, prompts, o), Error);
 }
 
 // With a prefix computed once (a task's few-shot examples), prompts decode as they do without it,

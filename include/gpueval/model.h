@@ -15,7 +15,9 @@
 //
 // Batches are padded: every call takes tokens, per-token rotary positions and
 // a validity mask, so left- and right-padded batches both work and padding is
-// never attended to.
+// never attended to. forward_ragged() runs groups of different shapes in one
+// pass (continuous batching's step: the decoding rows and a prompt's chunk),
+// their token-wise work together and their attention apart.
 //
 // Shared prefixes (few-shot examples, a context with several continuations):
 // prefill() computes a prefix's keys and values once, and forward_packed() runs
@@ -106,6 +108,16 @@ struct PrefixKV {
   int64_t bytes() const;           // storage held, for cache accounting
 };
 
+// One group of a ragged forward (LlamaModelImpl::forward_ragged) as a layer's attention sees it: its
+// rows x length tokens, from `offset` of the tokens laid side by side, with its RoPE tables and mask for
+// this layer and its own cache (or null).
+struct AttentionGroup {
+  int64_t offset = 0, rows = 0, length = 0;
+  const RopeTables* rope = nullptr;
+  const at::Tensor* mask = nullptr;
+  KVCache* cache = nullptr;
+};
+
 class AttentionImpl : public torch::nn::Module {
  public:
   AttentionImpl(const ModelConfig& config, const WeightSource& source, int64_t layer);
@@ -118,6 +130,12 @@ class AttentionImpl : public torch::nn::Module {
   // of every position, queries and the output projection of T' per row. Returns [B, T', D].
   at::Tensor forward_at(const at::Tensor& x, const RopeTables& rope, const at::Tensor& mask, int64_t layer,
                         const PrefixKV* prefix, const at::Tensor& columns) const;
+  // A ragged forward's attention: x [1, N, D] holds every group's tokens side by side. The q, k, v and
+  // output projections multiply all N rows at once (latent attention's per group), and each group
+  // attends on its own, with its rows' RoPE, mask and cache and the shared prefix: a group gets the
+  // states forward() gives it alone. Returns [1, N, D].
+  at::Tensor forward_ragged(const at::Tensor& x, const std::vector<AttentionGroup>& groups, int64_t layer,
+                            const PrefixKV* prefix) const;
   // Only this step's keys and values, appended to the cache (a prefix's last layer: no query reads it).
   void append_keys_values(const at::Tensor& x, const RopeTables& rope, KVCache& cache, int64_t layer) const;
 
@@ -126,6 +144,10 @@ class AttentionImpl : public torch::nn::Module {
   // and RoPE (where the layer has them); queries already carry any non-default attention scale.
   at::Tensor queries(const at::Tensor& x, const RopeTables& rope) const;
   std::pair<at::Tensor, at::Tensor> keys_values(const at::Tensor& x, const RopeTables& rope) const;
+  // The same from the projections already taken (not under latent attention): q [B, T, H * hd], k and
+  // v [B, T, KV * hd].
+  at::Tensor query_heads(const at::Tensor& q, const RopeTables& rope) const;
+  std::pair<at::Tensor, at::Tensor> key_value_heads(const at::Tensor& k, at::Tensor v, const RopeTables& rope) const;
   // q: [B, H, T, hd], k, v: [B, KV, S', hd]; the prefix's keys come before k's. Returns [B, T, H * hd].
   at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
                     const PrefixKV* prefix, int64_t layer) const;
@@ -215,6 +237,9 @@ class DecoderLayerImpl : public torch::nn::Module {
   DecoderLayerImpl(const ModelConfig& config, const WeightSource& source, int64_t index);
   at::Tensor forward(const at::Tensor& x, const RopeTables& rope, const at::Tensor& mask, KVCache* cache,
                      const PrefixKV* prefix = nullptr) const;
+  // x [1, N, D]: every group's tokens side by side (AttentionImpl::forward_ragged); returns [1, N, D].
+  at::Tensor forward_ragged(const at::Tensor& x, const std::vector<AttentionGroup>& groups,
+                            const PrefixKV* prefix) const;
   // The layer's output at `columns` ([B, T'] int64) alone (AttentionImpl::forward_at): [B, T', D].
   at::Tensor forward_at(const at::Tensor& x, const RopeTables& rope, const at::Tensor& mask, const PrefixKV* prefix,
                         const at::Tensor& columns) const;
@@ -254,6 +279,13 @@ struct LoadOptions {
   at::ScalarType dtype = at::kFloat;
 };
 
+// One group of rows of a ragged forward (LlamaModelImpl::forward_ragged): tokens and positions [B, T]
+// int64 and valid [B, T] bool as forward() takes them, and the group's own cache (or null).
+struct ForwardGroup {
+  at::Tensor tokens, positions, valid;
+  KVCache* cache = nullptr;
+};
+
 class LlamaModelImpl : public torch::nn::Module {
  public:
   LlamaModelImpl(const ModelConfig& config, const WeightSource& source, LoadOptions options);
@@ -267,6 +299,13 @@ class LlamaModelImpl : public torch::nn::Module {
   // positions 0..P-1 (tokens' positions start at P or later).
   at::Tensor forward(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& valid, KVCache* cache,
                      const PrefixKV* prefix) const;
+  // Groups of different shapes in one pass (continuous batching: the decoding rows, one token each, and
+  // a waiting prompt's next chunk): each group gets what forward(g.tokens, g.positions, g.valid, g.cache,
+  // prefix) gives it, while the work done token by token (embedding, norms, projections, MLPs or
+  // experts) runs on every group's tokens together, so the weights are read once for all; attention
+  // runs per group. Under the row-invariant products (row_invariant.h) a group's states are the bits
+  // it gets alone. Returns each group's final-norm hidden states [B, T, D].
+  std::vector<at::Tensor> forward_ragged(const std::vector<ForwardGroup>& groups, const PrefixKV* prefix) const;
   // Runs `tokens` at positions 0..P-1 as one sequence and returns their keys and values (throws Error if
   // empty, longer than max_position_embeddings or an id is outside the vocabulary).
   PrefixKV prefill(const std::vector<int32_t>& tokens) const;
@@ -308,6 +347,14 @@ class LlamaModelImpl : public torch::nn::Module {
   // allowed: [B, T, S] bool; query_positions [B, T] and key_positions [B, S] int64 set the window.
   LayerMasks layer_masks(const at::Tensor& allowed, const at::Tensor& query_positions,
                          const at::Tensor& key_positions) const;
+  // forward()'s masks for a batch after the prefix and the cache's committed keys (the step's keys set
+  // pending in the cache); throws if the prefix is not the model's.
+  LayerMasks step_masks(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& valid,
+                        KVCache* cache, const PrefixKV* prefix) const;
+  // The masks as the layers take them: converted for SDPA where it runs.
+  LayerMasks attention_masks(const LayerMasks& masks, const at::Tensor& tokens) const;
+  // The token embedding (plus learned positions and the family's multiplier): [B, T, D].
+  at::Tensor embed(const at::Tensor& tokens, const at::Tensor& positions) const;
   // Embedding, every layer and the final norm, each layer with its mask of `masks`.
   // With columns, the last layer runs at those positions alone (forward_packed) and [B, T', D] returns.
   // keys_only (with a cache): the last layer only appends its keys and values, and nothing returns.

@@ -33,19 +33,26 @@ int32_t pick_token(const at::Tensor& logits, const Sampler& o, at::Generator& ge
 }
 
 // One prompt's prefill, shared by the prompts equal to it (a task's repeats): its keys and values
-// after the prefix (the last `length` positions of a row of a prefill batch's cache), and the
-// logits of its last position.
+// after the prefix, in a cache of its own, and the logits of its last position.
 struct Prefilled {
-  std::shared_ptr<const KVCache> cache;
-  int64_t row = 0;
-  int64_t length = 0;
-  at::Tensor logits;  // [V] float32, CPU
-  int64_t uses = 0;   // prompts still to start from it
+  std::shared_ptr<KVCache> cache;
+  int64_t length = 0;  // its tokens after the prefix
+  at::Tensor logits;   // [V] float32, CPU
+  int64_t uses = 0;    // prompts still to start from it
+};
+
+// A prompt being prefilled, a chunk per step: its tokens after the prefix, and how many are in its cache.
+struct Filling {
+  std::vector<int32_t> suffix;
+  std::shared_ptr<KVCache> cache;
+  int64_t done = 0;
+  int64_t chunk = 0;  // tokens per chunk: SamplingOptions::prefill_chunk, or all of them (see chunk_of)
 };
 
 // The running set: up to `slots` sequences decoded together, one cache row each. A finished
-// sequence's row takes the next waiting prompt (prefilled alone), so the set stays full while
-// prompts wait; once none waits, finished rows leave the cache.
+// sequence's row takes the next waiting prompt, whose prefill joins the decode steps a chunk at a
+// time (LlamaModelImpl::forward_ragged), so the set stays full while prompts wait; once none waits,
+// finished rows leave the cache.
 class Engine {
  public:
   Engine(const LlamaModelImpl& model, const std::vector<std::vector<int32_t>>& prompts, const SamplingOptions& o,
@@ -76,21 +83,21 @@ class Engine {
     slot_length_.assign(static_cast<size_t>(slots), 0);
     slot_token_.assign(static_cast<size_t>(slots), 0);
     slot_position_.assign(static_cast<size_t>(slots), 0);
-    int64_t next = 0;
     while (true) {
-      // Free rows take the next prompts, prefilled together; one that ends at its first token
-      // leaves its row to the next.
-      while (next < b) {
-        std::vector<size_t> free;
-        for (size_t s = 0; s < slot_prompt_.size(); ++s)
-          if (slot_prompt_[s] < 0) free.push_back(s);
-        if (free.empty()) break;
-        const int64_t last = std::min<int64_t>(b, next + static_cast<int64_t>(free.size()));
-        prefill(next, last);
-        for (size_t k = 0; next < last; ++k) start(free[k], next++);
+      // Prompts take free rows in order, once prefilled; one that ends at its first token leaves its
+      // row to the next.
+      while (next_ < b) {
+        if (max_new_[next_] <= 0) {
+          done(next_++);
+          continue;
+        }
+        const auto free = std::find(slot_prompt_.begin(), slot_prompt_.end(), -1);
+        if (free == slot_prompt_.end() || !prefilled_.count(suffix(next_))) break;
+        start(static_cast<size_t>(free - slot_prompt_.begin()), next_++);
       }
-      if (next == b) shrink();
-      if (slot_prompt_.empty()) break;
+      if (next_ == b) shrink();
+      fill();
+      if (slot_prompt_.empty() && filling_.empty()) break;
       step();
     }
     return std::move(out_);
@@ -103,6 +110,7 @@ class Engine {
       throw Error(fmt::format("generate: {} seeds for {} prompts", o_.seeds.size(), prompts_.size()));
     if (!o_.per_row.empty() && o_.per_row.size() != prompts_.size())
       throw Error(fmt::format("generate: {} samplers for {} prompts", o_.per_row.size(), prompts_.size()));
+    if (o_.prefill_chunk <= 0) throw Error(fmt::format("generate: a prefill chunk of {} tokens", o_.prefill_chunk));
     for (const auto& p : prompts_) {
       if (static_cast<int64_t>(p.size()) <= p_)
         throw Error(fmt::format("generate: a prompt of {} tokens has none after the {}-token prefix{}", p.size(), p_,
@@ -116,41 +124,28 @@ class Engine {
     return std::vector<int32_t>(prompts_[i].begin() + p_, prompts_[i].end());
   }
 
-  // The tokens after the prefix of prompts [first, last) that no earlier prompt shares, through the
-  // model in one batch (left-padded: each row's keys end at the batch's last position).
-  void prefill(int64_t first, int64_t last) {
-    std::vector<std::vector<int32_t>> todo;
-    for (int64_t i = first; i < last; ++i) {
+  // Prompt i's prefill chunk. A RoPE whose tables depend on the length (dynamic, longrope) takes a
+  // prompt longer than its threshold whole, as transformers' one prefill call does.
+  int64_t chunk_of(int64_t i) const {
+    const std::optional<int64_t> threshold = model_.config().rope_length_threshold();
+    if (threshold && static_cast<int64_t>(prompts_[i].size()) > *threshold)
+      return static_cast<int64_t>(prompts_[i].size()) - p_;
+    return o_.prefill_chunk;
+  }
+
+  // The prompts that will take the rows free now, next_ onwards, start their prefill (unless it is
+  // done or under way, or an equal prompt's is).
+  void fill() {
+    int64_t rows = std::count(slot_prompt_.begin(), slot_prompt_.end(), -1);
+    for (int64_t i = next_; i < static_cast<int64_t>(prompts_.size()) && rows > 0; ++i) {
+      if (max_new_[i] <= 0) continue;
+      --rows;
       std::vector<int32_t> s = suffix(i);
-      if (max_new_[i] > 0 && !prefilled_.count(s) && std::find(todo.begin(), todo.end(), s) == todo.end())
-        todo.push_back(std::move(s));
-    }
-    if (todo.empty()) return;
-    const int64_t b = static_cast<int64_t>(todo.size());
-    int64_t longest = 0;
-    for (const auto& s : todo) longest = std::max<int64_t>(longest, static_cast<int64_t>(s.size()));
-    at::Tensor tokens = at::zeros({b, longest}, at::kLong);
-    at::Tensor positions = at::zeros({b, longest}, at::kLong);
-    at::Tensor valid = at::zeros({b, longest}, at::kBool);
-    auto tok = tokens.accessor<int64_t, 2>();
-    auto pos = positions.accessor<int64_t, 2>();
-    auto val = valid.accessor<bool, 2>();
-    for (int64_t r = 0; r < b; ++r) {
-      const auto& s = todo[static_cast<size_t>(r)];
-      const int64_t n = static_cast<int64_t>(s.size()), pad = longest - n;
-      for (int64_t j = 0; j < n; ++j) {
-        tok[r][pad + j] = s[static_cast<size_t>(j)];
-        pos[r][pad + j] = p_ + j;
-        val[r][pad + j] = true;
-      }
-    }
-    auto cache = std::make_shared<KVCache>(model_.make_cache(b, longest));
-    at::Tensor hidden = model_.forward(tokens.to(device_), positions.to(device_), valid.to(device_), cache.get(), prefix_);
-    at::Tensor logits = model_.logits(hidden.select(1, longest - 1)).to(at::kFloat).to(at::kCPU);  // [b, V]
-    for (int64_t r = 0; r < b; ++r) {
-      auto& s = todo[static_cast<size_t>(r)];
-      Prefilled entry{cache, r, static_cast<int64_t>(s.size()), logits[r], uses_.at(s)};
-      prefilled_.emplace(std::move(s), std::move(entry));
+      if (prefilled_.count(s) ||
+          std::any_of(filling_.begin(), filling_.end(), [&](const Filling& f) { return f.suffix == s; }))
+        continue;
+      const int64_t n = static_cast<int64_t>(s.size());
+      filling_.push_back(Filling{std::move(s), std::make_shared<KVCache>(model_.make_cache(1, n)), 0, chunk_of(i)});
     }
   }
 
@@ -178,17 +173,13 @@ class Engine {
 
   // Prompt i's first token from its prefill; when the sequence goes on, it takes slot s.
   void start(size_t s, int64_t i) {
-    if (max_new_[i] <= 0) {
-      done(i);
-      return;
-    }
     const std::vector<int32_t> key = suffix(i);
     Prefilled& pf = prefilled_.at(key);
     const bool goes_on = advance(i, pf.logits);
     if (goes_on) {
       const int64_t n = pf.length;
       if (cache_->length() < n) cache_->realign(slot_length_, n);
-      cache_->place_row(static_cast<int64_t>(s), *pf.cache, pf.row, n);
+      cache_->place_row(static_cast<int64_t>(s), *pf.cache, 0, n);
       slot_prompt_[s] = i;
       slot_length_[s] = n;
       slot_token_[s] = out_[i].tokens.back();
@@ -215,19 +206,64 @@ class Engine {
     pick(slot_position_);
   }
 
-  // One token for every running sequence.
+  // One forward: a token for every running sequence, and the next chunk of prompts being prefilled,
+  // in order, up to prefill_chunk tokens of them while sequences decode (any number while none does;
+  // always at least one). A chunk's bounds are the prompt's own, whatever joins it, so its keys and
+  // logits never depend on the step it runs in.
   void step() {
     const int64_t n = static_cast<int64_t>(slot_prompt_.size());
-    if (cache_->length() + 1 > cache_->capacity())
-      cache_->realign(slot_length_, *std::max_element(slot_length_.begin(), slot_length_.end()));
     std::vector<uint8_t> running(static_cast<size_t>(n));
     for (int64_t s = 0; s < n; ++s) running[static_cast<size_t>(s)] = slot_prompt_[static_cast<size_t>(s)] >= 0;
-    at::Tensor tokens = at::tensor(slot_token_, at::kLong).view({n, 1}).to(device_);
-    at::Tensor positions = at::tensor(slot_position_, at::kLong).view({n, 1}).to(device_);
-    at::Tensor valid = at::tensor(std::vector<int64_t>(running.begin(), running.end()), at::kLong)
-                           .to(at::kBool).view({n, 1}).to(device_);
-    at::Tensor hidden = model_.forward(tokens, positions, valid, cache_.get(), prefix_).select(1, 0);  // [n, D]
-    at::Tensor logits = model_.logits(hidden).to(at::kFloat).to(at::kCPU);                            // [n, V]
+    const bool decoding = std::find(running.begin(), running.end(), 1) != running.end();
+    std::vector<ForwardGroup> groups;
+    if (decoding) {
+      if (cache_->length() + 1 > cache_->capacity())
+        cache_->realign(slot_length_, *std::max_element(slot_length_.begin(), slot_length_.end()));
+      groups.push_back(ForwardGroup{
+          at::tensor(slot_token_, at::kLong).view({n, 1}).to(device_),
+          at::tensor(slot_position_, at::kLong).view({n, 1}).to(device_),
+          at::tensor(std::vector<int64_t>(running.begin(), running.end()), at::kLong).to(at::kBool).view({n, 1}).to(device_),
+          cache_.get()});
+    }
+    std::vector<size_t> chunked;  // indices into filling_ of the chunks in this step
+    int64_t tokens = 0;
+    for (size_t f = 0; f < filling_.size(); ++f) {
+      Filling& fl = filling_[f];
+      const int64_t c = std::min<int64_t>(fl.chunk, static_cast<int64_t>(fl.suffix.size()) - fl.done);
+      if (decoding && !chunked.empty() && tokens + c > o_.prefill_chunk) break;
+      tokens += c;
+      chunked.push_back(f);
+      groups.push_back(ForwardGroup{
+          at::tensor(std::vector<int64_t>(fl.suffix.begin() + fl.done, fl.suffix.begin() + fl.done + c), at::kLong)
+              .view({1, c}).to(device_),
+          at::arange(p_ + fl.done, p_ + fl.done + c, at::kLong).view({1, c}).to(device_),
+          at::ones({1, c}, at::TensorOptions().dtype(at::kBool).device(device_)), fl.cache.get()});
+      fl.done += c;
+    }
+    const std::vector<at::Tensor> hidden = model_.forward_ragged(groups, prefix_);
+    // The LM head once for every row that needs logits: the decoding rows and each prompt whose prefill ends.
+    std::vector<at::Tensor> rows;
+    if (decoding) rows.push_back(hidden[0].select(1, 0));  // [n, D]
+    std::vector<size_t> ended;
+    for (size_t k = 0; k < chunked.size(); ++k) {
+      const Filling& fl = filling_[chunked[k]];
+      if (fl.done < static_cast<int64_t>(fl.suffix.size())) continue;
+      const at::Tensor& h = hidden[(decoding ? 1 : 0) + k];
+      rows.push_back(h.select(1, h.size(1) - 1));  // [1, D]
+      ended.push_back(chunked[k]);
+    }
+    at::Tensor logits;
+    if (!rows.empty()) logits = model_.logits(at::cat(rows, 0)).to(at::kFloat).to(at::kCPU);  // [rows, V]
+    const int64_t first_ended = decoding ? n : 0;
+    for (size_t k = 0; k < ended.size(); ++k) {
+      Filling& fl = filling_[ended[k]];
+      const int64_t length = static_cast<int64_t>(fl.suffix.size());
+      Prefilled entry{std::move(fl.cache), length, logits[first_ended + static_cast<int64_t>(k)], uses_.at(fl.suffix)};
+      prefilled_.emplace(std::move(fl.suffix), std::move(entry));
+    }
+    for (auto it = ended.rbegin(); it != ended.rend(); ++it)
+      filling_.erase(filling_.begin() + static_cast<std::ptrdiff_t>(*it));
+    if (!decoding) return;
     for (int64_t s = 0; s < n; ++s) {
       const size_t k = static_cast<size_t>(s);
       const int64_t i = slot_prompt_[k];
@@ -259,6 +295,8 @@ class Engine {
   std::vector<int64_t> max_new_;
   std::map<std::vector<int32_t>, int64_t> uses_;
   std::map<std::vector<int32_t>, Prefilled> prefilled_;
+  std::vector<Filling> filling_;  // in the order of their prompts
+  int64_t next_ = 0;              // the first prompt not yet started
   std::unique_ptr<KVCache> cache_;
   // Per cache row: its prompt (-1: none), its positions in the cache, its next input token and position.
   std::vector<int64_t> slot_prompt_, slot_length_, slot_token_, slot_position_;

@@ -1,16 +1,20 @@
 // Autoregressive generation on the KV cache with continuous batching: up to max_rows sequences
 // are decoded together, a token each per step; when one ends (a stop token, the length limit, or
 // the caller's RowCheck: stop strings, per-row token limits), its cache row takes the next
-// waiting prompt, so the running set stays full while prompts wait. Waiting prompts are
-// prefilled together (left-padded, after the shared prefix when there is one), and prompts equal
-// to each other (a task's repeats) are prefilled once.
+// waiting prompt, so the running set stays full while prompts wait. A waiting prompt's prefill
+// joins the decode steps (LlamaModelImpl::forward_ragged: one pass reads the weights for the
+// decoding rows and the prompt's tokens together), a chunk of prefill_chunk tokens per step so
+// that a long prompt does not stall the decoders; with no sequence decoding, every waiting
+// prompt's next chunk goes in one pass. Prompts after a shared prefix prefill only their own
+// tokens, and prompts equal to each other (a task's repeats) are prefilled once.
 //
-// A sequence's tokens do not depend on which others share its steps: its keys sit contiguous in
-// its row wherever the row is (KVCache::place_row, realign), tiled attention scores exactly a
-// row's own keys (cpu_attention.h), generate() multiplies the projections and the LM head with the
-// row-invariant product (row_invariant.h's RowInvariantProducts: a row's bits whatever the other
-// rows, on CPUs with AVX2+FMA; a caller computing the prefix holds one too), and every sequence
-// samples from its own generator seeded by the caller. Greedy by default.
+// A sequence's tokens do not depend on which others share its steps: a prompt's chunks are cut
+// from its own start (never by what shares the step), its keys sit contiguous in its row wherever
+// the row is (KVCache::place_row, realign), tiled attention scores exactly a row's own keys
+// (cpu_attention.h), generate() multiplies the projections and the LM head with the row-invariant
+// product (row_invariant.h's RowInvariantProducts: a row's bits whatever the other rows, on CPUs
+// with AVX2+FMA; a caller computing the prefix holds one too), and every sequence samples from its
+// own generator seeded by the caller. Greedy by default.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +33,10 @@ struct Sampler {
   double top_p = 1.0;        // 1: off
 };
 
+// The prefill chunk generate() uses unless told otherwise. A prompt's chunks set the order of some
+// sums, so a run's tokens follow this number: changing it is changing the engine.
+constexpr int64_t kPrefillChunk = 256;
+
 struct SamplingOptions {
   int64_t max_new_tokens = 256;
   double temperature = 0.0;  // the Sampler of every row, unless `per_row` gives each its own
@@ -39,6 +47,7 @@ struct SamplingOptions {
   std::vector<uint64_t> seeds;         // one per prompt; empty: `seed` for all
   uint64_t seed = 0;
   std::vector<int64_t> stop_token_ids;  // generation of a row ends after one of these (not returned)
+  int64_t prefill_chunk = kPrefillChunk;  // a prompt's tokens per prefill step (a longer one takes several)
 };
 
 struct Generation {

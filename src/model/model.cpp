@@ -218,8 +218,12 @@ at::Tensor AttentionImpl::queries(const at::Tensor& x, const RopeTables& rope) c
         at::cat({latent, rotate(q.narrow(-1, mla_.qk_nope_head_dim, mla_.qk_rope_head_dim), rope)}, -1);
     return query_scale_ == 1.0 ? out : out.mul_(query_scale_);
   }
-  at::Tensor q = heads(q_proj_->forward(x), n_heads_, q_norm_, rope);
-  return query_scale_ == 1.0 ? q : q * query_scale_;
+  return query_heads(q_proj_->forward(x), rope);
+}
+
+at::Tensor AttentionImpl::query_heads(const at::Tensor& q, const RopeTables& rope) const {
+  at::Tensor out = heads(q, n_heads_, q_norm_, rope);
+  return query_scale_ == 1.0 ? out : out * query_scale_;
 }
 
 at::Tensor AttentionImpl::attention_output(const at::Tensor& attended) const {
@@ -231,7 +235,6 @@ at::Tensor AttentionImpl::attention_output(const at::Tensor& attended) const {
 }
 
 std::pair<at::Tensor, at::Tensor> AttentionImpl::keys_values(const at::Tensor& x, const RopeTables& rope) const {
-  const int64_t b = x.size(0), t = x.size(1);
   if (mla_.kv_lora_rank > 0) {
     // One key per token, the latent and the shared RoPE key: [B, 1, T, r + rope]; the values are the keys
     // (attention_output reads their latent part).
@@ -241,11 +244,15 @@ std::pair<at::Tensor, at::Tensor> AttentionImpl::keys_values(const at::Tensor& x
     const at::Tensor k = at::cat({latent.unsqueeze(1), shared}, -1);
     return {k, k};
   }
-  at::Tensor k = heads(k_proj_->forward(x), n_kv_heads_, k_norm_, rope);                  // [B, KV, T, hd]
-  at::Tensor v = v_proj_->forward(x);
+  return key_value_heads(k_proj_->forward(x), v_proj_->forward(x), rope);
+}
+
+std::pair<at::Tensor, at::Tensor> AttentionImpl::key_value_heads(const at::Tensor& k, at::Tensor v,
+                                                                 const RopeTables& rope) const {
+  const int64_t b = k.size(0), t = k.size(1);
+  at::Tensor keys = heads(k, n_kv_heads_, k_norm_, rope);  // [B, KV, T, hd]
   if (clip_) v.clamp_(-*clip_, *clip_);
-  v = v.view({b, t, n_kv_heads_, head_dim_}).transpose(1, 2);  // [B, KV, T, hd]
-  return {k, v};
+  return {keys, v.view({b, t, n_kv_heads_, head_dim_}).transpose(1, 2)};  // [B, KV, T, hd] each
 }
 
 at::Tensor AttentionImpl::forward(const at::Tensor& x, const RopeTables& rope, const at::Tensor& mask,
@@ -254,6 +261,36 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const RopeTables& rope, c
   auto [k, v] = keys_values(x, rope);
   if (cache) std::tie(k, v) = cache->append(layer, k, v);  // [B, KV, S', hd]
   return o_proj_->forward(attention_output(attend(q, k, v, mask, prefix, layer)));
+}
+
+at::Tensor AttentionImpl::forward_ragged(const at::Tensor& x, const std::vector<AttentionGroup>& groups, int64_t layer,
+                                         const PrefixKV* prefix) const {
+  // Group g's rows of a [1, N, C] tensor, as [rows, length, C].
+  auto part = [](const at::Tensor& a, const AttentionGroup& g) {
+    return a.narrow(1, g.offset, g.rows * g.length).view({g.rows, g.length, a.size(2)});
+  };
+  std::vector<at::Tensor> attended;
+  attended.reserve(groups.size());
+  if (mla_.kv_lora_rank > 0) {  // its query and key products are per head and per group
+    for (const AttentionGroup& g : groups) {
+      const at::Tensor xg = part(x, g);
+      const at::Tensor q = queries(xg, *g.rope);
+      auto [k, v] = keys_values(xg, *g.rope);
+      if (g.cache) std::tie(k, v) = g.cache->append(layer, k, v);
+      const at::Tensor out = attention_output(attend(q, k, v, *g.mask, prefix, layer));
+      attended.push_back(out.view({1, g.rows * g.length, out.size(2)}));
+    }
+    return o_proj_->forward(at::cat(attended, 1));
+  }
+  const at::Tensor q_all = q_proj_->forward(x), k_all = k_proj_->forward(x), v_all = v_proj_->forward(x);
+  for (const AttentionGroup& g : groups) {
+    const at::Tensor q = query_heads(part(q_all, g), *g.rope);
+    auto [k, v] = key_value_heads(part(k_all, g), part(v_all, g), *g.rope);
+    if (g.cache) std::tie(k, v) = g.cache->append(layer, k, v);
+    const at::Tensor out = attend(q, k, v, *g.mask, prefix, layer);  // [rows, length, H * hd]
+    attended.push_back(out.view({1, g.rows * g.length, out.size(2)}));
+  }
+  return o_proj_->forward(at::cat(attended, 1));
 }
 
 at::Tensor AttentionImpl::forward_at(const at::Tensor& x, const RopeTables& rope, const at::Tensor& mask, int64_t layer,
@@ -483,8 +520,12 @@ at::Tensor MoeImpl::forward(const at::Tensor& x) const {
     // The worker's threads share the experts, each expert's products on one thread (cut by its own
     // rows alone, so the bits do not depend on the threads): runs of consecutive experts with about
     // equal rows, one per thread. An expert's 512 rows or fewer are one block of project(), one thread.
+    // The products a pool thread takes follow the caller's: RowInvariantProducts is per thread.
     const std::vector<size_t> runs = expert_runs(count, n_experts, at::get_num_threads());
+    const bool invariant = row_invariant_products_on();
     cpu_parallel_for(0, static_cast<int64_t>(runs.size()) - 1, 1, [&](int64_t b, int64_t end) {
+      std::optional<RowInvariantProducts> as_the_caller;
+      if (invariant) as_the_caller.emplace();
       for (int64_t r = b; r < end; ++r)
         for (size_t e = runs[static_cast<size_t>(r)]; e < runs[static_cast<size_t>(r) + 1]; ++e)
           if (count[e] > 0) run_expert(e);
@@ -568,6 +609,11 @@ at::Tensor DecoderLayerImpl::forward(const at::Tensor& x, const RopeTables& rope
   return residuals(self_attn_->forward(attention_input(x), rope, mask, cache, index_, prefix), x);
 }
 
+at::Tensor DecoderLayerImpl::forward_ragged(const at::Tensor& x, const std::vector<AttentionGroup>& groups,
+                                            const PrefixKV* prefix) const {
+  return residuals(self_attn_->forward_ragged(attention_input(x), groups, index_, prefix), x);
+}
+
 at::Tensor DecoderLayerImpl::forward_at(const at::Tensor& x, const RopeTables& rope, const at::Tensor& mask,
                                         const PrefixKV* prefix, const at::Tensor& columns) const {
   const int64_t b = x.size(0), picked = columns.size(1), d = x.size(2);
@@ -641,6 +687,67 @@ at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens, const at::Tensor& p
 
 at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& valid,
                                    KVCache* cache, bool keys_only, const PrefixKV* prefix) const {
+  const LayerMasks masks = step_masks(tokens, positions, valid, cache, prefix);
+  at::Tensor h = run_layers(tokens, positions, masks, cache, prefix && prefix->length() > 0 ? prefix : nullptr, {},
+                            keys_only);
+  if (cache) cache->commit(valid, positions);
+  return h;
+}
+
+std::vector<at::Tensor> LlamaModelImpl::forward_ragged(const std::vector<ForwardGroup>& groups,
+                                                       const PrefixKV* prefix) const {
+  if (groups.empty()) return {};
+  if (prefix && prefix->length() == 0) prefix = nullptr;
+  // Per group: its masks, RoPE tables (a length-dependent RoPE takes each row's own length) and place
+  // among the tokens laid side by side.
+  struct Group {
+    LayerMasks masks;
+    RopeTables rope, sliding_rope;
+    int64_t offset = 0, rows = 0, length = 0;
+  };
+  std::vector<Group> prepared;
+  std::vector<at::Tensor> tokens, positions;
+  int64_t n = 0;
+  for (const ForwardGroup& g : groups) {
+    if (g.tokens.dim() != 2 || !g.positions.sizes().equals(g.tokens.sizes()) || !g.valid.sizes().equals(g.tokens.sizes()))
+      throw Error(fmt::format("forward_ragged: a group's tokens are {}, its positions {} and valid {}",
+                              shape_str(g.tokens.sizes()), shape_str(g.positions.sizes()), shape_str(g.valid.sizes())));
+    Group p;
+    p.masks = attention_masks(step_masks(g.tokens, g.positions, g.valid, g.cache, prefix), g.tokens);
+    p.rope = rope_->tables(g.positions, options_.dtype);
+    p.sliding_rope = sliding_rope_ ? sliding_rope_->tables(g.positions, options_.dtype) : p.rope;
+    p.offset = n;
+    p.rows = g.tokens.size(0);
+    p.length = g.tokens.size(1);
+    n += p.rows * p.length;
+    tokens.push_back(g.tokens.reshape({1, -1}));
+    positions.push_back(g.positions.reshape({1, -1}));
+    prepared.push_back(std::move(p));
+  }
+  at::Tensor h = embed(at::cat(tokens, 1), at::cat(positions, 1));  // [1, N, D]
+  std::vector<AttentionGroup> layer_groups(groups.size());
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const bool slides = config_.arch.slides(static_cast<int64_t>(i));
+    for (size_t k = 0; k < groups.size(); ++k) {
+      const Group& p = prepared[k];
+      layer_groups[k] = AttentionGroup{p.offset, p.rows, p.length, slides ? &p.sliding_rope : &p.rope,
+                                       slides ? &p.masks.window : &p.masks.full, groups[k].cache};
+    }
+    h = layers_[i]->forward_ragged(h, layer_groups, prefix);
+  }
+  h = norm_->forward(h);
+  std::vector<at::Tensor> out;
+  for (size_t k = 0; k < groups.size(); ++k) {
+    const Group& p = prepared[k];
+    if (groups[k].cache) groups[k].cache->commit(groups[k].valid, groups[k].positions);
+    out.push_back(h.narrow(1, p.offset, p.rows * p.length).view({p.rows, p.length, h.size(2)}));
+  }
+  return out;
+}
+
+LlamaModelImpl::LayerMasks LlamaModelImpl::step_masks(const at::Tensor& tokens, const at::Tensor& positions,
+                                                      const at::Tensor& valid, KVCache* cache,
+                                                      const PrefixKV* prefix) const {
   const int64_t t = tokens.size(1);
   const int64_t p = prefix ? prefix->length() : 0;
   if (p > 0 && static_cast<int64_t>(prefix->keys.size()) != config_.num_hidden_layers)
@@ -663,9 +770,27 @@ at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens, const at::Tensor& p
     allowed = at::cat({at::ones({b, t, p}, allowed.options()), allowed.expand({b, t, s})}, -1);  // [B, T, P + S]
     key_positions = at::cat({at::arange(p, key_positions.options()).expand({b, p}), key_positions}, 1);
   }
-  at::Tensor h = run_layers(tokens, positions, layer_masks(allowed, positions, key_positions), cache,
-                            p > 0 ? prefix : nullptr, {}, keys_only);
-  if (cache) cache->commit(valid, positions);
+  return layer_masks(allowed, positions, key_positions);
+}
+
+LlamaModelImpl::LayerMasks LlamaModelImpl::attention_masks(const LayerMasks& masks, const at::Tensor& tokens) const {
+  if (!use_sdpa(tokens)) return masks;
+  // [B, 1, T, S] in the model's dtype on the SDPA path.
+  return LayerMasks{sdpa_mask(masks.full, options_.dtype),
+                    masks.window.defined() ? sdpa_mask(masks.window, options_.dtype) : at::Tensor()};
+}
+
+at::Tensor LlamaModelImpl::embed(const at::Tensor& tokens, const at::Tensor& positions) const {
+  at::Tensor h = embed_tokens_->forward(tokens);  // [B, T, D]
+  if (embed_positions_) {  // GPT-2's table has a row per position up to its context and none past it
+    if (const int64_t last = positions.max().item<int64_t>(); last >= config_.max_position_embeddings)
+      throw Error(fmt::format("position {} is past the model's {} learned positions (max_position_embeddings)", last,
+                              config_.max_position_embeddings));
+    h.add_(embed_positions_->forward(positions));
+  }
+  if (config_.arch.embedding_multiplier_in_dtype)  // Gemma: the multiplier rounded to the model dtype first
+    return h * at::scalar_tensor(config_.arch.embedding_multiplier, h.options());
+  if (config_.arch.embedding_multiplier != 1.0) return h * config_.arch.embedding_multiplier;
   return h;
 }
 
@@ -686,21 +811,9 @@ at::Tensor LlamaModelImpl::run_layers(const at::Tensor& tokens, const at::Tensor
                                       bool keys_only) const {
   const RopeTables rope = rope_->tables(positions, options_.dtype);
   const RopeTables sliding_rope = sliding_rope_ ? sliding_rope_->tables(positions, options_.dtype) : rope;
-  at::Tensor h = embed_tokens_->forward(tokens);  // [B, T, D]
-  if (embed_positions_) {  // GPT-2's table has a row per position up to its context and none past it
-    if (const int64_t last = positions.max().item<int64_t>(); last >= config_.max_position_embeddings)
-      throw Error(fmt::format("position {} is past the model's {} learned positions (max_position_embeddings)", last,
-                              config_.max_position_embeddings));
-    h.add_(embed_positions_->forward(positions));
-  }
-  if (config_.arch.embedding_multiplier_in_dtype)  // Gemma: the multiplier rounded to the model dtype first
-    h = h * at::scalar_tensor(config_.arch.embedding_multiplier, h.options());
-  else if (config_.arch.embedding_multiplier != 1.0)
-    h = h * config_.arch.embedding_multiplier;
-  // Converted once for all layers: [B, 1, T, S] in the model's dtype on the SDPA path.
-  const bool sdpa = use_sdpa(tokens);
-  const at::Tensor full = sdpa ? sdpa_mask(masks.full, options_.dtype) : masks.full;
-  const at::Tensor window = masks.window.defined() && sdpa ? sdpa_mask(masks.window, options_.dtype) : masks.window;
+  at::Tensor h = embed(tokens, positions);  // [B, T, D]
+  const LayerMasks converted = attention_masks(masks, tokens);  // once for all layers
+  const at::Tensor &full = converted.full, &window = converted.window;
   for (size_t i = 0; i < layers_.size(); ++i) {
     const bool slides = config_.arch.slides(static_cast<int64_t>(i));
     const at::Tensor& layer_mask = slides ? window : full;
