@@ -41,6 +41,9 @@ parsers+=':SharedTokenizer*:Csv*:Template*:Task*:RunConfig*:ResolveAddBos*:Wire*
 parsers+=':FuzzRegressions*:ArcHellaswag*:DirectoryLock*'
 # The model's CPU kernels that index raw buffers (attention tiles, their vector softmax, oneDNN call sites).
 parsers+=':CpuAttention*:TileSoftmax*:CpuMatmul*:CpuParallel*'
+# The generation engine's bookkeeping (rows refilled, prompts prefilled a chunk at a time beside the
+# decoding rows) and the ragged forward under it, on every family.
+parsers+=':ContinuousBatching*:GenerateRowCheck*:Families/ArchitectureFixture.ARaggedForward*'
 # The code sandbox: its pipes, /proc parsing and descriptor juggling, the hostile battery, and the
 # run's program runner (its threads beside the caller's). Not the code-task runs end to end
 # (CodeTask.ARun...): an ASan gpueval run counted a program as timed out at the wall-clock ceiling
