@@ -14,19 +14,21 @@ import sys
 # folder of its .cpp (a header-only one to common).
 ALLOWED = {
     'common': set(),
+    'jinja': set(),
     'tokenizer': set(),
     'sandbox': set(),
     'model': {'tokenizer'},
-    'tasks': {'plan'},
+    'tasks': {'plan', 'jinja'},
     'plan': {'tokenizer', 'model'},
     'aggregate': {'tasks', 'plan'},
     'store': {'plan', 'tasks'},
     'report': {'tasks', 'plan', 'aggregate', 'store'},
     'run': {'model', 'tokenizer', 'plan', 'sandbox'},
-    'evaluation': {'model', 'tokenizer', 'tasks', 'plan', 'run', 'aggregate', 'store', 'report', 'sandbox'},
-    'cluster': {'model', 'tokenizer', 'tasks', 'plan', 'run', 'aggregate', 'store', 'report', 'evaluation', 'sandbox'},
+    'evaluation': {'model', 'tokenizer', 'tasks', 'plan', 'run', 'aggregate', 'store', 'report', 'sandbox', 'jinja'},
+    'cluster': {'model', 'tokenizer', 'tasks', 'plan', 'run', 'aggregate', 'store', 'report', 'evaluation', 'sandbox',
+                'jinja'},
     'cli': {'model', 'tokenizer', 'tasks', 'plan', 'run', 'aggregate', 'store', 'report', 'evaluation', 'cluster',
-            'sandbox'},
+            'sandbox', 'jinja'},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 

@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "gpueval/template.h"
-#include "tasks/jinja_expression.h"
+#include "jinja/expression.h"
 #include "test_util.h"
 
 namespace gpueval {

@@ -1,10 +1,10 @@
-// Template is the prompt language of task files (doc_to_text, doc_to_target, doc_to_choice,
-// description): the subset of Jinja2, which lm-evaluation-harness renders those keys with, that
+// Template (src/jinja/, which calls common only) is the prompt language of task files (doc_to_text,
+// doc_to_target, doc_to_choice, description): the subset of Jinja2, which lm-evaluation-harness renders those keys with, that
 // lm-eval's own task files use. Literal text passes through unchanged (trailing newline
 // included, as lm-eval's keep_trailing_newline=True); `{{ expression }}` is replaced by the
 // expression's value, rendered as Jinja renders it, i.e. Python's str(): strings raw, numbers
 // as Python prints them, true/false/none as True/False/None, lists and dicts as Python
-// literals (['a', 'b']). Expressions (src/tasks/jinja_expression.h) are document fields with
+// literals (['a', 'b']). Expressions (src/jinja/expression.h) are document fields with
 // `.name`, `.0`, `[i]`, `["key"]` and slice `[i:j]` steps, string/number/list literals
 // (`{{[sol1, sol2]}}`), the str/list methods strip, lstrip, rstrip, split, lower, upper,
 // replace, index, startswith, endswith, count, the filters int, join, lower, upper, trim,

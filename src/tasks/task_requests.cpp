@@ -7,7 +7,7 @@
 #include "common/strict_json.h"
 #include "gpueval/error.h"
 #include "gpueval/task.h"
-#include "tasks/jinja_expression.h"
+#include "jinja/expression.h"
 
 namespace gpueval {
 namespace {

@@ -5,7 +5,7 @@
 #include "common/python_format.h"
 #include "common/strict_json.h"
 #include "gpueval/error.h"
-#include "tasks/jinja_expression.h"
+#include "jinja/expression.h"
 
 namespace gpueval {
 namespace {

@@ -1,4 +1,4 @@
-#include "tasks/jinja_expression.h"
+#include "jinja/expression.h"
 
 #include <algorithm>
 #include <cctype>
