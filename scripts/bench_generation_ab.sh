@@ -9,7 +9,8 @@
 # random 134M Llama that scripts/bench_generation.py makes in its work folder (run it once first;
 # WORK, default /tmp/bench_gen), float32, `--gpus cpu:2` (GPUS), the calibration cache in WORK.
 # Runs alternate OLD, NEW, REPS (default 1) times; each prints its wall time, the compute window
-# (results.json timing.compute_s), the tokens generated and the batch count. The two samples files
+# (results.json timing.compute_s), the tokens generated and the batch count. BATCH_SIZE=N adds
+# `batch_size: N` to the run config (more, smaller batches: the look-ahead's case). The two samples files
 # of the last pair are compared byte for byte: sampling is seeded per document, so they must match.
 set -euo pipefail
 old=$1 new=$2 limit=${3:-128} reps=${4:-1}
@@ -29,8 +30,8 @@ for rep in $(seq "$reps"); do
   for side in old new; do
     bin=$old; [[ $side == new ]] && bin=$new
     out=$work/ab_$side
-    printf '{"model": "%s/model", "tasks": ["%s/ab_task.yaml"], "dtype": "float32", "output": "%s", "limit": %d, "data": {"gsm8k": "%s/../shared/data/gsm8k"}}\n' \
-      "$work" "$work" "$out" "$limit" "$repo" > "$out.yaml"
+    printf '{"model": "%s/model", "tasks": ["%s/ab_task.yaml"], "dtype": "float32", "output": "%s", "limit": %d, %s"data": {"gsm8k": "%s/../shared/data/gsm8k"}}\n' \
+      "$work" "$work" "$out" "$limit" "${BATCH_SIZE:+\"batch_size\": $BATCH_SIZE, }" "$repo" > "$out.yaml"
     rm -rf "$out"
     t0=$(date +%s.%N)
     GPUEVAL_CACHE_DIR=$work/cache GPUEVAL_TASKS_DIR=$repo/tasks "$bin" run --gpus "$gpus" "$out.yaml" > /dev/null 2> "$out.log"

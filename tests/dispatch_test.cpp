@@ -100,5 +100,38 @@ TEST(DispatchTest, NothingQueuedMeansWaitEvenForASwitch) {
   EXPECT_EQ(choose_dispatch(batches({}), false, 3, {}).action, Action::kWait);
 }
 
+// The look-ahead: a worker whose generation batch is draining (a sequence has ended, and those still
+// running fit its rows) gets the next queued generation batch with its prefix, while the queue holds a
+// batch for every worker that is up.
+TEST(DispatchTest, ADrainingGenerationBatchGetsTheNextOneWithItsPrefixAhead) {
+  std::vector<QueuedBatch> q = batches({4, 7, 7, 7});
+  q[1].generation = false;  // a scoring batch of the same prefix never joins a running set
+  q[2].generation = q[3].generation = true;
+  const FlightBatch draining{/*generation=*/true, /*prefix_id=*/7, /*items=*/32, /*ended=*/28, /*rows=*/4};
+  EXPECT_EQ(choose_ahead(q, {draining}, 2), std::optional<size_t>(2));
+  EXPECT_EQ(choose_ahead(q, {draining}, 4), std::optional<size_t>(2));
+  // Not yet: more sequences to run than rows (a prompt still waits), or none has ended.
+  FlightBatch waiting = draining;
+  waiting.ended = 27;
+  EXPECT_EQ(choose_ahead(q, {waiting}, 2), std::nullopt);
+  FlightBatch fresh{true, 7, 4, 0, 4};
+  EXPECT_EQ(choose_ahead(q, {fresh}, 2), std::nullopt);
+  fresh.ended = 1;
+  EXPECT_EQ(choose_ahead(q, {fresh}, 2), std::optional<size_t>(2));
+  // max_rows 0: all its items run at once.
+  EXPECT_EQ(choose_ahead(q, {FlightBatch{true, 7, 5, 1, 0}}, 2), std::optional<size_t>(2));
+  // Never a second batch ahead, never for a scoring batch, never another prefix.
+  EXPECT_EQ(choose_ahead(q, {draining, draining}, 2), std::nullopt);
+  FlightBatch scoring = draining;
+  scoring.generation = false;
+  EXPECT_EQ(choose_ahead(q, {scoring}, 2), std::nullopt);
+  FlightBatch other = draining;
+  other.prefix_id = 4;
+  EXPECT_EQ(choose_ahead(q, {other}, 2), std::nullopt);
+  // The last batches go to whichever worker is free first: fewer queued than workers up.
+  EXPECT_EQ(choose_ahead(q, {draining}, 5), std::nullopt);
+  EXPECT_EQ(choose_ahead({}, {draining}, 1), std::nullopt);
+}
+
 }  // namespace
 }  // namespace gpueval

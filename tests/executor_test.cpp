@@ -244,6 +244,78 @@ TEST(Executor, GenerationDoesNotDependOnBatchMates) {
   }
 }
 
+// Generation batches back to back through one running set (a worker's look-ahead): each batch that
+// joins gives the results it gives alone, reported as its last sequence ends; a batch with nothing
+// to generate is done as it joins; one with another prefix is refused.
+TEST(Executor, BatchesThatJoinARunningGenerationGiveWhatTheyGiveAlone) {
+  std::vector<Request> requests;
+  const char* openings[] = {"Once upon a time", "The dog", "Lily saw a big", "Tom and Sue", "One day", "The sun"};
+  for (int64_t i = 0; i < 12; ++i) {
+    Request r = generation(i, std::string("A story. ") + openings[i % 6], {".", "\n"}, 8 + 3 * (i % 5));
+    r.temperature = i % 3 == 0 ? 0.0 : 0.9;
+    requests.push_back(std::move(r));
+  }
+  PlanOptions o = options(1 << 20);
+  o.max_batch_size = 3;
+  const Plan plan = make_plan(requests, tokenizer(), o);
+  ASSERT_GE(plan.batches.size(), 4u);
+  std::map<int64_t, std::vector<ItemResult>> alone;
+  for (const Batch& b : plan.batches) alone[b.id] = execute_batch(model(), tokenizer(), b);
+
+  Batch empty = plan.batches[1];
+  for (WorkItem& item : empty.items) item.max_tokens = 0;
+  empty.id = 1000;
+  alone[empty.id] = execute_batch(model(), tokenizer(), empty);
+
+  std::vector<Batch> more(plan.batches.begin() + 1, plan.batches.end());
+  more.insert(more.begin() + 1, empty);
+  size_t handed = 0;
+  std::vector<int64_t> done_order;
+  std::map<int64_t, std::vector<ItemResult>> joined;
+  int64_t items_ahead = 0;
+  ExecutionOptions exec;
+  exec.on_item_done = [&](const ItemResult&) { ++items_ahead; };
+  execute_generation(
+      model(), tokenizer(), plan.batches[0], exec,
+      [&]() -> std::optional<Batch> {
+        if (handed == more.size()) return std::nullopt;
+        return more[handed++];
+      },
+      [&](const Batch& b, std::vector<ItemResult> items, const ExecutionStats& stats) {
+        done_order.push_back(b.id);
+        // A batch with nothing to generate is done as it joins, before the next is asked for.
+        if (b.id == empty.id) EXPECT_EQ(handed, 2u);
+        EXPECT_GT(stats.tokens_computed, 0) << b.id;
+        joined[b.id] = std::move(items);
+      });
+  EXPECT_EQ(handed, more.size());
+  ASSERT_EQ(joined.size(), alone.size());
+  for (const auto& [id, items] : alone) {
+    ASSERT_EQ(joined[id].size(), items.size()) << "batch " << id;
+    for (size_t k = 0; k < items.size(); ++k) {
+      EXPECT_EQ(joined[id][k].text, items[k].text) << "batch " << id << " item " << k;
+      EXPECT_EQ(joined[id][k].num_tokens, items[k].num_tokens);
+      EXPECT_EQ(joined[id][k].request_index, items[k].request_index);
+    }
+  }
+  EXPECT_EQ(done_order.size(), alone.size());
+  EXPECT_EQ(items_ahead, 12);
+
+  // Another prefix cannot join.
+  Batch other = plan.batches[1];
+  other.prefix = {1, 2, 3};
+  bool asked = false;
+  EXPECT_THROW(execute_generation(
+                   model(), tokenizer(), plan.batches[0], {},
+                   [&]() -> std::optional<Batch> {
+                     if (asked) return std::nullopt;
+                     asked = true;
+                     return other;
+                   },
+                   [](const Batch&, std::vector<ItemResult>, const ExecutionStats&) {}),
+               Error);
+}
+
 TEST(Executor, RejectsBatchesThatMixKinds) {
   const Plan plan =
       make_plan({make_request(0, RequestType::kLoglikelihood, "A", " b"), generation(1, "A", {}, 3)}, tokenizer(),

@@ -117,6 +117,86 @@ TEST(ContinuousBatching, APromptsPrefillJoinsTheDecodeStepsAChunkAtATime) {
   EXPECT_THROW(generate(*model, prompts, o), Error);
 }
 
+// Prompts handed over while a run is under way (MorePrompts: a worker's next batch joining its
+// running set) get the tokens they get when every prompt is there from the start: with rows freed
+// and shed before they come, a joining row wider than the cache held, and a joining prompt equal
+// to one prefilled before (a repeat).
+TEST(ContinuousBatching, PromptsThatJoinARunGetTheTokensTheyGetFromTheStart) {
+  testing::TinyModelSpec spec;
+  ModelConfig config = testing::tiny_config(spec);
+  LlamaModel model = build_model(config, testing::tiny_weights(config, spec.seed));
+  const std::vector<int32_t> head = {1, 9, 8};
+  const std::vector<std::vector<int32_t>> tails = {{2}, {5, 5}, {7, 1, 3}, {2}, {4, 4, 4, 4, 4, 4, 4, 4, 4}, {5, 5}, {6}};
+  std::vector<std::vector<int32_t>> prompts;
+  for (const auto& t : tails) {
+    prompts.push_back(head);
+    prompts.back().insert(prompts.back().end(), t.begin(), t.end());
+  }
+  const std::vector<int64_t> limits = {3, 5, 4, 9, 20, 2, 7};  // prompt 4 is the widest row by far
+  const PrefixKV prefix = model->prefill(head);
+  auto options_for = [&](size_t from, size_t to) {
+    SamplingOptions o;
+    o.temperature = 0.8;
+    o.max_new_tokens = 0;
+    for (size_t i = from; i < to; ++i) {
+      o.seeds.push_back(100 + i);
+      o.max_new_tokens = std::max(o.max_new_tokens, limits[i]);
+    }
+    return o;
+  };
+  auto joining = [&](size_t i) {
+    return JoiningPrompt{prompts[i], 100 + i, Sampler{0.8, 0, 1.0}, limits[i]};
+  };
+  // A row ends at its own limit (the engine's max_new_tokens is the most of them).
+  std::vector<int64_t> limit_of;
+  const RowCheck end_at = [&](size_t row, const std::vector<int32_t>& tokens) {
+    return static_cast<int64_t>(tokens.size()) >= limit_of[row];
+  };
+  limit_of = limits;
+  SamplingOptions all = options_for(0, prompts.size());
+  all.max_rows = 2;
+  const std::vector<Generation> whole = generate(*model, prompts, all, nullptr, end_at, &prefix);
+  ASSERT_EQ(whole.size(), prompts.size());
+
+  // Two prompts to start; the others come one or two per ask, the last after the run has drained
+  // (the callback is asked with no prompt waiting, once rows are free).
+  for (int64_t rows : {2, 1, 3}) {
+    size_t handed = 2, asks = 0, refused_while_running = 0;
+    std::vector<size_t> done_order;
+    const MorePrompts more = [&]() {
+      ++asks;
+      std::vector<JoiningPrompt> out;
+      // Nothing on every other ask while a sequence runs, so the run drains and sheds rows before
+      // some prompts come (with none running, nothing would end the run).
+      const bool running = done_order.size() < handed;
+      if (handed == prompts.size()) return out;
+      if (asks % 2 == 0 && running) {
+        ++refused_while_running;  // the engine sheds the free rows now, and grows again later
+        return out;
+      }
+      const size_t n = handed == 3 ? 2 : 1;
+      for (size_t k = 0; k < n && handed < prompts.size(); ++k) out.push_back(joining(handed++));
+      return out;
+    };
+    SamplingOptions o = options_for(0, 2);
+    o.max_rows = rows;
+    const std::vector<Generation> joined = generate(
+        *model, {prompts[0], prompts[1]}, o, nullptr, end_at, &prefix,
+        [&](size_t i, const Generation&) { done_order.push_back(i); }, more);
+    EXPECT_EQ(handed, prompts.size()) << rows << " rows";
+    // (With one row, a free row means nothing runs.)
+    if (rows > 1) EXPECT_GT(refused_while_running, 0u) << rows << " rows";
+    ASSERT_EQ(joined.size(), prompts.size()) << rows << " rows";
+    EXPECT_EQ(done_order.size(), prompts.size());
+    for (size_t i = 0; i < prompts.size(); ++i)
+      EXPECT_EQ(joined[i].tokens, whole[i].tokens) << rows << " rows, prompt " << i;
+  }
+  // A prompt that cannot be generated from is refused when it joins.
+  SamplingOptions o = options_for(0, 1);
+  const MorePrompts bad = [&]() { return std::vector<JoiningPrompt>{JoiningPrompt{head, 1, Sampler{}, 3}}; };
+  EXPECT_THROW(generate(*model, {prompts[0]}, o, nullptr, nullptr, &prefix, nullptr, bad), Error);
+}
+
 // With a prefix computed once (a task's few-shot examples), prompts decode as they do without it,
 // and the same whatever shares their steps.
 TEST(ContinuousBatching, APrefixIsSharedByEveryRow) {

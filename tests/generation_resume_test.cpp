@@ -156,5 +156,46 @@ TEST_F(SequencesAhead, AKilledRunKeepsTheSequencesThatEndedBeforeTheKill) {
   expect_reference_samples("killed");
 }
 
+// The look-ahead: a worker's next generation batch comes before its current one's result, once the
+// current one drains, and joins its running set. Batches of four sequences on one worker: the worker
+// holds after its first batch's first sequence has ended, until the scheduler has sent the next
+// batch ahead (status.json: two in flight); released, it takes that batch into its running set.
+TEST_F(SequencesAhead, ANextBatchSentAheadJoinsTheRunningSetAndChangesNoSample) {
+  const std::string out = dir_.file("ahead");
+  AsyncRun run = AsyncRun::start({"run", "--gpus", "cpu:1", write_config(dir_, "ahead", "batch_size: 4\n")}, out,
+                                 {{"GPUEVAL_FAULT", "hold-items:1"},
+                                  {"GPUEVAL_FAULT_ONCE", out + ".held"},
+                                  {"GPUEVAL_FAULT_RELEASE", out + ".release"}});
+  const json s = run.wait_status([](const json& st) {
+    for (const json& w : st["workers"])
+      if (w.value("batches_in_flight", 0) == 2) return true;
+    return false;
+  });
+  ASSERT_FALSE(s.is_null()) << run.log();
+  testing::write_text(out + ".release", "");
+  const ExitStatus st = run.child.wait();
+  ASSERT_EQ(st.code, 0) << run.log();
+  EXPECT_THAT(run.log(), HasSubstr("sent ahead to worker cpu:0"));
+  EXPECT_THAT(io::read_file(out + "/logs/worker_cpu_0.log"), HasSubstr("'s running set"));
+  expect_reference_samples("ahead");
+  EXPECT_EQ(journal_of(out)["items_recorded_ahead"].get<int64_t>(), 48);
+}
+
+// A worker that dies once a batch sent ahead has joined its running set and sent one sequence:
+// both batches go back to the queue, each without the sequences that ended ahead, and the samples
+// are the uninterrupted run's.
+TEST_F(SequencesAhead, AWorkerThatDiesWithABatchJoinedKeepsEverySequenceThatEnded) {
+  const std::string out = dir_.file("joined");
+  AsyncRun run = AsyncRun::start({"run", "--gpus", "cpu:1", write_config(dir_, "joined", "batch_size: 4\n")}, out,
+                                 {{"GPUEVAL_FAULT", "crash-join:1"}, {"GPUEVAL_FAULT_ONCE", out + ".fired"}});
+  const ExitStatus st = run.child.wait();
+  ASSERT_EQ(st.code, 0) << run.log();
+  const std::string log = run.log();
+  EXPECT_TRUE(io::path_exists(out + ".fired")) << log;
+  EXPECT_THAT(log, HasSubstr("goes on without its 1 items that ended ahead"));
+  EXPECT_THAT(log, HasSubstr("worker cpu:0 failed"));
+  expect_reference_samples("joined");
+}
+
 }  // namespace
 }  // namespace gpueval

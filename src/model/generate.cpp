@@ -38,7 +38,6 @@ struct Prefilled {
   std::shared_ptr<KVCache> cache;
   int64_t length = 0;  // its tokens after the prefix
   at::Tensor logits;   // [V] float32, CPU
-  int64_t uses = 0;    // prompts still to start from it
 };
 
 // A prompt being prefilled, a chunk per step: its tokens after the prefix, and how many are in its cache.
@@ -51,42 +50,40 @@ struct Filling {
 
 // The running set: up to `slots` sequences decoded together, one cache row each. A finished
 // sequence's row takes the next waiting prompt, whose prefill joins the decode steps a chunk at a
-// time (LlamaModelImpl::forward_ragged), so the set stays full while prompts wait; once none waits,
-// finished rows leave the cache.
+// time (LlamaModelImpl::forward_ragged), so the set stays full while prompts wait; with none
+// waiting, the caller may hand over more (MorePrompts); once none comes, finished rows leave the
+// cache (and come back if more prompts join later).
 class Engine {
  public:
-  Engine(const LlamaModelImpl& model, const std::vector<std::vector<int32_t>>& prompts, const SamplingOptions& o,
-         const PrefixKV* prefix, const TokenCallback& on_token, const RowCheck& end_row, const RowDone& on_done)
-      : model_(model), prompts_(prompts), o_(o), prefix_(prefix), on_token_(on_token), end_row_(end_row), on_done_(on_done),
-        device_(model.options().device), p_(prefix ? prefix->length() : 0), out_(prompts.size()) {}
+  Engine(const LlamaModelImpl& model, const SamplingOptions& o, const PrefixKV* prefix, const TokenCallback& on_token,
+         const RowCheck& end_row, const RowDone& on_done, const MorePrompts& more)
+      : model_(model), o_(o), prefix_(prefix), on_token_(on_token), end_row_(end_row), on_done_(on_done), more_(more),
+        device_(model.options().device), p_(prefix ? prefix->length() : 0) {}
 
-  std::vector<Generation> run() {
-    const int64_t b = static_cast<int64_t>(prompts_.size());
-    if (b == 0) return std::move(out_);
-    check();
+  std::vector<Generation> run(const std::vector<std::vector<int32_t>>& prompts) {
+    if (!o_.seeds.empty() && o_.seeds.size() != prompts.size())
+      throw Error(fmt::format("generate: {} seeds for {} prompts", o_.seeds.size(), prompts.size()));
+    if (!o_.per_row.empty() && o_.per_row.size() != prompts.size())
+      throw Error(fmt::format("generate: {} samplers for {} prompts", o_.per_row.size(), prompts.size()));
+    if (o_.prefill_chunk <= 0) throw Error(fmt::format("generate: a prefill chunk of {} tokens", o_.prefill_chunk));
+    if (prompts.empty()) return {};
     c10::InferenceMode guard;
     const Sampler common{o_.temperature, o_.top_k, o_.top_p};
-    int64_t widest = 1;  // a row's most positions in the cache: its prompt after the prefix and its new tokens
-    for (int64_t i = 0; i < b; ++i) {
-      gens_.push_back(at::make_generator<at::CPUGeneratorImpl>(o_.seeds.empty() ? o_.seed : o_.seeds[i]));
-      samplers_.push_back(o_.per_row.empty() ? common : o_.per_row[i]);
-      const int64_t n = static_cast<int64_t>(prompts_[i].size());
-      max_new_.push_back(std::min<int64_t>(o_.max_new_tokens, model_.config().max_position_embeddings - n + 1));
-      widest = std::max<int64_t>(widest, n - p_ + max_new_.back());
-      ++uses_[suffix(i)];
-    }
-    const int64_t slots = o_.max_rows > 0 ? std::min<int64_t>(o_.max_rows, b) : b;
+    for (size_t i = 0; i < prompts.size(); ++i)
+      add(JoiningPrompt{prompts[i], o_.seeds.empty() ? o_.seed : o_.seeds[i], o_.per_row.empty() ? common : o_.per_row[i],
+                        o_.max_new_tokens});
+    slots_ = o_.max_rows > 0 ? std::min<int64_t>(o_.max_rows, count()) : count();
     // Twice the widest row: the cache is compacted (rows moved to its start) at most once per
     // `widest` steps.
-    cache_ = std::make_unique<KVCache>(model_.make_cache(slots, 2 * widest));
-    slot_prompt_.assign(static_cast<size_t>(slots), -1);
-    slot_length_.assign(static_cast<size_t>(slots), 0);
-    slot_token_.assign(static_cast<size_t>(slots), 0);
-    slot_position_.assign(static_cast<size_t>(slots), 0);
+    cache_ = std::make_unique<KVCache>(model_.make_cache(slots_, 2 * widest_));
+    slot_prompt_.assign(static_cast<size_t>(slots_), -1);
+    slot_length_.assign(static_cast<size_t>(slots_), 0);
+    slot_token_.assign(static_cast<size_t>(slots_), 0);
+    slot_position_.assign(static_cast<size_t>(slots_), 0);
     while (true) {
       // Prompts take free rows in order, once prefilled; one that ends at its first token leaves its
       // row to the next.
-      while (next_ < b) {
+      while (next_ < count()) {
         if (max_new_[next_] <= 0) {
           done(next_++);
           continue;
@@ -95,7 +92,8 @@ class Engine {
         if (free == slot_prompt_.end() || !prefilled_.count(suffix(next_))) break;
         start(static_cast<size_t>(free - slot_prompt_.begin()), next_++);
       }
-      if (next_ == b) shrink();
+      if (next_ == count() && more_ && rows_free() && join(more_())) continue;
+      if (next_ == count()) shrink();
       fill();
       if (slot_prompt_.empty() && filling_.empty()) break;
       step();
@@ -104,20 +102,50 @@ class Engine {
   }
 
  private:
-  void check() const {
+  int64_t count() const { return static_cast<int64_t>(prompts_.size()); }
+
+  // A new prompt's state; Error for one the model cannot generate from.
+  void add(JoiningPrompt p) {
     const int64_t context = model_.config().max_position_embeddings;
-    if (!o_.seeds.empty() && o_.seeds.size() != prompts_.size())
-      throw Error(fmt::format("generate: {} seeds for {} prompts", o_.seeds.size(), prompts_.size()));
-    if (!o_.per_row.empty() && o_.per_row.size() != prompts_.size())
-      throw Error(fmt::format("generate: {} samplers for {} prompts", o_.per_row.size(), prompts_.size()));
-    if (o_.prefill_chunk <= 0) throw Error(fmt::format("generate: a prefill chunk of {} tokens", o_.prefill_chunk));
-    for (const auto& p : prompts_) {
-      if (static_cast<int64_t>(p.size()) <= p_)
-        throw Error(fmt::format("generate: a prompt of {} tokens has none after the {}-token prefix{}", p.size(), p_,
-                                p.empty() ? " (no tokens, not even BOS)" : ""));
-      if (static_cast<int64_t>(p.size()) > context)
-        throw Error(fmt::format("generate: prompt of {} tokens exceeds the model's context of {}", p.size(), context));
-    }
+    const int64_t n = static_cast<int64_t>(p.tokens.size());
+    if (n <= p_)
+      throw Error(fmt::format("generate: a prompt of {} tokens has none after the {}-token prefix{}", n, p_,
+                              p.tokens.empty() ? " (no tokens, not even BOS)" : ""));
+    if (n > context)
+      throw Error(fmt::format("generate: prompt of {} tokens exceeds the model's context of {}", n, context));
+    gens_.push_back(at::make_generator<at::CPUGeneratorImpl>(p.seed));
+    samplers_.push_back(p.sampler);
+    max_new_.push_back(std::min<int64_t>(p.max_new_tokens, context - n + 1));
+    out_.emplace_back();
+    prompts_.push_back(std::move(p.tokens));
+    // A row's most positions in the cache: its prompt after the prefix and its new tokens.
+    widest_ = std::max<int64_t>(widest_, n - p_ + max_new_.back());
+    if (max_new_.back() > 0) ++uses_[suffix(count() - 1)];
+  }
+
+  bool rows_free() const {
+    return static_cast<int64_t>(slot_prompt_.size()) < slots_ ||
+           std::find(slot_prompt_.begin(), slot_prompt_.end(), -1) != slot_prompt_.end();
+  }
+
+  // Prompts handed over while rows are free join the run: the cache gets back the rows it shed,
+  // and more positions if a new row is wider than it holds. False when none came.
+  bool join(std::vector<JoiningPrompt> more) {
+    if (more.empty()) return false;
+    for (JoiningPrompt& p : more) add(std::move(p));
+    const int64_t rows = std::max<int64_t>(slots_, static_cast<int64_t>(slot_prompt_.size()));
+    if (static_cast<int64_t>(slot_prompt_.size()) == rows && 2 * widest_ <= cache_->capacity()) return true;
+    auto grown = std::make_unique<KVCache>(model_.make_cache(rows, std::max<int64_t>(2 * widest_, cache_->capacity())));
+    const int64_t length = slot_length_.empty() ? 0 : *std::max_element(slot_length_.begin(), slot_length_.end());
+    grown->realign(std::vector<int64_t>(static_cast<size_t>(rows), 0), length);
+    for (size_t s = 0; s < slot_prompt_.size(); ++s)
+      if (slot_prompt_[s] >= 0) grown->place_row(static_cast<int64_t>(s), *cache_, static_cast<int64_t>(s), slot_length_[s]);
+    cache_ = std::move(grown);
+    slot_prompt_.resize(static_cast<size_t>(rows), -1);
+    slot_length_.resize(static_cast<size_t>(rows), 0);
+    slot_token_.resize(static_cast<size_t>(rows), 0);
+    slot_position_.resize(static_cast<size_t>(rows), 0);
+    return true;
   }
 
   std::vector<int32_t> suffix(int64_t i) const {
@@ -137,7 +165,7 @@ class Engine {
   // done or under way, or an equal prompt's is).
   void fill() {
     int64_t rows = std::count(slot_prompt_.begin(), slot_prompt_.end(), -1);
-    for (int64_t i = next_; i < static_cast<int64_t>(prompts_.size()) && rows > 0; ++i) {
+    for (int64_t i = next_; i < count() && rows > 0; ++i) {
       if (max_new_[i] <= 0) continue;
       --rows;
       std::vector<int32_t> s = suffix(i);
@@ -185,7 +213,10 @@ class Engine {
       slot_token_[s] = out_[i].tokens.back();
       slot_position_[s] = static_cast<int64_t>(prompts_[i].size());
     }
-    if (--pf.uses == 0) prefilled_.erase(key);
+    if (--uses_.at(key) == 0) {
+      uses_.erase(key);
+      prefilled_.erase(key);
+    }
   }
 
   // With no prompt waiting, rows without a sequence leave the cache.
@@ -258,7 +289,7 @@ class Engine {
     for (size_t k = 0; k < ended.size(); ++k) {
       Filling& fl = filling_[ended[k]];
       const int64_t length = static_cast<int64_t>(fl.suffix.size());
-      Prefilled entry{std::move(fl.cache), length, logits[first_ended + static_cast<int64_t>(k)], uses_.at(fl.suffix)};
+      Prefilled entry{std::move(fl.cache), length, logits[first_ended + static_cast<int64_t>(k)]};
       prefilled_.emplace(std::move(fl.suffix), std::move(entry));
     }
     for (auto it = ended.rbegin(); it != ended.rend(); ++it)
@@ -281,19 +312,22 @@ class Engine {
   }
 
   const LlamaModelImpl& model_;
-  const std::vector<std::vector<int32_t>>& prompts_;
   const SamplingOptions& o_;
   const PrefixKV* prefix_;
   const TokenCallback& on_token_;
   const RowCheck& end_row_;
   const RowDone& on_done_;
+  const MorePrompts& more_;
   const at::Device device_;
   const int64_t p_;
+  std::vector<std::vector<int32_t>> prompts_;  // the caller's, then those that joined
   std::vector<Generation> out_;
   std::vector<at::Generator> gens_;
   std::vector<Sampler> samplers_;
   std::vector<int64_t> max_new_;
-  std::map<std::vector<int32_t>, int64_t> uses_;
+  int64_t widest_ = 1;  // the most cache positions a row needs
+  int64_t slots_ = 0;   // rows in the running set
+  std::map<std::vector<int32_t>, int64_t> uses_;  // per distinct suffix, its prompts not started yet
   std::map<std::vector<int32_t>, Prefilled> prefilled_;
   std::vector<Filling> filling_;  // in the order of their prompts
   int64_t next_ = 0;              // the first prompt not yet started
@@ -306,9 +340,9 @@ class Engine {
 
 std::vector<Generation> generate(const LlamaModelImpl& model, const std::vector<std::vector<int32_t>>& prompts,
                                  const SamplingOptions& o, const TokenCallback& on_token, const RowCheck& end_row,
-                                 const PrefixKV* prefix, const RowDone& on_done) {
+                                 const PrefixKV* prefix, const RowDone& on_done, const MorePrompts& more) {
   const RowInvariantProducts invariant;  // a row's tokens whatever shares its steps
-  return Engine(model, prompts, o, prefix, on_token, end_row, on_done).run();
+  return Engine(model, o, prefix, on_token, end_row, on_done, more).run(prompts);
 }
 
 bool generation_rows_independent(const at::Device& device, at::ScalarType dtype) {

@@ -5,7 +5,9 @@
 // joins the decode steps (LlamaModelImpl::forward_ragged: one pass reads the weights for the
 // decoding rows and the prompt's tokens together), a chunk of prefill_chunk tokens per step so
 // that a long prompt does not stall the decoders; with no sequence decoding, every waiting
-// prompt's next chunk goes in one pass. Prompts after a shared prefix prefill only their own
+// prompt's next chunk goes in one pass. While rows are free and no prompt waits, the caller may hand
+// over more prompts after the same prefix (MorePrompts: the next batch of a worker's queue), so
+// the set stays full from one batch into the next. Prompts after a shared prefix prefill only their own
 // tokens, and prompts equal to each other (a task's repeats) are prefilled once.
 //
 // A sequence's tokens do not depend on which others share its steps: a prompt's chunks are cut
@@ -66,12 +68,28 @@ using RowCheck = std::function<bool(size_t, const std::vector<int32_t>&)>;
 // Called once per prompt, as soon as its sequence has ended, with (prompt index, its generation).
 using RowDone = std::function<void(size_t, const Generation&)>;
 
+// A prompt that joins a generate() under way (MorePrompts): its tokens (the run's prefix first), its
+// own seed, sampler and limit of new tokens.
+struct JoiningPrompt {
+  std::vector<int32_t> tokens;
+  uint64_t seed = 0;
+  Sampler sampler;
+  int64_t max_new_tokens = 0;
+};
+
+// Asked while a row is free and no prompt waits (after every step then, and before generate()
+// returns): prompts to join the running set, or none for now. They take the indices after the
+// prompts so far, in order, and are generated as if they had been in `prompts` from the start
+// (with their own seeds and samplers), so joining changes no sequence's tokens.
+using MorePrompts = std::function<std::vector<JoiningPrompt>()>;
+
 // With a prefix, every prompt starts with its tokens (and has at least one more): its keys and
-// values are shared by all rows, computed once by the caller (LlamaModelImpl::prefill).
+// values are shared by all rows, computed once by the caller (LlamaModelImpl::prefill). Returns a
+// Generation per prompt, those that joined (`more`) after the others.
 std::vector<Generation> generate(const LlamaModelImpl& model, const std::vector<std::vector<int32_t>>& prompts,
                                  const SamplingOptions& options, const TokenCallback& on_token = nullptr,
                                  const RowCheck& end_row = nullptr, const PrefixKV* prefix = nullptr,
-                                 const RowDone& on_done = nullptr);
+                                 const RowDone& on_done = nullptr, const MorePrompts& more = nullptr);
 
 // Whether generate() on a model on `device` with weights of `dtype` gives each sequence the same
 // tokens whatever else shares its steps or batch: a CPU model in float32 where the row-invariant

@@ -61,4 +61,16 @@ DispatchChoice choose_dispatch(const std::vector<QueuedBatch>& queued, bool hold
   return choice;  // kWait unless a batch was chosen
 }
 
+std::optional<size_t> choose_ahead(const std::vector<QueuedBatch>& queued, const std::vector<FlightBatch>& in_flight,
+                                   size_t workers_up) {
+  if (in_flight.size() != 1 || queued.size() < workers_up) return std::nullopt;
+  const FlightBatch& b = in_flight.front();
+  if (!b.generation || b.ended == 0) return std::nullopt;
+  const int64_t rows = b.rows > 0 ? b.rows : b.items;
+  if (b.items - b.ended > rows) return std::nullopt;
+  for (size_t k = 0; k < queued.size(); ++k)
+    if (queued[k].generation && queued[k].prefix_id == b.prefix_id) return k;
+  return std::nullopt;
+}
+
 }  // namespace gpueval

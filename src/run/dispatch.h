@@ -1,11 +1,13 @@
 // The dispatch policy: which queued batch an idle worker takes next. A pure function of what the
 // scheduler knows, so that the policy can be read and tested apart from processes and pipes.
-// It decides only the order batches run in and who runs them; a batch's results do not depend on
+// It decides only the order batches run in and who runs them (and when a busy worker gets its next
+// batch ahead: choose_ahead); a batch's results do not depend on
 // it (every batch carries its own contents and seeds). Stateless and thread-safe.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 namespace gpueval {
@@ -25,6 +27,7 @@ struct QueuedBatch {
   int64_t prefix_id = -1;     // Batch::prefix_id (-1: no shared prefix)
   int64_t prefix_tokens = 0;  // its prefix's length: what a worker that does not hold it computes first
   int64_t tokens = 0;         // the batch's padded tokens
+  bool generation = false;    // a generate_until batch
 };
 
 // `queued`: every queued batch, in queue order. `held_prefix`: the prefix of the worker's last
@@ -41,5 +44,24 @@ struct QueuedBatch {
 // reach it); otherwise it waits, and is asked again as the queue changes.
 DispatchChoice choose_dispatch(const std::vector<QueuedBatch>& queued, bool holds_checkpoint, int64_t held_prefix,
                                const std::vector<int64_t>& others_prefixes);
+
+// The batch in flight on a busy worker, as the look-ahead sees it.
+struct FlightBatch {
+  bool generation = false;
+  int64_t prefix_id = -1;
+  int64_t items = 0;   // the items it was sent
+  int64_t ended = 0;   // of which the worker said have ended (kItems)
+  int64_t rows = 0;    // Batch::max_rows (0: all its items at once)
+};
+
+// The look-ahead: a busy worker gets its next batch before the current one's result, so that the
+// next batch's sequences take the rows the current one's leave (executor.h's execute_generation).
+// Only for a generation batch in flight alone (`in_flight` holds one), once a sequence has ended and
+// the sequences still running fit its rows (no prompt waits: every row that frees from now on would
+// stay empty), and only while the queue holds a batch for every worker that is up (`workers_up`,
+// this one included), so that the last batches still go to whichever worker is free first. The
+// batch is the first queued generation batch with the same prefix. Returns its queue position.
+std::optional<size_t> choose_ahead(const std::vector<QueuedBatch>& queued, const std::vector<FlightBatch>& in_flight,
+                                   size_t workers_up);
 
 }  // namespace gpueval

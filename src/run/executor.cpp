@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <functional>
 #include <limits>
 #include <map>
 #include <set>
+#include <utility>
 
 #include <c10/core/InferenceMode.h>
 #include <c10/util/Exception.h>
@@ -204,14 +206,16 @@ std::vector<ItemResult> score_items(const LlamaModelImpl& model, const Batch& ba
 // its own text only, so its result never depends on its batch mates.
 class StopWatch {
  public:
-  StopWatch(const Tokenizer& tokenizer, const std::vector<const WorkItem*>& rows) : tokenizer_(tokenizer), rows_(rows) {
-    for (const WorkItem* item : rows) {
-      size_t longest = 0;
-      for (const std::string& s : item->stops) longest = std::max(longest, s.size());
-      // A stop of n bytes spans at most n tokens, plus one on each side for a
-      // split UTF-8 sequence or a stripped leading space.
-      tail_tokens_.push_back(longest == 0 ? 0 : longest + 2);
-    }
+  explicit StopWatch(const Tokenizer& tokenizer) : tokenizer_(tokenizer) {}
+
+  // The next row generates `item` (which must outlive the watch).
+  void add(const WorkItem& item) {
+    size_t longest = 0;
+    for (const std::string& s : item.stops) longest = std::max(longest, s.size());
+    rows_.push_back(&item);
+    // A stop of n bytes spans at most n tokens, plus one on each side for a
+    // split UTF-8 sequence or a stripped leading space.
+    tail_tokens_.push_back(longest == 0 ? 0 : longest + 2);
   }
 
   bool operator()(size_t row, const std::vector<int32_t>& tokens) const {
@@ -235,58 +239,128 @@ class StopWatch {
   }
 
   const Tokenizer& tokenizer_;
-  const std::vector<const WorkItem*>& rows_;
+  std::vector<const WorkItem*> rows_;
   std::vector<size_t> tail_tokens_;
+};
+
+// Generation batches through one generate(): the first, then each that `next` hands over while rows
+// are free (GenerationNext), its sequences joining the running set. Each batch's results go to
+// `done` as soon as its last sequence has ended, with its stats (its prefix's tokens if computed
+// for it, each distinct prompt's own tokens once, and the generated tokens).
+class GenerationStream {
+ public:
+  GenerationStream(const LlamaModelImpl& model, const Tokenizer& tokenizer, const ExecutionOptions& options,
+                   const GenerationNext& next, const GenerationDone& done)
+      : model_(model), tokenizer_(tokenizer), options_(options), next_(next), done_(done), stop_watch_(tokenizer) {}
+
+  void run(const Batch& first) {
+    if (std::none_of(first.items.begin(), first.items.end(), [](const WorkItem& item) { return item.max_tokens > 0; })) {
+      take(first, {});
+      return;
+    }
+    // The batch's prefix (a task's few-shot examples): computed once per worker, as a scoring one, with
+    // the row-invariant products generate() decodes with (the prefix cache keeps the two apart).
+    const RowInvariantProducts invariant;
+    ExecutionStats first_stats;
+    prefix_ = batch_prefix(model_, first, options_, first_stats);
+    std::vector<std::vector<int32_t>> prompts;
+    std::vector<JoiningPrompt> firsts = take(first, first_stats);
+    SamplingOptions o;
+    o.max_new_tokens = 0;
+    for (JoiningPrompt& p : firsts) {
+      o.seeds.push_back(p.seed);
+      o.per_row.push_back(p.sampler);
+      o.max_new_tokens = std::max(o.max_new_tokens, p.max_new_tokens);
+      prompts.push_back(std::move(p.tokens));
+    }
+    o.stop_token_ids = model_.config().eos_token_ids;
+    if (tokenizer_.eos_id() &&
+        std::find(o.stop_token_ids.begin(), o.stop_token_ids.end(), *tokenizer_.eos_id()) == o.stop_token_ids.end())
+      o.stop_token_ids.push_back(*tokenizer_.eos_id());
+    o.max_rows = first.max_rows;
+    const bool independent = generation_rows_independent(model_);
+    MorePrompts more;
+    if (next_ && independent)
+      more = [&]() -> std::vector<JoiningPrompt> {
+        while (std::optional<Batch> b = next_()) {
+          if (b->prefix != first.prefix)
+            throw Error(fmt::format("batch {} joins batch {}'s generation with another prefix", b->id, first.id));
+          ExecutionStats prefix_stats;
+          batch_prefix(model_, *b, options_, prefix_stats);  // its worker holds it: a cache hit
+          std::vector<JoiningPrompt> joining = take(*b, prefix_stats);
+          if (!joining.empty()) return joining;
+        }
+        return {};
+      };
+    RowDone on_done = [&](size_t k, const Generation& g) { ended(k, g, independent); };
+    generate(model_, prompts, o, nullptr, std::cref(stop_watch_), prefix_.get(), on_done, more);
+  }
+
+ private:
+  struct Stream {
+    Batch batch;
+    std::vector<ItemResult> out;
+    size_t open = 0;  // items whose sequence has not ended
+    ExecutionStats stats;
+  };
+
+  // Batch `b` joins: its items' results, and a prompt per item that generates. A batch with none
+  // to generate is done at once.
+  std::vector<JoiningPrompt> take(const Batch& b, const ExecutionStats& stats) {
+    Stream& st = batches_.emplace_back(Stream{b, {}, 0, stats});
+    std::vector<JoiningPrompt> prompts;
+    for (const WorkItem& item : st.batch.items) {
+      st.out.push_back(result_for(item));
+      if (item.max_tokens <= 0) continue;
+      stop_watch_.add(item);
+      rows_.emplace_back(batches_.size() - 1, st.out.size() - 1);
+      prompts.push_back(JoiningPrompt{item.tokens, item.seed, Sampler{item.temperature, item.top_k, item.top_p},
+                                      item.max_tokens});
+      ++st.open;
+    }
+    if (st.open == 0) finish(st);
+    return prompts;
+  }
+
+  void ended(size_t row, const Generation& g, bool independent) {
+    const auto [k, at] = rows_[row];
+    Stream& st = batches_[k];
+    ItemResult& r = st.out[at];
+    r.num_tokens = static_cast<int64_t>(g.tokens.size());
+    // Decoded on its own, as lm-evaluation-harness decodes the continuation.
+    r.text = cut_at_stops(tokenizer_.decode(g.tokens, /*skip_special_tokens=*/true), st.batch.items[at].stops);
+    if (options_.on_item_done && independent) options_.on_item_done(r);
+    if (--st.open == 0) finish(st);
+  }
+
+  void finish(Stream& st) {
+    // Each distinct prompt's tokens after the prefix are computed once.
+    std::set<std::vector<int32_t>> prompts;
+    for (const WorkItem& item : st.batch.items) prompts.insert(item.tokens);
+    for (const auto& p : prompts) st.stats.tokens_computed += static_cast<int64_t>(p.size() - st.batch.prefix.size());
+    for (const ItemResult& r : st.out) st.stats.tokens_computed += r.num_tokens;
+    done_(st.batch, std::move(st.out), st.stats);
+  }
+
+  const LlamaModelImpl& model_;
+  const Tokenizer& tokenizer_;
+  const ExecutionOptions& options_;
+  const GenerationNext& next_;
+  const GenerationDone& done_;
+  StopWatch stop_watch_;
+  std::shared_ptr<const PrefixKV> prefix_;
+  std::deque<Stream> batches_;                  // in the order they joined (a deque: rows keep their addresses)
+  std::vector<std::pair<size_t, size_t>> rows_;  // per generate() prompt: its batch and item
 };
 
 std::vector<ItemResult> generate_items(const LlamaModelImpl& model, const Tokenizer& tokenizer, const Batch& batch,
                                        const ExecutionOptions& options, ExecutionStats& stats) {
   std::vector<ItemResult> out;
-  std::vector<const WorkItem*> rows;  // items that generate at least one token
-  std::vector<size_t> row_out;
-  for (const WorkItem& item : batch.items) {
-    out.push_back(result_for(item));
-    if (item.max_tokens <= 0) continue;
-    rows.push_back(&item);
-    row_out.push_back(out.size() - 1);
-  }
-  if (rows.empty()) return out;
-
-  std::vector<std::vector<int32_t>> prompts;
-  SamplingOptions o;
-  o.max_new_tokens = 0;
-  for (const WorkItem* item : rows) {
-    prompts.push_back(item->tokens);
-    o.seeds.push_back(item->seed);
-    o.per_row.push_back(Sampler{item->temperature, item->top_k, item->top_p});
-    o.max_new_tokens = std::max(o.max_new_tokens, item->max_tokens);
-  }
-  o.stop_token_ids = model.config().eos_token_ids;
-  if (tokenizer.eos_id() &&
-      std::find(o.stop_token_ids.begin(), o.stop_token_ids.end(), *tokenizer.eos_id()) == o.stop_token_ids.end())
-    o.stop_token_ids.push_back(*tokenizer.eos_id());
-
-  o.max_rows = batch.max_rows;
-  // The batch's prefix (a task's few-shot examples): computed once per worker, as a scoring one, with
-  // the row-invariant products generate() decodes with (the prefix cache keeps the two apart).
-  const RowInvariantProducts invariant;
-  const std::shared_ptr<const PrefixKV> prefix = batch_prefix(model, batch, options, stats);
-  const StopWatch stop_watch(tokenizer, rows);
-  auto finish = [&](size_t k, const Generation& g) {
-    ItemResult& r = out[row_out[k]];
-    r.num_tokens = static_cast<int64_t>(g.tokens.size());
-    // Decoded on its own, as lm-evaluation-harness decodes the continuation.
-    r.text = cut_at_stops(tokenizer.decode(g.tokens, /*skip_special_tokens=*/true), rows[k]->stops);
+  const GenerationDone done = [&](const Batch&, std::vector<ItemResult> items, const ExecutionStats& s) {
+    out = std::move(items);
+    stats.add(s);
   };
-  RowDone on_done;
-  if (options.on_item_done && generation_rows_independent(model))
-    on_done = [&](size_t k, const Generation& g) {
-      finish(k, g);
-      options.on_item_done(out[row_out[k]]);
-    };
-  std::vector<Generation> gens =
-      generate(model, prompts, o, nullptr, std::cref(stop_watch), prefix.get(), on_done);
-  for (size_t k = 0; k < rows.size(); ++k) finish(k, gens[k]);
+  GenerationStream(model, tokenizer, options, nullptr, done).run(batch);
   return out;
 }
 
@@ -298,13 +372,7 @@ std::vector<ItemResult> generate_split(const LlamaModelImpl& model, const Tokeni
     int64_t width = 0;
     for (const WorkItem& item : batch.items) width = std::max(width, item.cost());
     if (options.before_forward) options.before_forward(static_cast<int64_t>(batch.items.size()), width);
-    std::vector<ItemResult> out = generate_items(model, tokenizer, batch, options, stats);
-    // Each distinct prompt's tokens after the prefix are computed once.
-    std::set<std::vector<int32_t>> prompts;
-    for (const WorkItem& item : batch.items) prompts.insert(item.tokens);
-    for (const auto& p : prompts) stats.tokens_computed += static_cast<int64_t>(p.size() - batch.prefix.size());
-    for (const ItemResult& r : out) stats.tokens_computed += r.num_tokens;
-    return out;
+    return generate_items(model, tokenizer, batch, options, stats);
   } catch (const c10::OutOfMemoryError& e) {
     release_cached_memory(model.options().device);
     if (batch.items.size() == 1)
@@ -323,18 +391,61 @@ std::vector<ItemResult> generate_split(const LlamaModelImpl& model, const Tokeni
   }
 }
 
+void check_batch(const Batch& batch) {
+  const bool generate = batch.items.front().type == RequestType::kGenerateUntil;
+  for (const WorkItem& item : batch.items)
+    if ((item.type == RequestType::kGenerateUntil) != generate)
+      throw Error(fmt::format("batch {}: generate_until items mixed with loglikelihood items", batch.id));
+}
+
 }  // namespace
 
 std::vector<ItemResult> execute_batch(const LlamaModelImpl& model, const Tokenizer& tokenizer, const Batch& batch,
                                       const ExecutionOptions& options, ExecutionStats* stats) {
   if (batch.items.empty()) return {};
+  check_batch(batch);
   const bool generate = batch.items.front().type == RequestType::kGenerateUntil;
-  for (const WorkItem& item : batch.items)
-    if ((item.type == RequestType::kGenerateUntil) != generate)
-      throw Error(fmt::format("batch {}: generate_until items mixed with loglikelihood items", batch.id));
   ExecutionStats local;
   ExecutionStats& s = stats ? *stats : local;
   return generate ? generate_split(model, tokenizer, batch, options, s) : score_items(model, batch, options, s);
+}
+
+void execute_generation(const LlamaModelImpl& model, const Tokenizer& tokenizer, const Batch& first,
+                        const ExecutionOptions& options, const GenerationNext& next, const GenerationDone& done) {
+  if (first.items.empty() || first.items.front().type != RequestType::kGenerateUntil)
+    throw Error(fmt::format("batch {}: execute_generation needs a generate_until batch", first.id));
+  check_batch(first);
+  std::vector<int64_t> answered;  // the batches whose results went to `done`
+  std::vector<Batch> joined{first};
+  const GenerationNext take = [&]() -> std::optional<Batch> {
+    std::optional<Batch> b = next ? next() : std::nullopt;
+    if (b) {
+      if (b->items.empty() || b->items.front().type != RequestType::kGenerateUntil)
+        throw Error(fmt::format("batch {} joins a generation but is no generate_until batch", b->id));
+      check_batch(*b);
+      joined.push_back(*b);
+    }
+    return b;
+  };
+  const GenerationDone report = [&](const Batch& b, std::vector<ItemResult> items, const ExecutionStats& stats) {
+    answered.push_back(b.id);
+    done(b, std::move(items), stats);
+  };
+  try {
+    GenerationStream(model, tokenizer, options, take, report).run(first);
+  } catch (const c10::OutOfMemoryError&) {
+    release_cached_memory(model.options().device);
+    // Every batch not answered runs again on its own, split as far as it must be: rows are
+    // independent, so its results are the ones it would have given here.
+    int64_t splits = 1;
+    for (const Batch& b : joined) {
+      if (std::find(answered.begin(), answered.end(), b.id) != answered.end()) continue;
+      ExecutionStats stats;
+      stats.oom_splits = std::exchange(splits, 0);
+      std::vector<ItemResult> items = generate_split(model, tokenizer, b, options, stats);
+      done(b, std::move(items), stats);
+    }
+  }
 }
 
 nlohmann::json ExecutionStats::to_json() const {

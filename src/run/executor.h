@@ -2,7 +2,9 @@
 // scoring forward for loglikelihood and rolling windows (packing.h: a shared
 // context once per row, a shared prefix from the worker's PrefixCache), or one
 // batched generation for generate_until, giving an ItemResult (plan/item_result.h) per work item
-// (and, for generation, each one as its sequence ends: ExecutionOptions::on_item_done).
+// (and, for generation, each one as its sequence ends: ExecutionOptions::on_item_done). A worker
+// runs its generation batches through execute_generation, where the next batch's sequences join
+// the running set as the current one's end.
 // A forward that runs out of device memory (c10::OutOfMemoryError) is retried
 // as two halves of the batch, recursively, so the run goes on with the results
 // a smaller batch gives; only a single row that does not fit is an Error.
@@ -15,6 +17,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,10 +53,26 @@ struct ExecutionStats {
   void add(const ExecutionStats& other);
 };
 
+// A generation batch to join the one under way (execute_generation), or none for now.
+using GenerationNext = std::function<std::optional<Batch>()>;
+// A batch of execute_generation is done: its results in its items' order, and what it computed.
+using GenerationDone = std::function<void(const Batch& batch, std::vector<ItemResult> items, const ExecutionStats& stats)>;
+
 // Throws Error for a batch that mixes generation with scoring, or whose items do not fit the
 // model. Generation rows sample each with its own settings and seed (WorkItem).
 std::vector<ItemResult> execute_batch(const LlamaModelImpl& model, const Tokenizer& tokenizer, const Batch& batch,
                                       const ExecutionOptions& options = {}, ExecutionStats* stats = nullptr);
+
+// Generation batches back to back through one running set (generate.h's MorePrompts): `first`,
+// then, while rows are free and where generation_rows_independent(model) (so that joining changes
+// no token), each batch `next` returns, which must have first's prefix. `done` gets each batch as
+// its last sequence ends, in the order they end, with the results execute_batch would give it
+// alone; on_item_done hears of each item before. A batch with nothing to generate is done when it
+// joins. Out of memory: every batch not yet done runs again on its own (execute_batch's splitting).
+// Throws Error as execute_batch does, and for a joining batch with another prefix; `done` has then
+// been called for the batches finished before.
+void execute_generation(const LlamaModelImpl& model, const Tokenizer& tokenizer, const Batch& first,
+                        const ExecutionOptions& options, const GenerationNext& next, const GenerationDone& done);
 
 // lm-evaluation-harness's stop handling: the text cut at the first occurrence
 // of each non-empty stop string in turn.

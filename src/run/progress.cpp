@@ -54,6 +54,7 @@ nlohmann::json ProgressReporter::to_json(const SchedulerStatus& s) {
                        {"state", w.state},
                        {"pid", w.pid},
                        {"batch", w.batch},
+                       {"batches_in_flight", w.batches_in_flight},
                        {"batches_done", w.batches_done},
                        {"tokens_done", w.tokens_done},
                        {"tokens_per_second", w.tokens_per_second},

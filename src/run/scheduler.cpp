@@ -49,6 +49,13 @@ const char* state_name(State s) {
   return "?";
 }
 
+// A batch sent to a worker and not yet answered.
+struct InFlight {
+  size_t batch;                   // its index in the plan
+  std::vector<size_t> positions;  // of its items, those it was sent (the others came ahead before)
+  Clock::time_point sent;
+};
+
 struct Worker {
   DeviceSlot slot;
   std::string model;            // the checkpoint it holds or is loading
@@ -57,10 +64,11 @@ struct Worker {
   State state = State::kDown;
   Clock::time_point last_seen;
   Clock::time_point start_at;   // when a kDown worker may be (re)started
-  int64_t batch = -1;
-  std::vector<size_t> positions;  // of `batch`'s items, those it was sent (the others came ahead before)
+  // Its batches in flight, in the order sent: the one it computes, and at most one more sent ahead
+  // for its running set (dispatch.h's choose_ahead). Busy while there is one.
+  std::vector<InFlight> flight;
   int64_t prefix_id = -1;       // the prefix of its last batch: its PrefixCache holds it
-  Clock::time_point batch_started;
+  Clock::time_point busy_mark;   // since when its busy time is not yet counted
   int64_t restarts = 0;
   int broadcast_rank = -1;      // its rank while its first load goes over NCCL, else -1
   bool fresh = false;           // started for `model` and given no batch, probe or switch: only the model in memory
@@ -90,7 +98,7 @@ void launch(Worker& w, const SchedulerOptions& o, const std::string& model_dir,
   w.prefix_id = -1;  // a new process starts with an empty prefix cache
   w.probed_prefix.clear();
   w.last_seen = Clock::now();
-  w.batch = -1;
+  w.flight.clear();
   w.model = model_dir;
   w.fresh = true;
   w.load_seconds = -1;
@@ -294,10 +302,7 @@ class Loop {
       if (w.state != State::kIdle) continue;
       std::vector<QueuedBatch> queued;
       std::vector<int64_t> others;
-      for (size_t i : queue_) {
-        const Batch& b = plan_.batches[i];
-        queued.push_back({b.prefix_id, static_cast<int64_t>(b.prefix.size()), b.padded_tokens});
-      }
+      for (size_t i : queue_) queued.push_back(queued_batch(i));
       for (const Worker& o : workers_)
         if (&o != &w && is_up(o)) others.push_back(o.prefix_id);
       const DispatchChoice choice = choose_dispatch(queued, w.model == model_dir_, w.prefix_id, others);
@@ -305,6 +310,27 @@ class Loop {
       if (choice.action == DispatchChoice::Action::kSwitchCheckpoint) switch_checkpoint(w);
       else send_batch(w, choice.position);
     }
+    // Then the look-ahead: a busy worker whose generation batch is draining gets its next one.
+    const size_t up = static_cast<size_t>(std::count_if(workers_.begin(), workers_.end(), is_up));
+    for (Worker& w : workers_) {
+      if (w.state != State::kBusy || w.flight.size() != 1) continue;
+      std::vector<QueuedBatch> queued;
+      for (size_t i : queue_) queued.push_back(queued_batch(i));
+      const size_t i = w.flight.front().batch;
+      const Batch& b = plan_.batches[i];
+      const FlightBatch current{is_generation(b), b.prefix_id, static_cast<int64_t>(b.items.size()),
+                                static_cast<int64_t>(ahead_[i].size()), b.max_rows};
+      if (const std::optional<size_t> k = choose_ahead(queued, {current}, up)) send_batch(w, *k);
+    }
+  }
+
+  static bool is_generation(const Batch& b) {
+    return !b.items.empty() && b.items.front().type == RequestType::kGenerateUntil;
+  }
+
+  QueuedBatch queued_batch(size_t i) const {
+    const Batch& b = plan_.batches[i];
+    return {b.prefix_id, static_cast<int64_t>(b.prefix.size()), b.padded_tokens, is_generation(b)};
   }
 
   // It holds the previous checkpoint: it loads this one in place (a second Hello).
@@ -322,25 +348,28 @@ class Loop {
     queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(position));
     const Batch& planned = plan_.batches[i];
     if (planned.prefix_id >= 0) w.prefix_id = planned.prefix_id;
+    const auto now = Clock::now();
+    if (w.flight.empty()) w.busy_mark = now;
     w.state = State::kBusy;
     w.fresh = false;
-    w.batch = static_cast<int64_t>(i);
-    w.batch_started = Clock::now();
-    if (!first_sent_) first_sent_ = w.batch_started;
-    w.positions.clear();
+    InFlight& f = w.flight.emplace_back(InFlight{i, {}, now});
+    if (!first_sent_) first_sent_ = now;
     for (size_t k = 0; k < planned.items.size(); ++k)
-      if (!ahead_[i].count(k)) w.positions.push_back(k);
-    if (w.positions.size() == planned.items.size())
+      if (!ahead_[i].count(k)) f.positions.push_back(k);
+    if (w.flight.size() > 1)
+      std::cerr << fmt::format("[sched] batch {} sent ahead to worker {} (batch {} is ending)\n", planned.id,
+                               w.slot.name(), plan_.batches[w.flight.front().batch].id);
+    if (f.positions.size() == planned.items.size())
       return send(w, Frame{FrameType::kWork, pack_payload({{"batch", to_json(planned)}})});
     // Its worker failed after some items came ahead: those are final, the rest runs without them.
     std::cerr << fmt::format("[sched] batch {} goes on without its {} items that ended ahead ({} of {} left)\n",
-                             planned.id, ahead_[i].size(), w.positions.size(), planned.items.size());
-    if (w.positions.empty()) {
+                             planned.id, ahead_[i].size(), f.positions.size(), planned.items.size());
+    if (f.positions.empty()) {
       std::vector<ItemResult> items;
       for (const auto& [k, r] : ahead_[i]) items.push_back(r);
-      return finish_batch(w, std::move(items), ExecutionStats{});
+      return finish_batch(w, w.flight.size() - 1, std::move(items), ExecutionStats{});
     }
-    send(w, Frame{FrameType::kWork, pack_payload({{"batch", to_json(generation_batch_subset(planned, w.positions))}})});
+    send(w, Frame{FrameType::kWork, pack_payload({{"batch", to_json(generation_batch_subset(planned, f.positions))}})});
   }
 
   void wait_for_events(const SignalScope& signals) {
@@ -451,7 +480,9 @@ class Loop {
       report_.fatal_error = fmt::format("worker {}: {}", w.slot.name(), message);
       return;
     }
-    fail_batch(w, fmt::format("worker {} reported: {}", w.slot.name(), message), /*restart=*/false);
+    const std::optional<size_t> k = flight_of(w, error.batch_id);
+    if (!k) return crash(w, fmt::format("protocol error: an error for batch {}, which it does not hold", error.batch_id));
+    fail_batch(w, fmt::format("worker {} reported: {}", w.slot.name(), message), /*restart=*/false, *k);
   }
 
   static bool same_item(const ItemResult& r, const WorkItem& item) {
@@ -466,16 +497,15 @@ class Loop {
   // The items of a Result frame for the batch `w` computes, in the batch's order with those that
   // came ahead merged in; Error if they are not exactly the items it was sent, in order, or differ
   // from what came ahead.
-  std::vector<ItemResult> result_items(ResultReply& result, const Worker& w) const {
-    const size_t i = static_cast<size_t>(w.batch);
+  std::vector<ItemResult> result_items(ResultReply& result, const InFlight& f) const {
+    const size_t i = f.batch;
     const Batch& batch = plan_.batches[i];
-    if (result.batch_id != batch.id) throw Error("result for another batch");
-    if (result.items.size() != w.positions.size())
-      throw Error(fmt::format("{} results for {} items", result.items.size(), w.positions.size()));
+    if (result.items.size() != f.positions.size())
+      throw Error(fmt::format("{} results for {} items", result.items.size(), f.positions.size()));
     std::vector<ItemResult> items(batch.items.size());
     for (const auto& [k, r] : ahead_[i]) items[k] = r;
-    for (size_t k = 0; k < w.positions.size(); ++k) {
-      const size_t at = w.positions[k];
+    for (size_t k = 0; k < f.positions.size(); ++k) {
+      const size_t at = f.positions[k];
       ItemResult& r = result.items[k];
       if (!same_item(r, batch.items[at])) throw Error("results out of order");
       if (auto it = ahead_[i].find(at); it != ahead_[i].end() && !same_result(it->second, r))
@@ -489,14 +519,16 @@ class Loop {
   // failed worker's batch goes on without them.
   void on_items_frame(Worker& w, ItemsReply reply) {
     if (w.state != State::kBusy) return crash(w, "protocol error: items while idle");
-    const size_t i = static_cast<size_t>(w.batch);
+    const std::optional<size_t> f = flight_of(w, reply.batch_id);
+    if (!f) return crash(w, "protocol error: items of a batch it does not hold");
+    const std::vector<size_t>& positions = w.flight[*f].positions;
+    const size_t i = w.flight[*f].batch;
     const Batch& batch = plan_.batches[i];
-    if (reply.batch_id != batch.id) return crash(w, "protocol error: items of another batch");
     std::vector<size_t> at;
     for (const ItemResult& r : reply.items) {
-      auto k = std::find_if(w.positions.begin(), w.positions.end(),
+      auto k = std::find_if(positions.begin(), positions.end(),
                             [&](size_t p) { return same_item(r, batch.items[p]); });
-      if (k == w.positions.end() || ahead_[i].count(*k) ||
+      if (k == positions.end() || ahead_[i].count(*k) ||
           std::find(at.begin(), at.end(), *k) != at.end())
         return crash(w, fmt::format("protocol error: an item of request {} that is not one still to come",
                                     r.request_index));
@@ -514,23 +546,36 @@ class Loop {
 
   void on_result_frame(Worker& w, ResultReply result) {
     if (w.state != State::kBusy) return crash(w, "protocol error: a result while idle");
+    const std::optional<size_t> f = flight_of(w, result.batch_id);
+    if (!f) return crash(w, "protocol error: result for a batch it does not hold");
     std::vector<ItemResult> items;
     try {
-      items = result_items(result, w);
+      items = result_items(result, w.flight[*f]);
     } catch (const std::exception& e) {
       return crash(w, fmt::format("protocol error: {}", e.what()));
     }
-    finish_batch(w, std::move(items), result.stats);
+    finish_batch(w, *f, std::move(items), result.stats);
   }
 
-  // `w`'s batch is done: `items` are all of its items, in order.
-  void finish_batch(Worker& w, std::vector<ItemResult> items, const ExecutionStats& stats) {
-    const size_t i = static_cast<size_t>(w.batch);
+  // Which of `w`'s batches in flight has this id.
+  std::optional<size_t> flight_of(const Worker& w, int64_t batch_id) const {
+    for (size_t k = 0; k < w.flight.size(); ++k)
+      if (plan_.batches[w.flight[k].batch].id == batch_id) return k;
+    return std::nullopt;
+  }
+
+  // `w`'s batch flight[k] is done: `items` are all of its items, in order. Its busy time counts
+  // from when it was sent or the worker's previous result, whichever is later (batches in flight
+  // together are busy time once).
+  void finish_batch(Worker& w, size_t k, std::vector<ItemResult> items, const ExecutionStats& stats) {
+    const size_t i = w.flight[k].batch;
     const Batch& batch = plan_.batches[i];
+    w.flight.erase(w.flight.begin() + static_cast<std::ptrdiff_t>(k));
     ahead_[i].clear();
     report_.stats.add(stats);
     last_result_ = Clock::now();
-    w.busy_seconds += seconds_between(w.batch_started, *last_result_);
+    w.busy_seconds += seconds_between(w.busy_mark, *last_result_);
+    w.busy_mark = *last_result_;
     w.tokens_computed += stats.tokens_computed;
     for (const WorkItem& item : batch.items) w.tokens_requested += item.cost();
     for (const ItemResult& r : items) w.tokens_scored += r.num_tokens;
@@ -538,8 +583,7 @@ class Loop {
     w.tokens_done += batch.padded_tokens;
     tokens_done_ += batch.padded_tokens;
     report_.batches_done += 1;
-    w.state = State::kIdle;
-    w.batch = -1;
+    if (w.flight.empty()) w.state = State::kIdle;
     // A result the aggregator cannot keep (its journal is full) ends the run; nothing after it is delivered.
     if (!report_.fatal_error.empty()) return;
     try {
@@ -549,10 +593,19 @@ class Loop {
     }
   }
 
-  // The in-flight batch failed on `w`: back to the queue or into quarantine.
-  void fail_batch(Worker& w, const std::string& reason, bool restart) {
-    if (w.batch >= 0) {
-      const size_t i = static_cast<size_t>(w.batch);
+  // `w`'s batch flight[k] failed (all of them: k absent, the worker is gone): back to the queue, the
+  // first sent first, or into quarantine.
+  void fail_batch(Worker& w, const std::string& reason, bool restart, std::optional<size_t> k = std::nullopt) {
+    std::vector<InFlight> failed;
+    if (k) {
+      failed.push_back(std::move(w.flight[*k]));
+      w.flight.erase(w.flight.begin() + static_cast<std::ptrdiff_t>(*k));
+    } else {
+      failed = std::move(w.flight);
+      w.flight.clear();
+    }
+    for (auto f = failed.rbegin(); f != failed.rend(); ++f) {
+      const size_t i = f->batch;
       attempts_[i] += 1;
       failures_[i] = reason;
       if (attempts_[i] >= o_.max_attempts) {
@@ -562,9 +615,8 @@ class Loop {
       } else {
         queue_.push_front(i);  // retried next, with the same contents, so its results do not change
       }
-      w.batch = -1;
     }
-    if (!restart && w.state == State::kBusy) w.state = State::kIdle;
+    if (!restart && w.state == State::kBusy && w.flight.empty()) w.state = State::kIdle;
   }
 
   // The group has loaded (or failed): later starts of any worker load with mmap.
@@ -650,7 +702,8 @@ class Loop {
     ws.name = w.slot.name();
     ws.state = state_name(w.state);
     ws.pid = w.child ? w.child->pid() : 0;
-    ws.batch = w.batch >= 0 ? plan_.batches[static_cast<size_t>(w.batch)].id : -1;
+    ws.batch = w.flight.empty() ? -1 : plan_.batches[w.flight.front().batch].id;
+    ws.batches_in_flight = static_cast<int64_t>(w.flight.size());
     ws.batches_done = w.batches_done;
     ws.tokens_done = w.tokens_done;
     ws.tokens_per_second = w.busy_seconds > 0 ? w.tokens_done / w.busy_seconds : 0;

@@ -5,13 +5,17 @@
 // batches to whichever worker is idle (the next batch with the prefix it already
 // holds, Batch::prefix_id, else one whose prefix no other worker holds, else the
 // next in plan order: the pure policy of dispatch.h), and reads results, heartbeats and
-// errors back over checksummed frames (wire.h, through one FrameChannel per worker). Workers
+// errors back over checksummed frames (wire.h, through one FrameChannel per worker). A busy worker
+// whose generation batch is draining gets its next generation batch with the same prefix ahead of
+// the result (choose_ahead), so that batch's sequences take the rows that free: a worker holds at
+// most two batches, each answered on its own. Workers
 // are started by worker_launch.h with a typed Hello (worker_hello.h); the signal mask is
 // signals.h's.
 //
 // Faults: a worker that exits, dies, sends a bad frame, breaks the protocol or
 // misses its heartbeat is killed if needed and restarted with backoff; its
-// in-flight batch goes back to the front of the queue. A batch that has failed
+// in-flight batches go back to the front of the queue, in the order they were sent (each without
+// the sequences that ended ahead of it). A batch that has failed
 // `max_attempts` times is quarantined: the run goes on without it and the
 // report says so. SIGINT/SIGTERM stop dispatch, end every worker and return.
 // Workers never outlive the scheduler: each is in its own process group with a
@@ -71,7 +75,8 @@ struct WorkerStatus {
   std::string name;   // "cpu:0", "cuda:1"
   std::string state;  // starting | idle | busy | restarting | retired
   pid_t pid = 0;
-  int64_t batch = -1;  // in flight, or -1
+  int64_t batch = -1;  // in flight (the one it computes), or -1
+  int64_t batches_in_flight = 0;  // 2 while a next batch, sent ahead, joins its running set
   int64_t batches_done = 0;
   int64_t tokens_done = 0;
   double tokens_per_second = 0;  // over the batches it finished
@@ -82,8 +87,8 @@ struct WorkerStatus {
 // Where one run()'s time went, measured by the scheduler's clock (not derived from other figures):
 // the compute window is from the first batch sent to a worker to the last result received, so it
 // holds no model load, tokenizing or planning before it and no report writing after it (it does
-// hold a worker that is still loading while another computes). A worker's busy time is the sum,
-// over its batches, of batch sent to result received; its load time is what its Hello reply said.
+// hold a worker that is still loading while another computes). A worker's busy time is the time it
+// had a batch in flight (sent to result received; two in flight together count once); its load time is what its Hello reply said.
 struct WorkerTiming {
   std::string name;
   double load_s = -1;  // its model load, as the worker measured it; -1: not loaded in this run's view

@@ -2,6 +2,7 @@
 
 #include <ATen/Parallel.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -9,7 +10,9 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <deque>
 #include <iostream>
+#include <map>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -51,11 +54,14 @@ using Clock = std::chrono::steady_clock;
 //   crash-items:N, hold-items:N  once a batch has sent N finished items ahead of its result (kItems):
 //   twice-items:N                abort, or log "holding batch B after N finished items" and wait as hold
 //                                does, or send the N-th again (a protocol error the scheduler must catch)
+//   crash-join:N                 once the worker's first generation batch has sent an item ahead, wait
+//                                for the next batch (the scheduler's look-ahead), let it join the
+//                                running set, and abort once it has sent N finished items (0: as it joins)
 // GPUEVAL_FAULT_ONCE=path fires it in the one worker that creates the file; GPUEVAL_FAULT_MODEL=s
 // only while the loaded checkpoint's path ends with s; GPUEVAL_FAULT_AFTER=N only once the worker
 // has passed N batches the fault applies to (hold:any after N: the worker's batch N+1). Tests wait on what a fault logs, not on time.
 struct Fault {
-  enum class Kind { kNone, kCrash, kCorrupt, kHang, kHold, kSlow, kOom, kCrashItems, kHoldItems, kTwiceItems } kind = Kind::kNone;
+  enum class Kind { kNone, kCrash, kCorrupt, kHang, kHold, kSlow, kOom, kCrashItems, kHoldItems, kTwiceItems, kCrashJoin } kind = Kind::kNone;
   int64_t request_index = -1;  // kSlow: milliseconds; kOom: the most padded tokens a forward may hold; k*Items: N
   bool any_batch = false;      // kHold: every batch
   std::string once_path;       // fire only if this worker creates the file
@@ -74,7 +80,8 @@ struct Fault {
   }
   // The faults that act on one batch (not slow, not oom): whether this one fires on `batch` now.
   bool fires_on(const Batch& batch, const std::string& model_dir) {
-    if (kind == Kind::kNone || kind == Kind::kSlow || kind == Kind::kOom || fires_on_items()) return false;
+    if (kind == Kind::kNone || kind == Kind::kSlow || kind == Kind::kOom || kind == Kind::kCrashJoin || fires_on_items())
+      return false;
     if (!applies_to(batch, model_dir)) return false;
     if (passed < after) {
       ++passed;
@@ -85,6 +92,8 @@ struct Fault {
   bool fires_on_items() const {
     return kind == Kind::kCrashItems || kind == Kind::kHoldItems || kind == Kind::kTwiceItems;
   }
+  // Whether it can still fire in this worker (no other has claimed it).
+  bool may_fire() const { return !fired && (once_path.empty() || !io::path_exists(once_path)); }
   // Decides, at the moment of firing, whether this worker is the one.
   bool claim() {
     if (fired) return false;
@@ -116,6 +125,7 @@ Fault fault_from_env() {
   else if (kind == "crash-items") f.kind = Fault::Kind::kCrashItems;
   else if (kind == "hold-items") f.kind = Fault::Kind::kHoldItems;
   else if (kind == "twice-items") f.kind = Fault::Kind::kTwiceItems;
+  else if (kind == "crash-join") f.kind = Fault::Kind::kCrashJoin;
   if (const char* once = std::getenv("GPUEVAL_FAULT_ONCE")) f.once_path = once;
   if (const char* release = std::getenv("GPUEVAL_FAULT_RELEASE")) f.release_path = release;
   if (const char* model = std::getenv("GPUEVAL_FAULT_MODEL")) f.model_suffix = model;
@@ -301,6 +311,14 @@ void inject_item_fault(Fault& fault, const Batch& batch, const std::string& name
   wait_for_release(fault);
 }
 
+// crash-join:N: abort once a batch that joined a running set has sent N items ahead (0: as it joins).
+void inject_join_fault(Fault& fault, const Batch& batch, const std::string& name, int64_t n) {
+  if (fault.kind != Fault::Kind::kCrashJoin || n != fault.request_index || !fault.claim()) return;
+  std::cerr << fmt::format("[{}] injected fault on batch {}, joined, after {} finished items\n", name, batch.id, n)
+            << std::flush;
+  std::abort();
+}
+
 // The per-batch faults: abort, a corrupted answer, silence forever, or a hold until released.
 // True when the batch has been answered (with a corrupt frame) and must not run.
 bool inject_fault(Fault& fault, const Batch& batch, const std::string& name, FrameWriter& writer,
@@ -352,11 +370,89 @@ void run_batch(Replica& r, const Batch& batch, ExecutionOptions exec, FrameWrite
               {{"batch_id", batch.id}, {"items", items}, {"seconds", secs}, {"stats", stats.to_json()}});
 }
 
+// A generation batch and the generation batches after it with the same prefix, through one running
+// set (execute_generation): while rows are free, a kWork frame waiting on the command pipe with such
+// a batch (the scheduler's look-ahead) joins it. Any other frame waiting there is kept in `pending`,
+// served after this. Each batch is answered as its last sequence ends, its items going ahead one
+// kItems frame each; a batch the run could not finish gets an error frame naming it. Joining needs
+// rows that are independent (execute_generation decides) and no per-batch fault injected.
+void run_generation(Replica& r, const Batch& first, ExecutionOptions exec, FrameWriter& writer, Fault& fault, int in,
+                    std::deque<std::optional<Frame>>& pending) {
+  std::map<int64_t, Clock::time_point> started{{first.id, Clock::now()}};  // the batches taken, unanswered
+  std::map<std::pair<int64_t, int32_t>, const Batch*> owner;               // (request index, part) -> its batch
+  std::deque<Batch> joined{first};
+  std::set<std::pair<int64_t, int32_t>> sent;  // items sent ahead (request index, part)
+  std::map<int64_t, size_t> sent_of;           // per batch id: how many
+  auto own = [&](const Batch& b) {
+    for (const WorkItem& item : b.items) owner[{item.request_index, item.part}] = &b;
+  };
+  own(joined.front());
+  exec.on_item_done = [&](const ItemResult& item) {
+    if (!sent.insert({item.request_index, item.part}).second) return;  // an out-of-memory rerun
+    const Batch& batch = *owner.at({item.request_index, item.part});
+    const nlohmann::json frame = {{"batch_id", batch.id}, {"items", nlohmann::json::array({to_json(item)})}};
+    writer.send(FrameType::kItems, frame);
+    const size_t n = ++sent_of[batch.id];
+    if (batch.id != first.id) inject_join_fault(fault, batch, r.hello.worker, static_cast<int64_t>(n));
+    if (fault.kind == Fault::Kind::kCrashJoin && joined.size() == 1 && fault.may_fire()) {
+      // The fault's set-up: the next batch comes ahead once an item has (choose_ahead), and joins.
+      pollfd p{in, POLLIN, 0};
+      ::poll(&p, 1, -1);
+    }
+    inject_item_fault(fault, batch, r.hello.worker, n, writer, frame);
+  };
+  const bool may_join = fault.kind == Fault::Kind::kNone || fault.kind == Fault::Kind::kCrashJoin || fault.fires_on_items();
+  const GenerationNext next = [&]() -> std::optional<Batch> {
+    if (!may_join || !pending.empty()) return std::nullopt;
+    pollfd p{in, POLLIN, 0};
+    if (::poll(&p, 1, 0) <= 0) return std::nullopt;
+    std::optional<Frame> frame = read_frame(in);
+    if (frame && frame->type == FrameType::kWork) {
+      Batch b;
+      try {
+        b = batch_from_json(wire::field(unpack_payload(*frame), "batch", "work"));
+      } catch (const std::exception&) {
+        b = Batch{};  // serve() reads it again and fails on it there
+      }
+      if (!b.items.empty() && b.items.front().type == RequestType::kGenerateUntil && b.prefix == first.prefix) {
+        std::cerr << fmt::format("[{}] batch {} joins batch {}'s running set\n", r.hello.worker, b.id, first.id);
+        started[b.id] = Clock::now();
+        own(joined.emplace_back(std::move(b)));
+        inject_join_fault(fault, joined.back(), r.hello.worker, 0);
+        return joined.back();
+      }
+    }
+    pending.push_back(std::move(frame));
+    return std::nullopt;
+  };
+  const GenerationDone done = [&](const Batch& b, std::vector<ItemResult> items, const ExecutionStats& stats) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const ItemResult& item : items) out.push_back(to_json(item));
+    const double secs = std::chrono::duration<double>(Clock::now() - started.at(b.id)).count();
+    started.erase(b.id);
+    if (stats.oom_splits > 0)
+      std::cerr << fmt::format("[{}] batch {} ran out of memory and ran again on its own\n", r.hello.worker, b.id);
+    writer.send(FrameType::kResult, {{"batch_id", b.id}, {"items", out}, {"seconds", secs}, {"stats", stats.to_json()}});
+  };
+  try {
+    execute_generation(*r.model, *r.tokenizer, first, exec, next, done);
+  } catch (const Error& e) {
+    for (const auto& [id, t] : started) writer.send(FrameType::kError, {{"batch_id", id}, {"message", e.what()}});
+  }
+}
+
 // Frames after the first Hello, until Shutdown or end of stream.
 void serve(Replica& r, int in, FrameWriter& writer, Heartbeat& heartbeat, Fault& fault) {
   const ExecutionOptions exec = execution_options(r, fault);
+  std::deque<std::optional<Frame>> pending;  // read while a generation ran, not for it: served first
   for (;;) {
-    std::optional<Frame> frame = read_frame(in);
+    std::optional<Frame> frame;
+    if (pending.empty()) {
+      frame = read_frame(in);
+    } else {
+      frame = std::move(pending.front());
+      pending.pop_front();
+    }
     if (!frame || frame->type == FrameType::kShutdown) return;
     if (frame->type == FrameType::kHello) {
       load_checkpoint(r, worker_hello_from_json(unpack_payload(*frame), &r.hello), in, writer);
@@ -371,7 +467,9 @@ void serve(Replica& r, int in, FrameWriter& writer, Heartbeat& heartbeat, Fault&
     const Batch batch = batch_from_json(wire::field(unpack_payload(*frame), "batch", "work"));
     if (fault.kind == Fault::Kind::kSlow) std::this_thread::sleep_for(std::chrono::milliseconds(fault.request_index));
     if (fault.fires_on(batch, r.hello.model) && inject_fault(fault, batch, r.hello.worker, writer, heartbeat)) continue;
-    run_batch(r, batch, exec, writer, fault);
+    const bool generation = !batch.items.empty() && batch.items.front().type == RequestType::kGenerateUntil;
+    if (generation && fault.kind != Fault::Kind::kOom) run_generation(r, batch, exec, writer, fault, in, pending);
+    else run_batch(r, batch, exec, writer, fault);
   }
 }
 
