@@ -23,10 +23,10 @@ Value missing_attr(const Value& obj, const std::string& name) {
   return Value::undefined(fmt::format("'{}' has no attribute '{}'", object_type_repr(obj), name));
 }
 Value missing_element(const Value& obj, const Value& key) {
-  return Value::undefined(fmt::format("'{}' has no element {}", object_type_repr(obj), repr(key)));
+  return Value::undefined(fmt::format("{} has no element {}", object_type_repr(obj), repr(key)));
 }
 Value unsafe(const Value& obj, const std::string& name) {
-  return Value::undefined(fmt::format("access to attribute '{}' of '{}' object is unsafe.", name, type_name(obj)));
+  return Value::undefined(fmt::format("access to attribute '{}' of '{}' object is unsafe.", name, type_name(obj)), true);
 }
 
 const std::string& need_string(const Value& v, const std::string& what) {
@@ -126,7 +126,7 @@ std::string str_format(const std::string& f, CallArgs& args) {
       if (field.empty() || std::isdigit(static_cast<unsigned char>(field[0]))) {
         const size_t index = field.empty() ? auto_index++ : std::stoul(field);
         if (index >= args.positional.size())
-          throw RenderError("IndexError", fmt::format("Replacement index {} out of range for positional args tuple", index));
+          throw RenderError("IndexError", "tuple index out of range");
         v = &args.positional[index];
       } else {
         for (const auto& [k, val] : args.keyword)
@@ -1070,6 +1070,11 @@ Value apply_filter(const std::string& f, const Value& v, CallArgs& args) {
     const auto name = args.take(0, "name");
     done();
     if (!name) fail_type("attr needs a name");
+    // Jinja2's attr filter reads attributes only, never a dict's keys.
+    if (v.is_dict()) {
+      const Value m = dict_method(v, str(*name));
+      return !m.is_undefined() || !m.as_string().empty() ? m : missing_attr(v, str(*name));
+    }
     return get_attr(v, str(*name));
   }
   if (f == "wordcount") {

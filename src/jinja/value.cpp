@@ -11,9 +11,10 @@
 
 namespace gpueval::jinja {
 
-Value Value::undefined(std::string message) {
+Value Value::undefined(std::string message, bool security) {
   Value v;
   v.kind_ = Kind::kUndefined;
+  v.int_ = security ? 1 : 0;
   v.string_ = std::move(message);
   return v;
 }
@@ -136,7 +137,9 @@ void CallArgs::done(const std::string& function) const {
                           taken_positional == 1 ? "" : "s", positional.size()));
 }
 
-void fail_undefined(const Value& v) { throw RenderError("UndefinedError", v.as_string()); }
+void fail_undefined(const Value& v) {
+  throw RenderError(v.is_unsafe_undefined() ? "SecurityError" : "UndefinedError", v.as_string());
+}
 void fail_type(const std::string& message) { throw RenderError("TypeError", message); }
 
 std::string type_name(const Value& v) {

@@ -60,7 +60,8 @@ class Value {
   Value(std::string s) : kind_(Kind::kString), string_(std::move(s)) {}
   Value(const char* s) : kind_(Kind::kString), string_(s) {}
 
-  static Value undefined(std::string message);
+  // `error_type`: what using it raises (Jinja2's sandbox gives SecurityError for unsafe ones).
+  static Value undefined(std::string message, bool security = false);
   static Value list(std::vector<Value> items, Kind kind = Kind::kList);
   static Value dict(std::shared_ptr<Dict> d, Kind kind = Kind::kDict);
   static Value dict();
@@ -83,6 +84,7 @@ class Value {
   int64_t as_int() const { return int_; }
   double as_double() const { return kind_ == Kind::kFloat ? float_ : static_cast<double>(int_); }
   const std::string& as_string() const { return string_; }  // also an Undefined's message
+  bool is_unsafe_undefined() const { return kind_ == Kind::kUndefined && int_ != 0; }
   const std::vector<Value>& items() const { return *list_; }
   const Dict& as_dict() const { return *dict_; }
   Dict& mutable_dict() const { return *dict_; }
