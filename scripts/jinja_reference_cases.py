@@ -147,6 +147,10 @@ case("macro_render_json_schema", """{%- macro render(schema, indent) -%}
 {%- endfor -%}
 {%- endmacro -%}
 {{ render(s, '') }}""", s={"type": "object", "properties": {"city": {"type": "string"}, "n": {"type": "integer"}}})
+case("block_scopes", "{% set ns = namespace(n=0) %}{% generation %}{% set g = 1 %}{% set ns.n = 5 %}{% endgeneration %}{% filter upper %}{% set f = 1 %}x{% endfilter %}[{{ g }}][{{ f }}][{{ ns.n }}]")
+case("generation_minus", "a\n  {%- generation -%}\n  body\n  {%- endgeneration -%}\n  b")
+case("call_block", "{% macro m(tag) %}<{{ tag }}>{{ caller() }}</{{ tag }}>{% endmacro %}{% call m('b') %}x{{ 1 + 1 }}{% endcall %}")
+case("call_block_params", "{% macro each(items) %}{% for i in items %}{{ caller(i, loop.index) }};{% endfor %}{% endmacro %}{% call(item, n) each(['a', 'b']) %}{{ n }}={{ item }}{% endcall %}")
 case("filter_block", "{% filter upper %}hello {{ 'there' }}{% endfilter %}")
 case("generation_block", "{% for m in messages %}{% if m.role == 'assistant' %}{% generation %}{{ m.content }}{% endgeneration %}{% else %}{{ m.content }}{% endif %}\n{% endfor %}",
      messages=[{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}])
@@ -281,16 +285,24 @@ CONVERSATIONS = {
     "think_last": [USER, THINK_ANSWER],
     "reasoned": [USER, REASONED],
     "bad_alternation": [USER, USER],
+    "multimodal": [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "  Describe this. "}]},
+                   {"role": "assistant", "content": [{"type": "text", "text": "A cat."}]},
+                   {"role": "user", "content": [{"type": "text", "text": "Color?"}]}],
+    "none_content": [USER, {"role": "assistant", "content": None}],
+    "empty": [],
 }
 
 REAL = {
     "qwen3": [("simple", {}), ("system", {}), ("multi", {}), ("tool_round", {"tools": TOOLS}),
               ("tool_pending", {"tools": TOOLS}), ("think", {}), ("think_last", {}), ("reasoned", {}),
-              ("simple", {"enable_thinking": False}), ("multi", {"enable_thinking": True})],
+              ("simple", {"enable_thinking": False}), ("multi", {"enable_thinking": True}), ("multimodal", {}),
+              ("none_content", {})],
     "llama-3.1": [("simple", {}), ("system", {}), ("multi", {}), ("tool_round", {"tools": TOOLS}),
                   ("tool_pending", {"tools": TOOLS, "tools_in_user_message": False}),
-                  ("system", {"builtin_tools": ["brave_search", "code_interpreter"], "date_string": "15 Jun 2025"})],
-    "gemma-3": [("simple", {}), ("system", {}), ("multi", {}), ("bad_alternation", {})],
+                  ("system", {"builtin_tools": ["brave_search", "code_interpreter"], "date_string": "15 Jun 2025"}),
+                  ("empty", {"tools": TOOLS}), ("none_content", {})],
+    "gemma-3": [("simple", {}), ("system", {}), ("multi", {}), ("bad_alternation", {}), ("multimodal", {}),
+                ("none_content", {}), ("empty", {})],
     "gemma-2": [("simple", {}), ("multi", {}), ("system", {})],
     "deepseek-r1": [("simple", {}), ("system", {}), ("think", {}), ("tool_round_str", {}), ("tool_round", {})],
     "olmo-2": [("simple", {}), ("system", {}), ("multi", {})],

@@ -102,3 +102,54 @@ TEST(JinjaEngine, MatchesJinja2OnTheDifferentialFixture) {
 
 }  // namespace
 }  // namespace gpueval::jinja
+
+namespace gpueval::jinja {
+namespace {
+
+std::string render_with(const std::string& text, const nlohmann::ordered_json& context, bool strict) {
+  const Program p = Program::parse(text, "t.jinja", SyntaxOptions{});
+  RenderOptions options;
+  options.strict_undefined = strict;
+  try {
+    return p.render(Value::from_json(context), options);
+  } catch (const RenderError& e) {
+    return "error " + std::string(e.what());
+  }
+}
+
+// Task files' mode (lm-eval's StrictUndefined): using a missing value is an error, testing or
+// defaulting it is not. No trim_blocks/lstrip_blocks there: text around tags stays.
+TEST(JinjaEngine, StrictUndefined) {
+  const nlohmann::ordered_json doc = {{"a", 1}, {"d", nlohmann::ordered_json::object()}};
+  EXPECT_EQ(render_with("{{ a }} {{ b is defined }} {{ b|default('x') }}", doc, true), "1 False x");
+  EXPECT_EQ(render_with("{{ b }}", doc, true), "error UndefinedError: 'b' is undefined");
+  EXPECT_EQ(render_with("{{ d.k }}", doc, true), "error UndefinedError: 'dict object' has no attribute 'k'");
+  EXPECT_EQ(render_with("{% if b %}x{% endif %}", doc, true), "error UndefinedError: 'b' is undefined");
+  EXPECT_EQ(render_with("{% for x in b %}{% endfor %}", doc, true), "error UndefinedError: 'b' is undefined");
+  EXPECT_EQ(render_with("{{ b }}|{% if b %}x{% endif %}", doc, false), "|");
+  EXPECT_EQ(render_with("{% if a %}\n  x\n{% endif %}\n", doc, false), "\n  x\n");
+}
+
+TEST(JinjaEngine, RefusesRunawayNesting) {
+  auto refusal = [](const std::string& text) {
+    try {
+      Program::parse(text, "deep.jinja", SyntaxOptions{});
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  std::string chain = "{{ x";
+  for (int i = 0; i < 5000; ++i) chain += ".a";
+  EXPECT_EQ(refusal(chain + " }}"), "deep.jinja:1: an expression more than 200 operations deep");
+  std::string sum = "{{ 1";
+  for (int i = 0; i < 5000; ++i) sum += "+1";
+  EXPECT_EQ(refusal(sum + " }}"), "deep.jinja:1: an expression more than 200 operations deep");
+  EXPECT_EQ(refusal("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}").substr(0, 12), "deep.jinja:1");
+  std::string ifs;
+  for (int i = 0; i < 1000; ++i) ifs += "{% if x %}";
+  EXPECT_EQ(refusal(ifs), "deep.jinja:1: the template nests more than 200 deep");
+}
+
+}  // namespace
+}  // namespace gpueval::jinja

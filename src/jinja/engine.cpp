@@ -210,7 +210,16 @@ class Interpreter {
       }
       case Stmt::Kind::kBreak: return Flow::kBreak;
       case Stmt::Kind::kContinue: return Flow::kContinue;
-      case Stmt::Kind::kCallBlock: break;
+      case Stmt::Kind::kCallBlock: {
+        const Expr& call = *s.expr;
+        const Value callee = eval(*call.a, scope);
+        CallArgs a = arguments(call, scope);
+        a.keyword.emplace_back("caller", make_macro(s, scope));
+        if (callee.is_undefined()) fail_undefined(callee);
+        if (!callee.is_callable()) fail_type(fmt::format("'{}' object is not callable", type_name(callee)));
+        out += str(callee.as_callable().call(a));
+        return Flow::kNormal;
+      }
     }
     throw RenderError("TemplateRuntimeError", "statement outside gpueval's Jinja subset");
   }
@@ -276,6 +285,13 @@ class Interpreter {
         }
         if (!v) v = def ? eval(*def, scope) : Value::undefined(fmt::format("parameter '{}' was not provided", name));
         scope->set(name, *v);
+      }
+      for (auto it = a.keyword.begin(); it != a.keyword.end(); ++it) {
+        if (it->first == "caller") {
+          scope->set("caller", it->second);
+          a.keyword.erase(it);
+          break;
+        }
       }
       if (!a.keyword.empty())
         fail_type(fmt::format("macro '{}' takes no keyword argument '{}'", stmt->name, a.keyword.front().first));

@@ -1,6 +1,8 @@
 #include "jinja/parser.h"
 
+#include <algorithm>
 #include <cctype>
+#include <cstring>
 #include <set>
 
 #include <fmt/format.h>
@@ -478,7 +480,21 @@ class Parser {
     ~Depth() { --d; }
   };
 
-  static ExprPtr make(Expr e) { return std::make_shared<const Expr>(std::move(e)); }
+  // A chain such as a.b.c... or 1+1+1... is parsed in a loop but evaluated by recursion:
+  // its depth is bounded here, so a hostile template is refused rather than overflowing the stack.
+  ExprPtr make(Expr e) {
+    auto deeper = [&](const ExprPtr& x) {
+      if (x) e.depth = std::max(e.depth, x->depth + 1);
+    };
+    deeper(e.a);
+    deeper(e.b);
+    deeper(e.c);
+    for (const ExprPtr& x : e.args) deeper(x);
+    for (const auto& kv : e.kwargs) deeper(kv.second);
+    for (const auto& kv : e.ops) deeper(kv.second);
+    if (e.depth > kMaxDepth) fail_at(e.line, fmt::format("an expression more than {} operations deep", kMaxDepth));
+    return std::make_shared<const Expr>(std::move(e));
+  }
   Expr node(Expr::Kind kind, int line) {
     Expr e;
     e.kind = kind;
@@ -603,22 +619,21 @@ class Parser {
     } else if (name == "macro") {
       s.kind = Stmt::Kind::kMacro;
       s.name = expect_name();
-      expect_op("(");
-      while (!at_op(")")) {
-        if (!s.params.empty()) expect_op(",");
-        if (at_op(")")) break;
-        std::string param = expect_name();
-        ExprPtr def;
-        if (at_op("=")) {
-          next();
-          def = expression(true);
-        }
-        s.params.emplace_back(std::move(param), def);
-      }
-      next();
+      s.params = macro_params();
       expect_block_end();
       std::string end;
       s.body = statements({"endmacro"}, &end, t.line, "macro");
+      expect_block_end();
+    } else if (name == "call") {
+      // {% call(params) m(args) %}body{% endcall %}: m is called with caller, a macro of the body.
+      s.kind = Stmt::Kind::kCallBlock;
+      s.name = "caller";
+      if (at_op("(")) s.params = macro_params();
+      s.expr = expression(true);
+      if (s.expr->kind != Expr::Kind::kCall) fail_at(t.line, "expected a call after 'call'");
+      expect_block_end();
+      std::string end;
+      s.body = statements({"endcall"}, &end, t.line, "call");
       expect_block_end();
     } else if (name == "filter") {
       s.kind = Stmt::Kind::kFilterBlock;
@@ -639,7 +654,7 @@ class Parser {
       expect_block_end();
     } else {
       static const std::set<std::string> kUnsupported = {"include", "import", "from", "extends", "block", "with",
-                                                        "autoescape", "call", "do", "trans", "pluralize", "print"};
+                                                        "autoescape", "do", "trans", "pluralize", "print"};
       static const std::set<std::string> kEnds = {"endif", "endfor", "endset", "endmacro", "endfilter", "endgeneration",
                                                   "elif", "else", "endraw", "endcall", "endblock", "endwith"};
       if (kUnsupported.count(name)) fail_at(t.line, fmt::format("unsupported statement '{}'", name));
@@ -647,6 +662,25 @@ class Parser {
       fail_at(t.line, fmt::format("unknown statement '{}'", name));
     }
     return std::make_shared<const Stmt>(std::move(s));
+  }
+
+  // `(a, b=default, ...)` of a macro or a call block's caller.
+  std::vector<std::pair<std::string, ExprPtr>> macro_params() {
+    std::vector<std::pair<std::string, ExprPtr>> params;
+    expect_op("(");
+    while (!at_op(")")) {
+      if (!params.empty()) expect_op(",");
+      if (at_op(")")) break;
+      std::string param = expect_name();
+      ExprPtr def;
+      if (at_op("=")) {
+        next();
+        def = expression(true);
+      }
+      params.emplace_back(std::move(param), def);
+    }
+    next();
+    return params;
   }
 
   // `x`, `a, b`, `(a, b)`: the names a for or set binds.

@@ -48,6 +48,7 @@ struct Expr {
   std::vector<std::pair<std::string, ExprPtr>> kwargs;
   std::vector<std::pair<std::string, ExprPtr>> ops;
   bool negated = false;
+  int depth = 1;  // 1 + the deepest operand's: bounds the evaluator's recursion
 };
 
 struct Stmt {
@@ -59,7 +60,7 @@ struct Stmt {
     kSet,         // targets (or namespace + attr), expr
     kSetBlock,    // targets[0], body, filter (may be null: applied to the body)
     kMacro,       // name, params (name, default or null), body
-    kCallBlock,   // expr: the call; params: caller's parameters; body: caller's body
+    kCallBlock,   // expr: the call; name "caller", params and body: the caller macro the call is given
     kFilterBlock, // filter (Expr kFilter chain whose innermost operand is null), body
     kBreak,
     kContinue,
