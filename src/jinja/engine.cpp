@@ -1,6 +1,7 @@
 #include "jinja/engine.h"
 
 #include <ctime>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -69,6 +70,20 @@ class Interpreter {
     if (name == "range") return global_range();
     if (name == "namespace") return global_namespace(Value::Kind::kNamespace, "namespace");
     if (name == "dict") return global_namespace(Value::Kind::kDict, "dict");
+    if (name == "joiner") {
+      return Value::callable("joiner", [](CallArgs& a) -> Value {
+        const std::string sep = str(a.take(0, "sep").value_or(Value(", ")));
+        a.done("joiner");
+        auto used = std::make_shared<bool>(false);
+        return Value::callable("joiner", [sep, used](CallArgs&) -> Value {
+          if (!*used) {
+            *used = true;
+            return Value("");
+          }
+          return Value(sep);
+        });
+      });
+    }
     if (name == "raise_exception") {
       return Value::callable("raise_exception", [](CallArgs& a) -> Value {
         const auto msg = a.take(0, "message");
@@ -238,6 +253,13 @@ class Interpreter {
       items = std::move(kept);
     }
     const int64_t n = static_cast<int64_t>(items.size());
+    auto last_changed = std::make_shared<std::optional<Value>>();  // loop.changed's memory, across iterations
+    const Value changed = Value::callable("changed", [last_changed](CallArgs& a) -> Value {
+      const Value now = Value::list(a.positional);
+      if (*last_changed && equal(**last_changed, now)) return Value(false);
+      *last_changed = now;
+      return Value(true);
+    });
     for (int64_t i = 0; i < n; ++i) {
       ScopePtr body_scope = child(scope);
       assign(s.targets, items[static_cast<size_t>(i)], body_scope);
@@ -257,6 +279,7 @@ class Interpreter {
         if (a.positional.empty()) fail_type("no items for cycling given");
         return a.positional[static_cast<size_t>(i) % a.positional.size()];
       }));
+      loop->set(Value("changed"), changed);
       body_scope->set("loop", Value::dict(loop, Value::Kind::kLoop));
       const Flow f = exec(s.body, body_scope, out);
       if (f == Flow::kBreak) break;

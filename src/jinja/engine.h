@@ -1,10 +1,10 @@
 // Program is a parsed Jinja2 template (jinja/parser.h) that renders with Python's semantics
 // as Jinja2 does: statements if/elif/else, for (tuple targets, `if` filter, `else`, the loop
 // object: index, index0, revindex, revindex0, first, last, length, previtem, nextitem, depth,
-// cycle), set (names, tuples, `ns.attr` on a namespace, `{% set x %}...{% endset %}`), macro
+// cycle, changed), set (names, tuples, `ns.attr` on a namespace, `{% set x %}...{% endset %}`), macro
 // (positional and keyword arguments with defaults), filter blocks, break/continue and
 // transformers' {% generation %}; expressions, filters, tests and methods of
-// jinja/builtins.h; the globals range, namespace, dict, raise_exception and strftime_now.
+// jinja/builtins.h; the globals range, namespace, dict, joiner, raise_exception and strftime_now.
 // Scopes follow Jinja2's: a for body is a new scope every iteration (what it sets is gone
 // after), an if is not, a macro call is, and a macro sees the scope it was defined in.
 //
