@@ -1,6 +1,6 @@
 // The expressions of gpueval's Jinja subset: what may stand between {{ and }}, or in a statement's
-// condition, of a template (gpueval/template.h: task files' templates, and the layer that chat
-// templates will use too), parsed once and evaluated per document the way Jinja2 (with Python
+// condition, of a task file's template (gpueval/template.h; chat templates use the general
+// engine of jinja/engine.h instead), parsed once and evaluated per document the way Jinja2 (with Python
 // values, as lm-evaluation-harness renders its templates) evaluates them. Calls common only.
 //
 //   literals      'text', "text" (escapes \n \t \r \\ \' \"), 12, 1.5, true/false/none

@@ -1,0 +1,1183 @@
+#include "jinja/builtins.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "common/python_format.h"
+#include "common/python_str.h"
+#include "common/utf8.h"
+
+namespace gpueval::jinja {
+namespace {
+
+constexpr size_t kMaxString = size_t{64} << 20;  // a runaway "x" * 10**12 is an error, not an OOM
+
+[[noreturn]] void fail_value(const std::string& message) { throw RenderError("ValueError", message); }
+
+Value missing_attr(const Value& obj, const std::string& name) {
+  return Value::undefined(fmt::format("'{}' has no attribute '{}'", object_type_repr(obj), name));
+}
+Value missing_element(const Value& obj, const Value& key) {
+  return Value::undefined(fmt::format("{} has no element {}", object_type_repr(obj), repr(key)));
+}
+Value unsafe(const Value& obj, const std::string& name) {
+  return Value::undefined(fmt::format("access to attribute '{}' of '{}' object is unsafe.", name, type_name(obj)), true);
+}
+
+const std::string& need_string(const Value& v, const std::string& what) {
+  if (v.is_undefined()) fail_undefined(v);
+  if (!v.is_string()) fail_type(fmt::format("{} must be str, not {}", what, type_name(v)));
+  return v.as_string();
+}
+int64_t need_int(const Value& v) {
+  if (v.is_undefined()) fail_undefined(v);
+  if (!v.is_int()) fail_type(fmt::format("'{}' object cannot be interpreted as an integer", type_name(v)));
+  return v.as_int();
+}
+std::optional<std::string> optional_chars(const std::optional<Value>& v, const std::string& what) {
+  if (!v || v->is_none()) return std::nullopt;
+  return need_string(*v, what);
+}
+
+std::string one(char32_t c) { return py::utf8(std::u32string(1, c)); }
+bool is_cased(char32_t c) {
+  const std::string s = one(c);
+  return py::lower(s) != s || py::upper(s) != s;
+}
+
+std::string py_title(const std::string& s) {
+  std::string out;
+  bool prev_cased = false;
+  for (const char32_t c : py::code_points(s)) {
+    const std::string ch = one(c);
+    out += prev_cased ? py::lower(ch) : py::upper(ch);
+    prev_cased = is_cased(c);
+  }
+  return out;
+}
+
+std::string py_capitalize(const std::string& s) {
+  const std::u32string cps = py::code_points(s);
+  if (cps.empty()) return s;
+  return py::upper(one(cps[0])) + py::lower(py::utf8(cps.substr(1)));
+}
+
+// Jinja2's title filter: each piece after a run of '-', whitespace, '(', '{', '[' or '<' has
+// its first character upper-cased and the rest lower-cased.
+std::string jinja_title(const std::string& s) {
+  std::string out;
+  bool word_start = true;
+  for (const char32_t c : py::code_points(s)) {
+    const bool sep = c == '-' || c == '(' || c == '{' || c == '[' || c == '<' || py::is_space(c);
+    if (sep) {
+      out += one(c);
+      word_start = true;
+    } else {
+      out += word_start ? py::upper(one(c)) : py::lower(one(c));
+      word_start = false;
+    }
+  }
+  return out;
+}
+
+int64_t count_sub(const std::string& s, const std::string& sub) {
+  if (sub.empty()) return py::len(s) + 1;
+  int64_t n = 0;
+  for (size_t p = s.find(sub); p != std::string::npos; p = s.find(sub, p + sub.size())) ++n;
+  return n;
+}
+
+bool starts_or_ends(const std::string& s, const Value& arg, bool start, const std::string& method) {
+  if (arg.kind() == Value::Kind::kTuple) {
+    for (const Value& v : arg.items())
+      if (starts_or_ends(s, v, start, method)) return true;
+    return false;
+  }
+  if (!arg.is_string())
+    fail_type(fmt::format("{} first arg must be str or a tuple of str, not {}", method, type_name(arg)));
+  const std::string& x = arg.as_string();
+  if (x.size() > s.size()) return false;
+  return start ? s.compare(0, x.size(), x) == 0 : s.compare(s.size() - x.size(), x.size(), x) == 0;
+}
+
+// str.format with {} / {0} / {name} fields (no format specs beyond what str() gives).
+std::string str_format(const std::string& f, CallArgs& args) {
+  std::string out;
+  size_t auto_index = 0;
+  for (size_t i = 0; i < f.size(); ++i) {
+    if (f[i] == '{' && i + 1 < f.size() && f[i + 1] == '{') {
+      out += '{';
+      ++i;
+    } else if (f[i] == '}' && i + 1 < f.size() && f[i + 1] == '}') {
+      out += '}';
+      ++i;
+    } else if (f[i] == '{') {
+      const size_t close = f.find('}', i);
+      if (close == std::string::npos) fail_value("Single '{' encountered in format string");
+      const std::string field = f.substr(i + 1, close - i - 1);
+      if (field.find_first_of(":!.[") != std::string::npos)
+        fail_value("format fields with conversions or specs are outside gpueval's Jinja subset");
+      const Value* v = nullptr;
+      if (field.empty() || std::isdigit(static_cast<unsigned char>(field[0]))) {
+        const size_t index = field.empty() ? auto_index++ : std::stoul(field);
+        if (index >= args.positional.size())
+          throw RenderError("IndexError", "tuple index out of range");
+        v = &args.positional[index];
+      } else {
+        for (const auto& [k, val] : args.keyword)
+          if (k == field) v = &val;
+        if (!v) throw RenderError("KeyError", py::repr(nlohmann::json(field)));
+      }
+      out += str(*v);
+      i = close;
+    } else {
+      out += f[i];
+    }
+  }
+  return out;
+}
+
+Value bound(const std::string& name, Function f) { return Value::callable(name, std::move(f)); }
+
+Value str_method(const Value& obj, const std::string& m) {
+  const std::string s = obj.as_string();
+  if (m == "strip" || m == "lstrip" || m == "rstrip") {
+    return bound(m, [s, m](CallArgs& a) {
+      const auto chars = optional_chars(a.take(0, "chars"), m + " arg");
+      a.done(m);
+      return Value(py::strip(s, chars, m != "rstrip", m != "lstrip"));
+    });
+  }
+  if (m == "split" || m == "rsplit") {
+    return bound(m, [s, m](CallArgs& a) {
+      const auto sep = optional_chars(a.take(0, "sep"), "must be str or None");
+      const auto maxsplit_v = a.take(1, "maxsplit");
+      a.done(m);
+      if (sep && sep->empty()) fail_value("empty separator");
+      const int64_t maxsplit = maxsplit_v ? need_int(*maxsplit_v) : -1;
+      std::vector<std::string> parts;
+      if (m == "split" || maxsplit < 0) {
+        parts = py::split(s, sep, maxsplit);
+      } else {
+        // rsplit with a limit: split the reversed text by the reversed separator.
+        std::u32string r = py::code_points(s);
+        std::reverse(r.begin(), r.end());
+        std::optional<std::string> rsep;
+        if (sep) {
+          std::u32string x = py::code_points(*sep);
+          std::reverse(x.begin(), x.end());
+          rsep = py::utf8(x);
+        }
+        parts = py::split(py::utf8(r), rsep, maxsplit);
+        std::reverse(parts.begin(), parts.end());
+        for (std::string& p : parts) {
+          std::u32string x = py::code_points(p);
+          std::reverse(x.begin(), x.end());
+          p = py::utf8(x);
+        }
+      }
+      std::vector<Value> out(parts.begin(), parts.end());
+      return Value::list(std::move(out));
+    });
+  }
+  if (m == "splitlines") {
+    return bound(m, [s](CallArgs& a) {
+      a.done("splitlines");
+      std::vector<Value> out;
+      std::string cur;
+      for (size_t i = 0; i < s.size(); ++i) {
+        if (s[i] == '\n' || s[i] == '\r') {
+          out.emplace_back(cur);
+          cur.clear();
+          if (s[i] == '\r' && i + 1 < s.size() && s[i + 1] == '\n') ++i;
+        } else {
+          cur += s[i];
+        }
+      }
+      if (!cur.empty()) out.emplace_back(cur);
+      return Value::list(std::move(out));
+    });
+  }
+  if (m == "lower" || m == "upper" || m == "title" || m == "capitalize" || m == "swapcase") {
+    return bound(m, [s, m](CallArgs& a) {
+      a.done(m);
+      if (m == "lower") return Value(py::lower(s));
+      if (m == "upper") return Value(py::upper(s));
+      if (m == "title") return Value(py_title(s));
+      if (m == "capitalize") return Value(py_capitalize(s));
+      std::string out;
+      for (const char32_t c : py::code_points(s)) {
+        const std::string ch = one(c);
+        const std::string lo = py::lower(ch);
+        out += lo != ch ? lo : py::upper(ch);
+      }
+      return Value(out);
+    });
+  }
+  if (m == "replace") {
+    return bound(m, [s](CallArgs& a) {
+      const auto from = a.take(0, "old");
+      const auto to = a.take(1, "new");
+      const auto count = a.take(2, "count");
+      a.done("replace");
+      if (!from || !to) fail_type("replace expected at least 2 arguments");
+      const std::string& f = need_string(*from, "replace() argument 1");
+      const std::string& t = need_string(*to, "replace() argument 2");
+      const int64_t n = count ? need_int(*count) : -1;
+      if (n < 0) return Value(py::replace(s, f, t));
+      std::string out = s;
+      size_t p = 0;
+      for (int64_t i = 0; i < n && !f.empty(); ++i) {
+        p = out.find(f, p);
+        if (p == std::string::npos) break;
+        out.replace(p, f.size(), t);
+        p += t.size();
+      }
+      return Value(out);
+    });
+  }
+  if (m == "startswith" || m == "endswith") {
+    return bound(m, [s, m](CallArgs& a) {
+      const auto x = a.take(0, "prefix");
+      a.done(m);
+      if (!x) fail_type(m + "() takes at least 1 argument (0 given)");
+      return Value(starts_or_ends(s, *x, m == "startswith", m));
+    });
+  }
+  if (m == "find" || m == "index" || m == "rfind" || m == "count") {
+    return bound(m, [s, m](CallArgs& a) {
+      const auto x = a.take(0, "sub");
+      a.done(m);
+      if (!x) fail_type(m + "() takes at least 1 argument (0 given)");
+      const std::string& sub = need_string(*x, "must be str");
+      if (m == "count") return Value(count_sub(s, sub));
+      int64_t at = -1;
+      if (m == "rfind") {
+        const size_t p = s.rfind(sub);
+        at = p == std::string::npos ? -1 : py::len(s.substr(0, p));
+      } else {
+        at = py::find(s, sub);
+      }
+      if (at < 0 && m == "index") fail_value("substring not found");
+      return Value(at);
+    });
+  }
+  if (m == "join") {
+    return bound(m, [s](CallArgs& a) {
+      const auto x = a.take(0, "iterable");
+      a.done("join");
+      if (!x) fail_type("str.join() takes exactly one argument (0 given)");
+      std::string out;
+      bool first = true;
+      for (const Value& v : x->iterate()) {
+        if (!v.is_string()) fail_type(fmt::format("sequence item: expected str instance, {} found", type_name(v)));
+        out += (first ? "" : s) + v.as_string();
+        first = false;
+      }
+      return Value(out);
+    });
+  }
+  if (m == "format") {
+    return bound(m, [s](CallArgs& a) { return Value(str_format(s, a)); });
+  }
+  if (m == "isdigit" || m == "isspace" || m == "isalpha" || m == "isalnum" || m == "islower" || m == "isupper") {
+    return bound(m, [s, m](CallArgs& a) {
+      a.done(m);
+      const std::u32string cps = py::code_points(s);
+      if (cps.empty()) return Value(false);
+      if (m == "islower" || m == "isupper") {
+        bool any = false;
+        for (const char32_t c : cps) {
+          if (!is_cased(c)) continue;
+          any = true;
+          const std::string ch = one(c);
+          if (m == "islower" ? py::lower(ch) != ch : py::upper(ch) != ch) return Value(false);
+        }
+        return Value(any);
+      }
+      for (const char32_t c : cps) {
+        const bool digit = c >= '0' && c <= '9';
+        const bool alpha = c < 0x80 ? std::isalpha(static_cast<int>(c)) != 0 : is_cased(c);
+        const bool ok = m == "isdigit" ? digit : m == "isspace" ? py::is_space(c) : m == "isalpha" ? alpha : alpha || digit;
+        if (!ok) return Value(false);
+      }
+      return Value(true);
+    });
+  }
+  if (m == "removeprefix" || m == "removesuffix") {
+    return bound(m, [s, m](CallArgs& a) {
+      const auto x = a.take(0, "prefix");
+      a.done(m);
+      if (!x) fail_type(m + "() takes exactly one argument (0 given)");
+      const std::string& p = need_string(*x, m + "() argument");
+      if (m == "removeprefix" && s.compare(0, p.size(), p) == 0) return Value(s.substr(p.size()));
+      if (m == "removesuffix" && p.size() <= s.size() && !p.empty() && s.compare(s.size() - p.size(), p.size(), p) == 0)
+        return Value(s.substr(0, s.size() - p.size()));
+      return Value(s);
+    });
+  }
+  return missing_attr(obj, m);
+}
+
+Value dict_method(const Value& obj, const std::string& m) {
+  if (m == "items" || m == "keys" || m == "values") {
+    return bound(m, [obj, m](CallArgs& a) {
+      a.done(m);
+      std::vector<Value> out;
+      for (const auto& [k, v] : obj.as_dict().entries) {
+        if (m == "items") out.push_back(Value::list({k, v}, Value::Kind::kTuple));
+        else out.push_back(m == "keys" ? k : v);
+      }
+      return Value::list(std::move(out));
+    });
+  }
+  if (m == "get") {
+    return bound(m, [obj](CallArgs& a) {
+      const auto key = a.take(0, "key");
+      const auto def = a.take(1, "default");
+      a.done("get");
+      if (!key) fail_type("get expected at least 1 argument, got 0");
+      const Value* v = obj.as_dict().find(*key);
+      return v ? *v : def.value_or(Value());
+    });
+  }
+  if (m == "copy") {
+    return bound(m, [obj](CallArgs& a) {
+      a.done("copy");
+      return Value::dict(std::make_shared<Dict>(obj.as_dict()));
+    });
+  }
+  static const std::set<std::string> kModifying = {"clear", "pop", "popitem", "setdefault", "update"};
+  if (kModifying.count(m)) return unsafe(obj, m);
+  return Value::undefined("");  // not a method: the caller looks the key up
+}
+
+Value list_method(const Value& obj, const std::string& m) {
+  if (m == "index" || m == "count") {
+    return bound(m, [obj, m](CallArgs& a) {
+      const auto x = a.take(0, "value");
+      a.done(m);
+      if (!x) fail_type(m + "() takes exactly one argument (0 given)");
+      int64_t n = 0;
+      for (size_t i = 0; i < obj.items().size(); ++i) {
+        if (equal(obj.items()[i], *x)) {
+          if (m == "index") return Value(static_cast<int64_t>(i));
+          ++n;
+        }
+      }
+      if (m == "index") fail_value(fmt::format("{} is not in list", repr(*x)));
+      return Value(n);
+    });
+  }
+  static const std::set<std::string> kModifying = {"append", "extend", "insert", "pop", "remove", "reverse", "sort",
+                                                   "clear"};
+  if (kModifying.count(m)) return unsafe(obj, m);
+  return missing_attr(obj, m);
+}
+
+int64_t py_floor_div(int64_t x, int64_t y) {
+  int64_t q = x / y;
+  if ((x % y != 0) && ((x < 0) != (y < 0))) --q;
+  return q;
+}
+
+std::string html_escape(const std::string& s) {
+  std::string out;
+  for (const char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&#34;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+// Jinja2's make_attrgetter: "a.b.0" looks up each part, an integer part as an index.
+Value attr_path(const Value& item, const Value& attribute) {
+  if (!attribute.is_string()) return get_item(item, attribute);
+  Value v = item;
+  for (const std::string& part : py::split(attribute.as_string(), std::string("."), -1)) {
+    bool digits = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+    v = digits ? get_item(v, Value(static_cast<int64_t>(std::stoll(part)))) : get_item(v, Value(part));
+  }
+  return v;
+}
+
+std::vector<Value> sequence_of(const Value& v) { return v.iterate(); }
+
+Value to_int(const Value& v, const Value& def, int64_t base) {
+  if (v.is_int()) return Value(v.as_int());
+  if (v.kind() == Value::Kind::kFloat) {
+    const double d = v.as_double();
+    if (!std::isfinite(d)) return def;
+    return Value(static_cast<int64_t>(std::trunc(d)));
+  }
+  if (v.is_string()) {
+    std::string s = py::strip(v.as_string(), std::nullopt, true, true);
+    std::string digits;
+    for (const char c : s)
+      if (c != '_') digits += c;
+    try {
+      size_t used = 0;
+      const long long x = std::stoll(digits, &used, static_cast<int>(base));
+      if (used == digits.size() && !digits.empty()) return Value(static_cast<int64_t>(x));
+    } catch (const std::exception&) {
+    }
+    try {
+      size_t used = 0;
+      const double d = std::stod(s, &used);
+      if (used == s.size() && std::isfinite(d)) return Value(static_cast<int64_t>(std::trunc(d)));
+    } catch (const std::exception&) {
+    }
+  }
+  return def;
+}
+
+Value to_float(const Value& v, const Value& def) {
+  if (v.is_number()) return Value(v.as_double());
+  if (v.is_string()) {
+    const std::string s = py::strip(v.as_string(), std::nullopt, true, true);
+    const std::string l = py::lower(s);
+    if (l == "inf" || l == "+inf" || l == "infinity") return Value(std::numeric_limits<double>::infinity());
+    if (l == "-inf" || l == "-infinity") return Value(-std::numeric_limits<double>::infinity());
+    if (l == "nan") return Value(std::nan(""));
+    try {
+      size_t used = 0;
+      const double d = std::stod(s, &used);
+      if (used == s.size()) return Value(d);
+    } catch (const std::exception&) {
+    }
+  }
+  return def;
+}
+
+// Python's round(x, n) of a float: the exact binary value rounded half to even, as printf does.
+double py_round(double x, int64_t n) {
+  if (!std::isfinite(x)) return x;
+  if (n > 300) return x;
+  if (n < 0) {
+    const double p = std::pow(10.0, static_cast<double>(-n));
+    return std::nearbyint(x / p) * p;
+  }
+  return std::stod(fmt::format("{:.{}f}", x, n));
+}
+
+std::string indent_text(const std::string& s, const std::string& pad, bool first, bool blank) {
+  std::vector<std::string> lines;
+  size_t start = 0;
+  for (size_t i = 0; i <= s.size(); ++i) {
+    if (i == s.size() || s[i] == '\n') {
+      lines.push_back(s.substr(start, i - start));
+      start = i + 1;
+    }
+  }
+  std::string out;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (i) out += '\n';
+    const bool pad_it = i == 0 ? first : (blank || !py::strip(lines[i], std::nullopt, true, true).empty());
+    if (pad_it && !(i == 0 && lines[i].empty() && !blank && false)) out += pad;
+    out += lines[i];
+  }
+  return out;
+}
+
+const std::set<std::string>& filter_names() {
+  static const std::set<std::string> k = {
+      "abs", "attr", "capitalize", "count", "d", "default", "dictsort", "e", "escape", "first", "float", "format",
+      "indent", "int", "items", "join", "last", "length", "list", "lower", "map", "max", "min", "reject", "rejectattr",
+      "replace", "reverse", "round", "safe", "select", "selectattr", "sort", "string", "sum", "title", "tojson", "trim",
+      "unique", "upper", "wordcount", "center", "batch"};
+  return k;
+}
+
+const std::set<std::string>& test_names() {
+  static const std::set<std::string> k = {
+      "defined", "undefined", "none", "boolean", "false", "true", "integer", "float", "number", "string", "mapping",
+      "iterable", "sequence", "callable", "odd", "even", "divisibleby", "eq", "equalto", "==", "ne", "!=", "lt",
+      "lessthan", "<", "le", "<=", "gt", "greaterthan", ">", "ge", ">=", "in", "sameas", "lower", "upper", "escaped",
+      "filter", "test"};
+  return k;
+}
+
+std::vector<Value> select(const Value& v, CallArgs& args, bool by_attr, bool keep) {
+  size_t next = 0;
+  Value attribute;
+  if (by_attr) {
+    if (args.positional.empty()) fail_type("selectattr needs an attribute name");
+    attribute = args.positional[next++];
+  }
+  std::optional<std::string> test;
+  if (next < args.positional.size()) test = need_string(args.positional[next++], "test name");
+  CallArgs test_args;
+  test_args.positional.assign(args.positional.begin() + static_cast<long>(next), args.positional.end());
+  test_args.keyword = args.keyword;
+  if (test && !has_test(*test)) throw RenderError("TemplateRuntimeError", fmt::format("No test named '{}'.", *test));
+  std::vector<Value> out;
+  for (const Value& item : sequence_of(v)) {
+    const Value x = by_attr ? attr_path(item, attribute) : item;
+    bool hit;
+    if (test) {
+      CallArgs a = test_args;
+      hit = apply_test(*test, x, a);
+    } else {
+      hit = truthy(x);
+    }
+    if (hit == keep) out.push_back(item);
+  }
+  return out;
+}
+
+Value sort_key(const Value& v, bool case_sensitive) {
+  if (!case_sensitive && v.is_string()) return Value(py::lower(v.as_string()));
+  return v;
+}
+
+void sort_values(std::vector<Value>& items, const std::function<Value(const Value&)>& key, bool reverse) {
+  std::stable_sort(items.begin(), items.end(), [&](const Value& a, const Value& b) {
+    return reverse ? less(key(b), key(a)) : less(key(a), key(b));
+  });
+}
+
+}  // namespace
+
+Value get_attr(const Value& obj, const std::string& name) {
+  if (obj.is_undefined()) fail_undefined(obj);
+  if (!name.empty() && name[0] == '_') return unsafe(obj, name);
+  switch (obj.kind()) {
+    case Value::Kind::kString: return str_method(obj, name);
+    case Value::Kind::kDict: {
+      Value m = dict_method(obj, name);
+      if (!m.is_undefined() || !m.as_string().empty()) return m;
+      if (const Value* v = obj.as_dict().find(name)) return *v;
+      return missing_attr(obj, name);
+    }
+    case Value::Kind::kList: return list_method(obj, name);
+    case Value::Kind::kTuple: {
+      if (name == "index" || name == "count") return list_method(obj, name);
+      return missing_attr(obj, name);
+    }
+    case Value::Kind::kNamespace: case Value::Kind::kLoop: {
+      if (const Value* v = obj.as_dict().find(name)) return *v;
+      if (obj.kind() == Value::Kind::kLoop && name == "previtem") return Value::undefined("there is no previous item");
+      if (obj.kind() == Value::Kind::kLoop && name == "nextitem") return Value::undefined("there is no next item");
+      return missing_attr(obj, name);
+    }
+    default: return missing_attr(obj, name);
+  }
+}
+
+Value get_item(const Value& obj, const Value& key) {
+  if (obj.is_undefined()) fail_undefined(obj);
+  switch (obj.kind()) {
+    case Value::Kind::kDict: {
+      if (const Value* v = obj.as_dict().find(key)) return *v;
+      break;
+    }
+    case Value::Kind::kList: case Value::Kind::kTuple: case Value::Kind::kString: {
+      if (key.is_int()) {
+        int64_t i = key.as_int();
+        if (obj.is_string()) {
+          const auto c = py::char_at(obj.as_string(), i);
+          if (c) return Value(*c);
+          return missing_element(obj, key);
+        }
+        const int64_t n = static_cast<int64_t>(obj.items().size());
+        if (i < 0) i += n;
+        if (i >= 0 && i < n) return obj.items()[static_cast<size_t>(i)];
+        return missing_element(obj, key);
+      }
+      break;
+    }
+    default: break;
+  }
+  if (key.is_string()) {
+    // obj[key] failed: Jinja2 then tries the attribute.
+    if (obj.is_dict()) {
+      Value m = dict_method(obj, key.as_string());
+      if (!m.is_undefined() || !m.as_string().empty()) return m;
+      return missing_attr(obj, key.as_string());
+    }
+    return get_attr(obj, key.as_string());
+  }
+  return missing_element(obj, key);
+}
+
+Value get_slice(const Value& obj, const Value& start, const Value& stop, const Value& step) {
+  if (obj.is_undefined()) fail_undefined(obj);
+  auto bound_of = [](const Value& v) -> std::optional<int64_t> {
+    if (v.is_none()) return std::nullopt;
+    if (!v.is_int()) fail_type("slice indices must be integers or None or have an __index__ method");
+    return v.as_int();
+  };
+  const auto a = bound_of(start), b = bound_of(stop), c = bound_of(step);
+  const int64_t k = c.value_or(1);
+  if (k == 0) fail_value("slice step cannot be zero");
+  if (obj.is_string()) return Value(py::slice(obj.as_string(), a, b, k));
+  if (obj.kind() == Value::Kind::kList || obj.kind() == Value::Kind::kTuple) {
+    std::vector<Value> out;
+    for (const int64_t i : py::slice_positions(static_cast<int64_t>(obj.items().size()), a, b, k))
+      out.push_back(obj.items()[static_cast<size_t>(i)]);
+    return Value::list(std::move(out), obj.kind());
+  }
+  return Value::undefined(fmt::format("'{}' has no element slice({}, {}, {})", object_type_repr(obj), repr(start),
+                                      repr(stop), repr(step)));
+}
+
+bool contains(const Value& container, const Value& item) {
+  switch (container.kind()) {
+    case Value::Kind::kUndefined: return false;
+    case Value::Kind::kString:
+      if (!item.is_string())
+        fail_type(fmt::format("'in <string>' requires string as left operand, not {}", type_name(item)));
+      return container.as_string().find(item.as_string()) != std::string::npos;
+    case Value::Kind::kList: case Value::Kind::kTuple: case Value::Kind::kIterator:
+      for (const Value& v : container.items())
+        if (equal(v, item)) return true;
+      return false;
+    case Value::Kind::kDict: return container.as_dict().find(item) != nullptr;
+    default: fail_type(fmt::format("argument of type '{}' is not iterable", type_name(container)));
+  }
+}
+
+Value binary_op(const std::string& op, const Value& a, const Value& b) {
+  if (op == "~") {
+    std::string s = str(a) + str(b);
+    if (s.size() > kMaxString) fail_value("a string past 64 MiB");
+    return Value(std::move(s));
+  }
+  if (a.is_undefined()) fail_undefined(a);
+  if (b.is_undefined()) fail_undefined(b);
+  auto unsupported = [&]() -> Value {
+    if (op == "+" && a.is_string())
+      fail_type(fmt::format("can only concatenate str (not \"{}\") to str", type_name(b)));
+    if (op == "+" && a.kind() == Value::Kind::kList)
+      fail_type(fmt::format("can only concatenate list (not \"{}\") to list", type_name(b)));
+    fail_type(fmt::format("unsupported operand type(s) for {}: '{}' and '{}'", op, type_name(a), type_name(b)));
+  };
+  if (a.is_number() && b.is_number()) {
+    const bool ints = a.is_int() && b.is_int();
+    if (op == "/") {
+      if (b.as_double() == 0) throw RenderError("ZeroDivisionError", "division by zero");
+      return Value(a.as_double() / b.as_double());
+    }
+    if (ints) {
+      const int64_t x = a.as_int(), y = b.as_int();
+      int64_t r = 0;
+      if (op == "+" || op == "-" || op == "*") {
+        const bool overflow = op == "+" ? __builtin_add_overflow(x, y, &r)
+                              : op == "-" ? __builtin_sub_overflow(x, y, &r)
+                                          : __builtin_mul_overflow(x, y, &r);
+        if (overflow) throw RenderError("OverflowError", "integer past 64 bits (gpueval's Jinja subset)");
+        return Value(r);
+      }
+      if (op == "//" || op == "%") {
+        if (y == 0) throw RenderError("ZeroDivisionError", op == "//" ? "integer division or modulo by zero" : "integer modulo by zero");
+        const int64_t q = py_floor_div(x, y);
+        return op == "//" ? Value(q) : Value(x - q * y);
+      }
+      if (op == "**") {
+        if (y < 0) return Value(std::pow(static_cast<double>(x), static_cast<double>(y)));
+        int64_t result = 1;
+        for (int64_t i = 0; i < y; ++i)
+          if (__builtin_mul_overflow(result, x, &result)) throw RenderError("OverflowError", "integer past 64 bits");
+        return Value(result);
+      }
+    }
+    const double x = a.as_double(), y = b.as_double();
+    if (op == "+") return Value(x + y);
+    if (op == "-") return Value(x - y);
+    if (op == "*") return Value(x * y);
+    if (op == "**") return Value(std::pow(x, y));
+    if (y == 0) throw RenderError("ZeroDivisionError", op == "//" ? "float floor division by zero" : "float modulo");
+    const double q = std::floor(x / y);
+    if (op == "//") return Value(q);
+    if (op == "%") {
+      double r = std::fmod(x, y);
+      if (r != 0 && ((r < 0) != (y < 0))) r += y;
+      return Value(r);
+    }
+    return unsupported();
+  }
+  if (op == "+") {
+    if (a.is_string() && b.is_string()) return Value(a.as_string() + b.as_string());
+    if (a.kind() == b.kind() && (a.kind() == Value::Kind::kList || a.kind() == Value::Kind::kTuple)) {
+      std::vector<Value> out = a.items();
+      out.insert(out.end(), b.items().begin(), b.items().end());
+      return Value::list(std::move(out), a.kind());
+    }
+    return unsupported();
+  }
+  if (op == "*") {
+    const Value& seq = a.is_int() ? b : a;
+    const Value& times_v = a.is_int() ? a : b;
+    if (times_v.is_int() && (seq.is_string() || seq.kind() == Value::Kind::kList || seq.kind() == Value::Kind::kTuple)) {
+      const int64_t times = std::max<int64_t>(0, times_v.as_int());
+      if (seq.is_string()) {
+        if (!seq.as_string().empty() && static_cast<uint64_t>(times) > kMaxString / seq.as_string().size())
+          fail_value("a string past 64 MiB");
+        std::string out;
+        for (int64_t i = 0; i < times; ++i) out += seq.as_string();
+        return Value(out);
+      }
+      if (!seq.items().empty() && static_cast<uint64_t>(times) > (size_t{1} << 24) / seq.items().size())
+        fail_value("a list past 16M items");
+      std::vector<Value> out;
+      for (int64_t i = 0; i < times; ++i) out.insert(out.end(), seq.items().begin(), seq.items().end());
+      return Value::list(std::move(out), seq.kind());
+    }
+    return unsupported();
+  }
+  if (op == "%" && a.is_string()) return Value(percent_format(a.as_string(), b));
+  return unsupported();
+}
+
+std::string percent_format(const std::string& f, const Value& args) {
+  std::vector<Value> values;
+  const Value* mapping = nullptr;
+  if (args.kind() == Value::Kind::kTuple) values = args.items();
+  else if (args.is_dict()) mapping = &args;
+  else values.push_back(args);
+  size_t next = 0;
+  std::string out;
+  for (size_t i = 0; i < f.size(); ++i) {
+    if (f[i] != '%') {
+      out += f[i];
+      continue;
+    }
+    if (++i >= f.size()) fail_value("incomplete format");
+    if (f[i] == '%') {
+      out += '%';
+      continue;
+    }
+    const Value* v = nullptr;
+    if (f[i] == '(') {
+      const size_t close = f.find(')', i);
+      if (close == std::string::npos || !mapping) fail_type("format requires a mapping");
+      const Value* found = mapping->as_dict().find(f.substr(i + 1, close - i - 1));
+      if (!found) throw RenderError("KeyError", py::repr(nlohmann::json(f.substr(i + 1, close - i - 1))));
+      v = found;
+      i = close + 1;
+    }
+    std::string spec = "%";
+    while (i < f.size() && std::strchr("-+ #0123456789.", f[i])) spec += f[i++];
+    if (i >= f.size()) fail_value("incomplete format");
+    const char conv = f[i];
+    if (!v) {
+      if (next >= values.size()) fail_type("not enough arguments for format string");
+      v = &values[next++];
+    }
+    std::string body;
+    switch (conv) {
+      case 's': body = str(*v); break;
+      case 'r': body = repr(*v); break;
+      case 'd': case 'i': case 'f': case 'F': case 'x': case 'X': case 'e': case 'g': {
+        if (!v->is_number()) fail_type(fmt::format("%{} format: a real number is required, not {}", conv, type_name(*v)));
+        char buf[512];
+        if (conv == 'd' || conv == 'i' || conv == 'x' || conv == 'X') {
+          const long long n = v->is_int() ? v->as_int() : static_cast<long long>(std::trunc(v->as_double()));
+          std::string s = spec + "ll" + (conv == 'i' ? 'd' : conv);
+          std::snprintf(buf, sizeof buf, s.c_str(), n);
+        } else {
+          std::string s = spec + conv;
+          std::snprintf(buf, sizeof buf, s.c_str(), v->as_double());
+        }
+        out += buf;
+        continue;
+      }
+      default: fail_value(fmt::format("unsupported format character '{}'", conv));
+    }
+    // Width and '-' for %s / %r.
+    size_t width = 0;
+    bool left = spec.find('-') != std::string::npos;
+    for (const char c : spec)
+      if (std::isdigit(static_cast<unsigned char>(c)) && spec.find('.') == std::string::npos) width = width * 10 + static_cast<size_t>(c - '0');
+    const size_t n = static_cast<size_t>(py::len(body));
+    if (n < width) body = left ? body + std::string(width - n, ' ') : std::string(width - n, ' ') + body;
+    out += body;
+  }
+  if (!mapping && next < values.size()) fail_type("not all arguments converted during string formatting");
+  return out;
+}
+
+bool has_filter(const std::string& name) { return filter_names().count(name) != 0; }
+bool has_test(const std::string& name) { return test_names().count(name) != 0; }
+
+Value apply_filter(const std::string& f, const Value& v, CallArgs& args) {
+  auto done = [&] { args.done(f); };
+  if (f == "safe") {
+    done();
+    return v;
+  }
+  if (f == "default" || f == "d") {
+    const Value def = args.take(0, "default_value").value_or(Value(""));
+    const bool boolean = truthy(args.take(1, "boolean").value_or(Value(false)));
+    done();
+    if (v.is_undefined() || (boolean && !truthy(v))) return def;
+    return v;
+  }
+  if (f == "tojson") {
+    DumpOptions o;
+    o.ensure_ascii = truthy(args.take(0, "ensure_ascii").value_or(Value(false)));
+    const Value indent = args.take(1, "indent").value_or(Value());
+    const Value separators = args.take(2, "separators").value_or(Value());
+    o.sort_keys = truthy(args.take(3, "sort_keys").value_or(Value(false)));
+    done();
+    if (indent.is_int()) o.indent = std::string(static_cast<size_t>(std::max<int64_t>(0, indent.as_int())), ' ');
+    else if (indent.is_string()) o.indent = indent.as_string();
+    else if (!indent.is_none()) fail_type("tojson indent must be an int, a str or None");
+    if (o.indent) o.item_separator = ",";
+    if (!separators.is_none()) {
+      const std::vector<Value> seps = separators.iterate();
+      if (seps.size() != 2 || !seps[0].is_string() || !seps[1].is_string())
+        fail_value("tojson separators must be an (item_separator, key_separator) pair of strings");
+      o.item_separator = seps[0].as_string();
+      o.key_separator = seps[1].as_string();
+    }
+    return Value(json_dumps(v, o));
+  }
+  if (f == "length" || f == "count") {
+    done();
+    switch (v.kind()) {
+      case Value::Kind::kUndefined: return Value(0);
+      case Value::Kind::kString: return Value(py::len(v.as_string()));
+      case Value::Kind::kList: case Value::Kind::kTuple: return Value(static_cast<int64_t>(v.items().size()));
+      case Value::Kind::kDict: case Value::Kind::kNamespace: return Value(static_cast<int64_t>(v.as_dict().entries.size()));
+      default: fail_type(fmt::format("object of type '{}' has no len()", type_name(v)));
+    }
+  }
+  if (f == "string") {
+    done();
+    return Value(str(v));
+  }
+  if (f == "upper" || f == "lower" || f == "capitalize" || f == "title") {
+    done();
+    const std::string s = str(v);
+    if (f == "upper") return Value(py::upper(s));
+    if (f == "lower") return Value(py::lower(s));
+    if (f == "capitalize") return Value(py_capitalize(s));
+    return Value(jinja_title(s));
+  }
+  if (f == "trim") {
+    const auto chars = optional_chars(args.take(0, "chars"), "trim chars");
+    done();
+    return Value(py::strip(str(v), chars, true, true));
+  }
+  if (f == "replace") {
+    Value s(str(v));
+    CallArgs inner;
+    if (auto x = args.take(0, "old")) inner.positional.push_back(*x);
+    if (auto x = args.take(1, "new")) inner.positional.push_back(*x);
+    if (auto x = args.take(2, "count")) if (!x->is_none()) inner.positional.push_back(*x);
+    done();
+    return str_method(s, "replace").as_callable().call(inner);
+  }
+  if (f == "e" || f == "escape") {
+    done();
+    return Value(html_escape(str(v)));
+  }
+  if (f == "first" || f == "last") {
+    done();
+    if (f == "last" && v.kind() == Value::Kind::kIterator) fail_type("'generator' object is not reversible");
+    const std::vector<Value> items = v.iterate();
+    if (items.empty()) return Value::undefined(f == "first" ? "No first item, sequence was empty." : "No last item, sequence was empty.");
+    return f == "first" ? items.front() : items.back();
+  }
+  if (f == "list") {
+    done();
+    return Value::list(v.iterate());
+  }
+  if (f == "join") {
+    const Value sep = args.take(0, "d").value_or(Value(""));
+    const auto attribute = args.take(1, "attribute");
+    done();
+    std::string out;
+    bool first = true;
+    const std::string s = str(sep);
+    for (const Value& item : v.iterate()) {
+      out += (first ? "" : s) + str(attribute && !attribute->is_none() ? attr_path(item, *attribute) : item);
+      first = false;
+      if (out.size() > kMaxString) fail_value("a string past 64 MiB");
+    }
+    return Value(out);
+  }
+  if (f == "map") {
+    std::vector<Value> out;
+    std::optional<Value> attribute = args.take(static_cast<size_t>(-1), "attribute");
+    if (attribute) {
+      const std::optional<Value> def = args.take(static_cast<size_t>(-1), "default");
+      done();
+      for (const Value& item : v.iterate()) {
+        Value x = attr_path(item, *attribute);
+        if (x.is_undefined() && def) x = *def;
+        out.push_back(x);
+      }
+    } else {
+      if (args.positional.empty()) fail_type("map requires a filter argument");
+      const std::string name = need_string(args.positional[0], "map filter name");
+      if (!has_filter(name)) throw RenderError("TemplateRuntimeError", fmt::format("No filter named '{}'.", name));
+      CallArgs rest;
+      rest.positional.assign(args.positional.begin() + 1, args.positional.end());
+      rest.keyword = args.keyword;
+      for (const Value& item : v.iterate()) {
+        CallArgs a = rest;
+        out.push_back(apply_filter(name, item, a));
+      }
+    }
+    return Value::list(std::move(out), Value::Kind::kIterator);
+  }
+  if (f == "select" || f == "reject" || f == "selectattr" || f == "rejectattr") {
+    return Value::list(select(v, args, f.size() > 6, f[0] == 's'), Value::Kind::kIterator);
+  }
+  if (f == "items") {
+    done();
+    if (v.is_undefined()) return Value::list({}, Value::Kind::kIterator);
+    if (!v.is_dict()) fail_type("Can only get item pairs from a mapping.");
+    std::vector<Value> out;
+    for (const auto& [k, val] : v.as_dict().entries) out.push_back(Value::list({k, val}, Value::Kind::kTuple));
+    return Value::list(std::move(out), Value::Kind::kIterator);
+  }
+  if (f == "dictsort") {
+    const bool case_sensitive = truthy(args.take(0, "case_sensitive").value_or(Value(false)));
+    const Value by = args.take(1, "by").value_or(Value("key"));
+    const bool reverse = truthy(args.take(2, "reverse").value_or(Value(false)));
+    done();
+    if (!v.is_dict()) fail_type("dictsort of something other than a dict");
+    const size_t pos = str(by) == "value" ? 1 : 0;
+    std::vector<Value> out;
+    for (const auto& [k, val] : v.as_dict().entries) out.push_back(Value::list({k, val}, Value::Kind::kTuple));
+    sort_values(out, [&](const Value& x) { return sort_key(x.items()[pos], case_sensitive); }, reverse);
+    return Value::list(std::move(out));
+  }
+  if (f == "sort") {
+    const bool reverse = truthy(args.take(0, "reverse").value_or(Value(false)));
+    const bool case_sensitive = truthy(args.take(1, "case_sensitive").value_or(Value(false)));
+    const auto attribute = args.take(2, "attribute");
+    done();
+    std::vector<Value> out = v.iterate();
+    sort_values(out, [&](const Value& x) {
+      return sort_key(attribute && !attribute->is_none() ? attr_path(x, *attribute) : x, case_sensitive);
+    }, reverse);
+    return Value::list(std::move(out));
+  }
+  if (f == "unique") {
+    const bool case_sensitive = truthy(args.take(0, "case_sensitive").value_or(Value(false)));
+    const auto attribute = args.take(1, "attribute");
+    done();
+    std::vector<Value> out, seen;
+    for (const Value& item : v.iterate()) {
+      const Value key = sort_key(attribute && !attribute->is_none() ? attr_path(item, *attribute) : item, case_sensitive);
+      if (std::none_of(seen.begin(), seen.end(), [&](const Value& s) { return equal(s, key); })) {
+        seen.push_back(key);
+        out.push_back(item);
+      }
+    }
+    return Value::list(std::move(out), Value::Kind::kIterator);
+  }
+  if (f == "reverse") {
+    done();
+    if (v.is_string()) {
+      std::u32string cps = py::code_points(v.as_string());
+      std::reverse(cps.begin(), cps.end());
+      return Value(py::utf8(cps));
+    }
+    std::vector<Value> out = v.iterate();
+    std::reverse(out.begin(), out.end());
+    return Value::list(std::move(out), Value::Kind::kIterator);
+  }
+  if (f == "sum") {
+    const auto attribute = args.take(0, "attribute");
+    Value total = args.take(1, "start").value_or(Value(0));
+    done();
+    for (const Value& item : v.iterate())
+      total = binary_op("+", total, attribute && !attribute->is_none() ? attr_path(item, *attribute) : item);
+    return total;
+  }
+  if (f == "min" || f == "max") {
+    const bool case_sensitive = truthy(args.take(0, "case_sensitive").value_or(Value(false)));
+    const auto attribute = args.take(1, "attribute");
+    done();
+    const std::vector<Value> items = v.iterate();
+    if (items.empty()) return Value::undefined(fmt::format("No aggregated item, sequence was empty."));
+    size_t best = 0;
+    for (size_t i = 1; i < items.size(); ++i) {
+      auto key = [&](const Value& x) {
+        return sort_key(attribute && !attribute->is_none() ? attr_path(x, *attribute) : x, case_sensitive);
+      };
+      if (f == "min" ? less(key(items[i]), key(items[best])) : less(key(items[best]), key(items[i]))) best = i;
+    }
+    return items[best];
+  }
+  if (f == "int") {
+    const Value def = args.take(0, "default").value_or(Value(0));
+    const int64_t base = need_int(args.take(1, "base").value_or(Value(10)));
+    done();
+    return to_int(v, def, base);
+  }
+  if (f == "float") {
+    const Value def = args.take(0, "default").value_or(Value(0.0));
+    done();
+    return to_float(v, def);
+  }
+  if (f == "abs") {
+    done();
+    if (v.is_undefined()) fail_undefined(v);
+    if (v.is_int()) return Value(v.as_int() < 0 ? -v.as_int() : v.as_int());
+    if (v.kind() == Value::Kind::kFloat) return Value(std::fabs(v.as_double()));
+    fail_type(fmt::format("bad operand type for abs(): '{}'", type_name(v)));
+  }
+  if (f == "round") {
+    const int64_t precision = need_int(args.take(0, "precision").value_or(Value(0)));
+    const std::string method = str(args.take(1, "method").value_or(Value("common")));
+    done();
+    if (v.is_undefined()) fail_undefined(v);
+    if (!v.is_number()) fail_type(fmt::format("type {} doesn't define __round__ method", type_name(v)));
+    if (method == "common") {
+      if (v.is_int()) return Value(v.as_int());
+      return Value(py_round(v.as_double(), precision));
+    }
+    if (method != "ceil" && method != "floor") throw RenderError("FilterArgumentError", "method must be common, ceil or floor");
+    const double p = std::pow(10.0, static_cast<double>(precision));
+    const double x = v.as_double() * p;
+    return Value((method == "ceil" ? std::ceil(x) : std::floor(x)) / p);
+  }
+  if (f == "indent") {
+    const Value width = args.take(0, "width").value_or(Value(4));
+    const bool first = truthy(args.take(1, "first").value_or(Value(false)));
+    const bool blank = truthy(args.take(2, "blank").value_or(Value(false)));
+    done();
+    const std::string pad = width.is_string() ? width.as_string() : std::string(static_cast<size_t>(std::max<int64_t>(0, need_int(width))), ' ');
+    return Value(indent_text(str(v), pad, first, blank));
+  }
+  if (f == "format") {
+    Value tuple = Value::list(args.positional, Value::Kind::kTuple);
+    if (!args.keyword.empty()) {
+      auto d = std::make_shared<Dict>();
+      for (const auto& [k, val] : args.keyword) d->set(Value(k), val);
+      tuple = Value::dict(d);
+    }
+    return Value(percent_format(str(v), tuple));
+  }
+  if (f == "attr") {
+    const auto name = args.take(0, "name");
+    done();
+    if (!name) fail_type("attr needs a name");
+    // Jinja2's attr filter reads attributes only, never a dict's keys.
+    if (v.is_dict()) {
+      const Value m = dict_method(v, str(*name));
+      return !m.is_undefined() || !m.as_string().empty() ? m : missing_attr(v, str(*name));
+    }
+    return get_attr(v, str(*name));
+  }
+  if (f == "wordcount") {
+    done();
+    return Value(static_cast<int64_t>(py::split(str(v), std::nullopt, -1).size()));
+  }
+  if (f == "center") {
+    const int64_t width = need_int(args.take(0, "width").value_or(Value(80)));
+    done();
+    const std::string s = str(v);
+    const int64_t n = py::len(s);
+    if (n >= width) return Value(s);
+    const int64_t total = width - n;
+    const int64_t left = total / 2 + (total & width & 1);
+    return Value(std::string(static_cast<size_t>(left), ' ') + s + std::string(static_cast<size_t>(total - left), ' '));
+  }
+  if (f == "batch") {
+    const int64_t size = need_int(args.take(0, "linecount").value_or(Value(1)));
+    const auto fill = args.take(1, "fill_with");
+    done();
+    if (size <= 0) fail_value("batch size must be positive");
+    std::vector<Value> out, cur;
+    for (const Value& item : v.iterate()) {
+      cur.push_back(item);
+      if (static_cast<int64_t>(cur.size()) == size) {
+        out.push_back(Value::list(cur));
+        cur.clear();
+      }
+    }
+    if (!cur.empty()) {
+      if (fill && !fill->is_none())
+        while (static_cast<int64_t>(cur.size()) < size) cur.push_back(*fill);
+      out.push_back(Value::list(cur));
+    }
+    return Value::list(std::move(out), Value::Kind::kIterator);
+  }
+  throw RenderError("TemplateRuntimeError", fmt::format("No filter named '{}'.", f));
+}
+
+bool apply_test(const std::string& t, const Value& v, CallArgs& args) {
+  auto arg = [&](const char* name) {
+    const auto x = args.take(0, name);
+    args.done(t);
+    if (!x) fail_type(fmt::format("test '{}' needs an argument", t));
+    return *x;
+  };
+  auto no_args = [&] { args.done(t); };
+  if (t == "defined") return no_args(), !v.is_undefined();
+  if (t == "undefined") return no_args(), v.is_undefined();
+  if (t == "none") return no_args(), v.is_none();
+  if (t == "boolean") return no_args(), v.is_bool();
+  if (t == "true") return no_args(), v.is_bool() && v.as_bool();
+  if (t == "false") return no_args(), v.is_bool() && !v.as_bool();
+  if (t == "integer") return no_args(), v.kind() == Value::Kind::kInt;
+  if (t == "float") return no_args(), v.kind() == Value::Kind::kFloat;
+  if (t == "number") return no_args(), v.is_number();
+  if (t == "string") return no_args(), v.is_string();
+  if (t == "mapping") return no_args(), v.is_dict();
+  if (t == "iterable") {
+    no_args();
+    return v.is_undefined() || v.is_string() || v.is_sequence() || v.is_dict();
+  }
+  if (t == "sequence") {
+    no_args();
+    return v.is_undefined() || v.is_string() || v.kind() == Value::Kind::kList || v.kind() == Value::Kind::kTuple ||
+           v.is_dict();
+  }
+  if (t == "callable") return no_args(), v.is_callable();
+  if (t == "escaped") return no_args(), false;
+  if (t == "lower" || t == "upper") {
+    no_args();
+    const std::string s = str(v);
+    bool any = false;
+    for (const char32_t c : py::code_points(s)) {
+      if (!is_cased(c)) continue;
+      any = true;
+      if (t == "lower" ? py::lower(one(c)) != one(c) : py::upper(one(c)) != one(c)) return false;
+    }
+    return any;
+  }
+  if (t == "odd" || t == "even") {
+    no_args();
+    const Value r = binary_op("%", v, Value(2));
+    return t == "odd" ? equal(r, Value(1)) : equal(r, Value(0));
+  }
+  if (t == "divisibleby") return equal(binary_op("%", v, arg("num")), Value(0));
+  if (t == "eq" || t == "equalto" || t == "==") return equal(v, arg("other"));
+  if (t == "ne" || t == "!=") return !equal(v, arg("other"));
+  if (t == "lt" || t == "lessthan" || t == "<") return less(v, arg("other"), "<");
+  if (t == "gt" || t == "greaterthan" || t == ">") return less(arg("other"), v, ">");
+  if (t == "le" || t == "<=") {
+    const Value o = arg("other");
+    return less(v, o, "<=") || equal(v, o);
+  }
+  if (t == "ge" || t == ">=") {
+    const Value o = arg("other");
+    return less(o, v, ">=") || equal(v, o);
+  }
+  if (t == "in") return contains(arg("seq"), v);
+  if (t == "sameas") return v.same_object(arg("other"));
+  if (t == "filter") return has_filter(str(arg("name")));
+  if (t == "test") return has_test(str(arg("name")));
+  throw RenderError("TemplateRuntimeError", fmt::format("No test named '{}'.", t));
+}
+
+}  // namespace gpueval::jinja

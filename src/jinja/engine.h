@@ -1,0 +1,52 @@
+// Program is a parsed Jinja2 template (jinja/parser.h) that renders with Python's semantics
+// as Jinja2 does: statements if/elif/else, for (tuple targets, `if` filter, `else`, the loop
+// object: index, index0, revindex, revindex0, first, last, length, previtem, nextitem, depth,
+// cycle, changed), set (names, tuples, `ns.attr` on a namespace, `{% set x %}...{% endset %}`), macro
+// (positional and keyword arguments with defaults), filter blocks, break/continue and
+// transformers' {% generation %}; expressions, filters, tests and methods of
+// jinja/builtins.h; the globals range, namespace, dict, joiner, raise_exception and strftime_now.
+// Scopes follow Jinja2's: a for body is a new scope every iteration (what it sets is gone
+// after), an if is not, a macro call is, and a macro sees the scope it was defined in.
+//
+// Undefined is lenient by default (Jinja2's Undefined: prints '', is false, iterates empty,
+// fails when its attribute is read or it is computed with) or strict (StrictUndefined:
+// printing, testing or iterating it fails too). Rendering errors are RenderError
+// (jinja/value.h) with Python's exception type and message; raise_exception(msg) is a
+// RenderError of type "TemplateError" with exactly msg. A filter or test outside the subset
+// is refused at parse time, as a gpueval::Error "<where>:<line>: unsupported filter 'x'".
+//
+// Calls common only. A Program is immutable after parse() and may be rendered from several
+// threads at once.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "jinja/parser.h"
+#include "jinja/syntax.h"
+#include "jinja/value.h"
+
+namespace gpueval::jinja {
+
+struct RenderOptions {
+  bool strict_undefined = false;
+  // strftime_now(format)'s clock: absent, the local time now.
+  std::function<std::string(const std::string& format)> strftime_now;
+};
+
+class Program {
+ public:
+  static Program parse(const std::string& text, const std::string& where, const SyntaxOptions& options);
+
+  // Renders with `context` (a dict Value) as the template's variables.
+  std::string render(const Value& context, const RenderOptions& options) const;
+
+  const std::string& where() const { return where_; }
+
+ private:
+  std::shared_ptr<const Body> body_;
+  std::string where_;
+};
+
+}  // namespace gpueval::jinja

@@ -1,0 +1,25 @@
+// The parser of the template engine: Jinja2's lexer rules (tags {{ }} {% %} {# #}, `-` and `+`
+// whitespace control, trim_blocks and lstrip_blocks as Jinja2's Lexer applies them, {% raw %},
+// the newline normalisation and keep_trailing_newline) and its grammar with its operator
+// precedence, into the syntax tree of jinja/syntax.h. A statement outside the subset the
+// engine runs (include, import, extends, block, with, ...) and every syntax error are refused
+// here, before anything renders, as a gpueval::Error "<where>:<line>: <what>". Calls common
+// only. Stateless; thread-safe.
+#pragma once
+
+#include <string>
+
+#include "jinja/syntax.h"
+
+namespace gpueval::jinja {
+
+struct SyntaxOptions {
+  bool trim_blocks = false;            // drop the first newline after a block or comment tag
+  bool lstrip_blocks = false;          // drop spaces and tabs from a line's start to a block tag
+  bool keep_trailing_newline = false;  // Jinja2's default drops one newline ending the template
+};
+
+// Parses `text`; `where` names it in errors ("chat_template.jinja").
+Body parse_template(const std::string& text, const std::string& where, const SyntaxOptions& options);
+
+}  // namespace gpueval::jinja
