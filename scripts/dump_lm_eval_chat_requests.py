@@ -34,8 +34,9 @@ Models/tokenizers (built under --work from ../shared/data; nothing is downloaded
                writes bos_token itself; bos <|begin_of_text|> 128000, eos <|end_of_text|> 128001;
                the tokenizer adds no BOS by itself)
   chatml       tokenizers/mistral7b_v0.1 with chat_template = chat_templates/chatml.jinja
-               (bos <s> 1 which the tokenizer adds by default (add_bos_token true); chatml.jinja also writes
-               {{ bos_token }}, so the rendered string starts with "<s>")
+               (bos <s> 1, which the tokenizer adds by default (add_bos_token true); chatml.jinja also writes
+               {{ bos_token }}, but its multi-line layout renders as "\n<s>\n\n    <|im_start|>...", which does
+               not START with "<s>", so HFLM lets the tokenizer add BOS: ids [1, 28705, 13, 1, ...], two BOS)
   qwen3like    tokenizers/gpt2 plus added tokens <|im_start|> <|im_end|> (special) and <think> </think>,
                bos_token None, eos <|im_end|>, and QWEN3_LIKE_TEMPLATE below (reads enable_thinking)
   named        tokenizers/llama3 with tokenizer_config chat_template as a LIST [{name: default, ...},
