@@ -17,7 +17,8 @@ How: lm-eval's real code paths, no stub of lm-eval's logic.
     local files made from the shared data (as scripts/verify_lm_eval.py does):
       mmlu_abstract_algebra  5-shot  (cais/mmlu rows from mmlu/{test,dev}/abstract_algebra_*.csv)
       arc_easy               0-shot and 5-shot (allenai/ai2_arc rows from arc/arc_easy_test_mosaic.jsonl,
-                             test split only; 5-shot draws from the test docs minus the asked one)
+                             test split only; 5-shot draws 5 of the test docs, the asked one NOT excluded,
+                             as lm-eval does without a fewshot split)
       gsm8k                  5-shot (its default), gsm8k/test.jsonl as test AND fewshot split
                              (fewshot_split: test; gpueval's fallback when there is no train file)
       gsm8k_cot              8-shot (its default; the few-shot examples are in the YAML)
