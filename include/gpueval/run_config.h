@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json_fwd.hpp>
+#include <nlohmann/json.hpp>
 
 namespace gpueval {
 
@@ -40,6 +40,24 @@ struct RunConfig {
   // `extra_metrics: [bpb]` scores bits per byte on each multiple-choice and loglikelihood task.
   std::vector<std::string> extra_metrics;
   std::optional<int64_t> max_length;  // context length override
+  // Instruct and reasoning checkpoints through their chat template, with lm-eval's options
+  // (docs/chat_templates.md; tasks' PromptFormat). apply_chat_template: unset, off; "" the
+  // checkpoint's default template (`true`); a name picks one of its named templates. chat_template:
+  // a template file used instead of the checkpoint's. fewshot_as_multiturn: each example its own
+  // user and assistant turns (default with a template, as lm-eval's CLI does; set without one it
+  // is an error). system_instruction: a system prompt before the task's description (also
+  // without a template). chat_template_args: keywords the template reads (enable_thinking: false).
+  // think_end_token: a generated text keeps what follows its last occurrence, left-stripped,
+  // before filters and metrics (lm-eval's; generate_until tasks).
+  std::optional<std::string> apply_chat_template;
+  std::string chat_template;
+  std::optional<bool> fewshot_as_multiturn;
+  std::string system_instruction;
+  nlohmann::json chat_template_args = nlohmann::json::object();
+  std::string think_end_token;
+  // Whether prompts go through a chat template, and with each example as its own turns.
+  bool chat() const { return apply_chat_template.has_value(); }
+  bool multiturn() const { return chat() && fewshot_as_multiturn.value_or(true); }
   // Whether each context starts with the tokenizer's BOS token: "auto" (default) does what the
   // tokenizer's own configuration does when asked to add special tokens (tokenizer.json's
   // post_processor, tokenizer_config.json's add_bos_token for tokenizer.model): Llama-2,
@@ -139,6 +157,11 @@ struct ConfigOverrides {
   std::optional<double> fail_on_regression;  // --fail-on-regression POINTS
   std::optional<std::vector<std::string>> tasks;  // --tasks: replaces the file's list
   std::vector<std::string> data;      // --data NAME=PATH, repeatable; each adds or replaces one root
+  std::optional<std::string> apply_chat_template;  // --apply-chat-template [NAME] ("": the default template)
+  std::optional<std::string> chat_template;        // --chat-template FILE
+  std::optional<std::string> fewshot_as_multiturn; // --fewshot-as-multiturn true|false
+  std::optional<std::string> system_instruction;   // --system-instruction TEXT
+  std::optional<std::string> think_end_token;      // --think-end-token TEXT
   std::optional<int64_t> max_sandboxes;   // --max-sandboxes
   bool unsafe_no_sandbox = false;         // --unsafe-no-sandbox
 };

@@ -85,6 +85,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -108,6 +109,24 @@ const char* output_type_name(OutputType type);  // lm-eval's spelling: "multiple
 // Data root name -> directory, as the run sets them (`--data mmlu=PATH`).
 using DataRoots = std::map<std::string, std::string>;
 
+// How description, few-shot examples and the question become a context: lm-eval's
+// --system_instruction, --apply_chat_template and --fewshot_as_multiturn (docs/lm_eval_chat.md).
+// The system prompt is lm-eval's maybe_delimit(system_instruction, description, fewshot_delimiter).
+// Plain (no `chat`): system prompt + the examples + the question, as text. With `chat`: a message
+// list, [system prompt as a "system" message when not empty], then per example a "user" question
+// and an "assistant" answer (fewshot_as_multiturn) or all examples and the question as one "user"
+// message (the plain text without the system prompt), then the question as "user", rendered by
+// `chat` (the model's template with the generation prompt, as lm-eval's HFLM.apply_chat_template);
+// a multiple-choice continuation then has no target_delimiter.
+struct PromptFormat {
+  std::string system_instruction;  // "" : none
+  std::function<std::string(const nlohmann::ordered_json& messages)> chat;  // null: plain text prompts
+  bool fewshot_as_multiturn = true;
+  // generate_until: a response keeps what follows the last occurrence of this text, left-stripped
+  // (lm-eval's think_end_token; the whole text, left-stripped, when it has none); "": as generated.
+  std::string think_end_token;
+};
+
 // What the run decides about every task it loads.
 struct TaskLoadOptions {
   DataRoots data_roots;
@@ -115,6 +134,7 @@ struct TaskLoadOptions {
   uint64_t fewshot_seed = 1234;        // seeds the default sampler (lm-eval's fewshot_random_seed)
   // Metrics added to every task whose output type computes them (the run's extra_metrics: bpb).
   std::vector<std::string> extra_metrics;
+  PromptFormat prompt;
 };
 
 // A program's verdict by its text: whether it passed (ran without an exception within its limits).
@@ -164,8 +184,9 @@ class Task {
   // "<dataset file>:<line>", where the document came from, for messages.
   std::string location(const Document& doc) const;
 
-  // The prompt: description + few-shot examples + doc_to_text. For a multiple-input task the
-  // part every choice's context starts with: description + few-shot examples.
+  // The prompt: description + few-shot examples + doc_to_text (PromptFormat: with the system
+  // instruction, or through the chat template). For a multiple-input task the part every choice's
+  // context starts with: description + few-shot examples (no chat template: refused).
   std::string context(const Document& doc) const;
   // Whether doc_to_text gives a choice index for the task's first document, which makes it
   // lm-eval's "multiple input" task (Winogrande's partial scoring): each choice is then a
@@ -192,6 +213,9 @@ class Task {
   // Every filter's metrics, in filters() order.
   std::vector<DocMetrics> process_results_all(const Document& doc, const std::vector<RequestResult>& results,
                                               const ProgramVerdicts* verdicts = nullptr) const;
+  // A generate_until response as filters and metrics see it: the generated text after
+  // PromptFormat::think_end_token (unchanged without one).
+  std::string response(const RequestResult& result) const;
   // generate_until: one document's responses (its requests' texts, one per repeat) through
   // filters()[filter] (lm-eval's filtered_resps; one text when the pipeline ends with
   // take_first). Other output types have nothing to filter: their texts are returned as is.
@@ -232,8 +256,13 @@ class Task {
   void load_documents();
   // Every document's few-shot indices, drawn in document order as lm-eval's sampler draws them.
   void draw_fewshot();
-  // doc_to_text and doc_to_target of one few-shot example, as lm-eval's sampler writes it.
-  std::string fewshot_example(const Document& doc, const std::string& where) const;
+  // doc_to_text and doc_to_target of one few-shot example, as lm-eval's build_qa_turn makes it:
+  // the question, and the answer text when it has one.
+  struct FewshotTurn {
+    std::string question;
+    std::optional<std::string> answer;
+  };
+  FewshotTurn fewshot_example(const Document& doc, const std::string& where) const;
   std::vector<size_t> gold_indices(const Document& doc, const std::vector<std::string>& choices) const;
 
   std::string name_;
@@ -256,6 +285,8 @@ class Task {
   bool fewshot_inline_ = false;              // fewshot_pool_ is fewshot_config.samples (fewshot_file_: the YAML)
   std::vector<std::vector<size_t>> fewshot_draws_;  // per document: its examples' pool indices
   std::vector<std::string> fewshot_rendered_;  // per pool index: the example and fewshot_delimiter ("" if unused)
+  std::vector<FewshotTurn> fewshot_turns_;     // per pool index: the example's turns (used ones)
+  PromptFormat prompt_;
   std::vector<std::string> notes_;
   std::vector<FilterPipeline> filters_;
   OutputType output_type_ = OutputType::kGenerateUntil;

@@ -1,11 +1,12 @@
 // The single-process subcommands of the `gpueval` CLI (generate, logits,
-// tokenize, score, convert-llama2c, init-model, history, execute). main.cpp parses flags into these option
+// tokenize, score, convert-llama2c, init-model, history, execute, chat-template). main.cpp parses flags into these option
 // structs; each command writes its result to `out` and logs to stderr, and
 // throws gpueval::Error on bad input.
 #pragma once
 
 #include <cstdint>
 #include <iosfwd>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -93,6 +94,22 @@ struct ExecuteCommand {
 // input order, each in its own sandbox (sandbox/sandbox.h), a summary on stderr. Every line is
 // checked before any program runs: a bad one is an Error naming its line.
 void run_execute(const ExecuteCommand& cmd, std::istream& in, std::ostream& out);
+
+struct ChatTemplateCommand {
+  std::string model_dir;      // the checkpoint (or tokenizer folder) whose template renders
+  std::string template_file;  // or a template file
+  std::string name;           // a named template of the checkpoint ("tool_use"); empty: its default
+  bool add_generation_prompt = false;
+  std::optional<std::string> bos_token, eos_token;  // over the checkpoint's special tokens
+};
+// `gpueval chat-template` (cli/chat_template_command.cpp): JSONL on `in`, one object per line with
+// "messages" and any of "tools", "documents", "add_generation_prompt" (over the flag) and other
+// keywords the template reads ("enable_thinking"); one line per input on `out`, {"text": ...} as
+// transformers' apply_chat_template(tokenize=False) renders it, or {"error": ...}: the template's
+// own raise_exception message, else "<ExceptionType>: <message>" as Jinja2 raises it. A template
+// that does not load, or an input line that is not such an object, is an Error naming the file
+// or <stdin>:<line>.
+void run_chat_template(const ChatTemplateCommand& cmd, std::istream& in, std::ostream& out);
 
 // "1,403,407" -> ids; `flag` names the option in errors.
 std::vector<int32_t> parse_id_list(const std::string& text, const std::string& flag);

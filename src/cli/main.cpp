@@ -120,6 +120,23 @@ void add_run_flags(CLI::App* cmd, ConfigOverrides& o) {
   cmd->add_option_function<int64_t>("--max-sandboxes", [&](const int64_t& v) { o.max_sandboxes = v; },
                                     "code tasks: programs run at once beside generation (default: the cores the CPU "
                                     "workers leave, at least 1)");
+  // lm-eval's chat options (--apply_chat_template, ...), spelled with dashes as the other flags.
+  cmd->add_option_function<std::string>(
+         "--apply-chat-template", [&](const std::string& v) { o.apply_chat_template = v; },
+         "render prompts with the checkpoint's chat template (NAME: one of its named templates)")
+      ->expected(0, 1)
+      ->default_str("");
+  cmd->add_option_function<std::string>("--chat-template", [&](const std::string& v) { o.chat_template = v; },
+                                        "a chat template file to use instead of the checkpoint's");
+  cmd->add_option_function<std::string>("--fewshot-as-multiturn",
+                                        [&](const std::string& v) { o.fewshot_as_multiturn = v; },
+                                        "true|false: each few-shot example its own user and assistant turns "
+                                        "(default true with a chat template)");
+  cmd->add_option_function<std::string>("--system-instruction",
+                                        [&](const std::string& v) { o.system_instruction = v; },
+                                        "a system prompt before the task's description");
+  cmd->add_option_function<std::string>("--think-end-token", [&](const std::string& v) { o.think_end_token = v; },
+                                        "keep what a generation says after the last TEXT (</think>)");
   cmd->add_flag("--unsafe-no-sandbox", o.unsafe_no_sandbox,
                 "code tasks: run the model's programs without bubblewrap or seccomp, as this user, with rlimits "
                 "only (results.json says so)");
@@ -188,6 +205,21 @@ CLI::App* add_tokenize_command(CLI::App& app, gpueval::TokenizeCommand& t) {
   auto* cmd = app.add_subcommand("tokenize", "JSONL {\"text\"} on stdin -> {\"ids\"} on stdout");
   cmd->add_option("--tokenizer", t.tokenizer, "tokenizer.json, tokenizer.model or a directory")->required();
   cmd->add_flag("--add-special", t.add_special, "add the tokenizer's special tokens (BOS)");
+  return cmd;
+}
+
+CLI::App* add_chat_template_command(CLI::App& app, gpueval::ChatTemplateCommand& c) {
+  auto* cmd = app.add_subcommand("chat-template",
+                                 "JSONL {\"messages\", ...} on stdin -> {\"text\"} or {\"error\"} on stdout, rendered "
+                                 "as transformers' apply_chat_template renders it");
+  auto* model = cmd->add_option("--model", c.model_dir, "a checkpoint or tokenizer folder: its chat template and special tokens");
+  auto* file = cmd->add_option("--template", c.template_file, "a Jinja chat template file");
+  model->excludes(file);
+  cmd->add_option("--name", c.name, "a named template of --model (\"tool_use\"); default: its default");
+  cmd->add_flag("--add-generation-prompt", c.add_generation_prompt,
+                "end with the assistant's turn header (an input line's \"add_generation_prompt\" wins)");
+  cmd->add_option("--bos-token", c.bos_token, "bos_token for the template (over --model's)");
+  cmd->add_option("--eos-token", c.eos_token, "eos_token for the template (over --model's)");
   return cmd;
 }
 
@@ -450,6 +482,7 @@ int run_main(int argc, char** argv) {
   ReportFlags report;
   gpueval::HistoryCommand history;
   gpueval::ExecuteCommand execute;
+  gpueval::ChatTemplateCommand chat_template;
   PlanFlags plan;
   StatusFlags status;
   std::string merge_dir;
@@ -477,6 +510,7 @@ int run_main(int argc, char** argv) {
   auto* report_cmd = add_report_command(app, report);
   auto* history_cmd = add_history_command(app, history);
   auto* execute_cmd = add_execute_command(app, execute);
+  auto* chat_template_cmd = add_chat_template_command(app, chat_template);
 
   std::vector<std::string> args = with_default_subcommand(argc, argv);
   g_command_line = "gpueval";
@@ -526,6 +560,7 @@ int run_main(int argc, char** argv) {
     else if (*report_cmd) gpueval::write_report_html(report.results, report.out);
     else if (*history_cmd) gpueval::run_history(history, std::cout);
     else if (*execute_cmd) gpueval::run_execute(execute, std::cin, std::cout);
+    else if (*chat_template_cmd) gpueval::run_chat_template(chat_template, std::cin, std::cout);
   } catch (const gpueval::DirectoryBusy& e) {
     gpueval::Console::error(std::string("gpueval: ") + e.what());
     return gpueval::kExitBusy;

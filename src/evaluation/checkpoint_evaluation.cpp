@@ -121,6 +121,7 @@ RunSummary run_summary(const RunConfig& config, const RunInputs& in, const Budge
   RunSummary summary;
   summary.config = config.to_json();
   summary.config["add_bos_token"] = po.add_bos;  // what add_bos resolved to (lm-eval's model_args name)
+  if (!in.chat.empty()) summary.config["chat"] = in.chat;  // the template (its sha256) and options prompts used
   summary.config["batch_tokens_used"] = po.batch_tokens;
   summary.config["batch_tokens_source"] = budget.source;
   summary.model = in.model_dir;

@@ -30,7 +30,9 @@ constexpr uint64_t kMaxConfigBytes = uint64_t{1} << 20;
 const std::vector<std::string> kKeys = {
     "model", "tasks", "batch_size", "batch_tokens", "dtype", "seed", "output", "limit", "num_fewshot", "fewshot_seed", "extra_metrics",
     "max_length", "add_bos", "prefix_reuse", "group_continuations", "data", "gpus", "cpu_threads", "max_attempts", "heartbeat_timeout_s", "max_worker_restarts",
-    "max_memory", "calibration_cache", "history", "fail_on_regression", "load", "tensorboard", "code_execution"};
+    "max_memory", "calibration_cache", "history", "fail_on_regression", "load", "tensorboard", "code_execution",
+    "apply_chat_template", "chat_template", "fewshot_as_multiturn", "system_instruction", "chat_template_args",
+    "think_end_token"};
 
 const std::vector<std::string> kDtypes = {"auto", "float32", "bfloat16", "float16"};
 
@@ -150,6 +152,22 @@ std::string strip_trailing_slashes(std::string path) {
   return path;
 }
 
+// The chat keys that mean nothing alone (lm-eval refuses --fewshot_as_multiturn without
+// --apply_chat_template too).
+void check_chat_keys(const RunConfig& c, const std::string& where) {
+  if (c.chat()) {
+    if (!c.apply_chat_template->empty() && !c.chat_template.empty())
+      fail(where, "apply_chat_template names the checkpoint's template '{}' and chat_template gives a file: "
+           "use one (apply_chat_template: true with chat_template: FILE)", *c.apply_chat_template);
+    return;
+  }
+  const char* alone = c.fewshot_as_multiturn.value_or(false) ? "fewshot_as_multiturn: true"
+                      : !c.chat_template.empty()              ? "chat_template"
+                      : !c.chat_template_args.empty()         ? "chat_template_args"
+                                                              : nullptr;
+  if (alone) fail(where, "{} needs apply_chat_template (true or a template name)", alone);
+}
+
 // Reads one YAML document into a RunConfig, naming the file and line in every error.
 class ConfigReader {
  public:
@@ -182,14 +200,57 @@ class ConfigReader {
       fail(source_, "missing required key 'model' (a checkpoint directory or a list of them)");
     if (!seen_on_line.count("tasks"))
       fail(source_, "missing required key 'tasks' (a list of task names or task YAML files)");
+    check_chat_keys(config, source_);
     return config;
   }
 
  private:
   // Every key is known by now (read() checked it); each group reads its own keys.
   void read_key(RunConfig& c, const std::string& key, const YAML::Node& v) {
-    if (read_inputs(c, key, v) || read_batching(c, key, v) || read_workers(c, key, v)) return;
+    if (read_inputs(c, key, v) || read_batching(c, key, v) || read_workers(c, key, v) || read_chat(c, key, v)) return;
     read_outputs(c, key, v);
+  }
+
+  // The prompt format of instruct checkpoints: lm-eval's chat options.
+  bool read_chat(RunConfig& c, const std::string& key, const YAML::Node& v) {
+    if (key == "apply_chat_template") {
+      const std::string value = scalar(key, v, "true, false or the name of one of the checkpoint's chat templates");
+      bool on = false;
+      if (v.Tag() != "!" && switch_problem(value, &on).empty()) {
+        if (on) c.apply_chat_template = "";
+        else c.apply_chat_template.reset();
+      } else {
+        if (value.empty()) check(key, v, "must be true, false or a template name, got an empty name");
+        c.apply_chat_template = value;
+      }
+    } else if (key == "chat_template") {
+      if (!v.IsNull()) c.chat_template = path(key, v, "a chat template file (Jinja)");
+    } else if (key == "fewshot_as_multiturn") {
+      if (v.IsNull()) return true;
+      bool on = false;
+      check(key, v, switch_problem(scalar(key, v, "true or false"), &on));
+      c.fewshot_as_multiturn = on;
+    } else if (key == "system_instruction") {
+      if (!v.IsNull()) c.system_instruction = scalar(key, v, "a text");
+    } else if (key == "chat_template_args") {
+      if (v.IsNull()) return true;
+      if (!v.IsMap())
+        fail(at(v), "key 'chat_template_args' must be a mapping of keywords for the chat template "
+                    "(e.g. enable_thinking: false), got {}", describe(v));
+      c.chat_template_args = nlohmann::json(yaml_to_json(v, source_));
+    } else if (key == "think_end_token") {
+      if (v.IsNull()) return true;
+      c.think_end_token = scalar(key, v, "the text that ends a reasoning model's thinking (</think>)");
+      int64_t id = 0;
+      const char* end = c.think_end_token.data() + c.think_end_token.size();
+      if (v.Tag() != "!" && !c.think_end_token.empty() &&
+          std::from_chars(c.think_end_token.data(), end, id).ptr == end)
+        fail(at(v), "key 'think_end_token' is a token id; gpueval takes the token's text (think_end_token: \"</think>\")");
+      if (c.think_end_token.empty()) check(key, v, "must not be empty");
+    } else {
+      return false;
+    }
+    return true;
   }
 
   // What is scored: the checkpoints, the tasks and their documents, examples and data roots.
@@ -529,6 +590,13 @@ nlohmann::json RunConfig::to_json() const {
   if (!extra_metrics.empty()) out["extra_metrics"] = extra_metrics;
   if (!tensorboard.empty()) out["tensorboard"] = tensorboard;
   if (!code_execution.is_default()) out["code_execution"] = code_execution.to_json();
+  if (apply_chat_template)
+    out["apply_chat_template"] = apply_chat_template->empty() ? nlohmann::json(true) : nlohmann::json(*apply_chat_template);
+  if (!chat_template.empty()) out["chat_template"] = chat_template;
+  if (fewshot_as_multiturn) out["fewshot_as_multiturn"] = *fewshot_as_multiturn;
+  if (!system_instruction.empty()) out["system_instruction"] = system_instruction;
+  if (!chat_template_args.empty()) out["chat_template_args"] = chat_template_args;
+  if (!think_end_token.empty()) out["think_end_token"] = think_end_token;
   return out;
 }
 
@@ -674,6 +742,22 @@ void apply_overrides(RunConfig& config, const ConfigOverrides& overrides) {
       fail("--data " + entry, "must be NAME=PATH (e.g. --data mmlu=../shared/data/mmlu)");
     c.data[entry.substr(0, eq)] = entry.substr(eq + 1);
   }
+  if (overrides.apply_chat_template) c.apply_chat_template = *overrides.apply_chat_template;
+  if (overrides.chat_template) {
+    check("--chat-template", path_problem(*overrides.chat_template));
+    c.chat_template = *overrides.chat_template;
+  }
+  if (overrides.fewshot_as_multiturn) {
+    bool on = false;
+    check("--fewshot-as-multiturn", switch_problem(*overrides.fewshot_as_multiturn, &on));
+    c.fewshot_as_multiturn = on;
+  }
+  if (overrides.system_instruction) c.system_instruction = *overrides.system_instruction;
+  if (overrides.think_end_token) {
+    if (overrides.think_end_token->empty()) fail("--think-end-token", "must not be empty");
+    c.think_end_token = *overrides.think_end_token;
+  }
+  check_chat_keys(c, "the command line");
   config = std::move(c);
 }
 

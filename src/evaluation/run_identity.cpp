@@ -64,6 +64,15 @@ std::string config_fingerprint(const RunConfig& config, const std::vector<Reques
   RunConfig::CodeExecution limits = config.code_execution;
   limits.max_sandboxes = 0;
   if (!limits.is_default()) field(out, "code_execution", limits.to_json().dump());
+  // The prompt format (only when used, as above): the template's text enters through every
+  // context it rendered; think_end_token changes what metrics read.
+  if (config.chat()) {
+    field(out, "apply_chat_template", *config.apply_chat_template);
+    field(out, "fewshot_as_multiturn", config.multiturn() ? "true" : "false");
+    if (!config.chat_template_args.empty()) field(out, "chat_template_args", config.chat_template_args.dump());
+  }
+  if (!config.system_instruction.empty()) field(out, "system_instruction", config.system_instruction);
+  if (!config.think_end_token.empty()) field(out, "think_end_token", config.think_end_token);
   field(out, "requests", static_cast<int64_t>(requests.size()));
   for (const Request& r : requests) field(out, "request", canonical_request(r));
   return sha256_hex(out);

@@ -23,7 +23,9 @@ namespace gpueval {
 std::string canonical_request(const Request& r);
 
 // Over every request (canonical_request, in order) and the config's dtype, add_bos (as
-// configured), max_length, seed, limit, num_fewshot and fewshot_seed.
+// configured), max_length, seed, limit, num_fewshot and fewshot_seed (and, when set, extra_metrics,
+// code_execution limits and the chat options: apply_chat_template, fewshot_as_multiturn,
+// chat_template_args, system_instruction, think_end_token).
 std::string config_fingerprint(const RunConfig& config, const std::vector<Request>& requests);
 
 // The journal key of one request: SHA-256 of the model fingerprint, the config fingerprint

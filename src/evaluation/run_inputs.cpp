@@ -11,6 +11,7 @@
 #include <ATen/detail/CUDAHooksInterface.h>
 
 #include "common/file_io.h"
+#include "evaluation/chat_format.h"
 #include "evaluation/checkpoints.h"
 #include "evaluation/run_identity.h"
 #include "gpueval/error.h"
@@ -107,6 +108,14 @@ void resolve_sampling(std::vector<Request>& requests, const std::string& model_d
   }
 }
 
+// The checkpoint whose chat template and special tokens a run's prompts use: its first.
+std::string chat_model_dir(const RunConfig& config) {
+  if (config.models.size() == 1 && !is_glob(config.models[0])) return config.models[0];
+  for (const Checkpoint& c : resolve_checkpoints(config.models, config.source))
+    if (c.error.empty()) return c.path;
+  fail(config.source, "no checkpoint to take the chat template from");
+}
+
 TaskInputs load_tasks(const RunConfig& config, const std::string& executable) {
   const std::vector<std::string> search = task_search_dirs(config, executable);
   TaskInputs out;
@@ -117,6 +126,11 @@ TaskInputs load_tasks(const RunConfig& config, const std::string& executable) {
   load_options.num_fewshot = config.num_fewshot;
   load_options.fewshot_seed = config.fewshot_seed;
   load_options.extra_metrics = config.extra_metrics;
+  if (config.chat() || !config.system_instruction.empty() || !config.think_end_token.empty()) {
+    const ChatFormat chat = load_chat_format(config, chat_model_dir(config));
+    load_options.prompt = chat.prompt;
+    out.chat = chat.to_json();
+  }
   out.tasks.reserve(out.selection.tasks.size());
   for (const std::string& name : out.selection.tasks) out.tasks.push_back(Task::load(name, search, load_options));
   std::vector<const Task*> task_ptrs;
@@ -148,6 +162,15 @@ RunInputs load_run_inputs(const RunConfig& config, const std::string& executable
 
   TaskInputs tasks = loaded ? *loaded : load_tasks(config, executable);
   in.selection = std::move(tasks.selection);
+  in.chat = tasks.chat;
+  // Every checkpoint of a run is scored with the prompts of the first one's chat template.
+  if (config.chat() && config.chat_template.empty() && in.chat.contains("sha256")) {
+    const ChatFormat own = load_chat_format(config, in.model_dir);
+    if (own.sha256 != in.chat["sha256"].get<std::string>())
+      fail(in.model_dir, "its chat template ({}) differs from the one the run's prompts were rendered with ({}); "
+           "score it in a run of its own, or give one template with chat_template: FILE",
+           own.where, in.chat["template"].get<std::string>());
+  }
   in.tasks = std::move(tasks.tasks);
   in.requests = std::move(tasks.requests);
   resolve_sampling(in.requests, in.model_dir);

@@ -23,6 +23,7 @@ namespace gpueval {
 // the tasks and their requests (numbered in (task, document, choice) order), and the plan options
 // with everything but the batch budget decided. Movable, not copyable (it owns the tokenizer).
 struct RunInputs {
+  nlohmann::json chat;               // the prompt format's record (ChatFormat::to_json); {} for plain prompts
   std::string spec;                  // the device spec used (--gpus, else the config's, else "cpu")
   std::vector<DeviceSlot> slots;
   std::string model_dir;
@@ -35,11 +36,14 @@ struct RunInputs {
 };
 
 // The config's tasks (groups expanded, from task_search_dirs) and their requests over the first
-// `limit` documents of each, numbered in (task, document, choice) order.
+// `limit` documents of each, numbered in (task, document, choice) order. With apply_chat_template,
+// their contexts are rendered by the chat template of the config's first checkpoint (or its
+// chat_template file, with that checkpoint's special tokens): evaluation/chat_format.h.
 struct TaskInputs {
   TaskSelection selection;
   std::vector<Task> tasks;
   std::vector<Request> requests;
+  nlohmann::json chat;  // the prompt format they were built with (ChatFormat::to_json); {} for plain prompts
 };
 TaskInputs load_tasks(const RunConfig& config, const std::string& executable);
 

@@ -66,4 +66,28 @@ std::string ChatTemplate::render(const nlohmann::ordered_json& context) const {
   }
 }
 
+std::string ChatTemplate::apply(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                                const nlohmann::ordered_json& kwargs) const {
+  if (!messages.is_array()) throw Error(program_.where() + ": 'messages' must be a list of message objects");
+  if (messages.empty())
+    throw RenderError("ValueError", "Cannot apply chat template to an empty conversation. Provide at least one message.");
+  nlohmann::ordered_json context = nlohmann::ordered_json::object();
+  context["messages"] = nlohmann::ordered_json::array();
+  for (const auto& m : messages) {
+    if (!m.is_object()) {
+      context["messages"].push_back(m);  // render() refuses it as transformers does
+      continue;
+    }
+    nlohmann::ordered_json kept = nlohmann::ordered_json::object();
+    for (auto it = m.begin(); it != m.end(); ++it)
+      if (!it.value().is_null()) kept[it.key()] = it.value();
+    context["messages"].push_back(std::move(kept));
+  }
+  context["add_generation_prompt"] = add_generation_prompt;
+  if (kwargs.is_object())
+    for (auto it = kwargs.begin(); it != kwargs.end(); ++it)
+      if (it.key() != "messages" && it.key() != "add_generation_prompt") context[it.key()] = it.value();
+  return render(context);
+}
+
 }  // namespace gpueval::jinja

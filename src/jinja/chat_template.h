@@ -44,6 +44,13 @@ class ChatTemplate {
   // "tools", "documents", "add_generation_prompt" and any other keyword the template reads.
   std::string render(const nlohmann::ordered_json& context) const;
 
+  // tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=...) as
+  // transformers runs it: every message's keys whose value is null dropped (_normalize_chat_messages),
+  // an empty conversation refused (ValueError), and `kwargs` (the special tokens, tools,
+  // documents, enable_thinking, ...) beside the messages. Throws as render().
+  std::string apply(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                    const nlohmann::ordered_json& kwargs = nlohmann::ordered_json::object()) const;
+
   // strftime_now's clock (tests freeze it); absent, the local time now.
   void set_clock(std::function<std::string(const std::string& format)> strftime_now) {
     strftime_now_ = std::move(strftime_now);

@@ -46,7 +46,7 @@ nlohmann::ordered_json sample(const DocRecord& record, size_t filter) {
     args["arg_1"] = generation_kwargs;
     arguments["gen_args_0"] = args;
     nlohmann::ordered_json responses = nlohmann::ordered_json::array();
-    for (const RequestResult& result : record.results) responses.push_back(result.text);
+    for (const RequestResult& result : record.results) responses.push_back(task.response(result));
     resps.push_back(responses);
     if (pipeline.single_text() && texts.size() == 1) {
       filtered.push_back(texts.front());

@@ -210,6 +210,7 @@ void Task::draw_fewshot() {
   }
   // Render each example used once; context() joins them.
   fewshot_rendered_.assign(pool.size(), std::string());
+  fewshot_turns_.assign(pool.size(), FewshotTurn{});
   std::vector<bool> used(pool.size(), false);
   for (const std::vector<size_t>& draws : fewshot_draws_) {
     for (const size_t k : draws) used[k] = true;
@@ -218,7 +219,9 @@ void Task::draw_fewshot() {
     if (!used[k]) continue;
     const std::string where =
         fewshot_from_dataset_ ? location(pool[k]) : fewshot_file_ + ":" + std::to_string(fewshot_lines_[k]);
-    fewshot_rendered_[k] = fewshot_example(pool[k], where) + fewshot_delimiter_;
+    fewshot_turns_[k] = fewshot_example(pool[k], where);
+    const FewshotTurn& t = fewshot_turns_[k];
+    fewshot_rendered_[k] = t.question + (t.answer ? target_delimiter_ + *t.answer : "") + fewshot_delimiter_;
   }
 }
 

@@ -869,6 +869,7 @@ Task Task::parse(const std::string& yaml_path, const TaskLoadOptions& options) {
   task.fewshot_delimiter_ = read_delimiter(yaml, "fewshot_delimiter", task.fewshot_delimiter_);
 
   task.fewshot_seed_ = options.fewshot_seed;
+  task.prompt_ = options.prompt;
   task.fewshot_sampler_ = read_fewshot_config(yaml, task.fewshot_pool_, task.fewshot_lines_);
   if (!task.fewshot_pool_.empty()) {
     task.fewshot_inline_ = true;

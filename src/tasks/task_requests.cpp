@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "common/python_format.h"
+#include "common/python_str.h"
 #include "common/strict_json.h"
 #include "gpueval/error.h"
 #include "gpueval/task.h"
@@ -37,6 +38,16 @@ nlohmann::json resolve(const std::optional<Template>& t, DocProcessor function, 
 }
 
 // lm-eval turns a rendered "12" into the integer 12 where choices can be indexed.
+// lm-eval's maybe_delimit(prefix, suffix, delimiter): either alone when the other is empty, else
+// joined by the delimiter unless the prefix ends or the suffix starts with whitespace.
+std::string maybe_delimit(const std::string& prefix, const std::string& suffix, const std::string& delimiter) {
+  if (prefix.empty()) return suffix;
+  if (suffix.empty()) return prefix;
+  const std::u32string a = py::code_points(prefix), b = py::code_points(suffix);
+  if (py::is_space(a.back()) || py::is_space(b.front())) return prefix + suffix;
+  return prefix + delimiter + suffix;
+}
+
 bool is_index(const nlohmann::json& v) {
   return v.is_number_integer() || (v.is_string() && is_digits(v.get<std::string>()));
 }
@@ -90,27 +101,56 @@ int64_t Task::index_of_text(const Document& doc, const std::string& where) const
 
 std::string Task::context(const Document& doc) const {
   const std::string where = location(doc);
-  std::string out = description_ ? description_->render(doc.fields, where) : "";
-  if ((!doc_to_text_ && !doc_to_text_fn_) || output_type_ == OutputType::kLoglikelihoodRolling) return out;
-  for (const size_t k : fewshot_indices(doc)) out += fewshot_rendered_[k];  // drawn at load
-  if (multiple_input_) return out;  // each choice completes it (requests())
-  const nlohmann::json text = doc_text(doc, where);
-  if (has_choices() && is_index(text)) {
-    fail(where, "doc_to_text gives the index {} but text for the task's first document (lm-eval decides from the "
-         "first document whether doc_to_text gives text or, for a multiple-input task, a choice index)", py::str(text));
+  const std::string description = description_ ? description_->render(doc.fields, where) : "";
+  const std::string system = maybe_delimit(prompt_.system_instruction, description, fewshot_delimiter_);
+  if ((!doc_to_text_ && !doc_to_text_fn_) || output_type_ == OutputType::kLoglikelihoodRolling) return system;
+  if (multiple_input_ && prompt_.chat)
+    fail(where, "task '{}' gives each choice a context of its own (a multiple-input task): gpueval does not "
+         "render such tasks through a chat template yet; run it without apply_chat_template", name_);
+  std::string text;
+  if (!multiple_input_) {
+    const nlohmann::json value = doc_text(doc, where);
+    if (has_choices() && is_index(value)) {
+      fail(where, "doc_to_text gives the index {} but text for the task's first document (lm-eval decides from the "
+           "first document whether doc_to_text gives text or, for a multiple-input task, a choice index)",
+           py::str(value));
+    }
+    text = py::str(value);
   }
-  return out + py::str(text);
+  if (!prompt_.chat) {
+    std::string out = system;
+    for (const size_t k : fewshot_indices(doc)) out += fewshot_rendered_[k];  // drawn at load
+    return out + text;  // a multiple-input task's choices complete it (requests())
+  }
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  auto say = [&](const char* role, const std::string& content) {
+    messages.push_back(nlohmann::ordered_json{{"role", role}, {"content", content}});
+  };
+  if (!system.empty()) say("system", system);
+  if (prompt_.fewshot_as_multiturn) {
+    for (const size_t k : fewshot_indices(doc)) {
+      say("user", fewshot_turns_[k].question);
+      say("assistant", fewshot_turns_[k].answer.value_or(""));
+    }
+    say("user", text);
+  } else {
+    // lm-eval's multiturn_to_singleturn: the examples and the question as the plain text.
+    std::string user;
+    for (const size_t k : fewshot_indices(doc)) user += fewshot_rendered_[k];
+    say("user", user + text);
+  }
+  return prompt_.chat(messages);
 }
 
-std::string Task::fewshot_example(const Document& doc, const std::string& where) const {
+Task::FewshotTurn Task::fewshot_example(const Document& doc, const std::string& where) const {
   if (!doc_to_text_ && !doc_to_text_fn_) fail(where, "task '{}' has no doc_to_text for few-shot examples", name_);
-  std::string out;
+  FewshotTurn turn;
   if (multiple_input_) {
     // lm-eval's sampler shows a multiple-input example as its gold choice.
     const std::vector<std::string> options = choices(doc);
-    out = options.at(gold_indices(doc, options)[0]);
+    turn.question = options.at(gold_indices(doc, options)[0]);
   } else {
-    out = py::str(doc_text(doc, where));
+    turn.question = py::str(doc_text(doc, where));
   }
   // lm-eval's build_qa_turn: a list target shows its first entry, an index the choice it
   // names; no answer ("" or none) leaves out the target delimiter too.
@@ -126,8 +166,8 @@ std::string Task::fewshot_example(const Document& doc, const std::string& where)
     text = py::str(t);
   }
   const bool has_answer = !t.is_null() && !(t.is_string() && t.get_ref<const std::string&>().empty());
-  if (has_answer) out += target_delimiter_ + text;
-  return out;
+  if (has_answer) turn.answer = text;
+  return turn;
 }
 
 std::vector<std::string> Task::choices(const Document& doc) const {
@@ -228,12 +268,14 @@ std::vector<Request> Task::requests(const Document& doc) const {
         }
         break;
       }
+      // Under a chat template lm-eval drops the target delimiter (the context ends the turn).
+      const std::string delimiter = prompt_.chat ? "" : target_delimiter_;
       for (size_t i = 0; i < options.size(); ++i) {
         Request r = base();
         r.choice = static_cast<int64_t>(i);
         r.type = RequestType::kLoglikelihood;
         r.context = ctx;
-        r.continuation = target_delimiter_ + options[i];
+        r.continuation = delimiter + options[i];
         out.push_back(std::move(r));
       }
       break;
@@ -281,13 +323,20 @@ std::vector<Request> Task::requests(const Document& doc) const {
   return out;
 }
 
+std::string Task::response(const RequestResult& result) const {
+  if (output_type_ != OutputType::kGenerateUntil || prompt_.think_end_token.empty()) return result.text;
+  const size_t at = result.text.rfind(prompt_.think_end_token);
+  const std::string after = at == std::string::npos ? result.text : result.text.substr(at + prompt_.think_end_token.size());
+  return py::strip(after, std::nullopt, /*left=*/true, /*right=*/false);
+}
+
 std::vector<std::string> Task::filtered_output(const Document& doc, const std::vector<RequestResult>& results,
                                                size_t filter) const {
   if (filter >= filters_.size()) fail(name_, "no filter {} (the task has {})", filter, filters_.size());
   std::vector<std::string> out;
   if (output_type_ == OutputType::kGenerateUntil) {
     std::vector<std::string> responses;
-    for (const RequestResult& r : results) responses.push_back(r.text);
+    for (const RequestResult& r : results) responses.push_back(response(r));
     return filters_[filter].apply(responses, &doc.fields);
   }
   for (const RequestResult& r : results) out.push_back(r.text);
