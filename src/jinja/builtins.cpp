@@ -124,7 +124,7 @@ std::string str_format(const std::string& f, CallArgs& args) {
         fail_value("format fields with conversions or specs are outside gpueval's Jinja subset");
       const Value* v = nullptr;
       if (field.empty() || std::isdigit(static_cast<unsigned char>(field[0]))) {
-        const size_t index = field.empty() ? auto_index++ : std::stoul(field);
+        const size_t index = field.empty() ? auto_index++ : std::strtoul(field.substr(0, 9).c_str(), nullptr, 10);
         if (index >= args.positional.size())
           throw RenderError("IndexError", "tuple index out of range");
         v = &args.positional[index];
@@ -407,7 +407,7 @@ Value attr_path(const Value& item, const Value& attribute) {
   Value v = item;
   for (const std::string& part : py::split(attribute.as_string(), std::string("."), -1)) {
     bool digits = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
-    v = digits ? get_item(v, Value(static_cast<int64_t>(std::stoll(part)))) : get_item(v, Value(part));
+    v = digits && part.size() < 18 ? get_item(v, Value(static_cast<int64_t>(std::stoll(part)))) : get_item(v, Value(part));
   }
   return v;
 }
@@ -419,6 +419,7 @@ Value to_int(const Value& v, const Value& def, int64_t base) {
   if (v.kind() == Value::Kind::kFloat) {
     const double d = v.as_double();
     if (!std::isfinite(d)) return def;
+    if (std::fabs(d) >= 9.2e18) throw RenderError("OverflowError", "int too large (gpueval's integers are 64-bit)");
     return Value(static_cast<int64_t>(std::trunc(d)));
   }
   if (v.is_string()) {
@@ -432,11 +433,11 @@ Value to_int(const Value& v, const Value& def, int64_t base) {
       if (used == digits.size() && !digits.empty()) return Value(static_cast<int64_t>(x));
     } catch (const std::exception&) {
     }
-    try {
-      size_t used = 0;
-      const double d = std::stod(s, &used);
-      if (used == s.size() && std::isfinite(d)) return Value(static_cast<int64_t>(std::trunc(d)));
-    } catch (const std::exception&) {
+    if (!s.empty()) {
+      char* end = nullptr;
+      const double d = std::strtod(s.c_str(), &end);
+      if (end == s.c_str() + s.size() && std::isfinite(d) && std::fabs(d) < 9.2e18)
+        return Value(static_cast<int64_t>(std::trunc(d)));
     }
   }
   return def;
@@ -450,11 +451,10 @@ Value to_float(const Value& v, const Value& def) {
     if (l == "inf" || l == "+inf" || l == "infinity") return Value(std::numeric_limits<double>::infinity());
     if (l == "-inf" || l == "-infinity") return Value(-std::numeric_limits<double>::infinity());
     if (l == "nan") return Value(std::nan(""));
-    try {
-      size_t used = 0;
-      const double d = std::stod(s, &used);
-      if (used == s.size()) return Value(d);
-    } catch (const std::exception&) {
+    if (!s.empty() && !std::isspace(static_cast<unsigned char>(s[0]))) {
+      char* end = nullptr;
+      const double d = std::strtod(s.c_str(), &end);  // past the range: inf, as Python's float()
+      if (end == s.c_str() + s.size()) return Value(d);
     }
   }
   return def;
@@ -681,6 +681,8 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
       }
       if (op == "//" || op == "%") {
         if (y == 0) throw RenderError("ZeroDivisionError", op == "//" ? "integer division or modulo by zero" : "integer modulo by zero");
+        if (y == -1 && x == std::numeric_limits<int64_t>::min())
+          throw RenderError("OverflowError", "integer past 64 bits (gpueval's Jinja subset)");
         const int64_t q = py_floor_div(x, y);
         return op == "//" ? Value(q) : Value(x - q * y);
       }
@@ -783,7 +785,9 @@ std::string percent_format(const std::string& f, const Value& args) {
         if (!v->is_number()) fail_type(fmt::format("%{} format: a real number is required, not {}", conv, type_name(*v)));
         char buf[512];
         if (conv == 'd' || conv == 'i' || conv == 'x' || conv == 'X') {
-          const long long n = v->is_int() ? v->as_int() : static_cast<long long>(std::trunc(v->as_double()));
+          const double d = v->is_int() ? 0.0 : v->as_double();
+          if (!v->is_int() && !(std::fabs(d) < 9.2e18)) throw RenderError("OverflowError", "int too large to format");
+          const long long n = v->is_int() ? v->as_int() : static_cast<long long>(std::trunc(d));
           std::string s = spec + "ll" + (conv == 'i' ? 'd' : conv);
           std::snprintf(buf, sizeof buf, s.c_str(), n);
         } else {
@@ -831,6 +835,7 @@ Value apply_filter(const std::string& f, const Value& v, CallArgs& args) {
     const Value separators = args.take(2, "separators").value_or(Value());
     o.sort_keys = truthy(args.take(3, "sort_keys").value_or(Value(false)));
     done();
+    if (indent.is_int() && indent.as_int() > 4096) fail_value("tojson indent past 4096");
     if (indent.is_int()) o.indent = std::string(static_cast<size_t>(std::max<int64_t>(0, indent.as_int())), ' ');
     else if (indent.is_string()) o.indent = indent.as_string();
     else if (!indent.is_none()) fail_type("tojson indent must be an int, a str or None");
@@ -1030,6 +1035,8 @@ Value apply_filter(const std::string& f, const Value& v, CallArgs& args) {
   if (f == "abs") {
     done();
     if (v.is_undefined()) fail_undefined(v);
+    if (v.is_int() && v.as_int() == std::numeric_limits<int64_t>::min())
+      throw RenderError("OverflowError", "integer past 64 bits (gpueval's Jinja subset)");
     if (v.is_int()) return Value(v.as_int() < 0 ? -v.as_int() : v.as_int());
     if (v.kind() == Value::Kind::kFloat) return Value(std::fabs(v.as_double()));
     fail_type(fmt::format("bad operand type for abs(): '{}'", type_name(v)));
@@ -1054,7 +1061,9 @@ Value apply_filter(const std::string& f, const Value& v, CallArgs& args) {
     const bool first = truthy(args.take(1, "first").value_or(Value(false)));
     const bool blank = truthy(args.take(2, "blank").value_or(Value(false)));
     done();
-    const std::string pad = width.is_string() ? width.as_string() : std::string(static_cast<size_t>(std::max<int64_t>(0, need_int(width))), ' ');
+    const int64_t n = width.is_string() ? 0 : std::max<int64_t>(0, need_int(width));
+    if (n > 4096) fail_value("indent width past 4096");
+    const std::string pad = width.is_string() ? width.as_string() : std::string(static_cast<size_t>(n), ' ');
     return Value(indent_text(str(v), pad, first, blank));
   }
   if (f == "format") {
@@ -1084,6 +1093,7 @@ Value apply_filter(const std::string& f, const Value& v, CallArgs& args) {
   if (f == "center") {
     const int64_t width = need_int(args.take(0, "width").value_or(Value(80)));
     done();
+    if (width > static_cast<int64_t>(kMaxString)) fail_value("a string past 64 MiB");
     const std::string s = str(v);
     const int64_t n = py::len(s);
     if (n >= width) return Value(s);

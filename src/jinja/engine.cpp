@@ -1,6 +1,7 @@
 #include "jinja/engine.h"
 
 #include <ctime>
+#include <limits>
 #include <optional>
 
 #include <fmt/format.h>
@@ -13,6 +14,10 @@ namespace {
 
 constexpr int kMaxCallDepth = 100;
 constexpr int64_t kMaxRange = 100000;  // Jinja2's sandbox MAX_RANGE
+// A render is bounded (a loop of range(100000) inside another is 10^10 steps): past these it
+// is an error, not a hang or an exhausted memory.
+constexpr int64_t kMaxSteps = 20'000'000;
+constexpr size_t kMaxOutput = size_t{256} << 20;
 
 struct Scope {
   std::vector<std::pair<std::string, Value>> vars;
@@ -54,6 +59,15 @@ std::vector<Value> unpack(const Value& v, size_t want) {
 class Interpreter {
  public:
   explicit Interpreter(const RenderOptions& options) : options_(options) {}
+  Interpreter(const Interpreter&) = delete;
+  Interpreter& operator=(const Interpreter&) = delete;
+  // Values may reference each other in a cycle (a namespace holding itself; a macro stored in
+  // the scope it reads): the namespaces are emptied and the pinned scopes dropped here, so a
+  // render frees everything it made.
+  ~Interpreter() {
+    for (const auto& ns : namespaces_) ns->entries.clear();
+    for (const auto& scope : pinned_scopes_) scope->vars.clear();
+  }
 
   enum class Flow { kNormal, kBreak, kContinue };
 
@@ -130,17 +144,18 @@ class Interpreter {
       const int64_t start = n.size() == 1 ? 0 : n[0], stop = n.size() == 1 ? n[0] : n[1], step = n.size() == 3 ? n[2] : 1;
       if (step == 0) throw RenderError("ValueError", "range() arg 3 must not be zero");
       std::vector<Value> out;
-      for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+      for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
         if (static_cast<int64_t>(out.size()) >= kMaxRange)
           throw RenderError("OverflowError", "Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
         out.emplace_back(i);
+        if (__builtin_add_overflow(i, step, &i)) break;
       }
       return Value::list(std::move(out));
     });
   }
 
-  static Value global_namespace(Value::Kind kind, const std::string& name) {
-    return Value::callable(name, [kind](CallArgs& a) -> Value {
+  Value global_namespace(Value::Kind kind, const std::string& name) {
+    return Value::callable(name, [this, kind](CallArgs& a) -> Value {
       auto d = std::make_shared<Dict>();
       for (const Value& p : a.positional) {
         if (p.is_dict()) {
@@ -160,6 +175,7 @@ class Interpreter {
                                                            "namespace, but got {}. Please rename the attribute.", repr(k)));
         }
       }
+      if (kind == Value::Kind::kNamespace) namespaces_.push_back(d);
       return Value::dict(d, kind);
     });
   }
@@ -174,6 +190,11 @@ class Interpreter {
   }
 
   Flow exec(const Stmt& s, const ScopePtr& scope, std::string& out) {
+    if (++steps_ > kMaxSteps)
+      throw RenderError("RuntimeError", fmt::format("the template ran past {} steps (gpueval's bound on a render)", kMaxSteps));
+    if (out.size() > kMaxOutput)
+      throw RenderError("RuntimeError", fmt::format("the template rendered past {} MiB (gpueval's bound on a render)",
+                                                    kMaxOutput >> 20));
     switch (s.kind) {
       case Stmt::Kind::kText: out += s.text; return Flow::kNormal;
       case Stmt::Kind::kOutput: {
@@ -288,9 +309,14 @@ class Interpreter {
     return Flow::kNormal;
   }
 
-  Value make_macro(const Stmt& s, const ScopePtr& defined_in) {
+  // The macro holds its scope weakly (the scope may hold the macro); the interpreter keeps the
+  // scope alive until the render ends.
+  Value make_macro(const Stmt& s, const ScopePtr& scope_of_definition) {
     const Stmt* stmt = &s;
-    return Value::callable(s.name, [this, stmt, defined_in](CallArgs& a) -> Value {
+    pinned_scopes_.push_back(scope_of_definition);
+    std::weak_ptr<Scope> weak = scope_of_definition;
+    return Value::callable(s.name, [this, stmt, weak](CallArgs& a) -> Value {
+      const ScopePtr defined_in = weak.lock();
       const auto& params = stmt->params;
       if (a.positional.size() > params.size())
         fail_type(fmt::format("macro '{}' takes not more than {} argument(s)", stmt->name, params.size()));
@@ -379,6 +405,8 @@ class Interpreter {
         const Value v = eval(*e.a, scope);
         if (v.is_undefined()) fail_undefined(v);
         if (e.kind == Expr::Kind::kPos && v.is_number()) return v.is_int() ? Value(v.as_int()) : v;
+        if (v.is_int() && v.as_int() == std::numeric_limits<int64_t>::min())
+          throw RenderError("OverflowError", "integer past 64 bits (gpueval's Jinja subset)");
         if (v.is_int()) return Value(-v.as_int());
         if (v.kind() == Value::Kind::kFloat) return Value(-v.as_double());
         fail_type(fmt::format("bad operand type for unary {}: '{}'", e.kind == Expr::Kind::kNeg ? "-" : "+", type_name(v)));
@@ -436,6 +464,9 @@ class Interpreter {
 
   const RenderOptions& options_;
   int call_depth_ = 0;
+  int64_t steps_ = 0;
+  std::vector<std::shared_ptr<Dict>> namespaces_;
+  std::vector<ScopePtr> pinned_scopes_;
 };
 
 void validate(const Expr& e, const std::string& where) {

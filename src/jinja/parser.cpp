@@ -374,7 +374,11 @@ class Lexer {
       Token t;
       t.kind = Token::Kind::kInt;
       t.line = line;
-      t.value = Value(static_cast<int64_t>(std::stoll(d.empty() ? "0" : d, nullptr, base)));
+      try {
+        t.value = Value(static_cast<int64_t>(std::stoll(d.empty() ? "0" : d, nullptr, base)));
+      } catch (const std::exception&) {
+        fail(line, "the integer " + src_.substr(pos_, q - pos_) + " is past 64 bits (gpueval's Jinja subset)");
+      }
       tokens_.push_back(std::move(t));
       pos_ = q;
       return;
@@ -401,7 +405,7 @@ class Lexer {
     t.line = line;
     if (is_float) {
       t.kind = Token::Kind::kFloat;
-      t.value = Value(std::stod(text));
+      t.value = Value(std::strtod(text.c_str(), nullptr));  // past the range: inf, as Python's float()
     } else {
       t.kind = Token::Kind::kInt;
       try {
@@ -972,6 +976,8 @@ class Parser {
     if (keys.size() == 1) {
       key = keys[0];
     } else {
+      for (const ExprPtr& k : keys)
+        if (k->kind == Expr::Kind::kSlice) fail("unsupported: a slice inside a tuple subscript ('a[1, :2]')");
       Expr tuple = node(Expr::Kind::kTuple, t.line);
       tuple.args = keys;
       key = make(std::move(tuple));
