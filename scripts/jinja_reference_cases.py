@@ -210,6 +210,8 @@ case("m_str_split", "{{ 'a,b,,c'.split(',') }} {{ ' a  b '.split() }} {{ 'a b c'
 case("m_str_search", "{{ 'hello'.startswith('he') }} {{ 'hello'.endswith('lo') }} {{ 'hello'.startswith(('x', 'h')) }} {{ 'hello'.find('l') }} {{ 'hello'.rfind('l') }} {{ 'hello'.find('z') }} {{ 'hello'.index('e') }} {{ 'hello'.count('l') }}")
 case("m_str_replace_join_format", "{{ 'a.b.c'.replace('.', '/') }} {{ 'a.b.c'.replace('.', '', 1) }} {{ ', '.join(['x', 'y']) }} {{ '{} + {} = {sum}'.format(1, 2, sum=3) }} {{ '{0}{1}{0}'.format('a', 'b') }}")
 case("m_str_predicates", "{{ '123'.isdigit() }} {{ 'a1'.isdigit() }} {{ ' \\t'.isspace() }} {{ 'abc'.isalpha() }} {{ 'ab1'.isalnum() }} {{ 'abc'.islower() }} {{ 'ABC'.isupper() }} {{ 'prefix_x'.removeprefix('prefix_') }}")
+case("m_str_pad_partition", "[{{ 'ab'.center(7, '*') }}][{{ 'ab'.ljust(4) }}][{{ 'ab'.rjust(4, '.') }}][{{ '-42'.zfill(6) }}][{{ 'é'.center(4) }}] {{ 'a=b=c'.partition('=') }} {{ 'a=b=c'.rpartition('=') }} {{ 'abc'.partition('x') }} {{ 'ÉA'.casefold() }}")
+case("m_str_splitlines_all", "{{ 'a\\x0bb\\x0cc\\u2028d\\r\\ne\\n'.splitlines() }} {{ 'x\\ny\\r\\n'.splitlines(true) }} {{ ''.splitlines() }}")
 case("m_dict", "{{ d.keys()|list }} {{ d.values()|list }} {{ d.items()|list }} {{ d.get('a') }} {{ d.get('zz') }} {{ d.get('zz', 'dflt') }}", d={"a": 1, "b": [2]})
 case("m_list", "{{ l.index(2) }} {{ l.count(1) }}", l=[1, 2, 1])
 case("m_split_think", "{% set c = content.split('</think>')[-1].lstrip('\\n') %}{% set r = content.split('</think>')[0].rstrip('\\n').split('<think>')[-1].lstrip('\\n') %}[{{ r }}][{{ c }}]",

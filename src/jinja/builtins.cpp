@@ -187,20 +187,83 @@ Value str_method(const Value& obj, const std::string& m) {
   }
   if (m == "splitlines") {
     return bound(m, [s](CallArgs& a) {
+      const bool keepends = truthy(a.take(0, "keepends").value_or(Value(false)));
       a.done("splitlines");
+      // Python's line boundaries: \n \r \r\n \v \f \x1c \x1d \x1e \x85 \u2028 \u2029.
       std::vector<Value> out;
-      std::string cur;
-      for (size_t i = 0; i < s.size(); ++i) {
-        if (s[i] == '\n' || s[i] == '\r') {
-          out.emplace_back(cur);
-          cur.clear();
-          if (s[i] == '\r' && i + 1 < s.size() && s[i + 1] == '\n') ++i;
-        } else {
-          cur += s[i];
+      std::u32string cur;
+      const std::u32string cps = py::code_points(s);
+      for (size_t i = 0; i < cps.size(); ++i) {
+        const char32_t c = cps[i];
+        const bool boundary = c == '\n' || c == '\r' || c == 0x0B || c == 0x0C || c == 0x1C || c == 0x1D ||
+                              c == 0x1E || c == 0x85 || c == 0x2028 || c == 0x2029;
+        if (!boundary) {
+          cur += c;
+          continue;
         }
+        std::u32string end(1, c);
+        if (c == '\r' && i + 1 < cps.size() && cps[i + 1] == '\n') {
+          end += U'\n';
+          ++i;
+        }
+        out.emplace_back(py::utf8(keepends ? cur + end : cur));
+        cur.clear();
       }
-      if (!cur.empty()) out.emplace_back(cur);
+      if (!cur.empty()) out.emplace_back(py::utf8(cur));
       return Value::list(std::move(out));
+    });
+  }
+  if (m == "center" || m == "ljust" || m == "rjust" || m == "zfill") {
+    return bound(m, [s, m](CallArgs& a) {
+      const auto width_v = a.take(0, "width");
+      const auto fill_v = m == "zfill" ? std::nullopt : a.take(1, "fillchar");
+      a.done(m);
+      if (!width_v) fail_type(m + "() takes at least 1 argument (0 given)");
+      const int64_t width = need_int(*width_v);
+      if (width > static_cast<int64_t>(kMaxString)) fail_value("a string past 64 MiB");
+      const std::string fill = fill_v ? need_string(*fill_v, m + "() argument 2") : std::string(" ");
+      if (py::len(fill) != 1) fail_type("The fill character must be exactly one character long");
+      const int64_t n = py::len(s);
+      if (n >= width) return Value(s);
+      const int64_t total = width - n;
+      auto pad = [&](int64_t k) {
+        std::string out;
+        for (int64_t i = 0; i < k; ++i) out += fill;
+        return out;
+      };
+      if (m == "ljust") return Value(s + pad(total));
+      if (m == "rjust") return Value(pad(total) + s);
+      if (m == "zfill") {
+        std::string digits = s, sign;
+        if (!s.empty() && (s[0] == '+' || s[0] == '-')) {
+          sign = s.substr(0, 1);
+          digits = s.substr(1);
+        }
+        return Value(sign + std::string(static_cast<size_t>(total), '0') + digits);
+      }
+      const int64_t left = total / 2 + (total & width & 1);
+      return Value(pad(left) + s + pad(total - left));
+    });
+  }
+  if (m == "partition" || m == "rpartition") {
+    return bound(m, [s, m](CallArgs& a) {
+      const auto sep_v = a.take(0, "sep");
+      a.done(m);
+      if (!sep_v) fail_type(m + "() takes exactly one argument (0 given)");
+      const std::string& sep = need_string(*sep_v, "must be str");
+      if (sep.empty()) fail_value("empty separator");
+      const size_t at = m == "partition" ? s.find(sep) : s.rfind(sep);
+      if (at == std::string::npos) {
+        return m == "partition" ? Value::list({Value(s), Value(""), Value("")}, Value::Kind::kTuple)
+                                : Value::list({Value(""), Value(""), Value(s)}, Value::Kind::kTuple);
+      }
+      return Value::list({Value(s.substr(0, at)), Value(sep), Value(s.substr(at + sep.size()))}, Value::Kind::kTuple);
+    });
+  }
+  if (m == "casefold") {
+    return bound(m, [s](CallArgs& a) {
+      a.done("casefold");
+      return Value(py::lower(s));
     });
   }
   if (m == "lower" || m == "upper" || m == "title" || m == "capitalize" || m == "swapcase") {

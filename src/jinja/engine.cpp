@@ -275,6 +275,11 @@ class Interpreter {
     }
     const int64_t n = static_cast<int64_t>(items.size());
     auto last_changed = std::make_shared<std::optional<Value>>();  // loop.changed's memory, across iterations
+    // It may hold the loop object that holds it (`loop.changed(loop)`): forgotten when the loop ends.
+    struct Forget {
+      std::shared_ptr<std::optional<Value>> memory;
+      ~Forget() { memory->reset(); }
+    } forget{last_changed};
     const Value changed = Value::callable("changed", [last_changed](CallArgs& a) -> Value {
       const Value now = Value::list(a.positional);
       if (*last_changed && equal(**last_changed, now)) return Value(false);
