@@ -269,6 +269,20 @@ TOOLS = [{"type": "function", "function": {
     "parameters": {"type": "object", "properties": {
         "city": {"type": "string", "description": "The city, e.g. Paris or 東京"},
         "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}}, "required": ["city"]}}}]
+TOOLS_RICH = [{"type": "function", "function": {
+    "name": "search", "description": "  Search the web.\n",
+    "parameters": {"type": "object", "properties": {
+        "query": {"type": "string", "description": "What to look for", "minLength": 1},
+        "limit": {"type": "integer", "description": "How many results", "default": 5},
+        "tags": {"type": "array", "items": {"type": "string"}, "description": "Filters"},
+        "opts": {"type": "object", "additionalProperties": {"type": "number"}, "description": "Weights"},
+        "mode": {"type": ["string", "integer"], "description": "Mode", "enum": ["fast", None]}},
+        "required": ["query"]},
+    "return": {"type": "array", "description": "The hits"}}}] + TOOLS
+# A "null" type sends the Hermes template's json_to_python_type into endless recursion (jinja2:
+# RecursionError), as it would for a user.
+TOOLS_NULL = [{"type": "function", "function": {"name": "f", "description": "d", "parameters": {
+    "type": "object", "properties": {"x": {"type": ["string", "null"], "description": "x"}}}}}]
 CALL = {"role": "assistant", "content": "", "tool_calls": [
     {"id": "call12345", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}}]}
 CALL_STR = {"role": "assistant", "content": None, "tool_calls": [
@@ -294,6 +308,7 @@ CONVERSATIONS = {
                    {"role": "user", "content": [{"type": "text", "text": "Color?"}]}],
     "none_content": [USER, {"role": "assistant", "content": None}],
     "empty": [],
+    "override": [{"role": "system", "content": "Plain instructions /system_override  "}, USER],
 }
 
 REAL = {
@@ -312,11 +327,20 @@ REAL = {
     "olmo-2": [("simple", {}), ("system", {}), ("multi", {})],
     "mistral-v3-tools": [("simple", {}), ("multi", {}), ("tool_round", {"tools": TOOLS}), ("bad_alternation", {}),
                          ("tool_pending", {"tools": TOOLS})],
+    "hermes-tools": [("tool_round", {"tools": TOOLS_RICH}), ("tool_round_str", {"tools": TOOLS_RICH}),
+                     ("simple", {"tools": []}), ("simple", {"tools": TOOLS_NULL})],
+    "qwen3-coder-style": [("simple", {}), ("system", {"tools": TOOLS_RICH}), ("tool_round", {"tools": TOOLS_RICH}),
+                          ("tool_pending", {})],
+    "smollm3-style": [("simple", {}), ("system", {"enable_thinking": False}), ("think", {}),
+                      ("simple", {"tools": TOOLS}), ("system", {"python_tools": [{"name": "f", "doc": "x"}]}),
+                      ("override", {})],
 }
 SPECIAL = {"qwen3": ("", "<|im_end|>"), "llama-3.1": ("<|begin_of_text|>", "<|eot_id|>"),
            "gemma-3": ("<bos>", "<eos>"), "gemma-2": ("<bos>", "<eos>"),
            "deepseek-r1": ("<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"),
-           "olmo-2": ("<|endoftext|>", "<|endoftext|>"), "mistral-v3-tools": ("<s>", "</s>")}
+           "olmo-2": ("<|endoftext|>", "<|endoftext|>"), "mistral-v3-tools": ("<s>", "</s>"),
+           "hermes-tools": ("<|begin_of_text|>", "<|im_end|>"), "qwen3-coder-style": ("", "<|im_end|>"),
+           "smollm3-style": ("", "<|im_end|>")}
 
 for name, runs in REAL.items():
     with open(os.path.join(TEMPLATES, name + ".jinja"), encoding="utf-8") as f:
@@ -327,7 +351,10 @@ for name, runs in REAL.items():
             context = {"messages": CONVERSATIONS[conv], "add_generation_prompt": agp, "bos_token": bos, "eos_token": eos}
             context.update(extra)
             tag = "_".join(f"{k}" for k in extra) or "plain"
-            case(f"real_{name}_{conv}_{tag}_{'gen' if agp else 'nogen'}", text, **context)
+            label = f"real_{name}_{conv}_{tag}_{'gen' if agp else 'nogen'}"
+            while label in {c[0] for c in CASES}:
+                label += "_again"
+            case(label, text, **context)
 
 
 def render(template, context):
