@@ -433,10 +433,7 @@ class Interpreter {
           bool hit;
           if (op == "==") hit = equal(l, r);
           else if (op == "!=") hit = !equal(l, r);
-          else if (op == "<") hit = less(l, r, "<");
-          else if (op == ">") hit = less(r, l, ">");
-          else if (op == "<=") hit = !less(r, l, "<=");
-          else if (op == ">=") hit = !less(l, r, ">=");
+          else if (op == "<" || op == ">" || op == "<=" || op == ">=") hit = compare(l, r, op);
           else if (op == "in") hit = contains(r, l);
           else hit = !contains(r, l);
           if (!hit) return Value(false);

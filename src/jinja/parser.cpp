@@ -580,7 +580,7 @@ class Parser {
       expect_block_end();
     } else if (name == "for") {
       s.kind = Stmt::Kind::kFor;
-      s.targets = assign_targets(false);
+      s.targets = assign_targets();
       if (!at_name("in")) fail(fmt::format("expected 'in', got {}", describe(peek())));
       next();
       s.expr = tuple_expression(true, /*stop_at_if=*/true);
@@ -604,7 +604,7 @@ class Parser {
         next();
         s.attr = expect_name();
       } else {
-        s.targets = assign_targets(true);
+        s.targets = assign_targets();
       }
       if (at_op("=")) {
         next();
@@ -688,7 +688,7 @@ class Parser {
   }
 
   // `x`, `a, b`, `(a, b)`: the names a for or set binds.
-  std::vector<std::string> assign_targets(bool for_set) {
+  std::vector<std::string> assign_targets() {
     std::vector<std::string> names;
     const bool paren = at_op("(");
     if (paren) next();
@@ -699,7 +699,6 @@ class Parser {
       if (peek().kind != Token::Kind::kName) break;
     }
     if (paren) expect_op(")");
-    (void)for_set;
     return names;
   }
 
