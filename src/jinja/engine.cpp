@@ -58,7 +58,16 @@ std::vector<Value> unpack(const Value& v, size_t want) {
 
 class Interpreter {
  public:
-  explicit Interpreter(const RenderOptions& options) : options_(options) {}
+  Interpreter(const RenderOptions& options, const FrameUndefined& frames) : options_(options), frames_(frames) {}
+
+  // A new scope for `body`'s frame, holding Undefined for the names Jinja2 starts Undefined.
+  ScopePtr frame(const ScopePtr& parent, const Body& body) {
+    ScopePtr s = child(parent);
+    const auto it = frames_.find(&body);
+    if (it != frames_.end())
+      for (const std::string& n : it->second) s->set(n, Value::undefined(fmt::format("'{}' is undefined", n)));
+    return s;
+  }
   Interpreter(const Interpreter&) = delete;
   Interpreter& operator=(const Interpreter&) = delete;
   // Values may reference each other in a cycle (a namespace holding itself; a macro stored in
@@ -227,7 +236,9 @@ class Interpreter {
       }
       case Stmt::Kind::kSetBlock: {
         std::string body;
-        exec(s.body, child(scope), body);
+        // A break or continue inside it acts on the enclosing loop, and nothing is assigned.
+        const Flow f = exec(s.body, frame(scope, s.body), body);
+        if (f != Flow::kNormal) return f;
         Value v(body);
         if (s.filter) v = eval_filter_chain(*s.filter, v, scope);
         scope->set(s.targets[0], v);
@@ -239,7 +250,8 @@ class Interpreter {
       }
       case Stmt::Kind::kFilterBlock: {
         std::string body;
-        const Flow f = exec(s.body, child(scope), body);
+        const Flow f = exec(s.body, frame(scope, s.body), body);
+        if (f != Flow::kNormal) return f;  // Jinja2 drops the buffered body then
         if (s.filter) body = str(eval_filter_chain(*s.filter, Value(body), scope));
         out += body;
         return f;
@@ -286,8 +298,9 @@ class Interpreter {
       *last_changed = now;
       return Value(true);
     });
+    bool completed = false;
     for (int64_t i = 0; i < n; ++i) {
-      ScopePtr body_scope = child(scope);
+      ScopePtr body_scope = frame(scope, s.body);
       assign(s.targets, items[static_cast<size_t>(i)], body_scope);
       auto loop = std::make_shared<Dict>();
       loop->set(Value("index"), Value(i + 1));
@@ -308,9 +321,12 @@ class Interpreter {
       loop->set(Value("changed"), changed);
       body_scope->set("loop", Value::dict(loop, Value::Kind::kLoop));
       const Flow f = exec(s.body, body_scope, out);
+      if (f == Flow::kNormal) completed = true;
       if (f == Flow::kBreak) break;
     }
-    if (n == 0 && !s.else_body.empty()) return exec(s.else_body, child(scope), out);
+    // Jinja2 marks an iteration done at the end of its body: `else` runs when none got there
+    // (no items, or each one left by break or continue).
+    if (!completed && !s.else_body.empty()) return exec(s.else_body, frame(scope, s.else_body), out);
     return Flow::kNormal;
   }
 
@@ -325,7 +341,7 @@ class Interpreter {
       const auto& params = stmt->params;
       if (a.positional.size() > params.size())
         fail_type(fmt::format("macro '{}' takes not more than {} argument(s)", stmt->name, params.size()));
-      ScopePtr scope = child(defined_in);
+      ScopePtr scope = frame(defined_in, stmt->body);
       for (size_t i = 0; i < params.size(); ++i) {
         const auto& [name, def] = params[i];
         std::optional<Value> v;
@@ -465,6 +481,7 @@ class Interpreter {
   }
 
   const RenderOptions& options_;
+  const FrameUndefined& frames_;
   int call_depth_ = 0;
   int64_t steps_ = 0;
   std::vector<std::shared_ptr<Dict>> namespaces_;
@@ -508,6 +525,7 @@ Program Program::parse(const std::string& text, const std::string& where, const 
   p.where_ = where;
   auto body = std::make_shared<Body>(parse_template(text, where, options));
   validate(*body, where);
+  p.frames_ = std::make_shared<const FrameUndefined>(analyze_frames(*body));
   p.body_ = std::move(body);
   return p;
 }
@@ -518,9 +536,9 @@ std::string Program::render(const Value& context, const RenderOptions& options) 
     for (const auto& [k, v] : context.as_dict().entries)
       if (k.is_string()) globals->set(k.as_string(), v);
   }
-  Interpreter interpreter(options);
+  Interpreter interpreter(options, *frames_);
   std::string out;
-  interpreter.exec(*body_, child(globals), out);
+  interpreter.exec(*body_, interpreter.frame(globals, *body_), out);
   return out;
 }
 

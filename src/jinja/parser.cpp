@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cstring>
 #include <set>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -591,7 +592,9 @@ class Parser {
       if (at_name("recursive")) fail("unsupported: recursive loops ('for ... recursive') are outside gpueval's Jinja subset");
       expect_block_end();
       std::string end;
+      ++loops_;
       s.body = statements({"endfor", "else"}, &end, t.line, "for");
+      --loops_;
       if (end == "else") {
         expect_block_end();
         s.else_body = statements({"endfor"}, &end, t.line, "for");
@@ -626,7 +629,9 @@ class Parser {
       s.params = macro_params();
       expect_block_end();
       std::string end;
+      const int loops = std::exchange(loops_, 0);
       s.body = statements({"endmacro"}, &end, t.line, "macro");
+      loops_ = loops;
       expect_block_end();
     } else if (name == "call") {
       // {% call(params) m(args) %}body{% endcall %}: m is called with caller, a macro of the body.
@@ -637,7 +642,9 @@ class Parser {
       if (s.expr->kind != Expr::Kind::kCall) fail_at(t.line, "expected a call after 'call'");
       expect_block_end();
       std::string end;
+      const int loops = std::exchange(loops_, 0);
       s.body = statements({"endcall"}, &end, t.line, "call");
+      loops_ = loops;
       expect_block_end();
     } else if (name == "filter") {
       s.kind = Stmt::Kind::kFilterBlock;
@@ -651,9 +658,14 @@ class Parser {
       s.kind = Stmt::Kind::kFilterBlock;
       expect_block_end();
       std::string end;
+      const int loops = std::exchange(loops_, 0);
       s.body = statements({"endgeneration"}, &end, t.line, "generation");
+      loops_ = loops;
       expect_block_end();
     } else if (name == "break" || name == "continue") {
+      // As in Jinja2 (where it is Python's SyntaxError when compiling): only inside a for body,
+      // not across a macro, call or generation block.
+      if (loops_ == 0) fail_at(t.line, fmt::format("'{}' outside a loop", name));
       s.kind = name == "break" ? Stmt::Kind::kBreak : Stmt::Kind::kContinue;
       expect_block_end();
     } else {
@@ -1087,6 +1099,7 @@ class Parser {
   std::string where_;
   size_t pos_ = 0;
   int depth_ = 0;
+  int loops_ = 0;  // for bodies around the statement being parsed (break/continue need one)
 };
 
 }  // namespace
