@@ -1080,6 +1080,8 @@ Value apply_filter(const std::string& f, const Value& v, CallArgs& args) {
     std::vector<Value> out, seen;
     for (const Value& item : v.iterate()) {
       const Value key = sort_key(attribute && !attribute->is_none() ? attr_path(item, *attribute) : item, case_sensitive);
+      if (key.kind() == Value::Kind::kList || key.is_dict())  // Jinja2 keeps the seen ones in a set
+        fail_type(fmt::format("unhashable type: '{}'", type_name(key)));
       if (std::none_of(seen.begin(), seen.end(), [&](const Value& s) { return equal(s, key); })) {
         seen.push_back(key);
         out.push_back(item);
