@@ -846,7 +846,7 @@ std::string percent_format(const std::string& f, const Value& args) {
       i = close + 1;
     }
     std::string spec = "%";
-    while (i < f.size() && std::strchr("-+ #0123456789.", f[i])) spec += f[i++];
+    while (i < f.size() && f[i] != '\0' && std::strchr("-+ #0123456789.", f[i])) spec += f[i++];
     if (i >= f.size()) fail_value("incomplete format");
     const char conv = f[i];
     if (!v) {

@@ -364,7 +364,7 @@ class Lexer {
     };
     std::string text;
     const bool after_dot = !tokens_.empty() && tokens_.back().kind == Token::Kind::kOp && tokens_.back().text == ".";
-    if (src_[q] == '0' && q + 1 < src_.size() && std::strchr("bBoOxX", src_[q + 1])) {
+    if (src_[q] == '0' && q + 1 < src_.size() && src_[q + 1] != '\0' && std::strchr("bBoOxX", src_[q + 1])) {
       const int base = std::tolower(src_[q + 1]) == 'b' ? 2 : std::tolower(src_[q + 1]) == 'o' ? 8 : 16;
       q += 2;
       const size_t start = q;
