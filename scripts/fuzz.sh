@@ -86,6 +86,8 @@ PY
   run_config) for f in configs/*.yaml; do add "$f"; done ;;
   csv) for f in $(find "$shared/mmlu" -name '*.csv' 2>/dev/null | sort | head -8); do add_head "$f" 4096; done ;;
   hellaswag) add_head "$shared/hellaswag/hellaswag_val_full.txt" 8192 ;;
+  chat_template)
+    for f in "$shared"/chat_templates/*.jinja tests/fixtures/chat_templates/*.jinja; do add "$f"; done ;;
   template)
     # Every doc_to_* template of the shipped tasks, one file each.
     n=0

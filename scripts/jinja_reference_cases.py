@@ -121,6 +121,17 @@ case("loop_unpack_paren", "{% for (a, b) in [[1, 2], [3, 4]] %}{{ a + b }} {% en
 case("loop_over_dict_and_string", "{% for k in d %}{{ k }}{% endfor %}|{% for c in 'héy' %}{{ c }}.{% endfor %}", d={"b": 1, "a": 2})
 case("loop_over_undefined", "[{% for x in nothing %}{{ x }}{% endfor %}]")
 case("loop_break_continue", "{% for x in range(10) %}{% if x == 2 %}{% continue %}{% endif %}{% if x == 5 %}{% break %}{% endif %}{{ x }}{% endfor %}")
+case("loop_else_after_break", "{% for i in [1, 2] %}{% break %}{% else %}E{% endfor %}|{% for i in [1, 2] %}{% if i == 1 %}{% continue %}{% endif %}{{ i }}{% else %}E{% endfor %}|{% for i in [1, 2] %}{% continue %}{% else %}E{% endfor %}")
+case("loop_break_in_set_and_filter_blocks", "{% for i in [1, 2, 3] %}{% set y %}{{ i }}{% if i == 2 %}{% break %}{% endif %}{% endset %}[{{ y }}]{% filter upper %}a{% if i == 1 %}{% continue %}{% endif %}b{% endfilter %}{% endfor %}")
+case("err_break_outside_loop", "{% if true %}{% break %}{% endif %}")
+case("err_break_in_macro_in_loop", "{% for i in [1] %}{% macro f() %}{% break %}{% endmacro %}{% endfor %}")
+case("err_continue_in_generation_in_loop", "{% for i in [1] %}{% generation %}{% continue %}{% endgeneration %}{% endfor %}")
+case("err_break_in_for_else", "{% for i in [] %}{% else %}{% break %}{% endfor %}")
+case("frame_starts_undefined", "{% for i in [1] %}[{{ x }}]{% endfor %}{% set x = 'set' %}[{{ x }}]", x="context")
+case("frame_starts_undefined_in_loop", "{% for m in [1, 2] %}{% for j in [0] %}({{ y }}){% endfor %}{% set y = m %}{{ y }}{% endfor %}", y="ctx")
+case("frame_read_before_set_in_same_frame", "{% for m in [1, 2] %}({{ y }}){% set y = m %}{{ y }}{% endfor %}[{{ y }}]", y="ctx")
+case("frame_if_branch_store_keeps_context", "{% for m in [1] %}{% for j in [0] %}({{ y }}){% endfor %}{% if false %}{% set y = m %}{% endif %}{% endfor %}", y="ctx")
+case("frame_macro_before_set", "{% macro f() %}<{{ z }}>{% endmacro %}{{ f() }}{% set z = 1 %}{{ f() }}", z="ctx")
 case("loop_scope", "{% set x = 0 %}{% for i in range(3) %}{{ x }}{% set x = i %}{{ x }};{% endfor %}{{ x }}")
 case("loop_scope_if", "{% for i in range(3) %}{% if i == 1 %}{% set y = 5 %}{% endif %}[{{ y }}]{% endfor %}")
 case("loop_nested_loop_var", "{% for a in [1, 2] %}{% for b in [3, 4] %}{{ loop.index }}{% endfor %}{{ loop.index }} {% endfor %}")
@@ -210,6 +221,8 @@ case("m_str_split", "{{ 'a,b,,c'.split(',') }} {{ ' a  b '.split() }} {{ 'a b c'
 case("m_str_search", "{{ 'hello'.startswith('he') }} {{ 'hello'.endswith('lo') }} {{ 'hello'.startswith(('x', 'h')) }} {{ 'hello'.find('l') }} {{ 'hello'.rfind('l') }} {{ 'hello'.find('z') }} {{ 'hello'.index('e') }} {{ 'hello'.count('l') }}")
 case("m_str_replace_join_format", "{{ 'a.b.c'.replace('.', '/') }} {{ 'a.b.c'.replace('.', '', 1) }} {{ ', '.join(['x', 'y']) }} {{ '{} + {} = {sum}'.format(1, 2, sum=3) }} {{ '{0}{1}{0}'.format('a', 'b') }}")
 case("m_str_predicates", "{{ '123'.isdigit() }} {{ 'a1'.isdigit() }} {{ ' \\t'.isspace() }} {{ 'abc'.isalpha() }} {{ 'ab1'.isalnum() }} {{ 'abc'.islower() }} {{ 'ABC'.isupper() }} {{ 'prefix_x'.removeprefix('prefix_') }}")
+case("m_str_pad_partition", "[{{ 'ab'.center(7, '*') }}][{{ 'ab'.ljust(4) }}][{{ 'ab'.rjust(4, '.') }}][{{ '-42'.zfill(6) }}][{{ 'é'.center(4) }}] {{ 'a=b=c'.partition('=') }} {{ 'a=b=c'.rpartition('=') }} {{ 'abc'.partition('x') }} {{ 'ÉA'.casefold() }}")
+case("m_str_splitlines_all", "{{ 'a\\x0bb\\x0cc\\u2028d\\r\\ne\\n'.splitlines() }} {{ 'x\\ny\\r\\n'.splitlines(true) }} {{ ''.splitlines() }}")
 case("m_dict", "{{ d.keys()|list }} {{ d.values()|list }} {{ d.items()|list }} {{ d.get('a') }} {{ d.get('zz') }} {{ d.get('zz', 'dflt') }}", d={"a": 1, "b": [2]})
 case("m_list", "{{ l.index(2) }} {{ l.count(1) }}", l=[1, 2, 1])
 case("m_split_think", "{% set c = content.split('</think>')[-1].lstrip('\\n') %}{% set r = content.split('</think>')[0].rstrip('\\n').split('<think>')[-1].lstrip('\\n') %}[{{ r }}][{{ c }}]",
@@ -250,6 +263,37 @@ case("err_list_append_unsafe", "{% set l = [] %}{{ l.append(1) }}")
 case("err_str_format_missing", "{{ '{} {}'.format(1) }}")
 case("generator_is_truthy", "{% if [1]|select('gt', 5) %}truthy{% else %}falsy{% endif %} {{ ([]|map('upper')|list) is sequence }}")
 
+# Found by comparing random expressions with jinja2 (an ad-hoc harness, not kept): Python's own messages.
+case("py_map_select_skip_false", "[{{ false|map('upper')|list }}][{{ 0|select|list }}][{{ none|selectattr('x')|list }}][{{ ''|map(attribute='a')|join }}]")
+case("py_compare_operand_order", "{{ 'a' > 1 }}")
+case("py_compare_operand_order_le", "{{ [1] <= 'a' }}")
+case("py_max_compare", "{{ [{'a': 1}, {'a': 2}]|max }}")
+case("py_min_compare", "{{ [{'a': 1}, {'a': 2}]|min }}")
+case("py_division_messages_float", "{{ 1.5 / 0 }}")
+case("py_division_messages_mod", "{{ 1 % 0 }}")
+case("py_division_messages_floordiv_float", "{{ 2.5 // 0 }}")
+case("py_multiply_sequence", "{{ [1] * 'a' }}")
+case("py_multiply_sequence_float", "{{ 1.5 * 'a' }}")
+case("py_pow_types", "{{ none ** 2 }}")
+case("py_concat_tuple", "{{ (1,) + [2] }}")
+case("py_indent_list", "{{ [1]|indent }}")
+case("py_indent_float", "{{ 1.5|indent }}")
+case("py_indent_undefined", "{{ nothing|indent }}")
+case("py_int_float_undefined", "{{ nothing|int }}")
+case("py_last_not_reversible", "{{ 5|last }}")
+case("py_reverse_not_iterable", "{{ 5|reverse }}")
+case("py_dictsort_not_dict", "{{ [1]|dictsort }}")
+case("py_round_abs_undefined", "{{ nothing|round }}")
+case("py_abs_undefined", "{{ nothing|abs }}")
+case("py_unhashable_in_dict", "{{ [1] in {'a': 1} }}")
+case("py_slice_none", "{{ n[1:] }}", n=None)
+case("py_slice_dict", "{{ d[1:] }}", d={"a": 1})
+case("py_slice_undefined", "{{ nothing[1:] }}")
+case("py_str_method_arg_types", "{{ 'abc'.find(1) }}")
+case("py_str_join_item_types", "{{ ', '.join(['a', 1]) }}")
+case("py_percent_width_precision", "[{{ '%5s|%-5s|%.2s|%5.1s|%r' % ('ab', 'ab', 'abc', 'xyz', 'q') }}]")
+case("py_values", "{{ 'x' % [] }} {{ 'x' % {} }} {{ 'a b.c_d é1'|wordcount }} {{ 0.1|wordcount }} {{ nothing is callable }} {{ range is callable }}")
+
 # ---------------------------------------------------------------- context as render_jinja_template builds it
 case("ctx_tools_none_defined", "{{ tools is defined }} {{ tools is none }} {{ documents is none }} {{ add_generation_prompt }}")
 case("ctx_reasoning_alias", "{% for m in messages %}{{ m.thinking }}|{{ m.reasoning_content }}|{{ m|tojson }}\n{% endfor %}",
@@ -267,6 +311,20 @@ TOOLS = [{"type": "function", "function": {
     "parameters": {"type": "object", "properties": {
         "city": {"type": "string", "description": "The city, e.g. Paris or 東京"},
         "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}}, "required": ["city"]}}}]
+TOOLS_RICH = [{"type": "function", "function": {
+    "name": "search", "description": "  Search the web.\n",
+    "parameters": {"type": "object", "properties": {
+        "query": {"type": "string", "description": "What to look for", "minLength": 1},
+        "limit": {"type": "integer", "description": "How many results", "default": 5},
+        "tags": {"type": "array", "items": {"type": "string"}, "description": "Filters"},
+        "opts": {"type": "object", "additionalProperties": {"type": "number"}, "description": "Weights"},
+        "mode": {"type": ["string", "integer"], "description": "Mode", "enum": ["fast", None]}},
+        "required": ["query"]},
+    "return": {"type": "array", "description": "The hits"}}}] + TOOLS
+# A "null" type sends the Hermes template's json_to_python_type into endless recursion (jinja2:
+# RecursionError), as it would for a user.
+TOOLS_NULL = [{"type": "function", "function": {"name": "f", "description": "d", "parameters": {
+    "type": "object", "properties": {"x": {"type": ["string", "null"], "description": "x"}}}}}]
 CALL = {"role": "assistant", "content": "", "tool_calls": [
     {"id": "call12345", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}}]}
 CALL_STR = {"role": "assistant", "content": None, "tool_calls": [
@@ -292,6 +350,7 @@ CONVERSATIONS = {
                    {"role": "user", "content": [{"type": "text", "text": "Color?"}]}],
     "none_content": [USER, {"role": "assistant", "content": None}],
     "empty": [],
+    "override": [{"role": "system", "content": "Plain instructions /system_override  "}, USER],
 }
 
 REAL = {
@@ -310,11 +369,20 @@ REAL = {
     "olmo-2": [("simple", {}), ("system", {}), ("multi", {})],
     "mistral-v3-tools": [("simple", {}), ("multi", {}), ("tool_round", {"tools": TOOLS}), ("bad_alternation", {}),
                          ("tool_pending", {"tools": TOOLS})],
+    "hermes-tools": [("tool_round", {"tools": TOOLS_RICH}), ("tool_round_str", {"tools": TOOLS_RICH}),
+                     ("simple", {"tools": []}), ("simple", {"tools": TOOLS_NULL})],
+    "qwen3-coder-style": [("simple", {}), ("system", {"tools": TOOLS_RICH}), ("tool_round", {"tools": TOOLS_RICH}),
+                          ("tool_pending", {})],
+    "smollm3-style": [("simple", {}), ("system", {"enable_thinking": False}), ("think", {}),
+                      ("simple", {"tools": TOOLS}), ("system", {"python_tools": [{"name": "f", "doc": "x"}]}),
+                      ("override", {})],
 }
 SPECIAL = {"qwen3": ("", "<|im_end|>"), "llama-3.1": ("<|begin_of_text|>", "<|eot_id|>"),
            "gemma-3": ("<bos>", "<eos>"), "gemma-2": ("<bos>", "<eos>"),
            "deepseek-r1": ("<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"),
-           "olmo-2": ("<|endoftext|>", "<|endoftext|>"), "mistral-v3-tools": ("<s>", "</s>")}
+           "olmo-2": ("<|endoftext|>", "<|endoftext|>"), "mistral-v3-tools": ("<s>", "</s>"),
+           "hermes-tools": ("<|begin_of_text|>", "<|im_end|>"), "qwen3-coder-style": ("", "<|im_end|>"),
+           "smollm3-style": ("", "<|im_end|>")}
 
 for name, runs in REAL.items():
     with open(os.path.join(TEMPLATES, name + ".jinja"), encoding="utf-8") as f:
@@ -325,7 +393,10 @@ for name, runs in REAL.items():
             context = {"messages": CONVERSATIONS[conv], "add_generation_prompt": agp, "bos_token": bos, "eos_token": eos}
             context.update(extra)
             tag = "_".join(f"{k}" for k in extra) or "plain"
-            case(f"real_{name}_{conv}_{tag}_{'gen' if agp else 'nogen'}", text, **context)
+            label = f"real_{name}_{conv}_{tag}_{'gen' if agp else 'nogen'}"
+            while label in {c[0] for c in CASES}:
+                label += "_again"
+            case(label, text, **context)
 
 
 def render(template, context):

@@ -6,8 +6,8 @@
 // enable_thinking, Gemma 2/3, DeepSeek-R1, OLMo 2, Mistral v3 tool calls), each rendered by
 // scripts/jinja_reference_cases.py through transformers' render_jinja_template. Every case must
 // render byte-identical, or raise the same "<ExceptionType>: <message>"; a template jinja2
-// rejects when compiling (TemplateSyntaxError, TemplateAssertionError, include without a
-// loader) must be refused by ChatTemplate::parse.
+// rejects when compiling (TemplateSyntaxError, TemplateAssertionError, Python's SyntaxError for
+// a break outside a loop, include without a loader) must be refused by ChatTemplate::parse.
 #include <ctime>
 #include <fstream>
 
@@ -44,7 +44,9 @@ std::string frozen_strftime(const std::string& format) {
 bool refused_by_jinja2_at_compile(const ojson& c) {
   if (c["ok"].get<bool>()) return false;
   const std::string e = c["error"].get<std::string>();
+  // SyntaxError: Python's, compiling what Jinja2 generated (a break outside a loop).
   return e.rfind("TemplateSyntaxError:", 0) == 0 || e.rfind("TemplateAssertionError:", 0) == 0 ||
+         e.rfind("SyntaxError:", 0) == 0 ||
          e == "TypeError: no loader for this environment specified";
 }
 

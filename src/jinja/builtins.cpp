@@ -31,7 +31,7 @@ Value unsafe(const Value& obj, const std::string& name) {
 
 const std::string& need_string(const Value& v, const std::string& what) {
   if (v.is_undefined()) fail_undefined(v);
-  if (!v.is_string()) fail_type(fmt::format("{} must be str, not {}", what, type_name(v)));
+  if (!v.is_string()) fail_type(fmt::format("{}, not {}", what, type_name(v)));
   return v.as_string();
 }
 int64_t need_int(const Value& v) {
@@ -124,7 +124,7 @@ std::string str_format(const std::string& f, CallArgs& args) {
         fail_value("format fields with conversions or specs are outside gpueval's Jinja subset");
       const Value* v = nullptr;
       if (field.empty() || std::isdigit(static_cast<unsigned char>(field[0]))) {
-        const size_t index = field.empty() ? auto_index++ : std::stoul(field);
+        const size_t index = field.empty() ? auto_index++ : std::strtoul(field.substr(0, 9).c_str(), nullptr, 10);
         if (index >= args.positional.size())
           throw RenderError("IndexError", "tuple index out of range");
         v = &args.positional[index];
@@ -148,7 +148,7 @@ Value str_method(const Value& obj, const std::string& m) {
   const std::string s = obj.as_string();
   if (m == "strip" || m == "lstrip" || m == "rstrip") {
     return bound(m, [s, m](CallArgs& a) {
-      const auto chars = optional_chars(a.take(0, "chars"), m + " arg");
+      const auto chars = optional_chars(a.take(0, "chars"), m + " arg must be None or str");
       a.done(m);
       return Value(py::strip(s, chars, m != "rstrip", m != "lstrip"));
     });
@@ -187,20 +187,83 @@ Value str_method(const Value& obj, const std::string& m) {
   }
   if (m == "splitlines") {
     return bound(m, [s](CallArgs& a) {
+      const bool keepends = truthy(a.take(0, "keepends").value_or(Value(false)));
       a.done("splitlines");
+      // Python's line boundaries: \n \r \r\n \v \f \x1c \x1d \x1e \x85 \u2028 \u2029.
       std::vector<Value> out;
-      std::string cur;
-      for (size_t i = 0; i < s.size(); ++i) {
-        if (s[i] == '\n' || s[i] == '\r') {
-          out.emplace_back(cur);
-          cur.clear();
-          if (s[i] == '\r' && i + 1 < s.size() && s[i + 1] == '\n') ++i;
-        } else {
-          cur += s[i];
+      std::u32string cur;
+      const std::u32string cps = py::code_points(s);
+      for (size_t i = 0; i < cps.size(); ++i) {
+        const char32_t c = cps[i];
+        const bool boundary = c == '\n' || c == '\r' || c == 0x0B || c == 0x0C || c == 0x1C || c == 0x1D ||
+                              c == 0x1E || c == 0x85 || c == 0x2028 || c == 0x2029;
+        if (!boundary) {
+          cur += c;
+          continue;
         }
+        std::u32string end(1, c);
+        if (c == '\r' && i + 1 < cps.size() && cps[i + 1] == '\n') {
+          end += U'\n';
+          ++i;
+        }
+        out.emplace_back(py::utf8(keepends ? cur + end : cur));
+        cur.clear();
       }
-      if (!cur.empty()) out.emplace_back(cur);
+      if (!cur.empty()) out.emplace_back(py::utf8(cur));
       return Value::list(std::move(out));
+    });
+  }
+  if (m == "center" || m == "ljust" || m == "rjust" || m == "zfill") {
+    return bound(m, [s, m](CallArgs& a) {
+      const auto width_v = a.take(0, "width");
+      const auto fill_v = m == "zfill" ? std::nullopt : a.take(1, "fillchar");
+      a.done(m);
+      if (!width_v) fail_type(m + "() takes at least 1 argument (0 given)");
+      const int64_t width = need_int(*width_v);
+      if (width > static_cast<int64_t>(kMaxString)) fail_value("a string past 64 MiB");
+      const std::string fill = fill_v ? need_string(*fill_v, m + "() argument 2 must be str") : std::string(" ");
+      if (py::len(fill) != 1) fail_type("The fill character must be exactly one character long");
+      const int64_t n = py::len(s);
+      if (n >= width) return Value(s);
+      const int64_t total = width - n;
+      auto pad = [&](int64_t k) {
+        std::string out;
+        for (int64_t i = 0; i < k; ++i) out += fill;
+        return out;
+      };
+      if (m == "ljust") return Value(s + pad(total));
+      if (m == "rjust") return Value(pad(total) + s);
+      if (m == "zfill") {
+        std::string digits = s, sign;
+        if (!s.empty() && (s[0] == '+' || s[0] == '-')) {
+          sign = s.substr(0, 1);
+          digits = s.substr(1);
+        }
+        return Value(sign + std::string(static_cast<size_t>(total), '0') + digits);
+      }
+      const int64_t left = total / 2 + (total & width & 1);
+      return Value(pad(left) + s + pad(total - left));
+    });
+  }
+  if (m == "partition" || m == "rpartition") {
+    return bound(m, [s, m](CallArgs& a) {
+      const auto sep_v = a.take(0, "sep");
+      a.done(m);
+      if (!sep_v) fail_type(m + "() takes exactly one argument (0 given)");
+      const std::string& sep = need_string(*sep_v, "must be str");
+      if (sep.empty()) fail_value("empty separator");
+      const size_t at = m == "partition" ? s.find(sep) : s.rfind(sep);
+      if (at == std::string::npos) {
+        return m == "partition" ? Value::list({Value(s), Value(""), Value("")}, Value::Kind::kTuple)
+                                : Value::list({Value(""), Value(""), Value(s)}, Value::Kind::kTuple);
+      }
+      return Value::list({Value(s.substr(0, at)), Value(sep), Value(s.substr(at + sep.size()))}, Value::Kind::kTuple);
+    });
+  }
+  if (m == "casefold") {
+    return bound(m, [s](CallArgs& a) {
+      a.done("casefold");
+      return Value(py::lower(s));
     });
   }
   if (m == "lower" || m == "upper" || m == "title" || m == "capitalize" || m == "swapcase") {
@@ -226,8 +289,8 @@ Value str_method(const Value& obj, const std::string& m) {
       const auto count = a.take(2, "count");
       a.done("replace");
       if (!from || !to) fail_type("replace expected at least 2 arguments");
-      const std::string& f = need_string(*from, "replace() argument 1");
-      const std::string& t = need_string(*to, "replace() argument 2");
+      const std::string& f = need_string(*from, "replace() argument 1 must be str");
+      const std::string& t = need_string(*to, "replace() argument 2 must be str");
       const int64_t n = count ? need_int(*count) : -1;
       if (n < 0) return Value(py::replace(s, f, t));
       std::string out = s;
@@ -273,11 +336,11 @@ Value str_method(const Value& obj, const std::string& m) {
       a.done("join");
       if (!x) fail_type("str.join() takes exactly one argument (0 given)");
       std::string out;
-      bool first = true;
-      for (const Value& v : x->iterate()) {
-        if (!v.is_string()) fail_type(fmt::format("sequence item: expected str instance, {} found", type_name(v)));
-        out += (first ? "" : s) + v.as_string();
-        first = false;
+      const std::vector<Value> items = x->iterate();
+      for (size_t i = 0; i < items.size(); ++i) {
+        if (!items[i].is_string())
+          fail_type(fmt::format("sequence item {}: expected str instance, {} found", i, type_name(items[i])));
+        out += (i ? s : "") + items[i].as_string();
       }
       return Value(out);
     });
@@ -314,7 +377,7 @@ Value str_method(const Value& obj, const std::string& m) {
       const auto x = a.take(0, "prefix");
       a.done(m);
       if (!x) fail_type(m + "() takes exactly one argument (0 given)");
-      const std::string& p = need_string(*x, m + "() argument");
+      const std::string& p = need_string(*x, m + "() argument must be str");
       if (m == "removeprefix" && s.compare(0, p.size(), p) == 0) return Value(s.substr(p.size()));
       if (m == "removesuffix" && p.size() <= s.size() && !p.empty() && s.compare(s.size() - p.size(), p.size(), p) == 0)
         return Value(s.substr(0, s.size() - p.size()));
@@ -407,7 +470,7 @@ Value attr_path(const Value& item, const Value& attribute) {
   Value v = item;
   for (const std::string& part : py::split(attribute.as_string(), std::string("."), -1)) {
     bool digits = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
-    v = digits ? get_item(v, Value(static_cast<int64_t>(std::stoll(part)))) : get_item(v, Value(part));
+    v = digits && part.size() < 18 ? get_item(v, Value(static_cast<int64_t>(std::stoll(part)))) : get_item(v, Value(part));
   }
   return v;
 }
@@ -419,6 +482,7 @@ Value to_int(const Value& v, const Value& def, int64_t base) {
   if (v.kind() == Value::Kind::kFloat) {
     const double d = v.as_double();
     if (!std::isfinite(d)) return def;
+    if (std::fabs(d) >= 9.2e18) throw RenderError("OverflowError", "int too large (gpueval's integers are 64-bit)");
     return Value(static_cast<int64_t>(std::trunc(d)));
   }
   if (v.is_string()) {
@@ -432,11 +496,11 @@ Value to_int(const Value& v, const Value& def, int64_t base) {
       if (used == digits.size() && !digits.empty()) return Value(static_cast<int64_t>(x));
     } catch (const std::exception&) {
     }
-    try {
-      size_t used = 0;
-      const double d = std::stod(s, &used);
-      if (used == s.size() && std::isfinite(d)) return Value(static_cast<int64_t>(std::trunc(d)));
-    } catch (const std::exception&) {
+    if (!s.empty()) {
+      char* end = nullptr;
+      const double d = std::strtod(s.c_str(), &end);
+      if (end == s.c_str() + s.size() && std::isfinite(d) && std::fabs(d) < 9.2e18)
+        return Value(static_cast<int64_t>(std::trunc(d)));
     }
   }
   return def;
@@ -450,11 +514,10 @@ Value to_float(const Value& v, const Value& def) {
     if (l == "inf" || l == "+inf" || l == "infinity") return Value(std::numeric_limits<double>::infinity());
     if (l == "-inf" || l == "-infinity") return Value(-std::numeric_limits<double>::infinity());
     if (l == "nan") return Value(std::nan(""));
-    try {
-      size_t used = 0;
-      const double d = std::stod(s, &used);
-      if (used == s.size()) return Value(d);
-    } catch (const std::exception&) {
+    if (!s.empty() && !std::isspace(static_cast<unsigned char>(s[0]))) {
+      char* end = nullptr;
+      const double d = std::strtod(s.c_str(), &end);  // past the range: inf, as Python's float()
+      if (end == s.c_str() + s.size()) return Value(d);
     }
   }
   return def;
@@ -516,12 +579,13 @@ std::vector<Value> select(const Value& v, CallArgs& args, bool by_attr, bool kee
     attribute = args.positional[next++];
   }
   std::optional<std::string> test;
-  if (next < args.positional.size()) test = need_string(args.positional[next++], "test name");
+  if (next < args.positional.size()) test = need_string(args.positional[next++], "the test name must be str");
   CallArgs test_args;
   test_args.positional.assign(args.positional.begin() + static_cast<long>(next), args.positional.end());
   test_args.keyword = args.keyword;
   if (test && !has_test(*test)) throw RenderError("TemplateRuntimeError", fmt::format("No test named '{}'.", *test));
   std::vector<Value> out;
+  if (!truthy(v)) return out;  // Jinja2 skips a false value without iterating it
   for (const Value& item : sequence_of(v)) {
     const Value x = by_attr ? attr_path(item, attribute) : item;
     bool hit;
@@ -628,8 +692,9 @@ Value get_slice(const Value& obj, const Value& start, const Value& stop, const V
       out.push_back(obj.items()[static_cast<size_t>(i)]);
     return Value::list(std::move(out), obj.kind());
   }
-  return Value::undefined(fmt::format("'{}' has no element slice({}, {}, {})", object_type_repr(obj), repr(start),
-                                      repr(stop), repr(step)));
+  // Jinja2 compiles a slice to Python's own subscript, so it fails as Python does.
+  if (obj.is_dict()) fail_type("unhashable type: 'slice'");
+  fail_type(fmt::format("'{}' object is not subscriptable", type_name(obj)));
 }
 
 bool contains(const Value& container, const Value& item) {
@@ -643,7 +708,10 @@ bool contains(const Value& container, const Value& item) {
       for (const Value& v : container.items())
         if (equal(v, item)) return true;
       return false;
-    case Value::Kind::kDict: return container.as_dict().find(item) != nullptr;
+    case Value::Kind::kDict:
+      if (item.kind() == Value::Kind::kList || item.is_dict())
+        fail_type(fmt::format("unhashable type: '{}'", type_name(item)));
+      return container.as_dict().find(item) != nullptr;
     default: fail_type(fmt::format("argument of type '{}' is not iterable", type_name(container)));
   }
 }
@@ -659,14 +727,21 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
   auto unsupported = [&]() -> Value {
     if (op == "+" && a.is_string())
       fail_type(fmt::format("can only concatenate str (not \"{}\") to str", type_name(b)));
-    if (op == "+" && a.kind() == Value::Kind::kList)
-      fail_type(fmt::format("can only concatenate list (not \"{}\") to list", type_name(b)));
+    if (op == "+" && (a.kind() == Value::Kind::kList || a.kind() == Value::Kind::kTuple))
+      fail_type(fmt::format("can only concatenate {} (not \"{}\") to {}", type_name(a), type_name(b), type_name(a)));
+    const auto is_seq = [](const Value& v) {
+      return v.is_string() || v.kind() == Value::Kind::kList || v.kind() == Value::Kind::kTuple;
+    };
+    if (op == "*" && (is_seq(a) || is_seq(b)))
+      fail_type(fmt::format("can't multiply sequence by non-int of type '{}'", type_name(is_seq(a) ? b : a)));
+    if (op == "**")
+      fail_type(fmt::format("unsupported operand type(s) for ** or pow(): '{}' and '{}'", type_name(a), type_name(b)));
     fail_type(fmt::format("unsupported operand type(s) for {}: '{}' and '{}'", op, type_name(a), type_name(b)));
   };
   if (a.is_number() && b.is_number()) {
     const bool ints = a.is_int() && b.is_int();
     if (op == "/") {
-      if (b.as_double() == 0) throw RenderError("ZeroDivisionError", "division by zero");
+      if (b.as_double() == 0) throw RenderError("ZeroDivisionError", ints ? "division by zero" : "float division by zero");
       return Value(a.as_double() / b.as_double());
     }
     if (ints) {
@@ -680,7 +755,10 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
         return Value(r);
       }
       if (op == "//" || op == "%") {
-        if (y == 0) throw RenderError("ZeroDivisionError", op == "//" ? "integer division or modulo by zero" : "integer modulo by zero");
+        if (y == 0)
+          throw RenderError("ZeroDivisionError", op == "//" ? "integer division or modulo by zero" : "integer modulo by zero");
+        if (y == -1 && x == std::numeric_limits<int64_t>::min())
+          throw RenderError("OverflowError", "integer past 64 bits (gpueval's Jinja subset)");
         const int64_t q = py_floor_div(x, y);
         return op == "//" ? Value(q) : Value(x - q * y);
       }
@@ -768,7 +846,7 @@ std::string percent_format(const std::string& f, const Value& args) {
       i = close + 1;
     }
     std::string spec = "%";
-    while (i < f.size() && std::strchr("-+ #0123456789.", f[i])) spec += f[i++];
+    while (i < f.size() && f[i] != '\0' && std::strchr("-+ #0123456789.", f[i])) spec += f[i++];
     if (i >= f.size()) fail_value("incomplete format");
     const char conv = f[i];
     if (!v) {
@@ -782,8 +860,15 @@ std::string percent_format(const std::string& f, const Value& args) {
       case 'd': case 'i': case 'f': case 'F': case 'x': case 'X': case 'e': case 'g': {
         if (!v->is_number()) fail_type(fmt::format("%{} format: a real number is required, not {}", conv, type_name(*v)));
         char buf[512];
+        size_t field = 0;  // each number of the spec, bounded so the result fits buf
+        for (const char c : spec) {
+          field = std::isdigit(static_cast<unsigned char>(c)) ? field * 10 + static_cast<size_t>(c - '0') : 0;
+          if (field > 400) fail_value("a number format's width or precision past 400 (gpueval's Jinja subset)");
+        }
         if (conv == 'd' || conv == 'i' || conv == 'x' || conv == 'X') {
-          const long long n = v->is_int() ? v->as_int() : static_cast<long long>(std::trunc(v->as_double()));
+          const double d = v->is_int() ? 0.0 : v->as_double();
+          if (!v->is_int() && !(std::fabs(d) < 9.2e18)) throw RenderError("OverflowError", "int too large to format");
+          const long long n = v->is_int() ? v->as_int() : static_cast<long long>(std::trunc(d));
           std::string s = spec + "ll" + (conv == 'i' ? 'd' : conv);
           std::snprintf(buf, sizeof buf, s.c_str(), n);
         } else {
@@ -795,16 +880,30 @@ std::string percent_format(const std::string& f, const Value& args) {
       }
       default: fail_value(fmt::format("unsupported format character '{}'", conv));
     }
-    // Width and '-' for %s / %r.
-    size_t width = 0;
-    bool left = spec.find('-') != std::string::npos;
-    for (const char c : spec)
-      if (std::isdigit(static_cast<unsigned char>(c)) && spec.find('.') == std::string::npos) width = width * 10 + static_cast<size_t>(c - '0');
+    // Width, '-' and precision (a cut) for %s / %r.
+    const size_t dot = spec.find('.');
+    auto number = [&](size_t from, size_t to) {
+      size_t v = 0;
+      for (size_t i = from; i < to && i < spec.size(); ++i) {
+        if (!std::isdigit(static_cast<unsigned char>(spec[i]))) continue;
+        v = v * 10 + static_cast<size_t>(spec[i] - '0');
+        if (v > kMaxString) fail_value("a format width past 64 MiB");
+      }
+      return v;
+    };
+    const size_t width = number(0, dot == std::string::npos ? spec.size() : dot);
+    const bool left = spec.find('-') != std::string::npos;
+    if (dot != std::string::npos) {
+      const size_t cut = number(dot + 1, spec.size());
+      if (static_cast<int64_t>(cut) < py::len(body)) body = py::slice(body, 0, static_cast<int64_t>(cut));
+    }
     const size_t n = static_cast<size_t>(py::len(body));
     if (n < width) body = left ? body + std::string(width - n, ' ') : std::string(width - n, ' ') + body;
     out += body;
   }
-  if (!mapping && next < values.size()) fail_type("not all arguments converted during string formatting");
+  // Python lets a list or dict argument go unused (they have __getitem__); a lone scalar may not.
+  if (!mapping && args.kind() != Value::Kind::kList && next < values.size())
+    fail_type("not all arguments converted during string formatting");
   return out;
 }
 
@@ -831,6 +930,7 @@ Value apply_filter(const std::string& f, const Value& v, CallArgs& args) {
     const Value separators = args.take(2, "separators").value_or(Value());
     o.sort_keys = truthy(args.take(3, "sort_keys").value_or(Value(false)));
     done();
+    if (indent.is_int() && indent.as_int() > 4096) fail_value("tojson indent past 4096");
     if (indent.is_int()) o.indent = std::string(static_cast<size_t>(std::max<int64_t>(0, indent.as_int())), ' ');
     else if (indent.is_string()) o.indent = indent.as_string();
     else if (!indent.is_none()) fail_type("tojson indent must be an int, a str or None");
@@ -867,7 +967,7 @@ Value apply_filter(const std::string& f, const Value& v, CallArgs& args) {
     return Value(jinja_title(s));
   }
   if (f == "trim") {
-    const auto chars = optional_chars(args.take(0, "chars"), "trim chars");
+    const auto chars = optional_chars(args.take(0, "chars"), "strip arg must be None or str");
     done();
     return Value(py::strip(str(v), chars, true, true));
   }
@@ -886,7 +986,9 @@ Value apply_filter(const std::string& f, const Value& v, CallArgs& args) {
   }
   if (f == "first" || f == "last") {
     done();
-    if (f == "last" && v.kind() == Value::Kind::kIterator) fail_type("'generator' object is not reversible");
+    const bool reversible = v.is_undefined() || v.is_string() || v.kind() == Value::Kind::kList ||
+                            v.kind() == Value::Kind::kTuple || v.is_dict();
+    if (f == "last" && !reversible) fail_type(fmt::format("'{}' object is not reversible", type_name(v)));
     const std::vector<Value> items = v.iterate();
     if (items.empty()) return Value::undefined(f == "first" ? "No first item, sequence was empty." : "No last item, sequence was empty.");
     return f == "first" ? items.front() : items.back();
@@ -911,23 +1013,24 @@ Value apply_filter(const std::string& f, const Value& v, CallArgs& args) {
   }
   if (f == "map") {
     std::vector<Value> out;
+    const bool any = truthy(v);  // Jinja2's map and select skip a false value without iterating it
     std::optional<Value> attribute = args.take(static_cast<size_t>(-1), "attribute");
     if (attribute) {
       const std::optional<Value> def = args.take(static_cast<size_t>(-1), "default");
       done();
-      for (const Value& item : v.iterate()) {
+      for (const Value& item : any ? v.iterate() : std::vector<Value>()) {
         Value x = attr_path(item, *attribute);
         if (x.is_undefined() && def) x = *def;
         out.push_back(x);
       }
     } else {
       if (args.positional.empty()) fail_type("map requires a filter argument");
-      const std::string name = need_string(args.positional[0], "map filter name");
+      const std::string name = need_string(args.positional[0], "the filter name must be str");
       if (!has_filter(name)) throw RenderError("TemplateRuntimeError", fmt::format("No filter named '{}'.", name));
       CallArgs rest;
       rest.positional.assign(args.positional.begin() + 1, args.positional.end());
       rest.keyword = args.keyword;
-      for (const Value& item : v.iterate()) {
+      for (const Value& item : any ? v.iterate() : std::vector<Value>()) {
         CallArgs a = rest;
         out.push_back(apply_filter(name, item, a));
       }
@@ -950,7 +1053,9 @@ Value apply_filter(const std::string& f, const Value& v, CallArgs& args) {
     const Value by = args.take(1, "by").value_or(Value("key"));
     const bool reverse = truthy(args.take(2, "reverse").value_or(Value(false)));
     done();
-    if (!v.is_dict()) fail_type("dictsort of something other than a dict");
+    if (v.is_undefined()) fail_undefined(v);
+    if (!v.is_dict())
+      throw RenderError("AttributeError", fmt::format("'{}' object has no attribute 'items'", type_name(v)));
     const size_t pos = str(by) == "value" ? 1 : 0;
     std::vector<Value> out;
     for (const auto& [k, val] : v.as_dict().entries) out.push_back(Value::list({k, val}, Value::Kind::kTuple));
@@ -975,6 +1080,8 @@ Value apply_filter(const std::string& f, const Value& v, CallArgs& args) {
     std::vector<Value> out, seen;
     for (const Value& item : v.iterate()) {
       const Value key = sort_key(attribute && !attribute->is_none() ? attr_path(item, *attribute) : item, case_sensitive);
+      if (key.kind() == Value::Kind::kList || key.is_dict())  // Jinja2 keeps the seen ones in a set
+        fail_type(fmt::format("unhashable type: '{}'", type_name(key)));
       if (std::none_of(seen.begin(), seen.end(), [&](const Value& s) { return equal(s, key); })) {
         seen.push_back(key);
         out.push_back(item);
@@ -989,6 +1096,8 @@ Value apply_filter(const std::string& f, const Value& v, CallArgs& args) {
       std::reverse(cps.begin(), cps.end());
       return Value(py::utf8(cps));
     }
+    if (!v.is_undefined() && !v.is_sequence() && !v.is_dict())
+      throw RenderError("FilterArgumentError", "argument must be iterable");
     std::vector<Value> out = v.iterate();
     std::reverse(out.begin(), out.end());
     return Value::list(std::move(out), Value::Kind::kIterator);
@@ -1012,7 +1121,7 @@ Value apply_filter(const std::string& f, const Value& v, CallArgs& args) {
       auto key = [&](const Value& x) {
         return sort_key(attribute && !attribute->is_none() ? attr_path(x, *attribute) : x, case_sensitive);
       };
-      if (f == "min" ? less(key(items[i]), key(items[best])) : less(key(items[best]), key(items[i]))) best = i;
+      if (compare(key(items[i]), key(items[best]), f == "min" ? "<" : ">")) best = i;
     }
     return items[best];
   }
@@ -1020,16 +1129,19 @@ Value apply_filter(const std::string& f, const Value& v, CallArgs& args) {
     const Value def = args.take(0, "default").value_or(Value(0));
     const int64_t base = need_int(args.take(1, "base").value_or(Value(10)));
     done();
+    if (v.is_undefined()) fail_undefined(v);
     return to_int(v, def, base);
   }
   if (f == "float") {
     const Value def = args.take(0, "default").value_or(Value(0.0));
     done();
+    if (v.is_undefined()) fail_undefined(v);
     return to_float(v, def);
   }
   if (f == "abs") {
     done();
-    if (v.is_undefined()) fail_undefined(v);
+    if (v.is_int() && v.as_int() == std::numeric_limits<int64_t>::min())
+      throw RenderError("OverflowError", "integer past 64 bits (gpueval's Jinja subset)");
     if (v.is_int()) return Value(v.as_int() < 0 ? -v.as_int() : v.as_int());
     if (v.kind() == Value::Kind::kFloat) return Value(std::fabs(v.as_double()));
     fail_type(fmt::format("bad operand type for abs(): '{}'", type_name(v)));
@@ -1038,7 +1150,6 @@ Value apply_filter(const std::string& f, const Value& v, CallArgs& args) {
     const int64_t precision = need_int(args.take(0, "precision").value_or(Value(0)));
     const std::string method = str(args.take(1, "method").value_or(Value("common")));
     done();
-    if (v.is_undefined()) fail_undefined(v);
     if (!v.is_number()) fail_type(fmt::format("type {} doesn't define __round__ method", type_name(v)));
     if (method == "common") {
       if (v.is_int()) return Value(v.as_int());
@@ -1054,7 +1165,15 @@ Value apply_filter(const std::string& f, const Value& v, CallArgs& args) {
     const bool first = truthy(args.take(1, "first").value_or(Value(false)));
     const bool blank = truthy(args.take(2, "blank").value_or(Value(false)));
     done();
-    const std::string pad = width.is_string() ? width.as_string() : std::string(static_cast<size_t>(std::max<int64_t>(0, need_int(width))), ' ');
+    if (v.is_undefined()) fail_undefined(v);
+    // Jinja2's indent does `s += "\n"` then `s.splitlines()`: what each type does with that.
+    if (v.kind() == Value::Kind::kList)
+      throw RenderError("AttributeError", "'list' object has no attribute 'splitlines'");
+    if (v.kind() == Value::Kind::kTuple) fail_type("can only concatenate tuple (not \"str\") to tuple");
+    if (!v.is_string()) fail_type(fmt::format("unsupported operand type(s) for +=: '{}' and 'str'", type_name(v)));
+    const int64_t n = width.is_string() ? 0 : std::max<int64_t>(0, need_int(width));
+    if (n > 4096) fail_value("indent width past 4096");
+    const std::string pad = width.is_string() ? width.as_string() : std::string(static_cast<size_t>(n), ' ');
     return Value(indent_text(str(v), pad, first, blank));
   }
   if (f == "format") {
@@ -1079,11 +1198,20 @@ Value apply_filter(const std::string& f, const Value& v, CallArgs& args) {
   }
   if (f == "wordcount") {
     done();
-    return Value(static_cast<int64_t>(py::split(str(v), std::nullopt, -1).size()));
+    // Jinja2 counts the matches of \w+ (letters, digits and '_').
+    int64_t words = 0;
+    bool in_word = false;
+    for (const char32_t c : py::code_points(str(v))) {
+      const bool word = c == '_' || (c < 0x80 ? std::isalnum(static_cast<int>(c)) != 0 : is_cased(c) || (c >= 0x660 && c <= 0x669));
+      if (word && !in_word) ++words;
+      in_word = word;
+    }
+    return Value(words);
   }
   if (f == "center") {
     const int64_t width = need_int(args.take(0, "width").value_or(Value(80)));
     done();
+    if (width > static_cast<int64_t>(kMaxString)) fail_value("a string past 64 MiB");
     const std::string s = str(v);
     const int64_t n = py::len(s);
     if (n >= width) return Value(s);
@@ -1142,7 +1270,7 @@ bool apply_test(const std::string& t, const Value& v, CallArgs& args) {
     return v.is_undefined() || v.is_string() || v.kind() == Value::Kind::kList || v.kind() == Value::Kind::kTuple ||
            v.is_dict();
   }
-  if (t == "callable") return no_args(), v.is_callable();
+  if (t == "callable") return no_args(), v.is_callable() || v.is_undefined();  // Undefined has __call__
   if (t == "escaped") return no_args(), false;
   if (t == "lower" || t == "upper") {
     no_args();
@@ -1163,16 +1291,10 @@ bool apply_test(const std::string& t, const Value& v, CallArgs& args) {
   if (t == "divisibleby") return equal(binary_op("%", v, arg("num")), Value(0));
   if (t == "eq" || t == "equalto" || t == "==") return equal(v, arg("other"));
   if (t == "ne" || t == "!=") return !equal(v, arg("other"));
-  if (t == "lt" || t == "lessthan" || t == "<") return less(v, arg("other"), "<");
-  if (t == "gt" || t == "greaterthan" || t == ">") return less(arg("other"), v, ">");
-  if (t == "le" || t == "<=") {
-    const Value o = arg("other");
-    return less(v, o, "<=") || equal(v, o);
-  }
-  if (t == "ge" || t == ">=") {
-    const Value o = arg("other");
-    return less(o, v, ">=") || equal(v, o);
-  }
+  if (t == "lt" || t == "lessthan" || t == "<") return compare(v, arg("other"), "<");
+  if (t == "gt" || t == "greaterthan" || t == ">") return compare(v, arg("other"), ">");
+  if (t == "le" || t == "<=") return compare(v, arg("other"), "<=");
+  if (t == "ge" || t == ">=") return compare(v, arg("other"), ">=");
   if (t == "in") return contains(arg("seq"), v);
   if (t == "sameas") return v.same_object(arg("other"));
   if (t == "filter") return has_filter(str(arg("name")));

@@ -1,6 +1,7 @@
 #include "jinja/engine.h"
 
 #include <ctime>
+#include <limits>
 #include <optional>
 
 #include <fmt/format.h>
@@ -13,6 +14,10 @@ namespace {
 
 constexpr int kMaxCallDepth = 100;
 constexpr int64_t kMaxRange = 100000;  // Jinja2's sandbox MAX_RANGE
+// A render is bounded (a loop of range(100000) inside another is 10^10 steps): past these it
+// is an error, not a hang or an exhausted memory.
+constexpr int64_t kMaxSteps = 20'000'000;
+constexpr size_t kMaxOutput = size_t{256} << 20;
 
 struct Scope {
   std::vector<std::pair<std::string, Value>> vars;
@@ -53,7 +58,25 @@ std::vector<Value> unpack(const Value& v, size_t want) {
 
 class Interpreter {
  public:
-  explicit Interpreter(const RenderOptions& options) : options_(options) {}
+  Interpreter(const RenderOptions& options, const FrameUndefined& frames) : options_(options), frames_(frames) {}
+
+  // A new scope for `body`'s frame, holding Undefined for the names Jinja2 starts Undefined.
+  ScopePtr frame(const ScopePtr& parent, const Body& body) {
+    ScopePtr s = child(parent);
+    const auto it = frames_.find(&body);
+    if (it != frames_.end())
+      for (const std::string& n : it->second) s->set(n, Value::undefined(fmt::format("'{}' is undefined", n)));
+    return s;
+  }
+  Interpreter(const Interpreter&) = delete;
+  Interpreter& operator=(const Interpreter&) = delete;
+  // Values may reference each other in a cycle (a namespace holding itself; a macro stored in
+  // the scope it reads): the namespaces are emptied and the pinned scopes dropped here, so a
+  // render frees everything it made.
+  ~Interpreter() {
+    for (const auto& ns : namespaces_) ns->entries.clear();
+    for (const auto& scope : pinned_scopes_) scope->vars.clear();
+  }
 
   enum class Flow { kNormal, kBreak, kContinue };
 
@@ -130,17 +153,18 @@ class Interpreter {
       const int64_t start = n.size() == 1 ? 0 : n[0], stop = n.size() == 1 ? n[0] : n[1], step = n.size() == 3 ? n[2] : 1;
       if (step == 0) throw RenderError("ValueError", "range() arg 3 must not be zero");
       std::vector<Value> out;
-      for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+      for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
         if (static_cast<int64_t>(out.size()) >= kMaxRange)
           throw RenderError("OverflowError", "Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
         out.emplace_back(i);
+        if (__builtin_add_overflow(i, step, &i)) break;
       }
       return Value::list(std::move(out));
     });
   }
 
-  static Value global_namespace(Value::Kind kind, const std::string& name) {
-    return Value::callable(name, [kind](CallArgs& a) -> Value {
+  Value global_namespace(Value::Kind kind, const std::string& name) {
+    return Value::callable(name, [this, kind](CallArgs& a) -> Value {
       auto d = std::make_shared<Dict>();
       for (const Value& p : a.positional) {
         if (p.is_dict()) {
@@ -160,6 +184,7 @@ class Interpreter {
                                                            "namespace, but got {}. Please rename the attribute.", repr(k)));
         }
       }
+      if (kind == Value::Kind::kNamespace) namespaces_.push_back(d);
       return Value::dict(d, kind);
     });
   }
@@ -174,6 +199,11 @@ class Interpreter {
   }
 
   Flow exec(const Stmt& s, const ScopePtr& scope, std::string& out) {
+    if (++steps_ > kMaxSteps)
+      throw RenderError("RuntimeError", fmt::format("the template ran past {} steps (gpueval's bound on a render)", kMaxSteps));
+    if (out.size() > kMaxOutput)
+      throw RenderError("RuntimeError", fmt::format("the template rendered past {} MiB (gpueval's bound on a render)",
+                                                    kMaxOutput >> 20));
     switch (s.kind) {
       case Stmt::Kind::kText: out += s.text; return Flow::kNormal;
       case Stmt::Kind::kOutput: {
@@ -206,7 +236,9 @@ class Interpreter {
       }
       case Stmt::Kind::kSetBlock: {
         std::string body;
-        exec(s.body, child(scope), body);
+        // A break or continue inside it acts on the enclosing loop, and nothing is assigned.
+        const Flow f = exec(s.body, frame(scope, s.body), body);
+        if (f != Flow::kNormal) return f;
         Value v(body);
         if (s.filter) v = eval_filter_chain(*s.filter, v, scope);
         scope->set(s.targets[0], v);
@@ -218,7 +250,8 @@ class Interpreter {
       }
       case Stmt::Kind::kFilterBlock: {
         std::string body;
-        const Flow f = exec(s.body, child(scope), body);
+        const Flow f = exec(s.body, frame(scope, s.body), body);
+        if (f != Flow::kNormal) return f;  // Jinja2 drops the buffered body then
         if (s.filter) body = str(eval_filter_chain(*s.filter, Value(body), scope));
         out += body;
         return f;
@@ -254,14 +287,20 @@ class Interpreter {
     }
     const int64_t n = static_cast<int64_t>(items.size());
     auto last_changed = std::make_shared<std::optional<Value>>();  // loop.changed's memory, across iterations
+    // It may hold the loop object that holds it (`loop.changed(loop)`): forgotten when the loop ends.
+    struct Forget {
+      std::shared_ptr<std::optional<Value>> memory;
+      ~Forget() { memory->reset(); }
+    } forget{last_changed};
     const Value changed = Value::callable("changed", [last_changed](CallArgs& a) -> Value {
       const Value now = Value::list(a.positional);
       if (*last_changed && equal(**last_changed, now)) return Value(false);
       *last_changed = now;
       return Value(true);
     });
+    bool completed = false;
     for (int64_t i = 0; i < n; ++i) {
-      ScopePtr body_scope = child(scope);
+      ScopePtr body_scope = frame(scope, s.body);
       assign(s.targets, items[static_cast<size_t>(i)], body_scope);
       auto loop = std::make_shared<Dict>();
       loop->set(Value("index"), Value(i + 1));
@@ -282,19 +321,27 @@ class Interpreter {
       loop->set(Value("changed"), changed);
       body_scope->set("loop", Value::dict(loop, Value::Kind::kLoop));
       const Flow f = exec(s.body, body_scope, out);
+      if (f == Flow::kNormal) completed = true;
       if (f == Flow::kBreak) break;
     }
-    if (n == 0 && !s.else_body.empty()) return exec(s.else_body, child(scope), out);
+    // Jinja2 marks an iteration done at the end of its body: `else` runs when none got there
+    // (no items, or each one left by break or continue).
+    if (!completed && !s.else_body.empty()) return exec(s.else_body, frame(scope, s.else_body), out);
     return Flow::kNormal;
   }
 
-  Value make_macro(const Stmt& s, const ScopePtr& defined_in) {
+  // The macro holds its scope weakly (the scope may hold the macro); the interpreter keeps the
+  // scope alive until the render ends.
+  Value make_macro(const Stmt& s, const ScopePtr& scope_of_definition) {
     const Stmt* stmt = &s;
-    return Value::callable(s.name, [this, stmt, defined_in](CallArgs& a) -> Value {
+    pinned_scopes_.push_back(scope_of_definition);
+    std::weak_ptr<Scope> weak = scope_of_definition;
+    return Value::callable(s.name, [this, stmt, weak](CallArgs& a) -> Value {
+      const ScopePtr defined_in = weak.lock();
       const auto& params = stmt->params;
       if (a.positional.size() > params.size())
         fail_type(fmt::format("macro '{}' takes not more than {} argument(s)", stmt->name, params.size()));
-      ScopePtr scope = child(defined_in);
+      ScopePtr scope = frame(defined_in, stmt->body);
       for (size_t i = 0; i < params.size(); ++i) {
         const auto& [name, def] = params[i];
         std::optional<Value> v;
@@ -379,6 +426,8 @@ class Interpreter {
         const Value v = eval(*e.a, scope);
         if (v.is_undefined()) fail_undefined(v);
         if (e.kind == Expr::Kind::kPos && v.is_number()) return v.is_int() ? Value(v.as_int()) : v;
+        if (v.is_int() && v.as_int() == std::numeric_limits<int64_t>::min())
+          throw RenderError("OverflowError", "integer past 64 bits (gpueval's Jinja subset)");
         if (v.is_int()) return Value(-v.as_int());
         if (v.kind() == Value::Kind::kFloat) return Value(-v.as_double());
         fail_type(fmt::format("bad operand type for unary {}: '{}'", e.kind == Expr::Kind::kNeg ? "-" : "+", type_name(v)));
@@ -400,10 +449,7 @@ class Interpreter {
           bool hit;
           if (op == "==") hit = equal(l, r);
           else if (op == "!=") hit = !equal(l, r);
-          else if (op == "<") hit = less(l, r, "<");
-          else if (op == ">") hit = less(r, l, ">");
-          else if (op == "<=") hit = !less(r, l, "<=");
-          else if (op == ">=") hit = !less(l, r, ">=");
+          else if (op == "<" || op == ">" || op == "<=" || op == ">=") hit = compare(l, r, op);
           else if (op == "in") hit = contains(r, l);
           else hit = !contains(r, l);
           if (!hit) return Value(false);
@@ -435,7 +481,11 @@ class Interpreter {
   }
 
   const RenderOptions& options_;
+  const FrameUndefined& frames_;
   int call_depth_ = 0;
+  int64_t steps_ = 0;
+  std::vector<std::shared_ptr<Dict>> namespaces_;
+  std::vector<ScopePtr> pinned_scopes_;
 };
 
 void validate(const Expr& e, const std::string& where) {
@@ -475,6 +525,7 @@ Program Program::parse(const std::string& text, const std::string& where, const 
   p.where_ = where;
   auto body = std::make_shared<Body>(parse_template(text, where, options));
   validate(*body, where);
+  p.frames_ = std::make_shared<const FrameUndefined>(analyze_frames(*body));
   p.body_ = std::move(body);
   return p;
 }
@@ -485,9 +536,9 @@ std::string Program::render(const Value& context, const RenderOptions& options) 
     for (const auto& [k, v] : context.as_dict().entries)
       if (k.is_string()) globals->set(k.as_string(), v);
   }
-  Interpreter interpreter(options);
+  Interpreter interpreter(options, *frames_);
   std::string out;
-  interpreter.exec(*body_, child(globals), out);
+  interpreter.exec(*body_, interpreter.frame(globals, *body_), out);
   return out;
 }
 

@@ -6,7 +6,8 @@
 // transformers' {% generation %}; expressions, filters, tests and methods of
 // jinja/builtins.h; the globals range, namespace, dict, joiner, raise_exception and strftime_now.
 // Scopes follow Jinja2's: a for body is a new scope every iteration (what it sets is gone
-// after), an if is not, a macro call is, and a macro sees the scope it was defined in.
+// after), an if is not, a macro call is, and a macro sees the scope it was defined in; a name a
+// frame assigns may start Undefined there (jinja/frames.h).
 //
 // Undefined is lenient by default (Jinja2's Undefined: prints '', is false, iterates empty,
 // fails when its attribute is read or it is computed with) or strict (StrictUndefined:
@@ -23,6 +24,7 @@
 #include <memory>
 #include <string>
 
+#include "jinja/frames.h"
 #include "jinja/parser.h"
 #include "jinja/syntax.h"
 #include "jinja/value.h"
@@ -46,6 +48,7 @@ class Program {
 
  private:
   std::shared_ptr<const Body> body_;
+  std::shared_ptr<const FrameUndefined> frames_;  // of body_
   std::string where_;
 };
 

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cstring>
 #include <set>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -363,7 +364,7 @@ class Lexer {
     };
     std::string text;
     const bool after_dot = !tokens_.empty() && tokens_.back().kind == Token::Kind::kOp && tokens_.back().text == ".";
-    if (src_[q] == '0' && q + 1 < src_.size() && std::strchr("bBoOxX", src_[q + 1])) {
+    if (src_[q] == '0' && q + 1 < src_.size() && src_[q + 1] != '\0' && std::strchr("bBoOxX", src_[q + 1])) {
       const int base = std::tolower(src_[q + 1]) == 'b' ? 2 : std::tolower(src_[q + 1]) == 'o' ? 8 : 16;
       q += 2;
       const size_t start = q;
@@ -374,7 +375,11 @@ class Lexer {
       Token t;
       t.kind = Token::Kind::kInt;
       t.line = line;
-      t.value = Value(static_cast<int64_t>(std::stoll(d.empty() ? "0" : d, nullptr, base)));
+      try {
+        t.value = Value(static_cast<int64_t>(std::stoll(d.empty() ? "0" : d, nullptr, base)));
+      } catch (const std::exception&) {
+        fail(line, "the integer " + src_.substr(pos_, q - pos_) + " is past 64 bits (gpueval's Jinja subset)");
+      }
       tokens_.push_back(std::move(t));
       pos_ = q;
       return;
@@ -401,7 +406,7 @@ class Lexer {
     t.line = line;
     if (is_float) {
       t.kind = Token::Kind::kFloat;
-      t.value = Value(std::stod(text));
+      t.value = Value(std::strtod(text.c_str(), nullptr));  // past the range: inf, as Python's float()
     } else {
       t.kind = Token::Kind::kInt;
       try {
@@ -576,7 +581,7 @@ class Parser {
       expect_block_end();
     } else if (name == "for") {
       s.kind = Stmt::Kind::kFor;
-      s.targets = assign_targets(false);
+      s.targets = assign_targets();
       if (!at_name("in")) fail(fmt::format("expected 'in', got {}", describe(peek())));
       next();
       s.expr = tuple_expression(true, /*stop_at_if=*/true);
@@ -587,7 +592,9 @@ class Parser {
       if (at_name("recursive")) fail("unsupported: recursive loops ('for ... recursive') are outside gpueval's Jinja subset");
       expect_block_end();
       std::string end;
+      ++loops_;
       s.body = statements({"endfor", "else"}, &end, t.line, "for");
+      --loops_;
       if (end == "else") {
         expect_block_end();
         s.else_body = statements({"endfor"}, &end, t.line, "for");
@@ -600,7 +607,7 @@ class Parser {
         next();
         s.attr = expect_name();
       } else {
-        s.targets = assign_targets(true);
+        s.targets = assign_targets();
       }
       if (at_op("=")) {
         next();
@@ -622,7 +629,9 @@ class Parser {
       s.params = macro_params();
       expect_block_end();
       std::string end;
+      const int loops = std::exchange(loops_, 0);
       s.body = statements({"endmacro"}, &end, t.line, "macro");
+      loops_ = loops;
       expect_block_end();
     } else if (name == "call") {
       // {% call(params) m(args) %}body{% endcall %}: m is called with caller, a macro of the body.
@@ -633,7 +642,9 @@ class Parser {
       if (s.expr->kind != Expr::Kind::kCall) fail_at(t.line, "expected a call after 'call'");
       expect_block_end();
       std::string end;
+      const int loops = std::exchange(loops_, 0);
       s.body = statements({"endcall"}, &end, t.line, "call");
+      loops_ = loops;
       expect_block_end();
     } else if (name == "filter") {
       s.kind = Stmt::Kind::kFilterBlock;
@@ -647,9 +658,14 @@ class Parser {
       s.kind = Stmt::Kind::kFilterBlock;
       expect_block_end();
       std::string end;
+      const int loops = std::exchange(loops_, 0);
       s.body = statements({"endgeneration"}, &end, t.line, "generation");
+      loops_ = loops;
       expect_block_end();
     } else if (name == "break" || name == "continue") {
+      // As in Jinja2 (where it is Python's SyntaxError when compiling): only inside a for body,
+      // not across a macro, call or generation block.
+      if (loops_ == 0) fail_at(t.line, fmt::format("'{}' outside a loop", name));
       s.kind = name == "break" ? Stmt::Kind::kBreak : Stmt::Kind::kContinue;
       expect_block_end();
     } else {
@@ -684,7 +700,7 @@ class Parser {
   }
 
   // `x`, `a, b`, `(a, b)`: the names a for or set binds.
-  std::vector<std::string> assign_targets(bool for_set) {
+  std::vector<std::string> assign_targets() {
     std::vector<std::string> names;
     const bool paren = at_op("(");
     if (paren) next();
@@ -695,7 +711,6 @@ class Parser {
       if (peek().kind != Token::Kind::kName) break;
     }
     if (paren) expect_op(")");
-    (void)for_set;
     return names;
   }
 
@@ -972,6 +987,8 @@ class Parser {
     if (keys.size() == 1) {
       key = keys[0];
     } else {
+      for (const ExprPtr& k : keys)
+        if (k->kind == Expr::Kind::kSlice) fail("unsupported: a slice inside a tuple subscript ('a[1, :2]')");
       Expr tuple = node(Expr::Kind::kTuple, t.line);
       tuple.args = keys;
       key = make(std::move(tuple));
@@ -1082,6 +1099,7 @@ class Parser {
   std::string where_;
   size_t pos_ = 0;
   int depth_ = 0;
+  int loops_ = 0;  // for bodies around the statement being parsed (break/continue need one)
 };
 
 }  // namespace

@@ -286,6 +286,35 @@ bool less(const Value& a, const Value& b, const char* op) {
   fail_type(fmt::format("'{}' not supported between instances of '{}' and '{}'", op, type_name(a), type_name(b)));
 }
 
+bool compare(const Value& a, const Value& b, const std::string& op) {
+  if (a.is_undefined()) fail_undefined(a);
+  if (b.is_undefined()) fail_undefined(b);
+  auto order = [&](int c) {
+    if (op == "<") return c < 0;
+    if (op == ">") return c > 0;
+    if (op == "<=") return c <= 0;
+    return c >= 0;
+  };
+  if (a.is_number() && b.is_number()) {
+    if (a.kind() == Value::Kind::kFloat || b.kind() == Value::Kind::kFloat) {
+      const double x = a.as_double(), y = b.as_double();
+      if (std::isnan(x) || std::isnan(y)) return false;
+      return order(x < y ? -1 : x > y ? 1 : 0);
+    }
+    return order(a.as_int() < b.as_int() ? -1 : a.as_int() > b.as_int() ? 1 : 0);
+  }
+  if (a.is_string() && b.is_string()) return order(a.as_string().compare(b.as_string()));
+  if (a.kind() == b.kind() && (a.kind() == Value::Kind::kList || a.kind() == Value::Kind::kTuple)) {
+    const auto& x = a.items();
+    const auto& y = b.items();
+    for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
+      if (!equal(x[i], y[i])) return compare(x[i], y[i], op);
+    }
+    return order(x.size() < y.size() ? -1 : x.size() > y.size() ? 1 : 0);
+  }
+  fail_type(fmt::format("'{}' not supported between instances of '{}' and '{}'", op, type_name(a), type_name(b)));
+}
+
 namespace {
 
 void dump_string(const std::string& s, bool ensure_ascii, std::string& out) {

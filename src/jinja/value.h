@@ -139,6 +139,8 @@ std::string repr(const Value& v);  // Python's repr()
 bool equal(const Value& a, const Value& b);
 // Python's a < b; a TypeError for types without an order.
 bool less(const Value& a, const Value& b, const char* op = "<");
+// Python's a <op> b for op in < > <= >=, its TypeError naming the operands in the order written.
+bool compare(const Value& a, const Value& b, const std::string& op);
 
 struct DumpOptions {
   bool ensure_ascii = false;

@@ -23,6 +23,7 @@
 #include "gpueval/task.h"
 #include "gpueval/template.h"
 #include "gpueval/tokenizer.h"
+#include "jinja/chat_template.h"
 #include "model/checkpoint.h"
 #include "model/llama2c_convert.h"
 #include "model/safetensors.h"
@@ -239,6 +240,30 @@ std::optional<std::string> fuzz_template(const uint8_t* data, size_t size) {
   });
 }
 
+// Input: a chat template, optionally followed by "\n#context\n" and the JSON context it renders
+// with. Rendering may also end in the template's raise_exception or a Python-like error
+// (jinja::TemplateRaised, jinja::RenderError): both are outcomes a template can have.
+std::optional<std::string> fuzz_chat_template(const uint8_t* data, size_t size) {
+  const auto parts = split_input(
+      as_text(data, size), "\n#context\n",
+      R"({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi é 🙂"},)"
+      R"( {"role": "assistant", "content": "<think>x</think>Hello", "tool_calls": [{"function": {"name": "f",)"
+      R"( "arguments": {"a": [1, 2.5, null]}}}]}], "tools": [{"type": "function", "function": {"name": "f"}}],)"
+      R"( "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>"})");
+  const std::string_view text = parts.first, context_text = parts.second;
+  return contract([&] {
+    // Strictly parsed (a malformed context is a refusal), then read with its keys in order.
+    const nlohmann::ordered_json context =
+        nlohmann::ordered_json::parse(parse_strict_json(context_text, "fuzz context", "context").dump());
+    const jinja::ChatTemplate t = jinja::ChatTemplate::parse(std::string(text), "chat_template.jinja");
+    try {
+      (void)t.render(context);
+    } catch (const jinja::TemplateRaised&) {
+    } catch (const jinja::RenderError&) {
+    }
+  });
+}
+
 // ---- the wire --------------------------------------------------------------------------------
 
 // Decodes a frame as each side would: the scheduler what a worker sends, a worker what the
@@ -297,6 +322,8 @@ const std::vector<Target>& targets() {
       {"csv", "a CSV dataset", fuzz_csv},
       {"hellaswag", "HellaSwag's six-line text records", fuzz_hellaswag},
       {"template", "a doc_to_* template [\\n#doc\\n JSON document], parsed and rendered", fuzz_template},
+      {"chat_template", "a chat template [\\n#context\\n JSON context], parsed and rendered as transformers does",
+       fuzz_chat_template},
       {"wire", "bytes from a worker or scheduler pipe: frames and their CBOR payloads", fuzz_wire},
   };
   return all;

@@ -151,6 +151,17 @@ for i, t in enumerate(["{{question}}", "{{choices[label]}}", "Q: {{ question | t
                        "{% if is_fewshot is defined %}{{code}}\n[DONE]{% elif t %}x{% else %}{{question}}{% endif %}"]):
     put("template", "t%d.txt" % i, t)
 
+for i, t in enumerate(["{% for m in messages %}<|{{ m.role }}|>\n{{ m.content | trim }}\n{% endfor %}"
+                       "{% if add_generation_prompt %}<|assistant|>\n{% endif %}",
+                       "{%- set ns = namespace(n=0) -%}{%- for m in messages[::-1] if m.role != 'system' -%}"
+                       "{%- set ns.n = ns.n + 1 -%}{{ loop.index0 }}:{{ m['content'][:5] ~ '|' }}{%- endfor -%}{{ ns.n }}",
+                       "{% macro f(x, y=2) %}{{ x|tojson(indent=y) }}{% endmacro %}{{ f(tools) }}{{ f(messages[-1], 0) }}",
+                       "{{ raise_exception('Roles must alternate') if messages|length > 2 }}"
+                       "{{ messages|selectattr('role', 'equalto', 'user')|map(attribute='content')|join(', ') }}",
+                       "{% raw %}{{ x }}{% endraw %}  {%- if x is not defined -%} {{ bos_token ~ (1, 'a') }} {%+ endif %}\n"
+                       "#context\n{\"bos_token\": \"<s>\", \"messages\": []}"]):
+    put("chat_template", "c%d.jinja" % i, t)
+
 item = {"request_index": 0, "part": 0, "parts": 1, "logprob": -1.5, "is_greedy": True, "num_tokens": 2, "text": ""}
 work = {"id": 3, "padded_tokens": 8, "items": [{"request_index": 0, "part": 0, "parts": 1, "type": "loglikelihood",
                                                  "tokens": [1, 5, 7, 9], "first_target": 2, "family": 0}],
