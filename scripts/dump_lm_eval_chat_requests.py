@@ -59,7 +59,7 @@ Settings (each over every task above):
                      (generate tasks only: mmlu/arc would be refused only with enable_thinking=True)
 
 Usage:
-  HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 /work/venv-torch211/bin/python scripts/dump_lm_eval_chat_requests.py \
+  HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 python3 scripts/dump_lm_eval_chat_requests.py \
       [--data ../shared/data] [--work /tmp/chatref] [--docs 3] [--out tests/fixtures/lm_eval_chat_requests.json]
 """
 from __future__ import annotations
@@ -390,7 +390,7 @@ def main() -> int:
     args = ap.parse_args()
     data, work = Path(args.data).resolve(), Path(args.work).resolve()
     if not data.is_dir():
-        data = Path("/work/shared/data")
+        sys.exit(f"dump_lm_eval_chat_requests: no data folder {data} (give --data ../shared/data)")
     work.mkdir(parents=True, exist_ok=True)
 
     import logging

@@ -13,7 +13,7 @@ keyword arguments). strftime_now's clock is frozen at 2025-06-15T12:00:00. An ex
 recorded as "<ExceptionType>: <message>".
 
 Run with a Python that has transformers and jinja2 (the project uses
-/work/venv-torch211/bin/python: transformers 5.25.0, jinja2 3.1.6):
+a Python with transformers 5.25.0 and jinja2 3.1.6):
     python scripts/jinja_reference_cases.py            # rewrites tests/fixtures/jinja_cases.json
 """
 import datetime as _dt
