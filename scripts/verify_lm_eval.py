@@ -40,6 +40,42 @@ What it does, all offline (HF_*_OFFLINE=1; no hub is reached):
      lm-eval's own answers (triviaqa_alias_data()), so that exact_match is checked on hits too.
      Default: gpueval add_bos: auto vs lm-eval without add_bos_token; --suite-bos false compares
      both without BOS. The binary is --gpueval PATH, else $GPUEVAL_BIN, else build/gpueval.
+  8. `--chat` (only this comparison; the others are skipped): chat templates, fully offline.
+     Builds two random Llama checkpoints with `gpueval init-model --hidden 64 --intermediate 128
+     --layers 2 --heads 4 --kv-heads 4 --tied` under WORK: llama3 (the shared Llama-3 tokenizer.json,
+     gunzipped, and its tokenizer_config.json, whose chat_template writes <|begin_of_text|> itself)
+     and chatml (Mistral 7B v0.1's tokenizer with chat_templates/chatml.jinja saved as
+     chat_template.jinja beside it, which transformers reads over tokenizer_config's entry; the
+     template starts "\n<s>", so lm-eval adds a second BOS); checks that transformers loads both
+     (AutoTokenizer, AutoModelForCausalLM) and that tokenizer.apply_chat_template renders. Then, for
+     each model and two settings, mt+sys (apply_chat_template, fewshot_as_multiturn true,
+     system_instruction "You are a careful assistant.") and st (apply_chat_template,
+     fewshot_as_multiturn false, no system_instruction), runs lm_eval.simple_evaluate (HFLM float32,
+     cpu, batch_size 1, log_samples, add_bos_token unset) on mmlu_abstract_algebra 5-shot and
+     arc_easy 0-shot (first --chat-limit = 5 documents) and gsm8k 5-shot (first --chat-gen-limit = 3;
+     generate_until with the task's own generation_kwargs, so max_gen_toks is HFLM's 256: neither
+     side has a run-level override), over lm-eval's own YAMLs with the dataset keys pointed at the
+     shared data (gsm8k: test.jsonl as test and few-shot split, the pool gpueval falls back to), and
+     `gpueval run --gpus cpu:1` with the run-config keys apply_chat_template: true,
+     fewshot_as_multiturn and system_instruction on tasks mmlu_abstract_algebra, arc_easy, gsm8k
+     (data roots mmlu, arc, gsm8k = ../shared/data/<root>). Compared per document and request
+     (compare_suite): context and continuation strings (generate_until: context and `until`),
+     loglikelihoods within --tol, is_greedy, gsm8k's generations and filtered answers (per filter),
+     every per-document and aggregated metric. Exit 1 on any mismatch.
+     Measured 2026-12-06 09:15 UTC with /work/main/build/gpueval (main f31873d), lm-eval 0.4.13,
+     transformers 5.25.0, torch 2.15.0+cu132, in 1 min 0 s on 2 shared cores:
+       LMEVAL_VENV=/work/venv-torch211 scripts/verify_lm_eval.sh --chat --gpueval /work/main/build/gpueval --work /tmp/vchat
+     every row equal: prompts 20/20 (MMLU, ARC) and 6/6 (gsm8k, counted once per filter), max
+     |delta loglik| 1.91e-06..2.86e-06 (MMLU) and 9.54e-06..1.72e-05 (ARC), is_greedy 20/20,
+     generations 6/6, metrics equal (llama3 acc 0.2/0.2 on MMLU in both settings; chatml 0.4 mt+sys,
+     0.6 st; ARC acc 0.2 llama3, 0.0 chatml; gsm8k exact_match 0). HFLM's context ids there start
+     [1, 28705, 13, 1, ...] for chatml (added BOS + the template's "\n<s>": two BOS, which gpueval's
+     equal loglikelihoods reproduce) and [128000, 128006, ...] for llama3 (one BOS). Caveat: with tied embeddings
+     these random models generate one token repeated (llama3 "\n\n", 256 times; chatml "\n") until
+     max_gen_toks whatever the prompt, so gsm8k's generation check shows equal stop handling and
+     length, not text-level agreement; its prompt check is the strong one. A deliberately broken
+     gpueval side (system_instruction dropped on MMLU, fewshot_as_multiturn flipped on gsm8k) fails
+     with prompts 0/20 and 0/6.
 
 Exit status: 0 when every prompt is identical, every |delta loglikelihood| <= --tol (1e-4) and
 is_greedy and the per-document metrics agree, in both the BOS and the no-BOS comparison, except
@@ -1102,6 +1138,224 @@ def fmt_acc(r: dict) -> str:
     return s
 
 
+# ----------------------------------------------------------------------------- chat templates (--chat)
+
+CHAT_SYSTEM = "You are a careful assistant."
+# (label, fewshot_as_multiturn, system_instruction); both with apply_chat_template.
+CHAT_SETTINGS = [("mt+sys", True, CHAT_SYSTEM), ("st", False, None)]
+# task -> (num_fewshot, gpueval data root); the document limit is --chat-limit (gsm8k: --chat-gen-limit).
+CHAT_TASKS = {"mmlu_abstract_algebra": (5, "mmlu"), "arc_easy": (0, "arc"), "gsm8k": (5, "gsm8k")}
+
+
+def chat_models(args, work: Path) -> dict:
+    """Two random Llama checkpoints made by `gpueval init-model` (hidden 64, 2 layers, tied):
+    llama3 = the Llama-3 tokenizer with its tokenizer_config.json (whose chat_template writes
+    <|begin_of_text|> itself); chatml = Mistral 7B v0.1's tokenizer with chat_templates/chatml.jinja
+    saved as chat_template.jinja beside it (transformers reads that file over tokenizer_config's
+    entry; the template writes a literal <s> after a newline, so lm-eval adds a second BOS)."""
+    import gzip
+    data = Path(args.data)
+    out = {}
+    for name in ("llama3", "chatml"):
+        tok, d = work / f"tok_{name}", work / name
+        for p in (tok, d):
+            if p.exists():
+                shutil.rmtree(p)
+        tok.mkdir(parents=True)
+        if name == "llama3":
+            with gzip.open(data / "tokenizers" / "llama3" / "tokenizer.json.gz", "rb") as f:
+                (tok / "tokenizer.json").write_bytes(f.read())
+            shutil.copy(data / "tokenizers" / "llama3" / "tokenizer_config.json", tok / "tokenizer_config.json")
+        else:
+            for f in ("tokenizer.json", "tokenizer_config.json"):
+                shutil.copy(data / "tokenizers" / "mistral7b_v0.1" / f, tok / f)
+            shutil.copy(data / "chat_templates" / "chatml.jinja", tok / "chat_template.jinja")
+        cmd = [args.gpueval, "init-model", "--tokenizer", str(tok), "--out", str(d), "--hidden", "64",
+               "--intermediate", "128", "--layers", "2", "--heads", "4", "--kv-heads", "4", "--tied"]
+        log(f"[chat] {' '.join(cmd)}")
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=None if args.verbose else subprocess.DEVNULL)
+        if (tok / "chat_template.jinja").exists() and not (d / "chat_template.jinja").exists():
+            shutil.copy(tok / "chat_template.jinja", d / "chat_template.jinja")  # init-model copies tokenizer files only
+        out[name] = d
+    return out
+
+
+def check_chat_models(models: dict) -> list[str]:
+    """transformers loads each checkpoint and renders a chat with its template."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    problems = []
+    msgs = [{"role": "system", "content": CHAT_SYSTEM}, {"role": "user", "content": "What is 2+2?"},
+            {"role": "assistant", "content": "4"}, {"role": "user", "content": "And 3+3?"}]
+    for name, d in models.items():
+        try:
+            tok = AutoTokenizer.from_pretrained(d)
+            model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)
+            text = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+            jinja = d / "chat_template.jinja"
+            if jinja.exists() and tok.chat_template != jinja.read_text():
+                problems.append(f"{name}: tokenizer.chat_template is not {jinja}")
+            log(f"[chat] {name}: {type(tok).__name__} bos={tok.bos_token!r}/{tok.bos_token_id} "
+                f"eos={tok.eos_token!r}, {type(model).__name__}, rendered {text[:70]!r}...")
+        except Exception as e:  # noqa: BLE001 - reported as a setup problem
+            problems.append(f"{name}: transformers: {type(e).__name__}: {e}")
+    return problems
+
+
+def prepare_chat_tasks(args, work: Path, lm_eval_tasks: Path) -> Path:
+    """lm-eval task YAMLs including lm-eval's own mmlu_abstract_algebra.yaml, arc_easy.yaml and
+    gsm8k.yaml over the data gpueval reads: MMLU's CSVs as cais/mmlu rows, the MosaicML ARC-Easy
+    file as ai2_arc rows (labels made up), and gsm8k's test.jsonl as test AND few-shot split
+    (the shared data has no train split; gpueval's gsm8k then falls back to test.jsonl and draws as
+    lm-eval does with fewshot_split: test, see check_gsm8k_sampler's "self" case)."""
+    data = Path(args.data)
+    lm_dir, dd = work / "lm_eval_tasks", work / "data"
+    for d in (lm_dir, dd):
+        d.mkdir(parents=True, exist_ok=True)
+    write_mmlu_task(data, dd, lm_dir / "mmlu_abstract_algebra.yaml",
+                    lm_eval_tasks / "mmlu" / "default" / "mmlu_abstract_algebra.yaml", "abstract_algebra")
+    f = dd / "arc_easy_test.jsonl"
+    write_jsonl(f, arc_rows(data / "arc" / "arc_easy_test_mosaic.jsonl", 10**9))
+    (lm_dir / "arc_easy.yaml").write_text(
+        f"include: {lm_eval_tasks / 'arc' / 'arc_easy.yaml'}\n"
+        "dataset_path: json\ndataset_name: null\n"
+        f"dataset_kwargs:\n  data_files:\n    test: {f}\n"
+        "training_split: null\nvalidation_split: null\n")
+    (lm_dir / "gsm8k.yaml").write_text(
+        f"include: {lm_eval_tasks / 'gsm8k' / 'gsm8k.yaml'}\n"
+        "task: gsm8k\ndataset_path: json\ndataset_name: null\n"
+        f"dataset_kwargs:\n  data_files:\n    test: {(data / 'gsm8k' / 'test.jsonl').resolve()}\n"
+        "training_split: null\nfewshot_split: test\n")
+    return lm_dir
+
+
+def _chat_samples(rows, key) -> dict:
+    """{(doc_id, filter): sample} from either side's samples (gsm8k has one per filter)."""
+    out = {}
+    for s in rows:
+        out[(s["doc_id"], s.get("filter", "none"))] = key(s)
+    return out
+
+
+def run_chat_lm_eval(args, lm, lm_dir: Path, task: str, shots: int, limit: int, multiturn: bool,
+                     system: str | None) -> dict:
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+    tm = TaskManager(include_path=str(lm_dir), include_defaults=False)
+    res = lm_eval.simple_evaluate(model=lm, tasks=[task], num_fewshot=shots, limit=limit, log_samples=True,
+                                  task_manager=tm, bootstrap_iters=0, apply_chat_template=True,
+                                  fewshot_as_multiturn=multiturn, system_instruction=system)
+    samples = _chat_samples(res["samples"][task], lambda s: {
+        "args": [tuple(a) for a in s["arguments"]], "resps": s["resps"], "filtered": s["filtered_resps"],
+        "metrics": {m: _first(s[m]) for m in s.get("metrics", []) if m in s},
+        "filter": s.get("filter", "none"), "target": str(s.get("target"))})
+    return {"samples": samples, "metrics": _metrics_of(res["results"][task])}
+
+
+def run_chat_gpueval(args, work: Path, model: Path, tag: str, task: str, shots: int, limit: int, root: str,
+                     multiturn: bool, system: str | None) -> dict:
+    out_dir = work / f"gpueval_{tag}_{task}"
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    cfg = {"model": str(model), "tasks": [task], "dtype": "float32", "output": str(out_dir), "limit": limit,
+           "num_fewshot": shots, "data": {root: str((Path(args.data) / root).resolve())},
+           "apply_chat_template": True, "fewshot_as_multiturn": multiturn}
+    if system is not None:
+        cfg["system_instruction"] = system
+    cfg_path = out_dir.with_suffix(".yaml")
+    cfg_path.write_text(json.dumps(cfg, indent=1) + "\n")
+    cmd = [args.gpueval, "run", "--gpus", "cpu:1", str(cfg_path)]
+    log(f"[gpueval] {' '.join(cmd)}")
+    proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=None if args.verbose else subprocess.PIPE, text=True)
+    if proc.returncode != 0:
+        tail = (proc.stderr or "").strip().splitlines()[-5:]
+        raise RuntimeError(f"gpueval run exited {proc.returncode}: " + " | ".join(tail))
+    results = json.loads((out_dir / "results.json").read_text())
+    with (out_dir / f"samples_{task}.jsonl").open(encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    samples = _chat_samples(rows, lambda s: {
+        "args": [tuple(a.values()) for a in s["arguments"].values()], "resps": s["resps"],
+        "filtered": s["filtered_resps"], "metrics": {m: _first(s[m]) for m in s.get("metrics", []) if m in s},
+        "filter": s.get("filter", "none"), "target": s.get("target")})
+    return {"samples": samples, "metrics": _metrics_of(results["results"][task])}
+
+
+def run_chat(args, versions: str) -> int:
+    """--chat: gpueval's apply_chat_template / fewshot_as_multiturn / system_instruction against
+    lm-eval's, on two random checkpoints with chat templates (see the module docstring)."""
+    import lm_eval
+    from lm_eval.models.huggingface import HFLM
+    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="gpueval-lmeval-chat-"))
+    work.mkdir(parents=True, exist_ok=True)
+    log(f"[work] {work}")
+    models = chat_models(args, work)
+    problems = check_chat_models(models)
+    if problems:
+        for p in problems:
+            log(f"error: {p}")
+        return 2
+    lm_dir = prepare_chat_tasks(args, work, Path(lm_eval.__file__).parent / "tasks")
+    rows, details = [], []
+    for name, d in models.items():
+        lm = HFLM(pretrained=str(d), dtype="float32", device="cpu", batch_size=1)
+        for label, multiturn, system in CHAT_SETTINGS:
+            for task, (shots, root) in CHAT_TASKS.items():
+                limit = args.chat_gen_limit if task == "gsm8k" else args.chat_limit
+                log(f"[chat] {name} {label} {task} {shots}-shot --limit {limit}")
+                theirs = run_chat_lm_eval(args, lm, lm_dir, task, shots, limit, multiturn, system)
+                try:
+                    ours = run_chat_gpueval(args, work, d, f"{name}_{label.replace('+', '_')}", task, shots, limit,
+                                            root, multiturn, system)
+                except RuntimeError as e:
+                    details.append(f"{name} {label} {task}: {e}")
+                    rows.append({"model": name, "setting": label, "task": task, "shots": shots, "st": None})
+                    continue
+                st = compare_suite(f"{name} {label} {task}", ours, theirs, args.tol, details)
+                st["metrics_ours"], st["metrics_theirs"] = ours["metrics"], theirs["metrics"]
+                st["docs_n"] = len({k[0] for k in set(ours["samples"]) | set(theirs["samples"])})
+                rows.append({"model": name, "setting": label, "task": task, "shots": shots, "st": st})
+    lines = [f"Chat templates: gpueval vs lm-eval on random 2-layer Llama checkpoints (gpueval init-model), CPU float32, "
+             f"batch_size 1; {versions}",
+             "llama3 = Llama-3 tokenizer + its tokenizer_config chat_template; chatml = Mistral-7B-v0.1 tokenizer + "
+             "chat_templates/chatml.jinja as chat_template.jinja.",
+             f"settings: mt+sys = apply_chat_template, fewshot_as_multiturn true, system_instruction {CHAT_SYSTEM!r}; "
+             "st = apply_chat_template, fewshot_as_multiturn false, no system_instruction.",
+             "'prompts equal' = every request's context and continuation (generate_until: context and until); "
+             "'metrics equal' = every per-document metric and the aggregated ones; gsm8k's samples come once per filter "
+             "(strict-match, flexible-extract), so its requests and generations are counted twice.", "",
+             "| model | setting | task | n-shot | docs | requests | prompts equal | max abs delta loglik | "
+             "is_greedy equal | generations equal | metrics equal | lm-eval | gpueval |",
+             "|" + "---|" * 13]
+    failed = False
+    for r in rows:
+        st = r["st"]
+        if st is None:
+            lines.append(f"| {r['model']} | {r['setting']} | {r['task']} | {r['shots']} | gpueval failed |" + " |" * 8)
+            failed = True
+            continue
+        ok = (st["prompts_same"] == st["requests"] and not st["missing"] and not st["greedy_diff"]
+              and not st["doc_metric_diff"] and not st["metric_diff"] and st["gen_same"] == st["gen_docs"]
+              and (st["max_delta"] is None or st["max_delta"] <= args.tol))
+        failed |= not ok
+        delta = "-" if st["max_delta"] is None else f"{st['max_delta']:.2e}"
+        greedy = "-" if st["max_delta"] is None else f"{st['requests'] - st['greedy_diff']}/{st['requests']}"
+        gens = "-" if not st["gen_docs"] else f"{st['gen_same']}/{st['gen_docs']}"
+        metrics = "yes" if not st["doc_metric_diff"] and not st["metric_diff"] else "NO"
+        lines.append(f"| {r['model']} | {r['setting']} | {r['task']} | {r['shots']} | {st['docs_n']} | {st['requests']} "
+                     f"| {st['prompts_same']}/{st['requests']} | {delta} | {greedy} | {gens} | {metrics} "
+                     f"| {fmt_metrics(st['metrics_theirs'])} | {fmt_metrics(st['metrics_ours'])} |")
+    table = "\n".join(lines) + "\n"
+    print(table)
+    table_path = Path(args.table) if args.table else work / "table.md"
+    table_path.write_text(table)
+    log(f"[table] {table_path}")
+    for d in details:
+        log(f"MISMATCH: {d}")
+    log("FAIL" if failed else "OK: chat-templated prompts identical, loglikelihoods within tolerance, "
+                              "generations and metrics equal")
+    return 1 if failed else 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--gpueval", default=os.environ.get("GPUEVAL_BIN") or str(REPO / "build" / "gpueval"),
@@ -1136,6 +1390,11 @@ def main() -> int:
     ap.add_argument("--table", default=None, help="also write the table here (default: WORK/table.md)")
     ap.add_argument("--verbose", action="store_true", help="show gpueval's progress lines")
     ap.add_argument("--strict", action="store_true", help="fail on the known differences (KNOWN) too")
+    ap.add_argument("--chat", action="store_true",
+                    help="only the chat-template comparison (apply_chat_template, fewshot_as_multiturn, "
+                         "system_instruction) on two random checkpoints with chat templates; see the docstring")
+    ap.add_argument("--chat-limit", type=int, default=5, help="--chat: documents of mmlu_abstract_algebra and arc_easy")
+    ap.add_argument("--chat-gen-limit", type=int, default=3, help="--chat: documents of gsm8k (generate_until)")
     args = ap.parse_args()
     args.mmlu = [s for s in args.mmlu.split(",") if s]
     args.extra = [s for s in args.extra.split(",") if s]
@@ -1165,6 +1424,8 @@ def main() -> int:
     if not Path(args.gpueval).exists():
         log(f"error: {args.gpueval} missing; build it (cmake --build build --target gpueval)")
         return 2
+    if args.chat:
+        return run_chat(args, versions)
 
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="gpueval-lmeval-"))
     work.mkdir(parents=True, exist_ok=True)

@@ -6,6 +6,9 @@
 # Usage: scripts/verify_lm_eval.sh [--limit 20] [--shots 0,5] [--mmlu a,b,c] [--extra hellaswag,arc_easy]
 #                                  [--suite piqa,...] [--mmlu-cont a,b] [--mmlu-cont-shots 0,5]
 #                                  [--suite-limit 30] [--gpueval PATH] [--work DIR] [--table FILE]
+#        scripts/verify_lm_eval.sh --chat [--chat-limit 5] [--chat-gen-limit 3] [--gpueval PATH] [--work DIR]
+#          (chat templates only: apply_chat_template, fewshot_as_multiturn, system_instruction on two
+#           random init-model checkpoints, llama3 and Mistral+chatml.jinja; see verify_lm_eval.py)
 # e.g. LMEVAL_VENV=/work/venv-lmeval GPUEVAL_BIN=/work/main/build/gpueval scripts/verify_lm_eval.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
