@@ -44,6 +44,9 @@ parsers+=':CpuAttention*:TileSoftmax*:CpuMatmul*:CpuParallel*'
 # The generation engine's bookkeeping (rows refilled, prompts prefilled a chunk at a time beside the
 # decoding rows) and the ragged forward under it, on every family.
 parsers+=':ContinuousBatching*:GenerateRowCheck*:Families/ArchitectureFixture.ARaggedForward*'
+# Batches joining a running generation (the look-ahead), and the Jinja engine and chat templates
+# (hostile templates are untrusted input: the corpus, the differential fixture, lm-eval's requests).
+parsers+=':Executor.BatchesThatJoin*:DispatchTest*:ChatTemplate*:JinjaEngine*:ChatRequests*'
 # The code sandbox: its pipes, /proc parsing and descriptor juggling, the hostile battery, and the
 # run's program runner (its threads beside the caller's). Not the code-task runs end to end
 # (CodeTask.ARun...): an ASan gpueval run counted a program as timed out at the wall-clock ceiling
