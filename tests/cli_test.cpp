@@ -1,9 +1,10 @@
 // The gpueval binary as users and scripts call it: real child processes, real
 // files, exit codes and one-line errors.
-#include <gmock/gmock.h>
-
 #include <cmath>
+#include <fstream>
+#include <map>
 
+#include <gmock/gmock.h>
 #include <nlohmann/json.hpp>
 
 #include "common/file_io.h"
@@ -49,6 +50,64 @@ TEST(Cli, TokenizeRejectsBadLinesWithTheirNumber) {
   expect_one_line_error(r, 1, "<stdin>:2: expected an object with a string field \"text\"");
   r = run_gpueval({"tokenize", "--tokenizer", converted_stories260k()}, "{\"text\": \n");
   expect_one_line_error(r, 1, "<stdin>:1: not valid JSON");
+}
+
+// `gpueval chat-template`: the shared corpus's conversations through a template file give
+// transformers' renderings (references.json) line by line, a template's raise_exception its own
+// message; --model finds the checkpoint's named templates and special tokens; bad templates and
+// bad input lines are one-line errors naming the file (and line) or <stdin>:N.
+TEST(Cli, ChatTemplateRendersAsTransformersAndNamesWhatIsWrong) {
+  GPUEVAL_REQUIRE_SHARED();
+  const std::string corpus = testing::shared_dir() + "/data/chat_templates/";
+  std::ifstream in(corpus + "references.json");
+  const nlohmann::json refs = nlohmann::json::parse(in);
+  std::map<std::string, nlohmann::json> conversations;
+  for (const nlohmann::json& c : refs["conversations"]) conversations[c["id"].get<std::string>()] = c["messages"];
+  for (const char* name : {"chatml", "llama-2-chat", "zephyr"}) {
+    SCOPED_TRACE(name);
+    std::string input, expected;
+    for (const nlohmann::json& r : refs["results"]) {
+      if (r["template"] != name || r["add_generation_prompt"] != true) continue;
+      input += nlohmann::json{{"messages", conversations.at(r["conversation"].get<std::string>())}}.dump() + "\n";
+      const std::string error = r["error"].is_string() ? r["error"].get<std::string>() : "";
+      nlohmann::json line = r["ok"].get<bool>()
+                                ? nlohmann::json{{"text", r["output"]}}
+                                : nlohmann::json{{"error", error.substr(error.find(": ") + 2)}};
+      expected += line.dump() + "\n";
+    }
+    const nlohmann::json& t = refs["templates"][name];
+    auto r = run_gpueval({"chat-template", "--template", corpus + t["file"].get<std::string>(), "--add-generation-prompt",
+                          "--bos-token", t["bos_token"], "--eos-token", t["eos_token"]},
+                         input);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out, expected);
+  }
+
+  testing::TempDir dir;
+  dir.write("tokenizer_config.json",
+            R"({"bos_token": "<s>", "chat_template": [{"name": "default", "template": "{{ bos_token }}{% for m in messages %})"
+            R"([{{ m.role }}]{{ m.content }}{% endfor %}{% if enable_thinking is false %}!{% endif %}"},)"
+            R"( {"name": "tool_use", "template": "{{ tools | tojson }}"}]})");
+  auto r = run_gpueval({"chat-template", "--model", dir.path()},
+                       "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\", \"name\": null}], "
+                       "\"enable_thinking\": false}\n{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], "
+                       "\"tools\": [{\"name\": \"f\"}]}\n{\"messages\": []}\n");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "{\"text\":\"<s>[user]hi!\"}\n{\"text\":\"[{\\\"name\\\": \\\"f\\\"}]\"}\n"
+                   "{\"error\":\"ValueError: Cannot apply chat template to an empty conversation. Provide at least one "
+                   "message.\"}\n");
+  r = run_gpueval({"chat-template", "--model", dir.path(), "--name", "nope"}, "");
+  expect_one_line_error(r, 1, "no chat template named 'nope' (it has 'default', 'tool_use')");
+  dir.write("bad.jinja", "{% for m in messages %}\n{% include 'x' %}{% endfor %}");
+  r = run_gpueval({"chat-template", "--template", dir.file("bad.jinja")}, "");
+  expect_one_line_error(r, 1, "bad.jinja:2: unsupported statement 'include'");
+  dir.write("open.jinja", "{{ messages ");
+  r = run_gpueval({"chat-template", "--template", dir.file("open.jinja")}, "");
+  expect_one_line_error(r, 1, "open.jinja:1:");
+  r = run_gpueval({"chat-template", "--template", corpus + "chatml.jinja"}, "{\"messages\": []}\n[1]\n");
+  expect_one_line_error(r, 1, "<stdin>:2: expected an object with a list \"messages\"");
+  r = run_gpueval({"chat-template", "--model", converted_stories260k()}, "");
+  expect_one_line_error(r, 1, "no chat template");
 }
 
 TEST(Cli, MissingModelDirectoryIsOneLine) {
