@@ -141,6 +141,29 @@ TEST(ChatRequests, TokenIdsAndTheBosDecisionEqualLmEvals) {
   }
 }
 
+// The template's end of turn ends generation (Batch::stop_ids): Llama 3's <|eot_id|>, found from
+// what the template writes after an assistant message; the shared ChatML file's <|im_end|> is
+// plain text to Mistral's tokenizer, so there it is none.
+TEST(ChatRequests, TheTemplatesEndOfTurnTokenStopsGeneration) {
+  GPUEVAL_REQUIRE_SHARED();
+  const testing::TempDir scratch;
+  const std::string llama3 = tokenizer_dir("llama3", scratch);
+  RunConfig c;
+  c.apply_chat_template = "";
+  const ChatFormat f = load_chat_format(c, llama3);
+  const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(llama3);
+  EXPECT_EQ(f.end_of_turn_ids(*tokenizer), std::vector<int32_t>{128009});
+  EXPECT_EQ(tokenizer->decode({128009}, false), "<|eot_id|>");
+  const testing::TempDir chatml;
+  const std::string mistral = testing::shared_dir() + "/data/tokenizers/mistral7b_v0.1/";
+  chatml.write("tokenizer.json", io::read_file(mistral + "tokenizer.json"));
+  chatml.write("tokenizer_config.json", io::read_file(mistral + "tokenizer_config.json"));
+  chatml.write("chat_template.jinja", io::read_file(testing::shared_dir() + "/data/chat_templates/chatml.jinja"));
+  const std::unique_ptr<Tokenizer> mistral_tokenizer = load_tokenizer(chatml.path());
+  EXPECT_TRUE(load_chat_format(c, chatml.path()).end_of_turn_ids(*mistral_tokenizer).empty());
+  EXPECT_TRUE(load_chat_format(RunConfig{}, llama3).end_of_turn_ids(*tokenizer).empty());  // plain prompts
+}
+
 // enable_thinking reaches the template (chat_template_args); think_end_token keeps what follows
 // the last one, left-stripped, as lm-eval's postprocess does (its own example, in the fixture).
 TEST(ChatRequests, ThinkingTemplatesAndTheThinkEndToken) {

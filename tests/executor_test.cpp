@@ -316,6 +316,29 @@ TEST(Executor, BatchesThatJoinARunningGenerationGiveWhatTheyGiveAlone) {
                Error);
 }
 
+// A batch's stop_ids (a chat template's end of turn) end a sequence as EOS does: the token is not
+// returned and the text is what came before it; they survive the trip to the worker.
+TEST(Executor, AGenerationBatchsStopIdsEndItsSequences) {
+  const Plan plan = make_plan({generation(0, "Once upon a time", {}, 24)}, tokenizer(), options(1 << 20));
+  ASSERT_EQ(plan.batches.size(), 1u);
+  const ItemResult whole = execute_batch(model(), tokenizer(), plan.batches[0]).at(0);
+  ASSERT_EQ(whole.num_tokens, 24);
+  const std::vector<int32_t> ids = tokenizer().encode(whole.text, false);
+  ASSERT_GE(ids.size(), 4u);
+  Batch stopping = plan.batches[0];
+  stopping.stop_ids = {ids[3]};
+  stopping = batch_from_json(nlohmann::json::parse(to_json(stopping).dump()));
+  ASSERT_EQ(stopping.stop_ids, std::vector<int32_t>{ids[3]});
+  const ItemResult cut = execute_batch(model(), tokenizer(), stopping).at(0);
+  EXPECT_LT(cut.num_tokens, whole.num_tokens);
+  EXPECT_EQ(whole.text.rfind(cut.text, 0), 0u) << "'" << cut.text << "' begins '" << whole.text << "'";
+  EXPECT_LT(cut.text.size(), whole.text.size());
+  nlohmann::json scoring = to_json(make_plan({make_request(0, RequestType::kLoglikelihood, "A", " b")}, tokenizer(),
+                                             options(1 << 20)).batches.at(0));
+  scoring["stop_ids"] = {5};
+  EXPECT_THROW(batch_from_json(scoring), Error);
+}
+
 TEST(Executor, RejectsBatchesThatMixKinds) {
   const Plan plan =
       make_plan({make_request(0, RequestType::kLoglikelihood, "A", " b"), generation(1, "A", {}, 3)}, tokenizer(),

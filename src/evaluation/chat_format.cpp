@@ -36,6 +36,30 @@ nlohmann::json ChatFormat::to_json() const {
   return out;
 }
 
+std::vector<int32_t> ChatFormat::end_of_turn_ids(const Tokenizer& tokenizer) const {
+  if (!parsed) return {};
+  // An answer no template writes by itself, in a conversation every template accepts.
+  const std::string answer = "Q7xZ answer Q7xZ";
+  const nlohmann::ordered_json messages = nlohmann::ordered_json::parse(
+      R"([{"role": "user", "content": "Q7xZ question"}, {"role": "assistant", "content": "Q7xZ answer Q7xZ"}])");
+  std::string text;
+  try {
+    text = parsed->apply(messages, /*add_generation_prompt=*/false, kwargs);
+  } catch (const std::exception&) {
+    return {};  // a template that refuses this conversation says nothing about its turns
+  }
+  const size_t at = text.rfind(answer);
+  if (at == std::string::npos) return {};
+  const std::vector<int32_t> after = tokenizer.encode(text.substr(at + answer.size()), /*add_special_tokens=*/false);
+  if (after.empty()) return {};
+  // A special token: it has text of its own but none once special tokens are skipped.
+  const int32_t first = after.front();
+  if (tokenizer.decode({first}, /*skip_special_tokens=*/false).empty() ||
+      !tokenizer.decode({first}, /*skip_special_tokens=*/true).empty())
+    return {};
+  return {first};
+}
+
 ChatFormat load_chat_format(const RunConfig& config, const std::string& model_dir) {
   ChatFormat out;
   out.prompt.system_instruction = config.system_instruction;
@@ -55,10 +79,12 @@ ChatFormat load_chat_format(const RunConfig& config, const std::string& model_di
   out.name = source.name;
   out.sha256 = sha256_hex(source.text);
   auto parsed = std::make_shared<const jinja::ChatTemplate>(jinja::ChatTemplate::parse(source.text, source.where));
+  out.parsed = parsed;
   // The special tokens, then chat_template_args over them (apply_chat_template's order).
   nlohmann::ordered_json kwargs = template_special_tokens(model_dir);
   for (auto it = config.chat_template_args.begin(); it != config.chat_template_args.end(); ++it)
     kwargs[it.key()] = nlohmann::ordered_json(it.value());
+  out.kwargs = kwargs;
   const std::string where = source.where;
   out.prompt.chat = [parsed, kwargs, where](const nlohmann::ordered_json& messages) {
     auto render = [&](const nlohmann::ordered_json& m) { return parsed->apply(m, /*add_generation_prompt=*/true, kwargs); };

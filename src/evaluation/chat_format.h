@@ -9,13 +9,20 @@
 // function may run on several threads.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "gpueval/run_config.h"
 #include "gpueval/task.h"
+#include "gpueval/tokenizer.h"
+
+namespace gpueval::jinja {
+class ChatTemplate;
+}
 
 namespace gpueval {
 
@@ -24,6 +31,14 @@ struct ChatFormat {
   std::string where;      // the template's file (and entry)
   std::string name;       // "default" or the named template
   std::string sha256;     // of the template's text
+  // The template's end-of-turn token for `tokenizer`: what it writes right after an assistant
+  // message's content, when that starts with a special token (Llama 3's <|eot_id|>, ChatML's
+  // <|im_end|>, Gemma's <end_of_turn>); empty for plain prompts or a template that ends a turn
+  // with text. Generation ends at it as at EOS (Batch::stop_ids), so an instruct model stops
+  // where it ends its turn even when generation_config.json does not list it.
+  std::vector<int32_t> end_of_turn_ids(const Tokenizer& tokenizer) const;
+  std::shared_ptr<const jinja::ChatTemplate> parsed;  // null for plain prompts
+  nlohmann::ordered_json kwargs;                      // the special tokens and chat_template_args
   // results.json's "chat": {"template", "name", "sha256", "fewshot_as_multiturn",
   // "system_instruction", "chat_template_args", "think_end_token"}.
   nlohmann::json to_json() const;

@@ -164,12 +164,13 @@ RunInputs load_run_inputs(const RunConfig& config, const std::string& executable
   in.selection = std::move(tasks.selection);
   in.chat = tasks.chat;
   // Every checkpoint of a run is scored with the prompts of the first one's chat template.
-  if (config.chat() && config.chat_template.empty() && in.chat.contains("sha256")) {
-    const ChatFormat own = load_chat_format(config, in.model_dir);
-    if (own.sha256 != in.chat["sha256"].get<std::string>())
+  std::optional<ChatFormat> own;
+  if (config.chat()) own = load_chat_format(config, in.model_dir);
+  if (own && in.chat.contains("sha256")) {
+    if (own->sha256 != in.chat["sha256"].get<std::string>())
       fail(in.model_dir, "its chat template ({}) differs from the one the run's prompts were rendered with ({}); "
            "score it in a run of its own, or give one template with chat_template: FILE",
-           own.where, in.chat["template"].get<std::string>());
+           own->where, in.chat["template"].get<std::string>());
   }
   in.tasks = std::move(tasks.tasks);
   in.requests = std::move(tasks.requests);
@@ -194,6 +195,13 @@ RunInputs load_run_inputs(const RunConfig& config, const std::string& executable
     fail(config.source, "add_bos is true but the tokenizer of {} has no BOS token", in.model_dir);
   std::cerr << fmt::format("[sched] contexts {} BOS ({}add_bos: {})\n", po.add_bos ? "start with" : "have no",
                            config.add_bos == "auto" ? "the tokenizer's default, " : "", config.add_bos);
+  // A chat template's end of turn ends generation as EOS does (recorded with the template).
+  if (own) {
+    po.generation_stop_ids = own->end_of_turn_ids(*in.tokenizer);
+    nlohmann::json ends = nlohmann::json::array();
+    for (int32_t id : po.generation_stop_ids) ends.push_back(in.tokenizer->decode({id}, false));
+    in.chat["end_of_turn"] = ends;
+  }
   po.seed = config.seed;
   po.prefix_reuse = config.prefix_reuse;
   po.group_continuations = config.group_continuations;

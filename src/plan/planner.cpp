@@ -507,6 +507,7 @@ void add_generation_units(const std::vector<WorkItem>& gen, const PlanOptions& o
   for (const PrefixCluster& c : clusters) {
     if (c.groups.empty()) continue;
     Batch like;
+    like.stop_ids = options.generation_stop_ids;
     const size_t p = c.prefix_length;
     if (p > 0) {
       const auto& context = groups[c.groups.front()].context;
@@ -769,6 +770,7 @@ nlohmann::json to_json(const Batch& batch) {
     j["prefix_id"] = batch.prefix_id;
   }
   if (batch.max_rows > 0) j["max_rows"] = batch.max_rows;
+  if (!batch.stop_ids.empty()) j["stop_ids"] = batch.stop_ids;
   return j;
 }
 
@@ -806,6 +808,10 @@ Batch batch_from_json(const nlohmann::json& j) {
   if (j.contains("max_rows")) {
     batch.max_rows = get_int(j.at("max_rows"), path + ".max_rows", 1, kInt64Max);
     if (!generate) fail(path + ".max_rows", "only a generate_until batch has max_rows");
+  }
+  if (j.contains("stop_ids")) {
+    batch.stop_ids = get_token_ids(j.at("stop_ids"), path + ".stop_ids");
+    if (!generate) fail(path + ".stop_ids", "only a generate_until batch has stop_ids");
   }
   // The padded size is derived data; a mismatch means the message was damaged or forged.
   int64_t expected = 0;

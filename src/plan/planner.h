@@ -67,12 +67,17 @@ struct Batch {
   // generate_until: the sequences decoded together (continuous batching, model/generate.h): when
   // one ends, the next item takes its place; 0: every item at once.
   int64_t max_rows = 0;
+  // generate_until: tokens that end a sequence besides the model's EOS (generation_config.json's
+  // eos_token_id and the tokenizer's): a chat template's end-of-turn token. Not returned.
+  std::vector<int32_t> stop_ids;
 };
 
 struct PlanOptions {
   // Budget per batch: items * longest item's cost must stay within it. An item
   // longer than the budget gets a batch of its own.
   int64_t batch_tokens = 4096;
+  // Batch::stop_ids of every generate_until batch (the run's chat template's end of turn).
+  std::vector<int32_t> generation_stop_ids;
   int64_t max_batch_size = 0;  // most sequences (packed rows) per batch; 0 = unlimited
   // The model's context. Longer loglikelihood inputs are left-truncated to it,
   // rolling texts are windowed by it, generate_until prompts are left-truncated

@@ -112,6 +112,7 @@ std::string plan_fingerprint(const Plan& plan) {
     e.i64(b.padded_tokens);
     e.i64(b.sequence_width);
     if (b.max_rows > 0) e.i64(b.max_rows);  // only when set, so that plans without it keep their fingerprints
+    if (!b.stop_ids.empty()) e.tokens(b.stop_ids);  // likewise
     e.i64(static_cast<int64_t>(b.items.size()));
     for (const WorkItem& w : b.items) {
       e.i64(w.request_index);

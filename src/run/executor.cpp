@@ -277,14 +277,18 @@ class GenerationStream {
     if (tokenizer_.eos_id() &&
         std::find(o.stop_token_ids.begin(), o.stop_token_ids.end(), *tokenizer_.eos_id()) == o.stop_token_ids.end())
       o.stop_token_ids.push_back(*tokenizer_.eos_id());
+    for (int32_t id : first.stop_ids)
+      if (std::find(o.stop_token_ids.begin(), o.stop_token_ids.end(), id) == o.stop_token_ids.end())
+        o.stop_token_ids.push_back(id);
     o.max_rows = first.max_rows;
     const bool independent = generation_rows_independent(model_);
     MorePrompts more;
     if (next_ && independent)
       more = [&]() -> std::vector<JoiningPrompt> {
         while (std::optional<Batch> b = next_()) {
-          if (b->prefix != first.prefix)
-            throw Error(fmt::format("batch {} joins batch {}'s generation with another prefix", b->id, first.id));
+          if (b->prefix != first.prefix || b->stop_ids != first.stop_ids)
+            throw Error(fmt::format("batch {} joins batch {}'s generation with another prefix or other stop tokens",
+                                    b->id, first.id));
           ExecutionStats prefix_stats;
           batch_prefix(model_, *b, options_, prefix_stats);  // its worker holds it: a cache hit
           std::vector<JoiningPrompt> joining = take(*b, prefix_stats);

@@ -69,7 +69,8 @@ std::vector<ItemResult> execute_batch(const LlamaModelImpl& model, const Tokeniz
 // its last sequence ends, in the order they end, with the results execute_batch would give it
 // alone; on_item_done hears of each item before. A batch with nothing to generate is done when it
 // joins. Out of memory: every batch not yet done runs again on its own (execute_batch's splitting).
-// Throws Error as execute_batch does, and for a joining batch with another prefix; `done` has then
+// Throws Error as execute_batch does, and for a joining batch with another prefix or other stop_ids
+// (Batch::stop_ids, which end its sequences besides the model's EOS); `done` has then
 // been called for the batches finished before.
 void execute_generation(const LlamaModelImpl& model, const Tokenizer& tokenizer, const Batch& first,
                         const ExecutionOptions& options, const GenerationNext& next, const GenerationDone& done);

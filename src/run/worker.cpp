@@ -414,7 +414,8 @@ void run_generation(Replica& r, const Batch& first, ExecutionOptions exec, Frame
       } catch (const std::exception&) {
         b = Batch{};  // serve() reads it again and fails on it there
       }
-      if (!b.items.empty() && b.items.front().type == RequestType::kGenerateUntil && b.prefix == first.prefix) {
+      if (!b.items.empty() && b.items.front().type == RequestType::kGenerateUntil && b.prefix == first.prefix &&
+          b.stop_ids == first.stop_ids) {
         std::cerr << fmt::format("[{}] batch {} joins batch {}'s running set\n", r.hello.worker, b.id, first.id);
         started[b.id] = Clock::now();
         own(joined.emplace_back(std::move(b)));
