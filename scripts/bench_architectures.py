@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """CPU speed of each model family against a Llama of the same shape, measured side by side.
 
-  /work/venv-torch211/bin/python scripts/bench_architectures.py [--gpueval build/gpueval]
+  .venv-gpu/bin/python scripts/bench_architectures.py [--gpueval build/gpueval]
       [--families qwen3,olmo2,olmo3,gemma2,gemma3_text] [--reps 3] [--length 512] [--window 256]
       [--transformers] [--experts 8] [--experts-per-token 2]
 

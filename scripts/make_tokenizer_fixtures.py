@@ -7,7 +7,7 @@ methods and the library's normalizers give for the same corpus. tests/tokenizer_
 checks gpueval against these files.
 
 Not run in CI: the outputs are committed. Needs the `tokenizers` library (0.20+):
-    /work/venv-torch211/bin/python scripts/make_tokenizer_fixtures.py [--shared ../shared]
+    .venv-gpu/bin/python scripts/make_tokenizer_fixtures.py [--shared ../shared]
 
 Where each configuration comes from (model hubs are not reachable from here): transformers'
 convert_slow_tokenizer.py (Qwen2Converter, GemmaConverter, LlamaConverter, GPT2Converter,

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """transformers' expert choices on random mixture-of-experts models: the oracle for issue 36 (not in CI).
 
-  HF_HUB_OFFLINE=1 /work/venv-torch211/bin/python scripts/moe_routing.py [--families mixtral,olmoe]
+  HF_HUB_OFFLINE=1 .venv-gpu/bin/python scripts/moe_routing.py [--families mixtral,olmoe]
       [--work DIR] [--dump] [--gpueval build/gpueval]
 
 Per family (Mixtral; Qwen3-MoE with dense and sparse layers mixed, with and without norm_topk_prob;

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Every model family gpueval reads, checked against transformers' own modeling code on random models.
 
-  HF_HUB_OFFLINE=1 /work/venv-torch211/bin/python scripts/verify_architectures.py [--gpueval build/gpueval]
+  HF_HUB_OFFLINE=1 .venv-gpu/bin/python scripts/verify_architectures.py [--gpueval build/gpueval]
       [--families qwen3,olmo2] [--write-fixtures] [--work DIR]
 
 Per family, a small random model (hidden 64, 4 layers, vocab 512: token ids are given directly, no

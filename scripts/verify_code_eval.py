@@ -58,12 +58,12 @@ gpueval runs with its own default CPU limit unless --cpu-seconds is given; code_
 default 3 s wall-clock timeout. The two sides run one after the other, never at once, so that
 neither's timing disturbs the other's limits (code_eval's alarm is wall-clock time).
 
-Usage (e.g. /work/venv-torch211, which has evaluate, datasets and lm-eval 0.4.x):
-  /work/venv-torch211/bin/python scripts/verify_code_eval.py --code-eval /tmp/code_eval
+Usage (e.g. .venv-gpu, which has evaluate, datasets and lm-eval 0.4.x):
+  .venv-gpu/bin/python scripts/verify_code_eval.py --code-eval /tmp/code_eval
       [--gpueval build/gpueval | --execute-cmd "CMD ..."] [--max-sandboxes N] [--cpu-seconds S]
       [--limit N] [--sets humaneval,planted,odd,mbpp] [--odd-problems 2] [--jobs 2] [--data DIR]
 --execute-cmd replaces `PATH execute` with a whole command line, e.g. the issue-38 prototype:
-  --execute-cmd "/work/proto38/proto/sandbox_proto --jsonl --max-sandboxes 1"
+  --execute-cmd "PROTO/sandbox_proto --jsonl --max-sandboxes 1"
 (it runs programs with plain `python3 main.py`, not under exec/reliability_guard, so sys.exit(0),
 exit(), quit(), import resource, os._exit(0), os.kill, subprocess, os.system, shutil.rmtree, the
 __name__ case and the segfault may legitimately differ there; with `gpueval execute` they must not).

@@ -38,7 +38,7 @@
      prefix for both).
 
 Usage (CPU only; a venv with torch, transformers 5 and tokenizers; a minute or two on 2 cores):
-  /work/venv-torch211/bin/python scripts/verify_generation_invariance.py [--work DIR]
+  .venv-gpu/bin/python scripts/verify_generation_invariance.py [--work DIR]
       [--gpueval build/gpueval] [--max-gen-toks 64]
 
 Prints, for greedy and for sampled, "N of N identical" per run against cpu1_b1 (and the first

@@ -26,7 +26,7 @@ model type (transformers 5 builds Qwen2Tokenizer for qwen2 whatever tokenizer_co
 
 Measured 2026-12-05 with gpueval 0e0016e+ (build/gpueval, with gpt_neox, gpt2 and gemma3), lm-eval 0.4.13,
 torch 2.11.0, transformers 5.25.0, 274 s on 2 cores:
-  LMEVAL_VENV=/work/venv-torch211 scripts/verify_hflm_families.sh --gpueval build/gpueval --limit 20
+  LMEVAL_VENV=.venv-gpu scripts/verify_hflm_families.sh --gpueval build/gpueval --limit 20
 all 22 rows pass: 80 MMLU requests and 20 gsm8k documents each, prompts 100/100, max |Δ loglik| vs HFLM
 9.5e-7..2.9e-6 (gemma3_text 1.34e-5, gemma3 1.14e-5), cpu:1 = cpu:2 bit-identical, prefix reuse on vs off
 within 5.7e-6 (not bit-identical), greedy generations 20/20.

@@ -62,9 +62,9 @@ What it does, all offline (HF_*_OFFLINE=1; no hub is reached):
      (compare_suite): context and continuation strings (generate_until: context and `until`),
      loglikelihoods within --tol, is_greedy, gsm8k's generations and filtered answers (per filter),
      every per-document and aggregated metric. Exit 1 on any mismatch.
-     Measured 2026-12-06 09:15 UTC with /work/main/build/gpueval (main f31873d), lm-eval 0.4.13,
+     Measured 2026-12-06 09:15 UTC with build/gpueval (main f31873d), lm-eval 0.4.13,
      transformers 5.25.0, torch 2.15.0+cu132, in 1 min 0 s on 2 shared cores:
-       LMEVAL_VENV=/work/venv-torch211 scripts/verify_lm_eval.sh --chat --gpueval /work/main/build/gpueval --work /tmp/vchat
+       LMEVAL_VENV=.venv-gpu scripts/verify_lm_eval.sh --chat --gpueval build/gpueval --work /tmp/vchat
      every row equal: prompts 20/20 (MMLU, ARC) and 6/6 (gsm8k, counted once per filter), max
      |delta loglik| 1.91e-06..2.86e-06 (MMLU) and 9.54e-06..1.72e-05 (ARC), is_greedy 20/20,
      generations 6/6, metrics equal (llama3 acc 0.2/0.2 on MMLU in both settings; chatml 0.4 mt+sys,
@@ -120,10 +120,10 @@ Measured 2026-11-29 in 2 min 38 s on 2 shared cores, command (from the repositor
 
   known 1: loglikelihood_rolling with add_bos_token=True (and lm-eval 0.4.13's default, which follows the tokenizer): HFLM tok_encode()s the text WITH BOS and get_rolling_token_windows() prefixes BOS again, so the first window is [BOS, BOS, t1, ...] and P(BOS|BOS) is scored as a text token; gpueval scores [BOS, t1, ...] (= lm-eval with add_bos_token=False).
 
-Pretraining-suite tasks, measured 2026-12-01 with /work/main/build/gpueval built 14:15 UTC (main bf32eb2),
+Pretraining-suite tasks, measured 2026-12-01 with build/gpueval built 14:15 UTC (main bf32eb2),
 and again, identical, with its 14:31 UTC build (main a670f47 plus planner work in progress), which also
 ran the every-document and group runs below; 1 min 5 s for the whole default run on 2 shared cores:
-  LMEVAL_VENV=/work/venv-lmeval GPUEVAL_BIN=/work/main/build/gpueval scripts/verify_lm_eval.sh --work /tmp/vfinal --table /tmp/vfinal-table.md
+  LMEVAL_VENV=.venv-lmeval GPUEVAL_BIN=build/gpueval scripts/verify_lm_eval.sh --work /tmp/vfinal --table /tmp/vfinal-table.md
   (defaults: --suite piqa,openbookqa,winogrande,boolq,copa,lambada_openai,triviaqa --suite-limit 30
    --mmlu-cont abstract_algebra,anatomy,high_school_government_and_politics,world_religions --mmlu-cont-shots 0,5)
 

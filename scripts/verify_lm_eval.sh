@@ -9,7 +9,7 @@
 #        scripts/verify_lm_eval.sh --chat [--chat-limit 5] [--chat-gen-limit 3] [--gpueval PATH] [--work DIR]
 #          (chat templates only: apply_chat_template, fewshot_as_multiturn, system_instruction on two
 #           random init-model checkpoints, llama3 and Mistral+chatml.jinja; see verify_lm_eval.py)
-# e.g. LMEVAL_VENV=/work/venv-lmeval GPUEVAL_BIN=/work/main/build/gpueval scripts/verify_lm_eval.sh
+# e.g. LMEVAL_VENV=.venv-lmeval GPUEVAL_BIN=build/gpueval scripts/verify_lm_eval.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # GPUEVAL_BIN=PATH (or --gpueval PATH) compares another binary and builds nothing.

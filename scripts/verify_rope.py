@@ -2,7 +2,7 @@
 """Every rope_scaling type gpueval reads, checked against transformers on random Llama models, and the
 partial rotary of phi3 / gpt_neox against transformers' own functions.
 
-  HF_HUB_OFFLINE=1 /work/venv-torch211/bin/python scripts/verify_rope.py [--gpueval build/gpueval]
+  HF_HUB_OFFLINE=1 .venv-gpu/bin/python scripts/verify_rope.py [--gpueval build/gpueval]
       [--cases linear,yarn] [--write-fixtures]
 
 The sibling of scripts/verify_architectures.py (same random models, same `gpueval logits` comparison,

