@@ -1,14 +1,14 @@
 # CPU options, decided after find_package(Torch):
 #   GPUEVAL_ONEDNN  float32 matrix products of the model's projections on the CPU through oneDNN's
-#                   sgemm (src/model/cpu_matmul.h). Defaults to ON when oneDNN's header and library
+#                   sgemm (src/model/kernels/cpu_matmul.h). Defaults to ON when oneDNN's header and library
 #                   are found (Debian: libdnnl-dev, the library Debian's LibTorch itself links) and the
 #                   LibTorch has no CUDA: a PyTorch wheel carries its own oneDNN inside, so a second
 #                   copy is not loaded beside it.
 #   GPUEVAL_SLEEF   attention's tile softmax in AVX2+FMA vector code with Sleef's exponential
-#                   (src/model/tile_softmax.h; the CPU is checked at run time). Defaults to ON with
+#                   (src/model/kernels/tile_softmax.h; the CPU is checked at run time). Defaults to ON with
 #                   GPUEVAL_ONEDNN on x86-64 when Sleef's header and library are found (Debian:
 #                   libsleef-dev; libsleef is a library Debian's LibTorch already loads).
-# Sources see GPUEVAL_WITH_ONEDNN=1; src/model/tile_softmax.cpp alone sees GPUEVAL_WITH_SLEEF=1.
+# Sources see GPUEVAL_WITH_ONEDNN=1; src/model/kernels/tile_softmax.cpp alone sees GPUEVAL_WITH_SLEEF=1.
 find_path(GPUEVAL_DNNL_INCLUDE_DIR oneapi/dnnl/dnnl.h)
 find_library(GPUEVAL_DNNL_LIBRARY NAMES dnnl)
 find_package(OpenMP COMPONENTS CXX)

@@ -4,7 +4,7 @@
 #    KernelsCompile.Sm90, which compile every kernels/*.cu for sm_90 into build/kernels_check/;
 #  - GPUEVAL_WITH_CUDA_KERNELS (the option in gpu_options.cmake, ON when the LibTorch has CUDA): builds
 #    kernels/*.cu into the static library gpueval_kernels, links it into gpueval_core and defines
-#    GPUEVAL_WITH_CUDA_KERNELS=1, which makes src/model/kernels.cpp dispatch CUDA tensors to it.
+#    GPUEVAL_WITH_CUDA_KERNELS=1, which makes src/model/kernels/cuda_kernels.cpp dispatch CUDA tensors to it.
 
 find_program(NVCC nvcc HINTS /usr/local/cuda/bin ENV CUDA_HOME PATH_SUFFIXES bin)
 if(NVCC)

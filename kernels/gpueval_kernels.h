@@ -1,5 +1,5 @@
 // C API of the CUDA kernels in kernels/*.cu. Plain C++ on purpose: no LibTorch, ATen or CUDA
-// headers, so the device code compiles with a bare nvcc and src/model/kernels.cpp (the LibTorch
+// headers, so the device code compiles with a bare nvcc and src/model/kernels/cuda_kernels.cpp (the LibTorch
 // dispatcher) is the only place that knows about at::Tensor. Every launcher enqueues one kernel on
 // `stream` and returns the cudaError_t of the launch as an int (0 = cudaSuccess); it neither
 // synchronises nor allocates. Pointers are device pointers; strides are in elements; the last

@@ -1,4 +1,4 @@
-// KV-cache append, reference: KVCache::append in src/model/kv_cache.cpp, i.e.
+// KV-cache append, reference: KVCache::append in src/model/decoder/kv_cache.cpp, i.e.
 //   cache.narrow(2, offset, T).copy_(k)   for the keys and for the values.
 // A copy, so exact. blockIdx.y picks keys (0) or values (1); a grid-stride loop walks the
 // [B, KV, T] rows and their head_dim elements, moving 16 bytes at a time when every row start is

@@ -1,4 +1,4 @@
-// RMSNorm, reference: RMSNormImpl::forward in src/model/model.cpp, i.e.
+// RMSNorm, reference: RMSNormImpl::forward in src/model/decoder/model.cpp, i.e.
 //   weight * to_dtype(x * rsqrt(mean(x^2) + eps))   (statistics in float32)
 // One block per row: the sum of squares is reduced in float32, then each element is normalised in
 // float32, rounded to the storage dtype, and multiplied by the weight as one elementwise op (float32

@@ -1,4 +1,4 @@
-// RoPE in the rotate-half layout, reference: apply_rope in src/model/rope.cpp, i.e.
+// RoPE in the rotate-half layout, reference: apply_rope in src/model/decoder/rope.cpp, i.e.
 //   out = x * cos + cat(-x2, x1) * sin
 // with each product and the sum a separate elementwise op in the storage dtype (float32 arithmetic
 // rounded to the dtype), so the result matches the reference bit for bit. One thread per rotated

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checks that src/ subsystems include each other only in the directions src/README.md allows.
 
-Every `#include "<folder>/<name>.h"` of a file in src/<folder>/ (or of a public header in
+Every `#include "<folder>/<name>.h"` (or `"<folder>/<sub>/<name>.h"`) of a file in src/<folder>/ or below it (or of a public header in
 include/gpueval/, which belongs to the folder its .cpp lives in) must name a folder that its own
 folder may call. Prints each violation as `file:line: <from> may not include <to> (<header>)` and
 exits 1 if there is any; `--graph` prints the folder-level graph that the code has today.
@@ -33,19 +33,26 @@ ALLOWED = {
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 
 
+def folder_files(top):
+    """Every file below a subsystem's folder (its subfolders too: model/decoder/, ...), sorted."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(top):
+        dirnames.sort()
+        out.extend(os.path.join(dirpath, f) for f in sorted(filenames))
+    return out
+
+
 def main():
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..')
     src = os.path.join(root, 'src')
     public_home = {}  # public header name -> the folder that implements it
-    for folder in ALLOWED:
-        for f in os.listdir(os.path.join(src, folder)):
-            if f.endswith('.cpp'):
-                public_home[f[:-4] + '.h'] = folder
     files = []
     for folder in ALLOWED:
-        for f in sorted(os.listdir(os.path.join(src, folder))):
+        for f in folder_files(os.path.join(src, folder)):
+            if f.endswith('.cpp'):
+                public_home[os.path.basename(f)[:-4] + '.h'] = folder
             if f.endswith(('.h', '.cpp')):
-                files.append((folder, os.path.join(src, folder, f)))
+                files.append((folder, f))
     inc_dir = os.path.join(root, 'include', 'gpueval')
     for f in sorted(os.listdir(inc_dir)):
         public_home.setdefault(f, 'common')  # header-only (error.h): the base layer

@@ -17,9 +17,9 @@
 
 #include "gpueval/model.h"
 #include "gpueval/kv_cache.h"
-#include "model/checkpoint.h"
-#include "model/row_invariant.h"
-#include "model/weight_names.h"
+#include "model/loading/checkpoint.h"
+#include "model/kernels/row_invariant.h"
+#include "model/loading/weight_names.h"
 #include "logits_fixture.h"
 #include "test_util.h"
 
@@ -53,7 +53,7 @@ constexpr double kTolerance = 1e-4;
 class ArchitectureFixture : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ArchitectureFixture, FullForwardMatchesTransformers) {
-  LlamaModel model = load_model(fixture_dir(GetParam()));
+  DecoderModel model = load_model(fixture_dir(GetParam()));
   // Every tensor transformers saved is one the model uses (none left unread), and the config counts them all.
   // (A weight the family stores elsewhere counts as that tensor: Phi-3's q, k and v as qkv_proj, GPT-2's
   // as transformer.h.N.attn.c_attn.)
@@ -83,7 +83,7 @@ TEST_P(ArchitectureFixture, FullForwardMatchesTransformers) {
 }
 
 TEST_P(ArchitectureFixture, SharedPrefixAndKvCacheMatchTransformers) {
-  LlamaModel model = load_model(fixture_dir(GetParam()));
+  DecoderModel model = load_model(fixture_dir(GetParam()));
   for (const Sequence& s : expected(GetParam())) {
     const testing::PrefixCacheErrors e = testing::prefix_and_cache_errors(model, s, /*p=*/3);
     EXPECT_LE(e.packed, kTolerance) << GetParam() << " packed";
@@ -96,7 +96,7 @@ TEST_P(ArchitectureFixture, SharedPrefixAndKvCacheMatchTransformers) {
 // it: bit for bit under the row-invariant products where they run, and the same keys in each cache.
 // The chunked prompt's states also match transformers' logits.
 TEST_P(ArchitectureFixture, ARaggedForwardGivesEachGroupWhatItGetsAlone) {
-  LlamaModel model = load_model(fixture_dir(GetParam()));
+  DecoderModel model = load_model(fixture_dir(GetParam()));
   c10::InferenceMode guard;
   const RowInvariantProducts invariant;
   const std::vector<Sequence> sequences = expected(GetParam());
@@ -459,7 +459,7 @@ TEST(ArchitectureConfig, AFamilysOwnTensorsAreRequired) {
     const ModelConfig c = ModelConfig::load(fixture_dir(family) + "/config.json");
     std::map<std::string, at::Tensor> weights;
     {
-      LlamaModel full = load_model(fixture_dir(family));
+      DecoderModel full = load_model(fixture_dir(family));
       for (const auto& p : full->named_parameters()) weights[p.key()] = p.value().clone();
     }
     ASSERT_EQ(weights.count(tensor), 1u) << family << " has no " << tensor;
@@ -478,7 +478,7 @@ TEST(ArchitectureConfig, FusedTensorsAreReadAsSlicesAndCheckedWhole) {
   const std::string qkv = "model.layers.1.self_attn.qkv_proj.weight";
   ASSERT_EQ(stored.count(qkv), 1u);
   ASSERT_EQ(stored.count("model.layers.1.self_attn.q_proj.weight"), 0u);
-  LlamaModel model = build_model(c, stored);
+  DecoderModel model = build_model(c, stored);
   const int64_t q_rows = c.num_attention_heads * c.head_dim;
   EXPECT_TRUE(model->named_parameters()["model.layers.1.self_attn.k_proj.weight"].equal(
       stored[qkv].narrow(0, q_rows, c.num_key_value_heads * c.head_dim)));
@@ -537,7 +537,7 @@ TEST(ArchitectureConfig, Gemma3MultimodalReadsItsTextModel) {
   for (const std::string& name : ckpt.names())
     renamed[name.rfind(from, 0) == 0 ? "model.language_model." + name.substr(from.size()) : name] = ckpt.tensor(name);
   ASSERT_EQ(renamed.count("model.language_model.layers.1.self_attn.q_norm.weight"), 1u);
-  LlamaModel model = build_model(c, renamed, {}, "gemma3 (in-memory names)");
+  DecoderModel model = build_model(c, renamed, {}, "gemma3 (in-memory names)");
   c10::InferenceMode guard;
   const Sequence s = expected("gemma3")[0];
   EXPECT_LE(relative_error(full_logits(model, s.ids), s.logits), kTolerance);
@@ -570,7 +570,7 @@ TEST(ArchitectureConfig, Phi3ReadsSuAndYarnAsLongrope) {
 TEST(ArchitectureConfig, GptNeoxQkvIsReadHeadByHead) {
   const ModelConfig c = ModelConfig::load(fixture_dir("gpt_neox") + "/config.json");
   CheckpointFiles ckpt = CheckpointFiles::open(fixture_dir("gpt_neox"));
-  LlamaModel model = load_model(fixture_dir("gpt_neox"));
+  DecoderModel model = load_model(fixture_dir("gpt_neox"));
   const int64_t hd = c.head_dim, h = c.num_attention_heads;
   const at::Tensor qkv = ckpt.tensor("gpt_neox.layers.1.attention.query_key_value.weight");
   const at::Tensor bias = ckpt.tensor("gpt_neox.layers.1.attention.query_key_value.bias");
@@ -601,7 +601,7 @@ TEST(ArchitectureConfig, Gpt2ConvWeightsAndBareNamesLoad) {
     ASSERT_EQ(name.rfind("transformer.", 0), 0u) << name;
     bare[name.substr(std::string("transformer.").size())] = ckpt.tensor(name);
   }
-  LlamaModel model = build_model(c, bare, {}, "gpt2 (bare names)");
+  DecoderModel model = build_model(c, bare, {}, "gpt2 (bare names)");
   const at::Tensor c_attn = ckpt.tensor("transformer.h.0.attn.c_attn.weight");  // [D, 3D]
   EXPECT_TRUE(model->named_parameters()["model.layers.0.self_attn.k_proj.weight"].equal(
       c_attn.narrow(1, c.hidden_size, c.hidden_size).t()));
@@ -619,7 +619,7 @@ TEST(ArchitectureConfig, Gpt2ConvWeightsAndBareNamesLoad) {
 // A learned position table has no row past its context: a position beyond it is a one-line error, not
 // a read out of bounds.
 TEST(ArchitectureConfig, LearnedPositionsStopAtTheirTable) {
-  LlamaModel model = load_model(fixture_dir("gpt2"));
+  DecoderModel model = load_model(fixture_dir("gpt2"));
   c10::InferenceMode guard;
   const int64_t n = model->config().max_position_embeddings;
   const std::string e = testing::error_of([&] {
@@ -700,7 +700,7 @@ TEST(ArchitectureConfig, SlidingLayersFollowEachFamilysRule) {
 // after a shared trunk with two branches), and the same sequences scored alone, give the same
 // logits, on the tiled CPU path and on the plain one alike.
 TEST(SlidingWindow, PackedRowsMatchSequencesAlone) {
-  LlamaModel model = load_model(fixture_dir("qwen3-window"));
+  DecoderModel model = load_model(fixture_dir("qwen3-window"));
   ASSERT_TRUE(model->config().sliding_window.has_value());
   const int64_t window = *model->config().sliding_window;
   c10::InferenceMode guard;
@@ -711,7 +711,7 @@ TEST(SlidingWindow, PackedRowsMatchSequencesAlone) {
   const int64_t trunk = 7, na = static_cast<int64_t>(a.size());
   std::vector<int64_t> tokens(a), positions, segments;
   for (int64_t i = 0; i < na; ++i) positions.push_back(i), segments.push_back(0);
-  const int64_t part = LlamaModelImpl::kSegmentsPerPart;
+  const int64_t part = kSegmentsPerPart;
   for (int64_t i = 0; i < 11; ++i) {
     tokens.push_back(b[static_cast<size_t>(i)]);
     positions.push_back(i);
@@ -736,7 +736,7 @@ TEST(SlidingWindow, PackedRowsMatchSequencesAlone) {
   j.erase("layer_types");
   std::map<std::string, at::Tensor> weights;
   for (const auto& p : model->named_parameters()) weights[p.key()] = p.value();
-  LlamaModel full = build_model(ModelConfig::from_json(j, "full"), weights);
+  DecoderModel full = build_model(ModelConfig::from_json(j, "full"), weights);
   EXPECT_GT(relative_error(full_logits(full, b), seqs[1].logits), 1e-3);
 }
 

@@ -25,8 +25,8 @@ ProbePoint point(int64_t tokens, double tps, bool fits = true) {
   return p;
 }
 
-const LlamaModel& stories() {
-  static LlamaModel* model = new LlamaModel(load_model(testing::source_dir() + "/models/stories260K"));
+const DecoderModel& stories() {
+  static DecoderModel* model = new DecoderModel(load_model(testing::source_dir() + "/models/stories260K"));
   return *model;
 }
 
@@ -52,7 +52,7 @@ TEST(ChooseBatchTokens, SmallestFittingBudgetWithinTheKnee) {
 
 TEST(BatchProbe, ImposedMemoryLimitIsRespected) {
   GPUEVAL_REQUIRE_GLIBC_MALLOC();
-  const LlamaModel& model = stories();
+  const DecoderModel& model = stories();
   ProbeOptions o;
   o.length = 128;
   o.min_tokens = 256;
@@ -98,7 +98,7 @@ TEST(BatchProbe, ImposedMemoryLimitIsRespected) {
 }
 
 TEST(BatchProbe, StopsOnTheKneeAndClampsToTheContext) {
-  const LlamaModel& model = stories();
+  const DecoderModel& model = stories();
   ProbeOptions o;
   o.length = 100000;  // longer than stories260K's 512-token context
   o.memory_limit_bytes = int64_t{1} << 40;

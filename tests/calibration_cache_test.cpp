@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/file_io.h"
-#include "model/model_fingerprint.h"
+#include "model/loading/model_fingerprint.h"
 #include "run/batch_probe.h"
 #include "test_util.h"
 

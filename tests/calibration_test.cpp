@@ -12,8 +12,8 @@
 #include <nlohmann/json.hpp>
 
 #include "common/file_io.h"
-#include "model/dtype.h"
-#include "model/model_fingerprint.h"
+#include "model/config/dtype.h"
+#include "model/loading/model_fingerprint.h"
 #include "run/device_memory.h"
 #include "run/devices.h"
 #include "run/scheduler.h"

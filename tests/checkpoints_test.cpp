@@ -12,8 +12,8 @@
 #include "common/file_io.h"
 #include "evaluation/checkpoints.h"
 #include "gpueval/error.h"
-#include "model/model_fingerprint.h"
-#include "model/safetensors.h"
+#include "model/loading/model_fingerprint.h"
+#include "model/loading/safetensors.h"
 #include "test_util.h"
 
 namespace gpueval {

@@ -1,11 +1,11 @@
-// CPU attention in tiles (model/cpu_attention.h): equal to a float64 softmax(q kᵀ / sqrt(hd) + mask) v
+// CPU attention in tiles (model/kernels/cpu_attention.h): equal to a float64 softmax(q kᵀ / sqrt(hd) + mask) v
 // over the prefix's keys and the own ones for the masks the model builds (causal, packed parts with
 // branches, padding, a cache's left padding), with and without a prefix, grouped heads, lengths
 // that are not a multiple of the tile and strided inputs; the visible key range of a tile; and the
 // same bits at one thread and two. Both softmax paths (the fused vector one of tile_softmax.h where the
 // CPU has AVX2, and ATen's), and the fused row kernel itself for every tail length, in both its
 // bodies (AVX2 and AVX-512), which must give the same bits.
-#include "model/cpu_attention.h"
+#include "model/kernels/cpu_attention.h"
 
 #include <cmath>
 #include <cstring>
@@ -16,7 +16,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "model/tile_softmax.h"
+#include "model/kernels/tile_softmax.h"
 
 namespace gpueval {
 namespace {

@@ -1,8 +1,8 @@
-// The CPU's float32 matrix products (model/cpu_matmul.h): the projections and attention's batched
+// The CPU's float32 matrix products (model/kernels/cpu_matmul.h): the projections and attention's batched
 // products match float64 references at the shapes a model uses and at small odd ones, they read
 // transposed and narrowed views in place, and a row's bits do not depend on the thread count;
 // the same for products with a packed weight (PackedWeight), and when a model packs its weights.
-#include "model/cpu_matmul.h"
+#include "model/kernels/cpu_matmul.h"
 
 #include <cstdlib>
 #include <optional>
@@ -13,7 +13,7 @@
 #include <torch/torch.h>
 
 #include "gpueval/error.h"
-#include "model/cpu_parallel.h"
+#include "model/kernels/cpu_parallel.h"
 
 namespace gpueval {
 namespace {

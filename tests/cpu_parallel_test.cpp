@@ -1,7 +1,7 @@
-// The model's CPU kernels' threads (model/cpu_parallel.h): a range is shared among LibTorch's
+// The model's CPU kernels' threads (model/kernels/cpu_parallel.h): a range is shared among LibTorch's
 // threads, really on as many OS threads, each index exactly once; one thread or a nested call runs
 // it on the caller; an exception from a chunk reaches the caller.
-#include "model/cpu_parallel.h"
+#include "model/kernels/cpu_parallel.h"
 
 #include <memory>
 #include <mutex>

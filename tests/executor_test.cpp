@@ -13,7 +13,7 @@
 
 #include "aggregate/aggregator.h"
 #include "gpueval/error.h"
-#include "model/scorer.h"
+#include "model/decoder/scorer.h"
 #include "plan/planner.h"
 #include "run/executor.h"
 #include "test_util.h"
@@ -21,7 +21,7 @@
 namespace gpueval {
 namespace {
 
-const LlamaModelImpl& model() { return testing::stories260k_model(); }
+const DecoderModelImpl& model() { return testing::stories260k_model(); }
 const Tokenizer& tokenizer() { return testing::stories260k_tokenizer(); }
 
 Request make_request(int64_t index, RequestType type, std::string context, std::string continuation = "") {

@@ -9,8 +9,8 @@
 
 #include "gpueval/kv_cache.h"
 #include "gpueval/model.h"
-#include "model/row_invariant.h"
-#include "model/generate.h"
+#include "model/kernels/row_invariant.h"
+#include "model/decoder/generate.h"
 #include "test_util.h"
 #include "tiny_model.h"
 
@@ -20,7 +20,7 @@ namespace {
 TEST(GenerateRowCheck, EndsOnlyTheRowItSaysAndKeepsItsToken) {
   testing::TinyModelSpec spec;
   ModelConfig config = testing::tiny_config(spec);
-  LlamaModel model = build_model(config, testing::tiny_weights(config, spec.seed));
+  DecoderModel model = build_model(config, testing::tiny_weights(config, spec.seed));
   const std::vector<std::vector<int32_t>> prompts = {{1, 5, 9}, {1, 7, 3, 8, 2}, {4}};
   SamplingOptions o;
   o.max_new_tokens = 10;
@@ -49,7 +49,7 @@ TEST(GenerateRowCheck, EndsOnlyTheRowItSaysAndKeepsItsToken) {
 TEST(ContinuousBatching, EverySequenceGetsTheTokensItGetsAlone) {
   testing::TinyModelSpec spec;
   ModelConfig config = testing::tiny_config(spec);
-  LlamaModel model = build_model(config, testing::tiny_weights(config, spec.seed));
+  DecoderModel model = build_model(config, testing::tiny_weights(config, spec.seed));
   const std::vector<std::vector<int32_t>> prompts = {{1, 5, 9},    {1, 7, 3, 8, 2}, {4},          {1, 2},
                                                      {6, 6, 6, 6}, {1, 5, 9},       {3, 1, 4, 1, 5, 9, 2}};
   auto end_after = [](size_t row, const std::vector<int32_t>& tokens) { return tokens.size() >= 3 + 2 * row; };
@@ -81,7 +81,7 @@ TEST(ContinuousBatching, EverySequenceGetsTheTokensItGetsAlone) {
 TEST(ContinuousBatching, APromptsPrefillJoinsTheDecodeStepsAChunkAtATime) {
   testing::TinyModelSpec spec;
   ModelConfig config = testing::tiny_config(spec);
-  LlamaModel model = build_model(config, testing::tiny_weights(config, spec.seed));
+  DecoderModel model = build_model(config, testing::tiny_weights(config, spec.seed));
   const std::vector<std::vector<int32_t>> prompts = {
       {1, 5, 9, 4}, {1, 7}, {1, 3, 1, 4, 1, 5, 9, 2, 6, 5, 3}, {1, 2, 7, 1, 8, 2, 8}, {1, 7}, {1, 6, 6, 6, 6, 6}};
   // Prompt 1 ends after 2 tokens, the others run long.
@@ -124,7 +124,7 @@ TEST(ContinuousBatching, APromptsPrefillJoinsTheDecodeStepsAChunkAtATime) {
 TEST(ContinuousBatching, PromptsThatJoinARunGetTheTokensTheyGetFromTheStart) {
   testing::TinyModelSpec spec;
   ModelConfig config = testing::tiny_config(spec);
-  LlamaModel model = build_model(config, testing::tiny_weights(config, spec.seed));
+  DecoderModel model = build_model(config, testing::tiny_weights(config, spec.seed));
   const std::vector<int32_t> head = {1, 9, 8};
   const std::vector<std::vector<int32_t>> tails = {{2}, {5, 5}, {7, 1, 3}, {2}, {4, 4, 4, 4, 4, 4, 4, 4, 4}, {5, 5}, {6}};
   std::vector<std::vector<int32_t>> prompts;
@@ -202,7 +202,7 @@ TEST(ContinuousBatching, PromptsThatJoinARunGetTheTokensTheyGetFromTheStart) {
 TEST(ContinuousBatching, APrefixIsSharedByEveryRow) {
   testing::TinyModelSpec spec;
   ModelConfig config = testing::tiny_config(spec);
-  LlamaModel model = build_model(config, testing::tiny_weights(config, spec.seed));
+  DecoderModel model = build_model(config, testing::tiny_weights(config, spec.seed));
   const std::vector<int32_t> head = {1, 9, 8, 7, 6, 5, 4, 3};
   std::vector<std::vector<int32_t>> prompts;
   for (const std::vector<int32_t>& tail : std::vector<std::vector<int32_t>>{{2}, {5, 5}, {2}, {7, 1, 3}}) {
@@ -243,7 +243,7 @@ TEST(ContinuousBatching, APrefixIsSharedByEveryRow) {
 TEST(ContinuousBatching, AMovedRowAttendsAsItDidAlone) {
   testing::TinyModelSpec spec;
   ModelConfig config = testing::tiny_config(spec);
-  LlamaModel model = build_model(config, testing::tiny_weights(config, spec.seed));
+  DecoderModel model = build_model(config, testing::tiny_weights(config, spec.seed));
   c10::InferenceMode guard;
   const RowInvariantProducts invariant;
   auto ids = [](std::vector<int64_t> v) { return at::tensor(v).view({1, static_cast<int64_t>(v.size())}); };

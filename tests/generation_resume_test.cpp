@@ -11,7 +11,7 @@
 
 #include "async_run.h"
 #include "common/file_io.h"
-#include "model/generate.h"
+#include "model/decoder/generate.h"
 #include "test_util.h"
 
 namespace gpueval {

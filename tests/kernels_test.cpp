@@ -1,4 +1,4 @@
-// The kernel dispatch of model/kernels.h, on every device the build has (DeviceTest: CPU always,
+// The kernel dispatch of model/kernels/cuda_kernels.h, on every device the build has (DeviceTest: CPU always,
 // CUDA where there is a GPU). Where the dispatch runs the reference (CPU tensors, or a build without
 // GPUEVAL_WITH_CUDA_KERNELS), or RoPE's one-pass CPU float32 loop, it must return exactly the reference; where it runs a CUDA kernel it
 // is compared with the reference on the same tensors, over float32 / bfloat16 / float16 and odd
@@ -12,9 +12,9 @@
 #include <gtest/gtest.h>
 
 #include "gpueval/error.h"
-#include "model/kernels.h"
-#include "model/logprob_gather.h"
-#include "model/rope.h"
+#include "model/kernels/cuda_kernels.h"
+#include "model/decoder/logprob_gather.h"
+#include "model/decoder/rope.h"
 #include "tiny_model.h"
 
 #ifdef GPUEVAL_WITH_CUDA_KERNELS

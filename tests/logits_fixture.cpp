@@ -32,14 +32,14 @@ at::Tensor ids_row(const std::vector<int64_t>& ids, int64_t begin, int64_t end) 
   return at::tensor(std::vector<int64_t>(ids.begin() + begin, ids.begin() + end), at::kLong).view({1, end - begin});
 }
 
-at::Tensor full_logits(const LlamaModel& model, const std::vector<int64_t>& ids) {
+at::Tensor full_logits(const DecoderModel& model, const std::vector<int64_t>& ids) {
   c10::InferenceMode guard;
   const int64_t t = static_cast<int64_t>(ids.size());
   return model->logits(
       model->forward(ids_row(ids, 0, t), at::arange(t, at::kLong).view({1, t}), at::ones({1, t}, at::kBool)))[0];
 }
 
-PrefixCacheErrors prefix_and_cache_errors(const LlamaModel& model, const LogitsSequence& s, int64_t p) {
+PrefixCacheErrors prefix_and_cache_errors(const DecoderModel& model, const LogitsSequence& s, int64_t p) {
   c10::InferenceMode guard;
   const int64_t t = static_cast<int64_t>(s.ids.size());
   PrefixCacheErrors e;

@@ -29,7 +29,7 @@ double relative_error(const at::Tensor& ours, const at::Tensor& theirs);
 // ids[begin, end) as a [1, end - begin] int64 row.
 at::Tensor ids_row(const std::vector<int64_t>& ids, int64_t begin, int64_t end);
 // The logits [T, V] of one sequence by a plain forward at positions 0..T-1.
-at::Tensor full_logits(const LlamaModel& model, const std::vector<int64_t>& ids);
+at::Tensor full_logits(const DecoderModel& model, const std::vector<int64_t>& ids);
 
 // The relative errors against s.logits of the two other ways to the same logits: the first p tokens as
 // a shared prefix (prefill) and the rest as a packed row after it; and a KV cache filled by a first
@@ -37,6 +37,6 @@ at::Tensor full_logits(const LlamaModel& model, const std::vector<int64_t>& ids)
 struct PrefixCacheErrors {
   double packed = 0, cached = 0;
 };
-PrefixCacheErrors prefix_and_cache_errors(const LlamaModel& model, const LogitsSequence& s, int64_t p);
+PrefixCacheErrors prefix_and_cache_errors(const DecoderModel& model, const LogitsSequence& s, int64_t p);
 
 }  // namespace gpueval::testing

@@ -15,11 +15,11 @@
 #include "common/file_io.h"
 #include "gpueval/error.h"
 #include "gpueval/model.h"
-#include "model/generate.h"
-#include "model/generation_config.h"
-#include "model/llama2c_convert.h"
-#include "model/model_fingerprint.h"
-#include "model/safetensors.h"
+#include "model/decoder/generate.h"
+#include "model/config/generation_config.h"
+#include "cli/llama2c_convert.h"
+#include "model/loading/model_fingerprint.h"
+#include "model/loading/safetensors.h"
 #include "test_util.h"
 #include "tiny_model.h"
 
@@ -107,7 +107,7 @@ TEST_F(LoadingFixture, ShardedCheckpointLoadsLikeOneFile) {
   io::write_file_atomic(dir.path() + "/sharded/model.safetensors.index.json",
                     json{{"metadata", json::object()}, {"weight_map", map}}.dump());
   std::string single = write(config.to_json(), weights);
-  LlamaModel m1 = load_model(dir.path() + "/sharded"), m2 = load_model(single);
+  DecoderModel m1 = load_model(dir.path() + "/sharded"), m2 = load_model(single);
   auto p1 = m1->named_parameters(), p2 = m2->named_parameters();
   ASSERT_EQ(p1.size(), p2.size());
   for (const auto& p : p1) EXPECT_TRUE(p.value().equal(p2[p.key()])) << p.key();
@@ -128,12 +128,12 @@ bool is_mapped_from(const void* ptr, const std::string& path) {
 
 TEST_F(LoadingFixture, Fp32WeightsAreZeroCopyViewsOfTheMappedFile) {
   std::string d = write(config.to_json(), weights);
-  LlamaModel m = load_model(d);
+  DecoderModel m = load_model(d);
   at::Tensor w = m->named_parameters()["model.layers.0.mlp.up_proj.weight"];
   EXPECT_TRUE(w.equal(weights.at("model.layers.0.mlp.up_proj.weight")));
   EXPECT_TRUE(is_mapped_from(w.data_ptr(), d + "/model.safetensors"));
   // A dtype change has to copy, so that tensor lives elsewhere.
-  LlamaModel h = load_model(d, LoadOptions{at::kCPU, at::kBFloat16});
+  DecoderModel h = load_model(d, LoadOptions{at::kCPU, at::kBFloat16});
   EXPECT_FALSE(is_mapped_from(h->named_parameters()["model.layers.0.mlp.up_proj.weight"].data_ptr(),
                               d + "/model.safetensors"));
 }
@@ -178,7 +178,7 @@ TEST_F(LoadingFixture, ConfigThatIsNotJson) {
 TEST_F(LoadingFixture, GenerationConfigsEosTokensEndGeneration) {
   c10::InferenceMode guard;
   const std::string d = write(config.to_json(), weights);
-  LlamaModel plain = load_model(d);
+  DecoderModel plain = load_model(d);
   ASSERT_EQ(plain->config().eos_token_ids, (std::vector<int64_t>{2}));
   SamplingOptions o;
   o.max_new_tokens = 8;
@@ -193,7 +193,7 @@ TEST_F(LoadingFixture, GenerationConfigsEosTokensEndGeneration) {
   const int32_t stop = free_run[k];
 
   io::write_file_atomic(d + "/generation_config.json", json{{"eos_token_id", {2, stop}}, {"max_length", 20}}.dump());
-  LlamaModel with = load_model(d);
+  DecoderModel with = load_model(d);
   EXPECT_EQ(with->config().eos_token_ids, (std::vector<int64_t>{2, stop}));
   o.stop_token_ids = with->config().eos_token_ids;
   const Generation g = generate(*with, {prompt}, o)[0];

@@ -1,4 +1,4 @@
-// LlamaModel against the independent reference forward in tiny_model.cpp, and
+// DecoderModel against the independent reference forward in tiny_model.cpp, and
 // the invariances scoring relies on: padding, batching and the KV cache must
 // not change a sequence's numbers. Every model test runs on each device the
 // build has (DeviceTest): on CPU always, on CUDA where there is a GPU.
@@ -8,9 +8,9 @@
 
 #include "gpueval/error.h"
 #include "gpueval/model.h"
-#include "model/cpu_matmul.h"
-#include "model/generate.h"
-#include "model/scorer.h"
+#include "model/kernels/cpu_matmul.h"
+#include "model/decoder/generate.h"
+#include "model/decoder/scorer.h"
 #include "test_util.h"
 #include "tiny_model.h"
 
@@ -21,7 +21,7 @@ using testing::TinyModelSpec;
 
 using testing::DeviceTest;
 
-at::Tensor model_logits(const LlamaModelImpl& model, const std::vector<int64_t>& ids) {
+at::Tensor model_logits(const DecoderModelImpl& model, const std::vector<int64_t>& ids) {
   c10::InferenceMode guard;
   const int64_t t = static_cast<int64_t>(ids.size());
   const at::Device dev = model.options().device;
@@ -56,7 +56,7 @@ TEST_P(TinyModel, Fp32MatchesIndependentReference) {
     auto weights = testing::tiny_weights(config, spec.seed);
     testing::TempDir dir;
     testing::write_tiny_model(dir.path(), config, weights);
-    LlamaModel model = load_model(dir.path(), options());
+    DecoderModel model = load_model(dir.path(), options());
     // Long enough to reach every llama3 frequency band's behaviour.
     std::vector<int64_t> ids = random_ids(40, config.vocab_size, 7);
     at::Tensor ref = testing::reference_logits(config, weights, ids);
@@ -87,7 +87,7 @@ TEST_P(TinyModel, Bf16StaysCloseToReference) {
   std::map<std::string, at::Tensor> bf16;
   for (auto& [name, t] : weights) bf16[name] = t.to(at::kBFloat16);
   testing::write_tiny_model(dir.path(), config, bf16);
-  LlamaModel model = load_model(dir.path(), options(at::kBFloat16));
+  DecoderModel model = load_model(dir.path(), options(at::kBFloat16));
   for (const auto& p : model->named_parameters()) {
     EXPECT_EQ(p.value().scalar_type(), at::kBFloat16) << p.key();
     EXPECT_EQ(p.value().device(), device()) << p.key();
@@ -108,7 +108,7 @@ TEST_P(TinyModel, ParametersHaveHuggingFaceNames) {
   TinyModelSpec spec;
   ModelConfig config = testing::tiny_config(spec);
   auto weights = testing::tiny_weights(config, spec.seed);
-  LlamaModel model = build_model(config, weights, options());
+  DecoderModel model = build_model(config, weights, options());
   std::set<std::string> names;
   for (const auto& p : model->named_parameters()) names.insert(p.key());
   std::set<std::string> expected;
@@ -122,7 +122,7 @@ TEST_P(TinyModel, ParametersHaveHuggingFaceNames) {
 
 GPUEVAL_INSTANTIATE_DEVICE_TESTS(TinyModel);
 
-// A CPU float32 model packs its projections and its LM head (model/cpu_matmul.h's PackedWeight)
+// A CPU float32 model packs its projections and its LM head (model/kernels/cpu_matmul.h's PackedWeight)
 // where the machine has room; packed or not, it computes the same function, and the parameters
 // (what weight_broadcast sends, what load tests check) stay the checkpoint's own.
 TEST(CpuPackedWeights, PackedAndPlainModelsAgree) {
@@ -137,9 +137,9 @@ TEST(CpuPackedWeights, PackedAndPlainModelsAgree) {
     testing::write_tiny_model(dir.path(), config, weights);
     const char* saved = std::getenv("GPUEVAL_CPU_PACKED_WEIGHTS");
     ::setenv("GPUEVAL_CPU_PACKED_WEIGHTS", "0", 1);
-    LlamaModel plain = load_model(dir.path(), LoadOptions{at::kCPU, at::kFloat});
+    DecoderModel plain = load_model(dir.path(), LoadOptions{at::kCPU, at::kFloat});
     ::unsetenv("GPUEVAL_CPU_PACKED_WEIGHTS");
-    LlamaModel packed = load_model(dir.path(), LoadOptions{at::kCPU, at::kFloat});
+    DecoderModel packed = load_model(dir.path(), LoadOptions{at::kCPU, at::kFloat});
     if (saved) ::setenv("GPUEVAL_CPU_PACKED_WEIGHTS", saved, 1);
     EXPECT_EQ(plain->packed_weight_bytes(), 0);
     // Seven projections per layer and the head, each at least as large packed as its weight.
@@ -169,7 +169,7 @@ class ModelBatch : public DeviceTest {
   }
   ModelConfig config;
   std::map<std::string, at::Tensor> weights;
-  LlamaModel model{nullptr};
+  DecoderModel model{nullptr};
 };
 
 TEST_P(ModelBatch, PaddedBatchEqualsEachSequenceAlone) {

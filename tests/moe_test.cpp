@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "gpueval/model.h"
-#include "model/cpu_matmul.h"
-#include "model/row_invariant.h"
+#include "model/kernels/cpu_matmul.h"
+#include "model/kernels/row_invariant.h"
 #include "run/device_memory.h"
 #include "logits_fixture.h"
 #include "test_util.h"
@@ -30,7 +30,7 @@ std::string fixture_dir(const std::string& family) {
 }
 
 // The mixture of the first sparse layer.
-std::shared_ptr<MoeImpl> first_mixture(const LlamaModel& model) {
+std::shared_ptr<MoeImpl> first_mixture(const DecoderModel& model) {
   for (int64_t layer = 0; layer < model->config().num_hidden_layers; ++layer)
     if (model->config().arch.sparse(layer)) {
       auto m = std::dynamic_pointer_cast<MoeImpl>(
@@ -46,10 +46,10 @@ class MixtureFixture : public ::testing::TestWithParam<std::string> {};
 
 // Each token alone, and inside batches of 3 and 37 tokens, gets the same experts and the same weights,
 // bit for bit, and the same output within float32 rounding (an expert's product, like every projection,
-// may take another kernel for another number of rows: model/cpu_matmul.h).
+// may take another kernel for another number of rows: model/kernels/cpu_matmul.h).
 TEST_P(MixtureFixture, ATokensExpertsDoNotDependOnItsBatch) {
   c10::InferenceMode guard;
-  LlamaModel model = load_model(fixture_dir(GetParam()));
+  DecoderModel model = load_model(fixture_dir(GetParam()));
   std::shared_ptr<MoeImpl> moe = first_mixture(model);
   ASSERT_NE(moe, nullptr);
   at::manual_seed(7);
@@ -82,7 +82,7 @@ TEST_P(MixtureFixture, ATokensExpertsDoNotDependOnItsBatch) {
 // same bits on one thread or two, under inference mode or not (the threads take the caller's modes).
 TEST_P(MixtureFixture, AMixturesOutputIsTheSameBitsOnOneThreadOrTwo) {
   const int saved = at::get_num_threads();
-  LlamaModel model = load_model(fixture_dir(GetParam()));
+  DecoderModel model = load_model(fixture_dir(GetParam()));
   std::shared_ptr<MoeImpl> moe = first_mixture(model);
   ASSERT_NE(moe, nullptr);
   at::manual_seed(8);
@@ -118,7 +118,7 @@ INSTANTIATE_TEST_SUITE_P(Families, MixtureFixture,
 // weights sum to routed_scaling_factor (the plain fixture's, unnormalised, do not).
 TEST(DeepseekV3Router, ChoosesWithinTheTopGroupsAndScalesTheWeights) {
   c10::InferenceMode guard;
-  LlamaModel model = load_model(fixture_dir("deepseek_v3"));
+  DecoderModel model = load_model(fixture_dir("deepseek_v3"));
   const MixtureOfExperts& m = model->config().arch.moe;
   ASSERT_EQ(m.score, RouterScore::kSigmoid);
   ASSERT_GT(m.groups, m.top_groups);
@@ -167,7 +167,7 @@ TEST(RowInvariantProduct, AgreesWithMatmulAndKeepsItsBitsAtAnyRowCount) {
 // own storage; a prefix's bytes count it once.
 TEST(LatentAttention, TheCacheHoldsTheLatentOnce) {
   c10::InferenceMode guard;
-  LlamaModel model = load_model(fixture_dir("deepseek_v3"));
+  DecoderModel model = load_model(fixture_dir("deepseek_v3"));
   const ModelConfig& c = model->config();
   ASSERT_TRUE(c.latent_attention());
   EXPECT_EQ(c.cache_heads(), 1);

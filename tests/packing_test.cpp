@@ -156,7 +156,7 @@ TEST(Packing, ShortRowsArePackedSideBySideAsPartsOfOneSequence) {
   batch.prefix = {1, 5};
   batch.items = {item(0, {1, 5, 6, 7, 8, 9}, {20}), item(1, {1, 5, 10, 11}, {21}), item(2, {1, 5, 12, 13}, {22}),
                  item(3, {1, 5, 14}, {23, 24})};
-  constexpr int64_t K = LlamaModelImpl::kSegmentsPerPart;
+  constexpr int64_t K = kSegmentsPerPart;
   // As wide as the longest row (4 tokens): the two 2-token rows share the second sequence.
   auto rows = pack_rows(batch);
   ASSERT_EQ(rows.size(), 3u);

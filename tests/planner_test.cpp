@@ -351,7 +351,7 @@ TEST(Planner, PrefixReuseComputesFewShotPrefixesAndSharedContextsOnce) {
     // One row per question, packed into sequences side by side: count the parts.
     const auto packed = pack_rows(b);
     int64_t parts = 0;
-    for (const PackedRow& r : packed) parts += 1 + r.segments.back() / LlamaModelImpl::kSegmentsPerPart;
+    for (const PackedRow& r : packed) parts += 1 + r.segments.back() / kSegmentsPerPart;
     EXPECT_EQ(parts, static_cast<int64_t>(docs.size()));
     EXPECT_LE(packed.size(), docs.size());
     rows += parts;

@@ -31,14 +31,14 @@ Ids concat(std::initializer_list<const Ids*> parts) {
 }
 
 // forward() on one unpadded sequence at positions 0..T-1: hidden [T, D].
-at::Tensor hidden_alone(const LlamaModelImpl& model, const Ids& ids) {
+at::Tensor hidden_alone(const DecoderModelImpl& model, const Ids& ids) {
   c10::InferenceMode guard;
   const int64_t t = static_cast<int64_t>(ids.size());
   return model.forward(at::tensor(ids, at::kLong).view({1, t}), at::arange(t, at::kLong).view({1, t}),
                        at::ones({1, t}, at::kBool))[0];
 }
 
-PrefixKV prefill(const LlamaModelImpl& model, const Ids& ids) {
+PrefixKV prefill(const DecoderModelImpl& model, const Ids& ids) {
   return model.prefill(std::vector<int32_t>(ids.begin(), ids.end()));
 }
 
@@ -56,7 +56,7 @@ struct Row {
 // The [B, T] inputs of forward_packed for `rows` after a prefix of `p` tokens, right-padded to T.
 struct Packed {
   at::Tensor tokens, positions, valid, segments;
-  at::Tensor run(const LlamaModelImpl& model, const PrefixKV* prefix) const {
+  at::Tensor run(const DecoderModelImpl& model, const PrefixKV* prefix) const {
     c10::InferenceMode guard;
     return model.forward_packed(tokens, positions, valid, segments, prefix);
   }
@@ -90,7 +90,7 @@ Packed pack(const std::vector<Row>& rows, int64_t p, int64_t t) {
 double max_diff(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); }
 
 // Checks every segment of every row of `got` ([B, T, D]) against forward() on prefix + trunk (+ branch) alone.
-void expect_rows_match_alone(const LlamaModelImpl& model, const Ids& prefix, const std::vector<Row>& rows,
+void expect_rows_match_alone(const DecoderModelImpl& model, const Ids& prefix, const std::vector<Row>& rows,
                              const at::Tensor& got, double tol) {
   const int64_t p = static_cast<int64_t>(prefix.size());
   for (size_t r = 0; r < rows.size(); ++r) {
@@ -125,7 +125,7 @@ class PrefixAttention : public ::testing::TestWithParam<int64_t> {
   TinyModelSpec spec;
   ModelConfig config;
   std::map<std::string, at::Tensor> weights;
-  LlamaModel model{nullptr};
+  DecoderModel model{nullptr};
 };
 
 TEST_P(PrefixAttention, PrefillHasOneCopyOfThePrefix) {
@@ -242,8 +242,8 @@ TEST(PrefixAttentionBf16, RunsAndStaysCloseToFp32) {
   TinyModelSpec spec;
   ModelConfig config = testing::tiny_config(spec);
   auto weights = testing::tiny_weights(config, spec.seed);
-  LlamaModel fp32 = build_model(config, weights);
-  LlamaModel bf16 = build_model(config, weights, LoadOptions{at::kCPU, at::kBFloat16});
+  DecoderModel fp32 = build_model(config, weights);
+  DecoderModel bf16 = build_model(config, weights, LoadOptions{at::kCPU, at::kBFloat16});
   const Ids prefix = random_ids(18, config.vocab_size, 30);
   std::vector<Row> rows = {{random_ids(4, config.vocab_size, 31), {random_ids(1, config.vocab_size, 32),
                                                                    random_ids(3, config.vocab_size, 33)}},
@@ -267,7 +267,7 @@ TEST(PrefixAttentionBf16, RunsAndStaysCloseToFp32) {
 TEST(PrefixAttentionErrors, PrefillRejectsBadPrefixes) {
   TinyModelSpec spec;
   ModelConfig config = testing::tiny_config(spec);
-  LlamaModel model = build_model(config, testing::tiny_weights(config, spec.seed));
+  DecoderModel model = build_model(config, testing::tiny_weights(config, spec.seed));
   EXPECT_NE(testing::error_of([&] { model->prefill({}); }).find("no tokens"), std::string::npos);
   std::vector<int32_t> too_long(config.max_position_embeddings + 1, 3);
   EXPECT_NE(testing::error_of([&] { model->prefill(too_long); }).find("max_position_embeddings"), std::string::npos);
@@ -282,7 +282,7 @@ TEST(PrefixAttentionErrors, PrefillRejectsBadPrefixes) {
 TEST(PrefixAttentionErrors, ForwardPackedRejectsMismatchedShapes) {
   TinyModelSpec spec;
   ModelConfig config = testing::tiny_config(spec);
-  LlamaModel model = build_model(config, testing::tiny_weights(config, spec.seed));
+  DecoderModel model = build_model(config, testing::tiny_weights(config, spec.seed));
   c10::InferenceMode guard;
   at::Tensor tokens = at::zeros({2, 5}, at::kLong);
   EXPECT_NE(testing::error_of([&] {
@@ -303,7 +303,7 @@ TEST(PrefixAttentionTiming, DISABLED_SharedPrefixVersusFullSequences) {
   spec.kv_heads = 2;
   spec.max_positions = 1024;
   ModelConfig config = testing::tiny_config(spec);
-  LlamaModel model = build_model(config, testing::tiny_weights(config, spec.seed));
+  DecoderModel model = build_model(config, testing::tiny_weights(config, spec.seed));
   const int64_t p = 512, b = 16, t = 64;
   const Ids prefix = random_ids(p, config.vocab_size, 40);
   std::vector<Row> rows;

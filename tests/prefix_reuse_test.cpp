@@ -25,7 +25,7 @@ namespace {
 using ::testing::HasSubstr;
 
 std::string model_dir() { return testing::source_dir() + "/models/stories260K"; }
-const LlamaModelImpl& model() { return testing::stories260k_model(); }
+const DecoderModelImpl& model() { return testing::stories260k_model(); }
 const Tokenizer& tokenizer() { return testing::stories260k_tokenizer(); }
 
 // Two "subjects": a few-shot prefix, then questions with one-token letters and multi-token answers.
@@ -119,7 +119,7 @@ TEST(PrefixReuse, GivesTheResultsOfPlainBatchesWithFarFewerTokens) {
 std::vector<RequestResult> run_float64(const Plan& plan) {
   LoadOptions o;
   o.dtype = at::kDouble;
-  static const LlamaModel* m64 = new LlamaModel(load_model(model_dir(), o));
+  static const DecoderModel* m64 = new DecoderModel(load_model(model_dir(), o));
   std::vector<ItemResult> items;
   PrefixCache cache;
   ExecutionOptions eo;
@@ -164,7 +164,7 @@ TEST(PrefixReuse, PackedRowsGiveTheResultsOfOneRowPerRequest) {
     EXPECT_GT(b.sequence_width, 0);
     for (const PackedRow& row : pack_rows(b))
       packed += std::any_of(row.segments.begin(), row.segments.end(),
-                            [](int64_t s) { return s >= LlamaModelImpl::kSegmentsPerPart; });
+                            [](int64_t s) { return s >= kSegmentsPerPart; });
   }
   EXPECT_GT(packed, 0);
   const Plan off = make_plan(rs, tokenizer(), options(false, 2048));

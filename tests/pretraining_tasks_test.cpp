@@ -168,7 +168,7 @@ TEST(PretrainingTasksTest, PartialScoringComputesTheSharedPrefixOnce) {
   const Task task = load_shared("winogrande");
   const std::vector<Request> rs = build_requests({&task}, 40);
   ASSERT_EQ(rs.size(), 80u);
-  const LlamaModelImpl& model = testing::stories260k_model();
+  const DecoderModelImpl& model = testing::stories260k_model();
   const Tokenizer& tokenizer = testing::stories260k_tokenizer();
   auto run = [&](bool reuse, ExecutionStats& stats) {
     PlanOptions o;

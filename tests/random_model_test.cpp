@@ -1,6 +1,6 @@
 // write_random_model() and `gpueval init-model`: a random Llama with the real Llama-2 SentencePiece
 // tokenizer that loads, gives finite logits, and is a pure function of its spec and seed.
-#include "model/random_model.h"
+#include "cli/random_model.h"
 
 #include <gmock/gmock.h>
 
@@ -13,7 +13,7 @@
 #include "common/file_io.h"
 #include "gpueval/model.h"
 #include "gpueval/tokenizer.h"
-#include "model/checkpoint.h"
+#include "model/loading/checkpoint.h"
 #include "test_util.h"
 
 namespace gpueval {
@@ -85,7 +85,7 @@ TEST(RandomModel, LoadsWithTheTokenizersVocabularyAndGivesFiniteLogits) {
   EXPECT_FALSE(at::equal(ckpt.tensor("lm_head.weight"), embed));
 
   c10::InferenceMode guard;
-  LlamaModel model = load_model(out);
+  DecoderModel model = load_model(out);
   const int64_t t = static_cast<int64_t>(ids.size());
   const at::Tensor tokens = at::tensor(std::vector<int64_t>(ids.begin(), ids.end())).view({1, t});
   const at::Tensor positions = at::arange(t).view({1, t});

@@ -16,8 +16,8 @@
 #include <nlohmann/json.hpp>
 
 #include "gpueval/model.h"
-#include "model/kernels.h"
-#include "model/rope.h"
+#include "model/kernels/cuda_kernels.h"
+#include "model/decoder/rope.h"
 #include "logits_fixture.h"
 #include "test_util.h"
 
@@ -45,7 +45,7 @@ std::vector<Sequence> expected(const std::string& name) { return testing::expect
 class RopeScalingFixture : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(RopeScalingFixture, LogitsMatchTransformersBelowAndAboveTheThreshold) {
-  LlamaModel model = load_model(fixture_dir(GetParam()));
+  DecoderModel model = load_model(fixture_dir(GetParam()));
   c10::InferenceMode guard;
   const std::vector<Sequence> sequences = expected(GetParam());
   ASSERT_EQ(sequences.size(), 2u);
@@ -66,7 +66,7 @@ TEST_P(RopeScalingFixture, LogitsMatchTransformersBelowAndAboveTheThreshold) {
 // by step give the same logits; above it only a row of its own does (the planner's rule), which the
 // two sequences in one padded batch check: each row chooses its own frequencies.
 TEST_P(RopeScalingFixture, PrefixCacheAndBatchRowsAgree) {
-  LlamaModel model = load_model(fixture_dir(GetParam()));
+  DecoderModel model = load_model(fixture_dir(GetParam()));
   c10::InferenceMode guard;
   const std::vector<Sequence> sequences = expected(GetParam());
   const std::optional<int64_t> threshold = model->config().rope_length_threshold();

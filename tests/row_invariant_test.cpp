@@ -1,4 +1,4 @@
-// The row-invariant product (model/row_invariant.h): its AVX2 body computes the documented order
+// The row-invariant product (model/kernels/row_invariant.h): its AVX2 body computes the documented order
 // (equal bits to the scalar body, which spells it out) for every tile edge, a row's bits do not depend
 // on the rows beside it, the threads or the output chunk; RowInvariantProducts switches a model's
 // projections to it (and only where it is on), and the prefix cache keeps prefixes computed under it
@@ -17,8 +17,8 @@
 
 #include "gpueval/error.h"
 #include "gpueval/model.h"
-#include "model/cpu_matmul.h"
-#include "model/row_invariant.h"
+#include "model/kernels/cpu_matmul.h"
+#include "model/kernels/row_invariant.h"
 #include "run/prefix_cache.h"
 #include "tiny_model.h"
 
@@ -102,7 +102,7 @@ TEST(RowInvariantProducts, AModelsRowsKeepTheirBitsBesideOthers) {
   spec.hidden = 256;  // products wide enough that a BLAS splits their sums differently by row count
   spec.intermediate = 512;
   const ModelConfig config = testing::tiny_config(spec);
-  LlamaModel model = build_model(config, testing::tiny_weights(config, spec.seed));
+  DecoderModel model = build_model(config, testing::tiny_weights(config, spec.seed));
   c10::InferenceMode guard;
   at::Tensor tokens = (at::arange(16).view({16, 1}) * 7 + 3).remainder(spec.vocab);
   const at::Tensor positions = at::zeros({16, 1}, at::kLong);
@@ -133,7 +133,7 @@ TEST(RowInvariantProducts, AModelsRowsKeepTheirBitsBesideOthers) {
 TEST(RowInvariantProducts, ThePrefixCacheKeepsGenerationAndScoringPrefixesApart) {
   testing::TinyModelSpec spec;
   const ModelConfig config = testing::tiny_config(spec);
-  LlamaModel model = build_model(config, testing::tiny_weights(config, spec.seed));
+  DecoderModel model = build_model(config, testing::tiny_weights(config, spec.seed));
   c10::InferenceMode guard;
   PrefixCache cache;
   const std::vector<int32_t> tokens = {1, 5, 9, 2};

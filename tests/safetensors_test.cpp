@@ -1,4 +1,4 @@
-#include "model/safetensors.h"
+#include "model/loading/safetensors.h"
 
 #include <gtest/gtest.h>
 #include <sys/resource.h>
@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "gpueval/error.h"
-#include "model/checkpoint.h"
+#include "model/loading/checkpoint.h"
 #include "test_util.h"
 
 namespace gpueval {

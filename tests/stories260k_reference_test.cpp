@@ -9,7 +9,7 @@
 
 #include "gpueval/model.h"
 #include "gpueval/tokenizer.h"
-#include "model/generate.h"
+#include "model/decoder/generate.h"
 #include "test_util.h"
 
 namespace gpueval {
@@ -25,7 +25,7 @@ json load_json(const std::string& path) {
 }
 
 // hidden -> logits [T, V] for one unpadded sequence.
-at::Tensor forward_logits(const LlamaModelImpl& model, const std::vector<int64_t>& ids) {
+at::Tensor forward_logits(const DecoderModelImpl& model, const std::vector<int64_t>& ids) {
   c10::InferenceMode guard;
   const int64_t t = static_cast<int64_t>(ids.size());
   at::Tensor tokens = at::tensor(ids, at::kLong).view({1, t});
@@ -37,7 +37,7 @@ at::Tensor forward_logits(const LlamaModelImpl& model, const std::vector<int64_t
 TEST(Stories260kReference, LogitsMatchLlama2c) {
   GPUEVAL_REQUIRE_SHARED();
   json ref = load_json(shared_dir() + "/refs/stories260K_logits.json");
-  LlamaModel model = load_model(converted_stories260k());
+  DecoderModel model = load_model(converted_stories260k());
   int checked_full = 0, checked_positions = 0;
   for (const auto& seq : ref["sequences"]) {
     std::vector<int64_t> ids = seq["token_ids"].get<std::vector<int64_t>>();
@@ -96,7 +96,7 @@ TEST(Stories260kReference, GreedyIdsMatchLlama2c) {
   GPUEVAL_REQUIRE_SHARED();
   auto cases = greedy_cases();
   ASSERT_GE(cases.size(), 2u);
-  LlamaModel model = load_model(converted_stories260k());
+  DecoderModel model = load_model(converted_stories260k());
   auto tok = load_tokenizer(converted_stories260k());
   for (const auto& c : cases) {
     SCOPED_TRACE(c.prompt);

@@ -17,8 +17,8 @@
 #include "aggregate/aggregator.h"
 #include "gpueval/model.h"
 #include "gpueval/tokenizer.h"
-#include "model/llama2c_convert.h"
-#include "model/safetensors.h"
+#include "cli/llama2c_convert.h"
+#include "model/loading/safetensors.h"
 #include "plan/planner.h"
 #include "run/executor.h"
 
@@ -217,8 +217,8 @@ void perturbed_copy(const std::string& src, const std::string& dst, double scale
   }
 }
 
-const LlamaModelImpl& stories260k_model() {
-  static const LlamaModel model = load_model(source_dir() + "/models/stories260K");
+const DecoderModelImpl& stories260k_model() {
+  static const DecoderModel model = load_model(source_dir() + "/models/stories260K");
   return *model;
 }
 
@@ -228,7 +228,7 @@ const Tokenizer& stories260k_tokenizer() {
 }
 
 std::vector<RequestResult> score_with_stories260k(const std::vector<Request>& requests) {
-  const LlamaModelImpl& model = stories260k_model();
+  const DecoderModelImpl& model = stories260k_model();
   const Tokenizer& tokenizer = stories260k_tokenizer();
   PlanOptions options;
   options.batch_tokens = 8192;

@@ -108,7 +108,7 @@ const std::string& converted_stories260k();
 void perturbed_copy(const std::string& src, const std::string& dst, double scale, uint64_t seed);
 
 // The shipped models/stories260K and its tokenizer, loaded once per test process (fp32, CPU).
-const LlamaModelImpl& stories260k_model();
+const DecoderModelImpl& stories260k_model();
 const Tokenizer& stories260k_tokenizer();
 
 // Scores `requests` (indices 0..n-1) with the shipped models/stories260K in process, the way a

@@ -5,8 +5,8 @@
 #include <nlohmann/json.hpp>
 
 #include "common/file_io.h"
-#include "model/safetensors.h"
-#include "model/weight_names.h"
+#include "model/loading/safetensors.h"
+#include "model/loading/weight_names.h"
 
 namespace gpueval::testing {
 
@@ -40,7 +40,7 @@ ModelConfig tiny_config(const TinyModelSpec& s) {
 }
 
 std::map<std::string, at::Tensor> tiny_weights(const ModelConfig& c, uint64_t seed) {
-  using W = LlamaWeight;
+  using W = WeightKind;
   at::manual_seed(seed);
   std::map<std::string, at::Tensor> w;
   auto normal = [&](W kind, double std) { return at::randn(weight_shape(c, kind), at::kFloat) * std; };
@@ -108,7 +108,7 @@ at::Tensor reference_rotary(const ModelConfig& c, const at::Tensor& x, const std
 
 at::Tensor reference_logits(const ModelConfig& c, const std::map<std::string, at::Tensor>& weights,
                             const std::vector<int64_t>& ids) {
-  using W = LlamaWeight;
+  using W = WeightKind;
   auto w = [&](W kind, int64_t layer = 0) { return weights.at(weight_name(kind, layer)).to(at::kDouble); };
   const int64_t t = static_cast<int64_t>(ids.size()), hd = c.head_dim;
   at::Tensor x = w(W::kEmbedTokens).index_select(0, at::tensor(ids, at::kLong));  // [T, D]

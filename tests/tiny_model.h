@@ -1,7 +1,7 @@
 // A tiny random-weight Llama-family model for tests, covering what stories260K
 // does not: untied head, llama3 rope scaling, q/k/v bias, GQA with several
 // groups. Plus an independent plain-LibTorch reference forward (one sequence,
-// no cache, no padding, explicit per-head loops) to check LlamaModel against.
+// no cache, no padding, explicit per-head loops) to check DecoderModel against.
 #pragma once
 
 #include <map>

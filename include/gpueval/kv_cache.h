@@ -47,7 +47,7 @@ class KVCache {
   // Keeps only the given rows (indices: [B'] int64), e.g. to drop finished sequences.
   void select_rows(const at::Tensor& indices);
 
-  // Continuous batching (model/generate.h) moves whole sequences between rows. Each row's real
+  // Continuous batching (model/decoder/generate.h) moves whole sequences between rows. Each row's real
   // positions end at length() and are contiguous, so attention sees them in the same order
   // wherever they sit.
   // Row `row` takes the last n committed positions of `source`'s row `source_row` as its last

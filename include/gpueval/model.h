@@ -1,5 +1,5 @@
-// LlamaModel is a decoder-only transformer in LibTorch: RMSNorm or LayerNorm, rotary embeddings
-// (every rope_scaling type of model/rope.h, partial rotary) or learned positions, grouped-query attention,
+// DecoderModel is a decoder-only transformer in LibTorch: RMSNorm or LayerNorm, rotary embeddings
+// (every rope_scaling type of model/decoder/rope.h, partial rotary) or learned positions, grouped-query attention,
 // SwiGLU, GeGLU or plain GELU MLP, optional biases, tied or untied LM head, sliding-window layers. It is
 // one decoder for every family ModelConfig reads (Llama 2/3, Mistral, Qwen2, TinyLlama, Qwen3, OLMo 2/3,
 // Granite, SmolLM3, Gemma 2/3, Phi-3, GPT-NeoX, GPT-2, Mixtral, Qwen3-MoE, OLMoE, DeepSeek-V3): what a
@@ -37,6 +37,7 @@
 
 #include "gpueval/kv_cache.h"
 #include "gpueval/model_config.h"
+#include "gpueval/packed_segments.h"
 
 namespace gpueval {
 
@@ -53,7 +54,7 @@ class ProjectionImpl : public torch::nn::Module {
   ProjectionImpl(const WeightSource& source, const std::string& weight, int64_t in, int64_t out, bool bias);
   at::Tensor forward(const at::Tensor& x) const;  // [..., in] -> [..., out]
   const at::Tensor& weight() const { return weight_; }
-  // From now on CPU float32 inputs multiply a packed copy of the weight (model/cpu_matmul.h), where
+  // From now on CPU float32 inputs multiply a packed copy of the weight (model/kernels/cpu_matmul.h), where
   // one applies; returns its bytes (0: none).
   int64_t pack_for_cpu();
 
@@ -108,7 +109,7 @@ struct PrefixKV {
   int64_t bytes() const;           // storage held, for cache accounting
 };
 
-// One group of a ragged forward (LlamaModelImpl::forward_ragged) as a layer's attention sees it: its
+// One group of a ragged forward (DecoderModelImpl::forward_ragged) as a layer's attention sees it: its
 // rows x length tokens, from `offset` of the tokens laid side by side, with its RoPE tables and mask for
 // this layer and its own cache (or null).
 struct AttentionGroup {
@@ -199,7 +200,7 @@ TORCH_MODULE(Mlp);
 
 // A sparse layer's mixture of experts (ModelConfig's arch.moe, which says how the router chooses):
 // every token routed on its own, so its experts never depend on the other rows of its batch (on the
-// CPU in float32 the router's product is model/row_invariant.h's row_invariant_product, each logit summed
+// CPU in float32 the router's product is model/kernels/row_invariant.h's row_invariant_product, each logit summed
 // in one order whatever the row count); the tokens of each expert multiplied together as one product,
 // the experts in ascending order; the shared experts' output (DeepSeek-V3) added last.
 // Called with a sparse layer's index and, per token of a forward, its chosen experts [N, top_k] int64
@@ -214,7 +215,7 @@ class MoeImpl : public torch::nn::Module {
   // with `weights`, their weights [N, top_k]: float32, or the model's dtype with weights_in_model_dtype.
   at::Tensor choose(const at::Tensor& x, at::Tensor* weights = nullptr) const;
   // Every forward from now on reports its choices to `observer` (null: none). Not thread-safe: for a
-  // model that one thread runs (LlamaModelImpl::observe_routing).
+  // model that one thread runs (DecoderModelImpl::observe_routing).
   void observe(RoutingObserver observer) { observer_ = std::move(observer); }
 
  private:
@@ -279,16 +280,16 @@ struct LoadOptions {
   at::ScalarType dtype = at::kFloat;
 };
 
-// One group of rows of a ragged forward (LlamaModelImpl::forward_ragged): tokens and positions [B, T]
+// One group of rows of a ragged forward (DecoderModelImpl::forward_ragged): tokens and positions [B, T]
 // int64 and valid [B, T] bool as forward() takes them, and the group's own cache (or null).
 struct ForwardGroup {
   at::Tensor tokens, positions, valid;
   KVCache* cache = nullptr;
 };
 
-class LlamaModelImpl : public torch::nn::Module {
+class DecoderModelImpl : public torch::nn::Module {
  public:
-  LlamaModelImpl(const ModelConfig& config, const WeightSource& source, LoadOptions options);
+  DecoderModelImpl(const ModelConfig& config, const WeightSource& source, LoadOptions options);
 
   // tokens, positions: [B, T] int64; valid: [B, T] bool (false = padding).
   // With a cache, the step's keys are appended to it and earlier ones attended to.
@@ -320,7 +321,6 @@ class LlamaModelImpl : public torch::nn::Module {
   // fewer repeats one), returns [B, T', D]: the last layer computes its attention queries' outputs and
   // its MLP at those positions alone (keys and values everywhere), the same states as the full
   // forward's at those positions, for 1/L of the work less at every other position.
-  static constexpr int64_t kSegmentsPerPart = int64_t{1} << 32;
   at::Tensor forward_packed(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& valid,
                             const at::Tensor& segments, const PrefixKV* prefix, const at::Tensor& columns = {}) const;
   // hidden: [..., D] -> logits [..., V] in the model dtype.
@@ -334,7 +334,7 @@ class LlamaModelImpl : public torch::nn::Module {
     for (DecoderLayer& layer : layers_) layer->observe_routing(observer);
   }
   KVCache make_cache(int64_t batch, int64_t capacity) const;
-  // Bytes of the packed copies the projections and the LM head multiply (model/cpu_matmul.h's
+  // Bytes of the packed copies the projections and the LM head multiply (model/kernels/cpu_matmul.h's
   // PackedWeight): a CPU float32 model packs them when loaded, where pack_cpu_weights() allows; else 0.
   int64_t packed_weight_bytes() const { return packed_bytes_; }
 
@@ -379,18 +379,18 @@ class LlamaModelImpl : public torch::nn::Module {
   std::shared_ptr<const PackedWeight> lm_head_packed_;
   int64_t packed_bytes_ = 0;
 };
-TORCH_MODULE(LlamaModel);
+TORCH_MODULE(DecoderModel);
 
 // Loads `dir` (config.json + model.safetensors or a sharded index). Every
 // missing tensor, wrong shape or non-float dtype is a one-line Error naming the
 // file and the tensor. config().eos_token_ids, the tokens that end generation, are
 // generation_config.json's eos_token_id where that file sets one, as transformers'
-// generate() takes them, else config.json's (model/generation_config.h).
-LlamaModel load_model(const std::string& dir, LoadOptions options = {});
+// generate() takes them, else config.json's (model/config/generation_config.h).
+DecoderModel load_model(const std::string& dir, LoadOptions options = {});
 
 // Builds the model from in-memory tensors keyed by Hugging Face name (tests,
 // converters). Same checks as load_model; `where` names the source in errors.
-LlamaModel build_model(const ModelConfig& config, const std::map<std::string, at::Tensor>& weights,
+DecoderModel build_model(const ModelConfig& config, const std::map<std::string, at::Tensor>& weights,
                        LoadOptions options = {}, const std::string& where = "<weights>");
 
 // Parses "float32"/"fp32", "bfloat16"/"bf16", "float16"/"fp16"/"half".

@@ -74,9 +74,9 @@ enum class WeightLayout { kLlama, kPhi3, kGptNeoX, kGpt2, kGemma3Multimodal, kMi
 // before the split into heads, weights [H * head_dim] and [KV * head_dim].
 enum class QkNorm { kNone, kPerHead, kWholeProjection };
 
-// What one family's decoder does differently from Llama's, as data: the decoder (model.cpp) and the
+// What one family's decoder does differently from Llama's, as data: the decoder (model/decoder/) and the
 // weight-name table (weight_names.cpp) branch on these fields alone, never on model_type. A family is
-// a row of model_config.cpp's table (model_type -> how config.json fills this, its own key names) plus,
+// a row of the family table (src/model/config/families.cpp) (model_type -> how config.json fills this, its own key names) plus,
 // where its checkpoints name tensors otherwise than Llama's, a row of weight_names.cpp's layouts.
 // Mixture of experts (Mixtral, Qwen3-MoE, OLMoE, DeepSeek-V3): a sparse layer's MLP is num_experts gated
 // MLPs of intermediate_size each, of which a linear router (no bias) picks top_k per token: softmax of
@@ -177,7 +177,7 @@ struct Architecture {
 };
 
 struct ModelConfig {
-  std::string model_type = "llama";  // a row of model_config.cpp's family table
+  std::string model_type = "llama";  // a row of the family table (model/config/families.cpp)
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;

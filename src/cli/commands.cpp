@@ -16,10 +16,10 @@
 #include "gpueval/model.h"
 #include "gpueval/model_config.h"
 #include "gpueval/tokenizer.h"
-#include "model/generate.h"
-#include "model/llama2c_convert.h"
-#include "model/random_model.h"
-#include "model/scorer.h"
+#include "model/decoder/generate.h"
+#include "cli/llama2c_convert.h"
+#include "cli/random_model.h"
+#include "model/decoder/scorer.h"
 #include "report/trend_report.h"
 #include "run/cpu_allocator.h"
 
@@ -49,11 +49,11 @@ LoadOptions load_options(const ModelOptions& m) {
   return o;
 }
 
-LlamaModel open_model(const ModelOptions& m) {
+DecoderModel open_model(const ModelOptions& m) {
   if (m.model_dir.empty()) throw Error("--model: a model directory is required");
   if (!io::is_directory(m.model_dir)) fail(m.model_dir, "model directory does not exist");
   auto t0 = Clock::now();
-  LlamaModel model = load_model(m.model_dir, load_options(m));
+  DecoderModel model = load_model(m.model_dir, load_options(m));
   std::cerr << fmt::format("[gpueval] loaded {} ({:.2f}M parameters, {}, {}) in {:.2f}s\n", m.model_dir,
                            model->config().num_parameters() / 1e6, m.device, m.dtype, seconds_since(t0));
   return model;
@@ -92,7 +92,7 @@ std::vector<int32_t> parse_id_list(const std::string& text, const std::string& f
 }
 
 void run_generate(const GenerateCommand& cmd, std::ostream& out) {
-  LlamaModel model = open_model(cmd.model);
+  DecoderModel model = open_model(cmd.model);
   std::unique_ptr<Tokenizer> tok = load_tokenizer(cmd.model.model_dir);
   const std::vector<int32_t> prompt = tok->encode(cmd.prompt, /*add_special_tokens=*/true);
   const std::vector<int32_t> body = body_of(prompt, *tok);
@@ -136,7 +136,7 @@ void run_generate(const GenerateCommand& cmd, std::ostream& out) {
 
 void run_logits(const LogitsCommand& cmd, std::ostream& out) {
   const std::vector<int32_t> ids = parse_id_list(cmd.ids, "--ids");
-  LlamaModel model = open_model(cmd.model);
+  DecoderModel model = open_model(cmd.model);
   const auto& c = model->config();
   for (int32_t id : ids)
     if (id >= c.vocab_size) throw Error(fmt::format("--ids: token id {} outside the vocabulary [0, {})", id, c.vocab_size));
@@ -197,7 +197,7 @@ void run_tokenize(const TokenizeCommand& cmd, std::istream& in, std::ostream& ou
 void run_score(const ScoreCommand& cmd, std::ostream& out) {
   keep_freed_memory();  // window after window, as a worker runs batches (run/cpu_allocator.h)
   const std::string text = io::read_file(cmd.text_file);
-  LlamaModel model = open_model(cmd.model);
+  DecoderModel model = open_model(cmd.model);
   std::unique_ptr<Tokenizer> tok = load_tokenizer(cmd.model.model_dir);
   const std::vector<int32_t> ids = tok->encode(text, /*add_special_tokens=*/false);
   if (ids.empty()) fail(cmd.text_file, "text has no tokens");

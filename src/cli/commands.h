@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "model/random_model.h"
+#include "cli/random_model.h"
 
 namespace gpueval {
 

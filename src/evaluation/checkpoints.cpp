@@ -12,7 +12,7 @@
 #include "common/file_io.h"
 #include "evaluation/training_step.h"
 #include "gpueval/error.h"
-#include "model/model_fingerprint.h"
+#include "model/loading/model_fingerprint.h"
 
 namespace gpueval {
 namespace {

@@ -15,9 +15,9 @@
 #include "evaluation/checkpoints.h"
 #include "evaluation/run_identity.h"
 #include "gpueval/error.h"
-#include "model/dtype.h"
-#include "model/generate.h"
-#include "model/generation_config.h"
+#include "model/config/dtype.h"
+#include "model/decoder/generate.h"
+#include "model/config/generation_config.h"
 #include "run/device_memory.h"
 
 namespace gpueval {

@@ -48,7 +48,7 @@ struct TaskInputs {
 TaskInputs load_tasks(const RunConfig& config, const std::string& executable);
 
 // Sampling requests' settings their task file left unset (negative, request.h) filled from
-// model_dir's generation_config.json, else transformers' defaults (model/generation_config.h).
+// model_dir's generation_config.json, else transformers' defaults (model/config/generation_config.h).
 void resolve_sampling(std::vector<Request>& requests, const std::string& model_dir);
 
 // A run's tasks, loaded once for all its checkpoints, and their config fingerprint

@@ -6,7 +6,7 @@
 #include <numeric>
 
 #include "gpueval/error.h"
-#include "gpueval/model.h"
+#include "gpueval/packed_segments.h"
 
 namespace gpueval {
 namespace {
@@ -175,7 +175,7 @@ std::vector<PackedRow> pack_sequences(std::vector<PackedRow> rows, int64_t width
     const int64_t part = parts[s]++;
     seq.tokens.insert(seq.tokens.end(), row.tokens.begin(), row.tokens.end());
     seq.positions.insert(seq.positions.end(), row.positions.begin(), row.positions.end());
-    for (int64_t segment : row.segments) seq.segments.push_back(part * LlamaModelImpl::kSegmentsPerPart + segment);
+    for (int64_t segment : row.segments) seq.segments.push_back(part * kSegmentsPerPart + segment);
     for (PackedRow::Target t : row.targets) {
       t.column += offset;
       seq.targets.push_back(t);
@@ -190,7 +190,7 @@ std::vector<PackedRow> split_parts(const PackedRow& sequence) {
   std::vector<PackedRow> parts;
   std::vector<int64_t> starts;
   for (size_t j = 0; j < sequence.tokens.size(); ++j) {
-    const int64_t part = sequence.segments[j] / LlamaModelImpl::kSegmentsPerPart;
+    const int64_t part = sequence.segments[j] / kSegmentsPerPart;
     if (parts.empty() || part != static_cast<int64_t>(parts.size()) - 1) {
       parts.emplace_back();
       starts.push_back(static_cast<int64_t>(j));
@@ -198,7 +198,7 @@ std::vector<PackedRow> split_parts(const PackedRow& sequence) {
     PackedRow& row = parts.back();
     row.tokens.push_back(sequence.tokens[j]);
     row.positions.push_back(sequence.positions[j]);
-    row.segments.push_back(sequence.segments[j] % LlamaModelImpl::kSegmentsPerPart);
+    row.segments.push_back(sequence.segments[j] % kSegmentsPerPart);
   }
   for (PackedRow::Target t : sequence.targets) {
     // The part whose columns hold the target: the last that starts at or before it.

@@ -89,7 +89,7 @@ class SequenceFill {
 struct PackedRow {
   std::vector<int32_t> tokens;     // per part: trunk (context after the prefix), then each branch's inputs
   std::vector<int64_t> positions;  // absolute: each trunk starts at the prefix length, branches follow their trunk
-  // part * LlamaModelImpl::kSegmentsPerPart + branch: branch 0 for a part's trunk, k = 1, 2, ... for its k-th
+  // part * kSegmentsPerPart + branch: branch 0 for a part's trunk, k = 1, 2, ... for its k-th
   // branch (model.h's forward_packed).
   std::vector<int64_t> segments;
   struct Target {

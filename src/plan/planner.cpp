@@ -14,7 +14,7 @@
 #include "common/utf8.h"
 #include "common/wire_json.h"
 #include "gpueval/error.h"
-#include "model/scorer.h"
+#include "model/decoder/scorer.h"
 #include "plan/packing.h"
 
 namespace gpueval {

@@ -64,7 +64,7 @@ struct Batch {
   // it has a sequence of its own); 0: the longest row's.
   int64_t sequence_width = 0;
   int64_t padded_tokens = 0;     // sequences * their width (packing.h's pack_rows)
-  // generate_until: the sequences decoded together (continuous batching, model/generate.h): when
+  // generate_until: the sequences decoded together (continuous batching, model/decoder/generate.h): when
   // one ends, the next item takes its place; 0: every item at once.
   int64_t max_rows = 0;
   // generate_until: tokens that end a sequence besides the model's EOS (generation_config.json's

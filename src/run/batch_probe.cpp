@@ -59,7 +59,7 @@ Batch sample_batch(const Batch& sample, int64_t budget) {
 // One run of the batch (its prefix from `prefixes`, computed on the first run, as a worker keeps
 // it); returns the row tokens it computed. An out-of-memory error the executor recovered from by
 // splitting the batch is one here too, because the budget did not fit as asked.
-int64_t run_once(const LlamaModelImpl& model, const Tokenizer& tokenizer, const Batch& batch, PrefixCache& prefixes) {
+int64_t run_once(const DecoderModelImpl& model, const Tokenizer& tokenizer, const Batch& batch, PrefixCache& prefixes) {
   ExecutionStats stats;
   ExecutionOptions o;
   o.prefixes = &prefixes;
@@ -82,7 +82,7 @@ double predicted_peak(const std::vector<std::pair<double, double>>& seen, int64_
 // Runs `batch` once to warm up (when `warm_up`) and `repeats` times timed: point `p`'s tokens/s
 // (the row tokens of the best run) and peak, or its note "out of memory". Returns the slowest
 // timed run's seconds.
-double measure_point(const LlamaModelImpl& model, const Tokenizer& tokenizer, const Batch& batch, int repeats,
+double measure_point(const DecoderModelImpl& model, const Tokenizer& tokenizer, const Batch& batch, int repeats,
                      bool warm_up, PrefixCache& prefixes, ProbePoint& p) {
   const at::Device device = model.options().device;
   double best_s = 0, worst_s = 0;
@@ -160,7 +160,7 @@ std::optional<Batch> probe_sample(const Plan& plan, int64_t max_tokens) {
   return sample;
 }
 
-ProbeResult probe_batch_tokens(const LlamaModelImpl& model, const Tokenizer& tokenizer, const ProbeOptions& options,
+ProbeResult probe_batch_tokens(const DecoderModelImpl& model, const Tokenizer& tokenizer, const ProbeOptions& options,
                                PrefixCache* prefixes_in) {
   if (options.min_tokens < 1 || options.max_tokens < options.min_tokens || options.repeats < 1 ||
       !(options.safety > 0 && options.safety <= 1) || !(options.knee > 0 && options.knee <= 1) ||

@@ -87,7 +87,7 @@ struct ProbeResult {
 // Runs the sweep. Throws Error when not even the smallest budget fits. The sample's prefix is
 // computed through `prefixes` when given (a worker's own cache: it then serves the run's batches
 // with that prefix, with the same bits), else through a cache of the probe's own.
-ProbeResult probe_batch_tokens(const LlamaModelImpl& model, const Tokenizer& tokenizer, const ProbeOptions& options,
+ProbeResult probe_batch_tokens(const DecoderModelImpl& model, const Tokenizer& tokenizer, const ProbeOptions& options,
                                PrefixCache* prefixes = nullptr);
 
 // The choice rule alone: among fitting points, the smallest batch_tokens whose tok/s is at least

@@ -12,7 +12,7 @@
 
 #include "gpueval/error.h"
 #include "gpueval/model.h"
-#include "model/cpu_matmul.h"
+#include "model/kernels/cpu_matmul.h"
 
 #ifdef GPUEVAL_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -166,7 +166,7 @@ void release_cached_memory(const at::Device& device) {
 
 std::string device_description(const at::Device& device, int threads) {
   if (device.is_cpu()) {
-    // The library that multiplies sets the speed a budget was measured at (model/cpu_matmul.h).
+    // The library that multiplies sets the speed a budget was measured at (model/kernels/cpu_matmul.h).
     const std::string matmul = cpu_matmul_description();
     return fmt::format("cpu: {} x{} threads{}", cpu_model_name(), threads, matmul.empty() ? "" : ", " + matmul);
   }

@@ -53,7 +53,7 @@ void check_weights_fit(const ModelConfig& config, at::ScalarType dtype, const at
 
 // A stable description of the hardware a measurement was made on, for the calibration cache and
 // tables: "cpu: AMD EPYC 7B13 x2 threads, oneDNN 2.6.3 (avx512_core)" (the library that multiplies:
-// model/cpu_matmul.h), "cuda: NVIDIA H100 80GB HBM3 (79.1 GiB)".
+// model/kernels/cpu_matmul.h), "cuda: NVIDIA H100 80GB HBM3 (79.1 GiB)".
 std::string device_description(const at::Device& device, int threads);
 
 }  // namespace gpueval

@@ -14,10 +14,10 @@
 #include <nlohmann/json.hpp>
 
 #include "gpueval/error.h"
-#include "model/generate.h"
-#include "model/logprob_gather.h"
-#include "model/row_invariant.h"
-#include "model/scorer.h"
+#include "model/decoder/generate.h"
+#include "model/decoder/logprob_gather.h"
+#include "model/kernels/row_invariant.h"
+#include "model/decoder/scorer.h"
 #include "plan/packing.h"
 #include "run/device_memory.h"
 
@@ -45,7 +45,7 @@ ItemResult result_for(const WorkItem& item) {
 // Runs rows [begin, end) of a packed batch; an out-of-memory error splits the range in two.
 class RowRunner {
  public:
-  RowRunner(const LlamaModelImpl& model, const Batch& batch, const std::vector<PackedRow>& rows,
+  RowRunner(const DecoderModelImpl& model, const Batch& batch, const std::vector<PackedRow>& rows,
             const PrefixKV* prefix, const ExecutionOptions& options, ExecutionStats& stats,
             std::vector<ItemResult>& out)
       : model_(model), batch_(batch), rows_(rows), prefix_(prefix), options_(options), stats_(stats), out_(out) {}
@@ -159,7 +159,7 @@ class RowRunner {
     stats_.tokens_computed += real;
   }
 
-  const LlamaModelImpl& model_;
+  const DecoderModelImpl& model_;
   const Batch& batch_;
   const std::vector<PackedRow>& rows_;
   const PrefixKV* prefix_;
@@ -170,7 +170,7 @@ class RowRunner {
 
 // The keys and values of the batch's prefix (null without one): the worker's prefix cache's copy,
 // or computed for this batch alone; what had to be computed counts in `stats`.
-std::shared_ptr<const PrefixKV> batch_prefix(const LlamaModelImpl& model, const Batch& batch,
+std::shared_ptr<const PrefixKV> batch_prefix(const DecoderModelImpl& model, const Batch& batch,
                                              const ExecutionOptions& options, ExecutionStats& stats) {
   if (batch.prefix.empty()) return nullptr;
   int64_t computed = 0;
@@ -186,7 +186,7 @@ std::shared_ptr<const PrefixKV> batch_prefix(const LlamaModelImpl& model, const 
   return prefix;
 }
 
-std::vector<ItemResult> score_items(const LlamaModelImpl& model, const Batch& batch, const ExecutionOptions& options,
+std::vector<ItemResult> score_items(const DecoderModelImpl& model, const Batch& batch, const ExecutionOptions& options,
                                     ExecutionStats& stats) {
   c10::InferenceMode guard;
   std::vector<ItemResult> out;
@@ -249,7 +249,7 @@ class StopWatch {
 // for it, each distinct prompt's own tokens once, and the generated tokens).
 class GenerationStream {
  public:
-  GenerationStream(const LlamaModelImpl& model, const Tokenizer& tokenizer, const ExecutionOptions& options,
+  GenerationStream(const DecoderModelImpl& model, const Tokenizer& tokenizer, const ExecutionOptions& options,
                    const GenerationNext& next, const GenerationDone& done)
       : model_(model), tokenizer_(tokenizer), options_(options), next_(next), done_(done), stop_watch_(tokenizer) {}
 
@@ -346,7 +346,7 @@ class GenerationStream {
     done_(st.batch, std::move(st.out), st.stats);
   }
 
-  const LlamaModelImpl& model_;
+  const DecoderModelImpl& model_;
   const Tokenizer& tokenizer_;
   const ExecutionOptions& options_;
   const GenerationNext& next_;
@@ -357,7 +357,7 @@ class GenerationStream {
   std::vector<std::pair<size_t, size_t>> rows_;  // per generate() prompt: its batch and item
 };
 
-std::vector<ItemResult> generate_items(const LlamaModelImpl& model, const Tokenizer& tokenizer, const Batch& batch,
+std::vector<ItemResult> generate_items(const DecoderModelImpl& model, const Tokenizer& tokenizer, const Batch& batch,
                                        const ExecutionOptions& options, ExecutionStats& stats) {
   std::vector<ItemResult> out;
   const GenerationDone done = [&](const Batch&, std::vector<ItemResult> items, const ExecutionStats& s) {
@@ -370,7 +370,7 @@ std::vector<ItemResult> generate_items(const LlamaModelImpl& model, const Tokeni
 
 // Generation with the same out-of-memory handling as scoring: rows are
 // independent (own seed, own stop), so halves give the same results.
-std::vector<ItemResult> generate_split(const LlamaModelImpl& model, const Tokenizer& tokenizer, const Batch& batch,
+std::vector<ItemResult> generate_split(const DecoderModelImpl& model, const Tokenizer& tokenizer, const Batch& batch,
                                        const ExecutionOptions& options, ExecutionStats& stats) {
   try {
     int64_t width = 0;
@@ -404,7 +404,7 @@ void check_batch(const Batch& batch) {
 
 }  // namespace
 
-std::vector<ItemResult> execute_batch(const LlamaModelImpl& model, const Tokenizer& tokenizer, const Batch& batch,
+std::vector<ItemResult> execute_batch(const DecoderModelImpl& model, const Tokenizer& tokenizer, const Batch& batch,
                                       const ExecutionOptions& options, ExecutionStats* stats) {
   if (batch.items.empty()) return {};
   check_batch(batch);
@@ -414,7 +414,7 @@ std::vector<ItemResult> execute_batch(const LlamaModelImpl& model, const Tokeniz
   return generate ? generate_split(model, tokenizer, batch, options, s) : score_items(model, batch, options, s);
 }
 
-void execute_generation(const LlamaModelImpl& model, const Tokenizer& tokenizer, const Batch& first,
+void execute_generation(const DecoderModelImpl& model, const Tokenizer& tokenizer, const Batch& first,
                         const ExecutionOptions& options, const GenerationNext& next, const GenerationDone& done) {
   if (first.items.empty() || first.items.front().type != RequestType::kGenerateUntil)
     throw Error(fmt::format("batch {}: execute_generation needs a generate_until batch", first.id));

@@ -60,7 +60,7 @@ using GenerationDone = std::function<void(const Batch& batch, std::vector<ItemRe
 
 // Throws Error for a batch that mixes generation with scoring, or whose items do not fit the
 // model. Generation rows sample each with its own settings and seed (WorkItem).
-std::vector<ItemResult> execute_batch(const LlamaModelImpl& model, const Tokenizer& tokenizer, const Batch& batch,
+std::vector<ItemResult> execute_batch(const DecoderModelImpl& model, const Tokenizer& tokenizer, const Batch& batch,
                                       const ExecutionOptions& options = {}, ExecutionStats* stats = nullptr);
 
 // Generation batches back to back through one running set (generate.h's MorePrompts): `first`,
@@ -72,7 +72,7 @@ std::vector<ItemResult> execute_batch(const LlamaModelImpl& model, const Tokeniz
 // Throws Error as execute_batch does, and for a joining batch with another prefix or other stop_ids
 // (Batch::stop_ids, which end its sequences besides the model's EOS); `done` has then
 // been called for the batches finished before.
-void execute_generation(const LlamaModelImpl& model, const Tokenizer& tokenizer, const Batch& first,
+void execute_generation(const DecoderModelImpl& model, const Tokenizer& tokenizer, const Batch& first,
                         const ExecutionOptions& options, const GenerationNext& next, const GenerationDone& done);
 
 // lm-evaluation-harness's stop handling: the text cut at the first occurrence

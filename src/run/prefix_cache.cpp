@@ -2,14 +2,14 @@
 
 #include <algorithm>
 
-#include "model/row_invariant.h"
+#include "model/kernels/row_invariant.h"
 
 namespace gpueval {
 
 PrefixCache::PrefixCache(size_t max_entries, int64_t max_bytes)
     : max_entries_(std::max<size_t>(1, max_entries)), max_bytes_(max_bytes) {}
 
-std::shared_ptr<const PrefixKV> PrefixCache::get(const LlamaModelImpl& model, const std::vector<int32_t>& tokens,
+std::shared_ptr<const PrefixKV> PrefixCache::get(const DecoderModelImpl& model, const std::vector<int32_t>& tokens,
                                                  int64_t* computed_tokens) {
   const bool row_invariant = row_invariant_products_on();
   for (auto it = entries_.begin(); it != entries_.end(); ++it) {

@@ -3,7 +3,7 @@
 // between batches so that each prefix is computed once per worker however many
 // batches use it. Entries are looked up by their tokens; the least recently
 // used are dropped beyond max_entries or max_bytes. A prefix computed under
-// row-invariant products (model/row_invariant.h: generation) is another entry
+// row-invariant products (model/kernels/row_invariant.h: generation) is another entry
 // than the same tokens computed for scoring. One cache per worker;
 // not thread-safe.
 #pragma once
@@ -23,7 +23,7 @@ class PrefixCache {
 
   // The prefix's keys and values, computed with model.prefill on a miss (then
   // *computed_tokens, when given, grows by the prefix length).
-  std::shared_ptr<const PrefixKV> get(const LlamaModelImpl& model, const std::vector<int32_t>& tokens,
+  std::shared_ptr<const PrefixKV> get(const DecoderModelImpl& model, const std::vector<int32_t>& tokens,
                                       int64_t* computed_tokens = nullptr);
 
   size_t size() const { return entries_.size(); }

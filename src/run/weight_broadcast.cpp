@@ -62,11 +62,11 @@ std::string new_broadcast_id() {
   return hex;
 }
 
-LlamaModel load_model_broadcast(const std::string& dir, LoadOptions options, const BroadcastGroup& group) {
+DecoderModel load_model_broadcast(const std::string& dir, LoadOptions options, const BroadcastGroup& group) {
   if (!options.device.is_cuda()) throw Error("weight broadcast: the device must be a GPU, got " + options.device.str());
   c10::cuda::CUDAGuard device_guard(options.device);
   // Rank 0 maps its safetensors first, so the others wait in ncclCommInitRank meanwhile.
-  LlamaModel model{nullptr};
+  DecoderModel model{nullptr};
   if (group.rank == 0) {
     model = load_model(dir, options);
   } else {
@@ -75,7 +75,7 @@ LlamaModel load_model_broadcast(const std::string& dir, LoadOptions options, con
     WeightSource empty = [&](const std::string&, const std::vector<int64_t>& shape) {
       return at::empty(shape, at::TensorOptions().device(options.device).dtype(options.dtype));
     };
-    model = LlamaModel(config, empty, options);
+    model = DecoderModel(config, empty, options);
   }
   Communicator comm(group);
   try {

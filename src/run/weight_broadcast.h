@@ -53,7 +53,7 @@ std::string new_broadcast_id();
 // the others by receiving each parameter, in named_parameters() order, over NCCL. Blocks until
 // every rank has joined. Throws Error when the ranks' models differ (count or bytes of parameters)
 // or an NCCL or CUDA call fails; the communicator is destroyed before it returns or throws.
-LlamaModel load_model_broadcast(const std::string& dir, LoadOptions options, const BroadcastGroup& group);
+DecoderModel load_model_broadcast(const std::string& dir, LoadOptions options, const BroadcastGroup& group);
 #endif
 
 }  // namespace gpueval

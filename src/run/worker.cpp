@@ -26,8 +26,8 @@
 #include "gpueval/error.h"
 #include "gpueval/model.h"
 #include "gpueval/tokenizer.h"
-#include "model/cpu_matmul.h"
-#include "model/dtype.h"
+#include "model/kernels/cpu_matmul.h"
+#include "model/config/dtype.h"
 #include "plan/planner.h"
 #include "run/batch_probe.h"
 #include "run/cpu_allocator.h"
@@ -197,7 +197,7 @@ class Heartbeat {
 
 // `load: broadcast` (weight_broadcast.h): rank 0 makes the NCCL id and sends it up in a kBroadcast
 // frame; the other ranks read theirs, forwarded by the scheduler, as the frame after their Hello.
-LlamaModel load_broadcast(const WorkerHello::Broadcast& spec, const std::string& model_dir, const LoadOptions& options,
+DecoderModel load_broadcast(const WorkerHello::Broadcast& spec, const std::string& model_dir, const LoadOptions& options,
                           int in, FrameWriter& writer, const std::string& name) {
   BroadcastGroup group;
   group.rank = spec.rank;
@@ -232,7 +232,7 @@ LlamaModel load_broadcast(const WorkerHello::Broadcast& spec, const std::string&
 struct Replica {
   WorkerHello hello;  // the Hello it was loaded by
   LoadOptions options;
-  LlamaModel model{nullptr};
+  DecoderModel model{nullptr};
   std::unique_ptr<Tokenizer> tokenizer;
   PrefixCache prefixes;
 };

@@ -19,7 +19,7 @@ struct WorkerHello {
   };
   std::string worker;          // the slot's name, "cpu:0" or "cuda:1": the prefix of its log lines
   std::string model;           // the checkpoint directory to load
-  std::string dtype = "auto";  // as requested; the worker resolves "auto" (model/dtype.h)
+  std::string dtype = "auto";  // as requested; the worker resolves "auto" (model/config/dtype.h)
   std::string device = "cpu";  // as the worker sees it: "cpu", or "cuda:0" (it sees one GPU)
   int threads = 0;             // intra-op threads; <= 0 keeps LibTorch's default
   double heartbeat_s = 1;

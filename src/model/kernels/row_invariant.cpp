@@ -1,0 +1,119 @@
+#include "model/kernels/row_invariant.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "gpueval/error.h"
+#include "model/kernels/cpu_parallel.h"
+
+namespace gpueval {
+
+#ifdef GPUEVAL_ROW_INVARIANT_AVX2
+namespace row_invariant_detail {
+void multiply_avx2(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, const float* w, int64_t ldw, float* y,
+                   int64_t ldy);
+}  // namespace row_invariant_detail
+#endif
+
+namespace {
+
+thread_local int invariant_scopes = 0;
+
+// The fixed order of row_invariant.h, one output at a time.
+float scalar_dot(const float* a, const float* b, int64_t k) {
+  float sum[8] = {};
+  const int64_t padded = (k + 7) / 8 * 8;
+  for (int64_t c = 0; c < padded; ++c) {
+    const float u = c < k ? a[c] : 0.0f, v = c < k ? b[c] : 0.0f;
+    sum[c % 8] = std::fma(u, v, sum[c % 8]);
+  }
+  return ((sum[0] + sum[4]) + (sum[2] + sum[6])) + ((sum[1] + sum[5]) + (sum[3] + sum[7]));
+}
+
+bool is_cpu_float32(const at::Tensor& t) {
+  return t.device().is_cpu() && t.scalar_type() == at::kFloat && t.layout() == at::kStrided;
+}
+
+}  // namespace
+
+bool row_invariant_vector_code() {
+#ifdef GPUEVAL_ROW_INVARIANT_AVX2
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return avx2;
+#else
+  return false;
+#endif
+}
+
+void row_invariant_multiply(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, const float* w, int64_t ldw,
+                            float* y, int64_t ldy, RowInvariantCode code) {
+  if (m <= 0 || n <= 0) return;
+#ifdef GPUEVAL_ROW_INVARIANT_AVX2
+  if (code == RowInvariantCode::kBest && row_invariant_vector_code()) {
+    row_invariant_detail::multiply_avx2(m, n, k, x, ldx, w, ldw, y, ldy);
+    return;
+  }
+#endif
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) y[i * ldy + j] = scalar_dot(x + i * ldx, w + j * ldw, k);
+}
+
+bool row_invariant_project_applies(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  if (!is_cpu_float32(x) || !is_cpu_float32(weight) || weight.dim() != 2 || x.dim() < 1) return false;
+  if (x.size(-1) != weight.size(1)) return false;
+  if (bias.defined() && (!is_cpu_float32(bias) || bias.dim() != 1 || bias.size(0) != weight.size(0))) return false;
+  return !(at::GradMode::is_enabled() &&
+           (x.requires_grad() || weight.requires_grad() || (bias.defined() && bias.requires_grad())));
+}
+
+at::Tensor row_invariant_project(const at::Tensor& x, const at::Tensor& weight_in, const at::Tensor& bias) {
+  if (!row_invariant_project_applies(x, weight_in, bias))
+    throw Error("row_invariant_project: needs CPU float32 x [..., in], weight [out, in] and bias [out] or none");
+  const int64_t in = weight_in.size(1), out = weight_in.size(0);
+  const at::Tensor rows = x.reshape({-1, in}).contiguous(), weight = weight_in.contiguous();
+  const int64_t m = rows.size(0);
+  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
+  shape.back() = out;
+  at::Tensor y = at::empty({m, out}, x.options());
+  const float* a = rows.data_ptr<float>();
+  const float* w = weight.data_ptr<float>();
+  float* c = y.data_ptr<float>();
+  // The threads share the outputs in chunks of 48 (a multiple of the vector tile's 3); every output
+  // is computed whole by one call, so the chunks change no bits.
+  constexpr int64_t kChunk = 48;
+  const int64_t chunks = (out + kChunk - 1) / kChunk;
+  if (m > 0)
+    cpu_parallel_for(0, chunks, 1, [&](int64_t begin, int64_t end) {
+      const int64_t first = begin * kChunk, last = std::min(out, end * kChunk);
+      row_invariant_multiply(m, last - first, in, a, in, w + first * in, in, c + first, out);
+    });
+  if (bias.defined()) y.add_(bias);
+  return y.view(shape);
+}
+
+bool row_invariant_product_applies(const at::Tensor& x, const at::Tensor& w) {
+  return x.dim() == 2 && row_invariant_project_applies(x, w);
+}
+
+at::Tensor row_invariant_product(const at::Tensor& x, const at::Tensor& w) {
+  if (!row_invariant_product_applies(x, w))
+    throw Error("row_invariant_product: needs CPU float32 x [n, d] and w [e, d] of the same d");
+  return row_invariant_project(x, w);
+}
+
+RowInvariantProducts::RowInvariantProducts() { ++invariant_scopes; }
+RowInvariantProducts::~RowInvariantProducts() { --invariant_scopes; }
+
+bool row_invariant_products_on() {
+  // GPUEVAL_ROW_INVARIANT_PRODUCTS=0 turns the switch off, to measure what invariance costs.
+  static const bool allowed = [] {
+    const char* setting = std::getenv("GPUEVAL_ROW_INVARIANT_PRODUCTS");
+    return !(setting && std::strcmp(setting, "0") == 0);
+  }();
+  return invariant_scopes > 0 && allowed && row_invariant_vector_code();
+}
+
+}  // namespace gpueval
