@@ -141,6 +141,8 @@ struct TaskLoadOptions {
 using ProgramVerdicts = std::unordered_map<std::string, bool>;
 
 // One dataset line: doc_id is its position among the documents (0..n-1, file order).
+struct DocEvidence;  // what a document's results say, as the metric table reads it (tasks/metric_table.h)
+
 struct Document {
   int64_t doc_id = 0;
   nlohmann::json fields;  // the line's JSON object; for CSV, column name -> field text
@@ -248,6 +250,11 @@ class Task {
   };
 
  private:
+  // The evidence of a multiple_choice / generate_until document for process_results.
+  void choice_evidence(const Document& doc, const std::vector<RequestResult>& results, const std::string& where,
+                       DocEvidence& evidence) const;
+  void generation_evidence(const Document& doc, const std::vector<RequestResult>& results, size_t filter,
+                           const ProgramVerdicts* verdicts, const std::string& where, DocEvidence& evidence) const;
   // target() with errors located at `where` (a few-shot example's own file and line).
   nlohmann::json target_at(const Document& doc, const std::string& where) const;
   Task() = default;

@@ -8,6 +8,7 @@
 #include "common/unicode_regex.h"
 #include "common/utf8.h"
 #include "gpueval/error.h"
+#include "tasks/metric_table.h"
 #include "tasks/python_random.h"
 
 namespace gpueval {
@@ -73,35 +74,9 @@ bool is_weighted(Aggregation aggregation) {
 }
 
 std::optional<MetricSpec> builtin_metric(std::string_view name) {
-  struct Builtin {
-    const char* name;
-    Aggregation aggregation;
-    bool higher_is_better;
-  };
-  // lm_eval/api/metrics.py's register_metric entries for these names.
-  static const Builtin kBuiltins[] = {
-      {"acc", Aggregation::kMean, true},
-      {"acc_norm", Aggregation::kMean, true},
-      {"acc_bytes", Aggregation::kMean, true},
-      {"exact_match", Aggregation::kMean, true},
-      {"perplexity", Aggregation::kPerplexity, false},
-      {"word_perplexity", Aggregation::kWeightedPerplexity, false},
-      {"byte_perplexity", Aggregation::kWeightedPerplexity, false},
-      {"bits_per_byte", Aggregation::kBitsPerByte, false},
-      // gpueval's: -logprob of the gold continuation / its UTF-8 bytes / ln 2, averaged over
-      // documents (OLMo's in-training "bits per byte").
-      {"bpb", Aggregation::kMean, false},
-      // generate_until with repeats: the unbiased pass@k and majority-vote accuracy over k
-      // samples (metrics.h); expanded per k by the task file's entry.
-      {"pass_at_k", Aggregation::kMean, true},
-      {"maj_at_k", Aggregation::kMean, true},
-      // lm-eval's mbpp `!function utils.pass_at_1`: whether the first response's program passes.
-      {"pass_at_1", Aggregation::kMean, true},
-  };
-  for (const Builtin& b : kBuiltins) {
-    if (name == b.name) return MetricSpec{b.name, b.aggregation, b.higher_is_better, nlohmann::json::object()};
-  }
-  return std::nullopt;
+  const MetricRow* row = metric_row(name);
+  if (!row) return std::nullopt;
+  return MetricSpec{row->name, row->aggregation, row->higher_is_better, nlohmann::json::object()};
 }
 
 double python_sum(const std::vector<double>& xs) {

@@ -17,6 +17,7 @@
 #include "gpueval/filters.h"
 #include "gpueval/process_docs.h"
 #include "gpueval/task.h"
+#include "tasks/metric_table.h"
 
 namespace gpueval {
 namespace {
@@ -51,33 +52,6 @@ const std::set<std::string>& descriptive_keys() {
                                               "training_split",   "validation_split", "test_split", "fewshot_split",
                                               "should_decontaminate", "doc_to_decontamination_query", "metadata"};
   return kKeys;
-}
-
-// The metrics lm-eval's process_results computes for each output type, in its order.
-const std::vector<std::string>& metrics_for(OutputType type) {
-  // bpb (gpueval's, opt-in) is not lm-eval's: bits per byte of the gold continuation.
-  static const std::vector<std::string> kChoice = {"acc", "acc_norm", "acc_bytes", "exact_match", "bpb"};
-  static const std::vector<std::string> kLoglikelihood = {"perplexity", "acc", "bpb"};
-  static const std::vector<std::string> kRolling = {"word_perplexity", "byte_perplexity", "bits_per_byte"};
-  static const std::vector<std::string> kGenerate = {"exact_match", "pass_at_k", "maj_at_k", "pass_at_1"};
-  switch (type) {
-    case OutputType::kMultipleChoice: return kChoice;
-    case OutputType::kLoglikelihood: return kLoglikelihood;
-    case OutputType::kLoglikelihoodRolling: return kRolling;
-    case OutputType::kGenerateUntil: return kGenerate;
-  }
-  return kGenerate;
-}
-
-// lm-eval's DEFAULT_METRIC_REGISTRY: the metrics of a task without metric_list.
-std::vector<std::string> default_metrics(OutputType type) {
-  switch (type) {
-    case OutputType::kMultipleChoice: return {"acc", "acc_norm"};
-    case OutputType::kLoglikelihood: return {"perplexity", "acc"};
-    case OutputType::kLoglikelihoodRolling: return {"word_perplexity", "byte_perplexity", "bits_per_byte"};
-    case OutputType::kGenerateUntil: return {"exact_match"};
-  }
-  return {};
 }
 
 std::string scalar_string(const YAML::Node& value, const std::string& key, const std::string& where) {
@@ -536,7 +510,7 @@ int64_t read_repeats(TaskYaml& yaml, OutputType type) {
 
 MetricSpec& add_metric(std::vector<MetricSpec>& metrics, const std::string& name, OutputType type,
                        const std::string& where) {
-  const std::vector<std::string>& allowed = metrics_for(type);
+  const std::vector<std::string> allowed = metrics_for(type);
   auto spec = builtin_metric(name);
   if (!spec) fail(where, "unknown metric '{}' (known for {}: {})", name, output_type_name(type), fmt::join(allowed, ", "));
   if (std::find(allowed.begin(), allowed.end(), name) == allowed.end()) {
@@ -552,6 +526,7 @@ MetricSpec& add_metric(std::vector<MetricSpec>& metrics, const std::string& name
 // The options of a metric_list mapping besides `metric`: aggregation, higher_is_better, and
 // exact_match's own (checked by calling it once).
 void read_metric_options(const nlohmann::ordered_json& entry, MetricSpec& spec, const std::string& where) {
+  const MetricRow& row = *metric_row(spec.name);
   for (const auto& [key, value] : entry.items()) {
     if (key == "metric") continue;
     if (key == "aggregation") {
@@ -564,9 +539,9 @@ void read_metric_options(const nlohmann::ordered_json& entry, MetricSpec& spec, 
     } else if (key == "higher_is_better") {
       if (!value.is_boolean()) fail(where, "higher_is_better must be true or false");
       spec.higher_is_better = value.get<bool>();
-    } else if (key == "k" && (spec.name == "pass_at_k" || spec.name == "maj_at_k")) {
+    } else if (key == "k" && row.per_k) {
       spec.kwargs[key] = value;  // read by expand_over_k()
-    } else if (spec.name == "exact_match" || spec.name == "pass_at_k" || spec.name == "maj_at_k") {
+    } else if (row.match_options) {
       spec.kwargs[key] = value;
     } else {
       fail(where, "metric '{}' takes no option '{}'", spec.name, key);
@@ -575,7 +550,7 @@ void read_metric_options(const nlohmann::ordered_json& entry, MetricSpec& spec, 
   try {
     nlohmann::json options = spec.kwargs;
     options.erase("k");
-    if (spec.name == "exact_match" || spec.name == "pass_at_k" || spec.name == "maj_at_k") exact_match("", "", options);
+    if (row.match_options) exact_match("", "", options);
   } catch (const Error& e) {
     fail(where, "{}", e.what());
   }
@@ -596,7 +571,7 @@ nlohmann::ordered_json metric_entry(const MetricSpec& spec) {
 // shown in the config's metric_list, as if the file had them).
 void add_extra_metrics(TaskYaml& yaml, std::vector<MetricSpec>& metrics, const std::vector<std::string>& extra,
                        OutputType type) {
-  const std::vector<std::string>& computed = metrics_for(type);
+  const std::vector<std::string> computed = metrics_for(type);
   for (const std::string& name : extra) {
     if (std::find(computed.begin(), computed.end(), name) == computed.end()) continue;
     if (std::any_of(metrics.begin(), metrics.end(), [&](const MetricSpec& m) { return m.name == name; })) continue;
@@ -613,7 +588,8 @@ void add_extra_metrics(TaskYaml& yaml, std::vector<MetricSpec>& metrics, const s
 // list of them, default 1) must be within the task's repeats.
 void expand_over_k(std::vector<MetricSpec>& metrics, int64_t repeats, const std::string& where) {
   const MetricSpec base = metrics.back();
-  if (base.name != "pass_at_k" && base.name != "maj_at_k") return;
+  const MetricRow* row = metric_row(base.name);
+  if (!row || !row->per_k) return;
   metrics.pop_back();
   nlohmann::json ks = base.kwargs.contains("k") ? base.kwargs.at("k") : nlohmann::json(1);
   if (!ks.is_array()) ks = nlohmann::json::array({ks});
@@ -625,7 +601,7 @@ void expand_over_k(std::vector<MetricSpec>& metrics, int64_t repeats, const std:
     MetricSpec spec = base;
     spec.k = k.get<int64_t>();
     spec.kwargs.erase("k");
-    spec.name = (base.name == "pass_at_k" ? "pass@" : "maj@") + std::to_string(spec.k);
+    spec.name = row->per_k + std::to_string(spec.k);
     for (const MetricSpec& m : metrics) {
       if (m.name == spec.name) fail(where, "metric '{}' is listed twice", spec.name);
     }
@@ -678,7 +654,7 @@ std::vector<MetricSpec> read_metrics(TaskYaml& yaml, OutputType type, int64_t re
   }
   // lm-eval reports metrics in the order its process_results computes them, whatever the
   // order of metric_list.
-  const std::vector<std::string>& allowed = metrics_for(type);
+  const std::vector<std::string> allowed = metrics_for(type);
   std::stable_sort(metrics.begin(), metrics.end(), [&](const MetricSpec& a, const MetricSpec& b) {
     return std::find(allowed.begin(), allowed.end(), a.name) < std::find(allowed.begin(), allowed.end(), b.name);
   });

@@ -8,6 +8,7 @@
 #include "common/strict_json.h"
 #include "gpueval/error.h"
 #include "gpueval/task.h"
+#include "tasks/metric_table.h"
 #include "jinja/expression.h"
 
 namespace gpueval {
@@ -65,23 +66,6 @@ int64_t index_value(const nlohmann::json& v, const std::string& where, const cha
 double bits_per_byte(double logprob, const std::string& continuation) {
   if (continuation.empty()) return std::nan("");
   return -logprob / static_cast<double>(continuation.size()) / std::log(2.0);
-}
-
-// numpy.argmax: the first maximum, or the first NaN if there is one.
-size_t argmax(const std::vector<double>& v) {
-  size_t best = 0;
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (std::isnan(v[i])) return i;
-    if (v[i] > v[best]) best = i;
-  }
-  return best;
-}
-
-bool contains(const std::vector<size_t>& gold, size_t i) {
-  for (const size_t g : gold) {
-    if (g == i) return true;
-  }
-  return false;
 }
 
 }  // namespace
@@ -370,108 +354,93 @@ DocMetrics Task::process_results(const Document& doc, const std::vector<RequestR
                                  const ProgramVerdicts* verdicts) const {
   const std::string where = location(doc);
   if (filter >= filters_.size()) fail(where, "no filter {} (task '{}' has {})", filter, name_, filters_.size());
-  DocMetrics all;  // every metric lm-eval computes for the output type; filtered to metric_list below
+  DocEvidence evidence;
   switch (output_type_) {
-    case OutputType::kMultipleChoice: {
-      const std::vector<std::string> options = choices(doc);
-      if (results.size() != options.size()) {
-        fail(where, "{} results for the {} choices of document {}", results.size(), options.size(), doc.doc_id);
-      }
-      std::vector<double> lls, by_chars, by_bytes;
-      for (size_t i = 0; i < options.size(); ++i) {
-        lls.push_back(results[i].logprob);
-        // acc_norm divides by len(choice) of the Python str: code points, not bytes or tokens,
-        // and the choice without target_delimiter. acc_bytes divides by its UTF-8 bytes.
-        by_chars.push_back(results[i].logprob / static_cast<double>(count_code_points(options[i])));
-        by_bytes.push_back(results[i].logprob / static_cast<double>(count_bytes(options[i])));
-      }
-      const std::vector<size_t> gold = gold_indices(doc, options);
-      // bpb: the gold continuation's bits per UTF-8 byte, as OLMo's in-training evals report it
-      // (the first gold when there are several).
-      const std::string gold_continuation =
-          target_delimiter_ + (multiple_input_ ? target(doc).get<std::string>() : options[gold.front()]);
-      all["bpb"] = MetricValue::scalar(bits_per_byte(results[gold.front()].logprob, gold_continuation));
-      all["acc"] = MetricValue::scalar(contains(gold, argmax(lls)) ? 1.0 : 0.0);
-      all["acc_norm"] = MetricValue::scalar(contains(gold, argmax(by_chars)) ? 1.0 : 0.0);
-      all["acc_bytes"] = MetricValue::scalar(contains(gold, argmax(by_bytes)) ? 1.0 : 0.0);
-      bool greedy = false;
-      for (const size_t g : gold) greedy = greedy || results[g].is_greedy;
-      all["exact_match"] = MetricValue::scalar(greedy ? 1.0 : 0.0);
-      break;
-    }
+    case OutputType::kMultipleChoice: choice_evidence(doc, results, where, evidence); break;
     case OutputType::kLoglikelihood: {
       if (results.size() != 1) fail(where, "{} results for one request of document {}", results.size(), doc.doc_id);
-      all["perplexity"] = MetricValue::scalar(results[0].logprob);
-      all["acc"] = MetricValue::scalar(results[0].is_greedy ? 1.0 : 0.0);
-      all["bpb"] = MetricValue::scalar(bits_per_byte(results[0].logprob, target(doc).get<std::string>()));
+      evidence.logprob = results[0].logprob;
+      evidence.is_greedy = results[0].is_greedy;
+      evidence.bpb = bits_per_byte(results[0].logprob, target(doc).get<std::string>());
       break;
     }
     case OutputType::kLoglikelihoodRolling: {
       if (results.size() != 1) fail(where, "{} results for one request of document {}", results.size(), doc.doc_id);
       const std::string text = target(doc).get<std::string>();
-      const double ll = results[0].logprob;
-      all["word_perplexity"] = MetricValue::weighted(ll, count_words(text));
-      all["byte_perplexity"] = MetricValue::weighted(ll, count_bytes(text));
-      all["bits_per_byte"] = MetricValue::weighted(ll, count_bytes(text));
+      evidence.logprob = results[0].logprob;
+      evidence.words = count_words(text);
+      evidence.bytes = count_bytes(text);
       break;
     }
-    case OutputType::kGenerateUntil: {
-      if (static_cast<int64_t>(results.size()) != repeats_) {
-        fail(where, "{} results for the {} repeats of document {}", results.size(), repeats_, doc.doc_id);
-      }
-      nlohmann::json gold = target(doc);
-      if (has_choices() && gold.is_number_integer()) {
-        const std::vector<std::string> options = choices(doc);
-        const int64_t i = gold.get<int64_t>();
-        if (i < 0 || i >= static_cast<int64_t>(options.size())) {
-          fail(where, "label {} is outside the {} choices", i, options.size());
-        }
-        gold = options[static_cast<size_t>(i)];
-      }
-      const nlohmann::json golds = gold.is_array() ? gold : nlohmann::json::array({gold});
-      std::vector<std::string> answers;
-      try {
-        answers = filtered_output(doc, results, filter);
-      } catch (const Error& e) {
-        fail(where, "{}", e.what());
-      }
-      if (answers.empty()) fail(where, "filter '{}' left no response to score", filters_[filter].name());
-      for (const MetricSpec& spec : metrics_) {
-        auto right = [&](const std::string& answer) {
-          if (spec.runs_programs) {
-            // The answer's program (programs()): right when it passed.
-            if (!gold.is_string()) fail(where, "the target of a task that runs programs must be its tests' text");
-            const std::string program = answer + "\n" + gold.get<std::string>();
-            const auto it = verdicts ? verdicts->find(program) : ProgramVerdicts::const_iterator();
-            if (!verdicts || it == verdicts->end()) fail(where, "{}: a program has no verdict", spec.name);
-            return it->second ? 1.0 : 0.0;
-          }
-          double score = 0;
-          for (const auto& g : golds) score = std::max(score, exact_match(answer, py::str(g), spec.kwargs));
-          return score;
-        };
-        const int64_t n = static_cast<int64_t>(answers.size());
-        if (spec.k > 0 && spec.k > n) {
-          fail(where, "{} needs {} responses, filter '{}' left {}", spec.name, spec.k, filters_[filter].name(), n);
-        }
-        if (spec.name.rfind("pass@", 0) == 0) {
-          int64_t c = 0;
-          for (const std::string& a : answers) c += right(a) > 0 ? 1 : 0;
-          all[spec.name] = MetricValue::scalar(pass_at_k(n, c, spec.k));
-        } else if (spec.name.rfind("maj@", 0) == 0) {
-          const std::vector<std::string> first_k(answers.begin(), answers.begin() + spec.k);
-          all[spec.name] = MetricValue::scalar(right(majority_vote(first_k)));
-        } else {
-          // lm-eval's results[0]: the first response the pipeline leaves.
-          all[spec.name] = MetricValue::scalar(right(answers.front()));
-        }
-      }
-      break;
-    }
+    case OutputType::kGenerateUntil: generation_evidence(doc, results, filter, verdicts, where, evidence); break;
   }
   DocMetrics out;
-  for (const MetricSpec& spec : metrics_) out[spec.name] = all.at(spec.name);
+  for (const MetricSpec& spec : metrics_) {
+    if (spec.k > static_cast<int64_t>(evidence.answers.size())) {
+      fail(where, "{} needs {} responses, filter '{}' left {}", spec.name, spec.k, filters_[filter].name(),
+           evidence.answers.size());
+    }
+    out[spec.name] = metric_row_of(spec)->compute[static_cast<size_t>(output_type_)](evidence, spec);
+  }
   return out;
 }
 
+// multiple_choice: each choice's loglikelihood, per code point and per byte of the choice (without
+// target_delimiter), the gold choices, and the first gold continuation's bits per byte (OLMo's bpb).
+void Task::choice_evidence(const Document& doc, const std::vector<RequestResult>& results, const std::string& where,
+                           DocEvidence& evidence) const {
+  const std::vector<std::string> options = choices(doc);
+  if (results.size() != options.size()) {
+    fail(where, "{} results for the {} choices of document {}", results.size(), options.size(), doc.doc_id);
+  }
+  for (size_t i = 0; i < options.size(); ++i) {
+    evidence.lls.push_back(results[i].logprob);
+    evidence.by_chars.push_back(results[i].logprob / static_cast<double>(count_code_points(options[i])));
+    evidence.by_bytes.push_back(results[i].logprob / static_cast<double>(count_bytes(options[i])));
+  }
+  evidence.gold = gold_indices(doc, options);
+  const std::string gold_continuation =
+      target_delimiter_ + (multiple_input_ ? target(doc).get<std::string>() : options[evidence.gold.front()]);
+  evidence.bpb = bits_per_byte(results[evidence.gold.front()].logprob, gold_continuation);
+  for (const size_t g : evidence.gold) evidence.gold_greedy = evidence.gold_greedy || results[g].is_greedy;
+}
+
+// generate_until: the responses the filter pipeline leaves, and whether a response is right: its program
+// passed (a metric that runs programs), or it matches a gold answer under the metric's exact_match options.
+void Task::generation_evidence(const Document& doc, const std::vector<RequestResult>& results, size_t filter,
+                               const ProgramVerdicts* verdicts, const std::string& where,
+                               DocEvidence& evidence) const {
+  if (static_cast<int64_t>(results.size()) != repeats_) {
+    fail(where, "{} results for the {} repeats of document {}", results.size(), repeats_, doc.doc_id);
+  }
+  nlohmann::json gold = target(doc);
+  if (has_choices() && gold.is_number_integer()) {
+    const std::vector<std::string> options = choices(doc);
+    const int64_t i = gold.get<int64_t>();
+    if (i < 0 || i >= static_cast<int64_t>(options.size())) {
+      fail(where, "label {} is outside the {} choices", i, options.size());
+    }
+    gold = options[static_cast<size_t>(i)];
+  }
+  try {
+    evidence.answers = filtered_output(doc, results, filter);
+  } catch (const Error& e) {
+    fail(where, "{}", e.what());
+  }
+  if (evidence.answers.empty()) fail(where, "filter '{}' left no response to score", filters_[filter].name());
+  const nlohmann::json golds = gold.is_array() ? gold : nlohmann::json::array({gold});
+  evidence.right = [gold, golds, verdicts, where](const MetricSpec& spec, const std::string& answer) {
+    if (spec.runs_programs) {
+      // The answer's program (programs()): right when it passed.
+      if (!gold.is_string()) fail(where, "the target of a task that runs programs must be its tests' text");
+      const std::string program = answer + "\n" + gold.get<std::string>();
+      const auto it = verdicts ? verdicts->find(program) : ProgramVerdicts::const_iterator();
+      if (!verdicts || it == verdicts->end()) fail(where, "{}: a program has no verdict", spec.name);
+      return it->second ? 1.0 : 0.0;
+    }
+    double score = 0;
+    for (const auto& g : golds) score = std::max(score, exact_match(answer, py::str(g), spec.kwargs));
+    return score;
+  };
+}
 }  // namespace gpueval
