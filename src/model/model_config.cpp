@@ -8,12 +8,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/wire_json.h"
 #include "gpueval/error.h"
 
 namespace gpueval {
 namespace {
 
 using nlohmann::json;
+using wire::get_bool;
+using wire::get_double;
+using wire::get_int;
 
 // Bounds on the values that size allocations (embeddings, KV cache, RoPE tables, layers). Each is
 // far past any released Llama-family model (Llama 3.1 405B: hidden 16384, intermediate 53248,
@@ -27,36 +31,6 @@ constexpr int64_t kMaxHeads = 4096;
 constexpr int64_t kMaxHeadDim = 4096;
 constexpr int64_t kMaxPositions = int64_t{1} << 24;  // 16,777,216 positions
 constexpr int64_t kMaxTokenId = (int64_t{1} << 31) - 1;
-
-int64_t get_int(const json& j, const std::string& where, const char* key, std::optional<int64_t> fallback,
-                int64_t min_value, int64_t max_value) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) {
-    if (!fallback) fail(where, "missing required key '{}'", key);
-    return *fallback;
-  }
-  if (!it->is_number_integer()) fail(where, "key '{}' must be an integer, got {}", key, it->dump());
-  if (it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(max_value))
-    fail(where, "key '{}' is {}, past the bound of {} that gpueval accepts", key, it->get<uint64_t>(), max_value);
-  int64_t v = it->get<int64_t>();
-  if (v < min_value) fail(where, "key '{}' must be >= {}, got {}", key, min_value, v);
-  if (v > max_value) fail(where, "key '{}' is {}, past the bound of {} that gpueval accepts", key, v, max_value);
-  return v;
-}
-
-double get_double(const json& j, const std::string& where, const char* key, double fallback) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return fallback;
-  if (!it->is_number()) fail(where, "key '{}' must be a number, got {}", key, it->dump());
-  return it->get<double>();
-}
-
-bool get_bool(const json& j, const std::string& where, const char* key, bool fallback) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return fallback;
-  if (!it->is_boolean()) fail(where, "key '{}' must be true or false, got {}", key, it->dump());
-  return it->get<bool>();
-}
 
 // A key of rope_scaling: a number (null or absent: `fallback`, none: required).
 double scaling_number(const json& s, const std::string& where, const std::string& type, const char* key,
