@@ -4,8 +4,8 @@
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config ccache
       libtorch-dev libopenblas0-pthread nlohmann-json3-dev libfmt-dev
-      libdnnl-dev  # oneDNN, the library Debian's LibTorch links: float32 products on the CPU (src/model/cpu_matmul.h)
-      libsleef-dev  # Sleef, which Debian's LibTorch loads too: the exponential of CPU attention's softmax (src/model/tile_softmax.h)
+      libdnnl-dev  # oneDNN, the library Debian's LibTorch links: float32 products on the CPU (src/model/kernels/cpu_matmul.h)
+      libsleef-dev  # Sleef, which Debian's LibTorch loads too: the exponential of CPU attention's softmax (src/model/kernels/tile_softmax.h)
       libyaml-cpp-dev libgtest-dev libgmock-dev libsqlite3-dev libpcre2-dev
       libsentencepiece-dev libcli11-dev zlib1g-dev
       bubblewrap libseccomp-dev python3  # the code sandbox: one bwrap per program, its seccomp filter, the interpreter (src/sandbox/)

@@ -6,6 +6,26 @@
 #include "gpueval/error.h"
 
 namespace gpueval::wire {
+namespace {
+
+// The integer `value` holds when int64_t can hold it; nullopt for any other value.
+std::optional<int64_t> as_int64(const nlohmann::json& value) {
+  if (value.is_number_unsigned()) {
+    const uint64_t u = value.get<uint64_t>();
+    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return std::nullopt;
+    return static_cast<int64_t>(u);
+  }
+  if (value.is_number_integer()) return value.get<int64_t>();
+  return std::nullopt;
+}
+
+// The value of `key`, or nullptr when it is absent or null.
+const nlohmann::json* key_value(const nlohmann::json& object, const char* key) {
+  auto it = object.find(key);
+  return it == object.end() || it->is_null() ? nullptr : &*it;
+}
+
+}  // namespace
 
 void require_object(const nlohmann::json& value, const std::string& path) {
   if (!value.is_object()) fail(path, "expected an object, got {}", value.type_name());
@@ -25,18 +45,37 @@ const nlohmann::json& array_field(const nlohmann::json& object, const char* key,
 }
 
 int64_t get_int(const nlohmann::json& value, const std::string& path, int64_t min, int64_t max) {
-  bool ok = false;
-  int64_t v = 0;
-  if (value.is_number_unsigned()) {
-    const uint64_t u = value.get<uint64_t>();
-    ok = u <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
-    v = static_cast<int64_t>(u);
-  } else if (value.is_number_integer()) {
-    ok = true;
-    v = value.get<int64_t>();
+  const std::optional<int64_t> v = as_int64(value);
+  if (!v || *v < min || *v > max) fail(path, "expected an integer in [{}, {}], got {}", min, max, value.dump());
+  return *v;
+}
+
+int64_t get_int(const nlohmann::json& object, const std::string& where, const char* key,
+                std::optional<int64_t> fallback, int64_t min, int64_t max) {
+  const nlohmann::json* value = key_value(object, key);
+  if (!value) {
+    if (!fallback) fail(where, "missing required key '{}'", key);
+    return *fallback;
   }
-  if (!ok || v < min || v > max) fail(path, "expected an integer in [{}, {}], got {}", min, max, value.dump());
-  return v;
+  if (!value->is_number_integer()) fail(where, "key '{}' must be an integer, got {}", key, value->dump());
+  const std::optional<int64_t> v = as_int64(*value);
+  if (!v || *v > max) fail(where, "key '{}' is {}, past the bound of {} that gpueval accepts", key, value->dump(), max);
+  if (*v < min) fail(where, "key '{}' must be >= {}, got {}", key, min, *v);
+  return *v;
+}
+
+double get_double(const nlohmann::json& object, const std::string& where, const char* key, double fallback) {
+  const nlohmann::json* value = key_value(object, key);
+  if (!value) return fallback;
+  if (!value->is_number()) fail(where, "key '{}' must be a number, got {}", key, value->dump());
+  return value->get<double>();
+}
+
+bool get_bool(const nlohmann::json& object, const std::string& where, const char* key, bool fallback) {
+  const nlohmann::json* value = key_value(object, key);
+  if (!value) return fallback;
+  if (!value->is_boolean()) fail(where, "key '{}' must be true or false, got {}", key, value->dump());
+  return value->get<bool>();
 }
 
 uint64_t get_uint64(const nlohmann::json& value, const std::string& path) {

@@ -4,10 +4,14 @@
 // failure is one Error line naming the message and the field path
 // ("batch: items[3].tokens[2]: expected an integer in [0, 2147483647]").
 // nlohmann's own accessors would instead convert 2.5 to 2 or wrap a huge
-// unsigned into a negative number. Private to src/. Stateless and thread-safe.
+// unsigned into a negative number. The same typed access serves the keys of a model's
+// configuration files (config.json), where a key may be absent or null and then has a default,
+// and the messages name the key ("m/config.json: key 'vocab_size' must be >= 1, got -5").
+// Private to src/. Stateless and thread-safe.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +30,14 @@ bool get_bool(const nlohmann::json& value, const std::string& path);
 std::string get_string(const nlohmann::json& value, const std::string& path);
 std::vector<int32_t> get_token_ids(const nlohmann::json& value, const std::string& path);  // ids >= 0
 std::vector<std::string> get_strings(const nlohmann::json& value, const std::string& path);
+
+// A key of a configuration object: absent or null gives `fallback` (for get_int, none is an Error
+// "<where>: missing required key '<key>'"); a value of another type, or an integer out of range,
+// is an Error naming `where` and the key.
+int64_t get_int(const nlohmann::json& object, const std::string& where, const char* key,
+                std::optional<int64_t> fallback, int64_t min, int64_t max);
+double get_double(const nlohmann::json& object, const std::string& where, const char* key, double fallback);
+bool get_bool(const nlohmann::json& object, const std::string& where, const char* key, bool fallback);
 
 // Throws unless `value` is an object.
 void require_object(const nlohmann::json& value, const std::string& path);

@@ -40,16 +40,23 @@ nlohmann::json to_json(const ItemResult& r) {
           {"text", r.text}};
 }
 
+void read_item_place(const nlohmann::json& j, const std::string& path, int64_t& request_index, int32_t& part,
+                     int32_t& parts) {
+  using namespace wire;
+  constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+  constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+  require_object(j, path);
+  request_index = get_int(field(j, "request_index", path), path + ".request_index", 0, kInt64Max);
+  parts = static_cast<int32_t>(get_int(field(j, "parts", path), path + ".parts", 1, kInt32Max));
+  part = static_cast<int32_t>(get_int(field(j, "part", path), path + ".part", 0, parts - 1));
+}
+
 ItemResult item_result_from_json(const nlohmann::json& j) {
   using namespace wire;
   const std::string path = "item result";
   constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
-  constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
-  require_object(j, path);
   ItemResult r;
-  r.request_index = get_int(field(j, "request_index", path), path + ".request_index", 0, kInt64Max);
-  r.parts = static_cast<int32_t>(get_int(field(j, "parts", path), path + ".parts", 1, kInt32Max));
-  r.part = static_cast<int32_t>(get_int(field(j, "part", path), path + ".part", 0, r.parts - 1));
+  read_item_place(j, path, r.request_index, r.part, r.parts);
   r.logprob = number_from(field(j, "logprob", path), path + ".logprob");
   r.is_greedy = get_bool(field(j, "is_greedy", path), path + ".is_greedy");
   r.num_tokens = get_int(field(j, "num_tokens", path), path + ".num_tokens", 0, kInt64Max);

@@ -26,4 +26,10 @@ struct ItemResult {
 nlohmann::json to_json(const ItemResult& r);
 ItemResult item_result_from_json(const nlohmann::json& j);  // throws Error on a malformed object
 
+// Where an item sits, as a WorkItem and its ItemResult both carry it: the object `j` at `path` and
+// its request_index (>= 0), parts (>= 1) and part (in [0, parts)), checked as common/wire_json.h
+// checks fields. The one decoding of these that work_item_from_json and item_result_from_json share.
+void read_item_place(const nlohmann::json& j, const std::string& path, int64_t& request_index, int32_t& part,
+                     int32_t& parts);
+
 }  // namespace gpueval

@@ -15,6 +15,7 @@
 #include "common/wire_json.h"
 #include "gpueval/error.h"
 #include "model/decoder/scorer.h"
+#include "plan/item_result.h"
 #include "plan/packing.h"
 
 namespace gpueval {
@@ -720,11 +721,8 @@ WorkItem work_item_from_json(const nlohmann::json& j, const std::string& path) {
   using namespace wire;
   constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
   constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
-  require_object(j, path);
   WorkItem item;
-  item.request_index = get_int(field(j, "request_index", path), path + ".request_index", 0, kInt64Max);
-  item.parts = static_cast<int32_t>(get_int(field(j, "parts", path), path + ".parts", 1, kInt32Max));
-  item.part = static_cast<int32_t>(get_int(field(j, "part", path), path + ".part", 0, item.parts - 1));
+  read_item_place(j, path, item.request_index, item.part, item.parts);
   const std::string type = get_string(field(j, "type", path), path + ".type");
   try {
     item.type = parse_request_type(type);

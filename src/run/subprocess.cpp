@@ -2,10 +2,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/prctl.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,10 +9,7 @@
 #include <cstring>
 #include <thread>
 
-#include "common/file_io.h"
 #include "gpueval/error.h"
-
-extern char** environ;
 
 namespace gpueval {
 namespace {
@@ -53,12 +46,10 @@ struct ChildPlan {
   pid_t parent_pid;
   bool new_process_group;
   bool die_with_parent;
-  int stdin_fd;   // /dev/null
-  int log_fd;     // -1: keep the parent's stdout and stderr
-  int command_fd;
-  int result_fd;
+  int fds[kFirstFreeFd];  // what becomes the child's 0..4: /dev/null, the log (-1: the parent's
+                          // stdout and stderr), the log again, the command and the result pipe
   int status_fd;
-  int max_fd;     // RLIMIT_NOFILE, for the slow close-on-exec sweep if close_range is missing
+  int max_fd;             // descriptor_limit(), for the slow close-on-exec sweep if close_range is missing
 };
 
 [[noreturn]] void child_fail(int status_fd, int step) {
@@ -68,220 +59,104 @@ struct ChildPlan {
   ::_exit(127);
 }
 
-}  // namespace
-
-void reset_signals_in_child() {
-  struct sigaction default_action;
-  std::memset(&default_action, 0, sizeof default_action);
-  default_action.sa_handler = SIG_DFL;
-  for (int sig = 1; sig < NSIG; ++sig) {
-    if (sig == SIGKILL || sig == SIGSTOP) continue;
-    struct sigaction current;
-    if (::sigaction(sig, nullptr, &current) != 0) continue;
-    const bool handled = (current.sa_flags & SA_SIGINFO) != 0 ||
-                         (current.sa_handler != SIG_DFL && current.sa_handler != SIG_IGN);
-    if (handled || sig == SIGPIPE || sig == SIGINT || sig == SIGTERM) ::sigaction(sig, &default_action, nullptr);
-  }
-}
-
-namespace {
-
 // Between fork and exec: async-signal-safe calls only (no allocation, no locks, no exceptions).
 [[noreturn]] void run_child(const ChildPlan& plan) {
-  // Every signal is blocked here (the parent blocked them around fork), so no handler of the
-  // parent's runs in the child.
-  reset_signals_in_child();
+  // Every signal is blocked here (fork_with_signals_blocked), so no handler of the parent's runs
+  // in the child.
+  process::reset_signals_in_child();
 
   int status_fd = plan.status_fd;
   if (plan.new_process_group && ::setpgid(0, 0) != 0) child_fail(status_fd, kStepSetpgid);
-  if (plan.die_with_parent) {
-    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) child_fail(status_fd, kStepPdeathsig);
-    // The parent may have died before prctl took effect; then no signal will ever come.
-    if (::getppid() != plan.parent_pid) ::_exit(127);
+  bool parent_alive = true;
+  if (plan.die_with_parent && !process::die_with_parent(plan.parent_pid, &parent_alive)) {
+    child_fail(status_fd, kStepPdeathsig);
   }
+  if (!parent_alive) ::_exit(127);
 
-  // Lift every descriptor the child needs above 4 first, so that none is overwritten by a dup2
-  // below when the parent's pipes happened to land on 0..4.
-  const auto lift = [&](int fd) {
-    const int lifted = ::fcntl(fd, F_DUPFD_CLOEXEC, kFirstFreeFd);
-    if (lifted < 0) child_fail(status_fd, kStepMoveFd);
-    return lifted;
-  };
-  status_fd = lift(status_fd);
-  const int stdin_fd = lift(plan.stdin_fd);
-  const int log_fd = plan.log_fd >= 0 ? lift(plan.log_fd) : -1;
-  const int command_fd = lift(plan.command_fd);
-  const int result_fd = lift(plan.result_fd);
-  // dup2 clears FD_CLOEXEC on the target, so exactly 0..4 survive exec.
-  if (::dup2(stdin_fd, 0) < 0) child_fail(status_fd, kStepDup2);
-  if (log_fd >= 0 && (::dup2(log_fd, 1) < 0 || ::dup2(log_fd, 2) < 0)) child_fail(status_fd, kStepDup2);
-  if (::dup2(command_fd, kChildCommandFd) < 0) child_fail(status_fd, kStepDup2);
-  if (::dup2(result_fd, kChildResultFd) < 0) child_fail(status_fd, kStepDup2);
+  // Above 4 first, so that placing 0..4 cannot overwrite it when it happened to land there.
+  status_fd = process::lift_descriptor(status_fd, kFirstFreeFd);
+  if (status_fd < 0) child_fail(plan.status_fd, kStepMoveFd);
+  if (!process::place_descriptors(plan.fds, kFirstFreeFd)) child_fail(status_fd, kStepDup2);
+  // Descriptors other code opened without O_CLOEXEC must not reach the worker either.
+  process::close_on_exec_from(kFirstFreeFd, plan.max_fd);
 
-  // Descriptors other code opened without O_CLOEXEC must not reach the worker either. Marking
-  // them close-on-exec rather than closing them keeps the status pipe open until exec.
-#ifdef SYS_close_range
-  const bool swept = ::syscall(SYS_close_range, kFirstFreeFd, ~0u, 4u /* CLOSE_RANGE_CLOEXEC */) == 0;
-#else
-  const bool swept = false;
-#endif
-  if (!swept) {
-    for (int fd = kFirstFreeFd; fd < plan.max_fd; ++fd) {
-      const int flags = ::fcntl(fd, F_GETFD);
-      if (flags >= 0 && !(flags & FD_CLOEXEC)) ::fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
-    }
-  }
-
-  sigset_t none;
-  sigemptyset(&none);
-  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  process::clear_signal_mask();
   ::execve(plan.argv[0], plan.argv, plan.envp);
   child_fail(status_fd, kStepExecve);
 }
 
-// The parent's environment with `overrides` replacing or adding variables, as "NAME=value".
-std::vector<std::string> child_environment(const std::string& who,
-                                           const std::vector<std::pair<std::string, std::string>>& overrides) {
-  const auto name_of = [](const std::string& entry) { return entry.substr(0, entry.find('=')); };
-  std::vector<std::string> env;
-  for (char** e = environ; e && *e; ++e) env.emplace_back(*e);
-  for (const auto& entry : overrides) {
-    const std::string& name = entry.first;  // not a structured binding: C++17 lambdas cannot capture those
-    const std::string& value = entry.second;
-    if (name.empty() || name.find('=') != std::string::npos) {
-      fail(who, "environment variable name '{}' is empty or contains '='", name);
-    }
-    env.erase(std::remove_if(env.begin(), env.end(), [&](const std::string& e) { return name_of(e) == name; }),
-              env.end());
-    env.push_back(name + "=" + value);
+}  // namespace
+
+namespace {
+
+// After fork, in the parent: end of stream on the status pipe means exec succeeded, and with it
+// every step before (setpgid included); otherwise the child is reaped and its failure thrown.
+void check_exec(const std::string& who, pid_t pid, const io::UniqueFd& status_read) {
+  ChildFailure failure{};
+  ssize_t n;
+  while ((n = ::read(status_read.get(), &failure, sizeof failure)) < 0 && errno == EINTR) {
   }
-  return env;
-}
-
-std::vector<char*> pointers_to(std::vector<std::string>& strings) {
-  std::vector<char*> out;
-  out.reserve(strings.size() + 1);
-  for (std::string& s : strings) out.push_back(s.data());
-  out.push_back(nullptr);
-  return out;
-}
-
-// pipe2(O_CLOEXEC) into two owned descriptors: [0] the read end, [1] the write end.
-std::pair<io::UniqueFd, io::UniqueFd> make_pipe(const std::string& who) {
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) fail(who, "pipe2 failed: {}", std::strerror(errno));
-  return {io::UniqueFd(fds[0]), io::UniqueFd(fds[1])};
-}
-
-int wait_blocking(pid_t pid) {
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) return -1;
-  }
-  return status;
+  const int read_errno = errno;
+  if (n == 0) return;
+  process::wait_for(pid);
+  if (n < 0) fail(who, "read of the spawn status pipe failed: {}", std::strerror(read_errno));
+  if (n != static_cast<ssize_t>(sizeof failure)) fail(who, "short read of the spawn status pipe ({} bytes)", n);
+  fail(who, "{} failed: {}", child_step_call(failure.step), std::strerror(failure.err));
 }
 
 }  // namespace
-
-ExitStatus exit_status_from_wait(int wait_status) {
-  ExitStatus status;
-  if (WIFSIGNALED(wait_status)) {
-    status.kind = ExitStatus::Kind::kSignaled;
-    status.signal = WTERMSIG(wait_status);
-  } else {
-    status.kind = ExitStatus::Kind::kExited;
-    status.code = WEXITSTATUS(wait_status);
-  }
-  return status;
-}
-
-std::string ExitStatus::describe() const {
-  if (kind == Kind::kExited) return fmt::format("exited with code {}", code);
-  const char* name = ::strsignal(signal);
-  return fmt::format("killed by signal {} ({})", signal, name ? name : "unknown signal");
-}
 
 Child Child::spawn(const SpawnOptions& options) {
   if (options.argv.empty() || options.argv[0].empty()) fail("Child::spawn", "argv[0] (the executable) is empty");
   const std::string& who = options.argv[0];
 
   std::vector<std::string> argv_strings = options.argv;
-  std::vector<std::string> env_strings = child_environment(who, options.env);
-  const std::vector<char*> argv = pointers_to(argv_strings);
-  const std::vector<char*> envp = pointers_to(env_strings);
+  std::vector<std::string> env_strings = process::environment_with(who, options.env);
+  const std::vector<char*> argv = process::pointers_to(argv_strings);
+  const std::vector<char*> envp = process::pointers_to(env_strings);
 
   io::UniqueFd dev_null = io::open_file("/dev/null", O_RDONLY);
   io::UniqueFd log;
   if (!options.log_path.empty()) log = io::open_file(options.log_path, O_WRONLY | O_APPEND | O_CREAT, 0644);
-  auto [command_read, command_write] = make_pipe(who);
-  auto [result_read, result_write] = make_pipe(who);
-  auto [status_read, status_write] = make_pipe(who);
-  const int result_flags = ::fcntl(result_read.get(), F_GETFL);
-  if (result_flags < 0 || ::fcntl(result_read.get(), F_SETFL, result_flags | O_NONBLOCK) != 0) {
-    fail(who, "fcntl(O_NONBLOCK) failed: {}", std::strerror(errno));
-  }
+  process::Pipe command = process::make_pipe(who);
+  process::Pipe result = process::make_pipe(who);
+  process::Pipe status = process::make_pipe(who);
+  process::set_nonblocking(result.read.get(), who);
 
-  rlimit nofile{};
-  const int max_fd = ::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY
-                         ? static_cast<int>(std::min<rlim_t>(nofile.rlim_cur, 1 << 20))
-                         : 1 << 16;
-  ChildPlan plan;
-  plan.argv = argv.data();
-  plan.envp = envp.data();
-  plan.parent_pid = ::getpid();
-  plan.new_process_group = options.new_process_group;
-  plan.die_with_parent = options.die_with_parent;
-  plan.stdin_fd = dev_null.get();
-  plan.log_fd = log.get();
-  plan.command_fd = command_read.get();
-  plan.result_fd = result_write.get();
-  plan.status_fd = status_write.get();
-  plan.max_fd = max_fd;
-
-  sigset_t all, old_mask;
-  sigfillset(&all);
-  ::pthread_sigmask(SIG_SETMASK, &all, &old_mask);
-  const pid_t pid = ::fork();
+  const ChildPlan plan{argv.data(),
+                       envp.data(),
+                       ::getpid(),
+                       options.new_process_group,
+                       options.die_with_parent,
+                       {dev_null.get(), log.get(), log.get(), command.read.get(), result.write.get()},
+                       status.write.get(),
+                       process::descriptor_limit()};
+  const pid_t pid = process::fork_with_signals_blocked();
   if (pid == 0) run_child(plan);
-  const int fork_errno = errno;
-  ::pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
-  if (pid < 0) fail(who, "fork failed: {}", std::strerror(fork_errno));
+  if (pid < 0) fail(who, "fork failed: {}", std::strerror(errno));
 
   // The child's ends belong to the child now; closing ours lets end of stream reach the reader.
-  command_read = io::UniqueFd();
-  result_write = io::UniqueFd();
-  status_write = io::UniqueFd();
+  command.read = io::UniqueFd();
+  result.write = io::UniqueFd();
+  status.write = io::UniqueFd();
   dev_null = io::UniqueFd();
   log = io::UniqueFd();
-
-  // End of stream means exec succeeded, and with it every step before (setpgid included), so
-  // the child is fully set up when spawn returns.
-  ChildFailure failure{};
-  ssize_t n;
-  while ((n = ::read(status_read.get(), &failure, sizeof failure)) < 0 && errno == EINTR) {
-  }
-  const int read_errno = errno;
-  if (n != 0) {
-    wait_blocking(pid);
-    if (n < 0) fail(who, "read of the spawn status pipe failed: {}", std::strerror(read_errno));
-    if (n != static_cast<ssize_t>(sizeof failure)) fail(who, "short read of the spawn status pipe ({} bytes)", n);
-    fail(who, "{} failed: {}", child_step_call(failure.step), std::strerror(failure.err));
-  }
+  check_exec(who, pid, status.read);
 
   Child child;
   child.pid_ = pid;
   child.name_ = who;
-  child.command_fd_ = command_write.release();
-  child.result_fd_ = result_read.release();
+  child.command_fd_ = std::move(command.write);
+  child.result_fd_ = std::move(result.read);
   return child;
 }
 
-Child Child::adopt(pid_t pid, std::string name, int command_fd, int result_fd) {
+Child Child::adopt(pid_t pid, std::string name, io::UniqueFd command_fd, io::UniqueFd result_fd) {
   Child child;
   child.pid_ = pid;
   child.name_ = std::move(name);
-  child.command_fd_ = command_fd;
-  child.result_fd_ = result_fd;
+  child.command_fd_ = std::move(command_fd);
+  child.result_fd_ = std::move(result_fd);
   child.forked_ahead_ = true;
   return child;
 }
@@ -289,8 +164,8 @@ Child Child::adopt(pid_t pid, std::string name, int command_fd, int result_fd) {
 Child::Child(Child&& other) noexcept
     : pid_(std::exchange(other.pid_, -1)),
       name_(std::move(other.name_)),
-      command_fd_(std::exchange(other.command_fd_, -1)),
-      result_fd_(std::exchange(other.result_fd_, -1)),
+      command_fd_(std::move(other.command_fd_)),
+      result_fd_(std::move(other.result_fd_)),
       status_(std::exchange(other.status_, std::nullopt)),
       forked_ahead_(other.forked_ahead_) {}
 
@@ -299,8 +174,8 @@ Child& Child::operator=(Child&& other) noexcept {
     release();
     pid_ = std::exchange(other.pid_, -1);
     name_ = std::move(other.name_);
-    command_fd_ = std::exchange(other.command_fd_, -1);
-    result_fd_ = std::exchange(other.result_fd_, -1);
+    command_fd_ = std::move(other.command_fd_);
+    result_fd_ = std::move(other.result_fd_);
     status_ = std::exchange(other.status_, std::nullopt);
     forked_ahead_ = other.forked_ahead_;
   }
@@ -311,19 +186,16 @@ Child::~Child() { release(); }
 
 void Child::release() noexcept {
   if (pid_ > 0 && !status_) {
-    ::kill(pid_, SIGKILL);
-    const int wait_status = wait_blocking(pid_);
+    const int wait_status = process::kill_and_reap(pid_);
     if (wait_status >= 0) status_ = exit_status_from_wait(wait_status);
   }
   close_command();
-  if (result_fd_ >= 0) ::close(result_fd_);
-  result_fd_ = -1;
+  result_fd_ = io::UniqueFd();
 }
 
 void Child::close_command() {
   // close() is not retried on EINTR: Linux has released the descriptor either way.
-  if (command_fd_ >= 0) ::close(command_fd_);
-  command_fd_ = -1;
+  command_fd_ = io::UniqueFd();
 }
 
 void Child::signal(int sig) {
@@ -336,20 +208,16 @@ void Child::signal(int sig) {
 
 std::optional<ExitStatus> Child::poll() {
   if (status_ || pid_ <= 0) return status_;
-  int wait_status = 0;
-  pid_t r;
-  while ((r = ::waitpid(pid_, &wait_status, WNOHANG)) < 0 && errno == EINTR) {
-  }
-  if (r < 0) fail(name_, "waitpid(pid {}) failed: {}", pid_, std::strerror(errno));
-  if (r == 0) return std::nullopt;
-  status_ = exit_status_from_wait(wait_status);
+  const std::optional<int> wait_status = process::poll_exit(pid_, name_);
+  if (!wait_status) return std::nullopt;
+  status_ = exit_status_from_wait(*wait_status);
   return status_;
 }
 
 ExitStatus Child::wait() {
   if (status_) return *status_;
   if (pid_ <= 0) fail("Child::wait", "no process (moved from)");
-  const int wait_status = wait_blocking(pid_);
+  const int wait_status = process::wait_for(pid_);
   if (wait_status < 0) fail(name_, "waitpid(pid {}) failed: {}", pid_, std::strerror(errno));
   status_ = exit_status_from_wait(wait_status);
   return *status_;

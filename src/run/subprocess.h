@@ -3,10 +3,11 @@
 // it is movable, not copyable, and whoever holds it is responsible for the process: destroying a
 // Child that is still running SIGKILLs and reaps it, so no Child leaves an orphan or a zombie.
 //
-// Every descriptor this file opens is O_CLOEXEC, so children spawned at the same time from
-// different threads never inherit each other's pipes, and the child closes (at exec) every
-// descriptor above 4 that it inherited. A Child is not thread-safe: one thread at a time may call
-// its methods. Child::spawn itself may be called from several threads at once.
+// The fork, the pipes and the reaping are common/process.h's: every descriptor is O_CLOEXEC, so
+// children spawned at the same time from different threads never inherit each other's pipes, and
+// the child closes (at exec) every descriptor above 4 that it inherited. A Child is not
+// thread-safe: one thread at a time may call its methods. Child::spawn itself may be called from
+// several threads at once.
 //
 // Reaping is by pid (waitpid), so the process must not reap children behind the Child's back
 // (no SIGCHLD set to SIG_IGN, no waitpid(-1, ...) loops).
@@ -19,6 +20,9 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "common/file_io.h"
+#include "common/process.h"
 
 namespace gpueval {
 
@@ -36,19 +40,6 @@ struct SpawnOptions {
   bool die_with_parent = true;
 };
 
-struct ExitStatus {
-  enum class Kind { kExited, kSignaled };
-  Kind kind = Kind::kExited;
-  int code = 0;    // exit code, for kExited
-  int signal = 0;  // signal number, for kSignaled
-  bool success() const { return kind == Kind::kExited && code == 0; }
-  // "exited with code 3", "killed by signal 9 (Killed)"
-  std::string describe() const;
-};
-
-// Maps a waitpid() status to an ExitStatus (stopped or continued statuses are not expected).
-ExitStatus exit_status_from_wait(int wait_status);
-
 // A child process with two pipes: the child reads commands on fd 3 and writes results on fd 4;
 // its stdin is /dev/null.
 class Child {
@@ -60,7 +51,7 @@ class Child {
   // Takes over a child this process forked itself, already set up as spawn sets one up (fds 3 and
   // 4 its pipes' ends; worker_prefork.h): the parent's write end of its command pipe and read end
   // of its result pipe (O_NONBLOCK, O_CLOEXEC), both owned from now on. `name` is for messages.
-  static Child adopt(pid_t pid, std::string name, int command_fd, int result_fd);
+  static Child adopt(pid_t pid, std::string name, io::UniqueFd command_fd, io::UniqueFd result_fd);
 
   Child(Child&& other) noexcept;
   Child& operator=(Child&& other) noexcept;
@@ -71,8 +62,8 @@ class Child {
   pid_t pid() const { return pid_; }
   const std::string& name() const { return name_; }  // argv[0], for messages
   bool forked_ahead() const { return forked_ahead_; }  // made by adopt(), not spawn()
-  int command_fd() const { return command_fd_; }     // parent's write end (child's fd 3); -1 after close_command()
-  int result_fd() const { return result_fd_; }       // parent's read end (child's fd 4), O_NONBLOCK, O_CLOEXEC
+  int command_fd() const { return command_fd_.get(); }  // parent's write end (child's fd 3); -1 after close_command()
+  int result_fd() const { return result_fd_.get(); }    // parent's read end (child's fd 4), O_NONBLOCK, O_CLOEXEC
   // Closes the command pipe; the child then reads end of stream on fd 3.
   void close_command();
 
@@ -91,16 +82,11 @@ class Child {
 
   pid_t pid_ = -1;
   std::string name_;
-  int command_fd_ = -1;
-  int result_fd_ = -1;
+  io::UniqueFd command_fd_;
+  io::UniqueFd result_fd_;
   std::optional<ExitStatus> status_;  // set once reaped
   bool forked_ahead_ = false;
 };
-
-// In a child just forked (before its exec, or a worker forked ahead, worker_prefork.h): every
-// signal with a handler, and SIGPIPE, SIGINT and SIGTERM, back to SIG_DFL; other ignored signals
-// stay ignored, as nohup expects. Async-signal-safe.
-void reset_signals_in_child();
 
 // In the child (worker side): the two descriptors handed over by Child::spawn, checked with fcntl
 // to be open in the right direction (Error otherwise, e.g. when the worker binary is run by hand)

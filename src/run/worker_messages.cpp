@@ -9,6 +9,15 @@ namespace {
 
 constexpr int64_t kMaxInt = std::numeric_limits<int64_t>::max();
 
+// The batch_id and items that kResult and kItems both carry, in the object `message` names.
+void read_batch_items(const nlohmann::json& j, const std::string& message, int64_t& batch_id,
+                      std::vector<ItemResult>& items) {
+  wire::require_object(j, message);
+  batch_id = wire::get_int(wire::field(j, "batch_id", message), message + ": batch_id", 0, kMaxInt);
+  for (const nlohmann::json& item : wire::array_field(j, "items", message))
+    items.push_back(item_result_from_json(item));
+}
+
 }  // namespace
 
 HelloReply hello_reply_from_json(const nlohmann::json& j) {
@@ -28,10 +37,8 @@ ErrorReply error_reply_from_json(const nlohmann::json& j) {
 }
 
 ResultReply result_reply_from_json(const nlohmann::json& j) {
-  wire::require_object(j, "result");
   ResultReply r;
-  r.batch_id = wire::get_int(wire::field(j, "batch_id", "result"), "result: batch_id", 0, kMaxInt);
-  for (const nlohmann::json& item : wire::array_field(j, "items", "result")) r.items.push_back(item_result_from_json(item));
+  read_batch_items(j, "result", r.batch_id, r.items);
   if (j.contains("stats")) {
     const nlohmann::json& st = j.at("stats");
     wire::require_object(st, "result: stats");
@@ -46,10 +53,8 @@ ResultReply result_reply_from_json(const nlohmann::json& j) {
 }
 
 ItemsReply items_reply_from_json(const nlohmann::json& j) {
-  wire::require_object(j, "items");
   ItemsReply r;
-  r.batch_id = wire::get_int(wire::field(j, "batch_id", "items"), "items: batch_id", 0, kMaxInt);
-  for (const nlohmann::json& item : wire::array_field(j, "items", "items")) r.items.push_back(item_result_from_json(item));
+  read_batch_items(j, "items", r.batch_id, r.items);
   return r;
 }
 

@@ -4,9 +4,7 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -19,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "common/file_io.h"
+#include "common/process.h"
 #include "common/wire_json.h"
 #include "gpueval/error.h"
 #include "run/wire.h"
@@ -32,18 +31,13 @@ constexpr int kFirstFreeFd = 5;
 
 struct Waiting {
   pid_t pid = -1;
-  int command_fd = -1;  // parent's write end
-  int result_fd = -1;   // parent's read end, O_NONBLOCK
+  io::UniqueFd command_fd;  // parent's write end
+  io::UniqueFd result_fd;   // parent's read end, O_NONBLOCK
 };
 
 std::mutex g_mutex;
 std::vector<Waiting> g_waiting;  // guarded by g_mutex
 std::string g_executable;        // /proc/self/exe when the processes were forked
-
-void close_waiting(const Waiting& w) {
-  ::close(w.command_fd);
-  ::close(w.result_fd);
-}
 
 // Threads of this process, from /proc/self/task; 0 when it cannot be read.
 int thread_count() {
@@ -102,27 +96,24 @@ bool same_file(const std::string& a, const std::string& b) {
 }
 
 // In a forked process: everything Child::spawn's child does before exec, then the wait for kLaunch.
-PreforkRole become_worker(int command_read, int result_write, pid_t parent, const sigset_t& mask) {
-  reset_signals_in_child();
+// `pipe_ends`: the command pipe's read end and the result pipe's write end, owned from here on.
+PreforkRole become_worker(const int* pipe_ends, pid_t parent, const sigset_t& mask) {
+  process::reset_signals_in_child();
   const auto give_up = [](const char* call) {
     std::fprintf(stderr, "gpueval: preforked worker: %s failed: %s\n", call, std::strerror(errno));
     return PreforkRole::kUnused;
   };
   if (::setpgid(0, 0) != 0) return give_up("setpgid");
-  if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) return give_up("prctl(PR_SET_PDEATHSIG)");
-  if (::getppid() != parent) return PreforkRole::kUnused;  // the parent died before prctl took effect
+  bool parent_alive = true;
+  if (!process::die_with_parent(parent, &parent_alive)) return give_up("prctl(PR_SET_PDEATHSIG)");
+  if (!parent_alive) return PreforkRole::kUnused;  // the parent died before prctl took effect
   const int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  if (null_fd < 0 || ::dup2(null_fd, 0) < 0) return give_up("open /dev/null");
-  ::close(null_fd);
-  // Lifted above 4 first, so that neither dup2 overwrites the other end.
-  const int command = ::fcntl(command_read, F_DUPFD_CLOEXEC, kFirstFreeFd);
-  const int result = ::fcntl(result_write, F_DUPFD_CLOEXEC, kFirstFreeFd);
-  if (command < 0 || result < 0) return give_up("fcntl(F_DUPFD_CLOEXEC)");
-  ::close(command_read);
-  ::close(result_write);
-  if (::dup2(command, kCommandFd) < 0 || ::dup2(result, kResultFd) < 0) return give_up("dup2");
-  ::close(command);
-  ::close(result);
+  if (null_fd < 0) return give_up("open /dev/null");
+  const int fds[kFirstFreeFd] = {null_fd, -1, -1, pipe_ends[0], pipe_ends[1]};
+  if (!process::place_descriptors(fds, kFirstFreeFd)) return give_up("dup2");
+  // The originals, unless one of them landed on a descriptor that placing replaced, or is one.
+  for (const int fd : fds)
+    if (fd >= kFirstFreeFd || (fd >= 0 && fds[fd] < 0)) ::close(fd);
   close_inherited_descriptors();
   ::sigprocmask(SIG_SETMASK, &mask, nullptr);
 
@@ -149,6 +140,31 @@ PreforkRole become_worker(int command_read, int result_write, pid_t parent, cons
     return PreforkRole::kUnused;
   }
   return PreforkRole::kWorker;
+}
+
+// Forks one waiting process and adds it to g_waiting (g_mutex held): kParent, or nullopt when a
+// pipe or the fork fails. In the forked process: its role, once it is launched or never will be.
+std::optional<PreforkRole> fork_waiting(pid_t parent) {
+  process::Pipe command, result;
+  try {
+    command = process::make_pipe("prefork");
+    result = process::make_pipe("prefork");
+    process::set_nonblocking(result.read.get(), "prefork");
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+  sigset_t mask;
+  const pid_t pid = process::fork_with_signals_blocked(&mask);
+  if (pid < 0) return std::nullopt;
+  if (pid == 0) {
+    command.write = io::UniqueFd();
+    result.read = io::UniqueFd();
+    g_waiting.clear();  // the other waiting processes' ends
+    const int pipe_ends[2] = {command.read.release(), result.write.release()};
+    return become_worker(pipe_ends, parent, mask);
+  }
+  g_waiting.push_back({pid, std::move(command.write), std::move(result.read)});
+  return PreforkRole::kParent;
 }
 
 }  // namespace
@@ -193,38 +209,9 @@ PreforkRole prefork_workers(int count) {
   std::fflush(nullptr);
   const pid_t parent = ::getpid();
   for (int i = 0; i < count; ++i) {
-    int command[2], result[2];
-    if (::pipe2(command, O_CLOEXEC) != 0) break;
-    if (::pipe2(result, O_CLOEXEC) != 0) {
-      ::close(command[0]);
-      ::close(command[1]);
-      break;
-    }
-    sigset_t all, old_mask;
-    sigfillset(&all);
-    ::pthread_sigmask(SIG_SETMASK, &all, &old_mask);
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      ::close(command[1]);
-      ::close(result[0]);
-      for (const Waiting& w : g_waiting) close_waiting(w);
-      g_waiting.clear();
-      return become_worker(command[0], result[1], parent, old_mask);
-    }
-    ::pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
-    ::close(command[0]);
-    ::close(result[1]);
-    const int flags = ::fcntl(result[0], F_GETFL);
-    if (pid < 0 || flags < 0 || ::fcntl(result[0], F_SETFL, flags | O_NONBLOCK) != 0) {
-      if (pid > 0) {
-        ::kill(pid, SIGKILL);
-        ::waitpid(pid, nullptr, 0);
-      }
-      ::close(command[1]);
-      ::close(result[0]);
-      break;
-    }
-    g_waiting.push_back({pid, command[1], result[0]});
+    const std::optional<PreforkRole> role = fork_waiting(parent);
+    if (!role) break;
+    if (*role != PreforkRole::kParent) return *role;
   }
   return PreforkRole::kParent;
 }
@@ -242,19 +229,17 @@ std::optional<Child> take_preforked_worker(const SpawnOptions& options) {
   LaunchRequest request{options.log_path, options.env};
   const Frame launch{FrameType::kLaunch, pack_payload(to_json(request))};
   while (!g_waiting.empty()) {
-    const Waiting w = g_waiting.back();
+    Waiting w = std::move(g_waiting.back());
     g_waiting.pop_back();
     try {
       // Into its empty pipe: a process that died while waiting fails the write (EPIPE) or shows
       // up dead to the scheduler's first poll, which restarts it as it would any worker.
-      write_frame(w.command_fd, launch);
+      write_frame(w.command_fd.get(), launch);
     } catch (const Error&) {
-      ::kill(w.pid, SIGKILL);
-      ::waitpid(w.pid, nullptr, 0);
-      close_waiting(w);
+      process::kill_and_reap(w.pid);
       continue;
     }
-    return Child::adopt(w.pid, options.argv[0], w.command_fd, w.result_fd);
+    return Child::adopt(w.pid, options.argv[0], std::move(w.command_fd), std::move(w.result_fd));
   }
   return std::nullopt;
 }

@@ -13,7 +13,8 @@
 // stops OpenBLAS's server threads (as OpenBLAS's own fork handler does), checks that the process
 // then has one thread, and forks nothing otherwise. It owns the waiting
 // processes until take_preforked_worker hands one over as a Child; the ones never taken see end of
-// stream or SIGKILL when the parent exits. Calls only run/subprocess and run/wire.
+// stream or SIGKILL when the parent exits. Forks, pipes and reaps through common/process; calls
+// run/subprocess and run/wire.
 #pragma once
 
 #include <optional>

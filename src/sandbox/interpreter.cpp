@@ -1,55 +1,18 @@
 #include "sandbox/interpreter.h"
 
-#include <fcntl.h>
 #include <limits.h>
-#include <spawn.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
 #include <sstream>
 
+#include "common/process.h"
 #include "common/strings.h"
 #include "gpueval/error.h"
 
 namespace gpueval {
-
-std::string run_and_capture(const std::vector<std::string>& argv, int& status) {
-  status = -1;
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) return "";
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  char path_env[] = "PATH=/usr/bin:/bin";
-  char* env[] = {path_env, nullptr};
-  pid_t pid = 0;
-  const int rc = posix_spawn(&pid, args[0], &actions, nullptr, args.data(), env);
-  posix_spawn_file_actions_destroy(&actions);
-  ::close(fds[1]);
-  std::string out;
-  if (rc == 0) {
-    char buf[4096];
-    for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) != 0;) {
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) break;
-      out.append(buf, static_cast<size_t>(n));
-    }
-  }
-  ::close(fds[0]);
-  if (rc != 0) return "";
-  int st = 0;
-  while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-  }
-  status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return out;
-}
 
 namespace {
 
@@ -66,7 +29,7 @@ Interpreter probe_interpreter(const std::string& python) {
   if (!::realpath(python.c_str(), real)) fail(python, "no Python interpreter there ({})", std::strerror(errno));
   in.path = real;
   int status = -1;
-  const std::string out = run_and_capture(
+  const std::string out = process::run_and_capture(
       {in.path, "-I", "-c",
        "import sys\nprint('version', '.'.join(map(str, sys.version_info[:3])))\nfor p in sys.path: print('path', p)\n"},
       status);

@@ -19,8 +19,4 @@ struct Interpreter {
 // Throws Error("<python>: ...") when there is no such interpreter or it does not answer.
 Interpreter probe_interpreter(const std::string& python);
 
-// The output (stdout) of `argv` run with an empty environment but PATH, and its exit status (-1
-// when it could not start or died of a signal). argv[0] is a path; no shell.
-std::string run_and_capture(const std::vector<std::string>& argv, int& status);
-
 }  // namespace gpueval

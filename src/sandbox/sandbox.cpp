@@ -4,11 +4,9 @@
 #include <grp.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,15 +20,13 @@
 
 #include <fmt/format.h>
 
+#include "common/file_io.h"
+#include "common/process.h"
 #include "common/strings.h"
 #include "gpueval/error.h"
 #include "sandbox/process_tree.h"
 #include "sandbox/python_entry.h"
 #include "sandbox/seccomp_filter.h"
-
-#ifndef P_PIDFD
-#define P_PIDFD 3
-#endif
 
 namespace gpueval {
 namespace {
@@ -50,48 +46,7 @@ double rusage_seconds(const rusage& r) {
          static_cast<double>(r.ru_utime.tv_usec + r.ru_stime.tv_usec) * 1e-6;
 }
 
-// Owns a descriptor.
-struct Fd {
-  int fd = -1;
-  Fd() = default;
-  explicit Fd(int f) : fd(f) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  Fd(Fd&& other) noexcept : fd(other.fd) { other.fd = -1; }
-  ~Fd() { reset(); }
-  void reset(int f = -1) {
-    if (fd >= 0) ::close(fd);
-    fd = f;
-  }
-};
-
-Fd memfd_with(const char* name, const std::string& data) {
-  Fd f(memfd_create(name, MFD_CLOEXEC));
-  if (f.fd < 0) fail("sandbox", "memfd_create: {}", std::strerror(errno));
-  for (size_t off = 0; off < data.size();) {
-    const ssize_t n = ::write(f.fd, data.data() + off, data.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) fail("sandbox", "writing a memfd: {}", std::strerror(errno));
-    off += static_cast<size_t>(n);
-  }
-  ::lseek(f.fd, 0, SEEK_SET);
-  return f;
-}
-
 constexpr const char* kDidNotStart = "the sandbox did not start within";
-
-int pidfd_open(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
-void pidfd_kill(int fd) { ::syscall(SYS_pidfd_send_signal, fd, SIGKILL, nullptr, 0); }
-
-// Reaps the process behind `pidfd` (our child), adding its rusage; false when it is not ours.
-bool reap(int pidfd, rusage* usage) {
-  siginfo_t info{};
-  for (;;) {
-    const long rc = ::syscall(SYS_waitid, P_PIDFD, pidfd, &info, WEXITED, usage);
-    if (rc == 0) return true;
-    if (errno != EINTR) return false;
-  }
-}
 
 std::string last_line(const std::string& s) {
   const size_t end = s.find_last_not_of(" \n\r\t");
@@ -146,7 +101,7 @@ Sandbox::Sandbox(SandboxOptions options) : options_(std::move(options)) {
   if (!options_.unsafe_no_sandbox) {
     seccomp_bpf_ = seccomp_filter_bpf();
     int status = -1;
-    bwrap_version_ = last_line(run_and_capture({options_.bwrap, "--version"}, status));
+    bwrap_version_ = last_line(process::run_and_capture({options_.bwrap, "--version"}, status));
   }
   // bwrap leaves each sandbox's init to whoever is above it: that must be us, to reap it and count
   // its processes' CPU time.
@@ -182,31 +137,15 @@ Verdict Sandbox::run(const std::string& program, const SandboxLimits& limits, Pr
   return v;
 }
 
-Verdict Sandbox::run_once(const std::string& program, const SandboxLimits& limits, ProgramMode mode) const {
-  const bool unsafe = options_.unsafe_no_sandbox;
-  const double wall_limit = limits.wall_ceiling();
-  int out_pipe[2], result_pipe[2], status_pipe[2];
-  if (::pipe2(out_pipe, O_CLOEXEC) != 0) fail("sandbox", "pipe: {}", std::strerror(errno));
-  Fd out_r(out_pipe[0]), out_w(out_pipe[1]);
-  if (::pipe2(result_pipe, O_CLOEXEC) != 0) fail("sandbox", "pipe: {}", std::strerror(errno));
-  Fd result_r(result_pipe[0]), result_w(result_pipe[1]);
-  if (::pipe2(status_pipe, O_CLOEXEC) != 0) fail("sandbox", "pipe: {}", std::strerror(errno));
-  Fd status_r(status_pipe[0]), status_w(status_pipe[1]);
-  Fd program_fd = memfd_with("gpueval-program", program);
-  Fd entry_fd = memfd_with("gpueval-entry", kPythonEntry);
-  Fd filter_fd = unsafe ? Fd() : memfd_with("gpueval-seccomp", seccomp_bpf_);
-  Fd devnull(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-  // The unsandboxed run's working folder.
-  std::string workdir;
-  if (unsafe) {
-    std::string tmpl = (std::getenv("TMPDIR") ? std::string(std::getenv("TMPDIR")) : std::string("/tmp")) +
-                       "/gpueval-program-XXXXXX";
-    if (!::mkdtemp(tmpl.data())) fail("sandbox", "mkdtemp: {}", std::strerror(errno));
-    workdir = tmpl;
-  }
+namespace {
 
+// bubblewrap's command line for one program (or, unsandboxed, the interpreter's), the entry and
+// its arguments last: every namespace, mount and environment variable of the sandbox is here.
+std::vector<std::string> bwrap_arguments(const SandboxOptions& options, const Interpreter& interpreter,
+                                         const SandboxLimits& limits, ProgramMode mode) {
+  const bool unsafe = options.unsafe_no_sandbox;
   const auto cpu_backstop = static_cast<long long>(std::ceil(limits.cpu_seconds));
-  std::vector<std::string> entry_args = {
+  const std::vector<std::string> entry_args = {
       unsafe ? "/proc/self/fd/7" : "/.sandbox/entry.py",
       mode == ProgramMode::kCodeEval ? "code_eval" : "script",
       std::to_string(cpu_backstop),
@@ -217,16 +156,16 @@ Verdict Sandbox::run_once(const std::string& program, const SandboxLimits& limit
       unsafe ? "/proc/self/fd/6" : "/.sandbox/program.py"};
   std::vector<std::string> a;
   if (unsafe) {
-    a = {interpreter_.path, "-I"};
+    a = {interpreter.path, "-I"};
   } else {
-    a = {options_.bwrap, "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session", "--clearenv",
+    a = {options.bwrap, "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session", "--clearenv",
          "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/work", "--setenv", "LANG", "C.UTF-8",
          "--setenv", "OMP_NUM_THREADS", "1", "--setenv", "OPENBLAS_NUM_THREADS", "1", "--setenv",
-         "MKL_NUM_THREADS", "1", "--hostname", "sandbox", "--ro-bind", interpreter_.path, interpreter_.path};
-    for (const std::string& f : interpreter_.folders) a.insert(a.end(), {"--ro-bind", f, f});
+         "MKL_NUM_THREADS", "1", "--hostname", "sandbox", "--ro-bind", interpreter.path, interpreter.path};
+    for (const std::string& f : interpreter.folders) a.insert(a.end(), {"--ro-bind", f, f});
     for (const char* link : {"/lib", "/lib64", "/bin"}) {
       const std::string target = std::string("usr") + link;
-      if (std::find(interpreter_.folders.begin(), interpreter_.folders.end(), link) == interpreter_.folders.end())
+      if (std::find(interpreter.folders.begin(), interpreter.folders.end(), link) == interpreter.folders.end())
         a.insert(a.end(), {"--symlink", target, link});
     }
     const std::string tmpfs = std::to_string(limits.tmpfs_size);
@@ -234,179 +173,298 @@ Verdict Sandbox::run_once(const std::string& program, const SandboxLimits& limit
                        "--size", tmpfs, "--tmpfs", "/tmp", "--ro-bind-data", std::to_string(kProgramFd),
                        "/.sandbox/program.py", "--ro-bind-data", std::to_string(kEntryFd), "/.sandbox/entry.py",
                        "--chdir", "/work", "--json-status-fd", std::to_string(kStatusFd), "--seccomp",
-                       std::to_string(kFilterFd), interpreter_.path, "-I"});
+                       std::to_string(kFilterFd), interpreter.path, "-I"});
   }
   a.insert(a.end(), entry_args.begin(), entry_args.end());
-  std::vector<char*> argv;
-  for (std::string& s : a) argv.push_back(s.data());
-  argv.push_back(nullptr);
-  std::string path_env = "PATH=/usr/bin:/bin", home_env = "HOME=" + workdir, threads_env = "OMP_NUM_THREADS=1";
-  std::vector<char*> envp = {nullptr};
-  if (unsafe) envp = {path_env.data(), home_env.data(), threads_env.data(), nullptr};
-  const int sources[kFds] = {devnull.fd, out_w.fd, out_w.fd, result_w.fd, status_w.fd,
-                             filter_fd.fd, program_fd.fd, entry_fd.fd};
-  const bool drop_root = !unsafe && ::geteuid() == 0;
-  const char* chdir_to = unsafe ? workdir.c_str() : nullptr;
+  return a;
+}
 
-  const auto t0 = std::chrono::steady_clock::now();
-  const pid_t pid = ::fork();
-  if (pid < 0) fail("sandbox", "fork: {}", std::strerror(errno));
-  if (pid == 0) {
-    // Async-signal-safe calls only from here.
-    // Raw system calls: glibc's set*id wrappers are not async-signal-safe (they coordinate every
-    // thread of the process, and a forked child of a threaded parent has one).
-    if (drop_root && (::syscall(SYS_setgroups, 0, nullptr) != 0 ||
-                      ::syscall(SYS_setresgid, kNobody, kNobody, kNobody) != 0 ||
-                      ::syscall(SYS_setresuid, kNobody, kNobody, kNobody) != 0))
-      ::_exit(126);
-    ::syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);  // after the uid change, which clears it
-    // The program starts with no signal blocked, whatever the calling thread had (a run's program
-    // threads block every signal, for its scheduler's thread); the raw call, no interceptor.
-    const uint64_t no_signals = 0;
-    ::syscall(SYS_rt_sigprocmask, SIG_SETMASK, &no_signals, nullptr, sizeof no_signals);
-    if (::getppid() == 1) ::_exit(126);
-    ::setsid();
-    int moved[kFds];
-    for (int i = 0; i < kFds; ++i) moved[i] = sources[i] >= 0 ? ::fcntl(sources[i], F_DUPFD, 64) : -1;
-    for (int i = 0; i < kFds; ++i)
-      if (moved[i] >= 0) ::dup2(moved[i], i);
-    ::syscall(SYS_close_range, static_cast<unsigned>(kFds), ~0u, 0u);
-    if (chdir_to && ::chdir(chdir_to) != 0) ::_exit(126);
-    ::execve(argv[0], argv.data(), envp.data());
-    ::_exit(127);
+// What the child needs, prepared before fork so that it makes async-signal-safe calls only.
+struct ChildPlan {
+  char* const* argv;
+  char* const* envp;
+  pid_t parent_pid;
+  bool drop_root;        // become nobody: gpueval runs as root
+  const char* chdir_to;  // nullptr: stay
+  int fds[kFds];         // what becomes the child's 0..kFds-1 (-1: left as it is)
+  int max_fd;
+};
+
+// Between fork and exec: async-signal-safe calls only. Every signal is blocked on entry.
+[[noreturn]] void run_child(const ChildPlan& plan) {
+  // Raw system calls: glibc's set*id wrappers are not async-signal-safe (they coordinate every
+  // thread of the process, and a forked child of a threaded parent has one).
+  if (plan.drop_root && (::syscall(SYS_setgroups, 0, nullptr) != 0 ||
+                         ::syscall(SYS_setresgid, kNobody, kNobody, kNobody) != 0 ||
+                         ::syscall(SYS_setresuid, kNobody, kNobody, kNobody) != 0))
+    ::_exit(126);
+  bool parent_alive = true;
+  process::die_with_parent(plan.parent_pid, &parent_alive);  // after the uid change, which clears it
+  // The program starts with no signal blocked, whatever the calling thread had (a run's program
+  // threads block every signal, for its scheduler's thread).
+  process::clear_signal_mask();
+  if (!parent_alive) ::_exit(126);
+  ::setsid();
+  if (!process::place_descriptors(plan.fds, kFds)) ::_exit(126);
+  process::close_on_exec_from(kFds, plan.max_fd);
+  if (plan.chdir_to && ::chdir(plan.chdir_to) != 0) ::_exit(126);
+  ::execve(plan.argv[0], plan.argv, plan.envp);
+  ::_exit(127);
+}
+
+// One program's run: the steps of Sandbox::run_once (spawn, watch, reap, verdict) and what they
+// share. Destroying a run whose child was not reaped kills and reaps it.
+class ProgramRun {
+ public:
+  ProgramRun(const std::string& program, const SandboxLimits& limits, ProgramMode mode,
+             const std::string& seccomp_bpf, bool unsafe);
+  ProgramRun(const ProgramRun&) = delete;
+  ProgramRun& operator=(const ProgramRun&) = delete;
+  ~ProgramRun();
+
+  void spawn(std::vector<std::string> args);
+  // Reads the output, the result and bubblewrap's status until the child is gone, sampling the
+  // tree's CPU time and killing it at a limit.
+  void watch();
+  // The child and the namespace's init, with their CPU time; the unsandboxed working folder removed.
+  void reap();
+  Verdict verdict();
+
+ private:
+  enum class Kill { kNone, kCpu, kWall, kOutput };
+  static constexpr size_t kHead = 2048, kTail = 4096, kMaxResult = 8192;
+
+  std::vector<pollfd> watched() const;
+  void on_ready(int fd);
+  void on_status(const char* data, size_t n);
+  void take_output(const char* data, size_t n);
+  void take_result(const char* data, size_t n);
+  void drain();
+  void sample();
+  void kill_tree(Kill why);
+
+  const SandboxLimits& limits_;
+  const ProgramMode mode_;
+  const bool unsafe_;
+  process::Pipe out_, result_, status_;  // the program's stdout and stderr, its result, bwrap's status
+  io::UniqueFd program_fd_, entry_fd_, filter_fd_, devnull_;
+  std::string workdir_;  // the unsandboxed run's working folder
+
+  pid_t pid_ = -1;
+  bool reaped_ = false;
+  std::chrono::steady_clock::time_point t0_;
+  io::UniqueFd child_pidfd_, init_pidfd_;
+  pid_t init_pid_ = 0;  // the root of the tree whose CPU time counts
+  std::string head_, tail_, status_text_, result_text_;
+  uint64_t out_total_ = 0;
+  Kill killed_ = Kill::kNone;
+  bool out_open_ = true, result_open_ = true, status_open_ = true, child_done_ = false;
+  double polled_cpu_ = 0;
+  std::set<std::pair<pid_t, uint64_t>> seen_;
+  Verdict v_;
+  int exit_code_ = 0;  // as a shell gives it
+  char buf_[65536];
+};
+
+ProgramRun::ProgramRun(const std::string& program, const SandboxLimits& limits, ProgramMode mode,
+                       const std::string& seccomp_bpf, bool unsafe)
+    : limits_(limits),
+      mode_(mode),
+      unsafe_(unsafe),
+      out_(process::make_pipe("sandbox")),
+      result_(process::make_pipe("sandbox")),
+      status_(process::make_pipe("sandbox")),
+      program_fd_(process::memfd_with("gpueval-program", program, "sandbox")),
+      entry_fd_(process::memfd_with("gpueval-entry", kPythonEntry, "sandbox")),
+      filter_fd_(unsafe ? io::UniqueFd() : process::memfd_with("gpueval-seccomp", seccomp_bpf, "sandbox")),
+      devnull_(::open("/dev/null", O_RDONLY | O_CLOEXEC)),
+      status_open_(!unsafe) {
+  if (unsafe_) {
+    std::string tmpl = (std::getenv("TMPDIR") ? std::string(std::getenv("TMPDIR")) : std::string("/tmp")) +
+                       "/gpueval-program-XXXXXX";
+    if (!::mkdtemp(tmpl.data())) fail("sandbox", "mkdtemp: {}", std::strerror(errno));
+    workdir_ = tmpl;
   }
-  out_w.reset();
-  result_w.reset();
-  status_w.reset();
-  Fd child_pidfd(pidfd_open(pid));
-  Fd init_pidfd;
-  pid_t init_pid = unsafe ? pid : 0;  // the root of the tree whose CPU time counts
+}
 
-  Verdict v;
-  std::string head, tail, status_text, result_text;
-  uint64_t out_total = 0;
-  constexpr size_t kHead = 2048, kTail = 4096;
-  enum class Kill { kNone, kCpu, kWall, kOutput } killed = Kill::kNone;
-  bool out_open = true, result_open = true, status_open = !unsafe, child_done = false;
-  double polled_cpu = 0;
-  std::set<std::pair<pid_t, uint64_t>> seen;
-  auto kill_tree = [&](Kill why) {
-    if (killed != Kill::kNone) return;
-    killed = why;
-    if (init_pidfd.fd >= 0) pidfd_kill(init_pidfd.fd);  // the namespace's init: everything in it dies
-    if (child_pidfd.fd >= 0) pidfd_kill(child_pidfd.fd);
-    if (unsafe) ::kill(-pid, SIGKILL);  // its session, as far as it stayed in it
-  };
-  auto sample = [&] {
-    const ProcessTreeSample s = sample_process_tree(init_pid);
-    polled_cpu = std::max(polled_cpu, s.cpu_seconds);
-    seen.insert(s.processes.begin(), s.processes.end());
-  };
-  auto take_output = [&](const char* buf, size_t n) {
-    out_total += n;
-    if (head.size() < kHead) head.append(buf, std::min(n, kHead - head.size()));
-    tail.append(buf, n);
-    if (tail.size() > kTail) tail.erase(0, tail.size() - kTail);
-    if (out_total > static_cast<uint64_t>(limits.max_output)) kill_tree(Kill::kOutput);
-  };
-  char buf[65536];
-  while (!child_done || out_open || result_open) {
-    std::vector<pollfd> fds;
-    if (out_open) fds.push_back({out_r.fd, POLLIN, 0});
-    if (result_open) fds.push_back({result_r.fd, POLLIN, 0});
-    if (status_open) fds.push_back({status_r.fd, POLLIN, 0});
-    if (!child_done) fds.push_back({child_pidfd.fd, POLLIN, 0});
+ProgramRun::~ProgramRun() {
+  if (pid_ <= 0 || reaped_) return;  // reap() was not reached: an exception left watch()
+  if (init_pidfd_.get() >= 0) process::kill_pidfd(init_pidfd_.get(), SIGKILL);
+  if (child_pidfd_.get() >= 0) process::kill_pidfd(child_pidfd_.get(), SIGKILL);
+  if (unsafe_) process::kill_group(pid_, SIGKILL);
+  process::wait_for(pid_);
+  if (init_pidfd_.get() >= 0 && !unsafe_) process::reap_pidfd(init_pidfd_.get(), nullptr);
+}
+
+void ProgramRun::spawn(std::vector<std::string> args) {
+  const std::vector<char*> argv = process::pointers_to(args);
+  std::vector<std::string> env;
+  if (unsafe_) env = {"PATH=/usr/bin:/bin", "HOME=" + workdir_, "OMP_NUM_THREADS=1"};
+  const std::vector<char*> envp = process::pointers_to(env);
+  const ChildPlan plan{argv.data(),
+                       envp.data(),
+                       ::getpid(),
+                       !unsafe_ && ::geteuid() == 0,
+                       unsafe_ ? workdir_.c_str() : nullptr,
+                       {devnull_.get(), out_.write.get(), out_.write.get(), result_.write.get(), status_.write.get(),
+                        filter_fd_.get(), program_fd_.get(), entry_fd_.get()},
+                       process::descriptor_limit()};
+  t0_ = std::chrono::steady_clock::now();
+  const pid_t pid = process::fork_with_signals_blocked();
+  if (pid < 0) fail("sandbox", "fork: {}", std::strerror(errno));
+  if (pid == 0) run_child(plan);
+  pid_ = pid;
+  out_.write = io::UniqueFd();
+  result_.write = io::UniqueFd();
+  status_.write = io::UniqueFd();
+  child_pidfd_ = process::open_pidfd(pid_);
+  if (unsafe_) init_pid_ = pid_;
+}
+
+std::vector<pollfd> ProgramRun::watched() const {
+  std::vector<pollfd> fds;
+  if (out_open_) fds.push_back({out_.read.get(), POLLIN, 0});
+  if (result_open_) fds.push_back({result_.read.get(), POLLIN, 0});
+  if (status_open_) fds.push_back({status_.read.get(), POLLIN, 0});
+  if (!child_done_) fds.push_back({child_pidfd_.get(), POLLIN, 0});
+  return fds;
+}
+
+void ProgramRun::watch() {
+  const double wall_limit = limits_.wall_ceiling();
+  while (!child_done_ || out_open_ || result_open_) {
+    std::vector<pollfd> fds = watched();
     const int r = ::poll(fds.data(), fds.size(), static_cast<int>(kPollSeconds * 1000));
     if (r < 0 && errno != EINTR) fail("sandbox", "poll: {}", std::strerror(errno));
     for (const pollfd& f : fds) {
-      if (r <= 0 || !(f.revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      if (f.fd == child_pidfd.fd) {
-        child_done = true;
-        // Its sandbox is gone with it: what is left in the pipes is all there will be.
-        ::fcntl(out_r.fd, F_SETFL, O_NONBLOCK);
-        ::fcntl(result_r.fd, F_SETFL, O_NONBLOCK);
-        continue;
-      }
-      const ssize_t n = ::read(f.fd, buf, sizeof buf);
-      if (n < 0 && errno == EINTR) continue;
-      if (f.fd == out_r.fd) {
-        if (n <= 0) out_open = false;
-        else take_output(buf, static_cast<size_t>(n));
-      } else if (f.fd == result_r.fd) {
-        if (n <= 0) result_open = false;
-        else if (result_text.size() < 8192) result_text.append(buf, static_cast<size_t>(n));
-      } else if (f.fd == status_r.fd) {
-        if (n <= 0) {
-          status_open = false;
-          continue;
-        }
-        status_text.append(buf, static_cast<size_t>(n));
-        const size_t nl = status_text.find('\n');
-        if (init_pid == 0 && nl != std::string::npos) {
-          const nlohmann::json j = nlohmann::json::parse(status_text.substr(0, nl), nullptr, false);
-          if (j.is_object() && j.contains("child-pid") && j["child-pid"].is_number_integer()) {
-            init_pid = j["child-pid"].get<pid_t>();
-            init_pidfd.reset(pidfd_open(init_pid));
-            if (killed != Kill::kNone && init_pidfd.fd >= 0) pidfd_kill(init_pidfd.fd);
-            if (killed == Kill::kNone) sample();  // at once: a short program may end before the first tick
-          }
-        }
-      }
+      if (r > 0 && (f.revents & (POLLIN | POLLHUP | POLLERR))) on_ready(f.fd);
     }
-    if (child_done) {
-      // A descendant that outlived the namespace cannot exist: drain without blocking.
-      for (ssize_t n; out_open && (n = ::read(out_r.fd, buf, sizeof buf)) > 0;) take_output(buf, static_cast<size_t>(n));
-      for (ssize_t n; result_open && (n = ::read(result_r.fd, buf, sizeof buf)) > 0;)
-        if (result_text.size() < 8192) result_text.append(buf, static_cast<size_t>(n));
-      if (unsafe) ::kill(-pid, SIGKILL);
-      out_open = result_open = false;
-    }
-    if (killed == Kill::kNone && init_pid > 0 && !child_done) {
+    if (child_done_) drain();
+    if (killed_ == Kill::kNone && init_pid_ > 0 && !child_done_) {
       sample();
-      if (polled_cpu >= limits.cpu_seconds) kill_tree(Kill::kCpu);
+      if (polled_cpu_ >= limits_.cpu_seconds) kill_tree(Kill::kCpu);
     }
-    if (killed == Kill::kNone && seconds_since(t0) >= wall_limit) kill_tree(Kill::kWall);
+    if (killed_ == Kill::kNone && seconds_since(t0_) >= wall_limit) kill_tree(Kill::kWall);
   }
+}
+
+void ProgramRun::on_ready(int fd) {
+  if (fd == child_pidfd_.get()) {
+    child_done_ = true;
+    // Its sandbox is gone with it: what is left in the pipes is all there will be.
+    ::fcntl(out_.read.get(), F_SETFL, O_NONBLOCK);
+    ::fcntl(result_.read.get(), F_SETFL, O_NONBLOCK);
+    return;
+  }
+  const ssize_t n = ::read(fd, buf_, sizeof buf_);
+  if (n < 0 && errno == EINTR) return;
+  if (fd == out_.read.get()) {
+    if (n <= 0) out_open_ = false;
+    else take_output(buf_, static_cast<size_t>(n));
+  } else if (fd == result_.read.get()) {
+    if (n <= 0) result_open_ = false;
+    else take_result(buf_, static_cast<size_t>(n));
+  } else if (fd == status_.read.get()) {
+    if (n <= 0) status_open_ = false;
+    else on_status(buf_, static_cast<size_t>(n));
+  }
+}
+
+// bubblewrap's first status line names the namespace's init, the root of the tree to watch.
+void ProgramRun::on_status(const char* data, size_t n) {
+  status_text_.append(data, n);
+  const size_t nl = status_text_.find('\n');
+  if (init_pid_ != 0 || nl == std::string::npos) return;
+  const nlohmann::json j = nlohmann::json::parse(status_text_.substr(0, nl), nullptr, false);
+  if (!j.is_object() || !j.contains("child-pid") || !j["child-pid"].is_number_integer()) return;
+  init_pid_ = j["child-pid"].get<pid_t>();
+  init_pidfd_ = process::open_pidfd(init_pid_);
+  if (killed_ != Kill::kNone && init_pidfd_.get() >= 0) process::kill_pidfd(init_pidfd_.get(), SIGKILL);
+  if (killed_ == Kill::kNone) sample();  // at once: a short program may end before the first tick
+}
+
+void ProgramRun::take_output(const char* data, size_t n) {
+  out_total_ += n;
+  if (head_.size() < kHead) head_.append(data, std::min(n, kHead - head_.size()));
+  tail_.append(data, n);
+  if (tail_.size() > kTail) tail_.erase(0, tail_.size() - kTail);
+  if (out_total_ > static_cast<uint64_t>(limits_.max_output)) kill_tree(Kill::kOutput);
+}
+
+void ProgramRun::take_result(const char* data, size_t n) {
+  if (result_text_.size() < kMaxResult) result_text_.append(data, n);
+}
+
+// After the child: a descendant that outlived the namespace cannot exist, so read without blocking.
+void ProgramRun::drain() {
+  for (ssize_t n; out_open_ && (n = ::read(out_.read.get(), buf_, sizeof buf_)) > 0;)
+    take_output(buf_, static_cast<size_t>(n));
+  for (ssize_t n; result_open_ && (n = ::read(result_.read.get(), buf_, sizeof buf_)) > 0;)
+    take_result(buf_, static_cast<size_t>(n));
+  if (unsafe_) process::kill_group(pid_, SIGKILL);
+  out_open_ = result_open_ = false;
+}
+
+void ProgramRun::sample() {
+  const ProcessTreeSample s = sample_process_tree(init_pid_);
+  polled_cpu_ = std::max(polled_cpu_, s.cpu_seconds);
+  seen_.insert(s.processes.begin(), s.processes.end());
+}
+
+void ProgramRun::kill_tree(Kill why) {
+  if (killed_ != Kill::kNone) return;
+  killed_ = why;
+  // The namespace's init: everything in it dies.
+  if (init_pidfd_.get() >= 0) process::kill_pidfd(init_pidfd_.get(), SIGKILL);
+  if (child_pidfd_.get() >= 0) process::kill_pidfd(child_pidfd_.get(), SIGKILL);
+  if (unsafe_) process::kill_group(pid_, SIGKILL);  // its session, as far as it stayed in it
+}
+
+void ProgramRun::reap() {
   rusage child_usage{}, init_usage{};
-  int status = 0;
-  while (::wait4(pid, &status, 0, &child_usage) < 0 && errno == EINTR) {
-  }
+  const int status = process::wait_for(pid_, &child_usage);
+  reaped_ = true;
   // bwrap does not wait for its namespace's init: it is re-parented to us (a subreaper). Reaping it
   // gives the CPU time of every process it reaped. Killing it first makes sure the namespace is
   // gone (it exits with pid 2 anyway).
-  if (!unsafe && init_pidfd.fd >= 0) {
-    pidfd_kill(init_pidfd.fd);
-    reap(init_pidfd.fd, &init_usage);
+  if (!unsafe_ && init_pidfd_.get() >= 0) {
+    process::kill_pidfd(init_pidfd_.get(), SIGKILL);
+    process::reap_pidfd(init_pidfd_.get(), &init_usage);
   }
-  v.wall_seconds = seconds_since(t0);
+  v_.wall_seconds = seconds_since(t0_);
   // Processes killed with the namespace are reaped by its dying init with SIGCHLD ignored, which
   // gives their times to nobody: only the /proc samples saw them.
-  v.cpu_seconds = std::max(rusage_seconds(child_usage) + rusage_seconds(init_usage), polled_cpu);
-  v.processes.assign(seen.begin(), seen.end());
-  if (unsafe) {
+  v_.cpu_seconds = std::max(rusage_seconds(child_usage) + rusage_seconds(init_usage), polled_cpu_);
+  v_.processes.assign(seen_.begin(), seen_.end());
+  if (unsafe_) {
     int st = 0;
-    run_and_capture({"/bin/rm", "-rf", "--", workdir}, st);
+    process::run_and_capture({"/bin/rm", "-rf", "--", workdir_}, st);
   }
+  exit_code_ = exit_status_from_wait(status < 0 ? 0 : status).shell_code();
+}
 
-  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  const nlohmann::json result = nlohmann::json::parse(result_text.substr(0, result_text.find('\n')), nullptr, false);
+Verdict ProgramRun::verdict() {
+  Verdict v = std::move(v_);
+  const int code = exit_code_;
+  const double wall_limit = limits_.wall_ceiling();
+  const nlohmann::json result = nlohmann::json::parse(result_text_.substr(0, result_text_.find('\n')), nullptr, false);
   const bool has_result = result.is_object() && result.contains("result") && result["result"].is_string();
-  if (killed == Kill::kCpu || v.cpu_seconds >= limits.cpu_seconds || (!has_result && code == 128 + SIGXCPU)) {
+  if (killed_ == Kill::kCpu || v.cpu_seconds >= limits_.cpu_seconds || (!has_result && code == 128 + SIGXCPU)) {
     v.kind = Verdict::Kind::kTimedOut;
-    v.detail = fmt::format("cpu time {}, limit {}", seconds_str(v.cpu_seconds), seconds_str(limits.cpu_seconds));
-  } else if (killed == Kill::kWall && init_pid == 0) {
+    v.detail = fmt::format("cpu time {}, limit {}", seconds_str(v.cpu_seconds), seconds_str(limits_.cpu_seconds));
+  } else if (killed_ == Kill::kWall && init_pid_ == 0) {
     // Nothing of the program ran: the sandbox itself never came up. Not the program's timeout.
     v.kind = Verdict::Kind::kError;
     v.detail = fmt::format("{} {}", kDidNotStart, seconds_str(wall_limit));
-  } else if (killed == Kill::kWall) {
+  } else if (killed_ == Kill::kWall) {
     v.kind = Verdict::Kind::kTimedOut;
     v.detail = fmt::format("wall-clock ceiling {} (cpu time {})", seconds_str(wall_limit), seconds_str(v.cpu_seconds));
-  } else if (killed == Kill::kOutput) {
+  } else if (killed_ == Kill::kOutput) {
     v.kind = Verdict::Kind::kFailed;
-    v.detail = fmt::format("output over {} bytes", limits.max_output);
-  } else if (init_pid == 0) {
+    v.detail = fmt::format("output over {} bytes", limits_.max_output);
+  } else if (init_pid_ == 0) {
     v.kind = Verdict::Kind::kError;
-    v.detail = "the sandbox did not start: " + last_line(head + tail);
+    v.detail = "the sandbox did not start: " + last_line(head_ + tail_);
     if (code == 126 || code == 127) v.detail += fmt::format(" (exit status {})", code);
   } else if (has_result && result["result"] == "passed") {
     v.kind = Verdict::Kind::kPassed;
@@ -418,13 +476,23 @@ Verdict Sandbox::run_once(const std::string& program, const SandboxLimits& limit
   } else {
     // Ended without a result (os._exit, a crash of the interpreter): code_eval counts a child that
     // left no result as timed out, and code_eval mode does as it does.
-    v.kind = mode == ProgramMode::kCodeEval ? Verdict::Kind::kTimedOut : Verdict::Kind::kFailed;
-    const std::string line = last_line(out_total <= head.size() ? head : tail);
+    v.kind = mode_ == ProgramMode::kCodeEval ? Verdict::Kind::kTimedOut : Verdict::Kind::kFailed;
+    const std::string line = last_line(out_total_ <= head_.size() ? head_ : tail_);
     v.detail = code > 128 ? fmt::format("ended without a result: killed by signal {}", code - 128)
                           : fmt::format("ended without a result: exit status {}", code);
     if (!line.empty()) v.detail += ": " + line;
   }
   return v;
+}
+
+}  // namespace
+
+Verdict Sandbox::run_once(const std::string& program, const SandboxLimits& limits, ProgramMode mode) const {
+  ProgramRun run(program, limits, mode, seccomp_bpf_, options_.unsafe_no_sandbox);
+  run.spawn(bwrap_arguments(options_, interpreter_, limits, mode));
+  run.watch();
+  run.reap();
+  return run.verdict();
 }
 
 }  // namespace gpueval

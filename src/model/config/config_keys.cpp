@@ -10,36 +10,6 @@ namespace gpueval {
 
 using nlohmann::json;
 
-int64_t get_int(const json& j, const std::string& where, const char* key, std::optional<int64_t> fallback,
-                int64_t min_value, int64_t max_value) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) {
-    if (!fallback) fail(where, "missing required key '{}'", key);
-    return *fallback;
-  }
-  if (!it->is_number_integer()) fail(where, "key '{}' must be an integer, got {}", key, it->dump());
-  if (it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(max_value))
-    fail(where, "key '{}' is {}, past the bound of {} that gpueval accepts", key, it->get<uint64_t>(), max_value);
-  int64_t v = it->get<int64_t>();
-  if (v < min_value) fail(where, "key '{}' must be >= {}, got {}", key, min_value, v);
-  if (v > max_value) fail(where, "key '{}' is {}, past the bound of {} that gpueval accepts", key, v, max_value);
-  return v;
-}
-
-double get_double(const json& j, const std::string& where, const char* key, double fallback) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return fallback;
-  if (!it->is_number()) fail(where, "key '{}' must be a number, got {}", key, it->dump());
-  return it->get<double>();
-}
-
-bool get_bool(const json& j, const std::string& where, const char* key, bool fallback) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return fallback;
-  if (!it->is_boolean()) fail(where, "key '{}' must be true or false, got {}", key, it->dump());
-  return it->get<bool>();
-}
-
 namespace {
 
 // A key of rope_scaling: a number (null or absent: `fallback`, none: required).

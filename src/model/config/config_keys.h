@@ -9,6 +9,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "common/wire_json.h"
 #include "gpueval/model_config.h"
 
 namespace gpueval {
@@ -26,11 +27,10 @@ constexpr int64_t kMaxHeadDim = 4096;
 constexpr int64_t kMaxPositions = int64_t{1} << 24;  // 16,777,216 positions
 constexpr int64_t kMaxTokenId = (int64_t{1} << 31) - 1;
 
-// An integer key within [min_value, max_value]; `fallback` when absent (none: required).
-int64_t get_int(const nlohmann::json& j, const std::string& where, const char* key, std::optional<int64_t> fallback,
-                int64_t min_value, int64_t max_value);
-double get_double(const nlohmann::json& j, const std::string& where, const char* key, double fallback);
-bool get_bool(const nlohmann::json& j, const std::string& where, const char* key, bool fallback);
+// Typed keys with a fallback and bounds (common/wire_json.h), shared with the wire's field access.
+using wire::get_bool;
+using wire::get_double;
+using wire::get_int;
 // A positive number, `fallback` when absent.
 double get_positive(const nlohmann::json& j, const std::string& where, const char* key, double fallback);
 // A positive number, `fallback` when absent, none when null (Gemma's soft-caps).
