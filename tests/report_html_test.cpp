@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "common/file_io.h"
+#include "common/strings.h"
 #include "gpueval/error.h"
 #include "test_util.h"
 
@@ -88,13 +89,13 @@ TEST(ReportHtmlTest, EveryStringIsEscaped) {
   EXPECT_THAT(html, Not(HasSubstr("<b>&\"")));
   EXPECT_THAT(html, Not(HasSubstr("<i>")));
   EXPECT_THAT(html, Not(HasSubstr("<script>")));
-  EXPECT_THAT(html, HasSubstr("&lt;b&gt;&amp;&quot;quiz&#39;"));
+  EXPECT_THAT(html, HasSubstr("&lt;b&gt;&amp;&#34;quiz&#39;"));
   EXPECT_THAT(html, HasSubstr("models/&lt;i&gt;odd&amp;path"));
   EXPECT_THAT(html, HasSubstr("batch 7 &lt;script&gt;alert(1)&lt;/script&gt; quarantined"));
   // The table and the chart both name the task.
-  EXPECT_THAT(html, HasSubstr("<td rowspan=\"2\">&lt;b&gt;&amp;&quot;quiz&#39;<span class=\"name\">quiz</span></td>"));
-  EXPECT_THAT(html, HasSubstr("dominant-baseline=\"middle\">&lt;b&gt;&amp;&quot;quiz&#39;</text>"));
-  EXPECT_EQ(html_escape("a<b>&\"c'd"), "a&lt;b&gt;&amp;&quot;c&#39;d");
+  EXPECT_THAT(html, HasSubstr("<td rowspan=\"2\">&lt;b&gt;&amp;&#34;quiz&#39;<span class=\"name\">quiz</span></td>"));
+  EXPECT_THAT(html, HasSubstr("dominant-baseline=\"middle\">&lt;b&gt;&amp;&#34;quiz&#39;</text>"));
+  EXPECT_EQ(html_escape("a<b>&\"c'd"), "a&lt;b&gt;&amp;&#34;c&#39;d");
 }
 
 TEST(ReportHtmlTest, OneBarPerTaskProportionalToTheScoreAndSorted) {

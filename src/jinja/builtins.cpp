@@ -11,6 +11,7 @@
 
 #include "common/python_format.h"
 #include "common/python_str.h"
+#include "common/strings.h"
 #include "common/utf8.h"
 
 namespace gpueval::jinja {
@@ -505,21 +506,6 @@ int64_t py_floor_div(int64_t x, int64_t y) {
   int64_t q = x / y;
   if ((x % y != 0) && ((x < 0) != (y < 0))) --q;
   return q;
-}
-
-std::string html_escape(const std::string& s) {
-  std::string out;
-  for (const char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
-    }
-  }
-  return out;
 }
 
 // Jinja2's make_attrgetter: "a.b.0" looks up each part, an integer part as an index.
