@@ -131,6 +131,8 @@ TEST(JinjaEngine, StrictUndefined) {
   EXPECT_EQ(render_with("{% for x in b %}{% endfor %}", doc, true), "error UndefinedError: 'b' is undefined");
   EXPECT_EQ(render_with("{{ b }}|{% if b %}x{% endif %}", doc, false), "|");
   EXPECT_EQ(render_with("{% if a %}\n  x\n{% endif %}\n", doc, false), "\n  x\n");
+  // An empty sequence repeated a huge number of times is empty at once, not a loop of that many steps.
+  EXPECT_EQ(render_with("{{ '' * 9000000000000 }}|{{ [] * 9000000000000 }}|{{ 'ab' * 2 }}", doc, true), "|[]|abab");
 }
 
 // Jinja2's rule for a filter or test it does not know (checked against jinja2 3.1.6 in

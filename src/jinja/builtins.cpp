@@ -824,7 +824,9 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
     const Value& seq = a.is_int() ? b : a;
     const Value& times_v = a.is_int() ? a : b;
     if (times_v.is_int() && (seq.is_string() || seq.kind() == Value::Kind::kList || seq.kind() == Value::Kind::kTuple)) {
-      const int64_t times = std::max<int64_t>(0, times_v.as_int());
+      // An empty sequence repeated stays empty: no loop of `times` steps ('' * 10**12 took hours).
+      const bool empty = seq.is_string() ? seq.as_string().empty() : seq.items().empty();
+      const int64_t times = empty ? 0 : std::max<int64_t>(0, times_v.as_int());
       if (seq.is_string()) {
         if (!seq.as_string().empty() && static_cast<uint64_t>(times) > kMaxString / seq.as_string().size())
           fail_value("a string past 64 MiB");
