@@ -10,6 +10,7 @@
 // a break outside a loop, include without a loader) must be refused by ChatTemplate::parse.
 #include <ctime>
 #include <fstream>
+#include <optional>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -130,6 +131,54 @@ TEST(JinjaEngine, StrictUndefined) {
   EXPECT_EQ(render_with("{% for x in b %}{% endfor %}", doc, true), "error UndefinedError: 'b' is undefined");
   EXPECT_EQ(render_with("{{ b }}|{% if b %}x{% endif %}", doc, false), "|");
   EXPECT_EQ(render_with("{% if a %}\n  x\n{% endif %}\n", doc, false), "\n  x\n");
+  // An empty sequence repeated a huge number of times is empty at once, not a loop of that many steps.
+  EXPECT_EQ(render_with("{{ '' * 9000000000000 }}|{{ [] * 9000000000000 }}|{{ 'ab' * 2 }}", doc, true), "|[]|abab");
+}
+
+// Jinja2's rule for a filter or test it does not know (checked against jinja2 3.1.6 in
+// transformers' environment): inside an if statement or an inline if-expression of the same frame
+// the template loads and raises "No filter named 'x' found." only when that part is evaluated,
+// after its operand; anywhere else (a for body, a macro, a filter block start frames of their own)
+// the template is refused at load.
+TEST(JinjaEngine, UnknownFilterOrTestRaisesWhenEvaluated) {
+  auto outcome = [](const std::string& text, const nlohmann::ordered_json& context) {
+    std::optional<ChatTemplate> t;
+    try {
+      t = ChatTemplate::parse(text, "t.jinja");
+    } catch (const Error& e) {
+      return "refused " + std::string(e.what());
+    }
+    try {
+      return t->render(context);
+    } catch (const RenderError& e) {
+      return e.type() + ": " + e.message();
+    }
+  };
+  using ojson = nlohmann::ordered_json;
+  const std::string tools = "{% for m in messages %}{% if m.tool_calls %}{{ m.tool_calls | fromjson }}{% endif %}"
+                            "{{ m.content }}{% endfor %}";
+  EXPECT_EQ(outcome(tools, {{"messages", ojson::array({{{"content", "hi"}}})}}), "hi");
+  EXPECT_EQ(outcome(tools, {{"messages", ojson::array({{{"content", "hi"}, {"tool_calls", "[1]"}}})}}),
+            "TemplateRuntimeError: No filter named 'fromjson' found.");
+  EXPECT_EQ(outcome("{{ (y | fromjson) if x else 'b' }}", {{"x", false}}), "b");
+  EXPECT_EQ(outcome("{{ (y | fromjson) if x else 'b' }}", {{"x", true}, {"y", 1}}),
+            "TemplateRuntimeError: No filter named 'fromjson' found.");
+  EXPECT_EQ(outcome("{% if x %}a{% elif x is nosuchtest %}b{% else %}{{ x | nosuch }}{% endif %}", {{"x", 1}}), "a");
+  EXPECT_EQ(outcome("{% if x is nosuchtest %}a{% else %}b{% endif %}", {{"x", 1}}),
+            "TemplateRuntimeError: No test named 'nosuchtest' found.");
+  EXPECT_EQ(outcome("{% if x %}{% for i in y | nosuch %}{% endfor %}{% endif %}{% if x %}{% set y = 1 | nosuch %}"
+                    "{% endif %}ok", {{"x", 0}}),
+            "ok");
+  EXPECT_EQ(outcome("{% if true %}{{ (1/0) | nosuch }}{% endif %}", ojson::object()),
+            "ZeroDivisionError: division by zero");
+  EXPECT_EQ(outcome("{% if x %}{% for i in y %}{{ i | nosuch }}{% endfor %}{% endif %}", ojson::object()),
+            "refused t.jinja:1: unsupported filter 'nosuch'");
+  EXPECT_EQ(outcome("{% if x %}{% macro m() %}{{ 1 | nosuch }}{% endmacro %}{% endif %}", ojson::object()),
+            "refused t.jinja:1: unsupported filter 'nosuch'");
+  EXPECT_EQ(outcome("{% if x %}{% filter nosuch %}a{% endfilter %}{% endif %}", ojson::object()),
+            "refused t.jinja:1: unsupported filter 'nosuch'");
+  EXPECT_EQ(outcome("{% for i in [1] %}{{ i is nosuchtest }}{% endfor %}", ojson::object()),
+            "refused t.jinja:1: unsupported test 'nosuchtest'");
 }
 
 TEST(JinjaEngine, RefusesRunawayNesting) {

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "common/file_io.h"
+#include "common/strings.h"
 #include "gpueval/error.h"
 #include "test_util.h"
 

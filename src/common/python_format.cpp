@@ -61,29 +61,6 @@ std::string string_repr(std::string_view s) {
   return out;
 }
 
-// json.dumps's encoder with ensure_ascii=False: only '"', '\\' and control characters are
-// escaped; everything else, DEL and non-ASCII included, is written as is.
-void append_json_string(std::string& out, std::string_view s) {
-  out += '"';
-  for (const char ch : s) {
-    switch (ch) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      default:
-        if (static_cast<unsigned char>(ch) < 0x20) {
-          out += fmt::format("\\u{:04x}", static_cast<unsigned>(ch));
-        } else {
-          out += ch;
-        }
-    }
-  }
-  out += '"';
-}
 
 template <typename Json>
 std::string value_repr(const Json& value, bool top_level_str);
@@ -273,6 +250,46 @@ std::string strip(const std::string& s) {
     end -= n;
   }
   return s.substr(begin, end - begin);
+}
+
+void append_json_string(std::string& out, std::string_view s, bool ensure_ascii) {
+  out += '"';
+  for (size_t pos = 0; pos < s.size();) {
+    // Only ensure_ascii needs the code point; otherwise a byte at a time (UTF-8's multi-byte
+    // sequences never hold a byte below 0x80).
+    size_t length = 1;
+    char32_t c = static_cast<unsigned char>(s[pos]);
+    if (ensure_ascii && c >= 0x80) {
+      length = utf8_sequence_length(s, pos);
+      if (length == 0) {
+        out += s[pos++];  // not UTF-8: the byte as is
+        continue;
+      }
+      c = utf8_decode(s, pos, &length);
+    }
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
+      default:
+        if (c < 0x20 || (ensure_ascii && c > 0x7E)) {
+          if (c > 0xFFFF) {
+            const char32_t u = c - 0x10000;
+            out += fmt::format("\\u{:04x}\\u{:04x}", 0xD800 + (u >> 10), 0xDC00 + (u & 0x3FF));
+          } else {
+            out += fmt::format("\\u{:04x}", static_cast<unsigned>(c));
+          }
+        } else {
+          out.append(s, pos, length);
+        }
+    }
+    pos += length;
+  }
+  out += '"';
 }
 
 }  // namespace gpueval::py

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -36,5 +37,10 @@ std::string repr(const nlohmann::ordered_json& value);
 // NaN / Infinity / -Infinity, as Python does.
 std::string json_dumps(const nlohmann::json& value, int indent = -1);
 std::string json_dumps(const nlohmann::ordered_json& value, int indent = -1);
+
+// json.dumps of one string, appended to `out` quoted: '"', '\\' and control characters escaped;
+// with ensure_ascii also every code point past '~' (\uXXXX, a surrogate pair past U+FFFF),
+// without it everything else as is. Bytes that are not UTF-8 are written as they are.
+void append_json_string(std::string& out, std::string_view s, bool ensure_ascii = false);
 
 }  // namespace gpueval::py

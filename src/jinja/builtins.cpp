@@ -5,11 +5,13 @@
 #include <cstring>
 #include <limits>
 #include <set>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
 #include "common/python_format.h"
 #include "common/python_str.h"
+#include "common/strings.h"
 #include "common/utf8.h"
 
 namespace gpueval::jinja {
@@ -144,299 +146,356 @@ std::string str_format(const std::string& f, CallArgs& args) {
 
 Value bound(const std::string& name, Function f) { return Value::callable(name, std::move(f)); }
 
+// A method of a str, dict or list: the object it was read from, the name it was called by (names
+// that share a function, strip/lstrip/rstrip, tell it which it is) and the call's arguments.
+using StrMethod = Value (*)(const std::string& s, const std::string& m, CallArgs& a);
+using ValueMethod = Value (*)(const Value& obj, const std::string& m, CallArgs& a);
+
+Value str_strip(const std::string& s, const std::string& m, CallArgs& a) {
+  const auto chars = optional_chars(a.take(0, "chars"), m + " arg must be None or str");
+  a.done(m);
+  return Value(py::strip(s, chars, m != "rstrip", m != "lstrip"));
+}
+
+Value str_split(const std::string& s, const std::string& m, CallArgs& a) {
+  const auto sep = optional_chars(a.take(0, "sep"), "must be str or None");
+  const auto maxsplit_v = a.take(1, "maxsplit");
+  a.done(m);
+  if (sep && sep->empty()) fail_value("empty separator");
+  const int64_t maxsplit = maxsplit_v ? need_int(*maxsplit_v) : -1;
+  std::vector<std::string> parts;
+  if (m == "split" || maxsplit < 0) {
+    parts = py::split(s, sep, maxsplit);
+  } else {
+    // rsplit with a limit: split the reversed text by the reversed separator.
+    std::u32string r = py::code_points(s);
+    std::reverse(r.begin(), r.end());
+    std::optional<std::string> rsep;
+    if (sep) {
+      std::u32string x = py::code_points(*sep);
+      std::reverse(x.begin(), x.end());
+      rsep = py::utf8(x);
+    }
+    parts = py::split(py::utf8(r), rsep, maxsplit);
+    std::reverse(parts.begin(), parts.end());
+    for (std::string& p : parts) {
+      std::u32string x = py::code_points(p);
+      std::reverse(x.begin(), x.end());
+      p = py::utf8(x);
+    }
+  }
+  std::vector<Value> out(parts.begin(), parts.end());
+  return Value::list(std::move(out));
+}
+
+Value str_splitlines(const std::string& s, const std::string&, CallArgs& a) {
+  const bool keepends = truthy(a.take(0, "keepends").value_or(Value(false)));
+  a.done("splitlines");
+  // Python's line boundaries: \n \r \r\n \v \f \x1c \x1d \x1e \x85 \u2028 \u2029.
+  std::vector<Value> out;
+  std::u32string cur;
+  const std::u32string cps = py::code_points(s);
+  for (size_t i = 0; i < cps.size(); ++i) {
+    const char32_t c = cps[i];
+    const bool boundary = c == '\n' || c == '\r' || c == 0x0B || c == 0x0C || c == 0x1C || c == 0x1D ||
+                          c == 0x1E || c == 0x85 || c == 0x2028 || c == 0x2029;
+    if (!boundary) {
+      cur += c;
+      continue;
+    }
+    std::u32string end(1, c);
+    if (c == '\r' && i + 1 < cps.size() && cps[i + 1] == '\n') {
+      end += U'\n';
+      ++i;
+    }
+    out.emplace_back(py::utf8(keepends ? cur + end : cur));
+    cur.clear();
+  }
+  if (!cur.empty()) out.emplace_back(py::utf8(cur));
+  return Value::list(std::move(out));
+}
+
+Value str_pad(const std::string& s, const std::string& m, CallArgs& a) {
+  const auto width_v = a.take(0, "width");
+  const auto fill_v = m == "zfill" ? std::nullopt : a.take(1, "fillchar");
+  a.done(m);
+  if (!width_v) fail_type(m + "() takes at least 1 argument (0 given)");
+  const int64_t width = need_int(*width_v);
+  if (width > static_cast<int64_t>(kMaxString)) fail_value("a string past 64 MiB");
+  const std::string fill = fill_v ? need_string(*fill_v, m + "() argument 2 must be str") : std::string(" ");
+  if (py::len(fill) != 1) fail_type("The fill character must be exactly one character long");
+  const int64_t n = py::len(s);
+  if (n >= width) return Value(s);
+  const int64_t total = width - n;
+  auto pad = [&](int64_t k) {
+    std::string out;
+    for (int64_t i = 0; i < k; ++i) out += fill;
+    return out;
+  };
+  if (m == "ljust") return Value(s + pad(total));
+  if (m == "rjust") return Value(pad(total) + s);
+  if (m == "zfill") {
+    std::string digits = s, sign;
+    if (!s.empty() && (s[0] == '+' || s[0] == '-')) {
+      sign = s.substr(0, 1);
+      digits = s.substr(1);
+    }
+    return Value(sign + std::string(static_cast<size_t>(total), '0') + digits);
+  }
+  const int64_t left = total / 2 + (total & width & 1);
+  return Value(pad(left) + s + pad(total - left));
+}
+
+Value str_partition(const std::string& s, const std::string& m, CallArgs& a) {
+  const auto sep_v = a.take(0, "sep");
+  a.done(m);
+  if (!sep_v) fail_type(m + "() takes exactly one argument (0 given)");
+  const std::string& sep = need_string(*sep_v, "must be str");
+  if (sep.empty()) fail_value("empty separator");
+  const size_t at = m == "partition" ? s.find(sep) : s.rfind(sep);
+  if (at == std::string::npos) {
+    return m == "partition" ? Value::list({Value(s), Value(""), Value("")}, Value::Kind::kTuple)
+                            : Value::list({Value(""), Value(""), Value(s)}, Value::Kind::kTuple);
+  }
+  return Value::list({Value(s.substr(0, at)), Value(sep), Value(s.substr(at + sep.size()))}, Value::Kind::kTuple);
+}
+
+Value str_casefold(const std::string& s, const std::string&, CallArgs& a) {
+  a.done("casefold");
+  return Value(py::lower(s));
+}
+
+Value str_case(const std::string& s, const std::string& m, CallArgs& a) {
+  a.done(m);
+  if (m == "lower") return Value(py::lower(s));
+  if (m == "upper") return Value(py::upper(s));
+  if (m == "title") return Value(py_title(s));
+  if (m == "capitalize") return Value(py_capitalize(s));
+  std::string out;
+  for (const char32_t c : py::code_points(s)) {
+    const std::string ch = one(c);
+    const std::string lo = py::lower(ch);
+    out += lo != ch ? lo : py::upper(ch);
+  }
+  return Value(out);
+}
+
+Value str_replace(const std::string& s, const std::string&, CallArgs& a) {
+  const auto from = a.take(0, "old");
+  const auto to = a.take(1, "new");
+  const auto count = a.take(2, "count");
+  a.done("replace");
+  if (!from || !to) fail_type("replace expected at least 2 arguments");
+  const std::string& f = need_string(*from, "replace() argument 1 must be str");
+  const std::string& t = need_string(*to, "replace() argument 2 must be str");
+  const int64_t n = count ? need_int(*count) : -1;
+  if (n < 0) return Value(py::replace(s, f, t));
+  std::string out = s;
+  size_t p = 0;
+  for (int64_t i = 0; i < n && !f.empty(); ++i) {
+    p = out.find(f, p);
+    if (p == std::string::npos) break;
+    out.replace(p, f.size(), t);
+    p += t.size();
+  }
+  return Value(out);
+}
+
+Value str_startswith(const std::string& s, const std::string& m, CallArgs& a) {
+  const auto x = a.take(0, "prefix");
+  a.done(m);
+  if (!x) fail_type(m + "() takes at least 1 argument (0 given)");
+  return Value(starts_or_ends(s, *x, m == "startswith", m));
+}
+
+Value str_find(const std::string& s, const std::string& m, CallArgs& a) {
+  const auto x = a.take(0, "sub");
+  a.done(m);
+  if (!x) fail_type(m + "() takes at least 1 argument (0 given)");
+  const std::string& sub = need_string(*x, "must be str");
+  if (m == "count") return Value(count_sub(s, sub));
+  int64_t at = -1;
+  if (m == "rfind") {
+    const size_t p = s.rfind(sub);
+    at = p == std::string::npos ? -1 : py::len(s.substr(0, p));
+  } else {
+    at = py::find(s, sub);
+  }
+  if (at < 0 && m == "index") fail_value("substring not found");
+  return Value(at);
+}
+
+Value str_join(const std::string& s, const std::string&, CallArgs& a) {
+  const auto x = a.take(0, "iterable");
+  a.done("join");
+  if (!x) fail_type("str.join() takes exactly one argument (0 given)");
+  std::string out;
+  const std::vector<Value> items = x->iterate();
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (!items[i].is_string())
+      fail_type(fmt::format("sequence item {}: expected str instance, {} found", i, type_name(items[i])));
+    out += (i ? s : "") + items[i].as_string();
+  }
+  return Value(out);
+}
+
+Value str_format_method(const std::string& s, const std::string&, CallArgs& a) {
+  return Value(str_format(s, a));
+}
+
+Value str_is_kind(const std::string& s, const std::string& m, CallArgs& a) {
+  a.done(m);
+  const std::u32string cps = py::code_points(s);
+  if (cps.empty()) return Value(false);
+  if (m == "islower" || m == "isupper") {
+    bool any = false;
+    for (const char32_t c : cps) {
+      if (!is_cased(c)) continue;
+      any = true;
+      const std::string ch = one(c);
+      if (m == "islower" ? py::lower(ch) != ch : py::upper(ch) != ch) return Value(false);
+    }
+    return Value(any);
+  }
+  for (const char32_t c : cps) {
+    const bool digit = c >= '0' && c <= '9';
+    const bool alpha = c < 0x80 ? std::isalpha(static_cast<int>(c)) != 0 : is_cased(c);
+    const bool ok = m == "isdigit" ? digit : m == "isspace" ? py::is_space(c) : m == "isalpha" ? alpha : alpha || digit;
+    if (!ok) return Value(false);
+  }
+  return Value(true);
+}
+
+Value str_remove_affix(const std::string& s, const std::string& m, CallArgs& a) {
+  const auto x = a.take(0, "prefix");
+  a.done(m);
+  if (!x) fail_type(m + "() takes exactly one argument (0 given)");
+  const std::string& p = need_string(*x, m + "() argument must be str");
+  if (m == "removeprefix" && s.compare(0, p.size(), p) == 0) return Value(s.substr(p.size()));
+  if (m == "removesuffix" && p.size() <= s.size() && !p.empty() && s.compare(s.size() - p.size(), p.size(), p) == 0)
+    return Value(s.substr(0, s.size() - p.size()));
+  return Value(s);
+}
+
+// One row per str method a template may call; a row's function gets the string and the name called.
+const std::unordered_map<std::string, StrMethod>& str_methods() {
+  static const std::unordered_map<std::string, StrMethod> k = {
+      {"capitalize", str_case},
+      {"casefold", str_casefold},
+      {"center", str_pad},
+      {"count", str_find},
+      {"endswith", str_startswith},
+      {"find", str_find},
+      {"format", str_format_method},
+      {"index", str_find},
+      {"isalnum", str_is_kind},
+      {"isalpha", str_is_kind},
+      {"isdigit", str_is_kind},
+      {"islower", str_is_kind},
+      {"isspace", str_is_kind},
+      {"isupper", str_is_kind},
+      {"join", str_join},
+      {"ljust", str_pad},
+      {"lower", str_case},
+      {"lstrip", str_strip},
+      {"partition", str_partition},
+      {"removeprefix", str_remove_affix},
+      {"removesuffix", str_remove_affix},
+      {"replace", str_replace},
+      {"rfind", str_find},
+      {"rjust", str_pad},
+      {"rpartition", str_partition},
+      {"rsplit", str_split},
+      {"rstrip", str_strip},
+      {"split", str_split},
+      {"splitlines", str_splitlines},
+      {"startswith", str_startswith},
+      {"strip", str_strip},
+      {"swapcase", str_case},
+      {"title", str_case},
+      {"upper", str_case},
+      {"zfill", str_pad},
+  };
+  return k;
+}
+
 Value str_method(const Value& obj, const std::string& m) {
-  const std::string s = obj.as_string();
-  if (m == "strip" || m == "lstrip" || m == "rstrip") {
-    return bound(m, [s, m](CallArgs& a) {
-      const auto chars = optional_chars(a.take(0, "chars"), m + " arg must be None or str");
-      a.done(m);
-      return Value(py::strip(s, chars, m != "rstrip", m != "lstrip"));
-    });
+  const auto it = str_methods().find(m);
+  if (it == str_methods().end()) return missing_attr(obj, m);
+  return bound(m, [s = obj.as_string(), m, f = it->second](CallArgs& a) { return f(s, m, a); });
+}
+
+Value dict_view(const Value& obj, const std::string& m, CallArgs& a) {
+  a.done(m);
+  std::vector<Value> out;
+  for (const auto& [k, v] : obj.as_dict().entries) {
+    if (m == "items") out.push_back(Value::list({k, v}, Value::Kind::kTuple));
+    else out.push_back(m == "keys" ? k : v);
   }
-  if (m == "split" || m == "rsplit") {
-    return bound(m, [s, m](CallArgs& a) {
-      const auto sep = optional_chars(a.take(0, "sep"), "must be str or None");
-      const auto maxsplit_v = a.take(1, "maxsplit");
-      a.done(m);
-      if (sep && sep->empty()) fail_value("empty separator");
-      const int64_t maxsplit = maxsplit_v ? need_int(*maxsplit_v) : -1;
-      std::vector<std::string> parts;
-      if (m == "split" || maxsplit < 0) {
-        parts = py::split(s, sep, maxsplit);
-      } else {
-        // rsplit with a limit: split the reversed text by the reversed separator.
-        std::u32string r = py::code_points(s);
-        std::reverse(r.begin(), r.end());
-        std::optional<std::string> rsep;
-        if (sep) {
-          std::u32string x = py::code_points(*sep);
-          std::reverse(x.begin(), x.end());
-          rsep = py::utf8(x);
-        }
-        parts = py::split(py::utf8(r), rsep, maxsplit);
-        std::reverse(parts.begin(), parts.end());
-        for (std::string& p : parts) {
-          std::u32string x = py::code_points(p);
-          std::reverse(x.begin(), x.end());
-          p = py::utf8(x);
-        }
-      }
-      std::vector<Value> out(parts.begin(), parts.end());
-      return Value::list(std::move(out));
-    });
-  }
-  if (m == "splitlines") {
-    return bound(m, [s](CallArgs& a) {
-      const bool keepends = truthy(a.take(0, "keepends").value_or(Value(false)));
-      a.done("splitlines");
-      // Python's line boundaries: \n \r \r\n \v \f \x1c \x1d \x1e \x85 \u2028 \u2029.
-      std::vector<Value> out;
-      std::u32string cur;
-      const std::u32string cps = py::code_points(s);
-      for (size_t i = 0; i < cps.size(); ++i) {
-        const char32_t c = cps[i];
-        const bool boundary = c == '\n' || c == '\r' || c == 0x0B || c == 0x0C || c == 0x1C || c == 0x1D ||
-                              c == 0x1E || c == 0x85 || c == 0x2028 || c == 0x2029;
-        if (!boundary) {
-          cur += c;
-          continue;
-        }
-        std::u32string end(1, c);
-        if (c == '\r' && i + 1 < cps.size() && cps[i + 1] == '\n') {
-          end += U'\n';
-          ++i;
-        }
-        out.emplace_back(py::utf8(keepends ? cur + end : cur));
-        cur.clear();
-      }
-      if (!cur.empty()) out.emplace_back(py::utf8(cur));
-      return Value::list(std::move(out));
-    });
-  }
-  if (m == "center" || m == "ljust" || m == "rjust" || m == "zfill") {
-    return bound(m, [s, m](CallArgs& a) {
-      const auto width_v = a.take(0, "width");
-      const auto fill_v = m == "zfill" ? std::nullopt : a.take(1, "fillchar");
-      a.done(m);
-      if (!width_v) fail_type(m + "() takes at least 1 argument (0 given)");
-      const int64_t width = need_int(*width_v);
-      if (width > static_cast<int64_t>(kMaxString)) fail_value("a string past 64 MiB");
-      const std::string fill = fill_v ? need_string(*fill_v, m + "() argument 2 must be str") : std::string(" ");
-      if (py::len(fill) != 1) fail_type("The fill character must be exactly one character long");
-      const int64_t n = py::len(s);
-      if (n >= width) return Value(s);
-      const int64_t total = width - n;
-      auto pad = [&](int64_t k) {
-        std::string out;
-        for (int64_t i = 0; i < k; ++i) out += fill;
-        return out;
-      };
-      if (m == "ljust") return Value(s + pad(total));
-      if (m == "rjust") return Value(pad(total) + s);
-      if (m == "zfill") {
-        std::string digits = s, sign;
-        if (!s.empty() && (s[0] == '+' || s[0] == '-')) {
-          sign = s.substr(0, 1);
-          digits = s.substr(1);
-        }
-        return Value(sign + std::string(static_cast<size_t>(total), '0') + digits);
-      }
-      const int64_t left = total / 2 + (total & width & 1);
-      return Value(pad(left) + s + pad(total - left));
-    });
-  }
-  if (m == "partition" || m == "rpartition") {
-    return bound(m, [s, m](CallArgs& a) {
-      const auto sep_v = a.take(0, "sep");
-      a.done(m);
-      if (!sep_v) fail_type(m + "() takes exactly one argument (0 given)");
-      const std::string& sep = need_string(*sep_v, "must be str");
-      if (sep.empty()) fail_value("empty separator");
-      const size_t at = m == "partition" ? s.find(sep) : s.rfind(sep);
-      if (at == std::string::npos) {
-        return m == "partition" ? Value::list({Value(s), Value(""), Value("")}, Value::Kind::kTuple)
-                                : Value::list({Value(""), Value(""), Value(s)}, Value::Kind::kTuple);
-      }
-      return Value::list({Value(s.substr(0, at)), Value(sep), Value(s.substr(at + sep.size()))}, Value::Kind::kTuple);
-    });
-  }
-  if (m == "casefold") {
-    return bound(m, [s](CallArgs& a) {
-      a.done("casefold");
-      return Value(py::lower(s));
-    });
-  }
-  if (m == "lower" || m == "upper" || m == "title" || m == "capitalize" || m == "swapcase") {
-    return bound(m, [s, m](CallArgs& a) {
-      a.done(m);
-      if (m == "lower") return Value(py::lower(s));
-      if (m == "upper") return Value(py::upper(s));
-      if (m == "title") return Value(py_title(s));
-      if (m == "capitalize") return Value(py_capitalize(s));
-      std::string out;
-      for (const char32_t c : py::code_points(s)) {
-        const std::string ch = one(c);
-        const std::string lo = py::lower(ch);
-        out += lo != ch ? lo : py::upper(ch);
-      }
-      return Value(out);
-    });
-  }
-  if (m == "replace") {
-    return bound(m, [s](CallArgs& a) {
-      const auto from = a.take(0, "old");
-      const auto to = a.take(1, "new");
-      const auto count = a.take(2, "count");
-      a.done("replace");
-      if (!from || !to) fail_type("replace expected at least 2 arguments");
-      const std::string& f = need_string(*from, "replace() argument 1 must be str");
-      const std::string& t = need_string(*to, "replace() argument 2 must be str");
-      const int64_t n = count ? need_int(*count) : -1;
-      if (n < 0) return Value(py::replace(s, f, t));
-      std::string out = s;
-      size_t p = 0;
-      for (int64_t i = 0; i < n && !f.empty(); ++i) {
-        p = out.find(f, p);
-        if (p == std::string::npos) break;
-        out.replace(p, f.size(), t);
-        p += t.size();
-      }
-      return Value(out);
-    });
-  }
-  if (m == "startswith" || m == "endswith") {
-    return bound(m, [s, m](CallArgs& a) {
-      const auto x = a.take(0, "prefix");
-      a.done(m);
-      if (!x) fail_type(m + "() takes at least 1 argument (0 given)");
-      return Value(starts_or_ends(s, *x, m == "startswith", m));
-    });
-  }
-  if (m == "find" || m == "index" || m == "rfind" || m == "count") {
-    return bound(m, [s, m](CallArgs& a) {
-      const auto x = a.take(0, "sub");
-      a.done(m);
-      if (!x) fail_type(m + "() takes at least 1 argument (0 given)");
-      const std::string& sub = need_string(*x, "must be str");
-      if (m == "count") return Value(count_sub(s, sub));
-      int64_t at = -1;
-      if (m == "rfind") {
-        const size_t p = s.rfind(sub);
-        at = p == std::string::npos ? -1 : py::len(s.substr(0, p));
-      } else {
-        at = py::find(s, sub);
-      }
-      if (at < 0 && m == "index") fail_value("substring not found");
-      return Value(at);
-    });
-  }
-  if (m == "join") {
-    return bound(m, [s](CallArgs& a) {
-      const auto x = a.take(0, "iterable");
-      a.done("join");
-      if (!x) fail_type("str.join() takes exactly one argument (0 given)");
-      std::string out;
-      const std::vector<Value> items = x->iterate();
-      for (size_t i = 0; i < items.size(); ++i) {
-        if (!items[i].is_string())
-          fail_type(fmt::format("sequence item {}: expected str instance, {} found", i, type_name(items[i])));
-        out += (i ? s : "") + items[i].as_string();
-      }
-      return Value(out);
-    });
-  }
-  if (m == "format") {
-    return bound(m, [s](CallArgs& a) { return Value(str_format(s, a)); });
-  }
-  if (m == "isdigit" || m == "isspace" || m == "isalpha" || m == "isalnum" || m == "islower" || m == "isupper") {
-    return bound(m, [s, m](CallArgs& a) {
-      a.done(m);
-      const std::u32string cps = py::code_points(s);
-      if (cps.empty()) return Value(false);
-      if (m == "islower" || m == "isupper") {
-        bool any = false;
-        for (const char32_t c : cps) {
-          if (!is_cased(c)) continue;
-          any = true;
-          const std::string ch = one(c);
-          if (m == "islower" ? py::lower(ch) != ch : py::upper(ch) != ch) return Value(false);
-        }
-        return Value(any);
-      }
-      for (const char32_t c : cps) {
-        const bool digit = c >= '0' && c <= '9';
-        const bool alpha = c < 0x80 ? std::isalpha(static_cast<int>(c)) != 0 : is_cased(c);
-        const bool ok = m == "isdigit" ? digit : m == "isspace" ? py::is_space(c) : m == "isalpha" ? alpha : alpha || digit;
-        if (!ok) return Value(false);
-      }
-      return Value(true);
-    });
-  }
-  if (m == "removeprefix" || m == "removesuffix") {
-    return bound(m, [s, m](CallArgs& a) {
-      const auto x = a.take(0, "prefix");
-      a.done(m);
-      if (!x) fail_type(m + "() takes exactly one argument (0 given)");
-      const std::string& p = need_string(*x, m + "() argument must be str");
-      if (m == "removeprefix" && s.compare(0, p.size(), p) == 0) return Value(s.substr(p.size()));
-      if (m == "removesuffix" && p.size() <= s.size() && !p.empty() && s.compare(s.size() - p.size(), p.size(), p) == 0)
-        return Value(s.substr(0, s.size() - p.size()));
-      return Value(s);
-    });
-  }
-  return missing_attr(obj, m);
+  return Value::list(std::move(out));
+}
+
+Value dict_get(const Value& obj, const std::string&, CallArgs& a) {
+  const auto key = a.take(0, "key");
+  const auto def = a.take(1, "default");
+  a.done("get");
+  if (!key) fail_type("get expected at least 1 argument, got 0");
+  const Value* v = obj.as_dict().find(*key);
+  return v ? *v : def.value_or(Value());
+}
+
+Value dict_copy(const Value& obj, const std::string&, CallArgs& a) {
+  a.done("copy");
+  return Value::dict(std::make_shared<Dict>(obj.as_dict()));
+}
+
+// One row per dict method that leaves the dict as it is.
+const std::unordered_map<std::string, ValueMethod>& dict_methods() {
+  static const std::unordered_map<std::string, ValueMethod> k = {
+      {"copy", dict_copy},
+      {"get", dict_get},
+      {"items", dict_view},
+      {"keys", dict_view},
+      {"values", dict_view},
+  };
+  return k;
 }
 
 Value dict_method(const Value& obj, const std::string& m) {
-  if (m == "items" || m == "keys" || m == "values") {
-    return bound(m, [obj, m](CallArgs& a) {
-      a.done(m);
-      std::vector<Value> out;
-      for (const auto& [k, v] : obj.as_dict().entries) {
-        if (m == "items") out.push_back(Value::list({k, v}, Value::Kind::kTuple));
-        else out.push_back(m == "keys" ? k : v);
-      }
-      return Value::list(std::move(out));
-    });
-  }
-  if (m == "get") {
-    return bound(m, [obj](CallArgs& a) {
-      const auto key = a.take(0, "key");
-      const auto def = a.take(1, "default");
-      a.done("get");
-      if (!key) fail_type("get expected at least 1 argument, got 0");
-      const Value* v = obj.as_dict().find(*key);
-      return v ? *v : def.value_or(Value());
-    });
-  }
-  if (m == "copy") {
-    return bound(m, [obj](CallArgs& a) {
-      a.done("copy");
-      return Value::dict(std::make_shared<Dict>(obj.as_dict()));
-    });
-  }
+  if (const auto it = dict_methods().find(m); it != dict_methods().end())
+    return bound(m, [obj, m, f = it->second](CallArgs& a) { return f(obj, m, a); });
   static const std::set<std::string> kModifying = {"clear", "pop", "popitem", "setdefault", "update"};
   if (kModifying.count(m)) return unsafe(obj, m);
   return Value::undefined("");  // not a method: the caller looks the key up
 }
 
-Value list_method(const Value& obj, const std::string& m) {
-  if (m == "index" || m == "count") {
-    return bound(m, [obj, m](CallArgs& a) {
-      const auto x = a.take(0, "value");
-      a.done(m);
-      if (!x) fail_type(m + "() takes exactly one argument (0 given)");
-      int64_t n = 0;
-      for (size_t i = 0; i < obj.items().size(); ++i) {
-        if (equal(obj.items()[i], *x)) {
-          if (m == "index") return Value(static_cast<int64_t>(i));
-          ++n;
-        }
-      }
-      if (m == "index") fail_value(fmt::format("{} is not in list", repr(*x)));
-      return Value(n);
-    });
+Value list_index(const Value& obj, const std::string& m, CallArgs& a) {
+  const auto x = a.take(0, "value");
+  a.done(m);
+  if (!x) fail_type(m + "() takes exactly one argument (0 given)");
+  int64_t n = 0;
+  for (size_t i = 0; i < obj.items().size(); ++i) {
+    if (equal(obj.items()[i], *x)) {
+      if (m == "index") return Value(static_cast<int64_t>(i));
+      ++n;
+    }
   }
+  if (m == "index") fail_value(fmt::format("{} is not in list", repr(*x)));
+  return Value(n);
+}
+
+// One row per list method that leaves the list as it is.
+const std::unordered_map<std::string, ValueMethod>& list_methods() {
+  static const std::unordered_map<std::string, ValueMethod> k = {
+      {"count", list_index},
+      {"index", list_index},
+  };
+  return k;
+}
+
+Value list_method(const Value& obj, const std::string& m) {
+  if (const auto it = list_methods().find(m); it != list_methods().end())
+    return bound(m, [obj, m, f = it->second](CallArgs& a) { return f(obj, m, a); });
   static const std::set<std::string> kModifying = {"append", "extend", "insert", "pop", "remove", "reverse", "sort",
                                                    "clear"};
   if (kModifying.count(m)) return unsafe(obj, m);
@@ -447,21 +506,6 @@ int64_t py_floor_div(int64_t x, int64_t y) {
   int64_t q = x / y;
   if ((x % y != 0) && ((x < 0) != (y < 0))) --q;
   return q;
-}
-
-std::string html_escape(const std::string& s) {
-  std::string out;
-  for (const char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
-    }
-  }
-  return out;
 }
 
 // Jinja2's make_attrgetter: "a.b.0" looks up each part, an integer part as an index.
@@ -551,24 +595,6 @@ std::string indent_text(const std::string& s, const std::string& pad, bool first
     out += lines[i];
   }
   return out;
-}
-
-const std::set<std::string>& filter_names() {
-  static const std::set<std::string> k = {
-      "abs", "attr", "capitalize", "count", "d", "default", "dictsort", "e", "escape", "first", "float", "format",
-      "indent", "int", "items", "join", "last", "length", "list", "lower", "map", "max", "min", "reject", "rejectattr",
-      "replace", "reverse", "round", "safe", "select", "selectattr", "sort", "string", "sum", "title", "tojson", "trim",
-      "unique", "upper", "wordcount", "center", "batch"};
-  return k;
-}
-
-const std::set<std::string>& test_names() {
-  static const std::set<std::string> k = {
-      "defined", "undefined", "none", "boolean", "false", "true", "integer", "float", "number", "string", "mapping",
-      "iterable", "sequence", "callable", "odd", "even", "divisibleby", "eq", "equalto", "==", "ne", "!=", "lt",
-      "lessthan", "<", "le", "<=", "gt", "greaterthan", ">", "ge", ">=", "in", "sameas", "lower", "upper", "escaped",
-      "filter", "test"};
-  return k;
 }
 
 std::vector<Value> select(const Value& v, CallArgs& args, bool by_attr, bool keep) {
@@ -798,7 +824,9 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
     const Value& seq = a.is_int() ? b : a;
     const Value& times_v = a.is_int() ? a : b;
     if (times_v.is_int() && (seq.is_string() || seq.kind() == Value::Kind::kList || seq.kind() == Value::Kind::kTuple)) {
-      const int64_t times = std::max<int64_t>(0, times_v.as_int());
+      // An empty sequence repeated stays empty: no loop of `times` steps ('' * 10**12 took hours).
+      const bool empty = seq.is_string() ? seq.as_string().empty() : seq.items().empty();
+      const int64_t times = empty ? 0 : std::max<int64_t>(0, times_v.as_int());
       if (seq.is_string()) {
         if (!seq.as_string().empty() && static_cast<uint64_t>(times) > kMaxString / seq.as_string().size())
           fail_value("a string past 64 MiB");
@@ -907,399 +935,590 @@ std::string percent_format(const std::string& f, const Value& args) {
   return out;
 }
 
-bool has_filter(const std::string& name) { return filter_names().count(name) != 0; }
-bool has_test(const std::string& name) { return test_names().count(name) != 0; }
+namespace {
 
-Value apply_filter(const std::string& f, const Value& v, CallArgs& args) {
+Value filter_safe(const std::string& f, const Value& v, CallArgs& args) {
   auto done = [&] { args.done(f); };
-  if (f == "safe") {
-    done();
-    return v;
-  }
-  if (f == "default" || f == "d") {
-    const Value def = args.take(0, "default_value").value_or(Value(""));
-    const bool boolean = truthy(args.take(1, "boolean").value_or(Value(false)));
-    done();
-    if (v.is_undefined() || (boolean && !truthy(v))) return def;
-    return v;
-  }
-  if (f == "tojson") {
-    DumpOptions o;
-    o.ensure_ascii = truthy(args.take(0, "ensure_ascii").value_or(Value(false)));
-    const Value indent = args.take(1, "indent").value_or(Value());
-    const Value separators = args.take(2, "separators").value_or(Value());
-    o.sort_keys = truthy(args.take(3, "sort_keys").value_or(Value(false)));
-    done();
-    if (indent.is_int() && indent.as_int() > 4096) fail_value("tojson indent past 4096");
-    if (indent.is_int()) o.indent = std::string(static_cast<size_t>(std::max<int64_t>(0, indent.as_int())), ' ');
-    else if (indent.is_string()) o.indent = indent.as_string();
-    else if (!indent.is_none()) fail_type("tojson indent must be an int, a str or None");
-    if (o.indent) o.item_separator = ",";
-    if (!separators.is_none()) {
-      const std::vector<Value> seps = separators.iterate();
-      if (seps.size() != 2 || !seps[0].is_string() || !seps[1].is_string())
-        fail_value("tojson separators must be an (item_separator, key_separator) pair of strings");
-      o.item_separator = seps[0].as_string();
-      o.key_separator = seps[1].as_string();
-    }
-    return Value(json_dumps(v, o));
-  }
-  if (f == "length" || f == "count") {
-    done();
-    switch (v.kind()) {
-      case Value::Kind::kUndefined: return Value(0);
-      case Value::Kind::kString: return Value(py::len(v.as_string()));
-      case Value::Kind::kList: case Value::Kind::kTuple: return Value(static_cast<int64_t>(v.items().size()));
-      case Value::Kind::kDict: case Value::Kind::kNamespace: return Value(static_cast<int64_t>(v.as_dict().entries.size()));
-      default: fail_type(fmt::format("object of type '{}' has no len()", type_name(v)));
-    }
-  }
-  if (f == "string") {
-    done();
-    return Value(str(v));
-  }
-  if (f == "upper" || f == "lower" || f == "capitalize" || f == "title") {
-    done();
-    const std::string s = str(v);
-    if (f == "upper") return Value(py::upper(s));
-    if (f == "lower") return Value(py::lower(s));
-    if (f == "capitalize") return Value(py_capitalize(s));
-    return Value(jinja_title(s));
-  }
-  if (f == "trim") {
-    const auto chars = optional_chars(args.take(0, "chars"), "strip arg must be None or str");
-    done();
-    return Value(py::strip(str(v), chars, true, true));
-  }
-  if (f == "replace") {
-    Value s(str(v));
-    CallArgs inner;
-    if (auto x = args.take(0, "old")) inner.positional.push_back(*x);
-    if (auto x = args.take(1, "new")) inner.positional.push_back(*x);
-    if (auto x = args.take(2, "count")) if (!x->is_none()) inner.positional.push_back(*x);
-    done();
-    return str_method(s, "replace").as_callable().call(inner);
-  }
-  if (f == "e" || f == "escape") {
-    done();
-    return Value(html_escape(str(v)));
-  }
-  if (f == "first" || f == "last") {
-    done();
-    const bool reversible = v.is_undefined() || v.is_string() || v.kind() == Value::Kind::kList ||
-                            v.kind() == Value::Kind::kTuple || v.is_dict();
-    if (f == "last" && !reversible) fail_type(fmt::format("'{}' object is not reversible", type_name(v)));
-    const std::vector<Value> items = v.iterate();
-    if (items.empty()) return Value::undefined(f == "first" ? "No first item, sequence was empty." : "No last item, sequence was empty.");
-    return f == "first" ? items.front() : items.back();
-  }
-  if (f == "list") {
-    done();
-    return Value::list(v.iterate());
-  }
-  if (f == "join") {
-    const Value sep = args.take(0, "d").value_or(Value(""));
-    const auto attribute = args.take(1, "attribute");
-    done();
-    std::string out;
-    bool first = true;
-    const std::string s = str(sep);
-    for (const Value& item : v.iterate()) {
-      out += (first ? "" : s) + str(attribute && !attribute->is_none() ? attr_path(item, *attribute) : item);
-      first = false;
-      if (out.size() > kMaxString) fail_value("a string past 64 MiB");
-    }
-    return Value(out);
-  }
-  if (f == "map") {
-    std::vector<Value> out;
-    const bool any = truthy(v);  // Jinja2's map and select skip a false value without iterating it
-    std::optional<Value> attribute = args.take(static_cast<size_t>(-1), "attribute");
-    if (attribute) {
-      const std::optional<Value> def = args.take(static_cast<size_t>(-1), "default");
-      done();
-      for (const Value& item : any ? v.iterate() : std::vector<Value>()) {
-        Value x = attr_path(item, *attribute);
-        if (x.is_undefined() && def) x = *def;
-        out.push_back(x);
-      }
-    } else {
-      if (args.positional.empty()) fail_type("map requires a filter argument");
-      const std::string name = need_string(args.positional[0], "the filter name must be str");
-      if (!has_filter(name)) throw RenderError("TemplateRuntimeError", fmt::format("No filter named '{}'.", name));
-      CallArgs rest;
-      rest.positional.assign(args.positional.begin() + 1, args.positional.end());
-      rest.keyword = args.keyword;
-      for (const Value& item : any ? v.iterate() : std::vector<Value>()) {
-        CallArgs a = rest;
-        out.push_back(apply_filter(name, item, a));
-      }
-    }
-    return Value::list(std::move(out), Value::Kind::kIterator);
-  }
-  if (f == "select" || f == "reject" || f == "selectattr" || f == "rejectattr") {
-    return Value::list(select(v, args, f.size() > 6, f[0] == 's'), Value::Kind::kIterator);
-  }
-  if (f == "items") {
-    done();
-    if (v.is_undefined()) return Value::list({}, Value::Kind::kIterator);
-    if (!v.is_dict()) fail_type("Can only get item pairs from a mapping.");
-    std::vector<Value> out;
-    for (const auto& [k, val] : v.as_dict().entries) out.push_back(Value::list({k, val}, Value::Kind::kTuple));
-    return Value::list(std::move(out), Value::Kind::kIterator);
-  }
-  if (f == "dictsort") {
-    const bool case_sensitive = truthy(args.take(0, "case_sensitive").value_or(Value(false)));
-    const Value by = args.take(1, "by").value_or(Value("key"));
-    const bool reverse = truthy(args.take(2, "reverse").value_or(Value(false)));
-    done();
-    if (v.is_undefined()) fail_undefined(v);
-    if (!v.is_dict())
-      throw RenderError("AttributeError", fmt::format("'{}' object has no attribute 'items'", type_name(v)));
-    const size_t pos = str(by) == "value" ? 1 : 0;
-    std::vector<Value> out;
-    for (const auto& [k, val] : v.as_dict().entries) out.push_back(Value::list({k, val}, Value::Kind::kTuple));
-    sort_values(out, [&](const Value& x) { return sort_key(x.items()[pos], case_sensitive); }, reverse);
-    return Value::list(std::move(out));
-  }
-  if (f == "sort") {
-    const bool reverse = truthy(args.take(0, "reverse").value_or(Value(false)));
-    const bool case_sensitive = truthy(args.take(1, "case_sensitive").value_or(Value(false)));
-    const auto attribute = args.take(2, "attribute");
-    done();
-    std::vector<Value> out = v.iterate();
-    sort_values(out, [&](const Value& x) {
-      return sort_key(attribute && !attribute->is_none() ? attr_path(x, *attribute) : x, case_sensitive);
-    }, reverse);
-    return Value::list(std::move(out));
-  }
-  if (f == "unique") {
-    const bool case_sensitive = truthy(args.take(0, "case_sensitive").value_or(Value(false)));
-    const auto attribute = args.take(1, "attribute");
-    done();
-    std::vector<Value> out, seen;
-    for (const Value& item : v.iterate()) {
-      const Value key = sort_key(attribute && !attribute->is_none() ? attr_path(item, *attribute) : item, case_sensitive);
-      if (key.kind() == Value::Kind::kList || key.is_dict())  // Jinja2 keeps the seen ones in a set
-        fail_type(fmt::format("unhashable type: '{}'", type_name(key)));
-      if (std::none_of(seen.begin(), seen.end(), [&](const Value& s) { return equal(s, key); })) {
-        seen.push_back(key);
-        out.push_back(item);
-      }
-    }
-    return Value::list(std::move(out), Value::Kind::kIterator);
-  }
-  if (f == "reverse") {
-    done();
-    if (v.is_string()) {
-      std::u32string cps = py::code_points(v.as_string());
-      std::reverse(cps.begin(), cps.end());
-      return Value(py::utf8(cps));
-    }
-    if (!v.is_undefined() && !v.is_sequence() && !v.is_dict())
-      throw RenderError("FilterArgumentError", "argument must be iterable");
-    std::vector<Value> out = v.iterate();
-    std::reverse(out.begin(), out.end());
-    return Value::list(std::move(out), Value::Kind::kIterator);
-  }
-  if (f == "sum") {
-    const auto attribute = args.take(0, "attribute");
-    Value total = args.take(1, "start").value_or(Value(0));
-    done();
-    for (const Value& item : v.iterate())
-      total = binary_op("+", total, attribute && !attribute->is_none() ? attr_path(item, *attribute) : item);
-    return total;
-  }
-  if (f == "min" || f == "max") {
-    const bool case_sensitive = truthy(args.take(0, "case_sensitive").value_or(Value(false)));
-    const auto attribute = args.take(1, "attribute");
-    done();
-    const std::vector<Value> items = v.iterate();
-    if (items.empty()) return Value::undefined(fmt::format("No aggregated item, sequence was empty."));
-    size_t best = 0;
-    for (size_t i = 1; i < items.size(); ++i) {
-      auto key = [&](const Value& x) {
-        return sort_key(attribute && !attribute->is_none() ? attr_path(x, *attribute) : x, case_sensitive);
-      };
-      if (compare(key(items[i]), key(items[best]), f == "min" ? "<" : ">")) best = i;
-    }
-    return items[best];
-  }
-  if (f == "int") {
-    const Value def = args.take(0, "default").value_or(Value(0));
-    const int64_t base = need_int(args.take(1, "base").value_or(Value(10)));
-    done();
-    if (v.is_undefined()) fail_undefined(v);
-    return to_int(v, def, base);
-  }
-  if (f == "float") {
-    const Value def = args.take(0, "default").value_or(Value(0.0));
-    done();
-    if (v.is_undefined()) fail_undefined(v);
-    return to_float(v, def);
-  }
-  if (f == "abs") {
-    done();
-    if (v.is_int() && v.as_int() == std::numeric_limits<int64_t>::min())
-      throw RenderError("OverflowError", "integer past 64 bits (gpueval's Jinja subset)");
-    if (v.is_int()) return Value(v.as_int() < 0 ? -v.as_int() : v.as_int());
-    if (v.kind() == Value::Kind::kFloat) return Value(std::fabs(v.as_double()));
-    fail_type(fmt::format("bad operand type for abs(): '{}'", type_name(v)));
-  }
-  if (f == "round") {
-    const int64_t precision = need_int(args.take(0, "precision").value_or(Value(0)));
-    const std::string method = str(args.take(1, "method").value_or(Value("common")));
-    done();
-    if (!v.is_number()) fail_type(fmt::format("type {} doesn't define __round__ method", type_name(v)));
-    if (method == "common") {
-      if (v.is_int()) return Value(v.as_int());
-      return Value(py_round(v.as_double(), precision));
-    }
-    if (method != "ceil" && method != "floor") throw RenderError("FilterArgumentError", "method must be common, ceil or floor");
-    const double p = std::pow(10.0, static_cast<double>(precision));
-    const double x = v.as_double() * p;
-    return Value((method == "ceil" ? std::ceil(x) : std::floor(x)) / p);
-  }
-  if (f == "indent") {
-    const Value width = args.take(0, "width").value_or(Value(4));
-    const bool first = truthy(args.take(1, "first").value_or(Value(false)));
-    const bool blank = truthy(args.take(2, "blank").value_or(Value(false)));
-    done();
-    if (v.is_undefined()) fail_undefined(v);
-    // Jinja2's indent does `s += "\n"` then `s.splitlines()`: what each type does with that.
-    if (v.kind() == Value::Kind::kList)
-      throw RenderError("AttributeError", "'list' object has no attribute 'splitlines'");
-    if (v.kind() == Value::Kind::kTuple) fail_type("can only concatenate tuple (not \"str\") to tuple");
-    if (!v.is_string()) fail_type(fmt::format("unsupported operand type(s) for +=: '{}' and 'str'", type_name(v)));
-    const int64_t n = width.is_string() ? 0 : std::max<int64_t>(0, need_int(width));
-    if (n > 4096) fail_value("indent width past 4096");
-    const std::string pad = width.is_string() ? width.as_string() : std::string(static_cast<size_t>(n), ' ');
-    return Value(indent_text(str(v), pad, first, blank));
-  }
-  if (f == "format") {
-    Value tuple = Value::list(args.positional, Value::Kind::kTuple);
-    if (!args.keyword.empty()) {
-      auto d = std::make_shared<Dict>();
-      for (const auto& [k, val] : args.keyword) d->set(Value(k), val);
-      tuple = Value::dict(d);
-    }
-    return Value(percent_format(str(v), tuple));
-  }
-  if (f == "attr") {
-    const auto name = args.take(0, "name");
-    done();
-    if (!name) fail_type("attr needs a name");
-    // Jinja2's attr filter reads attributes only, never a dict's keys.
-    if (v.is_dict()) {
-      const Value m = dict_method(v, str(*name));
-      return !m.is_undefined() || !m.as_string().empty() ? m : missing_attr(v, str(*name));
-    }
-    return get_attr(v, str(*name));
-  }
-  if (f == "wordcount") {
-    done();
-    // Jinja2 counts the matches of \w+ (letters, digits and '_').
-    int64_t words = 0;
-    bool in_word = false;
-    for (const char32_t c : py::code_points(str(v))) {
-      const bool word = c == '_' || (c < 0x80 ? std::isalnum(static_cast<int>(c)) != 0 : is_cased(c) || (c >= 0x660 && c <= 0x669));
-      if (word && !in_word) ++words;
-      in_word = word;
-    }
-    return Value(words);
-  }
-  if (f == "center") {
-    const int64_t width = need_int(args.take(0, "width").value_or(Value(80)));
-    done();
-    if (width > static_cast<int64_t>(kMaxString)) fail_value("a string past 64 MiB");
-    const std::string s = str(v);
-    const int64_t n = py::len(s);
-    if (n >= width) return Value(s);
-    const int64_t total = width - n;
-    const int64_t left = total / 2 + (total & width & 1);
-    return Value(std::string(static_cast<size_t>(left), ' ') + s + std::string(static_cast<size_t>(total - left), ' '));
-  }
-  if (f == "batch") {
-    const int64_t size = need_int(args.take(0, "linecount").value_or(Value(1)));
-    const auto fill = args.take(1, "fill_with");
-    done();
-    if (size <= 0) fail_value("batch size must be positive");
-    std::vector<Value> out, cur;
-    for (const Value& item : v.iterate()) {
-      cur.push_back(item);
-      if (static_cast<int64_t>(cur.size()) == size) {
-        out.push_back(Value::list(cur));
-        cur.clear();
-      }
-    }
-    if (!cur.empty()) {
-      if (fill && !fill->is_none())
-        while (static_cast<int64_t>(cur.size()) < size) cur.push_back(*fill);
-      out.push_back(Value::list(cur));
-    }
-    return Value::list(std::move(out), Value::Kind::kIterator);
-  }
-  throw RenderError("TemplateRuntimeError", fmt::format("No filter named '{}'.", f));
+  done();
+  return v;
 }
 
-bool apply_test(const std::string& t, const Value& v, CallArgs& args) {
-  auto arg = [&](const char* name) {
-    const auto x = args.take(0, name);
-    args.done(t);
-    if (!x) fail_type(fmt::format("test '{}' needs an argument", t));
-    return *x;
-  };
-  auto no_args = [&] { args.done(t); };
-  if (t == "defined") return no_args(), !v.is_undefined();
-  if (t == "undefined") return no_args(), v.is_undefined();
-  if (t == "none") return no_args(), v.is_none();
-  if (t == "boolean") return no_args(), v.is_bool();
-  if (t == "true") return no_args(), v.is_bool() && v.as_bool();
-  if (t == "false") return no_args(), v.is_bool() && !v.as_bool();
-  if (t == "integer") return no_args(), v.kind() == Value::Kind::kInt;
-  if (t == "float") return no_args(), v.kind() == Value::Kind::kFloat;
-  if (t == "number") return no_args(), v.is_number();
-  if (t == "string") return no_args(), v.is_string();
-  if (t == "mapping") return no_args(), v.is_dict();
-  if (t == "iterable") {
-    no_args();
-    return v.is_undefined() || v.is_string() || v.is_sequence() || v.is_dict();
+Value filter_default(const std::string& f, const Value& v, CallArgs& args) {
+  auto done = [&] { args.done(f); };
+  const Value def = args.take(0, "default_value").value_or(Value(""));
+  const bool boolean = truthy(args.take(1, "boolean").value_or(Value(false)));
+  done();
+  if (v.is_undefined() || (boolean && !truthy(v))) return def;
+  return v;
+}
+
+Value filter_tojson(const std::string& f, const Value& v, CallArgs& args) {
+  auto done = [&] { args.done(f); };
+  DumpOptions o;
+  o.ensure_ascii = truthy(args.take(0, "ensure_ascii").value_or(Value(false)));
+  const Value indent = args.take(1, "indent").value_or(Value());
+  const Value separators = args.take(2, "separators").value_or(Value());
+  o.sort_keys = truthy(args.take(3, "sort_keys").value_or(Value(false)));
+  done();
+  if (indent.is_int() && indent.as_int() > 4096) fail_value("tojson indent past 4096");
+  if (indent.is_int()) o.indent = std::string(static_cast<size_t>(std::max<int64_t>(0, indent.as_int())), ' ');
+  else if (indent.is_string()) o.indent = indent.as_string();
+  else if (!indent.is_none()) fail_type("tojson indent must be an int, a str or None");
+  if (o.indent) o.item_separator = ",";
+  if (!separators.is_none()) {
+    const std::vector<Value> seps = separators.iterate();
+    if (seps.size() != 2 || !seps[0].is_string() || !seps[1].is_string())
+      fail_value("tojson separators must be an (item_separator, key_separator) pair of strings");
+    o.item_separator = seps[0].as_string();
+    o.key_separator = seps[1].as_string();
   }
-  if (t == "sequence") {
-    no_args();
-    return v.is_undefined() || v.is_string() || v.kind() == Value::Kind::kList || v.kind() == Value::Kind::kTuple ||
-           v.is_dict();
+  return Value(json_dumps(v, o));
+}
+
+Value filter_length(const std::string& f, const Value& v, CallArgs& args) {
+  auto done = [&] { args.done(f); };
+  done();
+  switch (v.kind()) {
+    case Value::Kind::kUndefined: return Value(0);
+    case Value::Kind::kString: return Value(py::len(v.as_string()));
+    case Value::Kind::kList: case Value::Kind::kTuple: return Value(static_cast<int64_t>(v.items().size()));
+    case Value::Kind::kDict: case Value::Kind::kNamespace:
+      return Value(static_cast<int64_t>(v.as_dict().entries.size()));
+    default: fail_type(fmt::format("object of type '{}' has no len()", type_name(v)));
   }
-  if (t == "callable") return no_args(), v.is_callable() || v.is_undefined();  // Undefined has __call__
-  if (t == "escaped") return no_args(), false;
-  if (t == "lower" || t == "upper") {
-    no_args();
-    const std::string s = str(v);
-    bool any = false;
-    for (const char32_t c : py::code_points(s)) {
-      if (!is_cased(c)) continue;
-      any = true;
-      if (t == "lower" ? py::lower(one(c)) != one(c) : py::upper(one(c)) != one(c)) return false;
+}
+
+Value filter_string(const std::string& f, const Value& v, CallArgs& args) {
+  auto done = [&] { args.done(f); };
+  done();
+  return Value(str(v));
+}
+
+Value filter_case(const std::string& f, const Value& v, CallArgs& args) {
+  auto done = [&] { args.done(f); };
+  done();
+  const std::string s = str(v);
+  if (f == "upper") return Value(py::upper(s));
+  if (f == "lower") return Value(py::lower(s));
+  if (f == "capitalize") return Value(py_capitalize(s));
+  return Value(jinja_title(s));
+}
+
+Value filter_trim(const std::string& f, const Value& v, CallArgs& args) {
+  auto done = [&] { args.done(f); };
+  const auto chars = optional_chars(args.take(0, "chars"), "strip arg must be None or str");
+  done();
+  return Value(py::strip(str(v), chars, true, true));
+}
+
+Value filter_replace(const std::string& f, const Value& v, CallArgs& args) {
+  auto done = [&] { args.done(f); };
+  Value s(str(v));
+  CallArgs inner;
+  if (auto x = args.take(0, "old")) inner.positional.push_back(*x);
+  if (auto x = args.take(1, "new")) inner.positional.push_back(*x);
+  if (auto x = args.take(2, "count")) if (!x->is_none()) inner.positional.push_back(*x);
+  done();
+  return str_method(s, "replace").as_callable().call(inner);
+}
+
+Value filter_escape(const std::string& f, const Value& v, CallArgs& args) {
+  auto done = [&] { args.done(f); };
+  done();
+  return Value(html_escape(str(v), "&#34;"));  // markupsafe's entities
+}
+
+Value filter_first_last(const std::string& f, const Value& v, CallArgs& args) {
+  auto done = [&] { args.done(f); };
+  done();
+  const bool reversible = v.is_undefined() || v.is_string() || v.kind() == Value::Kind::kList ||
+                          v.kind() == Value::Kind::kTuple || v.is_dict();
+  if (f == "last" && !reversible) fail_type(fmt::format("'{}' object is not reversible", type_name(v)));
+  const std::vector<Value> items = v.iterate();
+  if (items.empty())
+    return Value::undefined(f == "first" ? "No first item, sequence was empty." : "No last item, sequence was empty.");
+  return f == "first" ? items.front() : items.back();
+}
+
+Value filter_list(const std::string& f, const Value& v, CallArgs& args) {
+  auto done = [&] { args.done(f); };
+  done();
+  return Value::list(v.iterate());
+}
+
+Value filter_join(const std::string& f, const Value& v, CallArgs& args) {
+  auto done = [&] { args.done(f); };
+  const Value sep = args.take(0, "d").value_or(Value(""));
+  const auto attribute = args.take(1, "attribute");
+  done();
+  std::string out;
+  bool first = true;
+  const std::string s = str(sep);
+  for (const Value& item : v.iterate()) {
+    out += (first ? "" : s) + str(attribute && !attribute->is_none() ? attr_path(item, *attribute) : item);
+    first = false;
+    if (out.size() > kMaxString) fail_value("a string past 64 MiB");
+  }
+  return Value(out);
+}
+
+Value filter_map(const std::string& f, const Value& v, CallArgs& args) {
+  auto done = [&] { args.done(f); };
+  std::vector<Value> out;
+  const bool any = truthy(v);  // Jinja2's map and select skip a false value without iterating it
+  std::optional<Value> attribute = args.take(static_cast<size_t>(-1), "attribute");
+  if (attribute) {
+    const std::optional<Value> def = args.take(static_cast<size_t>(-1), "default");
+    done();
+    for (const Value& item : any ? v.iterate() : std::vector<Value>()) {
+      Value x = attr_path(item, *attribute);
+      if (x.is_undefined() && def) x = *def;
+      out.push_back(x);
     }
-    return any;
+  } else {
+    if (args.positional.empty()) fail_type("map requires a filter argument");
+    const std::string name = need_string(args.positional[0], "the filter name must be str");
+    if (!has_filter(name)) throw RenderError("TemplateRuntimeError", fmt::format("No filter named '{}'.", name));
+    CallArgs rest;
+    rest.positional.assign(args.positional.begin() + 1, args.positional.end());
+    rest.keyword = args.keyword;
+    for (const Value& item : any ? v.iterate() : std::vector<Value>()) {
+      CallArgs a = rest;
+      out.push_back(apply_filter(name, item, a));
+    }
   }
-  if (t == "odd" || t == "even") {
-    no_args();
-    const Value r = binary_op("%", v, Value(2));
-    return t == "odd" ? equal(r, Value(1)) : equal(r, Value(0));
+  return Value::list(std::move(out), Value::Kind::kIterator);
+}
+
+Value filter_select_reject(const std::string& f, const Value& v, CallArgs& args) {
+  return Value::list(select(v, args, f.size() > 6, f[0] == 's'), Value::Kind::kIterator);
+}
+
+Value filter_items(const std::string& f, const Value& v, CallArgs& args) {
+  auto done = [&] { args.done(f); };
+  done();
+  if (v.is_undefined()) return Value::list({}, Value::Kind::kIterator);
+  if (!v.is_dict()) fail_type("Can only get item pairs from a mapping.");
+  std::vector<Value> out;
+  for (const auto& [k, val] : v.as_dict().entries) out.push_back(Value::list({k, val}, Value::Kind::kTuple));
+  return Value::list(std::move(out), Value::Kind::kIterator);
+}
+
+Value filter_dictsort(const std::string& f, const Value& v, CallArgs& args) {
+  auto done = [&] { args.done(f); };
+  const bool case_sensitive = truthy(args.take(0, "case_sensitive").value_or(Value(false)));
+  const Value by = args.take(1, "by").value_or(Value("key"));
+  const bool reverse = truthy(args.take(2, "reverse").value_or(Value(false)));
+  done();
+  if (v.is_undefined()) fail_undefined(v);
+  if (!v.is_dict())
+    throw RenderError("AttributeError", fmt::format("'{}' object has no attribute 'items'", type_name(v)));
+  const size_t pos = str(by) == "value" ? 1 : 0;
+  std::vector<Value> out;
+  for (const auto& [k, val] : v.as_dict().entries) out.push_back(Value::list({k, val}, Value::Kind::kTuple));
+  sort_values(out, [&](const Value& x) { return sort_key(x.items()[pos], case_sensitive); }, reverse);
+  return Value::list(std::move(out));
+}
+
+Value filter_sort(const std::string& f, const Value& v, CallArgs& args) {
+  auto done = [&] { args.done(f); };
+  const bool reverse = truthy(args.take(0, "reverse").value_or(Value(false)));
+  const bool case_sensitive = truthy(args.take(1, "case_sensitive").value_or(Value(false)));
+  const auto attribute = args.take(2, "attribute");
+  done();
+  std::vector<Value> out = v.iterate();
+  sort_values(out, [&](const Value& x) {
+    return sort_key(attribute && !attribute->is_none() ? attr_path(x, *attribute) : x, case_sensitive);
+  }, reverse);
+  return Value::list(std::move(out));
+}
+
+Value filter_unique(const std::string& f, const Value& v, CallArgs& args) {
+  auto done = [&] { args.done(f); };
+  const bool case_sensitive = truthy(args.take(0, "case_sensitive").value_or(Value(false)));
+  const auto attribute = args.take(1, "attribute");
+  done();
+  std::vector<Value> out, seen;
+  for (const Value& item : v.iterate()) {
+    const Value key = sort_key(attribute && !attribute->is_none() ? attr_path(item, *attribute) : item, case_sensitive);
+    if (key.kind() == Value::Kind::kList || key.is_dict())  // Jinja2 keeps the seen ones in a set
+      fail_type(fmt::format("unhashable type: '{}'", type_name(key)));
+    if (std::none_of(seen.begin(), seen.end(), [&](const Value& s) { return equal(s, key); })) {
+      seen.push_back(key);
+      out.push_back(item);
+    }
   }
-  if (t == "divisibleby") return equal(binary_op("%", v, arg("num")), Value(0));
-  if (t == "eq" || t == "equalto" || t == "==") return equal(v, arg("other"));
-  if (t == "ne" || t == "!=") return !equal(v, arg("other"));
-  if (t == "lt" || t == "lessthan" || t == "<") return compare(v, arg("other"), "<");
-  if (t == "gt" || t == "greaterthan" || t == ">") return compare(v, arg("other"), ">");
-  if (t == "le" || t == "<=") return compare(v, arg("other"), "<=");
-  if (t == "ge" || t == ">=") return compare(v, arg("other"), ">=");
-  if (t == "in") return contains(arg("seq"), v);
-  if (t == "sameas") return v.same_object(arg("other"));
-  if (t == "filter") return has_filter(str(arg("name")));
-  if (t == "test") return has_test(str(arg("name")));
-  throw RenderError("TemplateRuntimeError", fmt::format("No test named '{}'.", t));
+  return Value::list(std::move(out), Value::Kind::kIterator);
+}
+
+Value filter_reverse(const std::string& f, const Value& v, CallArgs& args) {
+  auto done = [&] { args.done(f); };
+  done();
+  if (v.is_string()) {
+    std::u32string cps = py::code_points(v.as_string());
+    std::reverse(cps.begin(), cps.end());
+    return Value(py::utf8(cps));
+  }
+  if (!v.is_undefined() && !v.is_sequence() && !v.is_dict())
+    throw RenderError("FilterArgumentError", "argument must be iterable");
+  std::vector<Value> out = v.iterate();
+  std::reverse(out.begin(), out.end());
+  return Value::list(std::move(out), Value::Kind::kIterator);
+}
+
+Value filter_sum(const std::string& f, const Value& v, CallArgs& args) {
+  auto done = [&] { args.done(f); };
+  const auto attribute = args.take(0, "attribute");
+  Value total = args.take(1, "start").value_or(Value(0));
+  done();
+  for (const Value& item : v.iterate())
+    total = binary_op("+", total, attribute && !attribute->is_none() ? attr_path(item, *attribute) : item);
+  return total;
+}
+
+Value filter_min_max(const std::string& f, const Value& v, CallArgs& args) {
+  auto done = [&] { args.done(f); };
+  const bool case_sensitive = truthy(args.take(0, "case_sensitive").value_or(Value(false)));
+  const auto attribute = args.take(1, "attribute");
+  done();
+  const std::vector<Value> items = v.iterate();
+  if (items.empty()) return Value::undefined(fmt::format("No aggregated item, sequence was empty."));
+  size_t best = 0;
+  for (size_t i = 1; i < items.size(); ++i) {
+    auto key = [&](const Value& x) {
+      return sort_key(attribute && !attribute->is_none() ? attr_path(x, *attribute) : x, case_sensitive);
+    };
+    if (compare(key(items[i]), key(items[best]), f == "min" ? "<" : ">")) best = i;
+  }
+  return items[best];
+}
+
+Value filter_int(const std::string& f, const Value& v, CallArgs& args) {
+  auto done = [&] { args.done(f); };
+  const Value def = args.take(0, "default").value_or(Value(0));
+  const int64_t base = need_int(args.take(1, "base").value_or(Value(10)));
+  done();
+  if (v.is_undefined()) fail_undefined(v);
+  return to_int(v, def, base);
+}
+
+Value filter_float(const std::string& f, const Value& v, CallArgs& args) {
+  auto done = [&] { args.done(f); };
+  const Value def = args.take(0, "default").value_or(Value(0.0));
+  done();
+  if (v.is_undefined()) fail_undefined(v);
+  return to_float(v, def);
+}
+
+Value filter_abs(const std::string& f, const Value& v, CallArgs& args) {
+  auto done = [&] { args.done(f); };
+  done();
+  if (v.is_int() && v.as_int() == std::numeric_limits<int64_t>::min())
+    throw RenderError("OverflowError", "integer past 64 bits (gpueval's Jinja subset)");
+  if (v.is_int()) return Value(v.as_int() < 0 ? -v.as_int() : v.as_int());
+  if (v.kind() == Value::Kind::kFloat) return Value(std::fabs(v.as_double()));
+  fail_type(fmt::format("bad operand type for abs(): '{}'", type_name(v)));
+}
+
+Value filter_round(const std::string& f, const Value& v, CallArgs& args) {
+  auto done = [&] { args.done(f); };
+  const int64_t precision = need_int(args.take(0, "precision").value_or(Value(0)));
+  const std::string method = str(args.take(1, "method").value_or(Value("common")));
+  done();
+  if (!v.is_number()) fail_type(fmt::format("type {} doesn't define __round__ method", type_name(v)));
+  if (method == "common") {
+    if (v.is_int()) return Value(v.as_int());
+    return Value(py_round(v.as_double(), precision));
+  }
+  if (method != "ceil" && method != "floor")
+    throw RenderError("FilterArgumentError", "method must be common, ceil or floor");
+  const double p = std::pow(10.0, static_cast<double>(precision));
+  const double x = v.as_double() * p;
+  return Value((method == "ceil" ? std::ceil(x) : std::floor(x)) / p);
+}
+
+Value filter_indent(const std::string& f, const Value& v, CallArgs& args) {
+  auto done = [&] { args.done(f); };
+  const Value width = args.take(0, "width").value_or(Value(4));
+  const bool first = truthy(args.take(1, "first").value_or(Value(false)));
+  const bool blank = truthy(args.take(2, "blank").value_or(Value(false)));
+  done();
+  if (v.is_undefined()) fail_undefined(v);
+  // Jinja2's indent does `s += "\n"` then `s.splitlines()`: what each type does with that.
+  if (v.kind() == Value::Kind::kList)
+    throw RenderError("AttributeError", "'list' object has no attribute 'splitlines'");
+  if (v.kind() == Value::Kind::kTuple) fail_type("can only concatenate tuple (not \"str\") to tuple");
+  if (!v.is_string()) fail_type(fmt::format("unsupported operand type(s) for +=: '{}' and 'str'", type_name(v)));
+  const int64_t n = width.is_string() ? 0 : std::max<int64_t>(0, need_int(width));
+  if (n > 4096) fail_value("indent width past 4096");
+  const std::string pad = width.is_string() ? width.as_string() : std::string(static_cast<size_t>(n), ' ');
+  return Value(indent_text(str(v), pad, first, blank));
+}
+
+Value filter_format(const std::string&, const Value& v, CallArgs& args) {
+  Value tuple = Value::list(args.positional, Value::Kind::kTuple);
+  if (!args.keyword.empty()) {
+    auto d = std::make_shared<Dict>();
+    for (const auto& [k, val] : args.keyword) d->set(Value(k), val);
+    tuple = Value::dict(d);
+  }
+  return Value(percent_format(str(v), tuple));
+}
+
+Value filter_attr(const std::string& f, const Value& v, CallArgs& args) {
+  auto done = [&] { args.done(f); };
+  const auto name = args.take(0, "name");
+  done();
+  if (!name) fail_type("attr needs a name");
+  // Jinja2's attr filter reads attributes only, never a dict's keys.
+  if (v.is_dict()) {
+    const Value m = dict_method(v, str(*name));
+    return !m.is_undefined() || !m.as_string().empty() ? m : missing_attr(v, str(*name));
+  }
+  return get_attr(v, str(*name));
+}
+
+Value filter_wordcount(const std::string& f, const Value& v, CallArgs& args) {
+  auto done = [&] { args.done(f); };
+  done();
+  // Jinja2 counts the matches of \w+ (letters, digits and '_').
+  int64_t words = 0;
+  bool in_word = false;
+  for (const char32_t c : py::code_points(str(v))) {
+    const bool word = c == '_' || (c < 0x80 ? std::isalnum(static_cast<int>(c)) != 0
+                                            : is_cased(c) || (c >= 0x660 && c <= 0x669));
+    if (word && !in_word) ++words;
+    in_word = word;
+  }
+  return Value(words);
+}
+
+Value filter_center(const std::string& f, const Value& v, CallArgs& args) {
+  auto done = [&] { args.done(f); };
+  const int64_t width = need_int(args.take(0, "width").value_or(Value(80)));
+  done();
+  if (width > static_cast<int64_t>(kMaxString)) fail_value("a string past 64 MiB");
+  const std::string s = str(v);
+  const int64_t n = py::len(s);
+  if (n >= width) return Value(s);
+  const int64_t total = width - n;
+  const int64_t left = total / 2 + (total & width & 1);
+  return Value(std::string(static_cast<size_t>(left), ' ') + s + std::string(static_cast<size_t>(total - left), ' '));
+}
+
+Value filter_batch(const std::string& f, const Value& v, CallArgs& args) {
+  auto done = [&] { args.done(f); };
+  const int64_t size = need_int(args.take(0, "linecount").value_or(Value(1)));
+  const auto fill = args.take(1, "fill_with");
+  done();
+  if (size <= 0) fail_value("batch size must be positive");
+  std::vector<Value> out, cur;
+  for (const Value& item : v.iterate()) {
+    cur.push_back(item);
+    if (static_cast<int64_t>(cur.size()) == size) {
+      out.push_back(Value::list(cur));
+      cur.clear();
+    }
+  }
+  if (!cur.empty()) {
+    if (fill && !fill->is_none())
+      while (static_cast<int64_t>(cur.size()) < size) cur.push_back(*fill);
+    out.push_back(Value::list(cur));
+  }
+  return Value::list(std::move(out), Value::Kind::kIterator);
+}
+
+// One row per filter name; aliases (d, e, count) share their function, which gets the name called.
+const std::unordered_map<std::string, FilterFn>& filter_table() {
+  static const std::unordered_map<std::string, FilterFn> k = {
+      {"abs", filter_abs},
+      {"attr", filter_attr},
+      {"batch", filter_batch},
+      {"capitalize", filter_case},
+      {"center", filter_center},
+      {"count", filter_length},
+      {"d", filter_default},
+      {"default", filter_default},
+      {"dictsort", filter_dictsort},
+      {"e", filter_escape},
+      {"escape", filter_escape},
+      {"first", filter_first_last},
+      {"float", filter_float},
+      {"format", filter_format},
+      {"indent", filter_indent},
+      {"int", filter_int},
+      {"items", filter_items},
+      {"join", filter_join},
+      {"last", filter_first_last},
+      {"length", filter_length},
+      {"list", filter_list},
+      {"lower", filter_case},
+      {"map", filter_map},
+      {"max", filter_min_max},
+      {"min", filter_min_max},
+      {"reject", filter_select_reject},
+      {"rejectattr", filter_select_reject},
+      {"replace", filter_replace},
+      {"reverse", filter_reverse},
+      {"round", filter_round},
+      {"safe", filter_safe},
+      {"select", filter_select_reject},
+      {"selectattr", filter_select_reject},
+      {"sort", filter_sort},
+      {"string", filter_string},
+      {"sum", filter_sum},
+      {"title", filter_case},
+      {"tojson", filter_tojson},
+      {"trim", filter_trim},
+      {"unique", filter_unique},
+      {"upper", filter_case},
+      {"wordcount", filter_wordcount},
+  };
+  return k;
+}
+
+// A test's one argument (`x is divisibleby 3`), or a TypeError naming the test.
+Value test_arg(const std::string& t, CallArgs& args, const char* name) {
+  const auto x = args.take(0, name);
+  args.done(t);
+  if (!x) fail_type(fmt::format("test '{}' needs an argument", t));
+  return *x;
+}
+
+bool test_case(const std::string& t, const Value& v, CallArgs& args) {
+  args.done(t);
+  bool any = false;
+  for (const char32_t c : py::code_points(str(v))) {
+    if (!is_cased(c)) continue;
+    any = true;
+    if (t == "lower" ? py::lower(one(c)) != one(c) : py::upper(one(c)) != one(c)) return false;
+  }
+  return any;
+}
+
+bool test_odd_even(const std::string& t, const Value& v, CallArgs& args) {
+  args.done(t);
+  const Value r = binary_op("%", v, Value(2));
+  return t == "odd" ? equal(r, Value(1)) : equal(r, Value(0));
+}
+
+// A test of the value alone, taking no arguments.
+template <bool (*kIs)(const Value&)>
+bool test_of_value(const std::string& t, const Value& v, CallArgs& args) {
+  args.done(t);
+  return kIs(v);
+}
+
+// A comparison test (`x is gt 3`): Python's `x <op> other`.
+template <const char* kOp>
+bool test_compare(const std::string& t, const Value& v, CallArgs& args) {
+  return compare(v, test_arg(t, args, "other"), kOp);
+}
+constexpr char kLt[] = "<", kGt[] = ">", kLe[] = "<=", kGe[] = ">=";
+
+bool is_defined(const Value& v) { return !v.is_undefined(); }
+bool is_undefined(const Value& v) { return v.is_undefined(); }
+bool is_none(const Value& v) { return v.is_none(); }
+bool is_boolean(const Value& v) { return v.is_bool(); }
+bool is_true(const Value& v) { return v.is_bool() && v.as_bool(); }
+bool is_false(const Value& v) { return v.is_bool() && !v.as_bool(); }
+bool is_integer(const Value& v) { return v.kind() == Value::Kind::kInt; }
+bool is_float(const Value& v) { return v.kind() == Value::Kind::kFloat; }
+bool is_number(const Value& v) { return v.is_number(); }
+bool is_string(const Value& v) { return v.is_string(); }
+bool is_mapping(const Value& v) { return v.is_dict(); }
+bool is_iterable(const Value& v) { return v.is_undefined() || v.is_string() || v.is_sequence() || v.is_dict(); }
+bool is_sequence(const Value& v) {
+  return v.is_undefined() || v.is_string() || v.kind() == Value::Kind::kList || v.kind() == Value::Kind::kTuple ||
+         v.is_dict();
+}
+bool is_callable(const Value& v) { return v.is_callable() || v.is_undefined(); }  // Undefined has __call__
+bool is_escaped(const Value&) { return false; }
+
+bool test_divisibleby(const std::string& t, const Value& v, CallArgs& args) {
+  return equal(binary_op("%", v, test_arg(t, args, "num")), Value(0));
+}
+bool test_eq(const std::string& t, const Value& v, CallArgs& args) { return equal(v, test_arg(t, args, "other")); }
+bool test_ne(const std::string& t, const Value& v, CallArgs& args) { return !equal(v, test_arg(t, args, "other")); }
+bool test_in(const std::string& t, const Value& v, CallArgs& args) { return contains(test_arg(t, args, "seq"), v); }
+bool test_sameas(const std::string& t, const Value& v, CallArgs& args) {
+  return v.same_object(test_arg(t, args, "other"));
+}
+bool test_filter(const std::string& t, const Value& v, CallArgs& args) {
+  return has_filter(str(test_arg(t, args, "name")));
+}
+bool test_test(const std::string& t, const Value& v, CallArgs& args) {
+  return has_test(str(test_arg(t, args, "name")));
+}
+
+// One row per test name; aliases (equalto, ==, lessthan, ...) share their function.
+const std::unordered_map<std::string, TestFn>& test_table() {
+  static const std::unordered_map<std::string, TestFn> k = {
+      {"!=", test_ne},
+      {"<", test_compare<kLt>},
+      {"<=", test_compare<kLe>},
+      {"==", test_eq},
+      {">", test_compare<kGt>},
+      {">=", test_compare<kGe>},
+      {"boolean", test_of_value<is_boolean>},
+      {"callable", test_of_value<is_callable>},
+      {"defined", test_of_value<is_defined>},
+      {"divisibleby", test_divisibleby},
+      {"eq", test_eq},
+      {"equalto", test_eq},
+      {"escaped", test_of_value<is_escaped>},
+      {"even", test_odd_even},
+      {"false", test_of_value<is_false>},
+      {"filter", test_filter},
+      {"float", test_of_value<is_float>},
+      {"ge", test_compare<kGe>},
+      {"greaterthan", test_compare<kGt>},
+      {"gt", test_compare<kGt>},
+      {"in", test_in},
+      {"integer", test_of_value<is_integer>},
+      {"iterable", test_of_value<is_iterable>},
+      {"le", test_compare<kLe>},
+      {"lessthan", test_compare<kLt>},
+      {"lower", test_case},
+      {"lt", test_compare<kLt>},
+      {"mapping", test_of_value<is_mapping>},
+      {"ne", test_ne},
+      {"none", test_of_value<is_none>},
+      {"number", test_of_value<is_number>},
+      {"odd", test_odd_even},
+      {"sameas", test_sameas},
+      {"sequence", test_of_value<is_sequence>},
+      {"string", test_of_value<is_string>},
+      {"test", test_test},
+      {"true", test_of_value<is_true>},
+      {"undefined", test_of_value<is_undefined>},
+      {"upper", test_case},
+  };
+  return k;
+}
+
+}  // namespace
+
+FilterFn find_filter(const std::string& name) {
+  const auto it = filter_table().find(name);
+  return it == filter_table().end() ? nullptr : it->second;
+}
+TestFn find_test(const std::string& name) {
+  const auto it = test_table().find(name);
+  return it == test_table().end() ? nullptr : it->second;
+}
+bool has_filter(const std::string& name) { return find_filter(name) != nullptr; }
+bool has_test(const std::string& name) { return find_test(name) != nullptr; }
+
+Value apply_filter(const std::string& name, const Value& v, CallArgs& args) {
+  const FilterFn f = find_filter(name);
+  if (!f) throw RenderError("TemplateRuntimeError", fmt::format("No filter named '{}'.", name));
+  return f(name, v, args);
+}
+bool apply_test(const std::string& name, const Value& v, CallArgs& args) {
+  const TestFn t = find_test(name);
+  if (!t) throw RenderError("TemplateRuntimeError", fmt::format("No test named '{}'.", name));
+  return t(name, v, args);
 }
 
 }  // namespace gpueval::jinja

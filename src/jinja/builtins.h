@@ -19,8 +19,17 @@ Value get_slice(const Value& obj, const Value& start, const Value& stop, const V
 Value binary_op(const std::string& op, const Value& a, const Value& b);
 bool contains(const Value& container, const Value& item);
 
+// A filter or test is one row of a table, name -> function; aliases (`d`, `equalto`) share a
+// function, which is given the name it was called by. find_* gives nullptr for a name the table
+// lacks: Jinja2 raises for that only when the filter or test is evaluated (engine.h).
+using FilterFn = Value (*)(const std::string& name, const Value& v, CallArgs& args);
+using TestFn = bool (*)(const std::string& name, const Value& v, CallArgs& args);
+FilterFn find_filter(const std::string& name);
+TestFn find_test(const std::string& name);
 bool has_filter(const std::string& name);
 bool has_test(const std::string& name);
+// The named filter or test applied; one the table lacks is TemplateRuntimeError "No filter named 'x'."
+// (what Jinja2's map, select and their kin raise).
 Value apply_filter(const std::string& name, const Value& v, CallArgs& args);
 bool apply_test(const std::string& name, const Value& v, CallArgs& args);
 

@@ -387,7 +387,15 @@ class Interpreter {
   Value eval_filter_chain(const Expr& e, const Value& value, const ScopePtr& scope) {
     const Value operand = e.a ? eval_filter_chain(*e.a, value, scope) : value;
     CallArgs a = arguments(e, scope);
-    return apply_filter(e.name, operand, a);
+    return filter(e.name)(e.name, operand, a);
+  }
+
+  // A filter of the template by name; one Jinja2 lacks was let through at load only where it may
+  // never run (validate), and raises here as Jinja2's does, after its operand and arguments.
+  static FilterFn filter(const std::string& name) {
+    const FilterFn f = find_filter(name);
+    if (!f) throw RenderError("TemplateRuntimeError", fmt::format("No filter named '{}' found.", name));
+    return f;
   }
 
   Value eval(const Expr& e, const ScopePtr& scope) {
@@ -414,12 +422,14 @@ class Interpreter {
       case Expr::Kind::kFilter: {
         const Value operand = eval(*e.a, scope);
         CallArgs a = arguments(e, scope);
-        return apply_filter(e.name, operand, a);
+        return filter(e.name)(e.name, operand, a);
       }
       case Expr::Kind::kTest: {
         const Value operand = eval(*e.a, scope);
         CallArgs a = arguments(e, scope);
-        return Value(apply_test(e.name, operand, a) != e.negated);
+        const TestFn test = find_test(e.name);
+        if (!test) throw RenderError("TemplateRuntimeError", fmt::format("No test named '{}' found.", e.name));
+        return Value(test(e.name, operand, a) != e.negated);
       }
       case Expr::Kind::kNot: return Value(!test_truth(eval(*e.a, scope)));
       case Expr::Kind::kNeg: case Expr::Kind::kPos: {
@@ -488,33 +498,41 @@ class Interpreter {
   std::vector<ScopePtr> pinned_scopes_;
 };
 
-void validate(const Expr& e, const std::string& where) {
-  if (e.kind == Expr::Kind::kFilter && !has_filter(e.name))
+// Jinja2's rule for a filter or test name it does not know: an error when the template loads,
+// unless the name sits in an if statement or an inline if-expression of its own frame (a for
+// body, macro, call or filter block, or set block starts a new frame); there it is an error only
+// when evaluated (engine's eval), so a branch no conversation reaches may use one.
+void validate(const Expr& e, const std::string& where, bool soft) {
+  if (!soft && e.kind == Expr::Kind::kFilter && !has_filter(e.name))
     throw Error(fmt::format("{}:{}: unsupported filter '{}'", where, e.line, e.name));
-  if (e.kind == Expr::Kind::kTest && !has_test(e.name))
+  if (!soft && e.kind == Expr::Kind::kTest && !has_test(e.name))
     throw Error(fmt::format("{}:{}: unsupported test '{}'", where, e.line, e.name));
+  soft = soft || e.kind == Expr::Kind::kCond;
   for (const ExprPtr* x : {&e.a, &e.b, &e.c})
-    if (*x) validate(**x, where);
+    if (*x) validate(**x, where, soft);
   for (const ExprPtr& x : e.args)
-    if (x) validate(*x, where);
+    if (x) validate(*x, where, soft);
   for (const auto& [k, x] : e.kwargs)
-    if (x) validate(*x, where);
+    if (x) validate(*x, where, soft);
   for (const auto& [k, x] : e.ops)
-    if (x) validate(*x, where);
+    if (x) validate(*x, where, soft);
 }
 
-void validate(const Body& body, const std::string& where) {
+void validate(const Body& body, const std::string& where, bool soft) {
   for (const StmtPtr& s : body) {
-    if (s->expr) validate(*s->expr, where);
-    if (s->filter) validate(*s->filter, where);
+    // What a statement evaluates in the frame it stands in: an output, a for's iterable, a set's
+    // value, a call block's call. The rest (a for's body and loop filter, a macro, the blocks) is
+    // a frame of its own.
+    if (s->expr) validate(*s->expr, where, soft);
+    if (s->filter) validate(*s->filter, where, false);
     for (const auto& [cond, b] : s->branches) {
-      validate(*cond, where);
-      validate(b, where);
+      validate(*cond, where, true);
+      validate(b, where, true);
     }
     for (const auto& [name, def] : s->params)
-      if (def) validate(*def, where);
-    validate(s->body, where);
-    validate(s->else_body, where);
+      if (def) validate(*def, where, false);
+    validate(s->body, where, false);
+    validate(s->else_body, where, s->kind == Stmt::Kind::kIf);  // an if's else, or a for's
   }
 }
 
@@ -524,7 +542,7 @@ Program Program::parse(const std::string& text, const std::string& where, const 
   Program p;
   p.where_ = where;
   auto body = std::make_shared<Body>(parse_template(text, where, options));
-  validate(*body, where);
+  validate(*body, where, /*soft=*/false);
   p.frames_ = std::make_shared<const FrameUndefined>(analyze_frames(*body));
   p.body_ = std::move(body);
   return p;

@@ -14,7 +14,9 @@
 // printing, testing or iterating it fails too). Rendering errors are RenderError
 // (jinja/value.h) with Python's exception type and message; raise_exception(msg) is a
 // RenderError of type "TemplateError" with exactly msg. A filter or test outside the subset
-// is refused at parse time, as a gpueval::Error "<where>:<line>: unsupported filter 'x'".
+// follows Jinja2's rule: inside an if statement or inline if-expression of its frame it raises
+// TemplateRuntimeError "No filter named 'x' found." when evaluated; anywhere else it is refused at
+// parse time, as a gpueval::Error "<where>:<line>: unsupported filter 'x'".
 //
 // Calls common only. A Program is immutable after parse() and may be rendered from several
 // threads at once.

@@ -317,40 +317,6 @@ bool compare(const Value& a, const Value& b, const std::string& op) {
 
 namespace {
 
-void dump_string(const std::string& s, bool ensure_ascii, std::string& out) {
-  out += '"';
-  for (size_t pos = 0; pos < s.size();) {
-    size_t length = utf8_sequence_length(s, pos);
-    if (length == 0) {
-      out += s[pos++];
-      continue;
-    }
-    const char32_t c = utf8_decode(s, pos, &length);
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      default:
-        if (c < 0x20 || (ensure_ascii && c > 0x7E)) {
-          if (c > 0xFFFF) {
-            const char32_t u = c - 0x10000;
-            out += fmt::format("\\u{:04x}\\u{:04x}", 0xD800 + (u >> 10), 0xDC00 + (u & 0x3FF));
-          } else {
-            out += fmt::format("\\u{:04x}", static_cast<unsigned>(c));
-          }
-        } else {
-          out.append(s, pos, length);
-        }
-    }
-    pos += length;
-  }
-  out += '"';
-}
-
 void dump(const Value& v, const DumpOptions& o, int level, std::string& out) {
   auto newline = [&](int lvl) {
     out += '\n';
@@ -367,7 +333,7 @@ void dump(const Value& v, const DumpOptions& o, int level, std::string& out) {
       else out += py::float_repr(d);
       return;
     }
-    case Value::Kind::kString: dump_string(v.as_string(), o.ensure_ascii, out); return;
+    case Value::Kind::kString: py::append_json_string(out, v.as_string(), o.ensure_ascii); return;
     case Value::Kind::kList: case Value::Kind::kTuple: {
       if (v.items().empty()) {
         out += "[]";
@@ -404,7 +370,7 @@ void dump(const Value& v, const DumpOptions& o, int level, std::string& out) {
       for (size_t i = 0; i < entries.size(); ++i) {
         if (i) out += o.item_separator;
         if (o.indent) newline(level + 1);
-        dump_string(entries[i].first, o.ensure_ascii, out);
+        py::append_json_string(out, entries[i].first, o.ensure_ascii);
         out += o.key_separator;
         dump(*entries[i].second, o, level + 1, out);
       }

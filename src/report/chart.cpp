@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "report/report_html.h"
+#include "common/strings.h"
 
 namespace gpueval::chart {
 

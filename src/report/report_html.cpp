@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "common/file_io.h"
+#include "common/strings.h"
 #include "gpueval/error.h"
 #include "report/chart.h"
 #include "report/html_style.h"
@@ -304,22 +305,6 @@ std::string meta_html(const Json& results, const std::string& model, size_t n_gr
 }
 
 }  // namespace
-
-std::string html_escape(const std::string& text) {
-  std::string out;
-  out.reserve(text.size());
-  for (const char c : text) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
 
 std::string report_html(const nlohmann::ordered_json& results, const MetricCounts& counts) {
   if (!results.is_object() || !results.contains("results") || !results["results"].is_object()) {

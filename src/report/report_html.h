@@ -32,7 +32,4 @@ std::string report_html(const nlohmann::ordered_json& results, const MetricCount
 // holds no per-metric counts. Throws Error on an unreadable or malformed file.
 void write_report_html(const std::string& results_path, const std::string& out_path = "");
 
-// HTML-escapes &, <, >, " and ' so the text is safe both as element content and in an attribute.
-std::string html_escape(const std::string& text);
-
 }  // namespace gpueval

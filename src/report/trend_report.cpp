@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "common/file_io.h"
+#include "common/strings.h"
 #include "gpueval/error.h"
 #include "report/chart.h"
 #include "report/html_style.h"
