@@ -4,7 +4,7 @@
 // `stream` and returns the cudaError_t of the launch as an int (0 = cudaSuccess); it neither
 // synchronises nor allocates. Pointers are device pointers; strides are in elements; the last
 // dimension of every tensor is contiguous. Each kernel reproduces a plain-LibTorch reference
-// (kernels/README.md) and is tested against it (tests/kernels_test.cpp).
+// (kernels/README.md) and is tested against it (tests/model/kernels_test.cpp).
 #pragma once
 
 #include <cstdint>

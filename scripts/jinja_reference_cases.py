@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Renders small templates, and a few real-world chat templates, through real jinja2 with
 transformers' exact chat-template environment, and pins what they give in
-tests/fixtures/jinja_cases.json for tests/jinja_engine_test.cpp, which renders each case with
+tests/fixtures/jinja_cases.json for tests/jinja/jinja_engine_test.cpp, which renders each case with
 gpueval's Jinja engine and compares byte for byte.
 
 Every case goes through transformers.utils.chat_template_utils.render_jinja_template (the

@@ -3,7 +3,7 @@
 `tokenizers` library in that family's real configuration (normalizer, pre-tokenizer and its regex,
 post-processor, decoder, model options, added tokens and their flags), plus the ids and decoded strings
 the library gives for a corpus of hard texts; and normalizers.json, what Python's unicodedata and str
-methods and the library's normalizers give for the same corpus. tests/tokenizer_families_test.cpp
+methods and the library's normalizers give for the same corpus. tests/tokenizer/tokenizer_families_test.cpp
 checks gpueval against these files.
 
 Not run in CI: the outputs are committed. Needs the `tokenizers` library (0.20+):

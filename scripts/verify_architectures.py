@@ -17,7 +17,7 @@ transformers' float32 logits on a few token sequences are compared with `gpueval
 Pass: max |Δ| <= 1e-4 * max(1, max |logit|) and argmax 100%, for every family; exit code 0 on pass.
 
 --write-fixtures also writes, per family, the TINY model (hidden 16, 2 layers, vocab 64) and its
-transformers logits that tests/architecture_test.cpp checks in CI, into
+transformers logits that tests/model/architecture_test.cpp checks in CI, into
 tests/fixtures/architectures/<family>/ (config.json, model.safetensors, expected_logits.json).
 --rope adds the rope_scaling cases of scripts/verify_rope.py (linear, dynamic, llama3, yarn, longrope
 on random Llama models, below and above their length thresholds) to the table.

@@ -13,7 +13,7 @@ and original_max_position_embeddings): transformers scores each sequence alone i
 dynamic RoPE keeps state across calls), as gpueval scores a request alone in its row.
 
 --write-fixtures writes, per case, the TINY model (hidden 16: head_dim 8, 2 layers, vocab 64) and its
-transformers logits into tests/fixtures/rope/<case>/ (tests/rope_scaling_test.cpp), and
+transformers logits into tests/fixtures/rope/<case>/ (tests/model/rope_scaling_test.cpp), and
 tests/fixtures/rope/partial_rotary.json: transformers' phi3 and gpt_neox rotary embedding +
 apply_rotary_pos_emb on fixed inputs, and the inv_freq / attention factor of each case's config.
 Not run in CI: it needs torch and transformers (CPU is enough).

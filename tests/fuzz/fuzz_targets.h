@@ -4,7 +4,7 @@
 // throws gpueval::Error with a non-empty one-line message, and nothing else. Crashes, hangs, memory
 // errors and allocations past the fuzzer's bound are caught by libFuzzer and the sanitizers around
 // it (tests/fuzz/fuzz_main.cpp, scripts/fuzz.sh); the regression test
-// (tests/fuzz_regression_test.cpp) runs every saved input of tests/fuzz/regressions/ through the
+// (tests/fuzz/fuzz_regression_test.cpp) runs every saved input of tests/fuzz/regressions/ through the
 // same targets in the ordinary test suite.
 #pragma once
 
