@@ -18,6 +18,7 @@
 #include "gpueval/error.h"
 #include "gpueval/report.h"
 #include "plan/planner.h"
+#include "report/report_files.h"
 #include "run/device_memory.h"
 
 namespace gpueval {
@@ -156,9 +157,8 @@ CheckpointReports write_checkpoint_reports(const RunConfig& config, const RunInp
   std::vector<const Task*> task_ptrs;
   for (const Task& t : in.tasks) task_ptrs.push_back(&t);
   CheckpointReports written;
-  written.table = write_reports(config.output, task_ptrs, scored, summary);
-  // ordered: the first metric of each task is its primary one (trend.h)
-  written.results = nlohmann::ordered_json::parse(io::read_file(config.output + "/results.json"));
+  written.scores = score_run(task_ptrs, scored, summary.bootstrap_iters, summary.groups);
+  written.table = write_reports(config.output, written.scores, summary);
   return written;
 }
 
@@ -342,7 +342,7 @@ CheckpointOutcome evaluate_checkpoint(const RunConfig& run_config, const Evaluat
     progress.finish(state);
     throw Error(report.fatal_error);
   }
-  if (on_scored && !report.interrupted) on_scored(docs.scored, written.results, state);
+  if (on_scored && !report.interrupted) on_scored(docs.scored, written.scores, summary, state);
   CheckpointOutcome outcome;
   outcome.state = state;
   outcome.table = written.table;
