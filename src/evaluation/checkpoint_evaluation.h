@@ -81,9 +81,10 @@ CheckpointReports write_checkpoint_reports(const RunConfig& config, const RunInp
 void show_scores(const EvaluationOptions& options, const std::string& heading, const std::string& table,
                  const std::string& report_dir);
 
-// Scores one checkpoint into `output_dir` with the scheduler's workers, writes its report files,
-// hands its complete documents and their scores to `on_scored`, and returns its state
-// (complete | incomplete | interrupted) and exit code. A fatal error is thrown as Error.
+// Scores one checkpoint into `output_dir` with the scheduler's workers through the run loop
+// (run_loop.h), writes its report files, hands its complete documents and their scores to
+// `on_scored`, and returns its state (complete | incomplete | interrupted) and exit code. A fatal
+// error is thrown as Error.
 // The flow of DESIGN.md: inputs, plan, journal, budget, scheduler, aggregator, report.
 struct CheckpointOutcome {
   std::string state;
