@@ -41,7 +41,8 @@ struct CheckpointInfo {
   std::optional<int64_t> step;  // the training step (evaluation/training_step.h); orders the trend when all have one
 };
 
-// One line of results.json: a task's (or group's) metric under one filter.
+// One score of a checkpoint: a task's (or group's) metric under one filter, as results.json has
+// it (a run makes them from the aggregator's scores, not from the file).
 struct ScoreRow {
   std::string task;
   std::string metric;
@@ -123,17 +124,6 @@ class History {
   std::string path_;
   std::unique_ptr<Connection> connection_;
 };
-
-// One ScoreRow per task and group, metric and filter of an lm-eval style results.json (the
-// object report.h's results_json() returns, or one read from disk with ordered_json::parse: a
-// plain nlohmann::json sorts keys, which loses the metric order that makes a task's first
-// metric its primary one), tasks in "results" order
-// and each task's metrics in its key order: stderr "N/A" -> nullopt; n from "n-samples"
-// "effective" (a group: the sum over the tasks under it); parent from "group_subtasks"; higher_is_better from
-// "higher_is_better" (a group: its own entry there, which only a suite score has, else its
-// first member task that has the metric; true if none); chance from gpueval's "chance".
-// Non-numeric values are skipped. Throws Error when there is no "results" object.
-std::vector<ScoreRow> scores_from_results(const nlohmann::ordered_json& results);
 
 // The per-document values of DocRecord::metrics: the first filter only, numeric per-document
 // metrics only (weighted metrics such as word_perplexity, whose per-document value is a

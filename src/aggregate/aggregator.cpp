@@ -312,4 +312,17 @@ std::vector<GroupScores> score_groups(const std::vector<TaskScores>& tasks, cons
   return out;
 }
 
+int64_t documents_under_limit(const Task& task, std::optional<int64_t> limit) {
+  const int64_t original = static_cast<int64_t>(task.documents().size());
+  return limit ? std::min(std::max<int64_t>(*limit, 0), original) : original;
+}
+
+Scores score_run(const std::vector<const Task*>& tasks, const std::vector<DocRecord>& docs, int64_t bootstrap_iters,
+                 const std::vector<TaskGroup>& groups) {
+  Scores scores;
+  scores.tasks = score_tasks(tasks, docs, bootstrap_iters);
+  scores.groups = score_groups(scores.tasks, groups);
+  return scores;
+}
+
 }  // namespace gpueval

@@ -4,7 +4,7 @@
 // document whose every request is in is scored by its task (Task::process_results_all). Out come
 // the scored documents (DocRecord), the documents that stayed incomplete, and from the scored
 // documents each task's metrics (filter by filter, each with its stderr, as lm-eval aggregates
-// them) and each group's scores (lm-eval's consolidate_group_results).
+// them) and each group's scores (lm-eval's consolidate_group_results), together a Scores value.
 //
 // It keeps results in memory only: the journal (store/journal.h) and the report files
 // (report/) are its callers' business. It may call tasks/, plan/ and common/. Not thread-safe.
@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -103,5 +104,21 @@ std::vector<TaskScores> score_tasks(const std::vector<const Task*>& tasks, const
 // nullopt when any part has none; a task's is set by score_tasks for a multiple_choice task's
 // mean-aggregated metrics (the mean over its scored documents of 1 / number of choices).
 std::vector<GroupScores> score_groups(const std::vector<TaskScores>& tasks, const std::vector<TaskGroup>& groups);
+
+// A run's scores as a value: each task's metrics and each group's, what report/ renders and the
+// history records. It points into the documents, tasks and groups it was scored from
+// (TaskScores::records, ::task, GroupScores::group), which must outlive it unchanged.
+struct Scores {
+  std::vector<TaskScores> tasks;
+  std::vector<GroupScores> groups;  // in the order of `groups` given to score_run
+};
+
+// A task's documents that a run with `limit` documents per task scores (results.json's n-samples
+// "effective"): all of them without a limit.
+int64_t documents_under_limit(const Task& task, std::optional<int64_t> limit);
+
+// score_tasks, then score_groups over `groups` (children before parents).
+Scores score_run(const std::vector<const Task*>& tasks, const std::vector<DocRecord>& docs, int64_t bootstrap_iters,
+                 const std::vector<TaskGroup>& groups);
 
 }  // namespace gpueval

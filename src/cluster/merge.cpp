@@ -208,7 +208,7 @@ int run_merge_command(const std::string& dir, const EvaluationOptions& options) 
     incomplete = incomplete || !docs.incomplete.empty();
     const CheckpointReports written = write_checkpoint_reports(config, m.work.in, docs.scored, summary);
     json line = {{"name", c.checkpoint.name}, {"state", state}};
-    recorder.recorder(c.checkpoint, &line)(docs.scored, written.results, state);
+    recorder.recorder(c.checkpoint, &line)(docs.scored, written.scores, summary, state);
     lines.push_back(line);
     std::cerr << fmt::format("[merge] {}: {} documents from {} shards; report in {}\n", c.checkpoint.name,
                              docs.scored.size(), sp.shards, c.output);

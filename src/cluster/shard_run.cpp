@@ -11,6 +11,7 @@
 #include "evaluation/output_lock.h"
 #include "evaluation/run_identity.h"
 #include "evaluation/run_journal.h"
+#include "evaluation/run_loop.h"
 #include "gpueval/error.h"
 #include "plan/shards.h"
 #include "run/progress.h"
@@ -42,6 +43,50 @@ json earlier_attempts(const std::string& path, const std::string& plan_fp) {
   return j;
 }
 
+// The shard's batches in the journal, resumed and computed, in status.json ("shard_batches_done").
+class BatchCount : public RunSink {
+ public:
+  BatchCount(int64_t& done, ProgressReporter& progress) : done_(done), progress_(progress) {}
+  void resumed(size_t batches_stored, size_t) override { show(done_ += static_cast<int64_t>(batches_stored)); }
+  void batch_done() override { show(++done_); }
+
+ private:
+  void show(int64_t done) { progress_.set_extra("shard_batches_done", done); }
+  int64_t& done_;
+  ProgressReporter& progress_;
+};
+
+// status.json's shard, host and Slurm job (what `gpueval status` reads), and the batch counts.
+void show_shard(ProgressReporter& progress, const ShardedPlan& sp, ShardId shard, int64_t total) {
+  progress.set_extra("shard", shard.index);
+  progress.set_extra("shards", shard.count);
+  progress.set_extra("plan_fingerprint", sp.fingerprint);
+  progress.set_extra("host", host_name());
+  progress.set_extra("pid", static_cast<int64_t>(::getpid()));
+  progress.set_extra("slurm_job_id", env_or("SLURM_JOB_ID"));  // what scancel and scontrol take
+  if (!env_or("SLURM_ARRAY_JOB_ID").empty())
+    progress.set_extra("slurm_array_task", env_or("SLURM_ARRAY_JOB_ID") + "_" + env_or("SLURM_ARRAY_TASK_ID"));
+  progress.set_extra("shard_batches_total", total);
+  progress.set_extra("shard_batches_done", int64_t{0});
+}
+
+// shard.json's entry of one checkpoint: what this attempt computed, added to `before` (the
+// earlier attempts' entry, null if none).
+json checkpoint_record(const PlanRunReport& ran, const RunJournal& journal, const json& before) {
+  const SchedulerReport& report = ran.scheduler;
+  auto sum = [&](const char* key, int64_t now) { return now + (before.is_null() ? 0 : before.value(key, int64_t{0})); };
+  return {{"batches", ran.batches},
+          {"batches_resumed", ran.batches_resumed},
+          {"batches_computed", journal.batches_computed()},
+          {"requests_computed", journal.requests_computed()},
+          {"tokens_computed", sum("tokens_computed", report.stats.tokens_computed)},
+          {"prefix_tokens_computed", sum("prefix_tokens_computed", report.stats.prefix_tokens)},
+          {"oom_splits", sum("oom_splits", report.stats.oom_splits)},
+          // this checkpoint's compute windows (scheduler.h's RunTiming), summed over the shard's attempts
+          {"compute_s", report.timing.compute_s + (before.is_null() ? 0.0 : before.value("compute_s", 0.0))},
+          {"quarantined", report.quarantined.size()}};
+}
+
 }  // namespace
 
 int run_shard(const ShardedPlan& sp, ShardId shard, const ShardRunOptions& options) {
@@ -58,16 +103,7 @@ int run_shard(const ShardedPlan& sp, ShardId shard, const ShardRunOptions& optio
                             options.evaluation.live_progress);
   const int64_t total = sp.batches_of(shard.index);
   int64_t done = 0;
-  progress.set_extra("shard", shard.index);
-  progress.set_extra("shards", shard.count);
-  progress.set_extra("plan_fingerprint", sp.fingerprint);
-  progress.set_extra("host", host_name());
-  progress.set_extra("pid", static_cast<int64_t>(::getpid()));
-  progress.set_extra("slurm_job_id", env_or("SLURM_JOB_ID"));  // what scancel and scontrol take
-  if (!env_or("SLURM_ARRAY_JOB_ID").empty())
-    progress.set_extra("slurm_array_task", env_or("SLURM_ARRAY_JOB_ID") + "_" + env_or("SLURM_ARRAY_TASK_ID"));
-  progress.set_extra("shard_batches_total", total);
-  progress.set_extra("shard_batches_done", done);
+  show_shard(progress, sp, shard, total);
   std::cerr << fmt::format("[shard] {}/{} of {} (plan {}): {} batches on {}\n", shard.index, shard.count, sp.dir,
                            sp.fingerprint.substr(0, 12), total, config.gpus.empty() ? "cpu" : config.gpus);
 
@@ -103,33 +139,13 @@ int run_shard(const ShardedPlan& sp, ShardId shard, const ShardRunOptions& optio
       journal.set_batch_tokens(c.batch_tokens);
     }
     const Plan part = plan_slice(work.plan, c.shard_batches[shard.index], c.shard_batches[shard.index + 1]);
-    std::vector<std::vector<ItemResult>> stored(work.in.requests.size());  // already in the journal
-    const Plan todo = journal.remaining(part, stored, generation_rows_independent_on(work.in, config.dtype));
-    done += static_cast<int64_t>(part.batches.size() - todo.batches.size());
-    progress.set_extra("shard_batches_done", done);
-    const SchedulerReport report = scheduler.run(
-        todo, work.in.model_dir,
-        [&](const Batch&, std::vector<ItemResult> items, const std::string&) {
-          journal.record(items);  // committed before it counts; a failure ends the shard (scheduler.h)
-          progress.set_extra("shard_batches_done", ++done);
-        },
-        [&](const SchedulerStatus& s, bool final) { progress.update(s, final); },
-        [&](const Batch&, const std::vector<ItemResult>& items) { journal.record_ahead(items); });
+    BatchCount count(done, progress);  // the items stay in the journal: the merge aggregates them
+    const PlanRunReport ran = run_plan(part, work.in, config.dtype, journal, scheduler, progress, {&count});
+    const SchedulerReport& report = ran.scheduler;
 
     const json before =
         earlier.is_null() ? json() : earlier.value("checkpoints", json::object()).value(c.checkpoint.name, json());
-    auto sum = [&](const char* key, int64_t now) { return now + (before.is_null() ? 0 : before.value(key, int64_t{0})); };
-    record["checkpoints"][c.checkpoint.name] = {
-        {"batches", part.batches.size()},
-        {"batches_resumed", part.batches.size() - todo.batches.size()},
-        {"batches_computed", journal.batches_computed()},
-        {"requests_computed", journal.requests_computed()},
-        {"tokens_computed", sum("tokens_computed", report.stats.tokens_computed)},
-        {"prefix_tokens_computed", sum("prefix_tokens_computed", report.stats.prefix_tokens)},
-        {"oom_splits", sum("oom_splits", report.stats.oom_splits)},
-        // this checkpoint's compute windows (scheduler.h's RunTiming), summed over the shard's attempts
-        {"compute_s", report.timing.compute_s + (before.is_null() ? 0.0 : before.value("compute_s", 0.0))},
-        {"quarantined", report.quarantined.size()}};
+    record["checkpoints"][c.checkpoint.name] = checkpoint_record(ran, journal, before);
     for (const QuarantinedBatch& q : report.quarantined)
       std::cerr << fmt::format("[shard] {}: batch {} quarantined after {} attempts ({})\n", c.checkpoint.name,
                                q.batch_id, q.attempts, q.last_failure);

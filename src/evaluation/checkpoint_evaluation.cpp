@@ -15,9 +15,11 @@
 #include "evaluation/program_runs.h"
 #include "evaluation/run_inputs.h"
 #include "evaluation/run_journal.h"
+#include "evaluation/run_loop.h"
 #include "gpueval/error.h"
 #include "gpueval/report.h"
 #include "plan/planner.h"
+#include "report/report_files.h"
 #include "run/device_memory.h"
 
 namespace gpueval {
@@ -156,9 +158,8 @@ CheckpointReports write_checkpoint_reports(const RunConfig& config, const RunInp
   std::vector<const Task*> task_ptrs;
   for (const Task& t : in.tasks) task_ptrs.push_back(&t);
   CheckpointReports written;
-  written.table = write_reports(config.output, task_ptrs, scored, summary);
-  // ordered: the first metric of each task is its primary one (trend.h)
-  written.results = nlohmann::ordered_json::parse(io::read_file(config.output + "/results.json"));
+  written.scores = score_run(task_ptrs, scored, summary.bootstrap_iters, summary.groups);
+  written.table = write_reports(config.output, written.scores, summary);
   return written;
 }
 
@@ -202,6 +203,72 @@ void log_outcome(const char* state, const Plan& plan, const SchedulerReport& rep
 
 }  // namespace
 
+namespace {
+
+// The aggregator as a sink of the run loop (run_loop.h), its progress in status.json.
+class AggregatorSink : public RunSink {
+ public:
+  AggregatorSink(Aggregator& aggregator, ProgressReporter& progress) : aggregator_(aggregator), progress_(progress) {}
+  void items(const std::vector<ItemResult>& items) override { aggregator_.add(items); }
+  void resumed(size_t, size_t) override { progress_.set_extra("task_progress", aggregator_.progress()); }
+  void batch_done() override { progress_.set_extra("task_progress", aggregator_.progress()); }
+
+ private:
+  Aggregator& aggregator_;
+  ProgressReporter& progress_;
+};
+
+// The sandbox the code tasks' programs run in, when any task runs programs: made here, before any
+// generation, so a machine without one fails now, in one line, rather than after the night's
+// generations.
+std::optional<Sandbox> code_sandbox(const RunConfig& config, const RunInputs& in) {
+  std::optional<Sandbox> sandbox;
+  if (std::any_of(in.tasks.begin(), in.tasks.end(), [](const Task& t) { return t.runs_programs(); })) {
+    sandbox.emplace(sandbox_options(config.code_execution));
+    if (config.code_execution.unsafe_no_sandbox)
+      Console::error("[exec] --unsafe-no-sandbox: the model's programs run without a sandbox, as this user, with "
+                     "rlimits only");
+  }
+  return sandbox;
+}
+
+// The programs' settings: the default number of sandboxes leaves the run's CPU workers' cores alone.
+ProgramRunSettings run_program_settings(const RunConfig& config) {
+  int busy_cores = 0;
+  for (const DeviceSlot& slot : run_device_slots(config))
+    if (slot.kind == DeviceSlot::Kind::kCpu) busy_cores += slot.threads;
+  return program_run_settings(config.code_execution, busy_cores);
+}
+
+// The documents of a finished run, scored: the programs still running or queued when generation
+// ended are waited for (not after a failed or interrupted run: queued ones are dropped), their
+// verdicts scored and their outcomes attached; results.json's "code_execution" into `code_execution`.
+Aggregator::Documents finish_documents(const Aggregator& aggregator, std::optional<ProgramSink>& programs,
+                                       const SchedulerReport& report, nlohmann::json& code_execution) {
+  ProgramVerdicts verdicts;
+  std::unordered_map<std::string, ProgramOutcome> outcomes;
+  if (programs && report.fatal_error.empty() && !report.interrupted) {
+    ProgramRunReport ran = programs->finish();
+    code_execution = programs->summary(ran);
+    verdicts = std::move(ran.verdicts);
+    outcomes = std::move(ran.outcomes);
+  }
+  programs.reset();  // an interrupted or failed run: queued programs are dropped, running ones end
+  Aggregator::Documents docs = aggregator.documents(&verdicts);
+  attach_program_outcomes(docs.scored, outcomes);
+  return docs;
+}
+
+// The run's state from how the scheduler ended and how many documents were scored.
+const char* run_state(const SchedulerReport& report, size_t scored, size_t docs_total) {
+  return !report.fatal_error.empty() ? "failed"
+         : report.interrupted        ? "interrupted"
+         : scored < docs_total       ? "incomplete"
+                                     : "complete";
+}
+
+}  // namespace
+
 CheckpointOutcome evaluate_checkpoint(const RunConfig& run_config, const EvaluationOptions& options,
                                       const RunTasks& tasks, const Checkpoint& checkpoint, const std::string& output_dir,
                                       Scheduler& scheduler, ProgressReporter& progress, const ScoredCallback& on_scored) {
@@ -228,15 +295,7 @@ CheckpointOutcome evaluate_checkpoint(const RunConfig& run_config, const Evaluat
   io::make_directories(config.output + "/logs");
   // Journal (run_journal.h): what an earlier run of this model and config already scored.
   RunJournal journal(config.output, checkpoint.fingerprint, in.model_dir, tasks.config_fp, in.requests, options.fresh);
-  // Code tasks run their programs in the sandbox: checked here, before any generation, so a
-  // machine without one fails now, in one line, rather than after the night's generations.
-  std::optional<Sandbox> sandbox;
-  if (std::any_of(in.tasks.begin(), in.tasks.end(), [](const Task& t) { return t.runs_programs(); })) {
-    sandbox.emplace(sandbox_options(config.code_execution));
-    if (config.code_execution.unsafe_no_sandbox)
-      Console::error("[exec] --unsafe-no-sandbox: the model's programs run without a sandbox, as this user, with "
-                     "rlimits only");
-  }
+  const std::optional<Sandbox> sandbox = code_sandbox(config, in);
   early.loaded = true;
   const int64_t host_available = available_host_bytes();
   if (!nothing_stored && journal.stored_items() < in.requests.size()) scheduler.start_workers(in.model_dir);
@@ -249,79 +308,25 @@ CheckpointOutcome evaluate_checkpoint(const RunConfig& run_config, const Evaluat
   progress.set_extra("tasks", config.tasks);
 
   Aggregator aggregator(in.tasks, in.requests);
+  AggregatorSink scores_sink(aggregator, progress);
   // The code tasks' programs run beside generation (program_runs.h): a document's programs go to
   // the runner as soon as its generations are in, resumed ones included.
-  std::optional<ProgramRunner> programs;
-  ProgramRunSettings program_settings;
-  if (sandbox) {
-    int busy_cores = 0;
-    for (const DeviceSlot& slot : run_device_slots(config))
-      if (slot.kind == DeviceSlot::Kind::kCpu) busy_cores += slot.threads;
-    program_settings = program_run_settings(config.code_execution, busy_cores);
-    programs.emplace(*sandbox, program_settings, &journal);
-  }
-  std::string status_error;  // a journal write that failed in the status callback: raised with the next batch
-  auto hand_programs = [&] {
-    if (!programs) return;
-    if (!status_error.empty()) throw Error(status_error);
-    programs->submit(aggregator.take_ready_programs());
-    programs->collect();
-    programs->throw_if_failed();  // in the result callback: ends the run (scheduler.h)
-    progress.set_extra("code_execution", programs->status().to_json());
-  };
-  std::vector<std::vector<ItemResult>> resumed(in.requests.size());
-  // The batches not all in the journal (a generation batch without the sequences stored).
-  const Plan todo = journal.remaining(plan, resumed, generation_rows_independent_on(in, config.dtype));
-  for (std::vector<ItemResult>& items : resumed) aggregator.add(std::move(items));
-  hand_programs();
-  progress.set_extra("task_progress", aggregator.progress());
-  const double before_run_s = std::chrono::duration<double>(Clock::now() - t0).count();
-  const SchedulerReport report = scheduler.run(
-      todo, in.model_dir,
-      [&](const Batch&, std::vector<ItemResult> items, const std::string&) {
-        journal.record(items);  // committed before it counts; a failure ends the run (scheduler.h)
-        aggregator.add(std::move(items));
-        progress.set_extra("task_progress", aggregator.progress());
-        hand_programs();
-      },
-      [&](const SchedulerStatus& s, bool final) {
-        if (programs && status_error.empty()) {
-          // Journaled now; an error verdict (or a failed write) ends the run with the next batch or at the end.
-          try {
-            programs->collect();
-          } catch (const std::exception& e) {
-            status_error = e.what();
-          }
-          progress.set_extra("code_execution", programs->status().to_json());
-        }
-        progress.update(s, final);
-      },
-      [&](const Batch&, const std::vector<ItemResult>& items) { journal.record_ahead(items); });
+  std::optional<ProgramSink> programs;
+  if (sandbox) programs.emplace(*sandbox, run_program_settings(config), journal, aggregator, progress);
+  std::vector<RunSink*> sinks = {&scores_sink};
+  if (programs) sinks.push_back(&*programs);
+  const PlanRunReport ran = run_plan(plan, in, config.dtype, journal, scheduler, progress, sinks);
+  const SchedulerReport& report = ran.scheduler;
 
-  // The programs still running or queued when generation ends.
-  ProgramVerdicts verdicts;
-  std::unordered_map<std::string, ProgramOutcome> outcomes;
   nlohmann::json code_execution = nlohmann::json::object();
-  if (programs && report.fatal_error.empty() && !report.interrupted) {
-    hand_programs();  // throws what the status callback kept
-    ProgramRunReport ran = programs->finish([&](const ProgramRunStatus& s) {
-      progress.set_extra("code_execution", s.to_json());
-      progress.programs(s.to_json());
-    });
-    code_execution = ran.summary(*sandbox, program_settings);
-    verdicts = std::move(ran.verdicts);
-    outcomes = std::move(ran.outcomes);
-  }
-  programs.reset();  // an interrupted or failed run: queued programs are dropped, running ones end
-  Aggregator::Documents docs = aggregator.documents(&verdicts);
-  attach_program_outcomes(docs.scored, outcomes);
+  Aggregator::Documents docs = finish_documents(aggregator, programs, report, code_execution);
   const std::vector<std::string> quarantined = quarantine_lines(report);
   const size_t docs_total = docs.scored.size() + docs.incomplete.size();
   docs.incomplete.insert(docs.incomplete.begin(), quarantined.begin(), quarantined.end());
   const double wall_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   RunSummary summary = run_summary(config, in, budget, plan, report.stats, journal.summary(), wall_seconds,
                                    std::move(docs.incomplete));
-  summary.timing = report.timing.summary(before_run_s);
+  summary.timing = report.timing.summary(std::chrono::duration<double>(ran.started - t0).count());
   summary.code_execution = code_execution;
   CheckpointReports written;
   progress.phase("scoring and writing the report");
@@ -333,16 +338,13 @@ CheckpointOutcome evaluate_checkpoint(const RunConfig& run_config, const Evaluat
     std::cerr << "[sched] cannot write the report: " << e.what() << "\n";
   }
 
-  const char* state = !report.fatal_error.empty()        ? "failed"
-                      : report.interrupted               ? "interrupted"
-                      : docs.scored.size() < docs_total  ? "incomplete"
-                                                         : "complete";
+  const char* state = run_state(report, docs.scored.size(), docs_total);
   log_outcome(state, plan, report, journal, docs.scored.size(), docs_total, wall_seconds, config.output);
   if (!report.fatal_error.empty()) {
     progress.finish(state);
     throw Error(report.fatal_error);
   }
-  if (on_scored && !report.interrupted) on_scored(docs.scored, written.results, state);
+  if (on_scored && !report.interrupted) on_scored(docs.scored, written.scores, summary, state);
   CheckpointOutcome outcome;
   outcome.state = state;
   outcome.table = written.table;

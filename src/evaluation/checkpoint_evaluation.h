@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "aggregate/aggregator.h"
 #include "evaluation/checkpoints.h"
 #include "evaluation/run_inputs.h"
 #include "evaluation/run_journal.h"
@@ -24,10 +25,10 @@
 
 namespace gpueval {
 
-// Called once a checkpoint is scored (not when it was interrupted): its complete documents, the
-// results.json written for it, and its state.
-using ScoredCallback = std::function<void(const std::vector<DocRecord>& records, const nlohmann::ordered_json& results,
-                                          const std::string& state)>;
+// Called once a checkpoint is scored (not when it was interrupted): its complete documents, their
+// scores (aggregate/aggregator.h) and the summary its reports were written with, and its state.
+using ScoredCallback = std::function<void(const std::vector<DocRecord>& records, const Scores& scores,
+                                          const RunSummary& summary, const std::string& state)>;
 
 // The batch budget a checkpoint's plan is cut under, and where it came from: the config's
 // (a number), the journal's (so a resumed run plans as the interrupted one did), or calibration's
@@ -63,14 +64,14 @@ RunSummary run_summary(const RunConfig& config, const RunInputs& in, const Budge
                        const ExecutionStats& stats, const nlohmann::json& journal, double wall_seconds,
                        std::vector<std::string> incomplete);
 
-// What write_checkpoint_reports wrote: results.json, key order kept (the first metric of each
-// task is its primary one), and report.md's table of scores.
+// What write_checkpoint_reports scored and wrote: the scores of the documents (pointing into
+// them), and report.md's table of scores.
 struct CheckpointReports {
-  nlohmann::ordered_json results;
+  Scores scores;
   std::string table;
 };
 
-// Writes the report files (gpueval/report.h) of `scored` into config.output.
+// Scores `scored` (score_run) and writes their report files (gpueval/report.h) into config.output.
 CheckpointReports write_checkpoint_reports(const RunConfig& config, const RunInputs& in,
                                            const std::vector<DocRecord>& scored, const RunSummary& summary);
 
@@ -80,9 +81,10 @@ CheckpointReports write_checkpoint_reports(const RunConfig& config, const RunInp
 void show_scores(const EvaluationOptions& options, const std::string& heading, const std::string& table,
                  const std::string& report_dir);
 
-// Scores one checkpoint into `output_dir` with the scheduler's workers, writes its report files,
-// hands its complete documents and results.json to `on_scored`, and returns its state
-// (complete | incomplete | interrupted) and exit code. A fatal error is thrown as Error.
+// Scores one checkpoint into `output_dir` with the scheduler's workers through the run loop
+// (run_loop.h), writes its report files, hands its complete documents and their scores to
+// `on_scored`, and returns its state (complete | incomplete | interrupted) and exit code. A fatal
+// error is thrown as Error.
 // The flow of DESIGN.md: inputs, plan, journal, budget, scheduler, aggregator, report.
 struct CheckpointOutcome {
   std::string state;

@@ -3,11 +3,14 @@
 // (--fail-on-regression) read. One HistoryRecorder per run; not thread-safe.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "aggregate/aggregator.h"
 #include "evaluation/checkpoint_evaluation.h"
 #include "evaluation/checkpoints.h"
 #include "gpueval/history.h"
@@ -41,6 +44,14 @@ class HistoryRecorder {
   int64_t run_id_ = 0;
   std::vector<std::string> scored_;
 };
+
+// The history's rows of a run's scores (gpueval/history.h's ScoreRow): one per task and group,
+// metric and filter, tasks and groups by name and each one's metrics in their order (the first a
+// task's primary one), stderr nullopt where there is none; n: the task's documents under `limit`
+// (a group: the sum over the tasks under it, through nested groups); parent: the first group that
+// lists it as a member; higher_is_better: the task's metric spec (a group: a suite score's own,
+// else the first task under it with the metric; true if none); chance: the metric's chance level.
+std::vector<ScoreRow> score_rows(const Scores& scores, std::optional<int64_t> limit);
 
 // The config file's name without its folder and extension ("configs/mmlu.yaml" -> "mmlu"); what
 // names its TensorBoard run.

@@ -240,6 +240,38 @@ void attach_program_outcomes(std::vector<DocRecord>& scored,
   }
 }
 
+ProgramSink::ProgramSink(const Sandbox& sandbox, ProgramRunSettings settings, RunJournal& journal,
+                         Aggregator& aggregator, ProgressReporter& progress)
+    : sandbox_(sandbox), settings_(settings), aggregator_(aggregator), progress_(progress),
+      runner_(sandbox, settings, &journal) {}
+
+void ProgramSink::hand() {
+  if (!status_error_.empty()) throw Error(status_error_);
+  runner_.submit(aggregator_.take_ready_programs());
+  runner_.collect();
+  runner_.throw_if_failed();  // in the result callback: ends the run (scheduler.h)
+  progress_.set_extra("code_execution", runner_.status().to_json());
+}
+
+void ProgramSink::status(const SchedulerStatus&, bool) {
+  if (!status_error_.empty()) return;
+  // Journaled now; an error verdict (or a failed write) ends the run with the next batch or at the end.
+  try {
+    runner_.collect();
+  } catch (const std::exception& e) {
+    status_error_ = e.what();
+  }
+  progress_.set_extra("code_execution", runner_.status().to_json());
+}
+
+ProgramRunReport ProgramSink::finish() {
+  hand();  // throws what status() kept
+  return runner_.finish([&](const ProgramRunStatus& s) {
+    progress_.set_extra("code_execution", s.to_json());
+    progress_.programs(s.to_json());
+  });
+}
+
 ProgramRunReport run_task_programs(const std::vector<std::string>& programs, const Sandbox& sandbox,
                                    const ProgramRunSettings& settings, RunJournal* journal) {
   ProgramRunner runner(sandbox, settings, journal);

@@ -7,8 +7,9 @@
 // journaled by collect(), on the caller's thread (the journal's only thread), so a run resumed
 // after a crash neither regenerates nor re-executes what was done. An "error" verdict (the
 // sandbox could not run the program) is never stored and ends the run: a score with it would be
-// wrong.
-// May call sandbox/, store/ (through run_journal.h) and common/.
+// wrong. In a run, a ProgramSink is the run loop's sink (run_loop.h) that feeds a ProgramRunner
+// from the aggregator.
+// May call sandbox/, store/ (through run_journal.h), aggregate/, run/progress and common/.
 #pragma once
 
 #include <chrono>
@@ -24,7 +25,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "aggregate/aggregator.h"
 #include "evaluation/run_journal.h"
+#include "evaluation/run_loop.h"
 #include "gpueval/run_config.h"
 #include "gpueval/task.h"
 #include "sandbox/sandbox.h"
@@ -119,6 +122,38 @@ class ProgramRunner {
   int busy_ = 0;
   bool stopping_ = false;
   std::vector<std::thread> threads_;
+};
+
+// Code execution as a sink of the run loop (run_loop.h): once the journal's items are in and after
+// every batch, the programs of the documents the aggregator completed go to a ProgramRunner
+// (verdicts journaled, an "error" verdict ending the run with the next batch); each progress
+// update collects verdicts; finish() runs the rest once generation is done. status.json's
+// "code_execution" follows. Give it after the sink that feeds `aggregator`.
+class ProgramSink : public RunSink {
+ public:
+  // Every argument must outlive the sink.
+  ProgramSink(const Sandbox& sandbox, ProgramRunSettings settings, RunJournal& journal, Aggregator& aggregator,
+              ProgressReporter& progress);
+
+  void resumed(size_t batches_stored, size_t batches_left) override { hand(); }
+  void batch_done() override { hand(); }
+  void status(const SchedulerStatus& status, bool final) override;
+
+  // For a run that neither failed nor was interrupted: throws an error a progress update kept,
+  // then waits for every program (ProgramRunner::finish, progress shown as they end).
+  ProgramRunReport finish();
+  // results.json "code_execution" of what finish() returned.
+  nlohmann::json summary(const ProgramRunReport& ran) const { return ran.summary(sandbox_, settings_); }
+
+ private:
+  void hand();  // the ready programs to the runner; throws an "error" verdict or a failed journal write
+
+  const Sandbox& sandbox_;
+  const ProgramRunSettings settings_;
+  Aggregator& aggregator_;
+  ProgressReporter& progress_;
+  ProgramRunner runner_;
+  std::string status_error_;  // a journal write that failed in status(): thrown with the next batch
 };
 
 // Each scored document of a code task gets its programs' verdicts and details (DocRecord::programs,

@@ -10,6 +10,7 @@
 #include "common/sha256.h"
 #include "gpueval/error.h"
 #include "report/markdown.h"
+#include "report/report_files.h"
 #include "report/report_html.h"
 
 namespace gpueval {
@@ -130,8 +131,7 @@ nlohmann::ordered_json n_samples(const std::vector<TaskScores>& tasks, const Run
   nlohmann::ordered_json out = nlohmann::ordered_json::object();
   for (const TaskScores& t : tasks) {
     const int64_t original = static_cast<int64_t>(t.task->documents().size());
-    const int64_t effective = summary.limit ? std::min(std::max<int64_t>(*summary.limit, 0), original) : original;
-    out[t.task->name()] = {{"original", original}, {"effective", effective}};
+    out[t.task->name()] = {{"original", original}, {"effective", documents_under_limit(*t.task, summary.limit)}};
   }
   return out;
 }
@@ -165,7 +165,8 @@ nlohmann::ordered_json task_hashes(const std::vector<TaskScores>& tasks) {
   return out;
 }
 
-nlohmann::ordered_json results(const std::vector<TaskScores>& tasks, const RunSummary& summary) {
+nlohmann::ordered_json results(const Scores& scores, const RunSummary& summary) {
+  const std::vector<TaskScores>& tasks = scores.tasks;
   std::map<std::string, nlohmann::ordered_json> per_task, configs, versions, n_shot, higher, chance;
   for (const TaskScores& t : tasks) {
     const std::string& name = t.task->name();
@@ -190,7 +191,7 @@ nlohmann::ordered_json results(const std::vector<TaskScores>& tasks, const RunSu
       if (m.chance) chance[name][m.name + "," + m.filter] = *m.chance;
     }
   }
-  const std::vector<GroupScores> groups = score_groups(tasks, summary.groups);
+  const std::vector<GroupScores>& groups = scores.groups;
   std::map<std::string, nlohmann::ordered_json> per_group;
   std::set<std::string> grouped;
   for (const GroupScores& g : groups) {
@@ -236,7 +237,8 @@ nlohmann::ordered_json results(const std::vector<TaskScores>& tasks, const RunSu
 
 // report.md's table of scores: a row per task, metric and filter, then (when a group has a score)
 // a table of the groups; also what a run prints on stdout (write_reports returns it).
-std::string scores_table(const std::vector<TaskScores>& tasks, const RunSummary& summary) {
+std::string scores_table(const Scores& scores) {
+  const std::vector<TaskScores>& tasks = scores.tasks;
   std::string out = "| Task | Version | Filter | n-shot | Metric |   | Value |   | Stderr | n |\n";
   out += "|------|--------:|--------|-------:|--------|---|------:|---|-------:|--:|\n";
   for (const TaskScores& t : tasks) {
@@ -252,7 +254,7 @@ std::string scores_table(const std::vector<TaskScores>& tasks, const RunSummary&
                          m.value, m.stderr ? fmt::format("{:.4f}", *m.stderr) : "N/A", m.n);
     }
   }
-  const std::vector<GroupScores> groups = score_groups(tasks, summary.groups);
+  const std::vector<GroupScores>& groups = scores.groups;
   // A group without aggregate_metric_list (ai2_arc, like lm-eval's tags) has no row to show.
   const bool any_group_score =
       std::any_of(groups.begin(), groups.end(), [](const GroupScores& g) { return !g.metrics.empty(); });
@@ -271,7 +273,7 @@ std::string scores_table(const std::vector<TaskScores>& tasks, const RunSummary&
   return out;
 }
 
-std::string markdown(const std::vector<TaskScores>& tasks, const RunSummary& summary) {
+std::string markdown(const Scores& scores, const RunSummary& summary) {
   std::string out = "# gpueval results\n\n";
   out += fmt::format("- model: `{}`\n", markdown_cell(summary.model));
   out += fmt::format("- wall time: {:.1f} s\n", summary.wall_seconds);
@@ -294,9 +296,9 @@ std::string markdown(const std::vector<TaskScores>& tasks, const RunSummary& sum
                        b.at("prefix_reuse").get<bool>() ? "on" : "off",
                        b.value("group_continuations", true) ? "" : "not ", 100 * b.at("padding_fraction").get<double>());
   }
-  out += "\n" + scores_table(tasks, summary);
+  out += "\n" + scores_table(scores);
   std::vector<std::string> notes;
-  for (const TaskScores& t : tasks) notes.insert(notes.end(), t.task->notes().begin(), t.task->notes().end());
+  for (const TaskScores& t : scores.tasks) notes.insert(notes.end(), t.task->notes().begin(), t.task->notes().end());
   if (!notes.empty()) {
     out += "\n## Notes\n\n";
     for (const std::string& note : notes) out += "- " + markdown_cell(note) + "\n";
@@ -323,21 +325,15 @@ nlohmann::ordered_json sample_json(const DocRecord& record, size_t filter) {
   return sample(record, filter);
 }
 
-nlohmann::ordered_json results_json(const std::vector<const Task*>& tasks, const std::vector<DocRecord>& docs,
-                                    const RunSummary& summary) {
-  return results(score_tasks(tasks, docs, summary.bootstrap_iters), summary);
+nlohmann::ordered_json results_json(const Scores& scores, const RunSummary& summary) {
+  return results(scores, summary);
 }
 
-std::string report_markdown(const std::vector<const Task*>& tasks, const std::vector<DocRecord>& docs,
-                            const RunSummary& summary) {
-  return markdown(score_tasks(tasks, docs, summary.bootstrap_iters), summary);
-}
+std::string report_markdown(const Scores& scores, const RunSummary& summary) { return markdown(scores, summary); }
 
-std::string write_reports(const std::string& output_dir, const std::vector<const Task*>& tasks,
-                          const std::vector<DocRecord>& docs, const RunSummary& summary) {
-  const std::vector<TaskScores> collected = score_tasks(tasks, docs, summary.bootstrap_iters);
+std::string write_reports(const std::string& output_dir, const Scores& scores, const RunSummary& summary) {
   io::make_directories(output_dir);
-  for (const TaskScores& t : collected) {
+  for (const TaskScores& t : scores.tasks) {
     std::string lines;
     for (size_t f = 0; f < t.task->filters().size(); ++f) {
       for (const DocRecord* r : t.records) lines += py::json_dumps(sample(*r, f)) + "\n";
@@ -345,15 +341,39 @@ std::string write_reports(const std::string& output_dir, const std::vector<const
     io::write_file_atomic(output_dir + "/samples_" + t.task->name() + ".jsonl", lines);
   }
   // As lm-eval writes it: json.dumps(indent=2, ensure_ascii=False), no trailing newline.
-  const nlohmann::ordered_json results_object = results(collected, summary);
+  const nlohmann::ordered_json results_object = results(scores, summary);
   io::write_file_atomic(output_dir + "/results.json", py::json_dumps(results_object, 2));
-  io::write_file_atomic(output_dir + "/report.md", markdown(collected, summary));
+  io::write_file_atomic(output_dir + "/report.md", markdown(scores, summary));
   MetricCounts counts;
-  for (const TaskScores& t : collected) {
+  for (const TaskScores& t : scores.tasks) {
     for (const MetricResult& m : t.metrics) counts[t.task->name()][m.name] = m.n;  // the same n for every filter
   }
   io::write_file_atomic(output_dir + "/report.html", report_html(results_object, counts));
-  return scores_table(collected, summary);
+  return scores_table(scores);
+}
+
+// The public header's forms: the aggregator scores, then the renderers above.
+namespace {
+
+Scores scored(const std::vector<const Task*>& tasks, const std::vector<DocRecord>& docs, const RunSummary& summary) {
+  return score_run(tasks, docs, summary.bootstrap_iters, summary.groups);
+}
+
+}  // namespace
+
+nlohmann::ordered_json results_json(const std::vector<const Task*>& tasks, const std::vector<DocRecord>& docs,
+                                    const RunSummary& summary) {
+  return results(scored(tasks, docs, summary), summary);
+}
+
+std::string report_markdown(const std::vector<const Task*>& tasks, const std::vector<DocRecord>& docs,
+                            const RunSummary& summary) {
+  return markdown(scored(tasks, docs, summary), summary);
+}
+
+std::string write_reports(const std::string& output_dir, const std::vector<const Task*>& tasks,
+                          const std::vector<DocRecord>& docs, const RunSummary& summary) {
+  return write_reports(output_dir, scored(tasks, docs, summary), summary);
 }
 
 }  // namespace gpueval

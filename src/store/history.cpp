@@ -4,9 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
-#include <functional>
 #include <map>
-#include <set>
 #include <tuple>
 
 #include "common/file_io.h"
@@ -378,113 +376,6 @@ std::vector<SampleRow> History::samples(const std::string& checkpoint_fingerprin
     r.doc_id = s.int_at(2);
     r.value = s.null_at(3) ? std::nan("") : s.double_at(3);
     out.push_back(std::move(r));
-  }
-  return out;
-}
-
-namespace {
-
-using Ordered = nlohmann::ordered_json;
-
-const Ordered* member(const Ordered& j, const std::string& key) {
-  if (!j.is_object()) return nullptr;
-  const auto it = j.find(key);
-  return it == j.end() ? nullptr : &*it;
-}
-
-}  // namespace
-
-std::vector<ScoreRow> scores_from_results(const nlohmann::ordered_json& results) {
-  const Ordered* per_task = member(results, "results");
-  if (!per_task || !per_task->is_object()) fail("results.json", "no \"results\" object");
-  std::set<std::string> groups;
-  if (const Ordered* g = member(results, "groups"); g && g->is_object()) {
-    for (const auto& [name, value] : g->items()) groups.insert(name);
-  }
-  const Ordered* subtasks = member(results, "group_subtasks");
-  const Ordered* higher = member(results, "higher_is_better");
-  const Ordered* n_samples = member(results, "n-samples");
-  const Ordered* chance = member(results, "chance");
-
-  auto effective = [&](const std::string& task) -> int64_t {
-    const Ordered* n = n_samples ? member(*n_samples, task) : nullptr;
-    const Ordered* e = n ? member(*n, "effective") : nullptr;
-    return e && e->is_number_integer() ? e->get<int64_t>() : 0;
-  };
-  // The tasks under a group, through nested groups (children are listed before parents, but a
-  // walk does not depend on that); `seen` stops a malformed cycle.
-  std::function<void(const std::string&, std::set<std::string>&, std::vector<std::string>&)> leaves =
-      [&](const std::string& name, std::set<std::string>& seen, std::vector<std::string>& out) {
-        if (!seen.insert(name).second) return;
-        const Ordered* members = subtasks ? member(*subtasks, name) : nullptr;
-        if (!groups.count(name) || !members || !members->is_array()) {
-          out.push_back(name);
-          return;
-        }
-        for (const Ordered& m : *members) {
-          if (m.is_string()) leaves(m.get<std::string>(), seen, out);
-        }
-      };
-  auto direction = [&](const std::string& task, const std::string& metric) -> std::optional<bool> {
-    const Ordered* h = higher ? member(*higher, task) : nullptr;
-    const Ordered* b = h ? member(*h, metric) : nullptr;
-    return b && b->is_boolean() ? std::optional<bool>(b->get<bool>()) : std::nullopt;
-  };
-
-  // Each task's or group's parent: the first group whose group_subtasks list it.
-  std::map<std::string, std::string> parent;
-  if (subtasks && subtasks->is_object()) {
-    for (const auto& [group, members] : subtasks->items()) {
-      if (!members.is_array()) continue;
-      for (const Ordered& m : members)
-        if (m.is_string() && m.get<std::string>() != group) parent.emplace(m.get<std::string>(), group);
-    }
-  }
-
-  std::vector<ScoreRow> out;
-  static const std::string kStderr = "_stderr";
-  for (const auto& [task, entry] : per_task->items()) {
-    if (!entry.is_object()) continue;
-    const bool is_group = groups.count(task) > 0;
-    std::vector<std::string> under;
-    if (is_group) {
-      std::set<std::string> seen;
-      leaves(task, seen, under);
-    }
-    for (const auto& [key, value] : entry.items()) {
-      const size_t comma = key.rfind(',');
-      if (comma == std::string::npos || !value.is_number()) continue;
-      const std::string metric = key.substr(0, comma), filter = key.substr(comma + 1);
-      if (metric.size() > kStderr.size() &&
-          metric.compare(metric.size() - kStderr.size(), kStderr.size(), kStderr) == 0) {
-        continue;
-      }
-      ScoreRow r;
-      r.task = task;
-      r.metric = metric;
-      r.filter = filter;
-      r.value = value.get<double>();
-      if (const Ordered* se = member(entry, metric + kStderr + "," + filter); se && se->is_number()) {
-        r.stderr_value = se->get<double>();
-      }
-      r.is_group = is_group;
-      if (const auto p = parent.find(task); p != parent.end()) r.parent = p->second;
-      if (const Ordered* c = chance ? member(*chance, task) : nullptr) {
-        if (const Ordered* v = member(*c, key); v && v->is_number()) r.chance = v->get<double>();
-      }
-      if (is_group) {
-        std::optional<bool> hib = direction(task, metric);  // a suite score's own
-        for (const std::string& t : under) {
-          r.n += effective(t);
-          if (!hib) hib = direction(t, metric);
-        }
-        r.higher_is_better = hib.value_or(true);
-      } else {
-        r.n = effective(task);
-        r.higher_is_better = direction(task, metric).value_or(true);
-      }
-      out.push_back(std::move(r));
-    }
   }
   return out;
 }

@@ -10,6 +10,7 @@
 
 #include "aggregate/aggregator.h"
 #include "common/file_io.h"
+#include "evaluation/history_recorder.h"
 #include "gpueval/history.h"
 #include "gpueval/report.h"
 #include "gpueval/run_config.h"
@@ -226,7 +227,7 @@ TEST_F(SuiteScoreTest, ResultsJsonReportAndHistoryShowTheSuite) {
   EXPECT_THAT(md, HasSubstr(fmt::format("| top | N/A | score | ↑ | {:.4f} | ± |", group("top").metrics[0].value)));
   EXPECT_THAT(md, HasSubstr(fmt::format("|  - mc | N/A | score | ↑ | {:.4f} | ± |", mc.metrics[0].value)));
 
-  std::vector<ScoreRow> rows = scores_from_results(results);
+  std::vector<ScoreRow> rows = score_rows(score_run(ptrs_, records_, 100, selection_.groups), std::nullopt);
   auto find = [&](const std::string& task, const std::string& metric) -> const ScoreRow& {
     for (const ScoreRow& r : rows)
       if (r.task == task && r.metric == metric) return r;
@@ -264,9 +265,36 @@ TEST_F(SuiteScoreTest, LowerIsBetterSuiteKeepsItsDirection) {
   summary.groups = sel.groups;
   const nlohmann::ordered_json results = results_json({&story}, records, summary);
   EXPECT_EQ(results["higher_is_better"]["ppl"], nlohmann::ordered_json({{"mean_ppl", false}}));
-  for (const ScoreRow& r : scores_from_results(results)) {
+  const Scores scores = score_run({&story}, records, summary.bootstrap_iters, sel.groups);
+  for (const ScoreRow& r : score_rows(scores, std::nullopt)) {
     if (r.task == "ppl") EXPECT_FALSE(r.higher_is_better);
   }
+}
+
+// The history's rows of nested groups, in results.json's order (by name): a group's n is the sum
+// over the tasks under it through nested groups, each row's parent the group that lists it.
+TEST_F(SuiteScoreTest, HistoryRowsOfNestedGroups) {
+  score("top");
+  const std::vector<ScoreRow> rows = score_rows(score_run(ptrs_, records_, 100, selection_.groups), std::nullopt);
+  std::vector<std::string> got;
+  for (const ScoreRow& r : rows)
+    got.push_back(
+        fmt::format("{}<{} {},{} n={}{}", r.task, r.parent, r.metric, r.filter, r.n, r.is_group ? " group" : ""));
+  EXPECT_EQ(got, (std::vector<std::string>{
+                     "inner<mc acc,none n=2 group",
+                     "mc<top score,none n=6 group",
+                     "pick<inner acc,none n=2",
+                     "quiz<mc acc,none n=4",
+                     "quiz<mc acc_norm,none n=4",
+                     "top< score,none n=8 group",
+                     "trivia<top exact_match,none n=2",
+                     "trivia<top exact_match,remove_whitespace n=2",
+                 }));
+  EXPECT_EQ(rows[0].value, group("inner").metrics[0].value);
+  EXPECT_EQ(rows[1].stderr_value, group("mc").metrics[0].stderr);
+  // Under a limit, n counts the documents it lets in.
+  for (const ScoreRow& r : score_rows(score_run(ptrs_, records_, 100, selection_.groups), 1))
+    if (r.task == "mc") EXPECT_EQ(r.n, 2);
 }
 
 // Every bad spec is one line naming the group file and the line of the fault.

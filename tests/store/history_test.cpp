@@ -421,17 +421,23 @@ TEST(HistoryTest, DefaultPath) {
   }
 }
 
-// The results.json of a real run of the demo config: one row per task, metric and filter, in
-// the file's order, values and stderrs as written.
-TEST(HistoryTest, ScoresFromTheResultsOfARealRun) {
+// A real run of the demo config records one row per task, metric and filter of its results.json,
+// in the file's order, values and stderrs as written (the rows come from the aggregator's scores,
+// not from the file).
+TEST(HistoryTest, ScoresOfARealRunAreTheScoresOfItsResults) {
   testing::TempDir dir;
   const std::string cfg = dir.file("demo.yaml");
   testing::write_text(cfg, "model: " + testing::source_dir() + "/models/stories260K\n"
-                           "tasks: [demo_choice, demo_perplexity]\noutput: " + dir.file("out") + "\nlimit: 12\n");
+                           "tasks: [demo_choice, demo_perplexity]\noutput: " + dir.file("out") + "\nlimit: 12\n"
+                           "history: " + dir.file("h.sqlite") + "\n");
   const auto r = testing::run_gpueval({"run", "--gpus", "cpu:1", cfg});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const Ordered results = Ordered::parse(io::read_file(dir.file("out/results.json")));
-  const std::vector<ScoreRow> rows = scores_from_results(results);
+  const History history = History::open(dir.file("h.sqlite"), /*create=*/false);
+  ASSERT_EQ(history.configs().size(), 1u);
+  const std::vector<ScoredCheckpoint> trend = history.trend(history.configs()[0]);
+  ASSERT_EQ(trend.size(), 1u);
+  const std::vector<ScoreRow>& rows = trend[0].scores;
 
   std::vector<std::string> want_keys;
   for (const auto& [task, entry] : results["results"].items()) {
@@ -467,45 +473,6 @@ TEST(HistoryTest, ScoresFromTheResultsOfARealRun) {
   EXPECT_EQ(ppl->metric, "word_perplexity");
   EXPECT_FALSE(ppl->higher_is_better);
   EXPECT_FALSE(ppl->stderr_value);
-
-  EXPECT_THAT(testing::error_of([] { scores_from_results(Ordered::object()); }), HasSubstr("no \"results\""));
-}
-
-// lm-eval's group layout: a group's n is the sum over the tasks under it, through nested groups.
-TEST(HistoryTest, ScoresFromResultsWithNestedGroups) {
-  const Ordered results = Ordered::parse(R"({
-    "results": {
-      "all": {"alias": "all", "acc,none": 0.5, "acc_stderr,none": 0.01},
-      "sub": {"alias": " - sub", "acc,none": 0.6, "acc_stderr,none": "N/A"},
-      "t1": {"alias": "  - t1", "acc,none": 0.7, "acc_stderr,none": 0.1, "acc_norm,none": 0.2, "acc_norm_stderr,none": 0.1},
-      "t2": {"alias": "  - t2", "acc,none": 0.5, "acc_stderr,none": 0.1},
-      "t3": {"alias": " - t3", "ppl,none": 9.5, "ppl_stderr,none": "N/A", "acc,none": "N/A"}
-    },
-    "groups": {"all": {"acc,none": 0.5}, "sub": {"acc,none": 0.6}},
-    "group_subtasks": {"sub": ["t1", "t2"], "all": ["sub", "t3"]},
-    "higher_is_better": {"t1": {"acc": true, "acc_norm": true}, "t2": {"acc": true}, "t3": {"ppl": false}},
-    "n-samples": {"t1": {"original": 10, "effective": 10}, "t2": {"original": 30, "effective": 20},
-                  "t3": {"original": 5, "effective": 5}}
-  })");
-  const std::vector<ScoreRow> rows = scores_from_results(results);
-  ASSERT_EQ(rows.size(), 6u);  // t3's "N/A" acc is not a score
-  EXPECT_EQ(rows[0].task, "all");
-  EXPECT_TRUE(rows[0].is_group);
-  EXPECT_EQ(rows[0].n, 35);
-  EXPECT_EQ(rows[0].stderr_value, 0.01);
-  EXPECT_TRUE(rows[1].is_group);
-  EXPECT_EQ(rows[1].n, 30);
-  EXPECT_FALSE(rows[1].stderr_value);
-  EXPECT_EQ(rows[2].task + rows[2].metric, "t1acc");
-  EXPECT_EQ(rows[3].task + rows[3].metric, "t1acc_norm");
-  EXPECT_EQ(rows[4].n, 20);
-  EXPECT_EQ(rows[5].task + rows[5].metric, "t3ppl");
-  EXPECT_FALSE(rows[5].higher_is_better);
-  EXPECT_FALSE(rows[5].is_group);
-  // Each row's parent: the group whose group_subtasks list it; the suite is at the top level.
-  std::vector<std::string> parents;
-  for (const ScoreRow& r : rows) parents.push_back(r.task + "<" + r.parent);
-  EXPECT_EQ(parents, (std::vector<std::string>{"all<", "sub<all", "t1<sub", "t1<sub", "t2<sub", "t3<all"}));
 }
 
 TEST(HistoryTest, SamplesFromRecordsKeepPerDocumentNumbersOfTheFirstFilter) {
