@@ -19,18 +19,28 @@ __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162f
 template <typename T>
 __device__ __forceinline__ T from_float(float v);
 template <>
-__device__ __forceinline__ float from_float<float>(float v) { return v; }
+__device__ __forceinline__ float from_float<float>(float v) {
+  return v;
+}
 template <>
-__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+__device__ __forceinline__ __half from_float<__half>(float v) {
+  return __float2half_rn(v);
+}
 template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
 
 // a * b and a + b computed in float32 and rounded to T, as one LibTorch elementwise op does
 // (the _rn intrinsics keep nvcc from fusing a product and a sum into one FMA).
 template <typename T>
-__device__ __forceinline__ float mul_as(float a, float b) { return to_float(from_float<T>(__fmul_rn(a, b))); }
+__device__ __forceinline__ float mul_as(float a, float b) {
+  return to_float(from_float<T>(__fmul_rn(a, b)));
+}
 template <typename T>
-__device__ __forceinline__ float add_as(float a, float b) { return to_float(from_float<T>(__fadd_rn(a, b))); }
+__device__ __forceinline__ float add_as(float a, float b) {
+  return to_float(from_float<T>(__fadd_rn(a, b)));
+}
 
 // Calls body.template operator()<T>() with T the storage type of `dtype`; -1 for an unknown dtype
 // (reported as cudaErrorInvalidValue by the launchers).

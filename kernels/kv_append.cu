@@ -38,8 +38,8 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <typename U>
-int launch(const Side& k, const Side& v, int64_t batch, int64_t kv_heads, int64_t seq, int64_t capacity,
-           int64_t units, int64_t offset, const int64_t* row_offsets, cudaStream_t stream) {
+int launch(const Side& k, const Side& v, int64_t batch, int64_t kv_heads, int64_t seq, int64_t capacity, int64_t units,
+           int64_t offset, const int64_t* row_offsets, cudaStream_t stream) {
   const int64_t total = batch * kv_heads * seq * units;
   const dim3 grid(detail::grid_for(total, kThreads), 2);
   kv_append_kernel<U><<<grid, kThreads, 0, stream>>>(k, v, kv_heads, seq, capacity, units, offset, row_offsets, total);

@@ -16,10 +16,10 @@ using detail::to_float;
 constexpr int kThreads = 512;
 
 struct RowState {
-  float max;        // running maximum of the finite and -inf values
-  float sum;        // sum of exp(x - max) over the values seen (0 while max is -inf)
-  bool bad;         // a NaN or +inf was seen: the log-softmax of the whole row is NaN
-  float best;       // the argmax value, NaN counting as the largest
+  float max;  // running maximum of the finite and -inf values
+  float sum;  // sum of exp(x - max) over the values seen (0 while max is -inf)
+  bool bad;  // a NaN or +inf was seen: the log-softmax of the whole row is NaN
+  float best;  // the argmax value, NaN counting as the largest
   int64_t best_at;  // its index; the smallest index among equals
 
   __device__ void init() {

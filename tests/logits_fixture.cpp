@@ -44,9 +44,9 @@ PrefixCacheErrors prefix_and_cache_errors(const DecoderModel& model, const Logit
   const int64_t t = static_cast<int64_t>(s.ids.size());
   PrefixCacheErrors e;
   PrefixKV prefix = model->prefill(std::vector<int32_t>(s.ids.begin(), s.ids.begin() + p));
-  at::Tensor packed = model->logits(model->forward_packed(
-      ids_row(s.ids, p, t), at::arange(p, t, at::kLong).view({1, t - p}), at::ones({1, t - p}, at::kBool),
-      at::zeros({1, t - p}, at::kLong), &prefix))[0];
+  at::Tensor packed = model->logits(
+      model->forward_packed(ids_row(s.ids, p, t), at::arange(p, t, at::kLong).view({1, t - p}),
+                            at::ones({1, t - p}, at::kBool), at::zeros({1, t - p}, at::kLong), &prefix))[0];
   e.packed = relative_error(packed, s.logits.narrow(0, p, t - p));
   KVCache cache = model->make_cache(1, t);
   std::vector<at::Tensor> steps;

@@ -83,7 +83,8 @@ std::string write_quiz_task(const TempDir& dir, const std::string& documents, co
   return dir.write("quiz.yaml",
                    "task: quiz\ndataset_path: quiz.jsonl\noutput_type: multiple_choice\n"
                    "doc_to_text: \"Q: {{question}}\\nA:\"\ndoc_to_choice: \"{{choices}}\"\n"
-                   "doc_to_target: \"{{label}}\"\nmetric_list: [acc, acc_norm]\n" + extra_keys);
+                   "doc_to_target: \"{{label}}\"\nmetric_list: [acc, acc_norm]\n" +
+                       extra_keys);
 }
 
 DocRecord scored_record(const Task& task, const Document& doc, std::vector<RequestResult> results) {
@@ -101,7 +102,8 @@ std::string write_story_task(const TempDir& dir, const std::string& documents, c
   dir.write("story.jsonl", documents);
   return dir.write("story.yaml",
                    "task: story\ndataset_path: story.jsonl\noutput_type: loglikelihood_rolling\n"
-                   "doc_to_text: \"\"\ndoc_to_target: \"{{text}}\"\n" + extra_keys);
+                   "doc_to_text: \"\"\ndoc_to_target: \"{{text}}\"\n" +
+                       extra_keys);
 }
 
 namespace {
@@ -158,8 +160,7 @@ CommandResult run_gpueval(const std::vector<std::string>& args, const std::strin
   ::close(out_pipe[0]);
   ::close(err_pipe[0]);
   int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return r;
 }
@@ -172,8 +173,8 @@ void write_text(const std::string& path, const std::string& text) {
 const std::string& converted_stories260k() {
   static TempDir dir;
   static const bool converted = [] {
-    convert_llama2c(shared_dir() + "/data/stories260K/stories260K.bin",
-                    shared_dir() + "/data/stories260K/tok512.bin", dir.path());
+    convert_llama2c(shared_dir() + "/data/stories260K/stories260K.bin", shared_dir() + "/data/stories260K/tok512.bin",
+                    dir.path());
     return true;
   }();
   (void)converted;
@@ -240,9 +241,8 @@ std::vector<RequestResult> score_with_stories260k(const std::vector<Request>& re
   return combine_items(items);
 }
 
-ScoreRow score_row(const std::string& task, const std::string& metric, double value,
-                   std::optional<double> stderr_value, int64_t n, bool higher_is_better, bool is_group,
-                   const std::string& filter) {
+ScoreRow score_row(const std::string& task, const std::string& metric, double value, std::optional<double> stderr_value,
+                   int64_t n, bool higher_is_better, bool is_group, const std::string& filter) {
   ScoreRow r;
   r.task = task;
   r.metric = metric;

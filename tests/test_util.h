@@ -33,13 +33,13 @@ std::string error_of(Fn&& fn) {
 std::string source_dir();
 std::string shared_dir();  // ../shared beside the repository
 bool have_shared();
-std::string binary();      // the gpueval executable under test
-double cpu_seconds();      // CPU time this process has used: for bounds a loaded machine must not break
+std::string binary();  // the gpueval executable under test
+double cpu_seconds();  // CPU time this process has used: for bounds a loaded machine must not break
 
 // Skips the current test with a message when ../shared is absent.
-#define GPUEVAL_REQUIRE_SHARED()                                                  \
-  do {                                                                            \
-    if (!::gpueval::testing::have_shared())                                       \
+#define GPUEVAL_REQUIRE_SHARED()                                                       \
+  do {                                                                                 \
+    if (!::gpueval::testing::have_shared())                                            \
       GTEST_SKIP() << "shared data not found at " << ::gpueval::testing::shared_dir(); \
   } while (0)
 

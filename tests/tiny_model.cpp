@@ -50,7 +50,8 @@ std::map<std::string, at::Tensor> tiny_weights(const ModelConfig& c, uint64_t se
     for (W kind : {W::kInputLayernorm, W::kPostAttentionLayernorm}) w[weight_name(kind, l)] = 1.0 + normal(kind, 0.1);
     for (W kind : {W::kQProj, W::kKProj, W::kVProj, W::kOProj}) w[weight_name(kind, l)] = normal(kind, 0.3);
     for (W kind : {W::kQProj, W::kKProj, W::kVProj})
-      if (has_bias(c, kind)) w[bias_name(weight_name(kind, l))] = at::randn({weight_shape(c, kind)[0]}, at::kFloat) * 0.3;
+      if (has_bias(c, kind))
+        w[bias_name(weight_name(kind, l))] = at::randn({weight_shape(c, kind)[0]}, at::kFloat) * 0.3;
     for (W kind : {W::kGateProj, W::kUpProj, W::kDownProj}) w[weight_name(kind, l)] = normal(kind, 0.3);
   }
   w[weight_name(W::kNorm)] = 1.0 + normal(W::kNorm, 0.1);

@@ -63,13 +63,13 @@ inline std::string device_test_name(const ::testing::TestParamInfo<at::Device>& 
 }  // namespace gpueval::testing
 
 // Instantiates the TEST_Ps of `suite` (a DeviceTest) on every device this build has.
-#define GPUEVAL_INSTANTIATE_CPU_TESTS(suite)                                                             \
-  INSTANTIATE_TEST_SUITE_P(CPU, suite, ::testing::Values(at::Device(at::kCPU)),                           \
-                           ::gpueval::testing::device_test_name)
+#define GPUEVAL_INSTANTIATE_CPU_TESTS(suite) \
+  INSTANTIATE_TEST_SUITE_P(CPU, suite, ::testing::Values(at::Device(at::kCPU)), ::gpueval::testing::device_test_name)
 #ifdef GPUEVAL_WITH_CUDA
-#define GPUEVAL_INSTANTIATE_DEVICE_TESTS(suite) \
-  GPUEVAL_INSTANTIATE_CPU_TESTS(suite);         \
-  INSTANTIATE_TEST_SUITE_P(CUDA, suite, ::testing::Values(at::Device(at::kCUDA, 0)), ::gpueval::testing::device_test_name)
+#define GPUEVAL_INSTANTIATE_DEVICE_TESTS(suite)                                      \
+  GPUEVAL_INSTANTIATE_CPU_TESTS(suite);                                              \
+  INSTANTIATE_TEST_SUITE_P(CUDA, suite, ::testing::Values(at::Device(at::kCUDA, 0)), \
+                           ::gpueval::testing::device_test_name)
 #else
 #define GPUEVAL_INSTANTIATE_DEVICE_TESTS(suite) GPUEVAL_INSTANTIATE_CPU_TESTS(suite)
 #endif

@@ -57,5 +57,4 @@ inline std::vector<ReferenceVector> read_vectors(const std::string& name) {
 // The text as a JSON string literal, so failures show control characters.
 inline std::string quoted(const std::string& text) { return nlohmann::json(text).dump(); }
 
-
 }  // namespace gpueval::testing

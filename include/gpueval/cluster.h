@@ -60,15 +60,15 @@ int run_status_command(const std::string& dir, bool json, std::ostream& out);
 
 // `gpueval slurm CONFIG`: the job scripts of a sharded run on Slurm.
 struct SlurmOptions {
-  int nodes = 1;               // shards: one job array task per node
-  int gpus_per_node = 0;       // 0: CPU workers (cpu_workers of them)
-  int cpu_workers = 1;         // with gpus_per_node 0
-  int cpus_per_task = 0;       // 0: Slurm's default with GPUs, cpu_workers * the config's cpu_threads without
+  int nodes = 1;  // shards: one job array task per node
+  int gpus_per_node = 0;  // 0: CPU workers (cpu_workers of them)
+  int cpu_workers = 1;  // with gpus_per_node 0
+  int cpus_per_task = 0;  // 0: Slurm's default with GPUs, cpu_workers * the config's cpu_threads without
   std::string partition, time, account, qos, mem;
   std::vector<std::string> sbatch_args;  // extra `#SBATCH` options, verbatim (--constraint=h100)
-  int max_requeues = 3;        // a shard killed on its node is requeued at most this often
-  bool submit = false;         // submit with sbatch (else only write the scripts)
-  std::string executable;      // this binary (absolute), on storage every node sees
+  int max_requeues = 3;  // a shard killed on its node is requeued at most this often
+  bool submit = false;  // submit with sbatch (else only write the scripts)
+  std::string executable;  // this binary (absolute), on storage every node sees
 };
 
 // Writes <config.output>/slurm/{plan,shards,merge}.sbatch and submit.sh; with submit, submits

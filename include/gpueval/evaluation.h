@@ -32,15 +32,15 @@ namespace gpueval {
 
 constexpr int kExitIncomplete = 3;
 constexpr int kExitRegression = 4;  // --fail-on-regression: a score fell by more than the points given
-constexpr int kExitBusy = 5;        // the output folder is locked by another run
+constexpr int kExitBusy = 5;  // the output folder is locked by another run
 
 struct EvaluationOptions {
   std::string executable;  // this binary, exec'd in worker mode
   bool live_progress = false;  // redraw one progress line (stderr is a terminal)
-  bool recalibrate = false;    // probe batch budgets even when the calibration cache has them
-  bool fresh = false;          // --fresh: start the output's journal over instead of resuming from it
-  bool wait = false;           // --wait: wait for another run that holds the output folder, instead of exiting 5
-  std::string command;         // this command line, recorded in the output folder's lock for others to see
+  bool recalibrate = false;  // probe batch budgets even when the calibration cache has them
+  bool fresh = false;  // --fresh: start the output's journal over instead of resuming from it
+  bool wait = false;  // --wait: wait for another run that holds the output folder, instead of exiting 5
+  std::string command;  // this command line, recorded in the output folder's lock for others to see
   // Where each report's table of scores and the path of its report.md are printed once it is
   // written (the command line's stdout); null: nowhere.
   std::ostream* scores_out = nullptr;

@@ -60,7 +60,14 @@ class UnicodeRegex;
 
 struct FilterStep {
   enum class Kind {
-    kRegex, kTakeFirst, kTakeFirstK, kMajorityVote, kMap, kLowercase, kUppercase, kRemoveWhitespace,
+    kRegex,
+    kTakeFirst,
+    kTakeFirstK,
+    kMajorityVote,
+    kMap,
+    kLowercase,
+    kUppercase,
+    kRemoveWhitespace,
     // `function: custom` with `filter_fn: !function utils.build_predictions`, lm-eval's humaneval
     // filter: each response after its document's "prompt" (the program's head that the model
     // continued).
@@ -89,8 +96,7 @@ class FilterPipeline {
   // What the pipeline leaves of one request's responses (one per repeat), in order; throws
   // Error for take_first of none or take_first_k of fewer than k. `doc`: the document's fields,
   // which a step that reads them needs (kPromptPlusResponse; Error without them).
-  std::vector<std::string> apply(const std::vector<std::string>& responses,
-                                 const nlohmann::json* doc = nullptr) const;
+  std::vector<std::string> apply(const std::vector<std::string>& responses, const nlohmann::json* doc = nullptr) const;
   // Whether the output is one text rather than a list (the last step is take_first), as the
   // samples file writes lm-eval's filtered_resps.
   bool single_text() const { return !steps_.empty() && steps_.back().kind == FilterStep::Kind::kTakeFirst; }

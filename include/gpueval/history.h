@@ -36,8 +36,8 @@ namespace gpueval {
 struct CheckpointInfo {
   std::string fingerprint;  // identifies the weights (the lead's checkpoint fingerprint)
   std::string path;
-  std::string name;         // shown on charts and tables, e.g. "step-1000"
-  double mtime = 0;         // UNIX time; orders the trend unless every checkpoint has a step
+  std::string name;  // shown on charts and tables, e.g. "step-1000"
+  double mtime = 0;  // UNIX time; orders the trend unless every checkpoint has a step
   std::optional<int64_t> step;  // the training step (evaluation/training_step.h); orders the trend when all have one
 };
 
@@ -49,7 +49,7 @@ struct ScoreRow {
   std::string filter = "none";
   double value = 0;
   std::optional<double> stderr_value;  // nullopt where results.json has "N/A"
-  int64_t n = 0;                       // documents scored
+  int64_t n = 0;  // documents scored
   bool higher_is_better = true;
   bool is_group = false;
   // What a uniform guess scores (results.json "chance": multiple-choice accuracies and the
@@ -72,7 +72,7 @@ struct ScoredCheckpoint {
   CheckpointInfo checkpoint;
   int64_t run_id = 0;
   double scored_at = 0;
-  std::string state;             // "complete" | "incomplete"
+  std::string state;  // "complete" | "incomplete"
   std::vector<ScoreRow> scores;  // in the order record() was given them
 };
 

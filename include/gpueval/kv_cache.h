@@ -60,11 +60,12 @@ class KVCache {
   void realign(const std::vector<int64_t>& row_lengths, int64_t new_length);
 
  private:
-  std::vector<at::Tensor> keys_;    // per layer [B, n_kv_heads, capacity, head_dim]
-  std::vector<at::Tensor> values_;  // per layer [B, n_kv_heads, capacity, head_dim]; keys_ itself under latent attention
-  bool values_are_keys_ = false;    // ModelConfig::cache_values_are_keys: one tensor per layer
-  at::Tensor key_valid_;            // [B, capacity] bool
-  at::Tensor key_positions_;        // [B, capacity] int64
+  std::vector<at::Tensor> keys_;  // per layer [B, n_kv_heads, capacity, head_dim]
+  std::vector<at::Tensor>
+      values_;  // per layer [B, n_kv_heads, capacity, head_dim]; keys_ itself under latent attention
+  bool values_are_keys_ = false;  // ModelConfig::cache_values_are_keys: one tensor per layer
+  at::Tensor key_valid_;  // [B, capacity] bool
+  at::Tensor key_positions_;  // [B, capacity] int64
   int64_t length_ = 0;
 };
 

@@ -71,9 +71,9 @@ std::optional<MetricSpec> builtin_metric(std::string_view name);
 
 // CPython 3.12+'s sum() of floats: left to right with Neumaier's compensation.
 double python_sum(const std::vector<double>& xs);
-double mean(const std::vector<double>& xs);           // python_sum / n
+double mean(const std::vector<double>& xs);  // python_sum / n
 double sample_stddev(const std::vector<double>& xs);  // sqrt(sum (x - mean)^2 / (n - 1))
-double mean_stderr(const std::vector<double>& xs);    // sample_stddev / sqrt(n)
+double mean_stderr(const std::vector<double>& xs);  // sample_stddev / sqrt(n)
 
 // The task-level score; NaN for no items. Throws Error when the items do not fit the
 // aggregation (pairs given to "mean", scores to a weighted one).
@@ -99,7 +99,7 @@ struct MetricResult {
   bool higher_is_better = true;
   double value = 0;
   std::optional<double> stderr;  // nullopt: "N/A"
-  int64_t n = 0;                 // documents that contributed
+  int64_t n = 0;  // documents that contributed
   // The value a uniform guess would score, where there is one: for an accuracy of a
   // multiple_choice task, the mean over its documents of 1 / (number of choices); for a group,
   // the same mean of its members' chance levels as its score. Set by the aggregator
@@ -114,9 +114,9 @@ std::vector<MetricResult> aggregate_metrics(const std::vector<MetricSpec>& specs
                                             int64_t bootstrap_iters = kDefaultBootstrapIters);
 
 // The counts lm-eval's rolling-loglikelihood metrics divide by.
-int64_t count_words(std::string_view text);       // len(re.split(r"\s+", text)), Unicode whitespace
-int64_t count_bytes(std::string_view text);       // len(text.encode("utf-8"))
-int64_t count_code_points(std::string_view text); // len(text) of a Python str
+int64_t count_words(std::string_view text);  // len(re.split(r"\s+", text)), Unicode whitespace
+int64_t count_bytes(std::string_view text);  // len(text.encode("utf-8"))
+int64_t count_code_points(std::string_view text);  // len(text) of a Python str
 
 // lm-eval's exact_match for one prediction (Hugging Face evaluate's semantics): 1 when equal
 // after the options in `kwargs`: regexes_to_ignore (each removed), ignore_case,

@@ -60,7 +60,7 @@ class ProjectionImpl : public torch::nn::Module {
 
  private:
   at::Tensor weight_;  // [out, in]
-  at::Tensor bias_;    // [out] or undefined
+  at::Tensor bias_;  // [out] or undefined
   std::shared_ptr<const PackedWeight> packed_;
 };
 TORCH_MODULE(Projection);
@@ -90,8 +90,8 @@ class NormImpl : public torch::nn::Module {
 
  private:
   at::Tensor weight_;  // [dim]
-  at::Tensor bias_;    // [dim], LayerNorm; else undefined
-  at::Tensor scale_;   // unit_offset: 1 + weight in float32 (float64 for float64); else undefined
+  at::Tensor bias_;  // [dim], LayerNorm; else undefined
+  at::Tensor scale_;  // unit_offset: 1 + weight in float32 (float64 for float64); else undefined
   double eps_;
 };
 TORCH_MODULE(Norm);
@@ -103,10 +103,10 @@ class RotaryEmbedding;
 // attended to by every row without being copied per row. Read-only once built: several threads may
 // attend to one PrefixKV.
 struct PrefixKV {
-  std::vector<at::Tensor> keys;    // per layer [1, n_kv_heads, P, head_dim], after RoPE, model dtype/device
+  std::vector<at::Tensor> keys;  // per layer [1, n_kv_heads, P, head_dim], after RoPE, model dtype/device
   std::vector<at::Tensor> values;  // per layer [1, n_kv_heads, P, head_dim]
-  int64_t length() const;          // P; 0 when empty
-  int64_t bytes() const;           // storage held, for cache accounting
+  int64_t length() const;  // P; 0 when empty
+  int64_t bytes() const;  // storage held, for cache accounting
 };
 
 // One group of a ragged forward (DecoderModelImpl::forward_ragged) as a layer's attention sees it: its
@@ -125,8 +125,8 @@ class AttentionImpl : public torch::nn::Module {
   // x: [B, T, D]; returns [B, T, D]. Keys are, in order, the prefix's P (prefix may be null or empty;
   // [1, KV, P, hd] each, shared by all rows), the cache's earlier ones and this step's: S in all.
   // mask: [B, 1, 1, T, S] float32 additive.
-  at::Tensor forward(const at::Tensor& x, const RopeTables& rope, const at::Tensor& mask, KVCache* cache,
-                     int64_t layer, const PrefixKV* prefix = nullptr) const;
+  at::Tensor forward(const at::Tensor& x, const RopeTables& rope, const at::Tensor& mask, KVCache* cache, int64_t layer,
+                     const PrefixKV* prefix = nullptr) const;
   // The same for the queries at `columns` ([B, T'] int64 positions of each row) alone: keys and values
   // of every position, queries and the output projection of T' per row. Returns [B, T', D].
   at::Tensor forward_at(const at::Tensor& x, const RopeTables& rope, const at::Tensor& mask, int64_t layer,
@@ -168,7 +168,7 @@ class AttentionImpl : public torch::nn::Module {
   QkNorm qk_norm_;
   bool use_rope_;
   std::optional<double> softcap_;  // Gemma 2: scores = cap * tanh(scores / cap) before the mask
-  std::optional<double> clip_;     // OLMoE's clip_qkv: q, k (after their norms) and v clamped to [-c, c]
+  std::optional<double> clip_;  // OLMoE's clip_qkv: q, k (after their norms) and v clamped to [-c, c]
   double query_scale_;  // 1 but for a family's own attention scale: scale * sqrt(hd), folded into q
   Projection q_proj_{nullptr}, k_proj_{nullptr}, v_proj_{nullptr}, o_proj_{nullptr};
   Norm q_norm_{nullptr}, k_norm_{nullptr};  // null without arch.qk_norm
@@ -227,9 +227,9 @@ class MoeImpl : public torch::nn::Module {
   MixtureOfExperts moe_;
   Projection router_{nullptr};
   at::Tensor router_float_;  // a sigmoid router's weight in float32, as transformers keeps it
-  at::Tensor correction_;    // [E] float32, with moe_.correction_bias
+  at::Tensor correction_;  // [E] float32, with moe_.correction_bias
   std::vector<Mlp> experts_;
-  Mlp shared_{nullptr};      // with moe_.shared_intermediate_size
+  Mlp shared_{nullptr};  // with moe_.shared_intermediate_size
 };
 TORCH_MODULE(Moe);
 
@@ -349,8 +349,8 @@ class DecoderModelImpl : public torch::nn::Module {
                          const at::Tensor& key_positions) const;
   // forward()'s masks for a batch after the prefix and the cache's committed keys (the step's keys set
   // pending in the cache); throws if the prefix is not the model's.
-  LayerMasks step_masks(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& valid,
-                        KVCache* cache, const PrefixKV* prefix) const;
+  LayerMasks step_masks(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& valid, KVCache* cache,
+                        const PrefixKV* prefix) const;
   // The masks as the layers take them: converted for SDPA where it runs.
   LayerMasks attention_masks(const LayerMasks& masks, const at::Tensor& tokens) const;
   // The token embedding (plus learned positions and the family's multiplier): [B, T, D].
@@ -358,9 +358,8 @@ class DecoderModelImpl : public torch::nn::Module {
   // Embedding, every layer and the final norm, each layer with its mask of `masks`.
   // With columns, the last layer runs at those positions alone (forward_packed) and [B, T', D] returns.
   // keys_only (with a cache): the last layer only appends its keys and values, and nothing returns.
-  at::Tensor run_layers(const at::Tensor& tokens, const at::Tensor& positions, const LayerMasks& masks,
-                        KVCache* cache, const PrefixKV* prefix, const at::Tensor& columns = {},
-                        bool keys_only = false) const;
+  at::Tensor run_layers(const at::Tensor& tokens, const at::Tensor& positions, const LayerMasks& masks, KVCache* cache,
+                        const PrefixKV* prefix, const at::Tensor& columns = {}, bool keys_only = false) const;
   // forward() for a cache's sake alone: the last layer computes keys and values only.
   void fill_cache(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& valid, KVCache& cache) const;
   at::Tensor forward(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& valid, KVCache* cache,
@@ -373,8 +372,8 @@ class DecoderModelImpl : public torch::nn::Module {
   Embedding embed_positions_{nullptr};  // arch.learned_positions: [max_position_embeddings, D], added to the tokens'
   std::vector<DecoderLayer> layers_;
   Norm norm_{nullptr};
-  at::Tensor lm_head_;   // [V, D], the embedding weight itself when tied
-  std::shared_ptr<const RotaryEmbedding> rope_;          // the config's RoPE, on the model's device
+  at::Tensor lm_head_;  // [V, D], the embedding weight itself when tied
+  std::shared_ptr<const RotaryEmbedding> rope_;  // the config's RoPE, on the model's device
   std::shared_ptr<const RotaryEmbedding> sliding_rope_;  // the sliding layers' own (arch.sliding_rope_theta), or null
   std::shared_ptr<const PackedWeight> lm_head_packed_;
   int64_t packed_bytes_ = 0;
@@ -391,7 +390,7 @@ DecoderModel load_model(const std::string& dir, LoadOptions options = {});
 // Builds the model from in-memory tensors keyed by Hugging Face name (tests,
 // converters). Same checks as load_model; `where` names the source in errors.
 DecoderModel build_model(const ModelConfig& config, const std::map<std::string, at::Tensor>& weights,
-                       LoadOptions options = {}, const std::string& where = "<weights>");
+                         LoadOptions options = {}, const std::string& where = "<weights>");
 
 // Parses "float32"/"fp32", "bfloat16"/"bf16", "float16"/"fp16"/"half".
 at::ScalarType parse_dtype(const std::string& name);

@@ -26,7 +26,7 @@ struct RopeScaling {
   // linear, dynamic, llama3, yarn; longrope: only its attention_factor's default. yarn and longrope
   // without one (null): max_position_embeddings / original_max_position_embeddings.
   double factor = 1.0;
-  double low_freq_factor = 1.0;   // llama3
+  double low_freq_factor = 1.0;  // llama3
   double high_freq_factor = 4.0;  // llama3
   // llama3, yarn, longrope: the pre-training context. A top-level original_max_position_embeddings
   // (Phi-3) wins; absent from both: max_position_embeddings.
@@ -35,12 +35,12 @@ struct RopeScaling {
   // (yarn: from factor, mscale, mscale_all_dim; longrope: from factor and the original context).
   std::optional<double> attention_factor;
   double beta_fast = 32.0;  // yarn
-  double beta_slow = 1.0;   // yarn
-  double mscale = 0.0;           // yarn; 0: unset
-  double mscale_all_dim = 0.0;   // yarn; 0: unset
-  bool truncate = true;          // yarn
+  double beta_slow = 1.0;  // yarn
+  double mscale = 0.0;  // yarn; 0: unset
+  double mscale_all_dim = 0.0;  // yarn; 0: unset
+  bool truncate = true;  // yarn
   std::vector<double> short_factor;  // longrope: rotary_dim / 2 values, up to the original context
-  std::vector<double> long_factor;   // longrope: rotary_dim / 2 values, past it
+  std::vector<double> long_factor;  // longrope: rotary_dim / 2 values, past it
 };
 
 const char* rope_scaling_name(RopeScalingType type);  // "default", "linear", "dynamic", ...
@@ -76,19 +76,19 @@ enum class QkNorm { kNone, kPerHead, kWholeProjection };
 
 // What one family's decoder does differently from Llama's, as data: the decoder (model/decoder/) and the
 // weight-name table (weight_names.cpp) branch on these fields alone, never on model_type. A family is
-// a row of the family table (src/model/config/families.cpp) (model_type -> how config.json fills this, its own key names) plus,
-// where its checkpoints name tensors otherwise than Llama's, a row of weight_names.cpp's layouts.
-// Mixture of experts (Mixtral, Qwen3-MoE, OLMoE, DeepSeek-V3): a sparse layer's MLP is num_experts gated
-// MLPs of intermediate_size each, of which a linear router (no bias) picks top_k per token: softmax of
-// the router's logits in float32, torch.topk's choice and order, the chosen probabilities renormalised
-// to sum 1 with normalize_top_k; each token's expert outputs weighted by them and summed over its top_k
-// slots in that order, as transformers 5's default (grouped) experts path sums them.
-// DeepSeek-V3 scores each expert with its own sigmoid instead (RouterScore::kSigmoid), in float32 with
-// float32 weights; a per-expert correction bias (mlp.gate.e_score_correction_bias) is added to the scores
-// for the choice alone; the choice is limited to the top_groups of `groups` equal groups of experts (a
-// group ranked by its two best corrected scores, summed); the chosen experts' uncorrected scores are
-// renormalised (sum + 1e-20) with normalize_top_k and multiplied by routed_scaling; and a shared gated MLP
-// of shared_intermediate_size, which every token passes through, is added to the routed experts' sum.
+// a row of the family table (src/model/config/families.cpp) (model_type -> how config.json fills this, its own key
+// names) plus, where its checkpoints name tensors otherwise than Llama's, a row of weight_names.cpp's layouts. Mixture
+// of experts (Mixtral, Qwen3-MoE, OLMoE, DeepSeek-V3): a sparse layer's MLP is num_experts gated MLPs of
+// intermediate_size each, of which a linear router (no bias) picks top_k per token: softmax of the router's logits in
+// float32, torch.topk's choice and order, the chosen probabilities renormalised to sum 1 with normalize_top_k; each
+// token's expert outputs weighted by them and summed over its top_k slots in that order, as transformers 5's default
+// (grouped) experts path sums them. DeepSeek-V3 scores each expert with its own sigmoid instead
+// (RouterScore::kSigmoid), in float32 with float32 weights; a per-expert correction bias
+// (mlp.gate.e_score_correction_bias) is added to the scores for the choice alone; the choice is limited to the
+// top_groups of `groups` equal groups of experts (a group ranked by its two best corrected scores, summed); the chosen
+// experts' uncorrected scores are renormalised (sum + 1e-20) with normalize_top_k and multiplied by routed_scaling; and
+// a shared gated MLP of shared_intermediate_size, which every token passes through, is added to the routed experts'
+// sum.
 enum class RouterScore { kSoftmax, kSigmoid };
 
 struct MixtureOfExperts {
@@ -99,9 +99,9 @@ struct MixtureOfExperts {
   std::vector<bool> sparse_layers;  // per layer; empty with num_experts > 0: every layer is sparse
   RouterScore score = RouterScore::kSoftmax;
   bool correction_bias = false;  // mlp.gate.e_score_correction_bias (sigmoid routers)
-  int64_t groups = 1;            // n_group
-  int64_t top_groups = 1;        // topk_group
-  double routed_scaling = 1.0;   // routed_scaling_factor
+  int64_t groups = 1;  // n_group
+  int64_t top_groups = 1;  // topk_group
+  double routed_scaling = 1.0;  // routed_scaling_factor
   int64_t shared_intermediate_size = 0;  // n_shared_experts * moe_intermediate_size; 0: no shared experts
   // Qwen3-MoE, OLMoE: the chosen weights are cast to the model's dtype before they scale the experts'
   // outputs (their routers' .to(router_logits.dtype)); Mixtral and DeepSeek-V3 keep them in float32.
@@ -121,7 +121,7 @@ struct MixtureOfExperts {
 // KV cache holds (ModelConfig::cache_heads and cache_head_dim), its values the same tensor as its keys.
 struct LatentAttention {
   int64_t kv_lora_rank = 0;  // 0: not latent attention
-  int64_t q_lora_rank = 0;   // 0: q_proj straight from the hidden state
+  int64_t q_lora_rank = 0;  // 0: q_proj straight from the hidden state
   int64_t qk_nope_head_dim = 0;
   int64_t qk_rope_head_dim = 0;
   int64_t v_head_dim = 0;
@@ -132,12 +132,12 @@ struct LatentAttention {
 struct Architecture {
   NormPlacement norm_placement = NormPlacement::kPreNorm;
   QkNorm qk_norm = QkNorm::kNone;
-  bool o_proj_bias = false;           // o_proj carries a bias (Llama-style attention_bias, not Qwen2's)
+  bool o_proj_bias = false;  // o_proj carries a bias (Llama-style attention_bias, not Qwen2's)
   double embedding_multiplier = 1.0;  // Granite: embeddings scaled before the first layer
-  double residual_multiplier = 1.0;   // Granite: x + f(x) * m in both sublayers
+  double residual_multiplier = 1.0;  // Granite: x + f(x) * m in both sublayers
   std::optional<double> attention_scale;  // Granite's attention_multiplier; unset: 1 / sqrt(head_dim)
-  double logits_divisor = 1.0;        // Granite's logits_scaling: logits / d
-  std::vector<bool> rope_layers;      // SmolLM3's no_rope_layers (true: RoPE); empty: every layer
+  double logits_divisor = 1.0;  // Granite's logits_scaling: logits / d
+  std::vector<bool> rope_layers;  // SmolLM3's no_rope_layers (true: RoPE); empty: every layer
   // Layers whose attention is windowed to ModelConfig::sliding_window (layer_types' sliding_attention;
   // every layer of a Mistral with a window); empty: none.
   std::vector<bool> sliding_layers;
@@ -155,8 +155,8 @@ struct Architecture {
   std::optional<double> sliding_rope_theta;
   WeightLayout layout = WeightLayout::kLlama;
   NormKind norm = NormKind::kRms;
-  bool gated_mlp = true;   // down(act(gate(x)) * up(x)); false: down(act(up(x))), no gate_proj (GPT-NeoX, GPT-2)
-  bool mlp_bias = false;   // gate, up and down carry biases (Llama's mlp_bias, GPT-NeoX, GPT-2)
+  bool gated_mlp = true;  // down(act(gate(x)) * up(x)); false: down(act(up(x))), no gate_proj (GPT-NeoX, GPT-2)
+  bool mlp_bias = false;  // gate, up and down carry biases (Llama's mlp_bias, GPT-NeoX, GPT-2)
   // GPT-NeoX's use_parallel_residual: x + attn(ln1(x)) + mlp(ln2(x)), both sublayers reading x.
   bool parallel_residual = false;
   // GPT-2: a learned position table (wpe) added to the token embeddings, and no RoPE anywhere.
@@ -171,9 +171,7 @@ struct Architecture {
   bool uses_rope(int64_t layer) const {
     return !learned_positions && (rope_layers.empty() || rope_layers[static_cast<size_t>(layer)]);
   }
-  bool slides(int64_t layer) const {
-    return !sliding_layers.empty() && sliding_layers[static_cast<size_t>(layer)];
-  }
+  bool slides(int64_t layer) const { return !sliding_layers.empty() && sliding_layers[static_cast<size_t>(layer)]; }
 };
 
 struct ModelConfig {
@@ -198,7 +196,7 @@ struct ModelConfig {
   // at positions p - sliding_window < q <= p (transformers' sliding_window_overlay). Unset: no window.
   std::optional<int64_t> sliding_window;
   Architecture arch;
-  std::string torch_dtype;      // as written in config.json; "" when absent
+  std::string torch_dtype;  // as written in config.json; "" when absent
   std::optional<int64_t> bos_token_id;
   std::vector<int64_t> eos_token_ids;
 

@@ -41,16 +41,15 @@
 
 namespace gpueval {
 
-
 struct RunSummary {
   nlohmann::json config = nlohmann::json::object();  // results.json "config": model_args, batch_size, device, ...
-  std::string model;                                  // model name or path ("config"."model", "model_name")
+  std::string model;  // model name or path ("config"."model", "model_name")
   double wall_seconds = 0;
   std::vector<std::string> incomplete;  // one line per quarantined batch or missing request
-  std::optional<int64_t> limit;         // documents per task asked for; n-samples "effective"
+  std::optional<int64_t> limit;  // documents per task asked for; n-samples "effective"
   int64_t bootstrap_iters = kDefaultBootstrapIters;
-  std::optional<double> date;           // UNIX time the run started; left out when absent
-  std::vector<TaskGroup> groups;        // the run's groups, children before parents
+  std::optional<double> date;  // UNIX time the run started; left out when absent
+  std::vector<TaskGroup> groups;  // the run's groups, children before parents
   // How the work was batched and what was computed (results.json "batching"); empty: left out.
   nlohmann::json batching = nlohmann::json::object();
   // Where the run's time went, measured (results.json "timing": RunTiming::summary); empty: left out.

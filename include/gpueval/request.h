@@ -22,16 +22,16 @@ const char* request_type_name(RequestType type);  // "loglikelihood", "loglikeli
 RequestType parse_request_type(const std::string& name);  // throws Error
 
 struct Request {
-  int64_t index = 0;   // position in the run's request list
-  std::string task;    // task name
+  int64_t index = 0;  // position in the run's request list
+  std::string task;  // task name
   int64_t doc_id = 0;  // document within the task
   int64_t choice = 0;  // which continuation of the document (multiple choice); generate_until: which
                        // repeat (0 .. the task's repeats - 1); else 0
   RequestType type = RequestType::kLoglikelihood;
-  std::string context;       // loglikelihood/generate_until: the prompt; rolling: the whole text
+  std::string context;  // loglikelihood/generate_until: the prompt; rolling: the whole text
   std::string continuation;  // loglikelihood only
   std::vector<std::string> stops;  // generate_until only
-  int64_t max_tokens = 256;        // generate_until only
+  int64_t max_tokens = 256;  // generate_until only
   // generate_until sampling (the task's generation_kwargs): temperature 0 decodes greedily;
   // top_k 0 and top_p 1 are off. A negative value stands for "sampling, but not set in the task
   // file": the run fills it from the checkpoint's generation_config.json, else transformers'
@@ -45,10 +45,10 @@ struct Request {
 
 struct RequestResult {
   int64_t index = 0;
-  double logprob = 0;       // loglikelihood(_rolling): sum of target-token logprobs
-  bool is_greedy = false;   // loglikelihood: every continuation token was the argmax
-  int64_t num_tokens = 0;   // tokens scored (loglikelihood*) or generated (generate_until)
-  std::string text;         // generate_until: the continuation, cut at the first stop sequence
+  double logprob = 0;  // loglikelihood(_rolling): sum of target-token logprobs
+  bool is_greedy = false;  // loglikelihood: every continuation token was the argmax
+  int64_t num_tokens = 0;  // tokens scored (loglikelihood*) or generated (generate_until)
+  std::string text;  // generate_until: the continuation, cut at the first stop sequence
 };
 
 nlohmann::json to_json(const Request& r);

@@ -22,19 +22,19 @@
 namespace gpueval {
 
 struct RunConfig {
-  std::string source;                 // the YAML file as it was named, for messages
-  std::vector<std::string> models;    // checkpoint directories or globs (checkpoints.h); at least one
-  std::vector<std::string> tasks;     // task names ("demo_choice") or paths to task YAML files; at least one
-  std::string batch_size = "auto";    // "auto" or a positive integer (max sequences per batch), as given
-  int64_t batch_tokens = 0;           // token budget per batch; 0 = choose automatically
-  std::string dtype = "auto";         // auto | float32 | bfloat16 | float16
+  std::string source;  // the YAML file as it was named, for messages
+  std::vector<std::string> models;  // checkpoint directories or globs (checkpoints.h); at least one
+  std::vector<std::string> tasks;  // task names ("demo_choice") or paths to task YAML files; at least one
+  std::string batch_size = "auto";  // "auto" or a positive integer (max sequences per batch), as given
+  int64_t batch_tokens = 0;  // token budget per batch; 0 = choose automatically
+  std::string dtype = "auto";  // auto | float32 | bfloat16 | float16
   // How workers get the weights: each maps the safetensors itself (mmap), or worker 0 reads them and
   // NCCL broadcasts them to the other GPU workers (broadcast; mmap where NCCL or GPUs are absent).
   std::string load = "mmap";
   uint64_t seed = 1234;
-  uint64_t fewshot_seed = 1234;     // seeds lm-eval's default few-shot sampler (its fewshot_random_seed)
-  std::string output = "out";         // output directory
-  std::optional<int64_t> limit;       // documents per task
+  uint64_t fewshot_seed = 1234;  // seeds lm-eval's default few-shot sampler (its fewshot_random_seed)
+  std::string output = "out";  // output directory
+  std::optional<int64_t> limit;  // documents per task
   std::optional<int64_t> num_fewshot;
   // Metrics added to every task whose output type computes them, beyond its metric_list:
   // `extra_metrics: [bpb]` scores bits per byte on each multiple-choice and loglikelihood task.
@@ -66,7 +66,7 @@ struct RunConfig {
   // add_bos_token is unset (0.4.13; older versions added none), so "auto" gives lm-eval's
   // default requests and "false" those of add_bos_token=False. Empty contexts and rolling
   // windows start with BOS (else EOS) whatever this says, as lm-eval does without BOS.
-  std::string add_bos = "auto";       // auto | true | false
+  std::string add_bos = "auto";  // auto | true | false
   // Compute shared work once (planner.h, packing.h); results equal those without (fp32: logprobs
   // within 1e-5). Two switches:
   //   prefix_reuse: a prefix shared by many documents' contexts (the few-shot examples) is
@@ -79,20 +79,20 @@ struct RunConfig {
   // Data roots for tasks that name one (`data_root: mmlu` in a task file): name -> directory,
   // from the file's `data: {mmlu: ../../shared/data/mmlu}` and --data NAME=PATH flags.
   std::map<std::string, std::string> data;
-  std::string gpus;                   // default for --gpus; "" = not set
+  std::string gpus;  // default for --gpus; "" = not set
   // Fault handling
   // Intra-op threads of each CPU worker. LibTorch's CPU kernels can round
   // differently with another thread count, so this (not the number of workers)
   // fixes it: cpu:1 and cpu:N then give bit-identical results.
   int64_t cpu_threads = 1;
-  int64_t max_attempts = 3;           // a batch that killed this many workers is quarantined
-  double heartbeat_timeout_s = 30;    // a worker silent this long is treated as crashed
-  int64_t max_worker_restarts = 10;   // per device slot
+  int64_t max_attempts = 3;  // a batch that killed this many workers is quarantined
+  double heartbeat_timeout_s = 30;  // a worker silent this long is treated as crashed
+  int64_t max_worker_restarts = 10;  // per device slot
   // Memory a CPU worker may use when its batch budget is probed: "6GiB", "512MiB", or a share of
   // available memory such as "0.5"; "" = 0.8 * MemAvailable / number of CPU workers. GPUs use
   // their whole memory.
   std::string max_memory;
-  std::string calibration_cache;      // SQLite file; "" = calibration_cache.h's default
+  std::string calibration_cache;  // SQLite file; "" = calibration_cache.h's default
   // Nightly runs (history.h): the history database ("" = its default path), and the drop of a
   // task's score against the previous checkpoint, in points, that fails the run (exit 4).
   std::string history;
@@ -105,9 +105,9 @@ struct RunConfig {
   // process tree, memory of address space per process over the interpreter's own,
   // max_subprocesses processes and threads, and a wall-clock ceiling only for programs that sleep.
   struct CodeExecution {
-    int64_t max_sandboxes = 0;            // 0: the cores the CPU workers leave, at least 1
+    int64_t max_sandboxes = 0;  // 0: the cores the CPU workers leave, at least 1
     double cpu_seconds = 3.0;
-    double wall_seconds = 0;              // 0: 10 + 3 x cpu_seconds
+    double wall_seconds = 0;  // 0: 10 + 3 x cpu_seconds
     int64_t memory = int64_t{2} << 30;
     int64_t max_subprocesses = 16;
     // --unsafe-no-sandbox: the same limits without bubblewrap or seccomp (the programs see the
@@ -143,27 +143,27 @@ struct ConfigOverrides {
   std::optional<std::vector<std::string>> model;  // --model (repeatable; globs allowed): replaces the file's models
   std::optional<std::string> output;  // --output
   std::optional<std::string> batch_size;  // --batch-size
-  std::optional<int64_t> batch_tokens;    // --batch-tokens
-  std::optional<std::string> gpus;    // --gpus
-  std::optional<int64_t> limit;       // --limit
-  std::optional<int64_t> num_fewshot; // --num-fewshot
-  std::optional<uint64_t> seed;       // --seed
-  std::optional<std::string> add_bos; // --add-bos auto|true|false
+  std::optional<int64_t> batch_tokens;  // --batch-tokens
+  std::optional<std::string> gpus;  // --gpus
+  std::optional<int64_t> limit;  // --limit
+  std::optional<int64_t> num_fewshot;  // --num-fewshot
+  std::optional<uint64_t> seed;  // --seed
+  std::optional<std::string> add_bos;  // --add-bos auto|true|false
   std::optional<std::string> prefix_reuse;  // --prefix-reuse on|off
   std::optional<std::string> group_continuations;  // --group-continuations on|off
   std::optional<std::string> max_memory;  // --max-memory
-  std::optional<std::string> history;     // --history
-  std::optional<std::string> tensorboard; // --tensorboard
+  std::optional<std::string> history;  // --history
+  std::optional<std::string> tensorboard;  // --tensorboard
   std::optional<double> fail_on_regression;  // --fail-on-regression POINTS
   std::optional<std::vector<std::string>> tasks;  // --tasks: replaces the file's list
-  std::vector<std::string> data;      // --data NAME=PATH, repeatable; each adds or replaces one root
+  std::vector<std::string> data;  // --data NAME=PATH, repeatable; each adds or replaces one root
   std::optional<std::string> apply_chat_template;  // --apply-chat-template [NAME] ("": the default template)
-  std::optional<std::string> chat_template;        // --chat-template FILE
-  std::optional<std::string> fewshot_as_multiturn; // --fewshot-as-multiturn true|false
-  std::optional<std::string> system_instruction;   // --system-instruction TEXT
-  std::optional<std::string> think_end_token;      // --think-end-token TEXT
-  std::optional<int64_t> max_sandboxes;   // --max-sandboxes
-  bool unsafe_no_sandbox = false;         // --unsafe-no-sandbox
+  std::optional<std::string> chat_template;  // --chat-template FILE
+  std::optional<std::string> fewshot_as_multiturn;  // --fewshot-as-multiturn true|false
+  std::optional<std::string> system_instruction;  // --system-instruction TEXT
+  std::optional<std::string> think_end_token;  // --think-end-token TEXT
+  std::optional<int64_t> max_sandboxes;  // --max-sandboxes
+  bool unsafe_no_sandbox = false;  // --unsafe-no-sandbox
 };
 
 // Applies the set overrides, validating each new value as the file's would be; errors name the

@@ -131,7 +131,7 @@ struct PromptFormat {
 struct TaskLoadOptions {
   DataRoots data_roots;
   std::optional<int64_t> num_fewshot;  // the run's num_fewshot: overrides the task file's
-  uint64_t fewshot_seed = 1234;        // seeds the default sampler (lm-eval's fewshot_random_seed)
+  uint64_t fewshot_seed = 1234;  // seeds the default sampler (lm-eval's fewshot_random_seed)
   // Metrics added to every task whose output type computes them (the run's extra_metrics: bpb).
   std::vector<std::string> extra_metrics;
   PromptFormat prompt;
@@ -159,7 +159,7 @@ class Task {
                    const TaskLoadOptions& options = {});
 
   const std::string& name() const { return name_; }
-  const std::string& alias() const { return alias_; }      // task_alias, else the name
+  const std::string& alias() const { return alias_; }  // task_alias, else the name
   OutputType output_type() const { return output_type_; }
   const std::string& yaml_path() const { return yaml_path_; }
   const std::string& dataset_file() const { return dataset_file_; }  // dataset_path resolved
@@ -276,7 +276,7 @@ class Task {
   std::string alias_;
   std::string yaml_path_;
   std::string dataset_file_;
-  std::string fewshot_file_;                 // empty when the task has no fewshot_path
+  std::string fewshot_file_;  // empty when the task has no fewshot_path
   DatasetKind dataset_kind_ = DatasetKind::kJsonl;
   DatasetKind fewshot_kind_ = DatasetKind::kJsonl;
   DocProcessor process_docs_ = nullptr;  // process_docs, applied to every document read
@@ -286,20 +286,20 @@ class Task {
   std::string fewshot_delimiter_ = "\n\n";
   std::string fewshot_sampler_ = "default";
   uint64_t fewshot_seed_ = 1234;
-  bool fewshot_from_dataset_ = false;        // fewshot_path is dataset_path: skip the asked document
-  std::vector<Document> fewshot_pool_;       // fewshot_path's documents (empty when from the dataset)
-  std::vector<int64_t> fewshot_lines_;       // their source lines
-  bool fewshot_inline_ = false;              // fewshot_pool_ is fewshot_config.samples (fewshot_file_: the YAML)
+  bool fewshot_from_dataset_ = false;  // fewshot_path is dataset_path: skip the asked document
+  std::vector<Document> fewshot_pool_;  // fewshot_path's documents (empty when from the dataset)
+  std::vector<int64_t> fewshot_lines_;  // their source lines
+  bool fewshot_inline_ = false;  // fewshot_pool_ is fewshot_config.samples (fewshot_file_: the YAML)
   std::vector<std::vector<size_t>> fewshot_draws_;  // per document: its examples' pool indices
   std::vector<std::string> fewshot_rendered_;  // per pool index: the example and fewshot_delimiter ("" if unused)
-  std::vector<FewshotTurn> fewshot_turns_;     // per pool index: the example's turns (used ones)
+  std::vector<FewshotTurn> fewshot_turns_;  // per pool index: the example's turns (used ones)
   PromptFormat prompt_;
   std::vector<std::string> notes_;
   std::vector<FilterPipeline> filters_;
   OutputType output_type_ = OutputType::kGenerateUntil;
   std::optional<Template> doc_to_text_;
   std::optional<Template> doc_to_target_;
-  std::optional<Template> doc_to_choice_;      // a template that yields a list
+  std::optional<Template> doc_to_choice_;  // a template that yields a list
   // `!function` built-ins (process_docs.h find_doc_function), used instead of the template.
   DocProcessor doc_to_text_fn_ = nullptr;
   DocProcessor doc_to_target_fn_ = nullptr;
@@ -316,7 +316,7 @@ class Task {
   std::string target_delimiter_ = " ";
   std::vector<std::string> until_;
   int64_t max_gen_toks_ = 256;
-  int64_t repeats_ = 1;       // generate_until: responses per document (lm-eval's repeats)
+  int64_t repeats_ = 1;  // generate_until: responses per document (lm-eval's repeats)
   double temperature_ = 0.0;  // generate_until sampling, as Request's fields (request.h)
   int64_t top_k_ = 0;
   double top_p_ = 1.0;

@@ -43,18 +43,18 @@ namespace gpueval {
 
 // One member's metric in a suite score (gpueval's member_metrics).
 struct MemberMetric {
-  std::string member;            // a task or group listed under the group's `task`
-  std::string metric;            // "acc_norm"
-  std::string filter = "none";   // "remove_whitespace" for "exact_match,remove_whitespace"
-  std::string where;             // "<group file>:<line>" of its entry, for errors
+  std::string member;  // a task or group listed under the group's `task`
+  std::string metric;  // "acc_norm"
+  std::string filter = "none";  // "remove_whitespace" for "exact_match,remove_whitespace"
+  std::string where;  // "<group file>:<line>" of its entry, for errors
 };
 
 struct GroupMetricSpec {
-  std::string metric;          // "acc"
+  std::string metric;  // "acc"
   bool weight_by_size = true;  // lm-eval's default (false for a suite score)
   // Non-empty: a suite score, one entry per member in `task` order (see above).
   std::vector<MemberMetric> member_metrics;
-  std::string where;           // "<group file>:<line>" of the entry
+  std::string where;  // "<group file>:<line>" of the entry
   bool is_suite() const { return !member_metrics.empty(); }
 };
 
@@ -68,11 +68,11 @@ class TaskGroup {
   static bool is_group_file(const std::string& path);
 
   const std::string& name() const { return name_; }
-  const std::string& alias() const { return alias_; }           // group_alias, else the name
+  const std::string& alias() const { return alias_; }  // group_alias, else the name
   const std::vector<std::string>& members() const { return members_; }  // as listed
-  const std::vector<std::string>& tasks() const { return tasks_; }      // every task under it, nested groups flattened
+  const std::vector<std::string>& tasks() const { return tasks_; }  // every task under it, nested groups flattened
   const std::vector<GroupMetricSpec>& metrics() const { return metrics_; }
-  const nlohmann::json& version() const { return version_; }    // metadata.version, or null
+  const nlohmann::json& version() const { return version_; }  // metadata.version, or null
   const std::string& yaml_path() const { return yaml_path_; }
 
  private:
@@ -109,7 +109,7 @@ void check_member_metrics(const std::vector<TaskGroup>& groups, const std::vecto
 struct SubtaskScore {
   double value = 0;
   std::optional<double> stderr;  // nullopt: "N/A"
-  int64_t size = 0;              // documents scored
+  int64_t size = 0;  // documents scored
 };
 
 // lm-eval's aggregate_subtask_metrics: sum(value * size) / sum(size), or the plain mean when

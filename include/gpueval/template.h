@@ -1,10 +1,9 @@
 // Template (src/jinja/, which calls common only) is the prompt language of task files (doc_to_text,
-// doc_to_target, doc_to_choice, description): the subset of Jinja2, which lm-evaluation-harness renders those keys with, that
-// lm-eval's own task files use. Literal text passes through unchanged (trailing newline
-// included, as lm-eval's keep_trailing_newline=True); `{{ expression }}` is replaced by the
-// expression's value, rendered as Jinja renders it, i.e. Python's str(): strings raw, numbers
-// as Python prints them, true/false/none as True/False/None, lists and dicts as Python
-// literals (['a', 'b']). Expressions (src/jinja/expression.h) are document fields with
+// doc_to_target, doc_to_choice, description): the subset of Jinja2, which lm-evaluation-harness renders those keys
+// with, that lm-eval's own task files use. Literal text passes through unchanged (trailing newline included, as
+// lm-eval's keep_trailing_newline=True); `{{ expression }}` is replaced by the expression's value, rendered as Jinja
+// renders it, i.e. Python's str(): strings raw, numbers as Python prints them, true/false/none as True/False/None,
+// lists and dicts as Python literals (['a', 'b']). Expressions (src/jinja/expression.h) are document fields with
 // `.name`, `.0`, `[i]`, `["key"]` and slice `[i:j]` steps, string/number/list literals
 // (`{{[sol1, sol2]}}`), the str/list methods strip, lstrip, rstrip, split, lower, upper,
 // replace, index, startswith, endswith, count, the filters int, join, lower, upper, trim,
@@ -14,9 +13,9 @@
 // condition is any expression, tested by Python's truth value: lm-eval's mbpp target reads
 // `{% if is_fewshot is defined %}`); as in lm-eval's Jinja environment there is no trim_blocks
 // or lstrip_blocks, so the text around a tag stays as written. `{{-`, `-}}`, `{%-` and `-%}`
-// strip the whitespace before or after, `{# ... #}` is a comment. A field the document lacks is an error, as under lm-eval's
-// StrictUndefined, and so is anything Python would reject (list.index of an absent value, a
-// str + int); the error names the document.
+// strip the whitespace before or after, `{# ... #}` is a comment. A field the document lacks is an error, as under
+// lm-eval's StrictUndefined, and so is anything Python would reject (list.index of an absent value, a str + int); the
+// error names the document.
 //
 // Every other statement ({% for %}, {% set %}, ...) and every expression outside the subset
 // (comparisons, function calls, dict literals, unknown filters) is rejected when the template
@@ -64,7 +63,7 @@ class Template {
   };
   struct IfBlock {
     std::vector<std::pair<std::shared_ptr<const jinja::Expression>, std::vector<Segment>>> branches;  // if, elifs
-    std::vector<Segment> otherwise;                                                                 // else
+    std::vector<Segment> otherwise;  // else
   };
 
   nlohmann::json evaluate(const jinja::Expression& e, const nlohmann::json& doc, const std::string& where) const;

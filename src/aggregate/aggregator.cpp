@@ -47,8 +47,12 @@ std::vector<RequestResult> combine_items(const std::vector<ItemResult>& items) {
 }
 
 Aggregator::Aggregator(const std::vector<Task>& tasks, const std::vector<Request>& requests)
-    : tasks_(tasks), requests_(requests), doc_requests_(tasks.size()), items_(requests.size()),
-      requests_left_(tasks.size()), documents_done_(tasks.size(), 0) {
+    : tasks_(tasks),
+      requests_(requests),
+      doc_requests_(tasks.size()),
+      items_(requests.size()),
+      requests_left_(tasks.size()),
+      documents_done_(tasks.size(), 0) {
   for (size_t t = 0; t < tasks.size(); ++t) task_index_[tasks[t].name()] = t;
   for (const Request& r : requests) {
     auto& docs = doc_requests_[task_index_.at(r.task)];
@@ -181,8 +185,10 @@ std::vector<TaskScores> score_tasks(const std::vector<const Task*>& tasks, const
     const auto it = slot.find(record.task);
     if (it == slot.end()) fail("aggregator", "document {} belongs to a task not being scored", record.doc.doc_id);
     if (record.results.size() != record.requests.size()) {
-      fail(record.task->location(record.doc), "{} results for {} requests: incomplete documents belong in the "
-           "incomplete list, not in the report", record.results.size(), record.requests.size());
+      fail(record.task->location(record.doc),
+           "{} results for {} requests: incomplete documents belong in the "
+           "incomplete list, not in the report",
+           record.results.size(), record.requests.size());
     }
     if (record.metrics.size() != record.task->filters().size()) {
       fail(record.task->location(record.doc), "metrics for {} filters, but task '{}' has {}", record.metrics.size(),
@@ -228,8 +234,8 @@ namespace {
 
 // The chance level of an aggregate: the same mean of the parts' chance levels as of their
 // values; nullopt when any part has none.
-std::optional<double> chance_of(const std::vector<std::optional<double>>& chances, const std::vector<SubtaskScore>& sizes,
-                                bool weight_by_size) {
+std::optional<double> chance_of(const std::vector<std::optional<double>>& chances,
+                                const std::vector<SubtaskScore>& sizes, bool weight_by_size) {
   std::vector<SubtaskScore> as_scores;
   for (size_t i = 0; i < chances.size(); ++i) {
     if (!chances[i]) return std::nullopt;

@@ -47,8 +47,8 @@ class Aggregator {
   nlohmann::json progress() const;
 
   struct Documents {
-    std::vector<DocRecord> scored;       // complete documents with their metrics, task by task, in doc order
-    std::vector<std::string> incomplete; // "<task> doc <doc_id>" for each document missing a result
+    std::vector<DocRecord> scored;  // complete documents with their metrics, task by task, in doc order
+    std::vector<std::string> incomplete;  // "<task> doc <doc_id>" for each document missing a result
   };
   // `verdicts`: every program of programs() (tasks that run programs need them; Error otherwise).
   Documents documents(const ProgramVerdicts* verdicts = nullptr) const;
@@ -71,10 +71,10 @@ class Aggregator {
   const std::vector<Request>& requests_;
   std::map<std::string, size_t> task_index_;
   std::vector<std::vector<std::vector<int64_t>>> doc_requests_;  // [task][doc] -> request indices
-  std::vector<std::vector<ItemResult>> items_;                   // [request] -> its parts so far
-  std::vector<std::vector<size_t>> requests_left_;               // [task][doc] -> requests not complete
-  std::vector<int64_t> documents_done_;                          // [task]
-  std::vector<std::pair<size_t, size_t>> ready_;                  // (task, doc) complete, programs not taken
+  std::vector<std::vector<ItemResult>> items_;  // [request] -> its parts so far
+  std::vector<std::vector<size_t>> requests_left_;  // [task][doc] -> requests not complete
+  std::vector<int64_t> documents_done_;  // [task]
+  std::vector<std::pair<size_t, size_t>> ready_;  // (task, doc) complete, programs not taken
 };
 
 // One task's scored documents in doc_id order and its metrics, filter by filter.

@@ -28,9 +28,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 LoadOptions load_options(const ModelOptions& m) {
   LoadOptions o;
@@ -139,10 +137,12 @@ void run_logits(const LogitsCommand& cmd, std::ostream& out) {
   DecoderModel model = open_model(cmd.model);
   const auto& c = model->config();
   for (int32_t id : ids)
-    if (id >= c.vocab_size) throw Error(fmt::format("--ids: token id {} outside the vocabulary [0, {})", id, c.vocab_size));
+    if (id >= c.vocab_size)
+      throw Error(fmt::format("--ids: token id {} outside the vocabulary [0, {})", id, c.vocab_size));
   // Dynamic NTK scaling exists to run past max_position_embeddings (its base grows there).
   if (static_cast<int64_t>(ids.size()) > c.max_position_embeddings && c.rope_scaling.type != RopeScalingType::kDynamic)
-    throw Error(fmt::format("--ids: {} tokens exceed the model's context of {}", ids.size(), c.max_position_embeddings));
+    throw Error(
+        fmt::format("--ids: {} tokens exceed the model's context of {}", ids.size(), c.max_position_embeddings));
   c10::InferenceMode guard;
   const int64_t t = static_cast<int64_t>(ids.size());
   const at::Device dev = model->options().device;
@@ -165,7 +165,8 @@ void run_logits(const LogitsCommand& cmd, std::ostream& out) {
       routing.push_back({{"layer", layer}, {"experts", e}, {"weights", v}});
     });
   }
-  at::Tensor logits = model->logits(model->forward(tokens, positions, valid))[0].to(at::kFloat).to(at::kCPU).contiguous();  // [T, V]
+  at::Tensor logits =
+      model->logits(model->forward(tokens, positions, valid))[0].to(at::kFloat).to(at::kCPU).contiguous();  // [T, V]
   model->observe_routing(nullptr);
   nlohmann::json rows = nlohmann::json::array();
   for (int64_t i = 0; i < t; ++i) {
@@ -218,7 +219,8 @@ void run_score(const ScoreCommand& cmd, std::ostream& out) {
       logprobs.insert(logprobs.end(), r.logprobs.begin(), r.logprobs.end());
       greedy.insert(greedy.end(), r.is_greedy.begin(), r.is_greedy.end());
     } else {
-      for (int64_t k = 0; k < std::max<int64_t>(1, cmd.batch_windows) && i < windows.size(); ++k) chunk.push_back(windows[i++]);
+      for (int64_t k = 0; k < std::max<int64_t>(1, cmd.batch_windows) && i < windows.size(); ++k)
+        chunk.push_back(windows[i++]);
       for (const ScoreResult& r : score_batch(*model, chunk)) {
         logprobs.insert(logprobs.end(), r.logprobs.begin(), r.logprobs.end());
         greedy.insert(greedy.end(), r.is_greedy.begin(), r.is_greedy.end());
@@ -237,24 +239,23 @@ void run_score(const ScoreCommand& cmd, std::ostream& out) {
     if (!space && !in_word) ++words;
     in_word = !space;
   }
-  nlohmann::json j = {
-      {"model", cmd.model.model_dir},
-      {"text_file", cmd.text_file},
-      {"tokens", ids.size()},
-      {"bytes", text.size()},
-      {"words", words},
-      {"windows", windows.size()},
-      {"sum_logprob", sum},
-      {"token_perplexity", std::exp(-sum / n)},
-      {"word_perplexity", words > 0 ? std::exp(-sum / words) : NAN},
-      {"byte_perplexity", std::exp(-sum / text.size())},
-      {"bits_per_byte", -sum / text.size() / std::log(2.0)},
-      {"greedy_fraction", std::count(greedy.begin(), greedy.end(), true) / n},
-      {"ids", ids},
-      {"logprobs", logprobs},
-      {"seconds", secs},
-      {"tokens_per_second", computed / std::max(secs, 1e-9)},
-      {"mode", cmd.stepwise ? "stepwise" : "batched"}};
+  nlohmann::json j = {{"model", cmd.model.model_dir},
+                      {"text_file", cmd.text_file},
+                      {"tokens", ids.size()},
+                      {"bytes", text.size()},
+                      {"words", words},
+                      {"windows", windows.size()},
+                      {"sum_logprob", sum},
+                      {"token_perplexity", std::exp(-sum / n)},
+                      {"word_perplexity", words > 0 ? std::exp(-sum / words) : NAN},
+                      {"byte_perplexity", std::exp(-sum / text.size())},
+                      {"bits_per_byte", -sum / text.size() / std::log(2.0)},
+                      {"greedy_fraction", std::count(greedy.begin(), greedy.end(), true) / n},
+                      {"ids", ids},
+                      {"logprobs", logprobs},
+                      {"seconds", secs},
+                      {"tokens_per_second", computed / std::max(secs, 1e-9)},
+                      {"mode", cmd.stepwise ? "stepwise" : "batched"}};
   out << j.dump() << "\n";
   std::cerr << fmt::format("[gpueval] {} tokens in {} windows, {} mode: {:.3f}s, {:.0f} tok/s, perplexity {:.4f}\n",
                            ids.size(), windows.size(), cmd.stepwise ? "stepwise" : "batched", secs,
@@ -263,8 +264,8 @@ void run_score(const ScoreCommand& cmd, std::ostream& out) {
 
 void run_convert_llama2c(const ConvertLlama2cCommand& cmd) {
   convert_llama2c(cmd.checkpoint, cmd.tokenizer, cmd.out_dir);
-  std::cerr << fmt::format("[gpueval] wrote {}/{{config.json,model.safetensors,tokenizer.json,tokenizer_config.json}}\n",
-                           cmd.out_dir);
+  std::cerr << fmt::format(
+      "[gpueval] wrote {}/{{config.json,model.safetensors,tokenizer.json,tokenizer_config.json}}\n", cmd.out_dir);
 }
 
 void run_init_model(const InitModelCommand& cmd) {
@@ -326,7 +327,8 @@ void run_history(const HistoryCommand& cmd, std::ostream& out) {
     first = false;
     const nlohmann::json json = history.config_of(config);
     std::string model;
-    if (json.is_object() && json.contains("model") && json["model"].is_string()) model = json["model"].get<std::string>();
+    if (json.is_object() && json.contains("model") && json["model"].is_string())
+      model = json["model"].get<std::string>();
     out << "## config " << config << " (" << trend.size() << " checkpoint" << (trend.size() == 1 ? "" : "s")
         << (model.empty() ? "" : ", model " + model) << ")\n\n";
     if (trend.empty()) {

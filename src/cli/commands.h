@@ -1,7 +1,6 @@
 // The single-process subcommands of the `gpueval` CLI (generate, logits,
-// tokenize, score, convert-llama2c, init-model, history, execute, chat-template). main.cpp parses flags into these option
-// structs; each command writes its result to `out` and logs to stderr, and
-// throws gpueval::Error on bad input.
+// tokenize, score, convert-llama2c, init-model, history, execute, chat-template). main.cpp parses flags into these
+// option structs; each command writes its result to `out` and logs to stderr, and throws gpueval::Error on bad input.
 #pragma once
 
 #include <cstdint>
@@ -49,7 +48,7 @@ struct ScoreCommand {
   std::string text_file;
   int64_t max_length = 0;  // 0: the model's context
   int64_t batch_windows = 8;
-  bool stepwise = false;   // token-at-a-time through the KV cache (the baseline)
+  bool stepwise = false;  // token-at-a-time through the KV cache (the baseline)
 };
 void run_score(const ScoreCommand& cmd, std::ostream& out);
 
@@ -70,9 +69,9 @@ void run_init_model(const InitModelCommand& cmd);
 
 struct HistoryCommand {
   std::string history;  // the history file; empty: History::default_path()
-  std::string task;     // only this task's (or group's) column; empty: every task
-  std::string config;   // only configs whose fingerprint starts with this; empty: every config
-  std::string report;   // non-empty: also write each shown config's report.md/report.html into report/<fingerprint>/
+  std::string task;  // only this task's (or group's) column; empty: every task
+  std::string config;  // only configs whose fingerprint starts with this; empty: every config
+  std::string report;  // non-empty: also write each shown config's report.md/report.html into report/<fingerprint>/
 };
 // `gpueval history`: per config (most recently run first), the checkpoint x task table of
 // trend_report.h's trend_table(). A missing file, an unknown --task or a --config that matches
@@ -80,10 +79,10 @@ struct HistoryCommand {
 void run_history(const HistoryCommand& cmd, std::ostream& out);
 
 struct ExecuteCommand {
-  int max_sandboxes = 0;          // 0: the machine's cores
-  double cpu_seconds = 3.0;       // per program, its whole process tree
-  double wall_seconds = 0;        // 0: 10 + 3 * cpu_seconds
-  std::string memory = "2GiB";    // address space per process, over the interpreter's own
+  int max_sandboxes = 0;  // 0: the machine's cores
+  double cpu_seconds = 3.0;  // per program, its whole process tree
+  double wall_seconds = 0;  // 0: 10 + 3 * cpu_seconds
+  std::string memory = "2GiB";  // address space per process, over the interpreter's own
   int max_subprocesses = 16;
   std::string mode = "code_eval";  // or "script"
   std::string python = "/usr/bin/python3";
@@ -96,9 +95,9 @@ struct ExecuteCommand {
 void run_execute(const ExecuteCommand& cmd, std::istream& in, std::ostream& out);
 
 struct ChatTemplateCommand {
-  std::string model_dir;      // the checkpoint (or tokenizer folder) whose template renders
+  std::string model_dir;  // the checkpoint (or tokenizer folder) whose template renders
   std::string template_file;  // or a template file
-  std::string name;           // a named template of the checkpoint ("tool_use"); empty: its default
+  std::string name;  // a named template of the checkpoint ("tool_use"); empty: its default
   bool add_generation_prompt = false;
   std::optional<std::string> bos_token, eos_token;  // over the checkpoint's special tokens
 };

@@ -111,11 +111,12 @@ void run_execute(const ExecuteCommand& cmd, std::istream& in, std::ostream& out)
     for (; printed < done.size() && done[printed]; ++printed) out << *done[printed] << "\n" << std::flush;
   });
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::cerr << fmt::format("[execute] {} programs in {:.2f} s with {} sandboxes ({:.1f} programs/s): {} passed, {} "
-                           "failed, {} timed out, {} error ({}, python {})",
-                           lines.size(), seconds, parallel, seconds > 0 ? static_cast<double>(lines.size()) / seconds : 0.0,
-                           counts["passed"], counts["failed"], counts["timed out"], counts["error"],
-                           cmd.unsafe_no_sandbox ? "no sandbox" : "bwrap", sandbox.interpreter().version)
+  std::cerr << fmt::format(
+                   "[execute] {} programs in {:.2f} s with {} sandboxes ({:.1f} programs/s): {} passed, {} "
+                   "failed, {} timed out, {} error ({}, python {})",
+                   lines.size(), seconds, parallel, seconds > 0 ? static_cast<double>(lines.size()) / seconds : 0.0,
+                   counts["passed"], counts["failed"], counts["timed out"], counts["error"],
+                   cmd.unsafe_no_sandbox ? "no sandbox" : "bwrap", sandbox.interpreter().version)
             << "\n";
 }
 

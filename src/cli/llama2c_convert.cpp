@@ -42,10 +42,15 @@ std::map<std::string, at::Tensor> read_weights(Cursor cur, const ModelConfig& c,
   // The file's order of tensors; each per-layer kind holds all layers, one after another.
   using W = WeightKind;
   const std::vector<W> order =
-      version == 0 ? std::vector<W>{W::kEmbedTokens, W::kInputLayernorm, W::kQProj, W::kKProj, W::kVProj, W::kOProj,
-                                    W::kPostAttentionLayernorm, W::kGateProj, W::kDownProj, W::kUpProj, W::kNorm}
-                   : std::vector<W>{W::kInputLayernorm, W::kPostAttentionLayernorm, W::kNorm, W::kEmbedTokens,
-                                    W::kQProj, W::kKProj, W::kVProj, W::kOProj, W::kGateProj, W::kDownProj, W::kUpProj};
+      version == 0 ? std::vector<W>{W::kEmbedTokens, W::kInputLayernorm,         W::kQProj,    W::kKProj,    W::kVProj,
+                                    W::kOProj,       W::kPostAttentionLayernorm, W::kGateProj, W::kDownProj, W::kUpProj,
+                                    W::kNorm}
+                   : std::vector<W>{W::kInputLayernorm, W::kPostAttentionLayernorm,
+                                    W::kNorm,           W::kEmbedTokens,
+                                    W::kQProj,          W::kKProj,
+                                    W::kVProj,          W::kOProj,
+                                    W::kGateProj,       W::kDownProj,
+                                    W::kUpProj};
   std::map<std::string, at::Tensor> w;
   for (W kind : order) {
     const std::vector<int64_t> shape = weight_shape(c, kind);
@@ -105,8 +110,10 @@ Llama2cCheckpoint read_llama2c_checkpoint(const std::string& path) {
   if (dim <= 0 || hidden <= 0 || layers <= 0 || heads <= 0 || kv_heads <= 0 || vocab <= 0 || seq_len <= 0 ||
       dim % heads != 0 || heads % kv_heads != 0 || (dim / heads) % 2 != 0 || dim > (1 << 16) || layers > 1024 ||
       vocab > (1 << 24) || hidden > (1 << 20) || seq_len > (1 << 24))
-    fail(path, "implausible llama2.c header (dim={}, hidden_dim={}, n_layers={}, n_heads={}, n_kv_heads={}, "
-               "vocab_size={}, seq_len={})", dim, hidden, layers, heads, kv_heads, h[5], seq_len);
+    fail(path,
+         "implausible llama2.c header (dim={}, hidden_dim={}, n_layers={}, n_heads={}, n_kv_heads={}, "
+         "vocab_size={}, seq_len={})",
+         dim, hidden, layers, heads, kv_heads, h[5], seq_len);
   const int64_t head_dim = dim / heads, kv_dim = kv_heads * head_dim;
 
   Llama2cCheckpoint out;
@@ -154,8 +161,12 @@ void convert_llama2c(const std::string& checkpoint_path, const std::string& toke
   write_safetensors(out_dir + "/model.safetensors", tensors, {{"format", "pt"}});
   io::write_file_atomic(out_dir + "/config.json", ckpt.config.to_json().dump(2) + "\n");
   io::write_file_atomic(out_dir + "/tokenizer.json", tokenizer.dump(2) + "\n");
-  nlohmann::json tok_config = {{"add_bos_token", true},  {"add_eos_token", false}, {"bos_token", "<s>"},
-                               {"eos_token", "</s>"},    {"unk_token", "<unk>"},   {"clean_up_tokenization_spaces", false},
+  nlohmann::json tok_config = {{"add_bos_token", true},
+                               {"add_eos_token", false},
+                               {"bos_token", "<s>"},
+                               {"eos_token", "</s>"},
+                               {"unk_token", "<unk>"},
+                               {"clean_up_tokenization_spaces", false},
                                {"model_max_length", ckpt.config.max_position_embeddings},
                                {"tokenizer_class", "LlamaTokenizerFast"}};
   io::write_file_atomic(out_dir + "/tokenizer_config.json", tok_config.dump(2) + "\n");

@@ -26,8 +26,7 @@ struct Llama2cCheckpoint {
 Llama2cCheckpoint read_llama2c_checkpoint(const std::string& path);
 
 // Writes the HF directory (created if absent); files are written atomically.
-void convert_llama2c(const std::string& checkpoint_path, const std::string& tokenizer_path,
-                     const std::string& out_dir);
+void convert_llama2c(const std::string& checkpoint_path, const std::string& tokenizer_path, const std::string& out_dir);
 
 // [n_heads * head_dim, dim] interleaved-pair rows -> rotate-halves rows.
 at::Tensor permute_interleaved_to_halves(const at::Tensor& w, int64_t n_heads);

@@ -43,25 +43,31 @@ void add_model_flags(CLI::App* app, gpueval::ModelOptions& m) {
 // examples, so a calibration probes the request lengths the run will see, and the memory the
 // probe may use per CPU worker.
 void add_selection_flags(CLI::App* cmd, ConfigOverrides& o) {
-  cmd->add_option_function<std::string>("--gpus", [&](const std::string& v) { o.gpus = v; },
-                                        "devices: 0-3, 0,2, all, cpu, cpu:N (default: the config's gpus, else cpu)");
-  cmd->add_option_function<std::string>("--tasks", [&](const std::string& v) {
-    std::vector<std::string> names;
-    std::stringstream ss(v);
-    for (std::string t; std::getline(ss, t, ',');)
-      if (!t.empty()) names.push_back(t);
-    o.tasks = names;
-  }, "comma-separated task names (overrides the config)");
-  cmd->add_option_function<int64_t>("--limit", [&](const int64_t& v) { o.limit = v; }, "documents per task");
-  cmd->add_option_function<int64_t>("--num-fewshot", [&](const int64_t& v) { o.num_fewshot = v; },
-                                    "few-shot examples per prompt");
+  cmd->add_option_function<std::string>(
+      "--gpus", [&](const std::string& v) { o.gpus = v; },
+      "devices: 0-3, 0,2, all, cpu, cpu:N (default: the config's gpus, else cpu)");
+  cmd->add_option_function<std::string>(
+      "--tasks",
+      [&](const std::string& v) {
+        std::vector<std::string> names;
+        std::stringstream ss(v);
+        for (std::string t; std::getline(ss, t, ',');)
+          if (!t.empty()) names.push_back(t);
+        o.tasks = names;
+      },
+      "comma-separated task names (overrides the config)");
+  cmd->add_option_function<int64_t>(
+      "--limit", [&](const int64_t& v) { o.limit = v; }, "documents per task");
+  cmd->add_option_function<int64_t>(
+      "--num-fewshot", [&](const int64_t& v) { o.num_fewshot = v; }, "few-shot examples per prompt");
   cmd->add_option_function<std::vector<std::string>>(
          "--data", [&](const std::vector<std::string>& v) { o.data = v; },
          "NAME=PATH: where a task's data root lives (e.g. mmlu=../shared/data/mmlu); repeatable")
       ->allow_extra_args(false);
-  cmd->add_option_function<std::string>("--max-memory", [&](const std::string& v) { o.max_memory = v; },
-                                        "memory per CPU worker for batch probing: 6GiB, 512MiB, or a share such as 0.5 "
-                                        "(default: 0.8 of available / workers)");
+  cmd->add_option_function<std::string>(
+      "--max-memory", [&](const std::string& v) { o.max_memory = v; },
+      "memory per CPU worker for batch probing: 6GiB, 512MiB, or a share such as 0.5 "
+      "(default: 0.8 of available / workers)");
 }
 
 struct RunFlags {
@@ -94,49 +100,58 @@ void add_run_flags(CLI::App* cmd, ConfigOverrides& o) {
          "checkpoint directory or glob such as 'runs/exp7/step-*' (repeatable; overrides the config)")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
       ->allow_extra_args(false);
-  cmd->add_option_function<std::string>("--history", [&](const std::string& v) { o.history = v; },
-                                        "history database of nightly scores (default: see `gpueval history`)");
-  cmd->add_option_function<std::string>("--tensorboard", [&](const std::string& v) { o.tensorboard = v; },
-                                        "also write every checkpoint's scores as TensorBoard scalars into DIR, "
-                                        "one run per config");
+  cmd->add_option_function<std::string>(
+      "--history", [&](const std::string& v) { o.history = v; },
+      "history database of nightly scores (default: see `gpueval history`)");
+  cmd->add_option_function<std::string>(
+      "--tensorboard", [&](const std::string& v) { o.tensorboard = v; },
+      "also write every checkpoint's scores as TensorBoard scalars into DIR, "
+      "one run per config");
   cmd->add_option_function<double>(
       "--fail-on-regression", [&](const double& v) { o.fail_on_regression = v; },
       "exit 4, naming the task, when a score drops by more than POINTS against the previous checkpoint");
-  cmd->add_option_function<std::string>("--output", [&](const std::string& v) { o.output = v; },
-                                        "output directory (overrides the config)");
-  cmd->add_option_function<std::string>("--batch-size", [&](const std::string& v) { o.batch_size = v; },
-                                        "auto or the most sequences per batch");
-  cmd->add_option_function<int64_t>("--batch-tokens", [&](const int64_t& v) { o.batch_tokens = v; },
-                                    "token budget per batch (overrides calibration)");
-  cmd->add_option_function<uint64_t>("--seed", [&](const uint64_t& v) { o.seed = v; }, "run seed");
-  cmd->add_option_function<std::string>("--add-bos", [&](const std::string& v) { o.add_bos = v; },
-                                        "auto|true|false: start contexts with BOS (auto: as the tokenizer does)");
-  cmd->add_option_function<std::string>("--prefix-reuse", [&](const std::string& v) { o.prefix_reuse = v; },
-                                        "on|off: compute a few-shot prefix shared by many documents once (default on)");
-  cmd->add_option_function<std::string>("--group-continuations",
-                                        [&](const std::string& v) { o.group_continuations = v; },
-                                        "on|off: score one context's continuations in one row, the context once "
-                                        "(default on)");
-  cmd->add_option_function<int64_t>("--max-sandboxes", [&](const int64_t& v) { o.max_sandboxes = v; },
-                                    "code tasks: programs run at once beside generation (default: the cores the CPU "
-                                    "workers leave, at least 1)");
+  cmd->add_option_function<std::string>(
+      "--output", [&](const std::string& v) { o.output = v; }, "output directory (overrides the config)");
+  cmd->add_option_function<std::string>(
+      "--batch-size", [&](const std::string& v) { o.batch_size = v; }, "auto or the most sequences per batch");
+  cmd->add_option_function<int64_t>(
+      "--batch-tokens", [&](const int64_t& v) { o.batch_tokens = v; },
+      "token budget per batch (overrides calibration)");
+  cmd->add_option_function<uint64_t>(
+      "--seed", [&](const uint64_t& v) { o.seed = v; }, "run seed");
+  cmd->add_option_function<std::string>(
+      "--add-bos", [&](const std::string& v) { o.add_bos = v; },
+      "auto|true|false: start contexts with BOS (auto: as the tokenizer does)");
+  cmd->add_option_function<std::string>(
+      "--prefix-reuse", [&](const std::string& v) { o.prefix_reuse = v; },
+      "on|off: compute a few-shot prefix shared by many documents once (default on)");
+  cmd->add_option_function<std::string>(
+      "--group-continuations", [&](const std::string& v) { o.group_continuations = v; },
+      "on|off: score one context's continuations in one row, the context once "
+      "(default on)");
+  cmd->add_option_function<int64_t>(
+      "--max-sandboxes", [&](const int64_t& v) { o.max_sandboxes = v; },
+      "code tasks: programs run at once beside generation (default: the cores the CPU "
+      "workers leave, at least 1)");
   // lm-eval's chat options (--apply_chat_template, ...), spelled with dashes as the other flags.
   cmd->add_option_function<std::string>(
          "--apply-chat-template", [&](const std::string& v) { o.apply_chat_template = v; },
          "render prompts with the checkpoint's chat template (NAME: one of its named templates)")
       ->expected(0, 1)
       ->default_str("");
-  cmd->add_option_function<std::string>("--chat-template", [&](const std::string& v) { o.chat_template = v; },
-                                        "a chat template file to use instead of the checkpoint's");
-  cmd->add_option_function<std::string>("--fewshot-as-multiturn",
-                                        [&](const std::string& v) { o.fewshot_as_multiturn = v; },
-                                        "true|false: each few-shot example its own user and assistant turns "
-                                        "(default true with a chat template)");
-  cmd->add_option_function<std::string>("--system-instruction",
-                                        [&](const std::string& v) { o.system_instruction = v; },
-                                        "a system prompt before the task's description");
-  cmd->add_option_function<std::string>("--think-end-token", [&](const std::string& v) { o.think_end_token = v; },
-                                        "keep what a generation says after the last TEXT (</think>)");
+  cmd->add_option_function<std::string>(
+      "--chat-template", [&](const std::string& v) { o.chat_template = v; },
+      "a chat template file to use instead of the checkpoint's");
+  cmd->add_option_function<std::string>(
+      "--fewshot-as-multiturn", [&](const std::string& v) { o.fewshot_as_multiturn = v; },
+      "true|false: each few-shot example its own user and assistant turns "
+      "(default true with a chat template)");
+  cmd->add_option_function<std::string>(
+      "--system-instruction", [&](const std::string& v) { o.system_instruction = v; },
+      "a system prompt before the task's description");
+  cmd->add_option_function<std::string>(
+      "--think-end-token", [&](const std::string& v) { o.think_end_token = v; },
+      "keep what a generation says after the last TEXT (</think>)");
   cmd->add_flag("--unsafe-no-sandbox", o.unsafe_no_sandbox,
                 "code tasks: run the model's programs without bubblewrap or seccomp, as this user, with rlimits "
                 "only (results.json says so)");
@@ -212,7 +227,8 @@ CLI::App* add_chat_template_command(CLI::App& app, gpueval::ChatTemplateCommand&
   auto* cmd = app.add_subcommand("chat-template",
                                  "JSONL {\"messages\", ...} on stdin -> {\"text\"} or {\"error\"} on stdout, rendered "
                                  "as transformers' apply_chat_template renders it");
-  auto* model = cmd->add_option("--model", c.model_dir, "a checkpoint or tokenizer folder: its chat template and special tokens");
+  auto* model =
+      cmd->add_option("--model", c.model_dir, "a checkpoint or tokenizer folder: its chat template and special tokens");
   auto* file = cmd->add_option("--template", c.template_file, "a Jinja chat template file");
   model->excludes(file);
   cmd->add_option("--name", c.name, "a named template of --model (\"tool_use\"); default: its default");
@@ -264,8 +280,9 @@ CLI::App* add_init_model_command(CLI::App& app, gpueval::InitModelCommand& init)
 }
 
 CLI::App* add_execute_command(CLI::App& app, gpueval::ExecuteCommand& e) {
-  auto* cmd = app.add_subcommand("execute", "run programs in the code sandbox: JSONL {\"id\", \"program\"} on stdin -> "
-                                            "{\"id\", \"verdict\", \"detail\", \"cpu_s\", \"wall_s\"} on stdout");
+  auto* cmd = app.add_subcommand("execute",
+                                 "run programs in the code sandbox: JSONL {\"id\", \"program\"} on stdin -> "
+                                 "{\"id\", \"verdict\", \"detail\", \"cpu_s\", \"wall_s\"} on stdout");
   cmd->add_option("--max-sandboxes", e.max_sandboxes, "programs at once (default: the machine's cores)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--cpu-seconds", e.cpu_seconds, "CPU time limit per program, its processes together")
@@ -318,11 +335,13 @@ struct PlanFlags {
 };
 
 CLI::App* add_plan_command(CLI::App& app, PlanFlags& f) {
-  auto* cmd = app.add_subcommand("plan", "plan a sharded run once: <output>/plan.json, which every shard and the "
-                                         "merge read (gpueval run DIR --shard i/N, gpueval merge DIR)");
+  auto* cmd = app.add_subcommand("plan",
+                                 "plan a sharded run once: <output>/plan.json, which every shard and the "
+                                 "merge read (gpueval run DIR --shard i/N, gpueval merge DIR)");
   cmd->add_option("config", f.config, "run configuration (YAML)")->required();
-  cmd->add_option("--shards", f.shards, "how many shards (machines, job array tasks)")->required()->check(
-      CLI::PositiveNumber);
+  cmd->add_option("--shards", f.shards, "how many shards (machines, job array tasks)")
+      ->required()
+      ->check(CLI::PositiveNumber);
   add_run_flags(cmd, f.overrides);
   cmd->add_flag("--recalibrate", f.recalibrate, "probe the batch budget even when the calibration cache has it");
   cmd->add_flag("--fresh", f.fresh, "start over: delete the shards' journals, plan checkpoints the history holds");
@@ -342,15 +361,18 @@ struct SlurmFlags {
 };
 
 CLI::App* add_slurm_command(CLI::App& app, SlurmFlags& f) {
-  auto* cmd = app.add_subcommand("slurm", "write (and with --submit, submit) the Slurm jobs of a sharded run: the "
-                                          "plan, a job array of shards, the merge");
+  auto* cmd = app.add_subcommand("slurm",
+                                 "write (and with --submit, submit) the Slurm jobs of a sharded run: the "
+                                 "plan, a job array of shards, the merge");
   gpueval::SlurmOptions& o = f.options;
   cmd->add_option("config", f.config, "run configuration (YAML)")->required();
   cmd->add_option("--nodes", o.nodes, "nodes, one shard each")->required()->check(CLI::PositiveNumber);
   cmd->add_option("--gpus-per-node", o.gpus_per_node, "GPUs per node, one worker each (0: CPU workers)")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--cpu-workers", o.cpu_workers, "CPU workers per node when --gpus-per-node is 0")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--cpus-per-task", o.cpus_per_task, "CPUs per shard (default: what its workers use)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--partition", o.partition, "Slurm partition");
@@ -358,10 +380,12 @@ CLI::App* add_slurm_command(CLI::App& app, SlurmFlags& f) {
   cmd->add_option("--account", o.account, "Slurm account");
   cmd->add_option("--qos", o.qos, "Slurm QOS");
   cmd->add_option("--mem", o.mem, "memory per node (Slurm's --mem)");
-  cmd->add_option("--sbatch-arg", o.sbatch_args, "another #SBATCH option, verbatim (repeatable), e.g. --constraint=h100")
+  cmd->add_option("--sbatch-arg", o.sbatch_args,
+                  "another #SBATCH option, verbatim (repeatable), e.g. --constraint=h100")
       ->allow_extra_args(false);
   cmd->add_option("--max-requeues", o.max_requeues, "times a shard killed on its node is requeued")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--submit", o.submit, "submit the jobs with sbatch (else write the scripts only)");
   add_run_flags(cmd, f.overrides);
   return cmd;
@@ -369,7 +393,9 @@ CLI::App* add_slurm_command(CLI::App& app, SlurmFlags& f) {
 
 // `gpueval --gpus 0-3 configs/mmlu.yaml` is `gpueval run --gpus 0-3 configs/mmlu.yaml`.
 std::vector<std::string> with_default_subcommand(int argc, char** argv) {
-  static const char* kSubcommands[] = {"run", "worker", "generate", "logits", "tokenize", "score", "convert-llama2c", "init-model", "report", "calibrate", "history", "plan", "merge", "status", "slurm", "execute"};
+  static const char* kSubcommands[] = {
+      "run",    "worker",    "generate", "logits", "tokenize", "score",  "convert-llama2c", "init-model",
+      "report", "calibrate", "history",  "plan",   "merge",    "status", "slurm",           "execute"};
   std::vector<std::string> args(argv, argv + argc);
   bool has_subcommand = false, looks_like_run = false;
   for (int i = 1; i < argc; ++i) {
@@ -407,8 +433,8 @@ gpueval::EvaluationOptions evaluation_options(const char* argv0, bool recalibrat
 // takes from its plan.
 bool changes_the_plan(const ConfigOverrides& o) {
   return o.model || o.output || o.batch_size || o.batch_tokens || o.limit || o.num_fewshot || o.seed || o.add_bos ||
-         o.prefix_reuse || o.group_continuations || o.max_memory || o.history || o.tensorboard || o.fail_on_regression || o.tasks || !o.data.empty() ||
-         o.max_sandboxes || o.unsafe_no_sandbox;
+         o.prefix_reuse || o.group_continuations || o.max_memory || o.history || o.tensorboard ||
+         o.fail_on_regression || o.tasks || !o.data.empty() || o.max_sandboxes || o.unsafe_no_sandbox;
 }
 
 // `gpueval run CONFIG`, one machine; or one shard of a sharded run: `gpueval run DIR --shard i/N`,
@@ -420,8 +446,9 @@ int run_command(const RunFlags& f, const char* argv0) {
   gpueval::ShardRunOptions so{eo, f.overrides.gpus.value_or("")};
   if (gpueval::io::is_directory(f.config)) {
     if (changes_the_plan(f.overrides))
-      throw gpueval::Error(f.config + ": a shard runs its plan as planned; only --gpus, --shard and --fresh apply "
-                                      "(make the plan again to change it)");
+      throw gpueval::Error(f.config +
+                           ": a shard runs its plan as planned; only --gpus, --shard and --fresh apply "
+                           "(make the plan again to change it)");
     return gpueval::run_shard_command(f.config, shard, so);
   }
   gpueval::RunConfig config = gpueval::load_run_config(f.config);
@@ -551,16 +578,26 @@ int run_main(int argc, char** argv) {
       slurm.options.executable = self_executable(argv[0]);
       return gpueval::run_slurm_command(config, slurm.options, std::cout);
     }
-    if (*generate_cmd) gpueval::run_generate(generate, std::cout);
-    else if (*logits_cmd) gpueval::run_logits(logits, std::cout);
-    else if (*tokenize_cmd) gpueval::run_tokenize(tokenize, std::cin, std::cout);
-    else if (*score_cmd) gpueval::run_score(score, std::cout);
-    else if (*convert_cmd) gpueval::run_convert_llama2c(convert);
-    else if (*init_cmd) gpueval::run_init_model(init);
-    else if (*report_cmd) gpueval::write_report_html(report.results, report.out);
-    else if (*history_cmd) gpueval::run_history(history, std::cout);
-    else if (*execute_cmd) gpueval::run_execute(execute, std::cin, std::cout);
-    else if (*chat_template_cmd) gpueval::run_chat_template(chat_template, std::cin, std::cout);
+    if (*generate_cmd)
+      gpueval::run_generate(generate, std::cout);
+    else if (*logits_cmd)
+      gpueval::run_logits(logits, std::cout);
+    else if (*tokenize_cmd)
+      gpueval::run_tokenize(tokenize, std::cin, std::cout);
+    else if (*score_cmd)
+      gpueval::run_score(score, std::cout);
+    else if (*convert_cmd)
+      gpueval::run_convert_llama2c(convert);
+    else if (*init_cmd)
+      gpueval::run_init_model(init);
+    else if (*report_cmd)
+      gpueval::write_report_html(report.results, report.out);
+    else if (*history_cmd)
+      gpueval::run_history(history, std::cout);
+    else if (*execute_cmd)
+      gpueval::run_execute(execute, std::cin, std::cout);
+    else if (*chat_template_cmd)
+      gpueval::run_chat_template(chat_template, std::cin, std::cout);
   } catch (const gpueval::DirectoryBusy& e) {
     gpueval::Console::error(std::string("gpueval: ") + e.what());
     return gpueval::kExitBusy;

@@ -38,8 +38,8 @@ struct RandomModelSpec {
 // The config.json that write_random_model() writes for `spec` with a tokenizer of `tokenizer_vocab`
 // ids and these special ids. Throws Error naming the offending field (e.g. "heads: 5 does not
 // divide hidden 768") when the spec does not describe a loadable model.
-ModelConfig random_model_config(const RandomModelSpec& spec, int64_t tokenizer_vocab,
-                                std::optional<int32_t> bos_id, std::optional<int32_t> eos_id);
+ModelConfig random_model_config(const RandomModelSpec& spec, int64_t tokenizer_vocab, std::optional<int32_t> bos_id,
+                                std::optional<int32_t> eos_id);
 
 // Writes the checkpoint into out_dir (created if absent; files there of the same names are
 // replaced atomically). tokenizer_dir must hold a tokenizer.json or tokenizer.model (copied with

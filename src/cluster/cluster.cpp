@@ -53,9 +53,10 @@ std::optional<ShardId> shard_from_environment(int shards) {
       throw Error("SLURM_ARRAY_TASK_COUNT: not a number: '" + env("SLURM_ARRAY_TASK_COUNT") + "'");
     id.index -= min;
     if (count != shards)
-      throw Error(fmt::format("SLURM_ARRAY_TASK_COUNT is {} but the plan has {} shards: submit the array as "
-                              "--array=0-{}",
-                              count, shards, shards - 1));
+      throw Error(
+          fmt::format("SLURM_ARRAY_TASK_COUNT is {} but the plan has {} shards: submit the array as "
+                      "--array=0-{}",
+                      count, shards, shards - 1));
   } else if (!k8s.empty()) {
     if (!parse_int(k8s, id.index)) throw Error("JOB_COMPLETION_INDEX: not a number: '" + k8s + "'");
   } else {
@@ -78,15 +79,17 @@ int run_shard_command(const std::string& dir, std::optional<ShardId> shard, cons
   const ShardedPlan sp = read_sharded_plan(dir);
   if (!shard) shard = shard_from_environment(sp.shards);
   if (!shard)
-    throw Error(fmt::format("{}: a sharded run: say which shard with --shard i/{} (or run it as a Slurm array task, "
-                            "SLURM_ARRAY_TASK_ID, or a Kubernetes Indexed Job pod, JOB_COMPLETION_INDEX)",
-                            sp.plan_path(), sp.shards));
+    throw Error(
+        fmt::format("{}: a sharded run: say which shard with --shard i/{} (or run it as a Slurm array task, "
+                    "SLURM_ARRAY_TASK_ID, or a Kubernetes Indexed Job pod, JOB_COMPLETION_INDEX)",
+                    sp.plan_path(), sp.shards));
   if (options.config) {
     const RunConfig given = with_absolute_paths(*options.config);
     if (config_fingerprint(given, load_tasks(given, options.evaluation.executable).requests) != sp.config_fingerprint)
-      throw Error(fmt::format("{}: computes other requests than {} (another config, or other flags); plan it again: "
-                              "gpueval plan {} --shards {}",
-                              options.config->source, sp.plan_path(), options.config->source, sp.shards));
+      throw Error(
+          fmt::format("{}: computes other requests than {} (another config, or other flags); plan it again: "
+                      "gpueval plan {} --shards {}",
+                      options.config->source, sp.plan_path(), options.config->source, sp.shards));
   }
   if (shard->count != sp.shards)
     throw Error(fmt::format("--shard {}/{}: {} has {} shards", shard->index, shard->count, sp.plan_path(), sp.shards));

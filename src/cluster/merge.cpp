@@ -63,15 +63,15 @@ MergedCheckpoint collect(const ShardedPlan& sp, const ShardedCheckpoint& c, cons
                        config_fingerprint(sp.config, m.work.in.requests), m.work.in.requests, false);
     const std::optional<std::string> fp = journal.plan_fingerprint();
     if (!fp || *fp != sp.fingerprint)
-      throw Error(fmt::format("{}: computed against another plan ({}, {}/plan.json is {}); shards of two plans cannot "
-                              "be merged: run shard {} again with --fresh",
-                              journal.path(), fp ? fp->substr(0, 12) : std::string("none"), sp.dir,
-                              sp.fingerprint.substr(0, 12), i));
+      throw Error(fmt::format(
+          "{}: computed against another plan ({}, {}/plan.json is {}); shards of two plans cannot "
+          "be merged: run shard {} again with --fresh",
+          journal.path(), fp ? fp->substr(0, 12) : std::string("none"), sp.dir, sp.fingerprint.substr(0, 12), i));
     const Plan part = plan_slice(m.work.plan, c.shard_batches[i], c.shard_batches[i + 1]);
     const Plan missing = journal.remaining(part, m.items);
     if (!missing.batches.empty())
-      problems[i].push_back(fmt::format("is incomplete ({}: {} of {} batches missing)", c.checkpoint.name,
-                                        missing.batches.size(), n));
+      problems[i].push_back(
+          fmt::format("is incomplete ({}: {} of {} batches missing)", c.checkpoint.name, missing.batches.size(), n));
   }
   return m;
 }
@@ -110,7 +110,7 @@ struct ShardFigures {
   json journal;
   ExecutionStats stats;
   double wall_seconds = 0;  // the slowest shard's
-  json timing;               // results.json "timing": each shard's compute window, the slowest, the rate
+  json timing;  // results.json "timing": each shard's compute window, the slowest, the rate
 };
 
 ShardFigures figures(const ShardedPlan& sp, const ShardedCheckpoint& c, const std::vector<json>& records) {
@@ -132,7 +132,8 @@ ShardFigures figures(const ShardedPlan& sp, const ShardedCheckpoint& c, const st
       line["batches_resumed_last_attempt"] = ck.value("batches_resumed", int64_t{0});
       line["batches_computed_last_attempt"] = ck.value("batches_computed", int64_t{0});
       const double c_s = ck.value("compute_s", 0.0);
-      compute.push_back({{"shard", i}, {"compute_s", c_s}, {"tokens_computed", ck.value("tokens_computed", int64_t{0})}});
+      compute.push_back(
+          {{"shard", i}, {"compute_s", c_s}, {"tokens_computed", ck.value("tokens_computed", int64_t{0})}});
       slowest = std::max(slowest, c_s);
     }
     if (!r.is_null()) f.wall_seconds = std::max(f.wall_seconds, r.value("wall_seconds", 0.0));
@@ -143,7 +144,8 @@ ShardFigures figures(const ShardedPlan& sp, const ShardedCheckpoint& c, const st
   // every shard's computed tokens over that window.
   f.timing = {{"compute_s", slowest},
               {"tokens_computed", f.stats.tokens_computed},
-              {"computed_tokens_per_s", slowest > 0 ? json(static_cast<double>(f.stats.tokens_computed) / slowest) : json(nullptr)},
+              {"computed_tokens_per_s",
+               slowest > 0 ? json(static_cast<double>(f.stats.tokens_computed) / slowest) : json(nullptr)},
               {"shards", compute}};
   return f;
 }
@@ -168,7 +170,8 @@ int run_merge_command(const std::string& dir, const EvaluationOptions& options) 
       std::cerr << fmt::format("[merge] {} is merged from these shards already ({}): nothing to write\n", sp.dir,
                                marker);
       if (options.scores_out)
-        for (const ShardedCheckpoint& c : sp.checkpoints) *options.scores_out << "full report: " << c.output << "/report.md\n";
+        for (const ShardedCheckpoint& c : sp.checkpoints)
+          *options.scores_out << "full report: " << c.output << "/report.md\n";
       return 0;
     }
   }
@@ -199,8 +202,8 @@ int run_merge_command(const std::string& dir, const EvaluationOptions& options) 
     attach_program_outcomes(docs.scored, outcomes);
     const ShardFigures f = figures(sp, c, records);
     Budget budget{m.work.options, c.budget_source};
-    RunSummary summary = run_summary(config, m.work.in, budget, m.work.plan, f.stats, f.journal, f.wall_seconds,
-                                     docs.incomplete);
+    RunSummary summary =
+        run_summary(config, m.work.in, budget, m.work.plan, f.stats, f.journal, f.wall_seconds, docs.incomplete);
     summary.date = sp.created;  // the run's start: the plan's, so a second merge writes the same bytes
     summary.timing = f.timing;
     summary.code_execution = code_execution;
@@ -215,7 +218,8 @@ int run_merge_command(const std::string& dir, const EvaluationOptions& options) 
     show_scores(options, sp.nightly ? c.checkpoint.name : "", written.table, c.output);
   }
   for (const json& f : sp.failed)
-    Console::error(fmt::format("[merge] checkpoint {} failed when planned: {}", f.value("name", ""), f.value("error", "")));
+    Console::error(
+        fmt::format("[merge] checkpoint {} failed when planned: {}", f.value("name", ""), f.value("error", "")));
   if (sp.nightly) {
     write_trend_reports(sp.dir, recorder.history(), sp.config_fingerprint, sp.config.fail_on_regression);
     std::cerr << fmt::format("[merge] trend of {} checkpoints: {}/report.md, {}/report.html\n",
@@ -223,8 +227,8 @@ int run_merge_command(const std::string& dir, const EvaluationOptions& options) 
     if (options.scores_out) *options.scores_out << "trend report: " << sp.dir << "/report.md" << std::endl;
   }
   recorder.export_tensorboard(sp.config.tensorboard, io::base_name(sp.dir));
-  io::write_file_atomic(marker, json{{"plan_fingerprint", sp.fingerprint}, {"digest", digest}, {"checkpoints", lines}}
-                                        .dump(2) + "\n");
+  io::write_file_atomic(
+      marker, json{{"plan_fingerprint", sp.fingerprint}, {"digest", digest}, {"checkpoints", lines}}.dump(2) + "\n");
   const bool regressed = sp.config.fail_on_regression && !recorder.regressions(*sp.config.fail_on_regression).empty();
   if (!sp.failed.empty()) return 1;
   return regressed ? kExitRegression : incomplete ? kExitIncomplete : 0;

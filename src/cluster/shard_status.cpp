@@ -29,7 +29,7 @@ std::string duration(double s) { return format_duration(s, "-"); }
 
 json shard_line(const ShardedPlan& sp, int i, double now) {
   const int64_t total = sp.batches_of(i);
-  json line = {{"shard", i}, {"batches_total", total}, {"batches_done", 0}, {"state", "pending"},
+  json line = {{"shard", i},      {"batches_total", total},  {"batches_done", 0},        {"state", "pending"},
                {"host", nullptr}, {"slurm_job_id", nullptr}, {"updated_s_ago", nullptr}, {"eta_s", nullptr}};
   if (total == 0) {
     line["state"] = "complete";  // nothing to do
@@ -98,25 +98,28 @@ int run_status_command(const std::string& dir, bool as_json, std::ostream& out) 
                      "slurm job", "updated", "ETA");
   for (const json& l : shards) {
     auto text = [&](const char* k) { return l[k].is_string() ? l[k].get<std::string>() : std::string("-"); };
-    const std::string updated = l["updated_s_ago"].is_number() ? duration(l["updated_s_ago"].get<double>()) + " ago" : "-";
+    const std::string updated =
+        l["updated_s_ago"].is_number() ? duration(l["updated_s_ago"].get<double>()) + " ago" : "-";
     out << fmt::format("{:>5}  {:<11}  {:>13}  {:<16}  {:<10}  {:>8}  {:>8}\n", l["shard"].get<int>(),
                        l["state"].get<std::string>(),
                        fmt::format("{}/{}", l["batches_done"].get<int64_t>(), l["batches_total"].get<int64_t>()),
                        text("host"), l.contains("slurm_array_task") ? text("slurm_array_task") : text("slurm_job_id"),
-                       updated,
-                       l["eta_s"].is_number() ? duration(l["eta_s"].get<double>()) : "-");
+                       updated, l["eta_s"].is_number() ? duration(l["eta_s"].get<double>()) : "-");
   }
-  out << fmt::format("{} complete, {} running, {} pending, {} failed, {} interrupted, {} stale; {}/{} batches; ETA {}; "
-                     "{}\n",
-                     counts["complete"], counts["running"], counts["pending"], counts["failed"], counts["interrupted"],
-                     counts["stale"], done, total, duration(eta),
-                     merged ? "merged" : all_done ? "ready to merge: gpueval merge " + sp.dir : "not merged");
+  out << fmt::format(
+      "{} complete, {} running, {} pending, {} failed, {} interrupted, {} stale; {}/{} batches; ETA {}; "
+      "{}\n",
+      counts["complete"], counts["running"], counts["pending"], counts["failed"], counts["interrupted"],
+      counts["stale"], done, total, duration(eta),
+      merged     ? "merged"
+      : all_done ? "ready to merge: gpueval merge " + sp.dir
+                 : "not merged");
   for (const json& l : shards) {
     const std::string st = l["state"].get<std::string>();
     if (st == "failed" || st == "interrupted" || st == "stale")
       out << fmt::format("  shard {} {}: see {}/ (status.json, logs/); run it again: gpueval run {} --shard {}/{}\n",
-                         l["shard"].get<int>(), st, sp.shard_dir(l["shard"].get<int>()), sp.dir,
-                         l["shard"].get<int>(), sp.shards);
+                         l["shard"].get<int>(), st, sp.shard_dir(l["shard"].get<int>()), sp.dir, l["shard"].get<int>(),
+                         sp.shards);
   }
   return all_done ? 0 : kExitIncomplete;
 }

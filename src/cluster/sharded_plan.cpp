@@ -21,8 +21,8 @@ using nlohmann::json;
 std::string compute_fingerprint(const ShardedPlan& sp) {
   json j = {{"version", ShardedPlan::kVersion}, {"config", sp.config_fingerprint}, {"shards", sp.shards}};
   for (const ShardedCheckpoint& c : sp.checkpoints)
-    j["checkpoints"].push_back({c.checkpoint.name, c.checkpoint.fingerprint, c.batch_tokens, c.plan_fingerprint,
-                                c.shard_batches});
+    j["checkpoints"].push_back(
+        {c.checkpoint.name, c.checkpoint.fingerprint, c.batch_tokens, c.plan_fingerprint, c.shard_batches});
   return sha256_hex(j.dump());
 }
 
@@ -207,8 +207,7 @@ ShardedPlan make_sharded_plan(const RunConfig& config_in, int shards, const Eval
   for (size_t k = 0; k < sp.checkpoints.size(); ++k) {
     ShardedCheckpoint& sc = sp.checkpoints[k];
     const int64_t base = static_cast<int64_t>(first_piece[k]);
-    for (size_t g : cut)
-      sc.shard_batches.push_back(std::clamp<int64_t>(static_cast<int64_t>(g) - base, 0, sc.batches));
+    for (size_t g : cut) sc.shard_batches.push_back(std::clamp<int64_t>(static_cast<int64_t>(g) - base, 0, sc.batches));
     for (int i = 0; i < shards; ++i) {
       int64_t w = 0;
       for (int64_t b = sc.shard_batches[i]; b < sc.shard_batches[i + 1]; ++b) w += pieces[base + b].weight;
@@ -230,9 +229,10 @@ ShardedPlan make_sharded_plan(const RunConfig& config_in, int shards, const Eval
                                old.fingerprint.substr(0, 12));
       clear_shards = true;
     } else if (io::path_exists(sp.dir + "/shards") && !options.fresh) {
-      throw Error(fmt::format("{}: holds shards of another plan ({}) that were never merged; merge them first "
-                              "(gpueval merge {}), or --fresh starts over (deletes {}/shards)",
-                              sp.plan_path(), old.fingerprint.substr(0, 12), sp.dir, sp.dir));
+      throw Error(
+          fmt::format("{}: holds shards of another plan ({}) that were never merged; merge them first "
+                      "(gpueval merge {}), or --fresh starts over (deletes {}/shards)",
+                      sp.plan_path(), old.fingerprint.substr(0, 12), sp.dir, sp.dir));
     }
   }
   if (clear_shards) {
@@ -245,9 +245,9 @@ ShardedPlan make_sharded_plan(const RunConfig& config_in, int shards, const Eval
     // once here as on one machine), or inside a run (that prefix is computed on both sides).
     const size_t at = cut[static_cast<size_t>(i)];
     const CutPlace place = at == 0 || at >= pieces.size() ? CutPlace::kCheckpoint : pieces[at].before;
-    std::cerr << fmt::format("[plan] shard {}/{}: {} batches, {} tokens, starting at {}\n", i, shards,
-                             sp.batches_of(i), sp.weight_of(i),
-                             place == CutPlace::kCheckpoint ? "a checkpoint"
+    std::cerr << fmt::format("[plan] shard {}/{}: {} batches, {} tokens, starting at {}\n", i, shards, sp.batches_of(i),
+                             sp.weight_of(i),
+                             place == CutPlace::kCheckpoint  ? "a checkpoint"
                              : place == CutPlace::kPrefixRun ? "a prefix run"
                                                              : "a batch inside a prefix run");
   }
@@ -272,9 +272,10 @@ CheckpointWork plan_checkpoint(const ShardedPlan& sp, const ShardedCheckpoint& c
   }
   const std::string fp = plan_fingerprint(w.plan);
   if (fp != c.plan_fingerprint)
-    throw Error(fmt::format("{}: checkpoint {} plans differently on this machine (plan {}, here {}): another gpueval "
-                            "build, or changed data, tasks or tokenizer; make the plan again",
-                            sp.plan_path(), c.checkpoint.name, c.plan_fingerprint.substr(0, 12), fp.substr(0, 12)));
+    throw Error(
+        fmt::format("{}: checkpoint {} plans differently on this machine (plan {}, here {}): another gpueval "
+                    "build, or changed data, tasks or tokenizer; make the plan again",
+                    sp.plan_path(), c.checkpoint.name, c.plan_fingerprint.substr(0, 12), fp.substr(0, 12)));
   return w;
 }
 

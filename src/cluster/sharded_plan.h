@@ -30,20 +30,20 @@ namespace gpueval {
 
 // One checkpoint of a sharded plan.
 struct ShardedCheckpoint {
-  Checkpoint checkpoint;          // path, name, fingerprint, mtime
-  std::string output;             // where the merge writes its reports
-  int64_t batch_tokens = 0;       // the budget its plan is cut under
+  Checkpoint checkpoint;  // path, name, fingerprint, mtime
+  std::string output;  // where the merge writes its reports
+  int64_t batch_tokens = 0;  // the budget its plan is cut under
   // What generate_until batches are cut under (PlanOptions' workers and generation_kv_positions),
   // as the planning machine saw them: every shard and the merge plan with these, whatever their own
   // workers and memory. Absent in plan files written before they were recorded (then -1: the
   // machine's own, as those files were planned).
   int64_t generation_workers = -1;
   int64_t generation_kv_positions = -1;
-  std::string budget_source;      // config | probed | cache
-  std::string plan_fingerprint;   // plan/shards.h
+  std::string budget_source;  // config | probed | cache
+  std::string plan_fingerprint;  // plan/shards.h
   int64_t batches = 0;
   int64_t requests = 0;
-  int64_t weight = 0;             // tokens its batches compute (plan/shards.h's weights)
+  int64_t weight = 0;  // tokens its batches compute (plan/shards.h's weights)
   std::vector<int64_t> shard_batches;  // shards + 1 batch ids: shard i runs [shard_batches[i], shard_batches[i+1])
   std::vector<int64_t> shard_weights;  // [shard]: the tokens of its batches here
   int64_t batches_of(int shard) const { return shard_batches[shard + 1] - shard_batches[shard]; }
@@ -51,16 +51,16 @@ struct ShardedCheckpoint {
 
 struct ShardedPlan {
   static constexpr int kVersion = 1;
-  std::string dir;                // where plan.json is (absolute)
-  RunConfig config;               // absolute paths; output = dir
-  std::string config_fingerprint; // run_identity.h
+  std::string dir;  // where plan.json is (absolute)
+  RunConfig config;  // absolute paths; output = dir
+  std::string config_fingerprint;  // run_identity.h
   int shards = 1;
-  bool nightly = false;           // several checkpoints (a list or a glob): one output per checkpoint
-  double created = 0;             // UNIX time the plan was made: the merged reports' date
+  bool nightly = false;  // several checkpoints (a list or a glob): one output per checkpoint
+  double created = 0;  // UNIX time the plan was made: the merged reports' date
   std::vector<ShardedCheckpoint> checkpoints;
   nlohmann::json skipped = nlohmann::json::array();  // nightly: checkpoints the history holds {name, path}
-  nlohmann::json failed = nlohmann::json::array();   // checkpoints that cannot be read {name, path, error}
-  std::string fingerprint;        // over everything above that decides what the shards compute
+  nlohmann::json failed = nlohmann::json::array();  // checkpoints that cannot be read {name, path, error}
+  std::string fingerprint;  // over everything above that decides what the shards compute
 
   std::string plan_path() const { return dir + "/plan.json"; }
   std::string shard_dir(int shard) const { return dir + "/shards/" + std::to_string(shard); }
@@ -69,7 +69,7 @@ struct ShardedPlan {
     return nightly ? shard_dir(shard) + "/" + c.checkpoint.name : shard_dir(shard);
   }
   int64_t batches_of(int shard) const;  // over every checkpoint
-  int64_t weight_of(int shard) const;   // tokens its batches compute (plan/shards.h's weights)
+  int64_t weight_of(int shard) const;  // tokens its batches compute (plan/shards.h's weights)
 };
 
 // Plans `config` (its paths made absolute) into `shards` shards under <config.output>: resolves the

@@ -69,7 +69,8 @@ std::string shards_script(const SlurmOptions& o, const RunConfig& config, const 
     if (o.cpus_per_task > 0) s += fmt::format("#SBATCH --cpus-per-task={}\n", o.cpus_per_task);
     gpus = "all";
   } else {
-    const int64_t cpus = o.cpus_per_task > 0 ? o.cpus_per_task : o.cpu_workers * std::max<int64_t>(1, config.cpu_threads);
+    const int64_t cpus =
+        o.cpus_per_task > 0 ? o.cpus_per_task : o.cpu_workers * std::max<int64_t>(1, config.cpu_threads);
     s += fmt::format("#SBATCH --cpus-per-task={}\n", cpus);
     gpus = fmt::format("cpu:{}", o.cpu_workers);
   }

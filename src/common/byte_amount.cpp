@@ -21,8 +21,8 @@ std::optional<int64_t> parse_byte_amount(const std::string& text, int64_t min_by
     return std::nullopt;
   const std::string unit(end);
   static const std::pair<const char*, double> kUnits[] = {
-      {"", 1},          {"B", 1},         {"KiB", 1024.0},  {"MiB", 1048576.0}, {"GiB", 1073741824.0},
-      {"TiB", 1099511627776.0}, {"KB", 1e3}, {"MB", 1e6},    {"GB", 1e9},        {"TB", 1e12}};
+      {"", 1},     {"B", 1},    {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0},
+      {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9},     {"TB", 1e12}};
   for (const auto& [name, scale] : kUnits) {
     if (unit != name) continue;
     const double bytes = value * scale;
@@ -30,8 +30,7 @@ std::optional<int64_t> parse_byte_amount(const std::string& text, int64_t min_by
       fail(where, "'{}' is out of range (at least {})", text, byte_amount_str(min_bytes));
     return static_cast<int64_t>(bytes);
   }
-  fail(where, "unknown unit '{}' in '{}' (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB{})", unit, text,
-       other_forms);
+  fail(where, "unknown unit '{}' in '{}' (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB{})", unit, text, other_forms);
 }
 
 std::string byte_amount_str(int64_t bytes) {

@@ -17,7 +17,7 @@ namespace gpueval {
 
 struct ConsoleOptions {
   bool terminal = false;  // the file descriptor is a terminal: a status line is drawn in place
-  bool quiet = false;     // log lines are dropped; errors are not
+  bool quiet = false;  // log lines are dropped; errors are not
 };
 
 class Console : private std::streambuf {
@@ -49,8 +49,8 @@ class Console : private std::streambuf {
   std::streambuf* previous_;  // std::cerr's own buffer, restored by the destructor
   std::mutex mu_;
   std::string pending_;  // log text whose line has not ended
-  std::string status_;   // the status line to keep drawn; empty: none
-  bool drawn_ = false;   // status_ is on the screen now
+  std::string status_;  // the status line to keep drawn; empty: none
+  bool drawn_ = false;  // status_ is on the screen now
 };
 
 }  // namespace gpueval

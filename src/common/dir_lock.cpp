@@ -61,8 +61,8 @@ DirectoryLock DirectoryLock::acquire(const std::string& dir, const std::string& 
     if (err != EWOULDBLOCK) throw Error(fmt::format("{}: flock failed: {}", path, std::strerror(err)));
     const std::string holder = describe_holder(dir);
     if (!wait)
-      throw DirectoryBusy(fmt::format("{} is in use by {}; wait for it with --wait, or write elsewhere with --output",
-                                      dir, holder));
+      throw DirectoryBusy(
+          fmt::format("{} is in use by {}; wait for it with --wait, or write elsewhere with --output", dir, holder));
     if (on_wait) on_wait(holder);
     if (int err2 = flock_retry(fd.get(), LOCK_EX); err2 != 0)
       throw Error(fmt::format("{}: flock failed: {}", path, std::strerror(err2)));
@@ -70,8 +70,11 @@ DirectoryLock DirectoryLock::acquire(const std::string& dir, const std::string& 
   // Ours now: say who holds it. Written in place (a rename would give the next process another
   // inode to lock); a reader that races with these few microseconds may still read the previous
   // holder's line, or none ("an unknown process").
-  const std::string info = nlohmann::json{{"pid", static_cast<int64_t>(::getpid())}, {"host", host_name()},
-                                          {"started", now_utc()}, {"what", what}}.dump() + "\n";
+  const std::string info =
+      nlohmann::json{
+          {"pid", static_cast<int64_t>(::getpid())}, {"host", host_name()}, {"started", now_utc()}, {"what", what}}
+          .dump() +
+      "\n";
   if (::ftruncate(fd.get(), 0) != 0 || io::write_all(fd.get(), info.data(), info.size()) != 0)
     throw Error(fmt::format("{}: write failed: {}", path, std::strerror(errno)));
   return DirectoryLock(fd.release(), path);

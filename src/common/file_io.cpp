@@ -97,7 +97,8 @@ std::string read_file(const std::string& path, uint64_t max_bytes) {
 
 std::string read_gzip_file(const std::string& path, uint64_t max_bytes) {
   const std::string packed = read_file(path, max_bytes);
-  if (packed.size() < 2 || static_cast<unsigned char>(packed[0]) != 0x1f || static_cast<unsigned char>(packed[1]) != 0x8b)
+  if (packed.size() < 2 || static_cast<unsigned char>(packed[0]) != 0x1f ||
+      static_cast<unsigned char>(packed[1]) != 0x8b)
     fail(path, "not a gzip file (it does not start with gzip's magic bytes 1f 8b)");
   std::string out;
   size_t offset = 0;
@@ -168,8 +169,8 @@ AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
   static std::atomic<uint64_t> counter{0};
   std::random_device entropy;
   for (int attempt = 0;; ++attempt) {
-    temp_path_ = fmt::format("{}.{}.tmp.{}.{}.{:08x}", dir_prefix(path_), base, ::getpid(),
-                             counter.fetch_add(1), entropy());
+    temp_path_ =
+        fmt::format("{}.{}.tmp.{}.{}.{:08x}", dir_prefix(path_), base, ::getpid(), counter.fetch_add(1), entropy());
     const int fd = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (fd >= 0) {
       fd_ = UniqueFd(fd);

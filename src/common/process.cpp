@@ -123,8 +123,8 @@ void reset_signals_in_child() {
     if (sig == SIGKILL || sig == SIGSTOP) continue;
     struct sigaction current;
     if (::sigaction(sig, nullptr, &current) != 0) continue;
-    const bool handled = (current.sa_flags & SA_SIGINFO) != 0 ||
-                         (current.sa_handler != SIG_DFL && current.sa_handler != SIG_IGN);
+    const bool handled =
+        (current.sa_flags & SA_SIGINFO) != 0 || (current.sa_handler != SIG_DFL && current.sa_handler != SIG_IGN);
     if (handled || sig == SIGPIPE || sig == SIGINT || sig == SIGTERM) ::sigaction(sig, &default_action, nullptr);
   }
 }
@@ -188,8 +188,7 @@ int wait_for(pid_t pid, rusage* usage) {
 std::optional<int> poll_exit(pid_t pid, const std::string& who) {
   int status = 0;
   pid_t r;
-  while ((r = ::waitpid(pid, &status, WNOHANG)) < 0 && errno == EINTR) {
-  }
+  while ((r = ::waitpid(pid, &status, WNOHANG)) < 0 && errno == EINTR) {}
   if (r < 0) fail(who, "waitpid(pid {}) failed: {}", pid, std::strerror(errno));
   if (r == 0) return std::nullopt;
   return status;

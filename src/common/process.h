@@ -29,7 +29,7 @@ namespace gpueval {
 struct ExitStatus {
   enum class Kind { kExited, kSignaled };
   Kind kind = Kind::kExited;
-  int code = 0;    // exit code, for kExited
+  int code = 0;  // exit code, for kExited
   int signal = 0;  // signal number, for kSignaled
   bool success() const { return kind == Kind::kExited && code == 0; }
   // As a shell's $? gives it: the exit code, or 128 + the signal.

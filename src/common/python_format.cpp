@@ -61,7 +61,6 @@ std::string string_repr(std::string_view s) {
   return out;
 }
 
-
 template <typename Json>
 std::string value_repr(const Json& value, bool top_level_str);
 

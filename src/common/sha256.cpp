@@ -47,8 +47,14 @@ void compress(std::array<uint32_t, 8>& h, const unsigned char* block) {
     b = a;
     a = t1 + t2;
   }
-  h[0] += a; h[1] += b; h[2] += c; h[3] += d;
-  h[4] += e; h[5] += f; h[6] += g; h[7] += k;
+  h[0] += a;
+  h[1] += b;
+  h[2] += c;
+  h[3] += d;
+  h[4] += e;
+  h[5] += f;
+  h[6] += g;
+  h[7] += k;
 }
 
 void compress_portable(std::array<uint32_t, 8>& h, const unsigned char* blocks, size_t count) {
@@ -64,10 +70,10 @@ __attribute__((target("sha,sse4.1,ssse3"))) void compress_sha_ni(std::array<uint
   const __m128i byte_swap = _mm_set_epi64x(0x0c0d0e0f08090a0bULL, 0x0405060700010203ULL);
   __m128i dcba = _mm_loadu_si128(reinterpret_cast<const __m128i*>(&h[0]));  // lanes A B C D
   __m128i hgfe = _mm_loadu_si128(reinterpret_cast<const __m128i*>(&h[4]));  // lanes E F G H
-  const __m128i badc = _mm_shuffle_epi32(dcba, 0xB1);                        // lanes B A D C
-  const __m128i efgh = _mm_shuffle_epi32(hgfe, 0x1B);                        // lanes H G F E
-  __m128i abef = _mm_alignr_epi8(badc, efgh, 8);                             // lanes F E B A
-  __m128i cdgh = _mm_blend_epi16(efgh, badc, 0xF0);                          // lanes H G D C
+  const __m128i badc = _mm_shuffle_epi32(dcba, 0xB1);  // lanes B A D C
+  const __m128i efgh = _mm_shuffle_epi32(hgfe, 0x1B);  // lanes H G F E
+  __m128i abef = _mm_alignr_epi8(badc, efgh, 8);  // lanes F E B A
+  __m128i cdgh = _mm_blend_epi16(efgh, badc, 0xF0);  // lanes H G D C
   for (size_t b = 0; b < count; ++b) {
     const unsigned char* block = blocks + 64 * b;
     const __m128i abef_before = abef, cdgh_before = cdgh;
@@ -96,8 +102,8 @@ __attribute__((target("sha,sse4.1,ssse3"))) void compress_sha_ni(std::array<uint
   }
   const __m128i feba = _mm_shuffle_epi32(abef, 0x1B);  // lanes A B E F
   const __m128i dchg = _mm_shuffle_epi32(cdgh, 0xB1);  // lanes G H C D
-  dcba = _mm_blend_epi16(feba, dchg, 0xF0);             // lanes A B C D
-  hgfe = _mm_alignr_epi8(dchg, feba, 8);                // lanes E F G H
+  dcba = _mm_blend_epi16(feba, dchg, 0xF0);  // lanes A B C D
+  hgfe = _mm_alignr_epi8(dchg, feba, 8);  // lanes E F G H
   _mm_storeu_si128(reinterpret_cast<__m128i*>(&h[0]), dcba);
   _mm_storeu_si128(reinterpret_cast<__m128i*>(&h[4]), hgfe);
 }

@@ -7,19 +7,14 @@
 
 namespace gpueval {
 
-nlohmann::ordered_json parse_strict_json(std::string_view text, const std::string& where,
-                                         std::string_view what) {
+nlohmann::ordered_json parse_strict_json(std::string_view text, const std::string& where, std::string_view what) {
   using Json = nlohmann::ordered_json;
   // One key set per object being parsed, innermost last.
   std::vector<std::unordered_set<std::string>> open_objects;
   Json::parser_callback_t track_keys = [&](int, Json::parse_event_t event, Json& parsed) {
     switch (event) {
-      case Json::parse_event_t::object_start:
-        open_objects.emplace_back();
-        break;
-      case Json::parse_event_t::object_end:
-        open_objects.pop_back();
-        break;
+      case Json::parse_event_t::object_start: open_objects.emplace_back(); break;
+      case Json::parse_event_t::object_end: open_objects.pop_back(); break;
       case Json::parse_event_t::key: {
         const auto& key = parsed.get_ref<const std::string&>();
         if (!open_objects.back().insert(key).second) {
@@ -27,8 +22,7 @@ nlohmann::ordered_json parse_strict_json(std::string_view text, const std::strin
         }
         break;
       }
-      default:
-        break;
+      default: break;
     }
     return true;
   };

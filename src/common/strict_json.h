@@ -13,8 +13,7 @@ namespace gpueval {
 
 // Parses `text`; on failure throws Error "<where>: <what> is not valid JSON: <detail>" or
 // "<where>: <what> has duplicate key '<key>'".
-nlohmann::ordered_json parse_strict_json(std::string_view text, const std::string& where,
-                                         std::string_view what);
+nlohmann::ordered_json parse_strict_json(std::string_view text, const std::string& where, std::string_view what);
 
 // `s` in single quotes for an error message: control characters, quotes and backslashes escaped,
 // cut to 200 bytes with "..." so a hostile 100 MiB name cannot flood the log.

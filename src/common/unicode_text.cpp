@@ -108,17 +108,17 @@ const UNormalizer2* normalizer_for(NormalForm form) {
 }
 
 std::u16string lower16(const std::u16string& text) {
-  return icu_transform(text, "u_strToLower", [](UChar* dest, int32_t capacity, const UChar* src, int32_t length,
-                                                UErrorCode* status) {
-    return u_strToLower(dest, capacity, src, length, kRootLocale, status);
-  });
+  return icu_transform(text, "u_strToLower",
+                       [](UChar* dest, int32_t capacity, const UChar* src, int32_t length, UErrorCode* status) {
+                         return u_strToLower(dest, capacity, src, length, kRootLocale, status);
+                       });
 }
 
 std::u16string upper16(const std::u16string& text) {
-  return icu_transform(text, "u_strToUpper", [](UChar* dest, int32_t capacity, const UChar* src, int32_t length,
-                                                UErrorCode* status) {
-    return u_strToUpper(dest, capacity, src, length, kRootLocale, status);
-  });
+  return icu_transform(text, "u_strToUpper",
+                       [](UChar* dest, int32_t capacity, const UChar* src, int32_t length, UErrorCode* status) {
+                         return u_strToUpper(dest, capacity, src, length, kRootLocale, status);
+                       });
 }
 
 }  // namespace
@@ -127,11 +127,11 @@ std::string unicode_normalize(std::string_view text, NormalForm form) {
   // ASCII is unchanged by every form; most prompts are ASCII.
   if (is_ascii(text)) return std::string(text);
   const UNormalizer2* normalizer = normalizer_for(form);
-  return utf16_to_utf8(icu_transform(utf8_to_utf16(text), "unorm2_normalize",
-                                     [normalizer](UChar* dest, int32_t capacity, const UChar* src, int32_t length,
-                                                  UErrorCode* status) {
-                                       return unorm2_normalize(normalizer, src, length, dest, capacity, status);
-                                     }));
+  return utf16_to_utf8(
+      icu_transform(utf8_to_utf16(text), "unorm2_normalize",
+                    [normalizer](UChar* dest, int32_t capacity, const UChar* src, int32_t length, UErrorCode* status) {
+                      return unorm2_normalize(normalizer, src, length, dest, capacity, status);
+                    }));
 }
 
 std::string unicode_lower_each(std::string_view text) {
@@ -164,10 +164,8 @@ bool is_other_category(char32_t code_point) {
     case U_CONTROL_CHAR:
     case U_FORMAT_CHAR:
     case U_UNASSIGNED:
-    case U_PRIVATE_USE_CHAR:
-      return true;
-    default:
-      return false;
+    case U_PRIVATE_USE_CHAR: return true;
+    default: return false;
   }
 }
 

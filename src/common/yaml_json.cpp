@@ -39,8 +39,8 @@ nlohmann::ordered_json plain_scalar(const std::string& s) {
   } catch (const std::out_of_range&) {
     return s;  // beyond int64: kept as text rather than silently rounded
   }
-  if (std::regex_match(s, kInf)) return s[0] == '-' ? -std::numeric_limits<double>::infinity()
-                                                    : std::numeric_limits<double>::infinity();
+  if (std::regex_match(s, kInf))
+    return s[0] == '-' ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity();
   if (std::regex_match(s, kNan)) return std::numeric_limits<double>::quiet_NaN();
   return s;
 }
@@ -83,8 +83,7 @@ nlohmann::ordered_json yaml_to_json(const YAML::Node& node, const std::string& f
 
 YAML::Node parse_yaml(std::string_view text, const std::string& file) {
   // yaml-cpp passes invalid UTF-8 through into strings, which every JSON writer then refuses.
-  if (const size_t bad = utf8_invalid_offset(text); bad != text.size())
-    fail(file, "not valid UTF-8 (byte {})", bad);
+  if (const size_t bad = utf8_invalid_offset(text); bad != text.size()) fail(file, "not valid UTF-8 (byte {})", bad);
   // YAML allows only printable characters, and PyYAML (lm-eval's loader) refuses the others;
   // yaml-cpp lets them through and can turn them into invalid UTF-8 (found by fuzz_run_config).
   size_t line = 1;
@@ -119,8 +118,7 @@ size_t yaml_second_document_line(std::string_view text) {
     if (marker && content) return line;
     const size_t first = l.find_first_not_of(" \t");
     if (!marker && first != std::string_view::npos && l[first] != '#') content = true;
-    if (marker && l.find_first_not_of(" \t", 3) != std::string_view::npos &&
-        l[l.find_first_not_of(" \t", 3)] != '#')
+    if (marker && l.find_first_not_of(" \t", 3) != std::string_view::npos && l[l.find_first_not_of(" \t", 3)] != '#')
       content = true;  // "--- value": the document's content starts on the marker's line
     pos = end + 1;
   }

@@ -70,9 +70,10 @@ bool take_from_cache(const CalibrationCache& cache, const CalibrationKey& key, d
     return false;
   }
   if (cached.bounded_by_work_tokens > 0 && work_tokens > 2 * cached.bounded_by_work_tokens) {
-    std::cerr << fmt::format("[sched] calibration cache: {} tokens for {} came from a probe cut short by a run of {} "
-                             "tokens; this run has {}, probing again\n",
-                             hit->batch_tokens, b.device, cached.bounded_by_work_tokens, work_tokens);
+    std::cerr << fmt::format(
+        "[sched] calibration cache: {} tokens for {} came from a probe cut short by a run of {} "
+        "tokens; this run has {}, probing again\n",
+        hit->batch_tokens, b.device, cached.bounded_by_work_tokens, work_tokens);
     return false;
   }
   int64_t peak = 0;
@@ -85,9 +86,10 @@ bool take_from_cache(const CalibrationCache& cache, const CalibrationKey& key, d
     std::cerr << fmt::format("[sched] batch budget {} tokens for {} (calibration cache)\n", b.batch_tokens, b.device);
     return true;
   }
-  std::cerr << fmt::format("[sched] calibration cache: {} tokens for {} peaked at {:.0f} MiB, over this run's "
-                           "{:.0f} MiB limit; probing again\n",
-                           hit->batch_tokens, b.device, mib(peak), mib(b.memory_limit_bytes));
+  std::cerr << fmt::format(
+      "[sched] calibration cache: {} tokens for {} peaked at {:.0f} MiB, over this run's "
+      "{:.0f} MiB limit; probing again\n",
+      hit->batch_tokens, b.device, mib(peak), mib(b.memory_limit_bytes));
   return false;
 }
 
@@ -101,16 +103,16 @@ void probe_and_store(const CalibrationOptions& o, ProbeOptions po, const at::Dev
   const std::string rows = po.sample ? fmt::format("the run's first {} rows", po.sample->items.size())
                                      : fmt::format("rows of {} tokens", po.length);
   const std::string bound = po.work_tokens > 0 ? fmt::format(", at most {:.0f}% of the run's work or {:.0f}s",
-                                                              100 * po.max_share, po.min_seconds)
+                                                             100 * po.max_share, po.min_seconds)
                                                : "";
-  std::cerr << fmt::format("[sched] probing batch budgets on {} ({}, {}, limit {:.0f} MiB{})\n", b.slot.name(),
-                           b.device, rows,
-                           b.memory_limit_bytes > 0 ? mib(b.memory_limit_bytes) : mib(device_total_bytes(device)),
-                           bound);
+  std::cerr << fmt::format(
+      "[sched] probing batch budgets on {} ({}, {}, limit {:.0f} MiB{})\n", b.slot.name(), b.device, rows,
+      b.memory_limit_bytes > 0 ? mib(b.memory_limit_bytes) : mib(device_total_bytes(device)), bound);
   const auto t0 = Clock::now();
   std::optional<ProbeResult> in_worker;
   if (o.probe_in_worker) in_worker = o.probe_in_worker(b.slot, po);
-  b.probe = in_worker ? std::move(*in_worker) : probe_on_slot(b.slot, o.executable, o.model_dir, o.dtype, po, o.log_dir);
+  b.probe =
+      in_worker ? std::move(*in_worker) : probe_on_slot(b.slot, o.executable, o.model_dir, o.dtype, po, o.log_dir);
   b.batch_tokens = b.probe.chosen_batch_tokens;
   b.source = "probed";
   if (b.memory_limit_bytes == 0) b.memory_limit_bytes = b.probe.memory_limit_bytes;
@@ -282,16 +284,16 @@ void calibration_panel(chart::Svg& svg, const DeviceBudget& b, double y0) {
   svg.polyline("tps", tps_line).raw("\n").polyline("mem", mem_line).raw("\n");
   for (const ProbePoint& p : b.probe.points) {
     const double x = x_of(p.batch_tokens);
-    const std::string title =
-        fmt::format("{} tokens, {} rows: {:.0f} tok/s, peak {:.1f} MiB{}{}", p.batch_tokens, p.rows,
-                    p.tokens_per_second, mib(p.peak_bytes), p.fits ? "" : ", does not fit",
-                    p.note.empty() ? "" : " (" + p.note + ")");
-    if (p.tokens_per_second > 0) svg.circle(p.fits ? "pt" : "nofit", x, y_tps(p.tokens_per_second), 4, "", title).raw("\n");
+    const std::string title = fmt::format("{} tokens, {} rows: {:.0f} tok/s, peak {:.1f} MiB{}{}", p.batch_tokens,
+                                          p.rows, p.tokens_per_second, mib(p.peak_bytes),
+                                          p.fits ? "" : ", does not fit", p.note.empty() ? "" : " (" + p.note + ")");
+    if (p.tokens_per_second > 0)
+      svg.circle(p.fits ? "pt" : "nofit", x, y_tps(p.tokens_per_second), 4, "", title).raw("\n");
     svg.rect(p.fits ? "mpt" : "nofit", x - 3.5, y_mem(static_cast<double>(p.peak_bytes)) - 3.5, 7, 7, "", title)
         .raw("\n");
     if (p.fits && p.batch_tokens == b.batch_tokens)
-      svg.circle("chosen", x, y_tps(p.tokens_per_second), 9, chart::Svg::attr("data-chosen", std::to_string(p.batch_tokens)),
-                 "chosen: " + title)
+      svg.circle("chosen", x, y_tps(p.tokens_per_second), 9,
+                 chart::Svg::attr("data-chosen", std::to_string(p.batch_tokens)), "chosen: " + title)
           .raw("\n");
   }
 }
@@ -301,10 +303,11 @@ void calibration_panel(chart::Svg& svg, const DeviceBudget& b, double y0) {
 std::string calibration_svg(const std::vector<DeviceBudget>& budgets) {
   const double height = kSvgPanel * static_cast<double>(std::max<size_t>(budgets.size(), 1));
   chart::Svg svg(1, "xmlns=\"http://www.w3.org/2000/svg\"", kSvgWidth, height, "batch budget calibration");
-  svg.raw("<style>text{font-family:ui-monospace,'DejaVu Sans Mono',Menlo,monospace;font-size:11px;fill:#1d2433}"
-          ".grid{stroke:#e3e6ec}.tps{stroke:#4c78a8;fill:none;stroke-width:2}.mem{stroke:#e8871e;fill:none;"
-          "stroke-width:2;stroke-dasharray:5 3}.limit{stroke:#c0392b;stroke-dasharray:2 3}.nofit{fill:#c0392b}"
-          ".pt{fill:#4c78a8}.mpt{fill:#e8871e}.chosen{fill:none;stroke:#1d2433;stroke-width:2}</style>\n");
+  svg.raw(
+      "<style>text{font-family:ui-monospace,'DejaVu Sans Mono',Menlo,monospace;font-size:11px;fill:#1d2433}"
+      ".grid{stroke:#e3e6ec}.tps{stroke:#4c78a8;fill:none;stroke-width:2}.mem{stroke:#e8871e;fill:none;"
+      "stroke-width:2;stroke-dasharray:5 3}.limit{stroke:#c0392b;stroke-dasharray:2 3}.nofit{fill:#c0392b}"
+      ".pt{fill:#4c78a8}.mpt{fill:#e8871e}.chosen{fill:none;stroke:#1d2433;stroke-width:2}</style>\n");
   for (size_t d = 0; d < budgets.size(); ++d) calibration_panel(svg, budgets[d], kSvgPanel * static_cast<double>(d));
   return svg.finish();
 }

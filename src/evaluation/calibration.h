@@ -5,9 +5,9 @@
 // back the ProbeResult (Scheduler::probe, run/scheduler.h, in either case). In a run that worker is
 // the run's own for the slot (through CalibrationOptions::probe_in_worker), which then runs
 // batches; elsewhere (`gpueval calibrate`, `gpueval plan`, a worker that already ran something) it
-// is one of its own, started by a one-slot Scheduler (probe_on_slot). Distinct devices are probed once each: every CPU worker shares one probe
-// (they are alike), and so do workers sharing one GPU. The run then uses the smallest budget over
-// its devices, because the plan is one plan for every worker.
+// is one of its own, started by a one-slot Scheduler (probe_on_slot). Distinct devices are probed once each: every CPU
+// worker shares one probe (they are alike), and so do workers sharing one GPU. The run then uses the smallest budget
+// over its devices, because the plan is one plan for every worker.
 //
 // `gpueval calibrate CONFIG` runs the full sweep on each device, prints a table, writes
 // calibration.json and calibration.svg, and stores the choices in the cache, which later runs
@@ -37,31 +37,31 @@ ProbeResult probe_on_slot(const DeviceSlot& slot, const std::string& executable,
 
 // The budget of one distinct device.
 struct DeviceBudget {
-  DeviceSlot slot;             // the first slot of the device (the one probed)
-  int workers = 1;             // slots that share the device
-  std::string device;          // device_description()
-  std::string dtype;           // resolved dtype name
+  DeviceSlot slot;  // the first slot of the device (the one probed)
+  int workers = 1;  // slots that share the device
+  std::string device;  // device_description()
+  std::string dtype;  // resolved dtype name
   int64_t memory_limit_bytes = 0;  // per worker; 0 = the whole device (one worker per GPU)
   int64_t batch_tokens = 0;
-  std::string source;          // "probed" or "cache"
-  ProbeResult probe;           // the measured (or cached) points
+  std::string source;  // "probed" or "cache"
+  ProbeResult probe;  // the measured (or cached) points
 };
 
 struct CalibrationOptions {
   std::string executable;
   std::string model_dir;
   std::string dtype = "auto";  // as configured
-  std::string max_memory;      // RunConfig::max_memory
+  std::string max_memory;  // RunConfig::max_memory
   std::string max_memory_where = "max_memory";  // how errors name it: the key or --max-memory
-  std::string cache_path;      // resolved CalibrationCache path
-  int64_t length = 0;          // cost of the run's longest request
-  bool recalibrate = false;    // probe even on a cache hit
-  bool full_sweep = false;     // `gpueval calibrate`: more repeats, patience and time per point
+  std::string cache_path;  // resolved CalibrationCache path
+  int64_t length = 0;  // cost of the run's longest request
+  bool recalibrate = false;  // probe even on a cache hit
+  bool full_sweep = false;  // `gpueval calibrate`: more repeats, patience and time per point
   // A run's probe (not full_sweep): the run's own rows to measure (probe_sample) and the work it
   // serves, which bounds it (batch_probe.h); 0 = unbounded.
   std::optional<Batch> sample;
   int64_t work_tokens = 0;
-  std::string log_dir;         // worker logs ("" = the parent's stderr)
+  std::string log_dir;  // worker logs ("" = the parent's stderr)
   // A run's probe in the run's own worker for the slot (Scheduler::probe), which then stays for
   // the run; unset, or returning nothing: in a worker process of its own (probe_on_slot).
   std::function<std::optional<ProbeResult>(const DeviceSlot&, const ProbeOptions&)> probe_in_worker;

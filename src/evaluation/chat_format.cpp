@@ -87,7 +87,9 @@ ChatFormat load_chat_format(const RunConfig& config, const std::string& model_di
   out.kwargs = kwargs;
   const std::string where = source.where;
   out.prompt.chat = [parsed, kwargs, where](const nlohmann::ordered_json& messages) {
-    auto render = [&](const nlohmann::ordered_json& m) { return parsed->apply(m, /*add_generation_prompt=*/true, kwargs); };
+    auto render = [&](const nlohmann::ordered_json& m) {
+      return parsed->apply(m, /*add_generation_prompt=*/true, kwargs);
+    };
     auto fail = [&](const std::exception& e, const char* when) -> std::string {
       throw Error(fmt::format("{}: the chat template failed{}: {}", where, when, e.what()));
     };

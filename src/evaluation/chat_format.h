@@ -27,10 +27,10 @@ class ChatTemplate;
 namespace gpueval {
 
 struct ChatFormat {
-  PromptFormat prompt;    // for TaskLoadOptions: system_instruction, the render function, multiturn
-  std::string where;      // the template's file (and entry)
-  std::string name;       // "default" or the named template
-  std::string sha256;     // of the template's text
+  PromptFormat prompt;  // for TaskLoadOptions: system_instruction, the render function, multiturn
+  std::string where;  // the template's file (and entry)
+  std::string name;  // "default" or the named template
+  std::string sha256;  // of the template's text
   // The template's end-of-turn token for `tokenizer`: what it writes right after an assistant
   // message's content, when that starts with a special token (Llama 3's <|eot_id|>, ChatML's
   // <|im_end|>, Gemma's <end_of_turn>); empty for plain prompts or a template that ends a turn
@@ -38,7 +38,7 @@ struct ChatFormat {
   // where it ends its turn even when generation_config.json does not list it.
   std::vector<int32_t> end_of_turn_ids(const Tokenizer& tokenizer) const;
   std::shared_ptr<const jinja::ChatTemplate> parsed;  // null for plain prompts
-  nlohmann::ordered_json kwargs;                      // the special tokens and chat_template_args
+  nlohmann::ordered_json kwargs;  // the special tokens and chat_template_args
   // results.json's "chat": {"template", "name", "sha256", "fewshot_as_multiturn",
   // "system_instruction", "chat_template_args", "think_end_token"}.
   nlohmann::json to_json() const;

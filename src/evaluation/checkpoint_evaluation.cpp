@@ -69,9 +69,10 @@ Budget choose_budget(const RunConfig& config, const EvaluationOptions& options, 
   } else if (auto_budget) {
     b = calibrated_budget(config, options, in, plan, scheduler, host_available_bytes);
   } else if (journal_budget && *journal_budget != po.batch_tokens) {
-    std::cerr << fmt::format("[sched] note: resumed results were computed with a budget of {} tokens, this run plans "
-                             "with {}; results are not bit-identical to an uninterrupted run\n",
-                             *journal_budget, po.batch_tokens);
+    std::cerr << fmt::format(
+        "[sched] note: resumed results were computed with a budget of {} tokens, this run plans "
+        "with {}; results are not bit-identical to an uninterrupted run\n",
+        *journal_budget, po.batch_tokens);
   }
   if (!journal_budget) journal.set_batch_tokens(po.batch_tokens);
   return b;
@@ -92,28 +93,31 @@ SchedulerOptions scheduler_options(const RunConfig& config, const EvaluationOpti
 }
 
 void log_plan(const RunInputs& in, const Plan& plan, const PlanOptions& po) {
-  std::cerr << fmt::format("[sched] {} tasks, {} requests, {} batches ({} tokens, {:.1f}% padding, budget {} tokens) on {} worker(s): {}\n",
-                           in.tasks.size(), in.requests.size(), plan.batches.size(), plan.total_tokens,
-                           100 * plan.padding_fraction(), po.batch_tokens, in.slots.size(), in.spec);
+  std::cerr << fmt::format(
+      "[sched] {} tasks, {} requests, {} batches ({} tokens, {:.1f}% padding, budget {} tokens) on {} worker(s): {}\n",
+      in.tasks.size(), in.requests.size(), plan.batches.size(), plan.total_tokens, 100 * plan.padding_fraction(),
+      po.batch_tokens, in.slots.size(), in.spec);
   if (plan.truncated_requests > 0)
-    std::cerr << fmt::format("[sched] warning: {} of {} requests are longer than the context of {} tokens and were "
-                             "left-truncated, as lm-evaluation-harness does\n",
-                             plan.truncated_requests, in.requests.size(), po.max_length);
+    std::cerr << fmt::format(
+        "[sched] warning: {} of {} requests are longer than the context of {} tokens and were "
+        "left-truncated, as lm-evaluation-harness does\n",
+        plan.truncated_requests, in.requests.size(), po.max_length);
   if (plan.long_continuations > 0)
-    std::cerr << fmt::format("[sched] warning: {} requests have a continuation longer than the context of {} tokens: "
-                             "only its last {} tokens are scored (lm-evaluation-harness 0.4.13 fails on these)\n",
-                             plan.long_continuations, po.max_length, po.max_length);
+    std::cerr << fmt::format(
+        "[sched] warning: {} requests have a continuation longer than the context of {} tokens: "
+        "only its last {} tokens are scored (lm-evaluation-harness 0.4.13 fails on these)\n",
+        plan.long_continuations, po.max_length, po.max_length);
   if (po.prefix_reuse || po.group_continuations)
-    std::cerr << fmt::format("[sched] shared work ({}): {} tokens in rows + {} shared prefixes of {} tokens in all, "
-                             "for {} requested ({:.2f}x fewer with one worker)\n",
-                             po.prefix_reuse && po.group_continuations
-                                 ? "prefix reuse, continuations grouped"
-                                 : (po.prefix_reuse ? "prefix reuse, continuations not grouped"
-                                                    : "no prefix reuse, continuations grouped"),
-                             plan.row_tokens, plan.num_prefixes, plan.prefix_tokens, plan.total_tokens,
-                             plan.row_tokens + plan.prefix_tokens > 0
-                                 ? static_cast<double>(plan.total_tokens) / (plan.row_tokens + plan.prefix_tokens)
-                                 : 1.0);
+    std::cerr << fmt::format(
+        "[sched] shared work ({}): {} tokens in rows + {} shared prefixes of {} tokens in all, "
+        "for {} requested ({:.2f}x fewer with one worker)\n",
+        po.prefix_reuse && po.group_continuations
+            ? "prefix reuse, continuations grouped"
+            : (po.prefix_reuse ? "prefix reuse, continuations not grouped" : "no prefix reuse, continuations grouped"),
+        plan.row_tokens, plan.num_prefixes, plan.prefix_tokens, plan.total_tokens,
+        plan.row_tokens + plan.prefix_tokens > 0
+            ? static_cast<double>(plan.total_tokens) / (plan.row_tokens + plan.prefix_tokens)
+            : 1.0);
 }
 
 RunSummary run_summary(const RunConfig& config, const RunInputs& in, const Budget& budget, const Plan& plan,
@@ -148,8 +152,8 @@ RunSummary run_summary(const RunConfig& config, const RunInputs& in, const Budge
                       {"long_continuations", plan.long_continuations},
                       {"max_length", po.max_length}};
   summary.journal = journal;
-  summary.date = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() -
-                 summary.wall_seconds;
+  summary.date =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() - summary.wall_seconds;
   return summary;
 }
 
@@ -190,11 +194,10 @@ std::vector<std::string> quarantine_lines(const SchedulerReport& report) {
 void log_outcome(const char* state, const Plan& plan, const SchedulerReport& report, const RunJournal& journal,
                  size_t scored, size_t docs_total, double wall_seconds, const std::string& output) {
   const ExecutionStats& st = report.stats;
-  std::cerr << fmt::format("[sched] computed {} tokens for {} requested ({:.2f}x fewer; {} prefix tokens){}\n",
-                           st.tokens_computed, plan.total_tokens,
-                           st.tokens_computed > 0 ? static_cast<double>(plan.total_tokens) / st.tokens_computed : 1.0,
-                           st.prefix_tokens,
-                           st.oom_splits > 0 ? fmt::format(", {} out-of-memory splits", st.oom_splits) : std::string());
+  std::cerr << fmt::format(
+      "[sched] computed {} tokens for {} requested ({:.2f}x fewer; {} prefix tokens){}\n", st.tokens_computed,
+      plan.total_tokens, st.tokens_computed > 0 ? static_cast<double>(plan.total_tokens) / st.tokens_computed : 1.0,
+      st.prefix_tokens, st.oom_splits > 0 ? fmt::format(", {} out-of-memory splits", st.oom_splits) : std::string());
   std::cerr << fmt::format("[sched] journal {}: computed {} requests in {} batches\n", journal.path(),
                            journal.requests_computed(), journal.batches_computed());
   std::cerr << fmt::format("[sched] {}: {} of {} documents scored, {} worker restarts, {:.1f}s; report in {}\n", state,
@@ -226,8 +229,9 @@ std::optional<Sandbox> code_sandbox(const RunConfig& config, const RunInputs& in
   if (std::any_of(in.tasks.begin(), in.tasks.end(), [](const Task& t) { return t.runs_programs(); })) {
     sandbox.emplace(sandbox_options(config.code_execution));
     if (config.code_execution.unsafe_no_sandbox)
-      Console::error("[exec] --unsafe-no-sandbox: the model's programs run without a sandbox, as this user, with "
-                     "rlimits only");
+      Console::error(
+          "[exec] --unsafe-no-sandbox: the model's programs run without a sandbox, as this user, with "
+          "rlimits only");
   }
   return sandbox;
 }
@@ -270,8 +274,9 @@ const char* run_state(const SchedulerReport& report, size_t scored, size_t docs_
 }  // namespace
 
 CheckpointOutcome evaluate_checkpoint(const RunConfig& run_config, const EvaluationOptions& options,
-                                      const RunTasks& tasks, const Checkpoint& checkpoint, const std::string& output_dir,
-                                      Scheduler& scheduler, ProgressReporter& progress, const ScoredCallback& on_scored) {
+                                      const RunTasks& tasks, const Checkpoint& checkpoint,
+                                      const std::string& output_dir, Scheduler& scheduler, ProgressReporter& progress,
+                                      const ScoredCallback& on_scored) {
   const auto t0 = Clock::now();
   RunConfig config = run_config;  // this checkpoint's view: its model and its output directory
   config.output = output_dir;
@@ -324,8 +329,8 @@ CheckpointOutcome evaluate_checkpoint(const RunConfig& run_config, const Evaluat
   const size_t docs_total = docs.scored.size() + docs.incomplete.size();
   docs.incomplete.insert(docs.incomplete.begin(), quarantined.begin(), quarantined.end());
   const double wall_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  RunSummary summary = run_summary(config, in, budget, plan, report.stats, journal.summary(), wall_seconds,
-                                   std::move(docs.incomplete));
+  RunSummary summary =
+      run_summary(config, in, budget, plan, report.stats, journal.summary(), wall_seconds, std::move(docs.incomplete));
   summary.timing = report.timing.summary(std::chrono::duration<double>(ran.started - t0).count());
   summary.code_execution = code_execution;
   CheckpointReports written;

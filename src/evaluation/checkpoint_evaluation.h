@@ -94,7 +94,8 @@ struct CheckpointOutcome {
 
 // `tasks`: the run's tasks and config fingerprint (load_run_tasks), shared by its checkpoints.
 CheckpointOutcome evaluate_checkpoint(const RunConfig& run_config, const EvaluationOptions& options,
-                                      const RunTasks& tasks, const Checkpoint& checkpoint, const std::string& output_dir,
-                                      Scheduler& scheduler, ProgressReporter& progress, const ScoredCallback& on_scored);
+                                      const RunTasks& tasks, const Checkpoint& checkpoint,
+                                      const std::string& output_dir, Scheduler& scheduler, ProgressReporter& progress,
+                                      const ScoredCallback& on_scored);
 
 }  // namespace gpueval

@@ -89,7 +89,8 @@ std::vector<Checkpoint> resolve_checkpoints(const std::vector<std::string>& patt
   for (const std::string& pattern : patterns) {
     if (!is_glob(pattern)) {
       if (!io::is_directory(pattern)) fail(pattern, "model directory does not exist");
-      if (!io::path_exists(pattern + "/config.json")) fail(pattern, "not a checkpoint directory: it has no config.json");
+      if (!io::path_exists(pattern + "/config.json"))
+        fail(pattern, "not a checkpoint directory: it has no config.json");
       dirs.push_back(normalise(pattern));
       continue;
     }
@@ -137,7 +138,8 @@ std::vector<Checkpoint> resolve_checkpoints(const std::vector<std::string>& patt
   for (const Checkpoint& c : out) ++base_count[io::base_name(c.path)];
   std::set<std::string> names;
   for (Checkpoint& c : out) {
-    c.name = base_count[io::base_name(c.path)] > 1 ? parent_base(c.path) + "_" + io::base_name(c.path) : io::base_name(c.path);
+    c.name = base_count[io::base_name(c.path)] > 1 ? parent_base(c.path) + "_" + io::base_name(c.path)
+                                                   : io::base_name(c.path);
     std::string unique = c.name;
     for (int k = 2; !names.insert(unique).second; ++k) unique = c.name + "_" + std::to_string(k);
     c.name = unique;

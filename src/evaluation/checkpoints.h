@@ -23,13 +23,13 @@
 namespace gpueval {
 
 struct Checkpoint {
-  std::string path;         // the directory, as expanded (normalised, no trailing slash)
-  std::string name;         // unique within the run: the base name, or parent_base on a clash
+  std::string path;  // the directory, as expanded (normalised, no trailing slash)
+  std::string name;  // unique within the run: the base name, or parent_base on a clash
   std::string fingerprint;  // checkpoint_fingerprint(path)
-  double mtime = 0;         // UNIX time it was written (see above)
+  double mtime = 0;  // UNIX time it was written (see above)
   std::optional<int64_t> step;  // the training step it was saved at (training_step.h), if it says
-  std::string error;        // non-empty: it cannot be fingerprinted (a damaged or half-written
-                            // file); the run reports it as failed and scores the others
+  std::string error;  // non-empty: it cannot be fingerprinted (a damaged or half-written
+                      // file); the run reports it as failed and scores the others
 };
 
 // True when `pattern` holds a glob metacharacter (*, ? or [).

@@ -33,11 +33,12 @@ int run_evaluation(const RunConfig& config, const EvaluationOptions& options) {
   if (nightly) return run_checkpoints(config, options, tasks, checkpoints, scheduler, progress, recorder);
   // One checkpoint: its report in <output>, its scores into the history (it is resumed from its
   // journal, never skipped).
-  const CheckpointOutcome outcome = evaluate_checkpoint(config, options, tasks, checkpoints[0], config.output, scheduler,
-                                                        progress, recorder.recorder(checkpoints[0], nullptr));
+  const CheckpointOutcome outcome =
+      evaluate_checkpoint(config, options, tasks, checkpoints[0], config.output, scheduler, progress,
+                          recorder.recorder(checkpoints[0], nullptr));
   scheduler.shutdown();
-  const bool regressed = outcome.exit_code == 0 && config.fail_on_regression &&
-                         !recorder.regressions(*config.fail_on_regression).empty();
+  const bool regressed =
+      outcome.exit_code == 0 && config.fail_on_regression && !recorder.regressions(*config.fail_on_regression).empty();
   recorder.export_tensorboard(config.tensorboard, config_name(config));
   progress.finish(regressed ? "regressed" : outcome.state);
   if (!outcome.table.empty()) show_scores(options, "", outcome.table, config.output);

@@ -21,7 +21,7 @@ CheckpointInfo info(const Checkpoint& c) { return CheckpointInfo{c.fingerprint, 
 struct ScoreIndex {
   std::map<std::string, int64_t> effective;
   std::map<std::string, std::vector<std::string>> members;  // groups only
-  std::vector<std::string> group_order;                     // group_subtasks' order of the groups
+  std::vector<std::string> group_order;  // group_subtasks' order of the groups
   std::map<std::string, std::map<std::string, bool>> higher;
   std::map<std::string, std::map<std::string, double>> chance;  // "<metric>,<filter>" -> level
 };
@@ -163,7 +163,8 @@ nlohmann::json HistoryRecorder::primary_json(const std::vector<ScoreRow>& scores
   sc.scores = scores;
   nlohmann::json out = nlohmann::json::object();
   for (const ScoreRow& r : primary_scores(sc))
-    out[r.task] = {{"metric", r.metric}, {"value", r.value},
+    out[r.task] = {{"metric", r.metric},
+                   {"value", r.value},
                    {"stderr", r.stderr_value ? nlohmann::json(*r.stderr_value) : nlohmann::json()}};
   return out;
 }
@@ -173,9 +174,9 @@ std::vector<Regression> HistoryRecorder::regressions(double points) const {
   for (const Regression& r : find_regressions(history_.trend(config_fp_), points)) {
     if (std::find(scored_.begin(), scored_.end(), r.current) == scored_.end()) continue;
     // Why the run exits 4: shown even when quiet.
-    Console::error(fmt::format("[sched] regression: {} {} went from {:.4f} ({}) to {:.4f} ({}): {:.2f} {} worse, more than {}",
-                               r.task, r.metric, r.before, r.previous, r.after, r.current, r.drop_points,
-                               r.in_points ? "points" : "units", points));
+    Console::error(fmt::format(
+        "[sched] regression: {} {} went from {:.4f} ({}) to {:.4f} ({}): {:.2f} {} worse, more than {}", r.task,
+        r.metric, r.before, r.previous, r.after, r.current, r.drop_points, r.in_points ? "points" : "units", points));
     out.push_back(r);
   }
   return out;

@@ -27,7 +27,8 @@ int run_checkpoints(const RunConfig& config, const EvaluationOptions& options, c
   for (const ScoredCheckpoint& sc : trend) earlier[sc.checkpoint.fingerprint] = &sc;
   size_t skipped = 0;
   for (const Checkpoint& c : checkpoints) {
-    nlohmann::json line = {{"name", c.name}, {"path", c.path}, {"fingerprint", c.fingerprint.substr(0, 16)}, {"state", "queued"}};
+    nlohmann::json line = {
+        {"name", c.name}, {"path", c.path}, {"fingerprint", c.fingerprint.substr(0, 16)}, {"state", "queued"}};
     if (c.error.empty() && options.fresh) history.forget(c.fingerprint, config_fp);
     if (c.error.empty() && !options.fresh && history.is_scored(c.fingerprint, config_fp)) {
       line["state"] = "skipped";
@@ -39,14 +40,16 @@ int run_checkpoints(const RunConfig& config, const EvaluationOptions& options, c
   }
   std::cerr << fmt::format("[sched] {} checkpoints, oldest first: {}\n", checkpoints.size(), fmt::join(names, ", "));
   if (skipped > 0)
-    std::cerr << fmt::format("[sched] {} already scored for this config (history {}): skipped; --fresh scores them again\n",
-                             skipped, history.path());
+    std::cerr << fmt::format(
+        "[sched] {} already scored for this config (history {}): skipped; --fresh scores them again\n", skipped,
+        history.path());
   progress.set_extra("checkpoints", lines);
   bool failed = false, incomplete = false;
   for (size_t k = 0; k < checkpoints.size(); ++k) {
     const Checkpoint& c = checkpoints[k];
     if (lines[k]["state"] == "skipped") {
-      std::cerr << fmt::format("[sched] checkpoint {} of {}: {} already scored, skipped\n", k + 1, checkpoints.size(), c.name);
+      std::cerr << fmt::format("[sched] checkpoint {} of {}: {} already scored, skipped\n", k + 1, checkpoints.size(),
+                               c.name);
       continue;
     }
     lines[k]["state"] = "running";
@@ -55,8 +58,8 @@ int run_checkpoints(const RunConfig& config, const EvaluationOptions& options, c
     std::cerr << fmt::format("[sched] checkpoint {} of {}: {} ({})\n", k + 1, checkpoints.size(), c.name, c.path);
     try {
       if (!c.error.empty()) throw Error(c.error);
-      const CheckpointOutcome outcome = evaluate_checkpoint(config, options, tasks, c, config.output + "/" + c.name, scheduler,
-                                                            progress, recorder.recorder(c, &lines[k]));
+      const CheckpointOutcome outcome = evaluate_checkpoint(config, options, tasks, c, config.output + "/" + c.name,
+                                                            scheduler, progress, recorder.recorder(c, &lines[k]));
       lines[k]["state"] = outcome.state;
       progress.set_extra("checkpoints", lines);
       if (!outcome.table.empty()) show_scores(options, c.name, outcome.table, config.output + "/" + c.name);
@@ -76,8 +79,8 @@ int run_checkpoints(const RunConfig& config, const EvaluationOptions& options, c
   scheduler.shutdown();
   progress.set_extra("checkpoint", nullptr);
   write_trend_reports(config.output, history, config_fp, config.fail_on_regression);
-  std::cerr << fmt::format("[sched] trend of {} checkpoints: {}/report.md, {}/report.html\n", history.trend(config_fp).size(),
-                           config.output, config.output);
+  std::cerr << fmt::format("[sched] trend of {} checkpoints: {}/report.md, {}/report.html\n",
+                           history.trend(config_fp).size(), config.output, config.output);
   const bool regressed = config.fail_on_regression && !recorder.regressions(*config.fail_on_regression).empty();
   recorder.export_tensorboard(config.tensorboard, config_name(config));
   const char* state = failed ? "failed" : regressed ? "regressed" : incomplete ? "incomplete" : "complete";

@@ -124,9 +124,12 @@ void ProgramRunner::work() {
 namespace {
 
 void count(ProgramRunReport& report, const std::string& verdict) {
-  if (verdict == "passed") ++report.passed;
-  else if (verdict == "timed out") ++report.timed_out;
-  else ++report.failed;
+  if (verdict == "passed")
+    ++report.passed;
+  else if (verdict == "timed out")
+    ++report.timed_out;
+  else
+    ++report.failed;
 }
 
 }  // namespace
@@ -176,7 +179,7 @@ void ProgramRunner::collect() {
     if (v.kind == Verdict::Kind::kError) {
       if (error_.empty())
         error_ = fmt::format("the sandbox could not run a program ({}...): {}", program.substr(0, program.find('\n')),
-                            v.detail);
+                             v.detail);
       continue;
     }
     const std::string verdict = verdict_name(v.kind);
@@ -213,10 +216,11 @@ ProgramRunReport ProgramRunner::finish(const std::function<void(const ProgramRun
     done_ready_.wait_for(lock, std::chrono::seconds(1), [&] { return !done_.empty(); });
   }
   if (ran_any_) report_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - first_run_).count();
-  std::cerr << fmt::format("[exec] {} programs: {} from the journal, ran {} in {:.1f}s with {} sandboxes: {} passed, "
-                           "{} failed, {} timed out\n",
-                           report_.verdicts.size(), report_.resumed, report_.run, report_.seconds,
-                           settings_.sandboxes(), report_.passed, report_.failed, report_.timed_out);
+  std::cerr << fmt::format(
+      "[exec] {} programs: {} from the journal, ran {} in {:.1f}s with {} sandboxes: {} passed, "
+      "{} failed, {} timed out\n",
+      report_.verdicts.size(), report_.resumed, report_.run, report_.seconds, settings_.sandboxes(), report_.passed,
+      report_.failed, report_.timed_out);
   return report_;
 }
 
@@ -242,7 +246,10 @@ void attach_program_outcomes(std::vector<DocRecord>& scored,
 
 ProgramSink::ProgramSink(const Sandbox& sandbox, ProgramRunSettings settings, RunJournal& journal,
                          Aggregator& aggregator, ProgressReporter& progress)
-    : sandbox_(sandbox), settings_(settings), aggregator_(aggregator), progress_(progress),
+    : sandbox_(sandbox),
+      settings_(settings),
+      aggregator_(aggregator),
+      progress_(progress),
       runner_(sandbox, settings, &journal) {}
 
 void ProgramSink::hand() {

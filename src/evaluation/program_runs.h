@@ -35,9 +35,9 @@
 namespace gpueval {
 
 struct ProgramRunSettings {
-  SandboxLimits limits;   // the defaults: 3 CPU seconds, 2GiB, ... (sandbox.h)
+  SandboxLimits limits;  // the defaults: 3 CPU seconds, 2GiB, ... (sandbox.h)
   int max_sandboxes = 0;  // 0: default_max_sandboxes(busy_cores)
-  int busy_cores = 0;     // cores the run's CPU workers use (the default leaves them alone)
+  int busy_cores = 0;  // cores the run's CPU workers use (the default leaves them alone)
   int sandboxes() const;  // the number in effect
 };
 
@@ -59,7 +59,7 @@ struct ProgramRunReport {
 // What status.json and the progress line show while programs run.
 struct ProgramRunStatus {
   int sandboxes_busy = 0, max_sandboxes = 0;
-  int64_t programs_done = 0;    // verdicts collected (journaled), from the journal or run
+  int64_t programs_done = 0;  // verdicts collected (journaled), from the journal or run
   int64_t programs_queued = 0;  // waiting for a sandbox
   // {"sandboxes_busy", "max_sandboxes", "programs_done", "programs_queued"}
   nlohmann::json to_json() const;
@@ -110,7 +110,7 @@ class ProgramRunner {
   std::map<std::string, Journal::StoredVerdict> stored_;
   ProgramRunReport report_;
   std::vector<std::string> programs_;  // every program run here, by index
-  std::vector<std::string> keys_;      // their execution keys
+  std::vector<std::string> keys_;  // their execution keys
   std::chrono::steady_clock::time_point first_run_{};
   bool ran_any_ = false;
   std::string error_;  // the first "error" verdict, as a message

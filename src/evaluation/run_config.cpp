@@ -27,12 +27,40 @@ namespace fs = std::filesystem;
 // A run config is a page of keys; anything bigger is the wrong file.
 constexpr uint64_t kMaxConfigBytes = uint64_t{1} << 20;
 
-const std::vector<std::string> kKeys = {
-    "model", "tasks", "batch_size", "batch_tokens", "dtype", "seed", "output", "limit", "num_fewshot", "fewshot_seed", "extra_metrics",
-    "max_length", "add_bos", "prefix_reuse", "group_continuations", "data", "gpus", "cpu_threads", "max_attempts", "heartbeat_timeout_s", "max_worker_restarts",
-    "max_memory", "calibration_cache", "history", "fail_on_regression", "load", "tensorboard", "code_execution",
-    "apply_chat_template", "chat_template", "fewshot_as_multiturn", "system_instruction", "chat_template_args",
-    "think_end_token"};
+const std::vector<std::string> kKeys = {"model",
+                                        "tasks",
+                                        "batch_size",
+                                        "batch_tokens",
+                                        "dtype",
+                                        "seed",
+                                        "output",
+                                        "limit",
+                                        "num_fewshot",
+                                        "fewshot_seed",
+                                        "extra_metrics",
+                                        "max_length",
+                                        "add_bos",
+                                        "prefix_reuse",
+                                        "group_continuations",
+                                        "data",
+                                        "gpus",
+                                        "cpu_threads",
+                                        "max_attempts",
+                                        "heartbeat_timeout_s",
+                                        "max_worker_restarts",
+                                        "max_memory",
+                                        "calibration_cache",
+                                        "history",
+                                        "fail_on_regression",
+                                        "load",
+                                        "tensorboard",
+                                        "code_execution",
+                                        "apply_chat_template",
+                                        "chat_template",
+                                        "fewshot_as_multiturn",
+                                        "system_instruction",
+                                        "chat_template_args",
+                                        "think_end_token"};
 
 const std::vector<std::string> kDtypes = {"auto", "float32", "bfloat16", "float16"};
 
@@ -98,9 +126,7 @@ std::string max_memory_problem(const std::string& value) {
   return "";
 }
 
-std::string path_problem(const std::string& value) {
-  return value.empty() ? "must not be empty" : "";
-}
+std::string path_problem(const std::string& value) { return value.empty() ? "must not be empty" : ""; }
 
 // Lower-case, '-' read as '_': how a slip of the keyboard is compared with the real keys.
 std::string fold(const std::string& s) {
@@ -157,14 +183,16 @@ std::string strip_trailing_slashes(std::string path) {
 void check_chat_keys(const RunConfig& c, const std::string& where) {
   if (c.chat()) {
     if (!c.apply_chat_template->empty() && !c.chat_template.empty())
-      fail(where, "apply_chat_template names the checkpoint's template '{}' and chat_template gives a file: "
-           "use one (apply_chat_template: true with chat_template: FILE)", *c.apply_chat_template);
+      fail(where,
+           "apply_chat_template names the checkpoint's template '{}' and chat_template gives a file: "
+           "use one (apply_chat_template: true with chat_template: FILE)",
+           *c.apply_chat_template);
     return;
   }
   const char* alone = c.fewshot_as_multiturn.value_or(false) ? "fewshot_as_multiturn: true"
-                      : !c.chat_template.empty()              ? "chat_template"
-                      : !c.chat_template_args.empty()         ? "chat_template_args"
-                                                              : nullptr;
+                      : !c.chat_template.empty()             ? "chat_template"
+                      : !c.chat_template_args.empty()        ? "chat_template_args"
+                                                             : nullptr;
   if (alone) fail(where, "{} needs apply_chat_template (true or a template name)", alone);
 }
 
@@ -175,8 +203,7 @@ class ConfigReader {
 
   RunConfig read(const YAML::Node& root) {
     if (root.IsNull()) fail(source_, "the file is empty; a run config needs at least 'model' and 'tasks'");
-    if (!root.IsMap())
-      fail(at(root), "expected a mapping of keys (model: ..., tasks: ...), got {}", describe(root));
+    if (!root.IsMap()) fail(at(root), "expected a mapping of keys (model: ..., tasks: ...), got {}", describe(root));
     RunConfig config;
     config.source = source_;
     std::map<std::string, int> seen_on_line;
@@ -217,8 +244,10 @@ class ConfigReader {
       const std::string value = scalar(key, v, "true, false or the name of one of the checkpoint's chat templates");
       bool on = false;
       if (v.Tag() != "!" && switch_problem(value, &on).empty()) {
-        if (on) c.apply_chat_template = "";
-        else c.apply_chat_template.reset();
+        if (on)
+          c.apply_chat_template = "";
+        else
+          c.apply_chat_template.reset();
       } else {
         if (value.empty()) check(key, v, "must be true, false or a template name, got an empty name");
         c.apply_chat_template = value;
@@ -235,17 +264,19 @@ class ConfigReader {
     } else if (key == "chat_template_args") {
       if (v.IsNull()) return true;
       if (!v.IsMap())
-        fail(at(v), "key 'chat_template_args' must be a mapping of keywords for the chat template "
-                    "(e.g. enable_thinking: false), got {}", describe(v));
+        fail(at(v),
+             "key 'chat_template_args' must be a mapping of keywords for the chat template "
+             "(e.g. enable_thinking: false), got {}",
+             describe(v));
       c.chat_template_args = nlohmann::json(yaml_to_json(v, source_));
     } else if (key == "think_end_token") {
       if (v.IsNull()) return true;
       c.think_end_token = scalar(key, v, "the text that ends a reasoning model's thinking (</think>)");
       int64_t id = 0;
       const char* end = c.think_end_token.data() + c.think_end_token.size();
-      if (v.Tag() != "!" && !c.think_end_token.empty() &&
-          std::from_chars(c.think_end_token.data(), end, id).ptr == end)
-        fail(at(v), "key 'think_end_token' is a token id; gpueval takes the token's text (think_end_token: \"</think>\")");
+      if (v.Tag() != "!" && !c.think_end_token.empty() && std::from_chars(c.think_end_token.data(), end, id).ptr == end)
+        fail(at(v),
+             "key 'think_end_token' is a token id; gpueval takes the token's text (think_end_token: \"</think>\")");
       if (c.think_end_token.empty()) check(key, v, "must not be empty");
     } else {
       return false;
@@ -367,8 +398,10 @@ class ConfigReader {
   void read_code_execution(RunConfig& c, const YAML::Node& v) {
     if (v.IsNull()) return;
     if (!v.IsMap())
-      fail(at(v), "key 'code_execution' must be a mapping (max_sandboxes, cpu_seconds, wall_seconds, memory, "
-                  "max_subprocesses, unsafe_no_sandbox), got {}", describe(v));
+      fail(at(v),
+           "key 'code_execution' must be a mapping (max_sandboxes, cpu_seconds, wall_seconds, memory, "
+           "max_subprocesses, unsafe_no_sandbox), got {}",
+           describe(v));
     RunConfig::CodeExecution& e = c.code_execution;
     for (auto it = v.begin(); it != v.end(); ++it) {
       const std::string name = it->first.IsScalar() ? it->first.Scalar() : std::string();
@@ -382,7 +415,8 @@ class ConfigReader {
         e.wall_seconds = seconds(key, value);
       } else if (name == "memory") {
         const std::string text = scalar(key, value, "an amount such as 2GiB");
-        const std::optional<int64_t> bytes = parse_byte_amount(text, int64_t{64} << 20, at(value) + ": key '" + key + "'");
+        const std::optional<int64_t> bytes =
+            parse_byte_amount(text, int64_t{64} << 20, at(value) + ": key '" + key + "'");
         if (!bytes) fail(at(value), "key '{}' must be an amount such as 2GiB, got {}", key, describe(value));
         e.memory = *bytes;
       } else if (name == "max_subprocesses") {
@@ -390,8 +424,10 @@ class ConfigReader {
       } else if (name == "unsafe_no_sandbox") {
         check(key, value, switch_problem(scalar(key, value, "true or false"), &e.unsafe_no_sandbox));
       } else {
-        fail(at(it->first), "unknown key 'code_execution.{}' (known: max_sandboxes, cpu_seconds, wall_seconds, "
-                            "memory, max_subprocesses, unsafe_no_sandbox)", name);
+        fail(at(it->first),
+             "unknown key 'code_execution.{}' (known: max_sandboxes, cpu_seconds, wall_seconds, "
+             "memory, max_subprocesses, unsafe_no_sandbox)",
+             name);
       }
     }
     SandboxLimits limits;
@@ -473,8 +509,7 @@ class ConfigReader {
     int64_t n = 0;
     const char* end = text.data() + text.size();
     auto [ptr, ec] = std::from_chars(text.data(), end, n);
-    if (ec == std::errc::result_out_of_range)
-      fail(at(v), "key '{}' is out of range: {}", key, v.Scalar());
+    if (ec == std::errc::result_out_of_range) fail(at(v), "key '{}' is out of range: {}", key, v.Scalar());
     if (text.empty() || ec != std::errc() || ptr != end)
       fail(at(v), "key '{}' must be {}, got {}", key, expected, describe(v));
     check(key, v, min_problem(n, min_value));
@@ -521,8 +556,7 @@ class ConfigReader {
     }
     std::vector<std::string> out;
     for (const YAML::Node& item : items) {
-      if (!item.IsScalar())
-        fail(at(item), "key '{}': each entry must be {}, got {}", key, entry, describe(item));
+      if (!item.IsScalar()) fail(at(item), "key '{}': each entry must be {}, got {}", key, entry, describe(item));
       if (item.Scalar().empty()) fail(at(item), "key '{}' has an empty {} entry", key, noun);
       std::string value = convert(item.Scalar());
       if (std::find(out.begin(), out.end(), value) != out.end())
@@ -591,7 +625,8 @@ nlohmann::json RunConfig::to_json() const {
   if (!tensorboard.empty()) out["tensorboard"] = tensorboard;
   if (!code_execution.is_default()) out["code_execution"] = code_execution.to_json();
   if (apply_chat_template)
-    out["apply_chat_template"] = apply_chat_template->empty() ? nlohmann::json(true) : nlohmann::json(*apply_chat_template);
+    out["apply_chat_template"] =
+        apply_chat_template->empty() ? nlohmann::json(true) : nlohmann::json(*apply_chat_template);
   if (!chat_template.empty()) out["chat_template"] = chat_template;
   if (fewshot_as_multiturn) out["fewshot_as_multiturn"] = *fewshot_as_multiturn;
   if (!system_instruction.empty()) out["system_instruction"] = system_instruction;
@@ -603,8 +638,8 @@ nlohmann::json RunConfig::to_json() const {
 bool RunConfig::CodeExecution::is_default() const { return to_json() == CodeExecution().to_json(); }
 
 nlohmann::json RunConfig::CodeExecution::to_json() const {
-  return {{"max_sandboxes", max_sandboxes}, {"cpu_seconds", cpu_seconds},
-          {"wall_seconds", wall_seconds},   {"memory", byte_amount_str(memory)},
+  return {{"max_sandboxes", max_sandboxes},       {"cpu_seconds", cpu_seconds},
+          {"wall_seconds", wall_seconds},         {"memory", byte_amount_str(memory)},
           {"max_subprocesses", max_subprocesses}, {"unsafe_no_sandbox", unsafe_no_sandbox}};
 }
 
@@ -634,7 +669,8 @@ namespace {
 nlohmann::json file_keys(const nlohmann::json& j) {
   nlohmann::json file = nlohmann::json::object();
   for (auto it = j.begin(); it != j.end(); ++it) {
-    if (it.key() == "source" || it.value().is_null() || (it.value().is_string() && it.value().get<std::string>().empty()))
+    if (it.key() == "source" || it.value().is_null() ||
+        (it.value().is_string() && it.value().get<std::string>().empty()))
       continue;
     file[it.key() == "models" ? "model" : it.key()] = it.value();
   }

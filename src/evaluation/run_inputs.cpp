@@ -50,7 +50,8 @@ bool generation_rows_independent_on(const RunInputs& in, const std::string& dtyp
 
 std::vector<DeviceSlot> run_device_slots(const RunConfig& config) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  std::vector<DeviceSlot> slots = parse_device_spec(config.gpus.empty() ? "cpu" : config.gpus, visible_cuda_devices(), cores);
+  std::vector<DeviceSlot> slots =
+      parse_device_spec(config.gpus.empty() ? "cpu" : config.gpus, visible_cuda_devices(), cores);
   for (DeviceSlot& s : slots)
     if (s.kind == DeviceSlot::Kind::kCpu) s.threads = static_cast<int>(config.cpu_threads);
   return slots;
@@ -74,14 +75,17 @@ int64_t generation_kv_positions(const ModelConfig& model, const RunConfig& confi
   int64_t cpu_workers = 0;
   std::map<int, int64_t> per_gpu;
   for (const DeviceSlot& s : slots) {
-    if (s.kind == DeviceSlot::Kind::kCpu) ++cpu_workers;
-    else ++per_gpu[s.index];
+    if (s.kind == DeviceSlot::Kind::kCpu)
+      ++cpu_workers;
+    else
+      ++per_gpu[s.index];
   }
   int64_t smallest = std::numeric_limits<int64_t>::max();
   if (cpu_workers > 0) {
     const at::ScalarType dtype = resolve_dtype(config.dtype, at::kCPU, model_dir);
     const int64_t per_position = (model.cache_values_are_keys() ? 1 : 2) * model.num_hidden_layers *
-                                 model.cache_heads() * model.cache_head_dim() * static_cast<int64_t>(c10::elementSize(dtype));
+                                 model.cache_heads() * model.cache_head_dim() *
+                                 static_cast<int64_t>(c10::elementSize(dtype));
     const int64_t memory = static_cast<int64_t>(0.8 * static_cast<double>(available_host_bytes())) / cpu_workers;
     smallest = std::min(smallest, memory / 4 / std::max<int64_t>(1, per_position));
   }
@@ -89,7 +93,8 @@ int64_t generation_kv_positions(const ModelConfig& model, const RunConfig& confi
     const at::Device device(at::kCUDA, static_cast<c10::DeviceIndex>(index));
     const at::ScalarType dtype = resolve_dtype(config.dtype, device, model_dir);
     const int64_t per_position = (model.cache_values_are_keys() ? 1 : 2) * model.num_hidden_layers *
-                                 model.cache_heads() * model.cache_head_dim() * static_cast<int64_t>(c10::elementSize(dtype));
+                                 model.cache_heads() * model.cache_head_dim() *
+                                 static_cast<int64_t>(c10::elementSize(dtype));
     const int64_t memory = device_total_bytes(device) / workers - weight_bytes(model, dtype);
     smallest = std::min(smallest, std::max<int64_t>(0, memory) / 4 / std::max<int64_t>(1, per_position));
   }
@@ -168,7 +173,8 @@ RunInputs load_run_inputs(const RunConfig& config, const std::string& executable
   if (config.chat()) own = load_chat_format(config, in.model_dir);
   if (own && in.chat.contains("sha256")) {
     if (own->sha256 != in.chat["sha256"].get<std::string>())
-      fail(in.model_dir, "its chat template ({}) differs from the one the run's prompts were rendered with ({}); "
+      fail(in.model_dir,
+           "its chat template ({}) differs from the one the run's prompts were rendered with ({}); "
            "score it in a run of its own, or give one template with chat_template: FILE",
            own->where, in.chat["template"].get<std::string>());
   }
@@ -188,8 +194,7 @@ RunInputs load_run_inputs(const RunConfig& config, const std::string& executable
          po.max_length, in.model_config.max_position_embeddings, in.model_dir);
   // What the tokenizer does by default: whether encoding with special tokens puts BOS first.
   const std::vector<int32_t> probe = in.tokenizer->encode("a", /*add_special_tokens=*/true);
-  const bool tokenizer_adds_bos =
-      in.tokenizer->bos_id() && !probe.empty() && probe.front() == *in.tokenizer->bos_id();
+  const bool tokenizer_adds_bos = in.tokenizer->bos_id() && !probe.empty() && probe.front() == *in.tokenizer->bos_id();
   po.add_bos = resolve_add_bos(config.add_bos, tokenizer_adds_bos);
   if (po.add_bos && !in.tokenizer->bos_id())
     fail(config.source, "add_bos is true but the tokenizer of {} has no BOS token", in.model_dir);

@@ -23,8 +23,8 @@ namespace gpueval {
 // the tasks and their requests (numbered in (task, document, choice) order), and the plan options
 // with everything but the batch budget decided. Movable, not copyable (it owns the tokenizer).
 struct RunInputs {
-  nlohmann::json chat;               // the prompt format's record (ChatFormat::to_json); {} for plain prompts
-  std::string spec;                  // the device spec used (--gpus, else the config's, else "cpu")
+  nlohmann::json chat;  // the prompt format's record (ChatFormat::to_json); {} for plain prompts
+  std::string spec;  // the device spec used (--gpus, else the config's, else "cpu")
   std::vector<DeviceSlot> slots;
   std::string model_dir;
   ModelConfig model_config;
@@ -32,7 +32,7 @@ struct RunInputs {
   TaskSelection selection;
   std::vector<Task> tasks;
   std::vector<Request> requests;
-  PlanOptions plan_options;          // batch_tokens: the config's, else 4096
+  PlanOptions plan_options;  // batch_tokens: the config's, else 4096
 };
 
 // The config's tasks (groups expanded, from task_search_dirs) and their requests over the first

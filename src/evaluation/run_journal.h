@@ -84,9 +84,9 @@ class RunJournal {
  private:
   std::string config_fp_;  // before journal_: it is opened with it
   Journal journal_;
-  std::vector<std::string> keys_;                          // [request index] -> request key
+  std::vector<std::string> keys_;  // [request index] -> request key
   std::map<std::pair<int64_t, int32_t>, ItemResult> stored_;  // (request index, part) -> stored item
-  std::vector<bool> computed_;                             // [request index]: recorded by this run
+  std::vector<bool> computed_;  // [request index]: recorded by this run
   int64_t requests_resumed_ = 0, requests_computed_ = 0;
   int64_t batches_resumed_ = 0, batches_computed_ = 0;
   int64_t items_resumed_in_batches_ = 0, items_recorded_ahead_ = 0;

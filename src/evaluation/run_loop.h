@@ -42,7 +42,7 @@ class RunSink {
 
 struct PlanRunReport {
   SchedulerReport scheduler;
-  size_t batches = 0;          // in the plan
+  size_t batches = 0;  // in the plan
   size_t batches_resumed = 0;  // held whole by the journal: not computed
   std::chrono::steady_clock::time_point started;  // when the scheduler began on the rest
 };

@@ -28,7 +28,8 @@ Value missing_element(const Value& obj, const Value& key) {
   return Value::undefined(fmt::format("{} has no element {}", object_type_repr(obj), repr(key)));
 }
 Value unsafe(const Value& obj, const std::string& name) {
-  return Value::undefined(fmt::format("access to attribute '{}' of '{}' object is unsafe.", name, type_name(obj)), true);
+  return Value::undefined(fmt::format("access to attribute '{}' of '{}' object is unsafe.", name, type_name(obj)),
+                          true);
 }
 
 const std::string& need_string(const Value& v, const std::string& what) {
@@ -127,8 +128,7 @@ std::string str_format(const std::string& f, CallArgs& args) {
       const Value* v = nullptr;
       if (field.empty() || std::isdigit(static_cast<unsigned char>(field[0]))) {
         const size_t index = field.empty() ? auto_index++ : std::strtoul(field.substr(0, 9).c_str(), nullptr, 10);
-        if (index >= args.positional.size())
-          throw RenderError("IndexError", "tuple index out of range");
+        if (index >= args.positional.size()) throw RenderError("IndexError", "tuple index out of range");
         v = &args.positional[index];
       } else {
         for (const auto& [k, val] : args.keyword)
@@ -197,8 +197,8 @@ Value str_splitlines(const std::string& s, const std::string&, CallArgs& a) {
   const std::u32string cps = py::code_points(s);
   for (size_t i = 0; i < cps.size(); ++i) {
     const char32_t c = cps[i];
-    const bool boundary = c == '\n' || c == '\r' || c == 0x0B || c == 0x0C || c == 0x1C || c == 0x1D ||
-                          c == 0x1E || c == 0x85 || c == 0x2028 || c == 0x2029;
+    const bool boundary = c == '\n' || c == '\r' || c == 0x0B || c == 0x0C || c == 0x1C || c == 0x1D || c == 0x1E ||
+                          c == 0x85 || c == 0x2028 || c == 0x2029;
     if (!boundary) {
       cur += c;
       continue;
@@ -339,9 +339,7 @@ Value str_join(const std::string& s, const std::string&, CallArgs& a) {
   return Value(out);
 }
 
-Value str_format_method(const std::string& s, const std::string&, CallArgs& a) {
-  return Value(str_format(s, a));
-}
+Value str_format_method(const std::string& s, const std::string&, CallArgs& a) { return Value(str_format(s, a)); }
 
 Value str_is_kind(const std::string& s, const std::string& m, CallArgs& a) {
   a.done(m);
@@ -429,8 +427,10 @@ Value dict_view(const Value& obj, const std::string& m, CallArgs& a) {
   a.done(m);
   std::vector<Value> out;
   for (const auto& [k, v] : obj.as_dict().entries) {
-    if (m == "items") out.push_back(Value::list({k, v}, Value::Kind::kTuple));
-    else out.push_back(m == "keys" ? k : v);
+    if (m == "items")
+      out.push_back(Value::list({k, v}, Value::Kind::kTuple));
+    else
+      out.push_back(m == "keys" ? k : v);
   }
   return Value::list(std::move(out));
 }
@@ -452,11 +452,7 @@ Value dict_copy(const Value& obj, const std::string&, CallArgs& a) {
 // One row per dict method that leaves the dict as it is.
 const std::unordered_map<std::string, ValueMethod>& dict_methods() {
   static const std::unordered_map<std::string, ValueMethod> k = {
-      {"copy", dict_copy},
-      {"get", dict_get},
-      {"items", dict_view},
-      {"keys", dict_view},
-      {"values", dict_view},
+      {"copy", dict_copy}, {"get", dict_get}, {"items", dict_view}, {"keys", dict_view}, {"values", dict_view},
   };
   return k;
 }
@@ -496,8 +492,8 @@ const std::unordered_map<std::string, ValueMethod>& list_methods() {
 Value list_method(const Value& obj, const std::string& m) {
   if (const auto it = list_methods().find(m); it != list_methods().end())
     return bound(m, [obj, m, f = it->second](CallArgs& a) { return f(obj, m, a); });
-  static const std::set<std::string> kModifying = {"append", "extend", "insert", "pop", "remove", "reverse", "sort",
-                                                   "clear"};
+  static const std::set<std::string> kModifying = {"append", "extend",  "insert", "pop",
+                                                   "remove", "reverse", "sort",   "clear"};
   if (kModifying.count(m)) return unsafe(obj, m);
   return missing_attr(obj, m);
 }
@@ -513,8 +509,10 @@ Value attr_path(const Value& item, const Value& attribute) {
   if (!attribute.is_string()) return get_item(item, attribute);
   Value v = item;
   for (const std::string& part : py::split(attribute.as_string(), std::string("."), -1)) {
-    bool digits = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
-    v = digits && part.size() < 18 ? get_item(v, Value(static_cast<int64_t>(std::stoll(part)))) : get_item(v, Value(part));
+    bool digits = !part.empty() && std::all_of(part.begin(), part.end(),
+                                               [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+    v = digits && part.size() < 18 ? get_item(v, Value(static_cast<int64_t>(std::stoll(part))))
+                                   : get_item(v, Value(part));
   }
   return v;
 }
@@ -538,8 +536,7 @@ Value to_int(const Value& v, const Value& def, int64_t base) {
       size_t used = 0;
       const long long x = std::stoll(digits, &used, static_cast<int>(base));
       if (used == digits.size() && !digits.empty()) return Value(static_cast<int64_t>(x));
-    } catch (const std::exception&) {
-    }
+    } catch (const std::exception&) {}
     if (!s.empty()) {
       char* end = nullptr;
       const double d = std::strtod(s.c_str(), &end);
@@ -655,7 +652,8 @@ Value get_attr(const Value& obj, const std::string& name) {
       if (name == "index" || name == "count") return list_method(obj, name);
       return missing_attr(obj, name);
     }
-    case Value::Kind::kNamespace: case Value::Kind::kLoop: {
+    case Value::Kind::kNamespace:
+    case Value::Kind::kLoop: {
       if (const Value* v = obj.as_dict().find(name)) return *v;
       if (obj.kind() == Value::Kind::kLoop && name == "previtem") return Value::undefined("there is no previous item");
       if (obj.kind() == Value::Kind::kLoop && name == "nextitem") return Value::undefined("there is no next item");
@@ -672,7 +670,9 @@ Value get_item(const Value& obj, const Value& key) {
       if (const Value* v = obj.as_dict().find(key)) return *v;
       break;
     }
-    case Value::Kind::kList: case Value::Kind::kTuple: case Value::Kind::kString: {
+    case Value::Kind::kList:
+    case Value::Kind::kTuple:
+    case Value::Kind::kString: {
       if (key.is_int()) {
         int64_t i = key.as_int();
         if (obj.is_string()) {
@@ -730,7 +730,9 @@ bool contains(const Value& container, const Value& item) {
       if (!item.is_string())
         fail_type(fmt::format("'in <string>' requires string as left operand, not {}", type_name(item)));
       return container.as_string().find(item.as_string()) != std::string::npos;
-    case Value::Kind::kList: case Value::Kind::kTuple: case Value::Kind::kIterator:
+    case Value::Kind::kList:
+    case Value::Kind::kTuple:
+    case Value::Kind::kIterator:
       for (const Value& v : container.items())
         if (equal(v, item)) return true;
       return false;
@@ -767,14 +769,15 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
   if (a.is_number() && b.is_number()) {
     const bool ints = a.is_int() && b.is_int();
     if (op == "/") {
-      if (b.as_double() == 0) throw RenderError("ZeroDivisionError", ints ? "division by zero" : "float division by zero");
+      if (b.as_double() == 0)
+        throw RenderError("ZeroDivisionError", ints ? "division by zero" : "float division by zero");
       return Value(a.as_double() / b.as_double());
     }
     if (ints) {
       const int64_t x = a.as_int(), y = b.as_int();
       int64_t r = 0;
       if (op == "+" || op == "-" || op == "*") {
-        const bool overflow = op == "+" ? __builtin_add_overflow(x, y, &r)
+        const bool overflow = op == "+"   ? __builtin_add_overflow(x, y, &r)
                               : op == "-" ? __builtin_sub_overflow(x, y, &r)
                                           : __builtin_mul_overflow(x, y, &r);
         if (overflow) throw RenderError("OverflowError", "integer past 64 bits (gpueval's Jinja subset)");
@@ -782,7 +785,8 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
       }
       if (op == "//" || op == "%") {
         if (y == 0)
-          throw RenderError("ZeroDivisionError", op == "//" ? "integer division or modulo by zero" : "integer modulo by zero");
+          throw RenderError("ZeroDivisionError",
+                            op == "//" ? "integer division or modulo by zero" : "integer modulo by zero");
         if (y == -1 && x == std::numeric_limits<int64_t>::min())
           throw RenderError("OverflowError", "integer past 64 bits (gpueval's Jinja subset)");
         const int64_t q = py_floor_div(x, y);
@@ -823,7 +827,8 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
   if (op == "*") {
     const Value& seq = a.is_int() ? b : a;
     const Value& times_v = a.is_int() ? a : b;
-    if (times_v.is_int() && (seq.is_string() || seq.kind() == Value::Kind::kList || seq.kind() == Value::Kind::kTuple)) {
+    if (times_v.is_int() &&
+        (seq.is_string() || seq.kind() == Value::Kind::kList || seq.kind() == Value::Kind::kTuple)) {
       // An empty sequence repeated stays empty: no loop of `times` steps ('' * 10**12 took hours).
       const bool empty = seq.is_string() ? seq.as_string().empty() : seq.items().empty();
       const int64_t times = empty ? 0 : std::max<int64_t>(0, times_v.as_int());
@@ -849,9 +854,12 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
 std::string percent_format(const std::string& f, const Value& args) {
   std::vector<Value> values;
   const Value* mapping = nullptr;
-  if (args.kind() == Value::Kind::kTuple) values = args.items();
-  else if (args.is_dict()) mapping = &args;
-  else values.push_back(args);
+  if (args.kind() == Value::Kind::kTuple)
+    values = args.items();
+  else if (args.is_dict())
+    mapping = &args;
+  else
+    values.push_back(args);
   size_t next = 0;
   std::string out;
   for (size_t i = 0; i < f.size(); ++i) {
@@ -885,8 +893,16 @@ std::string percent_format(const std::string& f, const Value& args) {
     switch (conv) {
       case 's': body = str(*v); break;
       case 'r': body = repr(*v); break;
-      case 'd': case 'i': case 'f': case 'F': case 'x': case 'X': case 'e': case 'g': {
-        if (!v->is_number()) fail_type(fmt::format("%{} format: a real number is required, not {}", conv, type_name(*v)));
+      case 'd':
+      case 'i':
+      case 'f':
+      case 'F':
+      case 'x':
+      case 'X':
+      case 'e':
+      case 'g': {
+        if (!v->is_number())
+          fail_type(fmt::format("%{} format: a real number is required, not {}", conv, type_name(*v)));
         char buf[512];
         size_t field = 0;  // each number of the spec, bounded so the result fits buf
         for (const char c : spec) {
@@ -961,9 +977,12 @@ Value filter_tojson(const std::string& f, const Value& v, CallArgs& args) {
   o.sort_keys = truthy(args.take(3, "sort_keys").value_or(Value(false)));
   done();
   if (indent.is_int() && indent.as_int() > 4096) fail_value("tojson indent past 4096");
-  if (indent.is_int()) o.indent = std::string(static_cast<size_t>(std::max<int64_t>(0, indent.as_int())), ' ');
-  else if (indent.is_string()) o.indent = indent.as_string();
-  else if (!indent.is_none()) fail_type("tojson indent must be an int, a str or None");
+  if (indent.is_int())
+    o.indent = std::string(static_cast<size_t>(std::max<int64_t>(0, indent.as_int())), ' ');
+  else if (indent.is_string())
+    o.indent = indent.as_string();
+  else if (!indent.is_none())
+    fail_type("tojson indent must be an int, a str or None");
   if (o.indent) o.item_separator = ",";
   if (!separators.is_none()) {
     const std::vector<Value> seps = separators.iterate();
@@ -981,9 +1000,10 @@ Value filter_length(const std::string& f, const Value& v, CallArgs& args) {
   switch (v.kind()) {
     case Value::Kind::kUndefined: return Value(0);
     case Value::Kind::kString: return Value(py::len(v.as_string()));
-    case Value::Kind::kList: case Value::Kind::kTuple: return Value(static_cast<int64_t>(v.items().size()));
-    case Value::Kind::kDict: case Value::Kind::kNamespace:
-      return Value(static_cast<int64_t>(v.as_dict().entries.size()));
+    case Value::Kind::kList:
+    case Value::Kind::kTuple: return Value(static_cast<int64_t>(v.items().size()));
+    case Value::Kind::kDict:
+    case Value::Kind::kNamespace: return Value(static_cast<int64_t>(v.as_dict().entries.size()));
     default: fail_type(fmt::format("object of type '{}' has no len()", type_name(v)));
   }
 }
@@ -1017,7 +1037,8 @@ Value filter_replace(const std::string& f, const Value& v, CallArgs& args) {
   CallArgs inner;
   if (auto x = args.take(0, "old")) inner.positional.push_back(*x);
   if (auto x = args.take(1, "new")) inner.positional.push_back(*x);
-  if (auto x = args.take(2, "count")) if (!x->is_none()) inner.positional.push_back(*x);
+  if (auto x = args.take(2, "count"))
+    if (!x->is_none()) inner.positional.push_back(*x);
   done();
   return str_method(s, "replace").as_callable().call(inner);
 }
@@ -1116,7 +1137,8 @@ Value filter_dictsort(const std::string& f, const Value& v, CallArgs& args) {
   const size_t pos = str(by) == "value" ? 1 : 0;
   std::vector<Value> out;
   for (const auto& [k, val] : v.as_dict().entries) out.push_back(Value::list({k, val}, Value::Kind::kTuple));
-  sort_values(out, [&](const Value& x) { return sort_key(x.items()[pos], case_sensitive); }, reverse);
+  sort_values(
+      out, [&](const Value& x) { return sort_key(x.items()[pos], case_sensitive); }, reverse);
   return Value::list(std::move(out));
 }
 
@@ -1127,9 +1149,12 @@ Value filter_sort(const std::string& f, const Value& v, CallArgs& args) {
   const auto attribute = args.take(2, "attribute");
   done();
   std::vector<Value> out = v.iterate();
-  sort_values(out, [&](const Value& x) {
-    return sort_key(attribute && !attribute->is_none() ? attr_path(x, *attribute) : x, case_sensitive);
-  }, reverse);
+  sort_values(
+      out,
+      [&](const Value& x) {
+        return sort_key(attribute && !attribute->is_none() ? attr_path(x, *attribute) : x, case_sensitive);
+      },
+      reverse);
   return Value::list(std::move(out));
 }
 
@@ -1285,8 +1310,8 @@ Value filter_wordcount(const std::string& f, const Value& v, CallArgs& args) {
   int64_t words = 0;
   bool in_word = false;
   for (const char32_t c : py::code_points(str(v))) {
-    const bool word = c == '_' || (c < 0x80 ? std::isalnum(static_cast<int>(c)) != 0
-                                            : is_cased(c) || (c >= 0x660 && c <= 0x669));
+    const bool word =
+        c == '_' || (c < 0x80 ? std::isalnum(static_cast<int>(c)) != 0 : is_cased(c) || (c >= 0x660 && c <= 0x669));
     if (word && !in_word) ++words;
     in_word = word;
   }

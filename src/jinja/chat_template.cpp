@@ -46,7 +46,9 @@ std::string ChatTemplate::render(const nlohmann::ordered_json& context) const {
   if (const auto it = context.find("messages"); it != context.end()) {
     if (!it->is_array()) throw Error(program_.where() + ": 'messages' must be a list of message objects");
     for (const auto& m : *it) {
-      if (!m.is_object()) throw RenderError("TypeError", "Chat messages should be dicts, dataclasses or pydantic models, but got " + m.dump() + ".");
+      if (!m.is_object())
+        throw RenderError("TypeError",
+                          "Chat messages should be dicts, dataclasses or pydantic models, but got " + m.dump() + ".");
       ctx["messages"].push_back(alias_reasoning(m));
     }
   }
@@ -70,7 +72,8 @@ std::string ChatTemplate::apply(const nlohmann::ordered_json& messages, bool add
                                 const nlohmann::ordered_json& kwargs) const {
   if (!messages.is_array()) throw Error(program_.where() + ": 'messages' must be a list of message objects");
   if (messages.empty())
-    throw RenderError("ValueError", "Cannot apply chat template to an empty conversation. Provide at least one message.");
+    throw RenderError("ValueError",
+                      "Cannot apply chat template to an empty conversation. Provide at least one message.");
   nlohmann::ordered_json context = nlohmann::ordered_json::object();
   context["messages"] = nlohmann::ordered_json::array();
   for (const auto& m : messages) {

@@ -50,9 +50,11 @@ ScopePtr child(const ScopePtr& parent) {
 
 std::vector<Value> unpack(const Value& v, size_t want) {
   std::vector<Value> items = v.iterate();
-  if (items.size() > want) throw RenderError("ValueError", fmt::format("too many values to unpack (expected {})", want));
+  if (items.size() > want)
+    throw RenderError("ValueError", fmt::format("too many values to unpack (expected {})", want));
   if (items.size() < want)
-    throw RenderError("ValueError", fmt::format("not enough values to unpack (expected {}, got {})", want, items.size()));
+    throw RenderError("ValueError",
+                      fmt::format("not enough values to unpack (expected {}, got {})", want, items.size()));
   return items;
 }
 
@@ -150,12 +152,14 @@ class Interpreter {
         n.push_back(v.as_int());
       }
       if (n.empty() || n.size() > 3) fail_type(fmt::format("range expected at most 3 arguments, got {}", n.size()));
-      const int64_t start = n.size() == 1 ? 0 : n[0], stop = n.size() == 1 ? n[0] : n[1], step = n.size() == 3 ? n[2] : 1;
+      const int64_t start = n.size() == 1 ? 0 : n[0], stop = n.size() == 1 ? n[0] : n[1],
+                    step = n.size() == 3 ? n[2] : 1;
       if (step == 0) throw RenderError("ValueError", "range() arg 3 must not be zero");
       std::vector<Value> out;
       for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
         if (static_cast<int64_t>(out.size()) >= kMaxRange)
-          throw RenderError("OverflowError", "Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
+          throw RenderError("OverflowError",
+                            "Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
         out.emplace_back(i);
         if (__builtin_add_overflow(i, step, &i)) break;
       }
@@ -180,8 +184,10 @@ class Interpreter {
       if (kind == Value::Kind::kNamespace) {
         for (const auto& [k, v] : d->entries) {
           if (k.is_string() && !k.as_string().empty() && k.as_string()[0] == '_')
-            throw RenderError("SecurityError", fmt::format("Chat templates cannot store underscore-prefixed attributes on a "
-                                                           "namespace, but got {}. Please rename the attribute.", repr(k)));
+            throw RenderError("SecurityError",
+                              fmt::format("Chat templates cannot store underscore-prefixed attributes on a "
+                                          "namespace, but got {}. Please rename the attribute.",
+                                          repr(k)));
         }
       }
       if (kind == Value::Kind::kNamespace) namespaces_.push_back(d);
@@ -200,7 +206,8 @@ class Interpreter {
 
   Flow exec(const Stmt& s, const ScopePtr& scope, std::string& out) {
     if (++steps_ > kMaxSteps)
-      throw RenderError("RuntimeError", fmt::format("the template ran past {} steps (gpueval's bound on a render)", kMaxSteps));
+      throw RenderError("RuntimeError",
+                        fmt::format("the template ran past {} steps (gpueval's bound on a render)", kMaxSteps));
     if (out.size() > kMaxOutput)
       throw RenderError("RuntimeError", fmt::format("the template rendered past {} MiB (gpueval's bound on a render)",
                                                     kMaxOutput >> 20));
@@ -226,8 +233,10 @@ class Interpreter {
           if (ns.kind() != Value::Kind::kNamespace)
             throw RenderError("TemplateRuntimeError", "cannot assign attribute on non-namespace object");
           if (s.attr[0] == '_')
-            throw RenderError("SecurityError", fmt::format("Chat templates cannot store underscore-prefixed attributes on a "
-                                                           "namespace, but got '{}'. Please rename the attribute.", s.attr));
+            throw RenderError("SecurityError",
+                              fmt::format("Chat templates cannot store underscore-prefixed attributes on a "
+                                          "namespace, but got '{}'. Please rename the attribute.",
+                                          s.attr));
           ns.mutable_dict().set(Value(s.attr), v);
         } else {
           assign(s.targets, v, scope);
@@ -315,9 +324,9 @@ class Interpreter {
       if (i > 0) loop->set(Value("previtem"), items[static_cast<size_t>(i - 1)]);
       if (i + 1 < n) loop->set(Value("nextitem"), items[static_cast<size_t>(i + 1)]);
       loop->set(Value("cycle"), Value::callable("cycle", [i](CallArgs& a) -> Value {
-        if (a.positional.empty()) fail_type("no items for cycling given");
-        return a.positional[static_cast<size_t>(i) % a.positional.size()];
-      }));
+                  if (a.positional.empty()) fail_type("no items for cycling given");
+                  return a.positional[static_cast<size_t>(i) % a.positional.size()];
+                }));
       loop->set(Value("changed"), changed);
       body_scope->set("loop", Value::dict(loop, Value::Kind::kLoop));
       const Flow f = exec(s.body, body_scope, out);
@@ -432,7 +441,8 @@ class Interpreter {
         return Value(test(e.name, operand, a) != e.negated);
       }
       case Expr::Kind::kNot: return Value(!test_truth(eval(*e.a, scope)));
-      case Expr::Kind::kNeg: case Expr::Kind::kPos: {
+      case Expr::Kind::kNeg:
+      case Expr::Kind::kPos: {
         const Value v = eval(*e.a, scope);
         if (v.is_undefined()) fail_undefined(v);
         if (e.kind == Expr::Kind::kPos && v.is_number()) return v.is_int() ? Value(v.as_int()) : v;
@@ -440,7 +450,8 @@ class Interpreter {
           throw RenderError("OverflowError", "integer past 64 bits (gpueval's Jinja subset)");
         if (v.is_int()) return Value(-v.as_int());
         if (v.kind() == Value::Kind::kFloat) return Value(-v.as_double());
-        fail_type(fmt::format("bad operand type for unary {}: '{}'", e.kind == Expr::Kind::kNeg ? "-" : "+", type_name(v)));
+        fail_type(
+            fmt::format("bad operand type for unary {}: '{}'", e.kind == Expr::Kind::kNeg ? "-" : "+", type_name(v)));
       }
       case Expr::Kind::kBinary: {
         if (e.name == "and" || e.name == "or") {
@@ -457,11 +468,16 @@ class Interpreter {
         for (const auto& [op, x] : e.ops) {
           const Value r = eval(*x, scope);
           bool hit;
-          if (op == "==") hit = equal(l, r);
-          else if (op == "!=") hit = !equal(l, r);
-          else if (op == "<" || op == ">" || op == "<=" || op == ">=") hit = compare(l, r, op);
-          else if (op == "in") hit = contains(r, l);
-          else hit = !contains(r, l);
+          if (op == "==")
+            hit = equal(l, r);
+          else if (op == "!=")
+            hit = !equal(l, r);
+          else if (op == "<" || op == ">" || op == "<=" || op == ">=")
+            hit = compare(l, r, op);
+          else if (op == "in")
+            hit = contains(r, l);
+          else
+            hit = !contains(r, l);
           if (!hit) return Value(false);
           l = r;
         }
@@ -473,7 +489,8 @@ class Interpreter {
         return Value::undefined(fmt::format(
             "the inline if-expression on line {} evaluated to false and no else section was defined.", e.line));
       }
-      case Expr::Kind::kList: case Expr::Kind::kTuple: {
+      case Expr::Kind::kList:
+      case Expr::Kind::kTuple: {
         std::vector<Value> items;
         for (const ExprPtr& x : e.args) items.push_back(eval(*x, scope));
         return Value::list(std::move(items), e.kind == Expr::Kind::kList ? Value::Kind::kList : Value::Kind::kTuple);

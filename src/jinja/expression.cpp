@@ -18,16 +18,31 @@ using nlohmann::json;
 using NodePtr = std::shared_ptr<const Node>;
 
 struct Node {
-  enum class Kind { kLiteral, kName, kList, kAttr, kItem, kSlice, kMethod, kFilter, kBinary, kNeg,
-                    kTest, kNot, kAnd, kOr, kIf };
+  enum class Kind {
+    kLiteral,
+    kName,
+    kList,
+    kAttr,
+    kItem,
+    kSlice,
+    kMethod,
+    kFilter,
+    kBinary,
+    kNeg,
+    kTest,
+    kNot,
+    kAnd,
+    kOr,
+    kIf
+  };
   Kind kind = Kind::kLiteral;
-  json literal;               // kLiteral
-  std::string name;           // kName, kAttr, kMethod, kFilter, kTest: the name; kBinary: the operator
+  json literal;  // kLiteral
+  std::string name;  // kName, kAttr, kMethod, kFilter, kTest: the name; kBinary: the operator
   std::vector<NodePtr> args;  // the operand first, then arguments; a slice's absent bounds are null;
                               // kIf: the value, the condition, the else value
-  bool negated = false;       // kTest: `is not`
-  std::string source;         // the expression as written, for messages
-  int depth = 1;              // 1 + the deepest argument's: bounds the evaluator's recursion
+  bool negated = false;  // kTest: `is not`
+  std::string source;  // the expression as written, for messages
+  int depth = 1;  // 1 + the deepest argument's: bounds the evaluator's recursion
 };
 
 namespace {
@@ -89,7 +104,10 @@ std::vector<Token> tokenize(const std::string& s, const Fail& refuse) {
             case '\\': t.text += '\\'; break;
             case '\'': t.text += '\''; break;
             case '"': t.text += '"'; break;
-            default: t.text += '\\'; t.text += e; break;  // Python keeps unknown escapes as written
+            default:
+              t.text += '\\';
+              t.text += e;
+              break;  // Python keeps unknown escapes as written
           }
           continue;
         }
@@ -97,8 +115,8 @@ std::vector<Token> tokenize(const std::string& s, const Fail& refuse) {
       }
       if (!closed) refuse("the unterminated string literal " + s.substr(t.begin));
     } else {
-      static const char* const kOps[] = {"//", "==", "!=", "<=", ">=", "**", "(", ")", "[", "]", ",", ".",
-                                         "|", "+", "-", "*", "/", "%", "~", ":", "<", ">", "=", "{", "}"};
+      static const char* const kOps[] = {"//", "==", "!=", "<=", ">=", "**", "(", ")", "[", "]", ",", ".", "|",
+                                         "+",  "-",  "*",  "/",  "%",  "~",  ":", "<", ">", "=", "{", "}"};
       for (const char* op : kOps) {
         const size_t n = std::char_traits<char>::length(op);
         if (s.compare(p, n, op) == 0) {
@@ -155,9 +173,11 @@ class Parser {
     }
     if (t.kind == Token::Kind::kName && t.text == "in") refuse("the operator 'in'");
     // The source is quoted as untrusted text: it may hold newlines (found by fuzz_template).
-    if (t.kind == Token::Kind::kEnd) refuse("the expression " + quote_untrusted(source_) + " (it ends too early" + why + ")");
+    if (t.kind == Token::Kind::kEnd)
+      refuse("the expression " + quote_untrusted(source_) + " (it ends too early" + why + ")");
     refuse(fmt::format("the expression {} (unexpected {} at offset {}{})", quote_untrusted(source_),
-                       t.kind == Token::Kind::kString ? py::repr(json(t.text)) : quote_untrusted(t.text), t.begin, why));
+                       t.kind == Token::Kind::kString ? py::repr(json(t.text)) : quote_untrusted(t.text), t.begin,
+                       why));
   }
   [[noreturn]] void refuse(const std::string& what) {
     refuse_(what);
@@ -373,9 +393,7 @@ class Parser {
         } catch (const std::out_of_range&) {  // 1e999 (found by fuzz_template)
           refuse("the number " + t.text + " (out of range)");
         }
-      case Token::Kind::kString:
-        take();
-        return literal(json(t.text), begin);
+      case Token::Kind::kString: take(); return literal(json(t.text), begin);
       case Token::Kind::kOp:
         if (t.text == "(") {
           take();
@@ -400,8 +418,7 @@ class Parser {
           return make(Node::Kind::kList, "", std::move(items), begin);
         }
         unexpected();
-      case Token::Kind::kEnd:
-        unexpected();
+      case Token::Kind::kEnd: unexpected();
     }
     unexpected();
   }
@@ -549,8 +566,7 @@ json to_int(const json& v) {
     const double d = std::stod(s, &used);
     // Only doubles inside int64's range convert; past it the cast is undefined behaviour.
     if (used == s.size() && std::isfinite(d) && std::fabs(d) < 9.2e18) return static_cast<int64_t>(std::trunc(d));
-  } catch (const std::exception&) {
-  }
+  } catch (const std::exception&) {}
   return 0;
 }
 
@@ -716,8 +732,8 @@ class Evaluator {
   void arity(const Node& n, const std::vector<json>& args, size_t low, size_t high) {
     if (args.size() < low || args.size() > high) {
       error(fmt::format("{}() takes {} argument{} ({} given)", n.name,
-                        low == high ? std::to_string(low) : fmt::format("{} to {}", low, high),
-                        high == 1 ? "" : "s", args.size()));
+                        low == high ? std::to_string(low) : fmt::format("{} to {}", low, high), high == 1 ? "" : "s",
+                        args.size()));
     }
   }
 
@@ -760,14 +776,15 @@ class Evaluator {
       if (m == "index" || m == "find") {
         arity(n, args, 1, 1);
         const int64_t at = py::find(s, string_arg(args[0], m + "() argument"));
-        if (at < 0 && m == "index") error(fmt::format("{}.index({}): substring not found", n.args[0]->source, py::repr(args[0])));
+        if (at < 0 && m == "index")
+          error(fmt::format("{}.index({}): substring not found", n.args[0]->source, py::repr(args[0])));
         return at;
       }
       if (m == "startswith" || m == "endswith") {
         arity(n, args, 1, 1);
         const std::string& x = string_arg(args[0], m + "() argument");
-        const bool hit = x.size() <= s.size() &&
-                         (m == "startswith" ? s.compare(0, x.size(), x) == 0 : s.compare(s.size() - x.size(), x.size(), x) == 0);
+        const bool hit = x.size() <= s.size() && (m == "startswith" ? s.compare(0, x.size(), x) == 0
+                                                                    : s.compare(s.size() - x.size(), x.size(), x) == 0);
         return hit;
       }
     }
@@ -786,7 +803,8 @@ class Evaluator {
         return count;
       }
     }
-    error(fmt::format("{}.{}(): {} has no method '{}' in gpueval's Jinja subset", n.args[0]->source, m, type_name(obj), m));
+    error(fmt::format("{}.{}(): {} has no method '{}' in gpueval's Jinja subset", n.args[0]->source, m, type_name(obj),
+                      m));
   }
 
   json filter(const Node& n) {
@@ -913,7 +931,7 @@ class Evaluator {
       const std::string& s = a.is_string() ? a.get_ref<const std::string&>() : b.get_ref<const std::string&>();
       const int64_t times = std::max<int64_t>(0, as_int(a.is_string() ? b : a));
       if (s.empty()) return std::string();
-      if ( static_cast<uint64_t>(times) > kMaxString / s.size())
+      if (static_cast<uint64_t>(times) > kMaxString / s.size())
         error(fmt::format("'*' would repeat a string of {} bytes {} times, over the {} MiB a template may render",
                           s.size(), times, kMaxString >> 20));
       std::string out;

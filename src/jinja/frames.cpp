@@ -115,7 +115,8 @@ class Analysis {
         }
         case Stmt::Kind::kSet:
           loads(*st->expr, s);
-          if (!st->attr.empty()) s.load(st->targets[0]);
+          if (!st->attr.empty())
+            s.load(st->targets[0]);
           else
             for (const std::string& t : st->targets) s.store(t);
           break;
@@ -123,9 +124,12 @@ class Analysis {
           s.store(st->targets[0]);
           children.push_back({&st->body, {}, {}});
           break;
-        case Stmt::Kind::kMacro: case Stmt::Kind::kCallBlock: {
-          if (st->kind == Stmt::Kind::kMacro) s.store(st->name);
-          else loads(*st->expr, s);
+        case Stmt::Kind::kMacro:
+        case Stmt::Kind::kCallBlock: {
+          if (st->kind == Stmt::Kind::kMacro)
+            s.store(st->name);
+          else
+            loads(*st->expr, s);
           std::vector<std::string> params;
           std::vector<const Expr*> defaults;
           for (const auto& [name, def] : st->params) {

@@ -57,13 +57,20 @@ std::string unescape(const std::string& s) {
       case '\'': out += '\''; break;
       case '"': out += '"'; break;
       case '\n': break;
-      case 'x': if (!hex(2)) out += "\\x"; break;
-      case 'u': if (!hex(4)) out += "\\u"; break;
-      case 'U': if (!hex(8)) out += "\\U"; break;
+      case 'x':
+        if (!hex(2)) out += "\\x";
+        break;
+      case 'u':
+        if (!hex(4)) out += "\\u";
+        break;
+      case 'U':
+        if (!hex(8)) out += "\\U";
+        break;
       default:
         if (e >= '0' && e <= '7') {
           uint32_t cp = static_cast<uint32_t>(e - '0');
-          for (int k = 0; k < 2 && i + 1 < s.size() && s[i + 1] >= '0' && s[i + 1] <= '7'; ++k) cp = cp * 8 + (s[++i] - '0');
+          for (int k = 0; k < 2 && i + 1 < s.size() && s[i + 1] >= '0' && s[i + 1] <= '7'; ++k)
+            cp = cp * 8 + (s[++i] - '0');
           utf8_append(out, cp);
         } else {
           out += '\\';
@@ -95,8 +102,7 @@ bool all_space(const std::string& s, size_t from) {
 
 class Lexer {
  public:
-  Lexer(std::string source, const std::string& where, const SyntaxOptions& options)
-      : where_(where), options_(options) {
+  Lexer(std::string source, const std::string& where, const SyntaxOptions& options) : where_(where), options_(options) {
     // Jinja2 reads \r\n and \r as \n, and without keep_trailing_newline drops one final newline.
     for (size_t i = 0; i < source.size(); ++i) {
       if (source[i] == '\r') {
@@ -157,7 +163,9 @@ class Lexer {
   }
 
  private:
-  [[noreturn]] void fail(int line, const std::string& what) { throw Error(fmt::format("{}:{}: {}", where_, line, what)); }
+  [[noreturn]] void fail(int line, const std::string& what) {
+    throw Error(fmt::format("{}:{}: {}", where_, line, what));
+  }
 
   int line_at(size_t pos) {
     while (counted_ < pos && counted_ < src_.size()) {
@@ -279,7 +287,9 @@ class Lexer {
     std::vector<char> balance;
     while (true) {
       const int here = line_at(pos_);
-      if (pos_ >= src_.size()) fail(here, variable ? "unexpected end of template, expected '}}'" : "unexpected end of template, expected '%}'");
+      if (pos_ >= src_.size())
+        fail(here,
+             variable ? "unexpected end of template, expected '}}'" : "unexpected end of template, expected '%}'");
       size_t end = 0;
       if (balance.empty()) {
         bool ended = false;
@@ -330,7 +340,7 @@ class Lexer {
         pos_ = q + 1;
       } else {
         static const char* const kOps[] = {"//", "**", "==", "!=", ">=", "<=", "+", "-", "/", "*", "%", "~", "[",
-                                           "]", "(", ")", "{", "}", ">", "<", "=", ".", ":", "|", ",", ";"};
+                                           "]",  "(",  ")",  "{",  "}",  ">",  "<", "=", ".", ":", "|", ",", ";"};
         const char* found = nullptr;
         for (const char* op : kOps) {
           if (src_.compare(pos_, std::char_traits<char>::length(op), op) == 0) {
@@ -473,7 +483,8 @@ class Parser {
     return next().text;
   }
   void expect_block_end() {
-    if (peek().kind != Token::Kind::kBlockEnd) fail(fmt::format("expected end of statement block, got {}", describe(peek())));
+    if (peek().kind != Token::Kind::kBlockEnd)
+      fail(fmt::format("expected end of statement block, got {}", describe(peek())));
     next();
   }
 
@@ -530,7 +541,8 @@ class Parser {
           s.line = t.line;
           next();
           s.expr = tuple_expression(false);
-          if (peek().kind != Token::Kind::kVarEnd) fail(fmt::format("expected end of print statement, got {}", describe(peek())));
+          if (peek().kind != Token::Kind::kVarEnd)
+            fail(fmt::format("expected end of print statement, got {}", describe(peek())));
           next();
           body.push_back(std::make_shared<const Stmt>(std::move(s)));
           break;
@@ -551,8 +563,9 @@ class Parser {
           if (!ends.empty()) {
             std::string want;
             for (const auto& e : ends) want += (want.empty() ? "'" : " or '") + e + "'";
-            fail_at(opened_line, fmt::format("unexpected end of template: '{}' opened here was never closed (looking for {})",
-                                             opened, want));
+            fail_at(opened_line,
+                    fmt::format("unexpected end of template: '{}' opened here was never closed (looking for {})",
+                                opened, want));
           }
           return body;
         default: fail(fmt::format("unexpected {}", describe(t)));
@@ -589,7 +602,8 @@ class Parser {
         next();
         s.filter = expression(true);
       }
-      if (at_name("recursive")) fail("unsupported: recursive loops ('for ... recursive') are outside gpueval's Jinja subset");
+      if (at_name("recursive"))
+        fail("unsupported: recursive loops ('for ... recursive') are outside gpueval's Jinja subset");
       expect_block_end();
       std::string end;
       ++loops_;
@@ -615,7 +629,8 @@ class Parser {
         s.expr = tuple_expression(false);
         expect_block_end();
       } else {
-        if (!s.attr.empty() || s.targets.size() != 1) fail("a block set ('{% set x %}...{% endset %}') assigns one name");
+        if (!s.attr.empty() || s.targets.size() != 1)
+          fail("a block set ('{% set x %}...{% endset %}') assigns one name");
         s.kind = Stmt::Kind::kSetBlock;
         if (at_op("|")) s.filter = filters(nullptr);
         expect_block_end();
@@ -669,10 +684,10 @@ class Parser {
       s.kind = name == "break" ? Stmt::Kind::kBreak : Stmt::Kind::kContinue;
       expect_block_end();
     } else {
-      static const std::set<std::string> kUnsupported = {"include", "import", "from", "extends", "block", "with",
-                                                        "autoescape", "do", "trans", "pluralize", "print"};
+      static const std::set<std::string> kUnsupported = {"include",    "import", "from",  "extends",   "block", "with",
+                                                         "autoescape", "do",     "trans", "pluralize", "print"};
       static const std::set<std::string> kEnds = {"endif", "endfor", "endset", "endmacro", "endfilter", "endgeneration",
-                                                  "elif", "else", "endraw", "endcall", "endblock", "endwith"};
+                                                  "elif",  "else",   "endraw", "endcall",  "endblock",  "endwith"};
       if (kUnsupported.count(name)) fail_at(t.line, fmt::format("unsupported statement '{}'", name));
       if (kEnds.count(name)) fail_at(t.line, fmt::format("unexpected '{}' (no open statement it closes)", name));
       fail_at(t.line, fmt::format("unknown statement '{}'", name));
@@ -727,8 +742,10 @@ class Parser {
         break;
       }
       items.push_back(no_condexpr ? or_expr() : expression(true));
-      if (at_op(",")) is_tuple = true;
-      else break;
+      if (at_op(","))
+        is_tuple = true;
+      else
+        break;
     }
     if (!is_tuple) {
       if (items.size() == 1) return items[0];
@@ -876,9 +893,12 @@ class Parser {
     if (t.kind == Token::Kind::kName) {
       const std::string name = next().text;
       Expr e = node(Expr::Kind::kConst, line);
-      if (name == "true" || name == "True") e.value = Value(true);
-      else if (name == "false" || name == "False") e.value = Value(false);
-      else if (name == "none" || name == "None") e.value = Value();
+      if (name == "true" || name == "True")
+        e.value = Value(true);
+      else if (name == "false" || name == "False")
+        e.value = Value(false);
+      else if (name == "none" || name == "None")
+        e.value = Value();
       else {
         e.kind = Expr::Kind::kName;
         e.name = name;
@@ -1031,13 +1051,15 @@ class Parser {
       if (!first) expect_op(",");
       first = false;
       if (at_op(")")) break;
-      if (at_op("*") || at_op("**")) fail("unsupported: '*args' and '**kwargs' in calls are outside gpueval's Jinja subset");
+      if (at_op("*") || at_op("**"))
+        fail("unsupported: '*args' and '**kwargs' in calls are outside gpueval's Jinja subset");
       if (peek().kind == Token::Kind::kName && at_op("=", 1)) {
         std::string key = next().text;
         next();
         kwargs.emplace_back(std::move(key), expression(true));
       } else {
-        if (!kwargs.empty()) fail("invalid syntax for function call expression (a positional argument after a keyword one)");
+        if (!kwargs.empty())
+          fail("invalid syntax for function call expression (a positional argument after a keyword one)");
         args.push_back(expression(true));
       }
     }

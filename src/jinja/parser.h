@@ -14,8 +14,8 @@
 namespace gpueval::jinja {
 
 struct SyntaxOptions {
-  bool trim_blocks = false;            // drop the first newline after a block or comment tag
-  bool lstrip_blocks = false;          // drop spaces and tabs from a line's start to a block tag
+  bool trim_blocks = false;  // drop the first newline after a block or comment tag
+  bool lstrip_blocks = false;  // drop spaces and tabs from a line's start to a block tag
   bool keep_trailing_newline = false;  // Jinja2's default drops one newline ending the template
 };
 

@@ -21,23 +21,23 @@ using Body = std::vector<StmtPtr>;
 
 struct Expr {
   enum class Kind {
-    kConst,     // value
-    kName,      // name
-    kGetattr,   // a: object; name
-    kGetitem,   // a: object, b: key
-    kSlice,     // a: object, args: start, stop, step (null when absent)
-    kCall,      // a: callee; args, kwargs
-    kFilter,    // a: operand (null inside {% filter %}); name; args, kwargs
-    kTest,      // a: operand; name; args; negated
-    kNot,       // a
-    kNeg,       // a
-    kPos,       // a
-    kBinary,    // name: + - * / // % ** ~ and or; a, b
-    kCompare,   // a: first operand; ops: (operator, operand) pairs: == != < > <= >= in notin
-    kCond,      // a: value, b: condition, c: else value (null: undefined)
-    kList,      // args
-    kTuple,     // args
-    kDict,      // pairs in args: key, value, key, value, ...
+    kConst,  // value
+    kName,  // name
+    kGetattr,  // a: object; name
+    kGetitem,  // a: object, b: key
+    kSlice,  // a: object, args: start, stop, step (null when absent)
+    kCall,  // a: callee; args, kwargs
+    kFilter,  // a: operand (null inside {% filter %}); name; args, kwargs
+    kTest,  // a: operand; name; args; negated
+    kNot,  // a
+    kNeg,  // a
+    kPos,  // a
+    kBinary,  // name: + - * / // % ** ~ and or; a, b
+    kCompare,  // a: first operand; ops: (operator, operand) pairs: == != < > <= >= in notin
+    kCond,  // a: value, b: condition, c: else value (null: undefined)
+    kList,  // args
+    kTuple,  // args
+    kDict,  // pairs in args: key, value, key, value, ...
   };
   Kind kind = Kind::kConst;
   int line = 1;
@@ -53,15 +53,15 @@ struct Expr {
 
 struct Stmt {
   enum class Kind {
-    kText,        // text
-    kOutput,      // expr
-    kIf,          // branches (condition, body), else_body
-    kFor,         // targets, expr: iterable, filter, body, else_body
-    kSet,         // targets (or namespace + attr), expr
-    kSetBlock,    // targets[0], body, filter (may be null: applied to the body)
-    kMacro,       // name, params (name, default or null), body
-    kCallBlock,   // expr: the call; name "caller", params and body: the caller macro the call is given
-    kFilterBlock, // filter (Expr kFilter chain whose innermost operand is null), body
+    kText,  // text
+    kOutput,  // expr
+    kIf,  // branches (condition, body), else_body
+    kFor,  // targets, expr: iterable, filter, body, else_body
+    kSet,  // targets (or namespace + attr), expr
+    kSetBlock,  // targets[0], body, filter (may be null: applied to the body)
+    kMacro,  // name, params (name, default or null), body
+    kCallBlock,  // expr: the call; name "caller", params and body: the caller macro the call is given
+    kFilterBlock,  // filter (Expr kFilter chain whose innermost operand is null), body
     kBreak,
     kContinue,
   };

@@ -19,8 +19,10 @@ size_t closing_tag(const std::string& text, size_t pos, char close) {
   for (size_t i = pos; i + 1 < text.size(); ++i) {
     const char c = text[i];
     if (quote) {
-      if (c == '\\') ++i;
-      else if (c == quote) quote = 0;
+      if (c == '\\')
+        ++i;
+      else if (c == quote)
+        quote = 0;
     } else if (c == '\'' || c == '"') {
       quote = c;
     } else if (c == close && text[i + 1] == '}') {
@@ -66,7 +68,8 @@ Template Template::parse(const std::string& text, const std::string& name, const
       strip_next = false;
       continue;
     }
-    if (text[pos] != '{' || pos + 1 >= text.size() || (text[pos + 1] != '{' && text[pos + 1] != '%' && text[pos + 1] != '#')) {
+    if (text[pos] != '{' || pos + 1 >= text.size() ||
+        (text[pos + 1] != '{' && text[pos + 1] != '%' && text[pos + 1] != '#')) {
       literal += text[pos++];
       continue;
     }
@@ -107,7 +110,8 @@ Template Template::parse(const std::string& text, const std::string& name, const
     while (k < statement.size() && (std::isalnum(static_cast<unsigned char>(statement[k])) || statement[k] == '_')) ++k;
     const std::string keyword = statement.substr(0, k), rest = trimmed(statement.substr(k));
     auto no_argument = [&] {
-      if (!rest.empty()) refuse(fmt::format("'{{% {} %}}' takes nothing after it, not {}", keyword, quote_untrusted(rest)));
+      if (!rest.empty())
+        refuse(fmt::format("'{{% {} %}}' takes nothing after it, not {}", keyword, quote_untrusted(rest)));
     };
     if (keyword == "if") {
       if (rest.empty()) refuse("'{% if %}' without a condition");
@@ -126,8 +130,8 @@ Template Template::parse(const std::string& text, const std::string& name, const
       if (keyword != "endif" && o.in_else) refuse(fmt::format("'{{% {} %}}' after '{{% else %}}'", keyword));
       if (keyword == "elif") {
         if (rest.empty()) refuse("'{% elif %}' without a condition");
-        o.block->branches.emplace_back(std::make_shared<const jinja::Expression>(jinja::Expression::parse(rest, refuse)),
-                                       std::vector<Segment>());
+        o.block->branches.emplace_back(
+            std::make_shared<const jinja::Expression>(jinja::Expression::parse(rest, refuse)), std::vector<Segment>());
         body = &o.block->branches.back().second;
       } else if (keyword == "else") {
         no_argument();
@@ -159,10 +163,10 @@ bool Template::is_single_expression() const {
          segments_[0].conditional == nullptr;
 }
 
-nlohmann::json Template::evaluate(const jinja::Expression& e, const nlohmann::json& doc, const std::string& where) const {
-  return e.evaluate(doc, [&](const std::string& message) {
-    fail(where, "{} {}{}", name_, quote_untrusted(text_), message);
-  });
+nlohmann::json Template::evaluate(const jinja::Expression& e, const nlohmann::json& doc,
+                                  const std::string& where) const {
+  return e.evaluate(
+      doc, [&](const std::string& message) { fail(where, "{} {}{}", name_, quote_untrusted(text_), message); });
 }
 
 void Template::render(const std::vector<Segment>& body, const nlohmann::json& doc, const std::string& where,

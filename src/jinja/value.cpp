@@ -68,8 +68,12 @@ Value Value::from_json(const nlohmann::ordered_json& j) {
 bool Value::same_object(const Value& o) const {
   if (kind_ != o.kind_) return false;
   switch (kind_) {
-    case Kind::kList: case Kind::kTuple: case Kind::kIterator: return list_ == o.list_;
-    case Kind::kDict: case Kind::kNamespace: case Kind::kLoop: return dict_ == o.dict_;
+    case Kind::kList:
+    case Kind::kTuple:
+    case Kind::kIterator: return list_ == o.list_;
+    case Kind::kDict:
+    case Kind::kNamespace:
+    case Kind::kLoop: return dict_ == o.dict_;
     case Kind::kCallable: return callable_ == o.callable_;
     default: return equal(*this, o);
   }
@@ -83,7 +87,9 @@ std::vector<Value> Value::iterate() const {
       for (const char32_t c : py::code_points(string_)) out.emplace_back(py::utf8(std::u32string(1, c)));
       return out;
     }
-    case Kind::kList: case Kind::kTuple: case Kind::kIterator: return *list_;
+    case Kind::kList:
+    case Kind::kTuple:
+    case Kind::kIterator: return *list_;
     case Kind::kDict: {
       std::vector<Value> out;
       for (const auto& [k, v] : dict_->entries) out.push_back(k);
@@ -131,7 +137,8 @@ std::optional<Value> CallArgs::take(size_t index, const std::string& name) {
 }
 
 void CallArgs::done(const std::string& function) const {
-  if (!keyword.empty()) fail_type(fmt::format("{}() got an unexpected keyword argument '{}'", function, keyword.front().first));
+  if (!keyword.empty())
+    fail_type(fmt::format("{}() got an unexpected keyword argument '{}'", function, keyword.front().first));
   if (positional.size() > taken_positional)
     fail_type(fmt::format("{}() takes at most {} positional argument{} ({} given)", function, taken_positional,
                           taken_positional == 1 ? "" : "s", positional.size()));
@@ -173,11 +180,14 @@ std::string object_type_repr(const Value& v) {
 
 bool truthy(const Value& v) {
   switch (v.kind()) {
-    case Value::Kind::kUndefined: case Value::Kind::kNone: return false;
-    case Value::Kind::kBool: case Value::Kind::kInt: return v.as_int() != 0;
+    case Value::Kind::kUndefined:
+    case Value::Kind::kNone: return false;
+    case Value::Kind::kBool:
+    case Value::Kind::kInt: return v.as_int() != 0;
     case Value::Kind::kFloat: return v.as_double() != 0.0;
     case Value::Kind::kString: return !v.as_string().empty();
-    case Value::Kind::kList: case Value::Kind::kTuple: return !v.items().empty();
+    case Value::Kind::kList:
+    case Value::Kind::kTuple: return !v.items().empty();
     case Value::Kind::kDict: return !v.as_dict().entries.empty();
     default: return true;
   }
@@ -190,7 +200,8 @@ std::string string_repr(const std::string& s) { return py::repr(nlohmann::json(s
 std::string container_repr(const Value& v) {
   std::string out;
   switch (v.kind()) {
-    case Value::Kind::kList: case Value::Kind::kTuple: {
+    case Value::Kind::kList:
+    case Value::Kind::kTuple: {
       const bool tuple = v.kind() == Value::Kind::kTuple;
       out += tuple ? '(' : '[';
       for (size_t i = 0; i < v.items().size(); ++i) out += (i ? ", " : "") + repr(v.items()[i]);
@@ -247,9 +258,11 @@ bool equal(const Value& a, const Value& b) {
   }
   if (a.kind() != b.kind()) return false;
   switch (a.kind()) {
-    case Value::Kind::kUndefined: case Value::Kind::kNone: return true;
+    case Value::Kind::kUndefined:
+    case Value::Kind::kNone: return true;
     case Value::Kind::kString: return a.as_string() == b.as_string();
-    case Value::Kind::kList: case Value::Kind::kTuple: {
+    case Value::Kind::kList:
+    case Value::Kind::kTuple: {
       if (a.items().size() != b.items().size()) return false;
       for (size_t i = 0; i < a.items().size(); ++i)
         if (!equal(a.items()[i], b.items()[i])) return false;
@@ -328,13 +341,17 @@ void dump(const Value& v, const DumpOptions& o, int level, std::string& out) {
     case Value::Kind::kInt: out += std::to_string(v.as_int()); return;
     case Value::Kind::kFloat: {
       const double d = v.as_double();
-      if (std::isnan(d)) out += "NaN";
-      else if (std::isinf(d)) out += d > 0 ? "Infinity" : "-Infinity";
-      else out += py::float_repr(d);
+      if (std::isnan(d))
+        out += "NaN";
+      else if (std::isinf(d))
+        out += d > 0 ? "Infinity" : "-Infinity";
+      else
+        out += py::float_repr(d);
       return;
     }
     case Value::Kind::kString: py::append_json_string(out, v.as_string(), o.ensure_ascii); return;
-    case Value::Kind::kList: case Value::Kind::kTuple: {
+    case Value::Kind::kList:
+    case Value::Kind::kTuple: {
       if (v.items().empty()) {
         out += "[]";
         return;
@@ -357,15 +374,21 @@ void dump(const Value& v, const DumpOptions& o, int level, std::string& out) {
       std::vector<std::pair<std::string, const Value*>> entries;
       for (const auto& [k, val] : v.as_dict().entries) {
         std::string key;
-        if (k.is_string()) key = k.as_string();
-        else if (k.is_bool()) key = k.as_bool() ? "true" : "false";
-        else if (k.is_none()) key = "null";
-        else if (k.is_number()) key = repr(k);
-        else fail_type(fmt::format("keys must be str, int, float, bool or None, not {}", type_name(k)));
+        if (k.is_string())
+          key = k.as_string();
+        else if (k.is_bool())
+          key = k.as_bool() ? "true" : "false";
+        else if (k.is_none())
+          key = "null";
+        else if (k.is_number())
+          key = repr(k);
+        else
+          fail_type(fmt::format("keys must be str, int, float, bool or None, not {}", type_name(k)));
         entries.emplace_back(std::move(key), &val);
       }
       if (o.sort_keys)
-        std::stable_sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+        std::stable_sort(entries.begin(), entries.end(),
+                         [](const auto& a, const auto& b) { return a.first < b.first; });
       out += '{';
       for (size_t i = 0; i < entries.size(); ++i) {
         if (i) out += o.item_separator;
@@ -378,8 +401,7 @@ void dump(const Value& v, const DumpOptions& o, int level, std::string& out) {
       out += '}';
       return;
     }
-    default:
-      fail_type(fmt::format("Object of type {} is not JSON serializable", type_name(v)));
+    default: fail_type(fmt::format("Object of type {} is not JSON serializable", type_name(v)));
   }
 }
 

@@ -49,8 +49,21 @@ struct Callable {
 
 class Value {
  public:
-  enum class Kind { kUndefined, kNone, kBool, kInt, kFloat, kString, kList, kTuple, kIterator, kDict, kNamespace,
-                    kLoop, kCallable };
+  enum class Kind {
+    kUndefined,
+    kNone,
+    kBool,
+    kInt,
+    kFloat,
+    kString,
+    kList,
+    kTuple,
+    kIterator,
+    kDict,
+    kNamespace,
+    kLoop,
+    kCallable
+  };
 
   Value() : kind_(Kind::kNone) {}
   Value(bool b) : kind_(Kind::kBool), int_(b) {}
@@ -134,7 +147,7 @@ std::string type_name(const Value& v);
 std::string object_type_repr(const Value& v);
 
 bool truthy(const Value& v);
-std::string str(const Value& v);   // Python's str(): '' for Undefined
+std::string str(const Value& v);  // Python's str(): '' for Undefined
 std::string repr(const Value& v);  // Python's repr()
 bool equal(const Value& a, const Value& b);
 // Python's a < b; a TypeError for types without an order.

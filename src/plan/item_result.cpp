@@ -34,9 +34,12 @@ double number_from(const nlohmann::json& j, const std::string& path) {
 }  // namespace
 
 nlohmann::json to_json(const ItemResult& r) {
-  return {{"request_index", r.request_index}, {"part", r.part},
-          {"parts", r.parts},                 {"logprob", number_or_name(r.logprob)},
-          {"is_greedy", r.is_greedy},         {"num_tokens", r.num_tokens},
+  return {{"request_index", r.request_index},
+          {"part", r.part},
+          {"parts", r.parts},
+          {"logprob", number_or_name(r.logprob)},
+          {"is_greedy", r.is_greedy},
+          {"num_tokens", r.num_tokens},
           {"text", r.text}};
 }
 

@@ -16,11 +16,11 @@ namespace gpueval {
 struct ItemResult {
   int64_t request_index = 0;
   int32_t part = 0;
-  int32_t parts = 1;       // copied from the WorkItem, so a missing last part is detectable
-  double logprob = 0;      // loglikelihood*: sum of target logprobs, in token order, in double
+  int32_t parts = 1;  // copied from the WorkItem, so a missing last part is detectable
+  double logprob = 0;  // loglikelihood*: sum of target logprobs, in token order, in double
   bool is_greedy = false;  // loglikelihood*: every target was the argmax
   int64_t num_tokens = 0;  // targets scored, or tokens generated (EOS excluded)
-  std::string text;        // generate_until: the decoded continuation cut before the first stop string
+  std::string text;  // generate_until: the decoded continuation cut before the first stop string
 };
 
 nlohmann::json to_json(const ItemResult& r);

@@ -247,8 +247,8 @@ std::vector<PackedRow> pack_rows(const Batch& batch) {
       }
       // Target j is predicted by the state of token j - 1: the trunk's last when that is in the trunk.
       for (int64_t j = item.first_target; j < n; ++j)
-        row.targets.push_back({i, j - 1 < context ? last_trunk : begin + (j - 1 - context),
-                               item.tokens[static_cast<size_t>(j)]});
+        row.targets.push_back(
+            {i, j - 1 < context ? last_trunk : begin + (j - 1 - context), item.tokens[static_cast<size_t>(j)]});
     }
     if (!row.targets.empty()) rows.push_back(std::move(row));
   }

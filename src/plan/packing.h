@@ -87,13 +87,13 @@ class SequenceFill {
 
 // One sequence of a packed forward: one row, or several packed side by side (parts).
 struct PackedRow {
-  std::vector<int32_t> tokens;     // per part: trunk (context after the prefix), then each branch's inputs
+  std::vector<int32_t> tokens;  // per part: trunk (context after the prefix), then each branch's inputs
   std::vector<int64_t> positions;  // absolute: each trunk starts at the prefix length, branches follow their trunk
   // part * kSegmentsPerPart + branch: branch 0 for a part's trunk, k = 1, 2, ... for its k-th
   // branch (model.h's forward_packed).
   std::vector<int64_t> segments;
   struct Target {
-    size_t item;     // index into the batch's items
+    size_t item;  // index into the batch's items
     int64_t column;  // the row column whose state predicts it
     int32_t token;
   };

@@ -568,8 +568,10 @@ void batch_items(std::vector<WorkItem> items, const PlanOptions& options, Plan& 
   std::vector<WorkItem> scoring;
   std::map<double, std::vector<WorkItem>> generation;  // by temperature: a batch samples under one setting
   for (WorkItem& item : items) {
-    if (item.type == RequestType::kGenerateUntil) generation[item.temperature].push_back(std::move(item));
-    else scoring.push_back(std::move(item));
+    if (item.type == RequestType::kGenerateUntil)
+      generation[item.temperature].push_back(std::move(item));
+    else
+      scoring.push_back(std::move(item));
   }
   std::vector<Unit> units;
   add_scoring_units(scoring, options, plan, units);
@@ -583,7 +585,8 @@ void batch_items(std::vector<WorkItem> items, const PlanOptions& options, Plan& 
 void mark_families(const std::vector<Request>& requests, std::vector<std::vector<WorkItem>>& encoded) {
   std::map<std::pair<std::string, int64_t>, std::vector<size_t>> by_document;
   for (size_t i = 0; i < requests.size(); ++i) {
-    if (requests[i].type == RequestType::kLoglikelihood) by_document[{requests[i].task, requests[i].doc_id}].push_back(i);
+    if (requests[i].type == RequestType::kLoglikelihood)
+      by_document[{requests[i].task, requests[i].doc_id}].push_back(i);
   }
   for (const auto& [doc, members] : by_document) {
     if (members.size() < 2) continue;
@@ -602,7 +605,8 @@ void mark_families(const std::vector<Request>& requests, std::vector<std::vector
 }
 
 void check_options(const PlanOptions& options) {
-  if (options.batch_tokens < 1) throw Error(fmt::format("plan: batch_tokens must be >= 1, got {}", options.batch_tokens));
+  if (options.batch_tokens < 1)
+    throw Error(fmt::format("plan: batch_tokens must be >= 1, got {}", options.batch_tokens));
   if (options.max_batch_size < 0)
     throw Error(fmt::format("plan: max_batch_size must be >= 0, got {}", options.max_batch_size));
   if (options.max_length < 1) throw Error(fmt::format("plan: max_length must be >= 1, got {}", options.max_length));
@@ -659,7 +663,8 @@ Plan make_plan(const std::vector<Request>& requests, const Tokenizer& tokenizer,
   Plan plan;
   plan.num_requests = static_cast<int64_t>(requests.size());
   std::vector<WorkItem> items;
-  std::vector<std::vector<WorkItem>> encoded = encode_all(requests, tokenizer, options, &plan.truncated_requests, &plan.long_continuations);
+  std::vector<std::vector<WorkItem>> encoded =
+      encode_all(requests, tokenizer, options, &plan.truncated_requests, &plan.long_continuations);
   mark_families(requests, encoded);
   for (auto& per_request : encoded) {
     for (WorkItem& item : per_request) {

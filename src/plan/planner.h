@@ -30,17 +30,17 @@ namespace gpueval {
 //   generate_until:        tokens = the prompt; generation stops at max_tokens, EOS or a stop string.
 struct WorkItem {
   int64_t request_index = 0;  // Request::index
-  int32_t part = 0;           // rolling windows: 0 .. parts-1; else 0
+  int32_t part = 0;  // rolling windows: 0 .. parts-1; else 0
   int32_t parts = 1;
   RequestType type = RequestType::kLoglikelihood;
   std::vector<int32_t> tokens;
-  int64_t first_target = 1;        // loglikelihood*: first scored position, >= 1
+  int64_t first_target = 1;  // loglikelihood*: first scored position, >= 1
   std::vector<std::string> stops;  // generate_until
-  int64_t max_tokens = 0;          // generate_until
-  double temperature = 0.0;        // generate_until: 0 is greedy
-  int64_t top_k = 0;               // generate_until sampling: 0 is off
-  double top_p = 1.0;              // generate_until sampling: 1 is off
-  uint64_t seed = 0;               // generate_until: request_seed(), so sampling never depends on the worker
+  int64_t max_tokens = 0;  // generate_until
+  double temperature = 0.0;  // generate_until: 0 is greedy
+  int64_t top_k = 0;  // generate_until sampling: 0 is off
+  double top_p = 1.0;  // generate_until sampling: 1 is off
+  uint64_t seed = 0;  // generate_until: request_seed(), so sampling never depends on the worker
   // loglikelihood: the request index of the first of one document's requests whose contexts
   // differ but whose continuation is the same (a multiple-input task's choices); -1 otherwise.
   // Packing runs a family as one row over the prefix its contexts share (packing.h).
@@ -52,18 +52,18 @@ struct WorkItem {
 };
 
 struct Batch {
-  int64_t id = 0;                // position in the plan
-  std::vector<WorkItem> items;   // longest first (a context group's items together)
+  int64_t id = 0;  // position in the plan
+  std::vector<WorkItem> items;  // longest first (a context group's items together)
   // Prefix reuse (packing.h): items with the same context share one row, and
   // every item starts with `prefix`, whose keys and values a worker computes
   // once and keeps for the following batches with the same prefix_id.
   bool share_contexts = false;
-  std::vector<int32_t> prefix;   // empty: none
-  int64_t prefix_id = -1;        // the plan's id of `prefix`; -1 when empty
+  std::vector<int32_t> prefix;  // empty: none
+  int64_t prefix_id = -1;  // the plan's id of `prefix`; -1 when empty
   // With share_contexts: the width rows are packed into (packing.h's pack_rows; a row wider than
   // it has a sequence of its own); 0: the longest row's.
   int64_t sequence_width = 0;
-  int64_t padded_tokens = 0;     // sequences * their width (packing.h's pack_rows)
+  int64_t padded_tokens = 0;  // sequences * their width (packing.h's pack_rows)
   // generate_until: the sequences decoded together (continuous batching, model/decoder/generate.h): when
   // one ends, the next item takes its place; 0: every item at once.
   int64_t max_rows = 0;
@@ -112,10 +112,10 @@ struct PlanOptions {
   // the widest row's prompt after the prefix plus max_tokens, per row) would pass
   // generation_kv_positions, and holds up to kGenerationItemsPerRow times that many items (within
   // generation_kv_positions of rows, and max_batch_size), and no more than an equal share of its
-  // prefix's items among `workers`, so that every worker gets some. Its running set is refilled as sequences end, so it runs full until its
-  // last sequences start; only then does it drain. Every sequence is journaled as it ends (where rows
-  // are independent: run_journal.h), so a long batch loses no finished work to a crash.
-  // generation_kv_positions 0: batch_tokens.
+  // prefix's items among `workers`, so that every worker gets some. Its running set is refilled as sequences end, so it
+  // runs full until its last sequences start; only then does it drain. Every sequence is journaled as it ends (where
+  // rows are independent: run_journal.h), so a long batch loses no finished work to a crash. generation_kv_positions 0:
+  // batch_tokens.
   static constexpr int64_t kGenerationItemsPerRow = 8;
   int64_t generation_rows = 16;
   int64_t generation_kv_positions = 0;
@@ -126,11 +126,11 @@ struct Plan {
   std::vector<Batch> batches;  // ids 0..n-1, longest first
   int64_t num_requests = 0;
   int64_t num_items = 0;
-  int64_t total_tokens = 0;   // sum of item costs: the tokens a run without any reuse computes
-  int64_t row_tokens = 0;     // tokens in the plan's rows (after packing, without prefixes)
+  int64_t total_tokens = 0;  // sum of item costs: the tokens a run without any reuse computes
+  int64_t row_tokens = 0;  // tokens in the plan's rows (after packing, without prefixes)
   int64_t prefix_tokens = 0;  // sum of the distinct prefixes' lengths
   int64_t padded_tokens = 0;  // sum of batch padded_tokens
-  int64_t num_prefixes = 0;   // distinct prefixes (prefix ids 0 .. num_prefixes-1)
+  int64_t num_prefixes = 0;  // distinct prefixes (prefix ids 0 .. num_prefixes-1)
   int64_t truncated_requests = 0;  // loglikelihood/generate_until requests left-truncated to fit max_length
   // Of those, loglikelihood requests whose continuation alone is longer than max_length: only
   // its last max_length tokens are scored (lm-eval 0.4.13 fails on these).
@@ -175,6 +175,6 @@ nlohmann::json to_json(const WorkItem& item);
 WorkItem work_item_from_json(const nlohmann::json& j);  // throws Error on a malformed object
 nlohmann::json to_json(const Batch& batch);
 Batch batch_from_json(const nlohmann::json& j);  // throws Error on a malformed object
-nlohmann::json to_json(const Plan& plan);        // the batches, for logs and determinism checks
+nlohmann::json to_json(const Plan& plan);  // the batches, for logs and determinism checks
 
 }  // namespace gpueval

@@ -23,8 +23,12 @@ RequestType parse_request_type(const std::string& name) {
 }
 
 nlohmann::json to_json(const Request& r) {
-  nlohmann::json j = {{"index", r.index},   {"task", r.task},       {"doc_id", r.doc_id},
-                      {"choice", r.choice}, {"type", request_type_name(r.type)}, {"context", r.context}};
+  nlohmann::json j = {{"index", r.index},
+                      {"task", r.task},
+                      {"doc_id", r.doc_id},
+                      {"choice", r.choice},
+                      {"type", request_type_name(r.type)},
+                      {"context", r.context}};
   if (r.type == RequestType::kLoglikelihood) j["continuation"] = r.continuation;
   if (r.type == RequestType::kGenerateUntil) {
     j["stops"] = r.stops;
@@ -39,7 +43,10 @@ nlohmann::json to_json(const Request& r) {
 }
 
 nlohmann::json to_json(const RequestResult& r) {
-  return {{"index", r.index}, {"logprob", r.logprob}, {"is_greedy", r.is_greedy}, {"num_tokens", r.num_tokens},
+  return {{"index", r.index},
+          {"logprob", r.logprob},
+          {"is_greedy", r.is_greedy},
+          {"num_tokens", r.num_tokens},
           {"text", r.text}};
 }
 

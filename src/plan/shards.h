@@ -21,8 +21,8 @@ enum class CutPlace : int { kBatch = 0, kPrefixRun = 1, kCheckpoint = 2 };
 
 // One batch in the sequence that is cut.
 struct ShardPiece {
-  int64_t weight = 0;                   // tokens it computes: padded rows, and its prefix when it starts a run
-  CutPlace before = CutPlace::kBatch;   // the place just before it
+  int64_t weight = 0;  // tokens it computes: padded rows, and its prefix when it starts a run
+  CutPlace before = CutPlace::kBatch;  // the place just before it
 };
 
 // The plan's batches as pieces, in batch order. The first is a checkpoint's start, a batch whose

@@ -44,9 +44,10 @@ std::string decade_label(int exponent) {
 
 Svg::Svg(int decimals, const std::string& first_attribute, double width, double height, const std::string& label)
     : decimals_(decimals) {
-  out_ = fmt::format("<svg {} width=\"{:.0f}\" height=\"{:.0f}\" viewBox=\"0 0 {:.0f} {:.0f}\" role=\"img\" "
-                     "aria-label=\"{}\">\n",
-                     first_attribute, width, height, width, height, html_escape(label));
+  out_ = fmt::format(
+      "<svg {} width=\"{:.0f}\" height=\"{:.0f}\" viewBox=\"0 0 {:.0f} {:.0f}\" role=\"img\" "
+      "aria-label=\"{}\">\n",
+      first_attribute, width, height, width, height, html_escape(label));
 }
 
 std::string Svg::num(double v) const { return fmt::format("{:.{}f}", v, decimals_); }

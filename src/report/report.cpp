@@ -250,8 +250,8 @@ std::string scores_table(const Scores& scores) {
     for (const MetricResult& m : t.metrics) {
       out += fmt::format("| {} | {} | {} | {} | {} | {} | {:.4f} | ± | {} | {} |\n", markdown_cell(t.task->alias()),
                          markdown_cell(version), markdown_cell(m.filter), t.task->num_fewshot(), m.name,
-                         m.higher_is_better ? "↑" : "↓",
-                         m.value, m.stderr ? fmt::format("{:.4f}", *m.stderr) : "N/A", m.n);
+                         m.higher_is_better ? "↑" : "↓", m.value, m.stderr ? fmt::format("{:.4f}", *m.stderr) : "N/A",
+                         m.n);
     }
   }
   const std::vector<GroupScores>& groups = scores.groups;
@@ -280,8 +280,9 @@ std::string markdown(const Scores& scores, const RunSummary& summary) {
   if (summary.timing.value("compute_s", 0.0) > 0) {
     const auto& t = summary.timing;
     const auto rate = [&](const char* key, const char* what) {
-      return t.contains(key) && t.at(key).is_number() ? fmt::format(", {:.0f} {} tokens/s", t.at(key).get<double>(), what)
-                                                       : std::string();
+      return t.contains(key) && t.at(key).is_number()
+                 ? fmt::format(", {:.0f} {} tokens/s", t.at(key).get<double>(), what)
+                 : std::string();
     };
     out += fmt::format("- compute: {:.2f} s from the first batch sent to the last result{}{}\n",
                        t.at("compute_s").get<double>(), rate("requested_tokens_per_s", "requested"),
@@ -290,11 +291,12 @@ std::string markdown(const Scores& scores, const RunSummary& summary) {
   if (summary.limit) out += fmt::format("- limit: {} documents per task\n", *summary.limit);
   if (summary.batching.contains("tokens_computed")) {
     const auto& b = summary.batching;
-    out += fmt::format("- tokens: {} computed for {} requested (prefix reuse {}, continuations {}grouped), {:.1f}% "
-                       "padding\n",
-                       b.at("tokens_computed").get<int64_t>(), b.at("tokens_requested").get<int64_t>(),
-                       b.at("prefix_reuse").get<bool>() ? "on" : "off",
-                       b.value("group_continuations", true) ? "" : "not ", 100 * b.at("padding_fraction").get<double>());
+    out += fmt::format(
+        "- tokens: {} computed for {} requested (prefix reuse {}, continuations {}grouped), {:.1f}% "
+        "padding\n",
+        b.at("tokens_computed").get<int64_t>(), b.at("tokens_requested").get<int64_t>(),
+        b.at("prefix_reuse").get<bool>() ? "on" : "off", b.value("group_continuations", true) ? "" : "not ",
+        100 * b.at("padding_fraction").get<double>());
   }
   out += "\n" + scores_table(scores);
   std::vector<std::string> notes;

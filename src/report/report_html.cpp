@@ -28,7 +28,7 @@ using Json = nlohmann::ordered_json;
 const char* const kChartMetrics[] = {"acc", "exact_match", "acc_norm", "acc_bytes"};
 
 struct Metric {
-  std::string name;    // "acc"
+  std::string name;  // "acc"
   std::string filter;  // "none", "strict-match"
   std::optional<double> value;  // nullopt where results.json has no number
   std::string value_text;
@@ -78,7 +78,8 @@ Entry parse_entry(const std::string& name, const Json& j, bool group) {
     if (comma == std::string::npos) continue;
     const std::string metric = key.substr(0, comma), filter = key.substr(comma + 1);
     static const std::string kStderr = "_stderr";
-    if (metric.size() > kStderr.size() && metric.compare(metric.size() - kStderr.size(), kStderr.size(), kStderr) == 0) {
+    if (metric.size() > kStderr.size() &&
+        metric.compare(metric.size() - kStderr.size(), kStderr.size(), kStderr) == 0) {
       continue;
     }
     Metric m;
@@ -151,7 +152,6 @@ std::string date_text(const Json& v) {
   return buf;
 }
 
-
 constexpr double kRowHeight = 22, kBarHeight = 14, kBarArea = 480, kAxisHeight = 26, kGroupGap = 12;
 
 // The bar chart of every entry with a chart metric: groups first, then tasks, each part sorted
@@ -191,7 +191,9 @@ std::string chart_svg(const std::vector<const Entry*>& groups, const std::vector
     const double x = x_of(i / 4.0);
     svg.line("grid", x, kAxisHeight - 6, x, height - 4)
         .text("axis", x, kAxisHeight - 10, " text-anchor=\"middle\"",
-              i == 0 ? "0" : i == 4 ? "1" : fmt::format("{:.2f}", i / 4.0))
+              i == 0   ? "0"
+              : i == 4 ? "1"
+                       : fmt::format("{:.2f}", i / 4.0))
         .raw("\n");
   }
   double y = kAxisHeight;
@@ -237,10 +239,10 @@ std::string metrics_table(const std::vector<Entry>& entries, const Json& results
     // The task's cells span all of its metric rows.
     const std::string tr = e.group ? "<tr class=\"group\">" : "<tr>";
     const std::string span = e.metrics.size() > 1 ? fmt::format(" rowspan=\"{}\"", e.metrics.size()) : "";
-    std::string head = fmt::format(
-        "{}<td{}>{}</td><td class=\"num\"{}>{}</td><td class=\"num\"{}>{}</td>", tr, span, task, span,
-        version ? html_escape(version->is_null() ? "N/A" : scalar_text(*version)) : "", span,
-        shots ? html_escape(scalar_text(*shots)) : "");
+    std::string head =
+        fmt::format("{}<td{}>{}</td><td class=\"num\"{}>{}</td><td class=\"num\"{}>{}</td>", tr, span, task, span,
+                    version ? html_escape(version->is_null() ? "N/A" : scalar_text(*version)) : "", span,
+                    shots ? html_escape(scalar_text(*shots)) : "");
     if (e.metrics.empty()) {
       out += head + "<td>(no documents)</td><td></td><td></td><td></td><td></td><td class=\"num\">0</td></tr>\n";
     }
@@ -335,8 +337,9 @@ std::string report_html(const nlohmann::ordered_json& results, const MetricCount
     model = results["model_name"].get<std::string>();
   }
 
-  std::string out = "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-                    "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n";
+  std::string out =
+      "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+      "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n";
   out += "<title>gpueval: " + html_escape(model.empty() ? "results" : model) + "</title>\n";
   out += std::string("<style>") + html::kStyle + "</style>\n</head>\n<body>\n<h1>gpueval results</h1>\n";
 
@@ -358,19 +361,24 @@ std::string report_html(const nlohmann::ordered_json& results, const MetricCount
   if (chart_groups.empty() && chart_tasks.empty()) {
     out += "<p class=\"note\">No task has an accuracy-type metric to chart; the values are in the table.</p>\n";
   } else {
-    out += "<p class=\"note\">Each task's accuracy (acc; else exact_match, acc_norm or acc_bytes; a suite group's score), highest first; "
-           "whiskers span &#177;1 standard error.";
+    out +=
+        "<p class=\"note\">Each task's accuracy (acc; else exact_match, acc_norm or acc_bytes; a suite group's score), highest first; "
+        "whiskers span &#177;1 standard error.";
     if (!chart_groups.empty()) {
-      out += "<span class=\"legend\"><span style=\"background:#e8871e\"></span>group"
-             "<span style=\"background:#4c78a8\"></span>task</span>";
+      out +=
+          "<span class=\"legend\"><span style=\"background:#e8871e\"></span>group"
+          "<span style=\"background:#4c78a8\"></span>task</span>";
     }
     out += "</p>\n<div class=\"chart\">\n" + chart_svg(chart_groups, chart_tasks) + "</div>\n";
   }
   if (!uncharted.empty()) {
     std::string names;
-    for (const std::string& n : uncharted) names += (names.empty() ? "" : ", ") + ("<code>" + html_escape(n) + "</code>");
-    out += "<p class=\"note\">Not charted (perplexity-type metrics: unbounded, lower is better, and on different "
-           "scales per task; see the table): " + names + ".</p>\n";
+    for (const std::string& n : uncharted)
+      names += (names.empty() ? "" : ", ") + ("<code>" + html_escape(n) + "</code>");
+    out +=
+        "<p class=\"note\">Not charted (perplexity-type metrics: unbounded, lower is better, and on different "
+        "scales per task; see the table): " +
+        names + ".</p>\n";
   }
 
   if (!groups.empty()) out += "<h2>Groups</h2>\n" + metrics_table(groups, results, counts);

@@ -171,8 +171,10 @@ Value decode_value(std::string_view bytes, const std::string& where) {
       Reader t(r.bytes(wire), where);
       while (!t.done()) {
         const auto [tf, tw] = t.key();
-        if (tf == kTensorStringVal) string_val = std::string(t.bytes(tw));
-        else t.skip(tw);
+        if (tf == kTensorStringVal)
+          string_val = std::string(t.bytes(tw));
+        else
+          t.skip(tw);
       }
     } else if (field == kValueMetadata) {
       Reader m(r.bytes(wire), where);
@@ -185,8 +187,10 @@ Value decode_value(std::string_view bytes, const std::string& where) {
         Reader p(m.bytes(mw), where);
         while (!p.done()) {
           const auto [pf, pw] = p.key();
-          if (pf == kPluginName) plugin = std::string(p.bytes(pw));
-          else p.skip(pw);
+          if (pf == kPluginName)
+            plugin = std::string(p.bytes(pw));
+          else
+            p.skip(pw);
         }
       }
     } else {
@@ -223,7 +227,8 @@ std::string host_name() {
   char buf[256] = {};
   if (::gethostname(buf, sizeof buf - 1) != 0) return "localhost";
   std::string h;
-  for (const char* c = buf; *c; ++c) h += (std::isalnum(static_cast<unsigned char>(*c)) || *c == '-' || *c == '_') ? *c : '_';
+  for (const char* c = buf; *c; ++c)
+    h += (std::isalnum(static_cast<unsigned char>(*c)) || *c == '-' || *c == '_') ? *c : '_';
   return h.empty() ? "localhost" : h;
 }
 
@@ -241,7 +246,8 @@ std::string run_name(const std::string& logdir, const std::string& config_name, 
   if (ec) fail(logdir, "cannot list the TensorBoard folder: {}", ec.message());
   if (!existing.empty()) return *std::min_element(existing.begin(), existing.end());
   std::string stem;
-  for (char c : config_name) stem += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.') ? c : '_';
+  for (char c : config_name)
+    stem += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.') ? c : '_';
   return (stem.empty() ? std::string("gpueval") : stem) + suffix;
 }
 
@@ -279,7 +285,8 @@ std::vector<std::string> read_records(const std::string& path) {
   size_t at = 0;
   while (at < bytes.size()) {
     const std::string where = fmt::format("{}: record {} at byte {}", path, out.size(), at);
-    if (bytes.size() - at < 12) fail(where, "the file ends inside a record's length ({} bytes left)", bytes.size() - at);
+    if (bytes.size() - at < 12)
+      fail(where, "the file ends inside a record's length ({} bytes left)", bytes.size() - at);
     const uint64_t n = read_le64(bytes.data() + at);
     if (read_le32(bytes.data() + at + 8) != masked_crc32c(std::string_view(bytes.data() + at, 8)))
       fail(where, "the length's CRC-32C does not match: not a TFRecord file, or a damaged one");
@@ -326,8 +333,10 @@ Event decode_event(std::string_view bytes, const std::string& where) {
       Reader s(r.bytes(wire), where);
       while (!s.done()) {
         const auto [sf, sw] = s.key();
-        if (sf == kSummaryValue) e.values.push_back(decode_value(s.bytes(sw), where));
-        else s.skip(sw);
+        if (sf == kSummaryValue)
+          e.values.push_back(decode_value(s.bytes(sw), where));
+        else
+          s.skip(sw);
       }
     } else {
       r.skip(wire);
@@ -354,7 +363,8 @@ std::vector<Event> read_events(const std::string& run_dir) {
   std::vector<Event> out;
   for (const std::string& file : event_files(run_dir)) {
     const std::vector<std::string> records = read_records(file);
-    for (size_t k = 0; k < records.size(); ++k) out.push_back(decode_event(records[k], fmt::format("{}: record {}", file, k)));
+    for (size_t k = 0; k < records.size(); ++k)
+      out.push_back(decode_event(records[k], fmt::format("{}: record {}", file, k)));
   }
   return out;
 }
@@ -413,8 +423,7 @@ ExportResult export_trend(const std::string& logdir, const std::string& config_n
   }
   result.already = static_cast<int64_t>(written.size());
 
-  const double now =
-      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   std::vector<Event> added;
   int64_t position = result.already;
   for (const ScoredCheckpoint& c : trend) {
@@ -470,13 +479,15 @@ ExportResult export_trend(const std::string& logdir, const std::string& config_n
     secs = std::max(secs, t + 1);
   }
   for (int n = 0;; ++n) {
-    result.file = fmt::format("{}/{}{:010d}.{}.{}.{}.gpueval", result.run_dir, kFilePrefix, secs, host_name(), ::getpid(), n);
+    result.file =
+        fmt::format("{}/{}{:010d}.{}.{}.{}.gpueval", result.run_dir, kFilePrefix, secs, host_name(), ::getpid(), n);
     if (!io::path_exists(result.file)) break;
   }
   io::write_file_atomic(result.file, bytes);
   if (result.rewritten) {
     for (const std::string& f : old_files)
-      if (::unlink(f.c_str()) != 0 && errno != ENOENT) fail(f, "cannot remove an event file merged into {}: {}", result.file, std::strerror(errno));
+      if (::unlink(f.c_str()) != 0 && errno != ENOENT)
+        fail(f, "cannot remove an event file merged into {}: {}", result.file, std::strerror(errno));
   }
   return result;
 }

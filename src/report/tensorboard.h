@@ -10,9 +10,9 @@
 //
 // What a checkpoint writes: one Event at its step holding, as scalars, every task's and group's
 // primary metric (trend.h) and any bpb (extra_metrics), bits_per_byte, byte_perplexity,
-// word_perplexity or perplexity row of the same filter, tagged "<task>/<metric>" (plus "/<filter>" when the filter is not "none");
-// and a text value "gpueval/checkpoint" naming it ({"name", "fingerprint", "path", "step"}),
-// by which a later export knows it is written. Only complete records are written.
+// word_perplexity or perplexity row of the same filter, tagged "<task>/<metric>" (plus "/<filter>" when the filter is
+// not "none"); and a text value "gpueval/checkpoint" naming it ({"name", "fingerprint", "path", "step"}), by which a
+// later export knows it is written. Only complete records are written.
 #pragma once
 
 #include <cstdint>
@@ -66,11 +66,11 @@ std::vector<std::string> event_files(const std::string& run_dir);
 std::vector<Event> read_events(const std::string& run_dir);
 
 struct ExportResult {
-  std::string run_dir;       // <logdir>/<run name>
-  std::string file;          // the event file written; "" when nothing was new
-  int64_t checkpoints = 0;   // checkpoints written by this export
-  int64_t scalars = 0;       // scalar points written by this export
-  int64_t already = 0;       // checkpoints the run folder held already
+  std::string run_dir;  // <logdir>/<run name>
+  std::string file;  // the event file written; "" when nothing was new
+  int64_t checkpoints = 0;  // checkpoints written by this export
+  int64_t scalars = 0;  // scalar points written by this export
+  int64_t already = 0;  // checkpoints the run folder held already
   // The run's points were written again as one file in step order and the older files removed (a
   // checkpoint came with a step at or below one already written, or a checkpoint was in two files).
   bool rewritten = false;

@@ -33,19 +33,19 @@ struct Comparison {
   std::optional<double> stderr_before, stderr_after;
   // Flips, only for a binary per-document metric (every paired value 0 or 1; "right" is 1 when
   // higher is better) and only on its first filter's ScoreRow; else paired == 0 and no p_value.
-  int64_t paired = 0;             // documents with a value at both checkpoints
-  int64_t b = 0;                  // right -> wrong
-  int64_t c = 0;                  // wrong -> right
+  int64_t paired = 0;  // documents with a value at both checkpoints
+  int64_t b = 0;  // right -> wrong
+  int64_t c = 0;  // wrong -> right
   std::optional<double> p_value;  // mcnemar_p(b, c)
-  std::vector<int64_t> lost;      // doc_ids right -> wrong, ascending (size b)
-  std::vector<int64_t> gained;    // doc_ids wrong -> right, ascending (size c)
+  std::vector<int64_t> lost;  // doc_ids right -> wrong, ascending (size b)
+  std::vector<int64_t> gained;  // doc_ids wrong -> right, ascending (size c)
 };
 
 // A checkpoint against the one before it in the trend.
 struct CheckpointStep {
-  std::string previous, current;          // checkpoint names
-  std::string previous_fp, current_fp;    // their fingerprints
-  std::vector<Comparison> comparisons;    // every ScoreRow of `current` that `previous` also has, in current's order
+  std::string previous, current;  // checkpoint names
+  std::string previous_fp, current_fp;  // their fingerprints
+  std::vector<Comparison> comparisons;  // every ScoreRow of `current` that `previous` also has, in current's order
 };
 
 // The task's primary ScoreRow of every task and group of a checkpoint, in its order.
@@ -67,14 +67,15 @@ struct Regression {
   std::string previous, current;  // checkpoint names
   double before = 0, after = 0;
   double drop_points = 0;  // how much worse, in percentage points when in_points, else raw units
-  bool in_points = true;   // both values in [0, 1], so the drop is x100
+  bool in_points = true;  // both values in [0, 1], so the drop is x100
 };
 
 // For each task's and group's primary metric at the newest checkpoint, the change from the
 // checkpoint before it (the same task, metric and filter; tasks missing there are skipped).
 // The drop follows higher_is_better (perplexity rising is a drop) and is in percentage points
 // (x100) when both values are in [0, 1], raw units otherwise; a drop strictly greater than
-// `points` is a regression (beyond a 1e-9 relative margin for rounding). Fewer than two checkpoints: none. In the newest checkpoint's order.
+// `points` is a regression (beyond a 1e-9 relative margin for rounding). Fewer than two checkpoints: none. In the
+// newest checkpoint's order.
 std::vector<Regression> find_regressions(const std::vector<ScoredCheckpoint>& trend, double points);
 
 }  // namespace gpueval

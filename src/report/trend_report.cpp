@@ -52,7 +52,8 @@ std::vector<Column> columns_of(const std::vector<ScoredCheckpoint>& trend) {
 std::vector<Column> display_columns(const std::vector<ScoredCheckpoint>& trend) {
   std::vector<Column> columns = columns_of(trend);
   std::stable_partition(columns.begin(), columns.end(), [](const Column& c) { return c.first.is_group; });
-  const auto groups_end = std::find_if(columns.begin(), columns.end(), [](const Column& c) { return !c.first.is_group; });
+  const auto groups_end =
+      std::find_if(columns.begin(), columns.end(), [](const Column& c) { return !c.first.is_group; });
   std::stable_sort(columns.begin(), groups_end, [](const Column& a, const Column& b) { return a.first.n > b.first.n; });
   return columns;
 }
@@ -151,8 +152,8 @@ std::string id_list(const std::vector<int64_t>& ids) {
 
 std::string regression_text(const Regression& g) {
   return fmt::format("{}{} {}: {} → {} ({} → {}), {:.2f} {} worse", g.is_group ? "group " : "", g.task,
-                     metric_label(g.metric, g.filter), value_text(g.before), value_text(g.after), g.previous,
-                     g.current, g.drop_points, g.in_points ? "points" : "units");
+                     metric_label(g.metric, g.filter), value_text(g.before), value_text(g.after), g.previous, g.current,
+                     g.drop_points, g.in_points ? "points" : "units");
 }
 
 // The newest step in which this column's documents were paired, if any.
@@ -255,8 +256,7 @@ std::tuple<double, double, double> value_axis(const std::vector<Point>& points, 
 
 std::string chart_svg(const std::vector<ScoredCheckpoint>& trend, const Column& col, bool regressed,
                       const ChartLayout& layout = kFullChart) {
-  const double plot_h = layout.plot_h, left = layout.left, right = layout.right, top = layout.top,
-               inset = layout.inset;
+  const double plot_h = layout.plot_h, left = layout.left, right = layout.right, top = layout.top, inset = layout.inset;
   std::vector<Point> points;
   for (size_t i = 0; i < trend.size(); ++i) {
     const ScoreRow* r = find_row(trend[i], col.key);
@@ -276,7 +276,8 @@ std::string chart_svg(const std::vector<ScoredCheckpoint>& trend, const Column& 
   label_chars = std::min(label_chars, kMaxLabelChars);
   const double plot_w =
       layout.mini ? kMiniPlotWidth : std::clamp(72.0 * static_cast<double>(trend.size()), 360.0, 960.0);
-  const double bottom = layout.mini ? top : std::ceil(static_cast<double>(label_chars) * html::kCharWidth * 0.5) + 24;  // labels at -30°
+  const double bottom =
+      layout.mini ? top : std::ceil(static_cast<double>(label_chars) * html::kCharWidth * 0.5) + 24;  // labels at -30°
   const double width = left + plot_w + right, height = top + plot_h + bottom;
   const chart::Scale x_scale{0, static_cast<double>(trend.size() - 1), left + inset, left + plot_w - inset};
   auto x_of = [&](size_t i) { return trend.size() == 1 ? left + plot_w / 2 : x_scale(static_cast<double>(i)); };
@@ -320,7 +321,8 @@ std::string chart_svg(const std::vector<ScoredCheckpoint>& trend, const Column& 
     const double y = y_of(ticks[t].first);
     svg.line("grid", left, y, left + plot_w, y);
     if (!layout.mini || t == 0 || t + 1 == ticks.size())
-      svg.text("axis", left - (layout.mini ? 3 : 6), y, " text-anchor=\"end\" dominant-baseline=\"middle\"", ticks[t].second);
+      svg.text("axis", left - (layout.mini ? 3 : 6), y, " text-anchor=\"end\" dominant-baseline=\"middle\"",
+               ticks[t].second);
     svg.raw("\n");
   }
   for (size_t i = 0; i < trend.size() && !layout.mini; ++i) {
@@ -374,11 +376,16 @@ std::string card_html(const TrendData& data, const Column& col, bool regressed) 
   if (last && before) {
     const double d = last->value - before->value;
     const bool better = col.first.higher_is_better ? d > 0 : d < 0;
-    change = fmt::format(" <span class=\"d {}\">{}</span>", d == 0 ? "flat" : better ? "good" : "bad", card_number(d, true));
+    change = fmt::format(" <span class=\"d {}\">{}</span>",
+                         d == 0   ? "flat"
+                         : better ? "good"
+                                  : "bad",
+                         card_number(d, true));
   }
   const Comparison* cmp = data.steps.empty() ? nullptr : find_comparison(data.steps.back(), col.key);
   if (cmp && cmp->p_value)
-    change += fmt::format(" <span class=\"note{}\">p {}</span>", *cmp->p_value < 0.05 ? " sig" : "", p_text(*cmp->p_value));
+    change +=
+        fmt::format(" <span class=\"note{}\">p {}</span>", *cmp->p_value < 0.05 ? " sig" : "", p_text(*cmp->p_value));
   return fmt::format(
       "<div class=\"card{}\"><a href=\"#{}\">{}</a> <span class=\"note\">{} {}</span>\n<div class=\"v\">{}{}</div>\n{}</div>\n",
       col.first.is_group ? " group" : "", html_escape(anchor_of(col)), html_escape(col.first.task),
@@ -463,9 +470,9 @@ std::string checkpoint_rows_table(const std::vector<ScoredCheckpoint>& trend, co
                                   const std::vector<Column>& columns) {
   std::string head = "| checkpoint |", rule = "|---|";
   for (const Column& c : columns) {
-    head += fmt::format(" {}{} {} {} | Δ |", c.first.is_group ? "group " : "", markdown_cell(c.first.task),
-                        markdown_cell(metric_label(c.first.metric, c.first.filter)),
-                        c.first.higher_is_better ? "↑" : "↓");
+    head +=
+        fmt::format(" {}{} {} {} | Δ |", c.first.is_group ? "group " : "", markdown_cell(c.first.task),
+                    markdown_cell(metric_label(c.first.metric, c.first.filter)), c.first.higher_is_better ? "↑" : "↓");
     rule += "---:|---:|";
     if (steps) {
       head += " p |";
@@ -508,8 +515,9 @@ std::string member_rows_table(const std::vector<ScoredCheckpoint>& trend, const 
   }
   out += "\n" + rule + "\n";
   for (const Column& c : members) {
-    out += fmt::format("| {}{} | {} {} |", c.first.is_group ? "group " : "", markdown_cell(c.first.task),
-                       markdown_cell(metric_label(c.first.metric, c.first.filter)), c.first.higher_is_better ? "↑" : "↓");
+    out +=
+        fmt::format("| {}{} | {} {} |", c.first.is_group ? "group " : "", markdown_cell(c.first.task),
+                    markdown_cell(metric_label(c.first.metric, c.first.filter)), c.first.higher_is_better ? "↑" : "↓");
     for (const ScoredCheckpoint& sc : trend) {
       const ScoreRow* r = find_row(sc, c.key);
       out += " " + (r ? value_text(r->value) : std::string("–")) + " |";
@@ -554,8 +562,9 @@ std::string trend_markdown(const TrendData& data) {
   out += fmt::format("Config `{}`: {} checkpoint{}, oldest first.\n\n", markdown_cell(data.config_fingerprint),
                      data.trend.size(), data.trend.size() == 1 ? "" : "s");
   if (data.trend.empty()) return out + "No checkpoint of this config has been scored.\n";
-  out += "Each task's primary metric: value ± stderr; Δ: change from the checkpoint above; p: exact McNemar "
-         "p-value of that change (from the documents that flipped; right/wrong metrics only).\n\n";
+  out +=
+      "Each task's primary metric: value ± stderr; Δ: change from the checkpoint above; p: exact McNemar "
+      "p-value of that change (from the documents that flipped; right/wrong metrics only).\n\n";
   out += trend_table(data.trend, &data.steps);
 
   if (data.regression_points) {
@@ -596,8 +605,9 @@ std::string trend_markdown(const TrendData& data) {
 }
 
 std::string trend_html(const TrendData& data) {
-  std::string out = "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-                    "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n";
+  std::string out =
+      "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+      "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n";
   out += "<title>gpueval trend: " + html_escape(data.config_fingerprint) + "</title>\n";
   out += std::string("<style>") + html::kStyle + kTrendStyle + "</style>\n</head>\n<body>\n<h1>gpueval trend</h1>\n";
   out += "<table class=\"meta\">\n";
@@ -615,15 +625,17 @@ std::string trend_html(const TrendData& data) {
     }
     out += "</table>\n</details>\n";
   }
-  if (data.trend.empty()) return out + "<p class=\"note\">No checkpoint of this config has been scored.</p>\n</body>\n</html>\n";
+  if (data.trend.empty())
+    return out + "<p class=\"note\">No checkpoint of this config has been scored.</p>\n</body>\n</html>\n";
 
   std::set<RowKey> regressed;
   if (data.regression_points) {
     for (const Regression& g : data.regressions) regressed.insert({g.task, g.metric, g.filter});
     if (!data.regressions.empty()) {
-      out += fmt::format("<section class=\"warn\" id=\"regressions\">\n<h2>&#9888; Regressions ({}; drop &gt; {} "
-                         "points)</h2>\n<ul>\n",
-                         data.regressions.size(), *data.regression_points);
+      out += fmt::format(
+          "<section class=\"warn\" id=\"regressions\">\n<h2>&#9888; Regressions ({}; drop &gt; {} "
+          "points)</h2>\n<ul>\n",
+          data.regressions.size(), *data.regression_points);
       for (const Regression& g : data.regressions) out += "<li>" + html_escape(regression_text(g)) + "</li>\n";
       out += "</ul>\n</section>\n";
     }
@@ -633,33 +645,38 @@ std::string trend_html(const TrendData& data) {
   // small multiples, then what moved at the latest change, then each group's members.
   const std::vector<Column> all_columns = display_columns(data.trend);
   const std::vector<Column> glance = top_level(all_columns);
-  out += fmt::format("<h2>At a glance</h2>\n<p class=\"note\">{} at each checkpoint, oldest on the left; the number is "
-                     "the newest value and its change from the checkpoint before, green when better and red when "
-                     "worse.</p>\n<div class=\"grid\">\n",
-                     glance.size() == all_columns.size() ? "Every task and group" : "The top level of the run");
+  out += fmt::format(
+      "<h2>At a glance</h2>\n<p class=\"note\">{} at each checkpoint, oldest on the left; the number is "
+      "the newest value and its change from the checkpoint before, green when better and red when "
+      "worse.</p>\n<div class=\"grid\">\n",
+      glance.size() == all_columns.size() ? "Every task and group" : "The top level of the run");
   for (const Column& c : glance) out += card_html(data, c, regressed.count(c.key) > 0);
   out += "</div>\n";
   if (data.trend.size() > 1) {
     constexpr size_t kMaxMoved = 12;
     const std::vector<Column> moved = moved_columns(data, all_columns, kMaxMoved);
-    out += fmt::format("<h2>Moved at the latest change ({} &#8594; {})</h2>\n", html_escape(data.trend[data.trend.size() - 2].checkpoint.name),
+    out += fmt::format("<h2>Moved at the latest change ({} &#8594; {})</h2>\n",
+                       html_escape(data.trend[data.trend.size() - 2].checkpoint.name),
                        html_escape(data.trend.back().checkpoint.name));
     if (moved.empty()) {
-      out += "<p class=\"note\">No task or group moved by more than chance (McNemar p &lt; 0.05, or two standard "
-             "errors).</p>\n";
+      out +=
+          "<p class=\"note\">No task or group moved by more than chance (McNemar p &lt; 0.05, or two standard "
+          "errors).</p>\n";
     } else {
-      out += fmt::format("<p class=\"note\">Changes unlikely by chance (McNemar p &lt; 0.05, or beyond two standard "
-                         "errors), most significant first{}.</p>\n<div class=\"grid\">\n",
-                         moved.size() == kMaxMoved ? fmt::format(", the first {}", kMaxMoved) : std::string());
+      out += fmt::format(
+          "<p class=\"note\">Changes unlikely by chance (McNemar p &lt; 0.05, or beyond two standard "
+          "errors), most significant first{}.</p>\n<div class=\"grid\">\n",
+          moved.size() == kMaxMoved ? fmt::format(", the first {}", kMaxMoved) : std::string());
       for (const Column& c : moved) out += card_html(data, c, regressed.count(c.key) > 0);
       out += "</div>\n";
     }
   }
   for (const Column& g : groups_with_members(all_columns)) {
     const std::vector<Column> members = members_of(all_columns, g.first.task);
-    out += fmt::format("<details class=\"members\"{}><summary>group {}: its {} member{}</summary>\n<div class=\"grid\">\n",
-                       is_top_level(g, all_columns) ? " open" : "", html_escape(g.first.task), members.size(),
-                       members.size() == 1 ? "" : "s");
+    out +=
+        fmt::format("<details class=\"members\"{}><summary>group {}: its {} member{}</summary>\n<div class=\"grid\">\n",
+                    is_top_level(g, all_columns) ? " open" : "", html_escape(g.first.task), members.size(),
+                    members.size() == 1 ? "" : "s");
     for (const Column& c : members) out += card_html(data, c, regressed.count(c.key) > 0);
     out += "</div>\n</details>\n";
   }
@@ -669,19 +686,21 @@ std::string trend_html(const TrendData& data) {
          "<th>fingerprint</th><th>path</th></tr>\n";
   for (size_t i = 0; i < data.trend.size(); ++i) {
     const CheckpointInfo& c = data.trend[i].checkpoint;
-    out += fmt::format("<tr><td class=\"num\">{}</td><td>{}</td><td class=\"num\">{}</td><td>{}</td><td>{}</td>"
-                       "<td><code>{}</code></td><td><code>{}</code></td></tr>\n",
-                       i + 1, html_escape(c.name), step_text(c), html_escape(data.trend[i].state),
-                       html_escape(utc_text(c.mtime)), html_escape(c.fingerprint), html_escape(c.path));
+    out += fmt::format(
+        "<tr><td class=\"num\">{}</td><td>{}</td><td class=\"num\">{}</td><td>{}</td><td>{}</td>"
+        "<td><code>{}</code></td><td><code>{}</code></td></tr>\n",
+        i + 1, html_escape(c.name), step_text(c), html_escape(data.trend[i].state), html_escape(utc_text(c.mtime)),
+        html_escape(c.fingerprint), html_escape(c.path));
   }
   out += "</table>\n";
 
   // Groups first (the widest, a suite, on top), then tasks.
   const std::vector<Column>& columns = all_columns;
-  out += "<h2>Every task and group</h2>\n<p class=\"note\">Per group and task, its primary metric at each checkpoint (oldest on the left); the "
-         "band spans &#177;1 standard error; a dashed line marks the chance level of a multiple-choice score (a "
-         "uniform guess among the choices), and perplexities are on a log scale. b and c count the documents that went right&#8594;wrong and "
-         "wrong&#8594;right; p is the exact McNemar test of that change.</p>\n";
+  out +=
+      "<h2>Every task and group</h2>\n<p class=\"note\">Per group and task, its primary metric at each checkpoint (oldest on the left); the "
+      "band spans &#177;1 standard error; a dashed line marks the chance level of a multiple-choice score (a "
+      "uniform guess among the choices), and perplexities are on a log scale. b and c count the documents that went right&#8594;wrong and "
+      "wrong&#8594;right; p is the exact McNemar test of that change.</p>\n";
   for (const Column& col : columns) {
     const bool is_regressed = regressed.count(col.key) > 0;
     out += "<section class=\"task\" id=\"" + html_escape((col.first.is_group ? "group-" : "task-") + col.first.task) +

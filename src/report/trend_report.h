@@ -28,9 +28,9 @@ namespace gpueval {
 // Everything a trend report shows, read from the history once.
 struct TrendData {
   std::string config_fingerprint;
-  nlohmann::json config;                  // the config's latest run (History::config_of)
-  std::vector<ScoredCheckpoint> trend;    // oldest first
-  std::vector<CheckpointStep> steps;      // steps[i]: trend[i] -> trend[i + 1]
+  nlohmann::json config;  // the config's latest run (History::config_of)
+  std::vector<ScoredCheckpoint> trend;  // oldest first
+  std::vector<CheckpointStep> steps;  // steps[i]: trend[i] -> trend[i + 1]
   std::optional<double> regression_points;  // set: the report lists find_regressions(trend, *it)
   std::vector<Regression> regressions;
 };
@@ -55,8 +55,7 @@ std::string trend_html(const TrendData& data);
 
 // Writes report.md and report.html for the config into output_dir (created if missing), each
 // atomically (io::write_file_atomic).
-void write_trend_reports(const std::string& output_dir, const History& history,
-                         const std::string& config_fingerprint,
+void write_trend_reports(const std::string& output_dir, const History& history, const std::string& config_fingerprint,
                          std::optional<double> regression_points = std::nullopt);
 
 }  // namespace gpueval

@@ -134,9 +134,10 @@ int64_t choose_batch_tokens(const std::vector<ProbePoint>& points, double knee, 
     if (chosen == best_tokens)
       *reason = fmt::format("{} tokens is the fastest fitting budget ({:.0f} tok/s)", chosen, best);
     else
-      *reason = fmt::format("{} tokens is the smallest fitting budget within {:.0f}% of the best ({:.0f} of {:.0f} "
-                            "tok/s at {})",
-                            chosen, 100 * knee, chosen_tps, best, best_tokens);
+      *reason = fmt::format(
+          "{} tokens is the smallest fitting budget within {:.0f}% of the best ({:.0f} of {:.0f} "
+          "tok/s at {})",
+          chosen, 100 * knee, chosen_tps, best, best_tokens);
   }
   return chosen;
 }
@@ -210,11 +211,13 @@ ProbeResult probe_batch_tokens(const DecoderModelImpl& model, const Tokenizer& t
       // The work bound: this point's runs at the best rate so far, against the run's estimated time.
       const double run_s = static_cast<double>(options.work_tokens) / (best_tps * options.workers);
       const double limit_s = std::max(options.max_share * run_s, options.min_seconds);
-      const double point_s = (options.repeats + (warm_up ? 1 : 0)) * static_cast<double>(batch.padded_tokens) / best_tps;
+      const double point_s =
+          (options.repeats + (warm_up ? 1 : 0)) * static_cast<double>(batch.padded_tokens) / best_tps;
       if (seconds_since(started) + point_s > limit_s) {
-        stop = fmt::format("stopped before {} tokens: the probe would pass {:.1f}s ({:.0f}% of the run's estimated "
-                           "{:.1f}s, or {:.0f}s)",
-                           budget, limit_s, 100 * options.max_share, run_s, options.min_seconds);
+        stop = fmt::format(
+            "stopped before {} tokens: the probe would pass {:.1f}s ({:.0f}% of the run's estimated "
+            "{:.1f}s, or {:.0f}s)",
+            budget, limit_s, 100 * options.max_share, run_s, options.min_seconds);
         result.bounded_by_work_tokens = options.work_tokens;
         break;
       }
@@ -239,8 +242,7 @@ ProbeResult probe_batch_tokens(const DecoderModelImpl& model, const Tokenizer& t
       break;
     }
     p.fits = static_cast<double>(p.peak_bytes) <= allowed;
-    if (!p.fits)
-      p.note = fmt::format("peak {:.0f} MiB > {:.0f} MiB allowed", mib(p.peak_bytes), allowed / (1 << 20));
+    if (!p.fits) p.note = fmt::format("peak {:.0f} MiB > {:.0f} MiB allowed", mib(p.peak_bytes), allowed / (1 << 20));
     result.points.push_back(p);
     if (!p.fits) {
       stop = fmt::format("stopped at {} tokens: its peak exceeds {:.0f}% of the {:.0f} MiB limit", budget,
@@ -291,16 +293,28 @@ int64_t parse_memory_amount(const std::string& text, int64_t available_bytes, co
 }
 
 nlohmann::json to_json(const ProbePoint& p) {
-  return {{"batch_tokens", p.batch_tokens}, {"rows", p.rows},   {"length", p.length},
-          {"tokens_per_second", p.tokens_per_second}, {"peak_bytes", p.peak_bytes}, {"fits", p.fits},
+  return {{"batch_tokens", p.batch_tokens},
+          {"rows", p.rows},
+          {"length", p.length},
+          {"tokens_per_second", p.tokens_per_second},
+          {"peak_bytes", p.peak_bytes},
+          {"fits", p.fits},
           {"note", p.note}};
 }
 
 nlohmann::json to_json(const ProbeOptions& o) {
-  nlohmann::json j = {{"length", o.length},     {"memory_limit_bytes", o.memory_limit_bytes}, {"safety", o.safety},
-                      {"knee", o.knee},         {"min_tokens", o.min_tokens}, {"max_tokens", o.max_tokens},
-                      {"repeats", o.repeats},   {"patience", o.patience}, {"max_point_seconds", o.max_point_seconds},
-                      {"work_tokens", o.work_tokens}, {"workers", o.workers}, {"max_share", o.max_share},
+  nlohmann::json j = {{"length", o.length},
+                      {"memory_limit_bytes", o.memory_limit_bytes},
+                      {"safety", o.safety},
+                      {"knee", o.knee},
+                      {"min_tokens", o.min_tokens},
+                      {"max_tokens", o.max_tokens},
+                      {"repeats", o.repeats},
+                      {"patience", o.patience},
+                      {"max_point_seconds", o.max_point_seconds},
+                      {"work_tokens", o.work_tokens},
+                      {"workers", o.workers},
+                      {"max_share", o.max_share},
                       {"min_seconds", o.min_seconds}};
   if (o.sample) j["sample"] = to_json(*o.sample);
   return j;
@@ -309,8 +323,10 @@ nlohmann::json to_json(const ProbeOptions& o) {
 nlohmann::json to_json(const ProbeResult& r) {
   nlohmann::json points = nlohmann::json::array();
   for (const ProbePoint& p : r.points) points.push_back(to_json(p));
-  nlohmann::json j = {{"points", points}, {"chosen_batch_tokens", r.chosen_batch_tokens},
-                      {"memory_limit_bytes", r.memory_limit_bytes}, {"reason", r.reason}};
+  nlohmann::json j = {{"points", points},
+                      {"chosen_batch_tokens", r.chosen_batch_tokens},
+                      {"memory_limit_bytes", r.memory_limit_bytes},
+                      {"reason", r.reason}};
   if (r.bounded_by_work_tokens > 0) j["bounded_by_work_tokens"] = r.bounded_by_work_tokens;
   return j;
 }

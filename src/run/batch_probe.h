@@ -41,30 +41,30 @@ namespace gpueval {
 
 struct ProbePoint {
   int64_t batch_tokens = 0;  // the budget tried
-  int64_t rows = 0;          // sequences in the batch: batch_tokens / length
-  int64_t length = 0;        // tokens per row
+  int64_t rows = 0;  // sequences in the batch: batch_tokens / length
+  int64_t length = 0;  // tokens per row
   double tokens_per_second = 0;  // rows * length / best time; 0 when it did not run
-  int64_t peak_bytes = 0;        // device peak while it ran; for a skipped point, the predicted peak
-  bool fits = false;             // ran, and peak_bytes <= safety * memory limit
-  std::string note;              // why it does not fit, or was skipped; empty otherwise
+  int64_t peak_bytes = 0;  // device peak while it ran; for a skipped point, the predicted peak
+  bool fits = false;  // ran, and peak_bytes <= safety * memory limit
+  std::string note;  // why it does not fit, or was skipped; empty otherwise
 };
 
 struct ProbeOptions {
-  int64_t length = 128;             // tokens per row; clamped to 1..the model's context
-  int64_t memory_limit_bytes = 0;   // what the process may use on its device; 0 = the device total
-  double safety = 0.9;              // a point fits when its peak is at most safety * limit
-  double knee = 0.95;               // choose the smallest budget with tok/s >= knee * best
+  int64_t length = 128;  // tokens per row; clamped to 1..the model's context
+  int64_t memory_limit_bytes = 0;  // what the process may use on its device; 0 = the device total
+  double safety = 0.9;  // a point fits when its peak is at most safety * limit
+  double knee = 0.95;  // choose the smallest budget with tok/s >= knee * best
   int64_t min_tokens = 256;
   int64_t max_tokens = int64_t{1} << 20;
-  int repeats = 2;                  // timed runs per point (after one untimed warm-up run)
-  int patience = 2;                 // doublings without a throughput gain before stopping
-  double max_point_seconds = 10;    // stop after a point whose slowest run took longer
+  int repeats = 2;  // timed runs per point (after one untimed warm-up run)
+  int patience = 2;  // doublings without a throughput gain before stopping
+  double max_point_seconds = 10;  // stop after a point whose slowest run took longer
   // The work bound: 0 = none. work_tokens is what the run will compute (its padded rows and
   // prefixes), shared by `workers` workers.
   int64_t work_tokens = 0;
   int workers = 1;
-  double max_share = 0.1;           // of the run's estimated time
-  double min_seconds = 1;           // a probe may always take this long
+  double max_share = 0.1;  // of the run's estimated time
+  double min_seconds = 1;  // a probe may always take this long
   // The run's rows (scoring items, longest first, with their prefix); absent: synthetic rows.
   std::optional<Batch> sample;
 };
@@ -78,7 +78,7 @@ struct ProbeResult {
   std::vector<ProbePoint> points;  // in sweep order (increasing budgets)
   int64_t chosen_batch_tokens = 0;
   int64_t memory_limit_bytes = 0;  // the limit the points were judged against
-  std::string reason;              // why the sweep stopped and why that budget was chosen
+  std::string reason;  // why the sweep stopped and why that budget was chosen
   // The run's work when the work bound stopped the sweep (a later run with much more work probes
   // again rather than take this from the calibration cache); 0 when it did not.
   int64_t bounded_by_work_tokens = 0;
@@ -102,6 +102,6 @@ nlohmann::json to_json(const ProbePoint& point);
 nlohmann::json to_json(const ProbeOptions& options);
 nlohmann::json to_json(const ProbeResult& result);
 ProbeOptions probe_options_from_json(const nlohmann::json& j);  // Error on a malformed object
-ProbeResult probe_result_from_json(const nlohmann::json& j);    // Error on a malformed object
+ProbeResult probe_result_from_json(const nlohmann::json& j);  // Error on a malformed object
 
 }  // namespace gpueval

@@ -71,9 +71,7 @@ std::string cpu_model_name() {
 int cuda_index(const at::Device& device) { return device.has_index() ? device.index() : 0; }
 #endif
 
-[[noreturn]] void no_cuda(const at::Device& device) {
-  fail(device.str(), "this gpueval was built without CUDA");
-}
+[[noreturn]] void no_cuda(const at::Device& device) { fail(device.str(), "this gpueval was built without CUDA"); }
 
 }  // namespace
 
@@ -98,14 +96,16 @@ void check_weights_fit(const ModelConfig& config, at::ScalarType dtype, const at
   const int64_t have = device_total_bytes(device);
   if (need <= have) return;
   const auto gib = [](int64_t b) { return static_cast<double>(b) / (int64_t{1} << 30); };
-  const std::string experts =
-      config.arch.moe.num_experts > 0 ? fmt::format(", all {} experts of each sparse layer", config.arch.moe.num_experts) : "";
+  const std::string experts = config.arch.moe.num_experts > 0
+                                  ? fmt::format(", all {} experts of each sparse layer", config.arch.moe.num_experts)
+                                  : "";
   const std::string replicas = need > one ? fmt::format(" x {} workers", workers) : "";
-  throw Error(fmt::format("{}: the model does not fit {}: its weights need {:.1f} GiB ({:.2f}B parameters{} in {}){}, "
-                          "the device has {:.1f} GiB; use a device with more memory, fewer workers per device, or a "
-                          "smaller dtype (tensor and expert parallelism across devices are not implemented)",
-                          model_dir, device.str(), gib(need), static_cast<double>(config.num_parameters()) / 1e9,
-                          experts, dtype_name(dtype), replicas, gib(have)));
+  throw Error(
+      fmt::format("{}: the model does not fit {}: its weights need {:.1f} GiB ({:.2f}B parameters{} in {}){}, "
+                  "the device has {:.1f} GiB; use a device with more memory, fewer workers per device, or a "
+                  "smaller dtype (tensor and expert parallelism across devices are not implemented)",
+                  model_dir, device.str(), gib(need), static_cast<double>(config.num_parameters()) / 1e9, experts,
+                  dtype_name(dtype), replicas, gib(have)));
 }
 
 int64_t available_host_bytes() { return proc_kib_field("/proc/meminfo", "MemAvailable:"); }

@@ -21,7 +21,7 @@ struct ParsedSpec {
   enum class Form { kIndices, kAll, kCpu };
   Form form = Form::kIndices;
   std::vector<std::pair<int64_t, int64_t>> ranges;  // kIndices: inclusive [first, last], in order
-  int64_t cpu_workers = 1;                          // kCpu
+  int64_t cpu_workers = 1;  // kCpu
 };
 
 std::string trim(const std::string& s) {
@@ -33,8 +33,7 @@ std::string trim(const std::string& s) {
 
 // A non-negative decimal number, saturated at kHugeIndex; nullopt if `s` is not all digits.
 std::optional<int64_t> parse_count(const std::string& s) {
-  if (s.empty() || !std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; }))
-    return std::nullopt;
+  if (s.empty() || !std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; })) return std::nullopt;
   int64_t value = 0;
   for (char c : s) {
     value = value * 10 + (c - '0');
@@ -97,9 +96,7 @@ void check_worker_count(const ParsedSpec& parsed, const std::string& where) {
 
 }  // namespace
 
-std::string DeviceSlot::name() const {
-  return fmt::format("{}:{}", kind == Kind::kCuda ? "cuda" : "cpu", index);
-}
+std::string DeviceSlot::name() const { return fmt::format("{}:{}", kind == Kind::kCuda ? "cuda" : "cpu", index); }
 
 void check_device_spec_syntax(const std::string& spec, const std::string& where) {
   check_worker_count(parse_form(spec, where), where);

@@ -20,7 +20,7 @@ constexpr int kMaxWorkers = 1024;
 struct DeviceSlot {
   enum class Kind { kCpu, kCuda };
   Kind kind = Kind::kCpu;
-  int index = 0;    // CUDA ordinal as the user named it, or CPU worker number 0..N-1
+  int index = 0;  // CUDA ordinal as the user named it, or CPU worker number 0..N-1
   int threads = 1;  // CPU threads this worker may use
   std::string name() const;  // "cuda:0", "cpu:1"
 };

@@ -14,9 +14,9 @@ namespace gpueval {
 
 struct DispatchChoice {
   enum class Action {
-    kWait,              // nothing queued
+    kWait,  // nothing queued
     kSwitchCheckpoint,  // the worker holds the previous checkpoint: it loads this one first
-    kSend,              // send the batch at queue position `position`
+    kSend,  // send the batch at queue position `position`
   };
   Action action = Action::kWait;
   size_t position = 0;  // kSend only
@@ -24,10 +24,10 @@ struct DispatchChoice {
 
 // A queued batch as the policy sees it.
 struct QueuedBatch {
-  int64_t prefix_id = -1;     // Batch::prefix_id (-1: no shared prefix)
+  int64_t prefix_id = -1;  // Batch::prefix_id (-1: no shared prefix)
   int64_t prefix_tokens = 0;  // its prefix's length: what a worker that does not hold it computes first
-  int64_t tokens = 0;         // the batch's padded tokens
-  bool generation = false;    // a generate_until batch
+  int64_t tokens = 0;  // the batch's padded tokens
+  bool generation = false;  // a generate_until batch
 };
 
 // `queued`: every queued batch, in queue order. `held_prefix`: the prefix of the worker's last
@@ -49,9 +49,9 @@ DispatchChoice choose_dispatch(const std::vector<QueuedBatch>& queued, bool hold
 struct FlightBatch {
   bool generation = false;
   int64_t prefix_id = -1;
-  int64_t items = 0;   // the items it was sent
-  int64_t ended = 0;   // of which the worker said have ended (kItems)
-  int64_t rows = 0;    // Batch::max_rows (0: all its items at once)
+  int64_t items = 0;  // the items it was sent
+  int64_t ended = 0;  // of which the worker said have ended (kItems)
+  int64_t rows = 0;  // Batch::max_rows (0: all its items at once)
 };
 
 // The look-ahead: a busy worker gets its next batch before the current one's result, so that the

@@ -134,7 +134,8 @@ class RowRunner {
       for (const auto& [i, j] : picks) order.push_back(i * picked_width + j);
       at::Tensor hidden = model_.forward_packed(tokens.to(device), positions.to(device), valid.to(device),
                                                 segments.to(device), prefix_, columns.to(device));  // [B, T', D]
-      picked = hidden.reshape({b * picked_width, hidden.size(2)}).index_select(0, at::tensor(order, at::kLong).to(device));
+      picked =
+          hidden.reshape({b * picked_width, hidden.size(2)}).index_select(0, at::tensor(order, at::kLong).to(device));
     } else {
       at::Tensor hidden = model_.forward_packed(tokens.to(device), positions.to(device), valid.to(device),
                                                 segments.to(device), prefix_);  // [B, T, D]
@@ -254,7 +255,8 @@ class GenerationStream {
       : model_(model), tokenizer_(tokenizer), options_(options), next_(next), done_(done), stop_watch_(tokenizer) {}
 
   void run(const Batch& first) {
-    if (std::none_of(first.items.begin(), first.items.end(), [](const WorkItem& item) { return item.max_tokens > 0; })) {
+    if (std::none_of(first.items.begin(), first.items.end(),
+                     [](const WorkItem& item) { return item.max_tokens > 0; })) {
       take(first, {});
       return;
     }
@@ -318,8 +320,8 @@ class GenerationStream {
       if (item.max_tokens <= 0) continue;
       stop_watch_.add(item);
       rows_.emplace_back(batches_.size() - 1, st.out.size() - 1);
-      prompts.push_back(JoiningPrompt{item.tokens, item.seed, Sampler{item.temperature, item.top_k, item.top_p},
-                                      item.max_tokens});
+      prompts.push_back(
+          JoiningPrompt{item.tokens, item.seed, Sampler{item.temperature, item.top_k, item.top_p}, item.max_tokens});
       ++st.open;
     }
     if (st.open == 0) finish(st);
@@ -353,7 +355,7 @@ class GenerationStream {
   const GenerationDone& done_;
   StopWatch stop_watch_;
   std::shared_ptr<const PrefixKV> prefix_;
-  std::deque<Stream> batches_;                  // in the order they joined (a deque: rows keep their addresses)
+  std::deque<Stream> batches_;  // in the order they joined (a deque: rows keep their addresses)
   std::vector<std::pair<size_t, size_t>> rows_;  // per generate() prompt: its batch and item
 };
 
@@ -384,7 +386,8 @@ std::vector<ItemResult> generate_split(const DecoderModelImpl& model, const Toke
                               batch.items.front().cost()));
     ++stats.oom_splits;
     Batch half = batch;
-    half.max_rows = std::max<int64_t>(1, (batch.max_rows > 0 ? batch.max_rows : static_cast<int64_t>(batch.items.size())) / 2);
+    half.max_rows =
+        std::max<int64_t>(1, (batch.max_rows > 0 ? batch.max_rows : static_cast<int64_t>(batch.items.size())) / 2);
     const auto mid = batch.items.begin() + static_cast<std::ptrdiff_t>(batch.items.size() / 2);
     half.items.assign(batch.items.begin(), mid);
     std::vector<ItemResult> out = generate_split(model, tokenizer, half, options, stats);

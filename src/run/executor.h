@@ -32,7 +32,6 @@
 
 namespace gpueval {
 
-
 struct ExecutionOptions {
   PrefixCache* prefixes = nullptr;  // null: a batch's prefix is computed for it alone
   // Called before every forward with its rows and padded width; it may throw
@@ -47,8 +46,8 @@ struct ExecutionOptions {
 
 struct ExecutionStats {
   int64_t tokens_computed = 0;  // real (unpadded) tokens through the model, prefixes included
-  int64_t prefix_tokens = 0;    // of which prefix tokens computed for this batch (cache misses)
-  int64_t oom_splits = 0;       // times a forward ran out of memory and was split
+  int64_t prefix_tokens = 0;  // of which prefix tokens computed for this batch (cache misses)
+  int64_t oom_splits = 0;  // times a forward ran out of memory and was split
   nlohmann::json to_json() const;
   void add(const ExecutionStats& other);
 };
@@ -56,7 +55,8 @@ struct ExecutionStats {
 // A generation batch to join the one under way (execute_generation), or none for now.
 using GenerationNext = std::function<std::optional<Batch>()>;
 // A batch of execute_generation is done: its results in its items' order, and what it computed.
-using GenerationDone = std::function<void(const Batch& batch, std::vector<ItemResult> items, const ExecutionStats& stats)>;
+using GenerationDone =
+    std::function<void(const Batch& batch, std::vector<ItemResult> items, const ExecutionStats& stats)>;
 
 // Throws Error for a batch that mixes generation with scoring, or whose items do not fit the
 // model. Generation rows sample each with its own settings and seed (WorkItem).
@@ -78,6 +78,5 @@ void execute_generation(const DecoderModelImpl& model, const Tokenizer& tokenize
 // lm-evaluation-harness's stop handling: the text cut at the first occurrence
 // of each non-empty stop string in turn.
 std::string cut_at_stops(std::string text, const std::vector<std::string>& stops);
-
 
 }  // namespace gpueval

@@ -23,8 +23,8 @@ class FrameChannel {
   enum class Receive {
     kDrained,  // the pipe is empty for now
     kStopped,  // the handler asked to stop; later frames stay buffered for the next receive()
-    kEnd,      // end of stream; buffered() > 0 means it ended inside a frame
-    kFailed,   // read() failed with read_errno()
+    kEnd,  // end of stream; buffered() > 0 means it ended inside a frame
+    kFailed,  // read() failed with read_errno()
   };
   // Returns false to stop receiving (e.g. the peer was just found broken and its pipes closed).
   using FrameHandler = std::function<bool(const Frame& frame)>;
@@ -55,7 +55,7 @@ class FrameChannel {
   int read_fd_ = -1;
   int write_fd_ = -1;
   std::string outbox_;  // frames not yet written
-  size_t sent_ = 0;     // bytes of outbox_ already written
+  size_t sent_ = 0;  // bytes of outbox_ already written
   FrameDecoder decoder_;
   int read_errno_ = 0;
   uint64_t received_ = 0;

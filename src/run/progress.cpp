@@ -121,7 +121,8 @@ std::string ProgressReporter::status_line(const SchedulerStatus& s, const nlohma
   std::string bar(static_cast<size_t>(filled), '=');
   if (filled < kBarWidth) bar += '>';
   bar.resize(kBarWidth, ' ');
-  std::string line = fmt::format("[{}] {}/{} batches", bar, format_count(s.batches_done), format_count(s.batches_total));
+  std::string line =
+      fmt::format("[{}] {}/{} batches", bar, format_count(s.batches_done), format_count(s.batches_total));
   if (task_progress.is_object()) {
     int64_t docs = 0, docs_done = 0;
     for (const auto& [task, p] : task_progress.items()) {
@@ -136,8 +137,9 @@ std::string ProgressReporter::status_line(const SchedulerStatus& s, const nlohma
     busy += w.state == "busy";
   }
   if (s.batches_done == 0 && busy == 0 && up == 0 && !s.workers.empty())
-    return line + fmt::format(", waiting for {} to load", s.workers.size() == 1 ? std::string("the worker")
-                                                                                 : fmt::format("{} workers", s.workers.size()));
+    return line + fmt::format(", waiting for {} to load", s.workers.size() == 1
+                                                              ? std::string("the worker")
+                                                              : fmt::format("{} workers", s.workers.size()));
   const double tok_s = s.elapsed_s > 0 ? s.tokens_done / s.elapsed_s : 0;
   line += fmt::format(", {} tok/s, ETA {}, {}/{} workers busy", format_count(static_cast<int64_t>(tok_s + 0.5)),
                       format_duration(s.eta_s), busy, s.workers.size());
@@ -156,10 +158,9 @@ void ProgressReporter::update(const SchedulerStatus& s, bool final) {
   if (!final && s.elapsed_s - last_log_s_ < log_every_s_) return;
   last_log_s_ = s.elapsed_s;
   const double tok_s = s.elapsed_s > 0 ? s.tokens_done / s.elapsed_s : 0;
-  std::string line = fmt::format("[sched] {}/{} batches ({:.0f}%), {:.0f} tok/s, elapsed {}, ETA {}",
-                                 s.batches_done, s.batches_total,
-                                 s.batches_total ? 100.0 * s.batches_done / s.batches_total : 100.0, tok_s,
-                                 format_duration(s.elapsed_s), final ? "0s" : format_duration(s.eta_s));
+  std::string line = fmt::format("[sched] {}/{} batches ({:.0f}%), {:.0f} tok/s, elapsed {}, ETA {}", s.batches_done,
+                                 s.batches_total, s.batches_total ? 100.0 * s.batches_done / s.batches_total : 100.0,
+                                 tok_s, format_duration(s.elapsed_s), final ? "0s" : format_duration(s.eta_s));
   if (s.batches_quarantined) line += fmt::format(", {} quarantined", s.batches_quarantined);
   line += programs_part(extra_.value("code_execution", nlohmann::json()));
   for (const WorkerStatus& w : s.workers)

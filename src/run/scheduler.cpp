@@ -51,27 +51,27 @@ const char* state_name(State s) {
 
 // A batch sent to a worker and not yet answered.
 struct InFlight {
-  size_t batch;                   // its index in the plan
+  size_t batch;  // its index in the plan
   std::vector<size_t> positions;  // of its items, those it was sent (the others came ahead before)
   Clock::time_point sent;
 };
 
 struct Worker {
   DeviceSlot slot;
-  std::string model;            // the checkpoint it holds or is loading
+  std::string model;  // the checkpoint it holds or is loading
   std::optional<Child> child;
-  FrameChannel channel;         // over the child's pipes: a new one with every process, used only while it runs
+  FrameChannel channel;  // over the child's pipes: a new one with every process, used only while it runs
   State state = State::kDown;
   Clock::time_point last_seen;
-  Clock::time_point start_at;   // when a kDown worker may be (re)started
+  Clock::time_point start_at;  // when a kDown worker may be (re)started
   // Its batches in flight, in the order sent: the one it computes, and at most one more sent ahead
   // for its running set (dispatch.h's choose_ahead). Busy while there is one.
   std::vector<InFlight> flight;
-  int64_t prefix_id = -1;       // the prefix of its last batch: its PrefixCache holds it
-  Clock::time_point busy_mark;   // since when its busy time is not yet counted
+  int64_t prefix_id = -1;  // the prefix of its last batch: its PrefixCache holds it
+  Clock::time_point busy_mark;  // since when its busy time is not yet counted
   int64_t restarts = 0;
-  int broadcast_rank = -1;      // its rank while its first load goes over NCCL, else -1
-  bool fresh = false;           // started for `model` and given no batch, probe or switch: only the model in memory
+  int broadcast_rank = -1;  // its rank while its first load goes over NCCL, else -1
+  bool fresh = false;  // started for `model` and given no batch, probe or switch: only the model in memory
   std::vector<int32_t> probed_prefix;  // a probe's sample prefix, in its PrefixCache; run() maps it to prefix_id
   int64_t batches_done = 0;
   int64_t tokens_done = 0;
@@ -79,7 +79,7 @@ struct Worker {
   int64_t tokens_computed = 0;
   int64_t tokens_scored = 0;
   double busy_seconds = 0;
-  double load_seconds = -1;     // what its Hello reply said of loading `model`; -1: not yet
+  double load_seconds = -1;  // what its Hello reply said of loading `model`; -1: not yet
 };
 
 std::string log_path(const SchedulerOptions& o, const DeviceSlot& slot) {
@@ -131,8 +131,7 @@ void shutdown_workers(std::vector<Worker>& workers, const SchedulerReport& repor
     if (clean) {
       try {
         write_frame(w.child->command_fd(), Frame{FrameType::kShutdown, pack_payload(nlohmann::json::object())});
-      } catch (const std::exception&) {
-      }
+      } catch (const std::exception&) {}
     }
     w.child->close_command();
   }
@@ -142,7 +141,8 @@ void shutdown_workers(std::vector<Worker>& workers, const SchedulerReport& repor
     if (!w.child) continue;
     while (!w.child->poll() && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(2));
     ExitStatus st = w.child->kill_and_wait(std::chrono::milliseconds(1000));
-    if (!st.success() && clean) std::cerr << fmt::format("[sched] worker {} {} at shutdown\n", w.slot.name(), st.describe());
+    if (!st.success() && clean)
+      std::cerr << fmt::format("[sched] worker {} {} at shutdown\n", w.slot.name(), st.describe());
     w.child.reset();
     w.channel = FrameChannel();
     w.state = State::kRetired;
@@ -155,7 +155,12 @@ class Loop {
   Loop(const SchedulerOptions& o, std::vector<Worker>& workers, const Plan& plan, const std::string& model_dir,
        const Scheduler::ResultCallback& on_result, const Scheduler::StatusCallback& on_status,
        const Scheduler::ItemsCallback& on_items)
-      : o_(o), plan_(plan), model_dir_(model_dir), on_result_(on_result), on_status_(on_status), on_items_(on_items),
+      : o_(o),
+        plan_(plan),
+        model_dir_(model_dir),
+        on_result_(on_result),
+        on_status_(on_status),
+        on_items_(on_items),
         workers_(workers) {
     for (size_t i = 0; i < plan.batches.size(); ++i) {
       queue_.push_back(i);
@@ -240,10 +245,12 @@ class Loop {
   void begin_broadcast_group() {
     broadcast_group_ = o_.load == "broadcast" &&
                        std::none_of(workers_.begin(), workers_.end(), [](const Worker& w) { return bool(w.child); });
-    for (size_t i = 0; i < workers_.size(); ++i) workers_[i].broadcast_rank = broadcast_group_ ? static_cast<int>(i) : -1;
+    for (size_t i = 0; i < workers_.size(); ++i)
+      workers_[i].broadcast_rank = broadcast_group_ ? static_cast<int>(i) : -1;
     if (broadcast_group_)
-      std::cerr << fmt::format("[sched] load: broadcast: worker {} reads the checkpoint, NCCL sends it to {} other(s)\n",
-                               workers_[0].slot.name(), workers_.size() - 1);
+      std::cerr << fmt::format(
+          "[sched] load: broadcast: worker {} reads the checkpoint, NCCL sends it to {} other(s)\n",
+          workers_[0].slot.name(), workers_.size() - 1);
   }
 
   bool finished() const {
@@ -307,8 +314,10 @@ class Loop {
         if (&o != &w && is_up(o)) others.push_back(o.prefix_id);
       const DispatchChoice choice = choose_dispatch(queued, w.model == model_dir_, w.prefix_id, others);
       if (choice.action == DispatchChoice::Action::kWait) continue;  // another idle worker may still take one
-      if (choice.action == DispatchChoice::Action::kSwitchCheckpoint) switch_checkpoint(w);
-      else send_batch(w, choice.position);
+      if (choice.action == DispatchChoice::Action::kSwitchCheckpoint)
+        switch_checkpoint(w);
+      else
+        send_batch(w, choice.position);
     }
     // Then the look-ahead: a busy worker whose generation batch is draining gets its next one.
     const size_t up = static_cast<size_t>(std::count_if(workers_.begin(), workers_.end(), is_up));
@@ -391,8 +400,10 @@ class Loop {
     for (size_t k = 0; k < fds.size(); ++k) {
       Worker& w = *owners[k].first;
       if (!w.child || fds[k].revents == 0) continue;
-      if (owners[k].second) read_from(w);
-      else flush(w);
+      if (owners[k].second)
+        read_from(w);
+      else
+        flush(w);
     }
   }
 
@@ -481,7 +492,8 @@ class Loop {
       return;
     }
     const std::optional<size_t> k = flight_of(w, error.batch_id);
-    if (!k) return crash(w, fmt::format("protocol error: an error for batch {}, which it does not hold", error.batch_id));
+    if (!k)
+      return crash(w, fmt::format("protocol error: an error for batch {}, which it does not hold", error.batch_id));
     fail_batch(w, fmt::format("worker {} reported: {}", w.slot.name(), message), /*restart=*/false, *k);
   }
 
@@ -526,12 +538,10 @@ class Loop {
     const Batch& batch = plan_.batches[i];
     std::vector<size_t> at;
     for (const ItemResult& r : reply.items) {
-      auto k = std::find_if(positions.begin(), positions.end(),
-                            [&](size_t p) { return same_item(r, batch.items[p]); });
-      if (k == positions.end() || ahead_[i].count(*k) ||
-          std::find(at.begin(), at.end(), *k) != at.end())
-        return crash(w, fmt::format("protocol error: an item of request {} that is not one still to come",
-                                    r.request_index));
+      auto k = std::find_if(positions.begin(), positions.end(), [&](size_t p) { return same_item(r, batch.items[p]); });
+      if (k == positions.end() || ahead_[i].count(*k) || std::find(at.begin(), at.end(), *k) != at.end())
+        return crash(
+            w, fmt::format("protocol error: an item of request {} that is not one still to come", r.request_index));
       at.push_back(*k);
     }
     for (size_t k = 0; k < at.size(); ++k) ahead_[i].emplace(at[k], reply.items[k]);
@@ -762,7 +772,8 @@ nlohmann::json RunTiming::summary(double before_run_s) const {
     scored += w.tokens_scored;
   }
   const auto rate = [&](double n) { return compute_s > 0 ? nlohmann::json(n / compute_s) : nlohmann::json(nullptr); };
-  j["before_first_batch_s"] = first_batch_s < 0 ? nlohmann::json(nullptr) : nlohmann::json(before_run_s + first_batch_s);
+  j["before_first_batch_s"] =
+      first_batch_s < 0 ? nlohmann::json(nullptr) : nlohmann::json(before_run_s + first_batch_s);
   j["tokens_requested"] = requested;
   j["tokens_computed"] = computed;
   j["tokens_scored"] = scored;
@@ -857,7 +868,8 @@ ProbeResult await_probe(Worker& w, double silence_s) {
     if (r == FrameChannel::Receive::kFailed)
       throw Error(fmt::format("read from worker failed: {}", std::strerror(w.channel.read_errno())));
     if (r == FrameChannel::Receive::kEnd)
-      throw Error(fmt::format("the worker {} before answering", w.child->kill_and_wait(std::chrono::milliseconds(2000)).describe()));
+      throw Error(fmt::format("the worker {} before answering",
+                              w.child->kill_and_wait(std::chrono::milliseconds(2000)).describe()));
     std::vector<pollfd> fds = {{w.child->result_fd(), POLLIN, 0}};
     if (w.channel.has_output()) fds.push_back({w.child->command_fd(), POLLOUT, 0});
     const int rc = ::poll(fds.data(), fds.size(), 200);

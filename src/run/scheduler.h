@@ -63,7 +63,7 @@ struct SchedulerOptions {
   // build cannot do becomes mmap, said in one line on stderr; restarted workers and later
   // checkpoints load with mmap.
   std::string load = "mmap";
-  std::string log_dir;     // <log_name>_<slot>.log files go here; "": workers write to this process's stderr
+  std::string log_dir;  // <log_name>_<slot>.log files go here; "": workers write to this process's stderr
   std::string log_name = "worker";  // "probe" for a probe's own worker (probe_on_slot, calibration.h)
   int64_t max_attempts = 3;
   double heartbeat_timeout_s = 30;
@@ -72,7 +72,7 @@ struct SchedulerOptions {
 };
 
 struct WorkerStatus {
-  std::string name;   // "cpu:0", "cuda:1"
+  std::string name;  // "cpu:0", "cuda:1"
   std::string state;  // starting | idle | busy | restarting | retired
   pid_t pid = 0;
   int64_t batch = -1;  // in flight (the one it computes), or -1
@@ -88,20 +88,21 @@ struct WorkerStatus {
 // the compute window is from the first batch sent to a worker to the last result received, so it
 // holds no model load, tokenizing or planning before it and no report writing after it (it does
 // hold a worker that is still loading while another computes). A worker's busy time is the time it
-// had a batch in flight (sent to result received; two in flight together count once); its load time is what its Hello reply said.
+// had a batch in flight (sent to result received; two in flight together count once); its load time is what its Hello
+// reply said.
 struct WorkerTiming {
   std::string name;
   double load_s = -1;  // its model load, as the worker measured it; -1: not loaded in this run's view
   double busy_s = 0;
   int64_t batches = 0;
   int64_t tokens_requested = 0;  // the requests' tokens in its batches (item costs): what no reuse computes
-  int64_t tokens_computed = 0;   // real (unpadded) tokens its forwards ran, prefixes included
-  int64_t tokens_scored = 0;     // rows through the output head: loglikelihood targets, generated tokens
+  int64_t tokens_computed = 0;  // real (unpadded) tokens its forwards ran, prefixes included
+  int64_t tokens_scored = 0;  // rows through the output head: loglikelihood targets, generated tokens
 };
 
 struct RunTiming {
   double first_batch_s = -1;  // run() called to the first batch sent; -1: no batch was sent
-  double compute_s = 0;       // the compute window; 0: no result came back
+  double compute_s = 0;  // the compute window; 0: no result came back
   std::vector<WorkerTiming> workers;
   nlohmann::json to_json() const;  // {"first_batch_s", "compute_s", "workers": [{name, load_s, busy_s, ...}]}
   // results.json's "timing": to_json() plus `before_run_s` (the caller's time before run(): inputs,
@@ -127,8 +128,8 @@ struct QuarantinedBatch {
 
 struct SchedulerReport {
   bool interrupted = false;
-  int signal = 0;                    // SIGINT or SIGTERM when interrupted
-  std::string fatal_error;           // non-empty: the run could not go on (e.g. the model does not load)
+  int signal = 0;  // SIGINT or SIGTERM when interrupted
+  std::string fatal_error;  // non-empty: the run could not go on (e.g. the model does not load)
   std::vector<QuarantinedBatch> quarantined;
   int64_t batches_done = 0;
   int64_t worker_restarts = 0;
@@ -139,7 +140,8 @@ struct SchedulerReport {
 
 class Scheduler {
  public:
-  using ResultCallback = std::function<void(const Batch& batch, std::vector<ItemResult> items, const std::string& worker)>;
+  using ResultCallback =
+      std::function<void(const Batch& batch, std::vector<ItemResult> items, const std::string& worker)>;
   using StatusCallback = std::function<void(const SchedulerStatus& status, bool final)>;
   using ItemsCallback = std::function<void(const Batch& batch, const std::vector<ItemResult>& items)>;
 

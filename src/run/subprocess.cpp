@@ -49,13 +49,12 @@ struct ChildPlan {
   int fds[kFirstFreeFd];  // what becomes the child's 0..4: /dev/null, the log (-1: the parent's
                           // stdout and stderr), the log again, the command and the result pipe
   int status_fd;
-  int max_fd;             // descriptor_limit(), for the slow close-on-exec sweep if close_range is missing
+  int max_fd;  // descriptor_limit(), for the slow close-on-exec sweep if close_range is missing
 };
 
 [[noreturn]] void child_fail(int status_fd, int step) {
   const ChildFailure failure{step, errno};
-  while (::write(status_fd, &failure, sizeof failure) < 0 && errno == EINTR) {
-  }
+  while (::write(status_fd, &failure, sizeof failure) < 0 && errno == EINTR) {}
   ::_exit(127);
 }
 
@@ -94,8 +93,7 @@ namespace {
 void check_exec(const std::string& who, pid_t pid, const io::UniqueFd& status_read) {
   ChildFailure failure{};
   ssize_t n;
-  while ((n = ::read(status_read.get(), &failure, sizeof failure)) < 0 && errno == EINTR) {
-  }
+  while ((n = ::read(status_read.get(), &failure, sizeof failure)) < 0 && errno == EINTR) {}
   const int read_errno = errno;
   if (n == 0) return;
   process::wait_for(pid);
@@ -258,9 +256,7 @@ int check_inherited(const char* who, int fd, int access, const char* direction) 
 
 }  // namespace
 
-int inherited_command_fd() {
-  return check_inherited("inherited_command_fd", kChildCommandFd, O_RDONLY, "read-only");
-}
+int inherited_command_fd() { return check_inherited("inherited_command_fd", kChildCommandFd, O_RDONLY, "read-only"); }
 
 int inherited_result_fd() { return check_inherited("inherited_result_fd", kChildResultFd, O_WRONLY, "write-only"); }
 

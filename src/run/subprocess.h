@@ -27,7 +27,7 @@
 namespace gpueval {
 
 struct SpawnOptions {
-  std::vector<std::string> argv;                          // argv[0]: path of the executable (no PATH search)
+  std::vector<std::string> argv;  // argv[0]: path of the executable (no PATH search)
   std::vector<std::pair<std::string, std::string>> env;  // added to / overriding the parent's environment
   // If set, the child's stdout and stderr are appended here (O_APPEND|O_CREAT, 0644); otherwise
   // the child shares the parent's stdout and stderr.
@@ -63,7 +63,7 @@ class Child {
   const std::string& name() const { return name_; }  // argv[0], for messages
   bool forked_ahead() const { return forked_ahead_; }  // made by adopt(), not spawn()
   int command_fd() const { return command_fd_.get(); }  // parent's write end (child's fd 3); -1 after close_command()
-  int result_fd() const { return result_fd_.get(); }    // parent's read end (child's fd 4), O_NONBLOCK, O_CLOEXEC
+  int result_fd() const { return result_fd_.get(); }  // parent's read end (child's fd 4), O_NONBLOCK, O_CLOEXEC
   // Closes the command pipe; the child then reads end of stream on fd 3.
   void close_command();
 
@@ -92,6 +92,6 @@ class Child {
 // to be open in the right direction (Error otherwise, e.g. when the worker binary is run by hand)
 // and marked close-on-exec so that anything the worker runs does not inherit them.
 int inherited_command_fd();  // 3, readable
-int inherited_result_fd();   // 4, writable
+int inherited_result_fd();  // 4, writable
 
 }  // namespace gpueval

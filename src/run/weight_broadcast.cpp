@@ -41,8 +41,10 @@ class Communicator {
     nccl_check(ncclCommInitRank(&comm_, g.world, id, g.rank), "ncclCommInitRank");
   }
   ~Communicator() {
-    if (failed_) ncclCommAbort(comm_);
-    else ncclCommDestroy(comm_);
+    if (failed_)
+      ncclCommAbort(comm_);
+    else
+      ncclCommDestroy(comm_);
   }
   ncclComm_t get() const { return comm_; }
   void mark_failed() { failed_ = true; }
@@ -93,7 +95,8 @@ DecoderModel load_model_broadcast(const std::string& dir, LoadOptions options, c
     at::Tensor mine = shape.clone();
     nccl_check(ncclBroadcast(shape.data_ptr(), shape.data_ptr(), 2, ncclInt64, 0, comm.get(), stream), "ncclBroadcast");
     at::Tensor bad = shape.ne(mine).any().to(at::kInt);  // [] int32
-    nccl_check(ncclAllReduce(bad.data_ptr(), bad.data_ptr(), 1, ncclInt32, ncclMax, comm.get(), stream), "ncclAllReduce");
+    nccl_check(ncclAllReduce(bad.data_ptr(), bad.data_ptr(), 1, ncclInt32, ncclMax, comm.get(), stream),
+               "ncclAllReduce");
     cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
     if (bad.item<int32_t>() != 0) {
       const at::Tensor theirs = shape.cpu();

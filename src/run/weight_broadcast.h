@@ -40,8 +40,8 @@ inline std::string broadcast_fallback_reason(const std::vector<DeviceSlot>& slot
 }
 
 struct BroadcastGroup {
-  int rank = 0;         // 0 reads the checkpoint and sends
-  int world = 1;        // number of workers in the group
+  int rank = 0;  // 0 reads the checkpoint and sends
+  int world = 1;  // number of workers in the group
   std::string nccl_id;  // ncclUniqueId as 256 hex digits, made by rank 0
 };
 

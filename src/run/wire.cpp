@@ -99,8 +99,7 @@ class SigpipeGuard {
   ~SigpipeGuard() {
     if (got_epipe_ && !was_pending_) {
       const timespec zero{};
-      while (sigtimedwait(&pipe_set_, nullptr, &zero) < 0 && errno == EINTR) {
-      }
+      while (sigtimedwait(&pipe_set_, nullptr, &zero) < 0 && errno == EINTR) {}
     }
     pthread_sigmask(SIG_SETMASK, &old_mask_, nullptr);
   }

@@ -1,9 +1,9 @@
 // The wire between the scheduler and its worker processes: self-checking frames carried over
-// pipes. A frame is one message (hello, work, result, items, heartbeat, error, shutdown, probe, broadcast, launch) whose payload
-// is opaque bytes, by convention CBOR (pack_payload / unpack_payload). Frames are encoded into
-// plain std::string values the caller owns; a FrameDecoder owns the bytes it has been fed and
-// nothing else. Nothing here is shared: a FrameDecoder belongs to one reader, and
-// write_frame / read_frame on one descriptor must not run concurrently with each other.
+// pipes. A frame is one message (hello, work, result, items, heartbeat, error, shutdown, probe, broadcast, launch)
+// whose payload is opaque bytes, by convention CBOR (pack_payload / unpack_payload). Frames are encoded into plain
+// std::string values the caller owns; a FrameDecoder owns the bytes it has been fed and nothing else. Nothing here is
+// shared: a FrameDecoder belongs to one reader, and write_frame / read_frame on one descriptor must not run
+// concurrently with each other.
 //
 // A reader never trusts a frame it cannot verify: bad magic, a length over kMaxFramePayload, an
 // unknown type or a checksum mismatch throws FrameError, and the stream is dead from then on,
@@ -29,8 +29,16 @@ namespace gpueval {
 // sequences as they end: executor.h's on_item_done), {"batch_id", "items"}; its kResult still
 // holds every item.
 enum class FrameType : uint8_t {
-  kHello = 1, kWork = 2, kResult = 3, kHeartbeat = 4, kError = 5, kShutdown = 6, kProbe = 7, kBroadcast = 8,
-  kLaunch = 9, kItems = 10
+  kHello = 1,
+  kWork = 2,
+  kResult = 3,
+  kHeartbeat = 4,
+  kError = 5,
+  kShutdown = 6,
+  kProbe = 7,
+  kBroadcast = 8,
+  kLaunch = 9,
+  kItems = 10
 };
 
 // "hello", "work", ...; "unknown" for a value outside the enum.
@@ -74,9 +82,9 @@ class FrameDecoder {
 
  private:
   std::string buffer_;
-  size_t start_ = 0;      // where the first unconsumed frame begins in buffer_
+  size_t start_ = 0;  // where the first unconsumed frame begins in buffer_
   uint64_t consumed_ = 0;  // stream offset of buffer_[start_], for error messages
-  std::string error_;     // set once a FrameError has been thrown
+  std::string error_;  // set once a FrameError has been thrown
 };
 
 // Writes one whole frame. Blocking: an O_NONBLOCK descriptor is waited on with poll(). EINTR and

@@ -59,15 +59,28 @@ using Clock = std::chrono::steady_clock;
 //                                running set, and abort once it has sent N finished items (0: as it joins)
 // GPUEVAL_FAULT_ONCE=path fires it in the one worker that creates the file; GPUEVAL_FAULT_MODEL=s
 // only while the loaded checkpoint's path ends with s; GPUEVAL_FAULT_AFTER=N only once the worker
-// has passed N batches the fault applies to (hold:any after N: the worker's batch N+1). Tests wait on what a fault logs, not on time.
+// has passed N batches the fault applies to (hold:any after N: the worker's batch N+1). Tests wait on what a fault
+// logs, not on time.
 struct Fault {
-  enum class Kind { kNone, kCrash, kCorrupt, kHang, kHold, kSlow, kOom, kCrashItems, kHoldItems, kTwiceItems, kCrashJoin } kind = Kind::kNone;
+  enum class Kind {
+    kNone,
+    kCrash,
+    kCorrupt,
+    kHang,
+    kHold,
+    kSlow,
+    kOom,
+    kCrashItems,
+    kHoldItems,
+    kTwiceItems,
+    kCrashJoin
+  } kind = Kind::kNone;
   int64_t request_index = -1;  // kSlow: milliseconds; kOom: the most padded tokens a forward may hold; k*Items: N
-  bool any_batch = false;      // kHold: every batch
-  std::string once_path;       // fire only if this worker creates the file
-  std::string release_path;    // kHold: the file that lets a held batch go on
-  std::string model_suffix;    // fire only on a checkpoint whose path ends with this
-  int64_t after = 0;           // pass this many batches the fault applies to first
+  bool any_batch = false;  // kHold: every batch
+  std::string once_path;  // fire only if this worker creates the file
+  std::string release_path;  // kHold: the file that lets a held batch go on
+  std::string model_suffix;  // fire only on a checkpoint whose path ends with this
+  int64_t after = 0;  // pass this many batches the fault applies to first
   int64_t passed = 0;
   bool fired = false;
 
@@ -80,7 +93,8 @@ struct Fault {
   }
   // The faults that act on one batch (not slow, not oom): whether this one fires on `batch` now.
   bool fires_on(const Batch& batch, const std::string& model_dir) {
-    if (kind == Kind::kNone || kind == Kind::kSlow || kind == Kind::kOom || kind == Kind::kCrashJoin || fires_on_items())
+    if (kind == Kind::kNone || kind == Kind::kSlow || kind == Kind::kOom || kind == Kind::kCrashJoin ||
+        fires_on_items())
       return false;
     if (!applies_to(batch, model_dir)) return false;
     if (passed < after) {
@@ -116,16 +130,26 @@ Fault fault_from_env() {
   const std::string kind = s.substr(0, colon);
   f.request_index = std::atoll(s.c_str() + colon + 1);
   f.any_batch = s.compare(colon + 1, std::string::npos, "any") == 0;
-  if (kind == "crash") f.kind = Fault::Kind::kCrash;
-  else if (kind == "corrupt") f.kind = Fault::Kind::kCorrupt;
-  else if (kind == "hang") f.kind = Fault::Kind::kHang;
-  else if (kind == "hold") f.kind = Fault::Kind::kHold;
-  else if (kind == "slow") f.kind = Fault::Kind::kSlow;
-  else if (kind == "oom") f.kind = Fault::Kind::kOom;
-  else if (kind == "crash-items") f.kind = Fault::Kind::kCrashItems;
-  else if (kind == "hold-items") f.kind = Fault::Kind::kHoldItems;
-  else if (kind == "twice-items") f.kind = Fault::Kind::kTwiceItems;
-  else if (kind == "crash-join") f.kind = Fault::Kind::kCrashJoin;
+  if (kind == "crash")
+    f.kind = Fault::Kind::kCrash;
+  else if (kind == "corrupt")
+    f.kind = Fault::Kind::kCorrupt;
+  else if (kind == "hang")
+    f.kind = Fault::Kind::kHang;
+  else if (kind == "hold")
+    f.kind = Fault::Kind::kHold;
+  else if (kind == "slow")
+    f.kind = Fault::Kind::kSlow;
+  else if (kind == "oom")
+    f.kind = Fault::Kind::kOom;
+  else if (kind == "crash-items")
+    f.kind = Fault::Kind::kCrashItems;
+  else if (kind == "hold-items")
+    f.kind = Fault::Kind::kHoldItems;
+  else if (kind == "twice-items")
+    f.kind = Fault::Kind::kTwiceItems;
+  else if (kind == "crash-join")
+    f.kind = Fault::Kind::kCrashJoin;
   if (const char* once = std::getenv("GPUEVAL_FAULT_ONCE")) f.once_path = once;
   if (const char* release = std::getenv("GPUEVAL_FAULT_RELEASE")) f.release_path = release;
   if (const char* model = std::getenv("GPUEVAL_FAULT_MODEL")) f.model_suffix = model;
@@ -197,8 +221,8 @@ class Heartbeat {
 
 // `load: broadcast` (weight_broadcast.h): rank 0 makes the NCCL id and sends it up in a kBroadcast
 // frame; the other ranks read theirs, forwarded by the scheduler, as the frame after their Hello.
-DecoderModel load_broadcast(const WorkerHello::Broadcast& spec, const std::string& model_dir, const LoadOptions& options,
-                          int in, FrameWriter& writer, const std::string& name) {
+DecoderModel load_broadcast(const WorkerHello::Broadcast& spec, const std::string& model_dir,
+                            const LoadOptions& options, int in, FrameWriter& writer, const std::string& name) {
   BroadcastGroup group;
   group.rank = spec.rank;
   group.world = spec.world;
@@ -379,10 +403,10 @@ void run_batch(Replica& r, const Batch& batch, ExecutionOptions exec, FrameWrite
 void run_generation(Replica& r, const Batch& first, ExecutionOptions exec, FrameWriter& writer, Fault& fault, int in,
                     std::deque<std::optional<Frame>>& pending) {
   std::map<int64_t, Clock::time_point> started{{first.id, Clock::now()}};  // the batches taken, unanswered
-  std::map<std::pair<int64_t, int32_t>, const Batch*> owner;               // (request index, part) -> its batch
+  std::map<std::pair<int64_t, int32_t>, const Batch*> owner;  // (request index, part) -> its batch
   std::deque<Batch> joined{first};
   std::set<std::pair<int64_t, int32_t>> sent;  // items sent ahead (request index, part)
-  std::map<int64_t, size_t> sent_of;           // per batch id: how many
+  std::map<int64_t, size_t> sent_of;  // per batch id: how many
   auto own = [&](const Batch& b) {
     for (const WorkItem& item : b.items) owner[{item.request_index, item.part}] = &b;
   };
@@ -401,7 +425,8 @@ void run_generation(Replica& r, const Batch& first, ExecutionOptions exec, Frame
     }
     inject_item_fault(fault, batch, r.hello.worker, n, writer, frame);
   };
-  const bool may_join = fault.kind == Fault::Kind::kNone || fault.kind == Fault::Kind::kCrashJoin || fault.fires_on_items();
+  const bool may_join =
+      fault.kind == Fault::Kind::kNone || fault.kind == Fault::Kind::kCrashJoin || fault.fires_on_items();
   const GenerationNext next = [&]() -> std::optional<Batch> {
     if (!may_join || !pending.empty()) return std::nullopt;
     pollfd p{in, POLLIN, 0};
@@ -433,7 +458,8 @@ void run_generation(Replica& r, const Batch& first, ExecutionOptions exec, Frame
     started.erase(b.id);
     if (stats.oom_splits > 0)
       std::cerr << fmt::format("[{}] batch {} ran out of memory and ran again on its own\n", r.hello.worker, b.id);
-    writer.send(FrameType::kResult, {{"batch_id", b.id}, {"items", out}, {"seconds", secs}, {"stats", stats.to_json()}});
+    writer.send(FrameType::kResult,
+                {{"batch_id", b.id}, {"items", out}, {"seconds", secs}, {"stats", stats.to_json()}});
   };
   try {
     execute_generation(*r.model, *r.tokenizer, first, exec, next, done);
@@ -469,8 +495,10 @@ void serve(Replica& r, int in, FrameWriter& writer, Heartbeat& heartbeat, Fault&
     if (fault.kind == Fault::Kind::kSlow) std::this_thread::sleep_for(std::chrono::milliseconds(fault.request_index));
     if (fault.fires_on(batch, r.hello.model) && inject_fault(fault, batch, r.hello.worker, writer, heartbeat)) continue;
     const bool generation = !batch.items.empty() && batch.items.front().type == RequestType::kGenerateUntil;
-    if (generation && fault.kind != Fault::Kind::kOom) run_generation(r, batch, exec, writer, fault, in, pending);
-    else run_batch(r, batch, exec, writer, fault);
+    if (generation && fault.kind != Fault::Kind::kOom)
+      run_generation(r, batch, exec, writer, fault, in, pending);
+    else
+      run_batch(r, batch, exec, writer, fault);
   }
 }
 
@@ -501,8 +529,7 @@ int run_worker() {
     std::cerr << "gpueval worker: " << e.what() << "\n";
     try {
       writer.send(FrameType::kError, {{"batch_id", -1}, {"message", e.what()}});
-    } catch (const std::exception&) {
-    }
+    } catch (const std::exception&) {}
     return 1;
   }
 }

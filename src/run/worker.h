@@ -4,13 +4,11 @@
 // then Work frames, each a planned batch, answered by a Result frame with one
 // ItemResult per work item (a generation batch's sequences also one kItems frame each as they
 // end; a Work frame that arrives while a generation batch drains, with the same prefix, joins its
-// running set: executor.h's execute_generation, answered as its own batch); or Probe frames (batch_probe.h options), answered by a Result
-// frame {"probe", "device", "dtype"}; Shutdown or EOF ends it. A background thread sends
-// a Heartbeat every `heartbeat_s` seconds, from before the model starts
-// loading, so the scheduler can tell a slow worker from a hung one. The worker
-// owns its model replica, tokenizer, KV caches and the shared prefixes of
-// recent batches (prefix_cache.h), seeds sampling per request
-// (the planner put the seed on each item), and never writes a report.
+// running set: executor.h's execute_generation, answered as its own batch); or Probe frames (batch_probe.h options),
+// answered by a Result frame {"probe", "device", "dtype"}; Shutdown or EOF ends it. A background thread sends a
+// Heartbeat every `heartbeat_s` seconds, from before the model starts loading, so the scheduler can tell a slow worker
+// from a hung one. The worker owns its model replica, tokenizer, KV caches and the shared prefixes of recent batches
+// (prefix_cache.h), seeds sampling per request (the planner put the seed on each item), and never writes a report.
 //
 // Test-only fault injection, read from the environment at start-up:
 //   GPUEVAL_FAULT=crash:<request index>    abort() on a batch holding that request

@@ -42,7 +42,8 @@ WorkerHello worker_hello_from_json(const nlohmann::json& j, const WorkerHello* c
   h.broadcast.reset();
   if (j.contains("broadcast")) {
     const nlohmann::json& b = j.at("broadcast");
-    h.broadcast = WorkerHello::Broadcast{int_field(b, "rank", "hello.broadcast"), int_field(b, "world", "hello.broadcast")};
+    h.broadcast =
+        WorkerHello::Broadcast{int_field(b, "rank", "hello.broadcast"), int_field(b, "world", "hello.broadcast")};
   }
   return h;
 }

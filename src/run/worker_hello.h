@@ -17,11 +17,11 @@ struct WorkerHello {
     int rank = 0;
     int world = 0;
   };
-  std::string worker;          // the slot's name, "cpu:0" or "cuda:1": the prefix of its log lines
-  std::string model;           // the checkpoint directory to load
+  std::string worker;  // the slot's name, "cpu:0" or "cuda:1": the prefix of its log lines
+  std::string model;  // the checkpoint directory to load
   std::string dtype = "auto";  // as requested; the worker resolves "auto" (model/config/dtype.h)
   std::string device = "cpu";  // as the worker sees it: "cpu", or "cuda:0" (it sees one GPU)
-  int threads = 0;             // intra-op threads; <= 0 keeps LibTorch's default
+  int threads = 0;  // intra-op threads; <= 0 keeps LibTorch's default
   double heartbeat_s = 1;
   std::optional<Broadcast> broadcast;  // its first load goes over NCCL (weight_broadcast.h)
 };

@@ -14,8 +14,7 @@
 namespace gpueval {
 
 // The first Hello for a worker that launch_worker started on `slot`.
-WorkerHello first_hello(const DeviceSlot& slot, const std::string& model, const std::string& dtype,
-                        double heartbeat_s);
+WorkerHello first_hello(const DeviceSlot& slot, const std::string& model, const std::string& dtype, double heartbeat_s);
 
 // Spawns `executable worker` for `slot`: OMP_NUM_THREADS is the slot's thread count (at least 1)
 // and, on a GPU, CUDA_VISIBLE_DEVICES its index, so the worker sees that GPU alone as cuda:0; the

@@ -32,12 +32,12 @@ constexpr int kFirstFreeFd = 5;
 struct Waiting {
   pid_t pid = -1;
   io::UniqueFd command_fd;  // parent's write end
-  io::UniqueFd result_fd;   // parent's read end, O_NONBLOCK
+  io::UniqueFd result_fd;  // parent's read end, O_NONBLOCK
 };
 
 std::mutex g_mutex;
 std::vector<Waiting> g_waiting;  // guarded by g_mutex
-std::string g_executable;        // /proc/self/exe when the processes were forked
+std::string g_executable;  // /proc/self/exe when the processes were forked
 
 // Threads of this process, from /proc/self/task; 0 when it cannot be read.
 int thread_count() {
@@ -91,7 +91,8 @@ void close_inherited_descriptors() {
 }
 
 bool same_file(const std::string& a, const std::string& b) {
-  struct stat sa {}, sb {};
+  struct stat sa {
+  }, sb{};
   return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
@@ -217,8 +218,7 @@ PreforkRole prefork_workers(int count) {
 }
 
 std::optional<Child> take_preforked_worker(const SpawnOptions& options) {
-  if (options.argv.size() != 2 || options.argv[1] != "worker" || !options.new_process_group ||
-      !options.die_with_parent)
+  if (options.argv.size() != 2 || options.argv[1] != "worker" || !options.new_process_group || !options.die_with_parent)
     return std::nullopt;
   for (const auto& [name, value] : options.env)
     if (name != "OMP_NUM_THREADS") return std::nullopt;  // CUDA_VISIBLE_DEVICES and the like need exec

@@ -11,8 +11,8 @@
 namespace gpueval {
 
 struct Interpreter {
-  std::string path;                  // the real path of the executable
-  std::string version;               // "3.11.2"
+  std::string path;  // the real path of the executable
+  std::string version;  // "3.11.2"
   std::vector<std::string> folders;  // bound read-only, none inside another
 };
 

@@ -112,9 +112,11 @@ Sandbox::Sandbox(SandboxOptions options) : options_(std::move(options)) {
   if (v.kind == Verdict::Kind::kPassed) return;
   std::string hint;
   if (v.detail.find("namespace") != std::string::npos || v.detail.find("Operation not permitted") != std::string::npos)
-    hint = ": unprivileged user namespaces must be allowed (sysctl user.max_user_namespaces > 0; on Debian "
-           "kernel.unprivileged_userns_clone=1; on Ubuntu 24.04 kernel.apparmor_restrict_unprivileged_userns=0 or an "
-           "AppArmor profile for bwrap)" + or_unsafe;
+    hint =
+        ": unprivileged user namespaces must be allowed (sysctl user.max_user_namespaces > 0; on Debian "
+        "kernel.unprivileged_userns_clone=1; on Ubuntu 24.04 kernel.apparmor_restrict_unprivileged_userns=0 or an "
+        "AppArmor profile for bwrap)" +
+        or_unsafe;
   else if (v.detail.find("source path") != std::string::npos || v.detail.find("Permission denied") != std::string::npos)
     hint = fmt::format(": the interpreter {} and its libraries must be readable by the sandbox's user{}",
                        interpreter_.path, ::geteuid() == 0 ? " (nobody, since gpueval runs as root)" : "");
@@ -145,23 +147,47 @@ std::vector<std::string> bwrap_arguments(const SandboxOptions& options, const In
                                          const SandboxLimits& limits, ProgramMode mode) {
   const bool unsafe = options.unsafe_no_sandbox;
   const auto cpu_backstop = static_cast<long long>(std::ceil(limits.cpu_seconds));
-  const std::vector<std::string> entry_args = {
-      unsafe ? "/proc/self/fd/7" : "/.sandbox/entry.py",
-      mode == ProgramMode::kCodeEval ? "code_eval" : "script",
-      std::to_string(cpu_backstop),
-      std::to_string(limits.memory),
-      std::to_string(limits.file_size),
-      std::to_string(limits.max_open_files),
-      std::to_string(limits.max_subprocesses),
-      unsafe ? "/proc/self/fd/6" : "/.sandbox/program.py"};
+  const std::vector<std::string> entry_args = {unsafe ? "/proc/self/fd/7" : "/.sandbox/entry.py",
+                                               mode == ProgramMode::kCodeEval ? "code_eval" : "script",
+                                               std::to_string(cpu_backstop),
+                                               std::to_string(limits.memory),
+                                               std::to_string(limits.file_size),
+                                               std::to_string(limits.max_open_files),
+                                               std::to_string(limits.max_subprocesses),
+                                               unsafe ? "/proc/self/fd/6" : "/.sandbox/program.py"};
   std::vector<std::string> a;
   if (unsafe) {
     a = {interpreter.path, "-I"};
   } else {
-    a = {options.bwrap, "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session", "--clearenv",
-         "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/work", "--setenv", "LANG", "C.UTF-8",
-         "--setenv", "OMP_NUM_THREADS", "1", "--setenv", "OPENBLAS_NUM_THREADS", "1", "--setenv",
-         "MKL_NUM_THREADS", "1", "--hostname", "sandbox", "--ro-bind", interpreter.path, interpreter.path};
+    a = {options.bwrap,
+         "--unshare-all",
+         "--unshare-user",
+         "--die-with-parent",
+         "--new-session",
+         "--clearenv",
+         "--setenv",
+         "PATH",
+         "/usr/bin:/bin",
+         "--setenv",
+         "HOME",
+         "/work",
+         "--setenv",
+         "LANG",
+         "C.UTF-8",
+         "--setenv",
+         "OMP_NUM_THREADS",
+         "1",
+         "--setenv",
+         "OPENBLAS_NUM_THREADS",
+         "1",
+         "--setenv",
+         "MKL_NUM_THREADS",
+         "1",
+         "--hostname",
+         "sandbox",
+         "--ro-bind",
+         interpreter.path,
+         interpreter.path};
     for (const std::string& f : interpreter.folders) a.insert(a.end(), {"--ro-bind", f, f});
     for (const char* link : {"/lib", "/lib64", "/bin"}) {
       const std::string target = std::string("usr") + link;
@@ -169,11 +195,34 @@ std::vector<std::string> bwrap_arguments(const SandboxOptions& options, const In
         a.insert(a.end(), {"--symlink", target, link});
     }
     const std::string tmpfs = std::to_string(limits.tmpfs_size);
-    a.insert(a.end(), {"--proc", "/proc", "--dev", "/dev", "--size", tmpfs, "--perms", "0700", "--tmpfs", "/work",
-                       "--size", tmpfs, "--tmpfs", "/tmp", "--ro-bind-data", std::to_string(kProgramFd),
-                       "/.sandbox/program.py", "--ro-bind-data", std::to_string(kEntryFd), "/.sandbox/entry.py",
-                       "--chdir", "/work", "--json-status-fd", std::to_string(kStatusFd), "--seccomp",
-                       std::to_string(kFilterFd), interpreter.path, "-I"});
+    a.insert(a.end(), {"--proc",
+                       "/proc",
+                       "--dev",
+                       "/dev",
+                       "--size",
+                       tmpfs,
+                       "--perms",
+                       "0700",
+                       "--tmpfs",
+                       "/work",
+                       "--size",
+                       tmpfs,
+                       "--tmpfs",
+                       "/tmp",
+                       "--ro-bind-data",
+                       std::to_string(kProgramFd),
+                       "/.sandbox/program.py",
+                       "--ro-bind-data",
+                       std::to_string(kEntryFd),
+                       "/.sandbox/entry.py",
+                       "--chdir",
+                       "/work",
+                       "--json-status-fd",
+                       std::to_string(kStatusFd),
+                       "--seccomp",
+                       std::to_string(kFilterFd),
+                       interpreter.path,
+                       "-I"});
   }
   a.insert(a.end(), entry_args.begin(), entry_args.end());
   return a;
@@ -184,9 +233,9 @@ struct ChildPlan {
   char* const* argv;
   char* const* envp;
   pid_t parent_pid;
-  bool drop_root;        // become nobody: gpueval runs as root
+  bool drop_root;  // become nobody: gpueval runs as root
   const char* chdir_to;  // nullptr: stay
-  int fds[kFds];         // what becomes the child's 0..kFds-1 (-1: left as it is)
+  int fds[kFds];  // what becomes the child's 0..kFds-1 (-1: left as it is)
   int max_fd;
 };
 
@@ -194,9 +243,9 @@ struct ChildPlan {
 [[noreturn]] void run_child(const ChildPlan& plan) {
   // Raw system calls: glibc's set*id wrappers are not async-signal-safe (they coordinate every
   // thread of the process, and a forked child of a threaded parent has one).
-  if (plan.drop_root && (::syscall(SYS_setgroups, 0, nullptr) != 0 ||
-                         ::syscall(SYS_setresgid, kNobody, kNobody, kNobody) != 0 ||
-                         ::syscall(SYS_setresuid, kNobody, kNobody, kNobody) != 0))
+  if (plan.drop_root &&
+      (::syscall(SYS_setgroups, 0, nullptr) != 0 || ::syscall(SYS_setresgid, kNobody, kNobody, kNobody) != 0 ||
+       ::syscall(SYS_setresuid, kNobody, kNobody, kNobody) != 0))
     ::_exit(126);
   bool parent_alive = true;
   process::die_with_parent(plan.parent_pid, &parent_alive);  // after the uid change, which clears it
@@ -216,8 +265,8 @@ struct ChildPlan {
 // share. Destroying a run whose child was not reaped kills and reaps it.
 class ProgramRun {
  public:
-  ProgramRun(const std::string& program, const SandboxLimits& limits, ProgramMode mode,
-             const std::string& seccomp_bpf, bool unsafe);
+  ProgramRun(const std::string& program, const SandboxLimits& limits, ProgramMode mode, const std::string& seccomp_bpf,
+             bool unsafe);
   ProgramRun(const ProgramRun&) = delete;
   ProgramRun& operator=(const ProgramRun&) = delete;
   ~ProgramRun();
@@ -280,8 +329,8 @@ ProgramRun::ProgramRun(const std::string& program, const SandboxLimits& limits, 
       devnull_(::open("/dev/null", O_RDONLY | O_CLOEXEC)),
       status_open_(!unsafe) {
   if (unsafe_) {
-    std::string tmpl = (std::getenv("TMPDIR") ? std::string(std::getenv("TMPDIR")) : std::string("/tmp")) +
-                       "/gpueval-program-XXXXXX";
+    std::string tmpl =
+        (std::getenv("TMPDIR") ? std::string(std::getenv("TMPDIR")) : std::string("/tmp")) + "/gpueval-program-XXXXXX";
     if (!::mkdtemp(tmpl.data())) fail("sandbox", "mkdtemp: {}", std::strerror(errno));
     workdir_ = tmpl;
   }
@@ -359,14 +408,20 @@ void ProgramRun::on_ready(int fd) {
   const ssize_t n = ::read(fd, buf_, sizeof buf_);
   if (n < 0 && errno == EINTR) return;
   if (fd == out_.read.get()) {
-    if (n <= 0) out_open_ = false;
-    else take_output(buf_, static_cast<size_t>(n));
+    if (n <= 0)
+      out_open_ = false;
+    else
+      take_output(buf_, static_cast<size_t>(n));
   } else if (fd == result_.read.get()) {
-    if (n <= 0) result_open_ = false;
-    else take_result(buf_, static_cast<size_t>(n));
+    if (n <= 0)
+      result_open_ = false;
+    else
+      take_result(buf_, static_cast<size_t>(n));
   } else if (fd == status_.read.get()) {
-    if (n <= 0) status_open_ = false;
-    else on_status(buf_, static_cast<size_t>(n));
+    if (n <= 0)
+      status_open_ = false;
+    else
+      on_status(buf_, static_cast<size_t>(n));
   }
 }
 

@@ -36,14 +36,14 @@
 namespace gpueval {
 
 struct SandboxLimits {
-  double cpu_seconds = 3.0;            // CPU time of the whole process tree
-  double wall_seconds = 0;             // the ceiling for sleepers; 0: 10 + 3 * cpu_seconds
-  int64_t memory = int64_t{2} << 30;   // address space per process, over the interpreter's own use
+  double cpu_seconds = 3.0;  // CPU time of the whole process tree
+  double wall_seconds = 0;  // the ceiling for sleepers; 0: 10 + 3 * cpu_seconds
+  int64_t memory = int64_t{2} << 30;  // address space per process, over the interpreter's own use
   int64_t file_size = int64_t{16} << 20;
   int64_t tmpfs_size = int64_t{64} << 20;  // each of /work and /tmp
-  int64_t max_output = int64_t{1} << 20;   // stdout + stderr bytes
+  int64_t max_output = int64_t{1} << 20;  // stdout + stderr bytes
   int max_open_files = 64;
-  int max_subprocesses = 16;           // processes and threads in the sandbox, its init and python included
+  int max_subprocesses = 16;  // processes and threads in the sandbox, its init and python included
 
   double wall_ceiling() const { return wall_seconds > 0 ? wall_seconds : 10.0 + 3.0 * cpu_seconds; }
 };
@@ -54,7 +54,7 @@ void check_sandbox_limits(const SandboxLimits& limits, const std::string& where)
 
 enum class ProgramMode {
   kCodeEval,  // lm-eval's code execution: exec() under its guard, output swallowed (python_entry.h)
-  kScript,    // `python3 main.py`
+  kScript,  // `python3 main.py`
 };
 
 struct Verdict {
@@ -64,7 +64,7 @@ struct Verdict {
   // bytes", or how the program ended without a result. Timed out: which limit. Error: why the
   // sandbox did not run it.
   std::string detail;
-  double cpu_seconds = 0;   // of the whole tree
+  double cpu_seconds = 0;  // of the whole tree
   double wall_seconds = 0;
   // Every process seen in the sandbox (host pid, start time): tests check none is left.
   std::vector<std::pair<pid_t, uint64_t>> processes;

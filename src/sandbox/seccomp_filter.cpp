@@ -25,8 +25,8 @@ const char* const kRefused[] = {
     "mount", "umount2", "mount_setattr", "move_mount", "open_tree", "fsopen", "fsconfig", "fsmount", "fspick",
     "pivot_root", "chroot",
     // the kernel's keyrings, BPF, perf, io_uring, userfaultfd
-    "keyctl", "add_key", "request_key", "bpf", "perf_event_open", "userfaultfd", "io_uring_setup",
-    "io_uring_enter", "io_uring_register",
+    "keyctl", "add_key", "request_key", "bpf", "perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter",
+    "io_uring_register",
     // namespaces
     "unshare", "setns",
     // the machine

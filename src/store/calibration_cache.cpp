@@ -93,9 +93,9 @@ bool CalibrationCache::store(const CalibrationKey& key, const CalibrationEntry& 
     s.bind(5, entry.batch_tokens);
     s.bind(6, entry.memory_limit_bytes);
     s.bind(7, entry.probe.dump());
-    const double now = entry.created > 0 ? entry.created
-                                         : std::chrono::duration<double>(
-                                               std::chrono::system_clock::now().time_since_epoch()).count();
+    const double now = entry.created > 0
+                           ? entry.created
+                           : std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     s.bind(8, now);
     s.bind(9, entry.version.empty() ? std::string(GPUEVAL_VERSION) : entry.version);
     s.step();

@@ -21,18 +21,18 @@
 namespace gpueval {
 
 struct CalibrationKey {
-  std::string model;   // model_fingerprint()
-  std::string dtype;   // resolved: "float32", "bfloat16", ...
+  std::string model;  // model_fingerprint()
+  std::string dtype;  // resolved: "float32", "bfloat16", ...
   std::string device;  // device_description()
   int64_t length_bucket = 0;  // length_bucket() of the run's longest request
 };
 
 struct CalibrationEntry {
-  int64_t batch_tokens = 0;        // the chosen budget
+  int64_t batch_tokens = 0;  // the chosen budget
   int64_t memory_limit_bytes = 0;  // the limit the probe was judged against
-  nlohmann::json probe;            // the probe that chose it, as run/batch_probe.h's to_json(ProbeResult)
-  double created = 0;              // Unix time of the store
-  std::string version;             // gpueval version that measured it
+  nlohmann::json probe;  // the probe that chose it, as run/batch_probe.h's to_json(ProbeResult)
+  double created = 0;  // Unix time of the store
+  std::string version;  // gpueval version that measured it
 };
 
 // The smallest power of two >= cost (at least 1): requests of similar length share an entry.

@@ -184,8 +184,7 @@ int64_t History::begin_run(const std::string& config_fingerprint, const nlohmann
 }
 
 bool History::is_scored(const std::string& checkpoint_fingerprint, const std::string& config_fingerprint) const {
-  Statement s(connection_->db,
-              "SELECT 1 FROM scored WHERE checkpoint = ?1 AND config = ?2 AND state = 'complete'");
+  Statement s(connection_->db, "SELECT 1 FROM scored WHERE checkpoint = ?1 AND config = ?2 AND state = 'complete'");
   s.bind(1, checkpoint_fingerprint);
   s.bind(2, config_fingerprint);
   return s.step();
@@ -217,8 +216,8 @@ void History::record(int64_t run_id, const CheckpointInfo& ckpt, const std::stri
   sqlite::WriteTransaction tx(db);
   delete_record(db, ckpt.fingerprint, config_fingerprint);
   {
-    Statement s(db,
-                "INSERT OR REPLACE INTO checkpoints (fingerprint, path, name, mtime, step) VALUES (?1, ?2, ?3, ?4, ?5)");
+    Statement s(
+        db, "INSERT OR REPLACE INTO checkpoints (fingerprint, path, name, mtime, step) VALUES (?1, ?2, ?3, ?4, ?5)");
     s.bind(1, ckpt.fingerprint);
     s.bind(2, ckpt.path);
     s.bind(3, ckpt.name);
@@ -236,9 +235,10 @@ void History::record(int64_t run_id, const CheckpointInfo& ckpt, const std::stri
     s.step();
   }
   {
-    Statement s(db,
-                "INSERT INTO scores (checkpoint, config, ordinal, task, metric, filter, value, stderr, n,"
-                " higher_is_better, is_group, chance, parent) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)");
+    Statement s(
+        db,
+        "INSERT INTO scores (checkpoint, config, ordinal, task, metric, filter, value, stderr, n,"
+        " higher_is_better, is_group, chance, parent) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)");
     int64_t ordinal = 0;
     for (const ScoreRow& r : scores) {
       s.reset();
@@ -306,9 +306,10 @@ std::vector<ScoredCheckpoint> History::trend(const std::string& config_fingerpri
       if (!s.null_at(7)) sc.checkpoint.step = s.int_at(7);
       out.push_back(std::move(sc));
     }
-    Statement rows(db,
-                   "SELECT task, metric, filter, value, stderr, n, higher_is_better, is_group, chance, parent FROM scores"
-                   " WHERE checkpoint = ?1 AND config = ?2 ORDER BY ordinal");
+    Statement rows(
+        db,
+        "SELECT task, metric, filter, value, stderr, n, higher_is_better, is_group, chance, parent FROM scores"
+        " WHERE checkpoint = ?1 AND config = ?2 ORDER BY ordinal");
     for (ScoredCheckpoint& sc : out) {
       rows.reset();
       rows.bind(1, sc.checkpoint.fingerprint);

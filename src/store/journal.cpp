@@ -155,16 +155,21 @@ Journal Journal::open(const std::string& path, const JournalIdentity& id, bool f
   if (!meta.empty()) {
     const std::string version = meta.count("schema_version") ? meta["schema_version"] : "?";
     if (version != std::to_string(kSchemaVersion))
-      fail(path, "journal has schema version {}, this gpueval writes {}; run with --fresh to start over, or use "
-                 "another output directory", version, kSchemaVersion);
+      fail(path,
+           "journal has schema version {}, this gpueval writes {}; run with --fresh to start over, or use "
+           "another output directory",
+           version, kSchemaVersion);
     if (meta["model_fingerprint"] != id.model_fingerprint)
-      fail(path, "journal was written for model {} (fingerprint {}), not {} ({}); run with --fresh to start over, "
-                 "or use another output directory",
+      fail(path,
+           "journal was written for model {} (fingerprint {}), not {} ({}); run with --fresh to start over, "
+           "or use another output directory",
            meta["model_path"], short_fp(meta["model_fingerprint"]), id.model_path, short_fp(id.model_fingerprint));
     if (meta["config_fingerprint"] != id.config_fingerprint)
-      fail(path, "journal was written for model {} (fingerprint {}) with another config (tasks, limit, few-shot, "
-                 "seed, dtype, add_bos or max_length differ); run with --fresh to start over, or use another output "
-                 "directory", meta["model_path"], short_fp(meta["model_fingerprint"]));
+      fail(path,
+           "journal was written for model {} (fingerprint {}) with another config (tasks, limit, few-shot, "
+           "seed, dtype, add_bos or max_length differ); run with --fresh to start over, or use another output "
+           "directory",
+           meta["model_path"], short_fp(meta["model_fingerprint"]));
   }
   try {
     if (meta.empty()) {
@@ -214,8 +219,8 @@ std::vector<JournalItem> Journal::load() const {
       r.text = s.bytes_at(7);
       if (row_checksum(item.first, r) != s.int_at(8) || s.int_at(5) > 1 || r.parts < 1 || r.part < 0 ||
           r.part >= r.parts)
-        throw Error(corrupt(path_, fmt::format("the result for request {} part {} fails its checksum",
-                                               r.request_index, r.part)));
+        throw Error(corrupt(
+            path_, fmt::format("the result for request {} part {} fails its checksum", r.request_index, r.part)));
       out.push_back(std::move(item));
     }
   } catch (const sqlite::Failure& f) {

@@ -36,7 +36,6 @@
 
 #include "plan/item_result.h"
 
-
 namespace gpueval {
 
 namespace sqlite {
@@ -44,8 +43,8 @@ class Db;
 }
 
 struct JournalIdentity {
-  std::string model_fingerprint;   // model_fingerprint.h
-  std::string model_path;          // for messages only
+  std::string model_fingerprint;  // model_fingerprint.h
+  std::string model_path;  // for messages only
   std::string config_fingerprint;  // run_identity.h
 };
 

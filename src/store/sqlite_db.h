@@ -88,7 +88,9 @@ class Db {
 
 class Statement {
  public:
-  Statement(const Db& db, const char* sql) : db_(db) { db.check(sqlite3_prepare_v2(db.get(), sql, -1, &st_, nullptr), "prepare"); }
+  Statement(const Db& db, const char* sql) : db_(db) {
+    db.check(sqlite3_prepare_v2(db.get(), sql, -1, &st_, nullptr), "prepare");
+  }
   ~Statement() { sqlite3_finalize(st_); }
   Statement(const Statement&) = delete;
   Statement& operator=(const Statement&) = delete;

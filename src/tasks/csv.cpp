@@ -44,9 +44,10 @@ std::vector<CsvRecord> parse_csv(std::string_view text, const std::string& where
           if (c == '\n') ++line;
           field += c;
         }
-        if (pos < n && text[pos] != ',' && text[pos] != '\n' && !(text[pos] == '\r' && pos + 1 < n && text[pos + 1] == '\n')) {
-          fail(where + ":" + std::to_string(line), "unexpected character after a closing quote (field {} of the record)",
-               record.fields.size() + 1);
+        if (pos < n && text[pos] != ',' && text[pos] != '\n' &&
+            !(text[pos] == '\r' && pos + 1 < n && text[pos + 1] == '\n')) {
+          fail(where + ":" + std::to_string(line),
+               "unexpected character after a closing quote (field {} of the record)", record.fields.size() + 1);
         }
       } else {
         while (pos < n && text[pos] != ',' && text[pos] != '\n' &&

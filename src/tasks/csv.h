@@ -7,8 +7,8 @@
 // Errors are one line naming the file and the line the bad record starts on: a record with a
 // different number of fields than expected, a quote that is never closed, or a stray character
 // after a closing quote. A quote inside an unquoted field (`a"b`) is not RFC 4180 but is kept
-// as text, as Python's csv module reads it, because real files have them. A blank line (no characters at all) between records is skipped.
-// Stateless and thread-safe.
+// as text, as Python's csv module reads it, because real files have them. A blank line (no characters at all) between
+// records is skipped. Stateless and thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -19,7 +19,7 @@
 namespace gpueval {
 
 struct CsvRecord {
-  int64_t line = 0;                 // 1-based line the record starts on
+  int64_t line = 0;  // 1-based line the record starts on
   std::vector<std::string> fields;  // unquoted, "" unescaped
 };
 

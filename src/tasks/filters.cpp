@@ -120,8 +120,10 @@ FilterStep parse_step(const YAML::Node& item, const std::string& yaml_path) {
       fail(where, "filter function 'custom' needs filter_fn: !function NAME");
     const std::string fn = scalar_text(item["filter_fn"], "filter_fn", where);
     if (fn != "utils.build_predictions")
-      fail(where, "custom filter_fn {}: gpueval runs no Python; its built-in filter functions are "
-           "utils.build_predictions (humaneval's: the document's prompt + the response)", quote_untrusted(fn));
+      fail(where,
+           "custom filter_fn {}: gpueval runs no Python; its built-in filter functions are "
+           "utils.build_predictions (humaneval's: the document's prompt + the response)",
+           quote_untrusted(fn));
     step.kind = FilterStep::Kind::kPromptPlusResponse;
     options = {"filter_fn"};
     YAML::Node fn_node = item["filter_fn"];
@@ -227,7 +229,8 @@ std::vector<std::string> FilterPipeline::apply(const std::vector<std::string>& r
 int64_t FilterPipeline::output_count(int64_t responses) const {
   int64_t n = responses;
   for (const FilterStep& step : steps_) {
-    if (step.kind == FilterStep::Kind::kTakeFirst || step.kind == FilterStep::Kind::kMajorityVote) n = std::min<int64_t>(n, 1);
+    if (step.kind == FilterStep::Kind::kTakeFirst || step.kind == FilterStep::Kind::kMajorityVote)
+      n = std::min<int64_t>(n, 1);
     if (step.kind == FilterStep::Kind::kTakeFirstK) n = n < step.k ? 0 : step.k;
   }
   return n;

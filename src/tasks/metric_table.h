@@ -49,8 +49,8 @@ struct MetricRow {
   MetricFn compute[4];
   // The output types whose tasks get it without a metric_list (lm-eval's DEFAULT_METRIC_REGISTRY).
   bool by_default[4];
-  bool match_options;   // takes exact_match's options (regexes_to_ignore, ignore_case, ...)
-  const char* per_k;    // "pass@", "maj@": one spec per k of the entry, named per_k + k; nullptr: no k
+  bool match_options;  // takes exact_match's options (regexes_to_ignore, ignore_case, ...)
+  const char* per_k;  // "pass@", "maj@": one spec per k of the entry, named per_k + k; nullptr: no k
 };
 
 // Every row, in the order lm-eval's process_results computes the metrics of each output type.

@@ -16,9 +16,7 @@ namespace {
 
 // Python's str.isspace(), which is what `\s` matches in a str pattern: Unicode White_Space
 // plus the four ASCII information separators U+001C..U+001F.
-bool python_isspace(char32_t c) {
-  return (c >= 0x1C && c <= 0x1F) || is_unicode_whitespace(c);
-}
+bool python_isspace(char32_t c) { return (c >= 0x1C && c <= 0x1F) || is_unicode_whitespace(c); }
 
 std::vector<double> scores(const std::vector<MetricValue>& items, Aggregation aggregation) {
   std::vector<double> out;
@@ -62,8 +60,8 @@ const char* aggregation_name(Aggregation aggregation) {
 }
 
 std::optional<Aggregation> parse_aggregation(std::string_view name) {
-  for (const Aggregation a : {Aggregation::kMean, Aggregation::kPerplexity, Aggregation::kWeightedPerplexity,
-                              Aggregation::kBitsPerByte}) {
+  for (const Aggregation a :
+       {Aggregation::kMean, Aggregation::kPerplexity, Aggregation::kWeightedPerplexity, Aggregation::kBitsPerByte}) {
     if (name == aggregation_name(a)) return a;
   }
   return std::nullopt;
@@ -260,7 +258,8 @@ double exact_match(std::string prediction, std::string reference, const nlohmann
 namespace gpueval {
 
 double pass_at_k(int64_t n, int64_t c, int64_t k) {
-  if (c < 0 || c > n || k < 1 || k > n) throw Error(fmt::format("pass@k: needs 0 <= c <= n and 1 <= k <= n, got n={} c={} k={}", n, c, k));
+  if (c < 0 || c > n || k < 1 || k > n)
+    throw Error(fmt::format("pass@k: needs 0 <= c <= n and 1 <= k <= n, got n={} c={} k={}", n, c, k));
   if (n - c < k) return 1.0;
   // 1 - prod_{i = n-c+1}^{n} (1 - k / i), left to right as numpy's prod over np.arange.
   double product = 1.0;

@@ -43,7 +43,8 @@ nlohmann::json process_arc(const nlohmann::json& doc, const std::string& where) 
     if (choices == doc.end() || !choices->is_object() || !is_string_list(choices->value("text", nlohmann::json())) ||
         !is_string_list(choices->value("label", nlohmann::json())) ||
         choices->at("text").size() != choices->at("label").size()) {
-      fail(where, "ARC document (Hugging Face layout) whose choices are not {{\"text\": [...], \"label\": [...]}} of "
+      fail(where,
+           "ARC document (Hugging Face layout) whose choices are not {{\"text\": [...], \"label\": [...]}} of "
            "equal length");
     }
     string_field(doc, "answerKey", where, "ARC");
@@ -51,14 +52,16 @@ nlohmann::json process_arc(const nlohmann::json& doc, const std::string& where) 
   }
   if (question != doc.end() && question->is_object()) {
     // AI2's original release: the question's stem and its labelled choices in one object.
-    const std::string& stem = string_field(*question, "stem", where, "ARC (AI2 layout) question").get_ref<const std::string&>();
+    const std::string& stem =
+        string_field(*question, "stem", where, "ARC (AI2 layout) question").get_ref<const std::string&>();
     const auto choices = question->find("choices");
     if (choices == question->end() || !choices->is_array()) {
       fail(where, "ARC document (AI2 layout) whose question has no list 'choices'");
     }
     nlohmann::json text = nlohmann::json::array(), label = nlohmann::json::array();
     for (const auto& choice : *choices) {
-      if (!choice.is_object()) fail(where, "ARC document (AI2 layout) with a choice that is not {{\"text\", \"label\"}}");
+      if (!choice.is_object())
+        fail(where, "ARC document (AI2 layout) with a choice that is not {{\"text\", \"label\"}}");
       text.push_back(string_field(choice, "text", where, "ARC (AI2 layout) choice"));
       label.push_back(string_field(choice, "label", where, "ARC (AI2 layout) choice"));
     }
@@ -96,7 +99,8 @@ nlohmann::json process_hellaswag(const nlohmann::json& doc, const std::string& w
   const std::string& ctx_a = string_field(doc, "ctx_a", where, layout).get_ref<const std::string&>();
   const std::string& ctx_b = string_field(doc, "ctx_b", where, layout).get_ref<const std::string&>();
   const auto endings = doc.find("endings");
-  if (endings == doc.end() || !is_string_list(*endings)) fail(where, "HellaSwag document whose endings are not a list of strings");
+  if (endings == doc.end() || !is_string_list(*endings))
+    fail(where, "HellaSwag document whose endings are not a list of strings");
   const auto label = doc.find("label");
   // int(label): the Hugging Face copy writes "0".."3", the original release 0..3.
   int64_t gold = -1;
@@ -107,7 +111,8 @@ nlohmann::json process_hellaswag(const nlohmann::json& doc, const std::string& w
              label->get_ref<const std::string&>().size() < 10) {
     gold = std::stoll(label->get<std::string>());
   } else {
-    fail(where, "HellaSwag document whose label is {}, not an integer", label == doc.end() ? "missing" : py::repr(*label));
+    fail(where, "HellaSwag document whose label is {}, not an integer",
+         label == doc.end() ? "missing" : py::repr(*label));
   }
   if (gold < 0 || gold >= static_cast<int64_t>(endings->size())) {
     fail(where, "HellaSwag label {} is outside the {} endings", gold, endings->size());
@@ -153,7 +158,8 @@ std::string copa_choice(const nlohmann::json& doc, const char* key, const std::s
 nlohmann::json copa_doc_to_text(const nlohmann::json& doc, const std::string& where) {
   const std::string& question = text_field(doc, "question", where, "COPA");
   const char* connector = question == "cause" ? "because" : question == "effect" ? "therefore" : nullptr;
-  if (!connector) fail(where, "COPA document whose question {} is neither 'cause' nor 'effect'", py::repr(nlohmann::json(question)));
+  if (!connector)
+    fail(where, "COPA document whose question {} is neither 'cause' nor 'effect'", py::repr(nlohmann::json(question)));
   // The premise without its final character (the period).
   return py::slice(py::strip(text_field(doc, "premise", where, "COPA")), std::nullopt, -1) + " " + connector;
 }
@@ -258,12 +264,17 @@ std::string python_capitalize(const std::string& s) {
         pos += length;
         continue;
       }
-      if ((c >= 'a' && c <= 'z') || (c >= 0xe0 && c <= 0xfe && c != 0xf7)) c -= 0x20;
-      else if (c == 0xff) c = 0x178;
-      else if (c == 0xb5) c = 0x39c;
+      if ((c >= 'a' && c <= 'z') || (c >= 0xe0 && c <= 0xfe && c != 0xf7))
+        c -= 0x20;
+      else if (c == 0xff)
+        c = 0x178;
+      else if (c == 0xb5)
+        c = 0x39c;
     } else {
-      if ((c >= 'A' && c <= 'Z') || (c >= 0xc0 && c <= 0xde && c != 0xd7)) c += 0x20;
-      else if (c == 0x178) c = 0xff;
+      if ((c >= 'A' && c <= 'Z') || (c >= 0xc0 && c <= 0xde && c != 0xd7))
+        c += 0x20;
+      else if (c == 0x178)
+        c = 0xff;
     }
     utf8_append(out, c);
     pos += length;

@@ -77,8 +77,8 @@ size_t PythonRandom::choice_index(size_t n) {
 uint64_t PythonRandom::getrandbits(int k) {
   if (k < 0 || k > 64) throw std::invalid_argument("getrandbits: k must be in 0..64");
   if (k <= 32) return k == 0 ? 0 : next_uint32() >> (32 - k);
-  const uint64_t low = next_uint32();                  // the first word is the least significant
-  const uint64_t high = next_uint32() >> (64 - k);     // the last keeps its top k - 32 bits
+  const uint64_t low = next_uint32();  // the first word is the least significant
+  const uint64_t high = next_uint32() >> (64 - k);  // the last keeps its top k - 32 bits
   return low | (high << 32);
 }
 

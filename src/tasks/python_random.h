@@ -19,7 +19,7 @@ class PythonRandom {
   explicit PythonRandom(uint64_t seed);
 
   uint32_t next_uint32();  // genrand_uint32
-  double random();         // random.random(): uniform on [0, 1) with 53 random bits
+  double random();  // random.random(): uniform on [0, 1) with 53 random bits
   // The index random.choices(population, k=...) picks next from a population of size n.
   size_t choice_index(size_t n);
   // random.getrandbits(k), 0 <= k <= 64: 32-bit words least significant first, the last

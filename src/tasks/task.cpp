@@ -47,7 +47,8 @@ Task Task::load(const std::string& name_or_path, const std::vector<std::string>&
        search_dirs.empty() ? std::string("(no task directories)") : fmt::format("{}", fmt::join(search_dirs, ", ")));
 }
 
-std::vector<Document> Task::read_documents(const std::string& file, DatasetKind kind, std::vector<int64_t>& lines) const {
+std::vector<Document> Task::read_documents(const std::string& file, DatasetKind kind,
+                                           std::vector<int64_t>& lines) const {
   std::vector<Document> documents;
   auto add = [&](nlohmann::json fields, int64_t line) {
     if (process_docs_) fields = process_docs_(fields, file + ":" + std::to_string(line));
@@ -118,8 +119,8 @@ void Task::load_documents() {
     for (size_t i = 0; i < documents_.size(); ++i) {
       const auto it = documents_[i].fields.find(range.field);
       if (it == documents_[i].fields.end() || !it->is_number_integer()) {
-        fail(dataset_file_ + ":" + std::to_string(lines_[i]), "document without an integer field '{}' (document_range, {})",
-             range.field, range.where);
+        fail(dataset_file_ + ":" + std::to_string(lines_[i]),
+             "document without an integer field '{}' (document_range, {})", range.field, range.where);
       }
       const int64_t id = it->get<int64_t>();
       if (id < range.first || id > range.last) continue;

@@ -15,9 +15,7 @@
 namespace gpueval {
 namespace {
 
-YAML::Node load_yaml(const std::string& path) {
-  return parse_yaml(io::read_file(path, uint64_t{1} << 24), path);
-}
+YAML::Node load_yaml(const std::string& path) { return parse_yaml(io::read_file(path, uint64_t{1} << 24), path); }
 
 std::string join(const std::vector<std::string>& names) {
   std::string out;
@@ -35,7 +33,8 @@ std::vector<MemberMetric> parse_member_metrics(const YAML::Node& node, const std
   for (const auto& entry : node) {
     MemberMetric m;
     m.where = yaml_where(yaml_path, entry.first);
-    if (!entry.first.IsScalar() || entry.first.Scalar().empty()) fail(m.where, "member_metrics: a key must be a member name");
+    if (!entry.first.IsScalar() || entry.first.Scalar().empty())
+      fail(m.where, "member_metrics: a key must be a member name");
     m.member = entry.first.Scalar();
     if (!entry.second.IsScalar() || entry.second.Scalar().empty()) {
       fail(m.where, "member_metrics: the metric of '{}' must be a name, or \"metric,filter\"", m.member);
@@ -104,17 +103,21 @@ TaskGroup TaskGroup::load(const std::string& yaml_path) {
             spec.weight_by_size = value.get<bool>();
             weight_given = true;
           } else if (k == "filter_list") {
-            if (value != nlohmann::json::array({"none"}) && value != "none") fail(at, "filter_list: only none is supported");
+            if (value != nlohmann::json::array({"none"}) && value != "none")
+              fail(at, "filter_list: only none is supported");
           } else if (k == "member_metrics") {
             spec.member_metrics = parse_member_metrics(item["member_metrics"], yaml_path);
           } else {
-            fail(at, "unknown aggregate_metric_list key '{}' (metric, aggregation, weight_by_size, filter_list, "
-                 "member_metrics)", k);
+            fail(at,
+                 "unknown aggregate_metric_list key '{}' (metric, aggregation, weight_by_size, filter_list, "
+                 "member_metrics)",
+                 k);
           }
         }
         if (spec.is_suite()) {
           if (weight_given && spec.weight_by_size) {
-            fail(at, "weight_by_size: a suite score (member_metrics) is the unweighted mean of its members; "
+            fail(at,
+                 "weight_by_size: a suite score (member_metrics) is the unweighted mean of its members; "
                  "leave weight_by_size out or set it false");
           }
           spec.weight_by_size = false;
@@ -166,7 +169,7 @@ TaskGroup TaskGroup::load(const std::string& yaml_path) {
 TaskSelection expand_tasks(const std::vector<std::string>& names, const std::vector<std::string>& search_dirs) {
   TaskSelection out;
   std::map<std::string, size_t> group_index;  // finished groups
-  std::vector<std::string> open;               // groups being expanded, for cycles
+  std::vector<std::string> open;  // groups being expanded, for cycles
   auto add_task = [&](const std::string& t, std::vector<std::string>& into) {
     if (std::find(out.tasks.begin(), out.tasks.end(), t) == out.tasks.end()) out.tasks.push_back(t);
     if (std::find(into.begin(), into.end(), t) == into.end()) into.push_back(t);

@@ -25,12 +25,12 @@ namespace {
 // lm-eval's TaskConfig fields in declaration order: the order results.json "configs" uses.
 const std::vector<std::string>& task_config_order() {
   static const std::vector<std::string> kOrder = {
-      "task", "task_alias", "tag", "custom_dataset", "dataset_path", "dataset_name", "dataset_kwargs",
-      "training_split", "validation_split", "test_split", "fewshot_split", "process_docs", "doc_to_text",
-      "doc_to_target", "doc_to_image", "doc_to_audio", "unsafe_code", "doc_to_choice", "process_results",
-      "use_prompt", "description", "target_delimiter", "fewshot_delimiter", "fewshot_config", "num_fewshot",
-      "metric_list", "output_type", "generation_kwargs", "repeats", "filter_list", "should_decontaminate",
-      "doc_to_decontamination_query", "gen_prefix", "metadata",
+      "task", "task_alias", "tag", "custom_dataset", "dataset_path", "dataset_name", "dataset_kwargs", "training_split",
+      "validation_split", "test_split", "fewshot_split", "process_docs", "doc_to_text", "doc_to_target", "doc_to_image",
+      "doc_to_audio", "unsafe_code", "doc_to_choice", "process_results", "use_prompt", "description",
+      "target_delimiter", "fewshot_delimiter", "fewshot_config", "num_fewshot", "metric_list", "output_type",
+      "generation_kwargs", "repeats", "filter_list", "should_decontaminate", "doc_to_decontamination_query",
+      "gen_prefix", "metadata",
       // gpueval's dataset keys (task.h), after lm-eval's.
       "dataset_kind", "column_names", "data_root", "fewshot_path", "document_range"};
   return kOrder;
@@ -39,18 +39,18 @@ const std::vector<std::string>& task_config_order() {
 // TaskConfig keys that change what lm-eval computes and that gpueval does not implement yet:
 // rejected, so a task never silently scores differently from lm-eval.
 const std::set<std::string>& unsupported_keys() {
-  static const std::set<std::string> kKeys = {
-      "custom_dataset", "doc_to_image", "doc_to_audio", "process_results", "use_prompt",
-      "gen_prefix", "group", "class"};
+  static const std::set<std::string> kKeys = {"custom_dataset", "doc_to_image", "doc_to_audio", "process_results",
+                                              "use_prompt",     "gen_prefix",   "group",        "class"};
   return kKeys;
 }
 
 // Keys that only describe the task (dataset splits and names matter to Hugging Face datasets,
 // not to a local JSONL file): kept in the config as written.
 const std::set<std::string>& descriptive_keys() {
-  static const std::set<std::string> kKeys = {"task_alias",       "tag",        "dataset_name",  "dataset_kwargs",
-                                              "training_split",   "validation_split", "test_split", "fewshot_split",
-                                              "should_decontaminate", "doc_to_decontamination_query", "metadata"};
+  static const std::set<std::string> kKeys = {
+      "task_alias",       "tag",        "dataset_name",  "dataset_kwargs",       "training_split",
+      "validation_split", "test_split", "fewshot_split", "should_decontaminate", "doc_to_decontamination_query",
+      "metadata"};
   return kKeys;
 }
 
@@ -70,9 +70,7 @@ std::string scalar_string(const YAML::Node& value, const std::string& key, const
 // an error in an included value names the file and line it was written on.
 class TaskYaml {
  public:
-  explicit TaskYaml(const std::string& yaml_path) : path_(yaml_path) {
-    root_ = read(yaml_path, 0);
-  }
+  explicit TaskYaml(const std::string& yaml_path) : path_(yaml_path) { root_ = read(yaml_path, 0); }
 
   const std::string& path() const { return path_; }
   const YAML::Node& root() const { return root_; }
@@ -121,7 +119,8 @@ class TaskYaml {
       }
       if (unsupported_keys().count(key)) fail(at, "key '{}' is not supported yet", key);
       if (std::find(order.begin(), order.end(), key) == order.end()) {
-        fail(at, "unknown key {} (lm-evaluation-harness task keys: task, dataset_path, output_type, doc_to_text, "
+        fail(at,
+             "unknown key {} (lm-evaluation-harness task keys: task, dataset_path, output_type, doc_to_text, "
              "doc_to_target, doc_to_choice, target_delimiter, description, metric_list, generation_kwargs, ...)",
              quote_untrusted(key));
       }
@@ -165,8 +164,10 @@ std::string read_data_dir(TaskYaml& yaml, const TaskLoadOptions& options) {
          root, root);
   }
   if (!io::is_directory(it->second)) {
-    fail("data root '" + root + "'", "{} is not a directory (set it with --data {}=PATH or the run config's "
-         "data: {{{}: PATH}})", it->second, root, root);
+    fail("data root '" + root + "'",
+         "{} is not a directory (set it with --data {}=PATH or the run config's "
+         "data: {{{}: PATH}})",
+         it->second, root, root);
   }
   return it->second;
 }
@@ -222,7 +223,8 @@ DataFile read_candidate(const TaskYaml& yaml, const std::string& key, const YAML
 
 // dataset_path or fewshot_path, resolved in `dir`: a path, or a list of candidates of which the
 // first that exists is used. The result's path is the full one.
-DataFile read_data_file(TaskYaml& yaml, const std::string& key, const std::string& dir, Task::DatasetKind default_kind) {
+DataFile read_data_file(TaskYaml& yaml, const std::string& key, const std::string& dir,
+                        Task::DatasetKind default_kind) {
   const YAML::Node& node = yaml.at(key);
   if (!node.IsSequence()) {
     const std::string path = yaml.string(key);
@@ -240,7 +242,8 @@ DataFile read_data_file(TaskYaml& yaml, const std::string& key, const std::strin
   std::optional<DataFile> found;
   for (const YAML::Node& item : node) {
     const DataFile candidate = read_candidate(yaml, key, item, default_kind);
-    if (!found && io::path_exists(in_dir(dir, candidate.path))) found = DataFile{in_dir(dir, candidate.path), candidate.kind};
+    if (!found && io::path_exists(in_dir(dir, candidate.path)))
+      found = DataFile{in_dir(dir, candidate.path), candidate.kind};
     tried.push_back(candidate.path);
   }
   if (!found) {
@@ -256,7 +259,8 @@ std::vector<std::string> read_column_names(TaskYaml& yaml, bool csv) {
   }
   if (!csv) fail(yaml.where_of("column_names"), "column_names applies to dataset_kind: csv only");
   const YAML::Node& node = yaml.at("column_names");
-  if (!node.IsSequence() || node.size() == 0) fail(yaml.where_of("column_names"), "column_names must be a non-empty list");
+  if (!node.IsSequence() || node.size() == 0)
+    fail(yaml.where_of("column_names"), "column_names must be a non-empty list");
   std::vector<std::string> names;
   for (const YAML::Node& item : node) {
     const std::string name = scalar_string(item, "column_names entry", yaml.where(item));
@@ -306,11 +310,13 @@ OutputType read_output_type(TaskYaml& yaml) {
     const std::string name = yaml.string("output_type");
     const OutputType all[] = {OutputType::kMultipleChoice, OutputType::kLoglikelihood,
                               OutputType::kLoglikelihoodRolling, OutputType::kGenerateUntil};
-    const auto* it = std::find_if(std::begin(all), std::end(all), [&](OutputType t) { return name == output_type_name(t); });
+    const auto* it =
+        std::find_if(std::begin(all), std::end(all), [&](OutputType t) { return name == output_type_name(t); });
     if (it == std::end(all)) {
-      fail(yaml.where_of("output_type"),
-           "unknown output_type '{}' (expected multiple_choice, loglikelihood, loglikelihood_rolling or generate_until)",
-           name);
+      fail(
+          yaml.where_of("output_type"),
+          "unknown output_type '{}' (expected multiple_choice, loglikelihood, loglikelihood_rolling or generate_until)",
+          name);
     }
     type = *it;
   }
@@ -407,12 +413,14 @@ std::string read_fewshot_config(TaskYaml& yaml, std::vector<Document>& samples, 
     const std::string where = yaml.where(entry.first);
     if (key == "samples") {
       if (!entry.second.IsSequence() || entry.second.size() == 0) {
-        fail(yaml.where(entry.second), "fewshot_config.samples must be a non-empty list of documents (mappings); "
-                                       "a !function is not supported");
+        fail(yaml.where(entry.second),
+             "fewshot_config.samples must be a non-empty list of documents (mappings); "
+             "a !function is not supported");
       }
       if (yaml.has("fewshot_path")) {
-        fail(where, "fewshot_config.samples and fewshot_path are both given (lm-eval would use the split and "
-                    "ignore the samples); keep one");
+        fail(where,
+             "fewshot_config.samples and fewshot_path are both given (lm-eval would use the split and "
+             "ignore the samples); keep one");
       }
       for (const YAML::Node& item : entry.second) {
         const nlohmann::ordered_json doc = yaml.json(item);
@@ -427,7 +435,8 @@ std::string read_fewshot_config(TaskYaml& yaml, std::vector<Document>& samples, 
     }
     sampler = scalar_string(entry.second, "fewshot_config.sampler", where);
     if (sampler != "default" && sampler != "first_n") {
-      fail(where, "fewshot_config: unknown sampler {} (lm-eval's samplers: default, first_n)", quote_untrusted(sampler));
+      fail(where, "fewshot_config: unknown sampler {} (lm-eval's samplers: default, first_n)",
+           quote_untrusted(sampler));
     }
   }
   yaml.config()["fewshot_config"] = fc;
@@ -440,7 +449,8 @@ int64_t read_num_fewshot(TaskYaml& yaml, const TaskLoadOptions& options, bool ha
   int64_t num_fewshot = 0;
   if (yaml.has("num_fewshot")) {
     const auto n = yaml.json(yaml.at("num_fewshot"));
-    if (!n.is_number_integer() || n.get<int64_t>() < 0) fail(yaml.where_of("num_fewshot"), "num_fewshot must be an integer >= 0");
+    if (!n.is_number_integer() || n.get<int64_t>() < 0)
+      fail(yaml.where_of("num_fewshot"), "num_fewshot must be an integer >= 0");
     num_fewshot = n.get<int64_t>();
   }
   if (options.num_fewshot) num_fewshot = *options.num_fewshot;
@@ -483,8 +493,9 @@ bool read_unsafe_code(TaskYaml& yaml, const std::vector<MetricSpec>& metrics) {
   if (runs && !unsafe)
     fail(yaml.where_of("metric_list"), "a metric that runs the model's programs needs unsafe_code: true in the task");
   if (unsafe && !runs)
-    fail(yaml.where_of("unsafe_code"), "unsafe_code: true, but no metric runs programs (gpueval's that do: "
-                                       "!function utils.pass_at_k, !function utils.pass_at_1)");
+    fail(yaml.where_of("unsafe_code"),
+         "unsafe_code: true, but no metric runs programs (gpueval's that do: "
+         "!function utils.pass_at_k, !function utils.pass_at_1)");
   yaml.config()["unsafe_code"] = unsafe;
   return runs;
 }
@@ -500,8 +511,10 @@ int64_t read_repeats(TaskYaml& yaml, OutputType type) {
     }
     repeats = v.get<int64_t>();
     if (repeats > 1 && type != OutputType::kGenerateUntil) {
-      fail(yaml.where_of("repeats"), "repeats {} applies to generate_until tasks only (a score does not change "
-                                     "when it is computed again)", repeats);
+      fail(yaml.where_of("repeats"),
+           "repeats {} applies to generate_until tasks only (a score does not change "
+           "when it is computed again)",
+           repeats);
     }
   }
   yaml.config()["repeats"] = repeats;
@@ -512,9 +525,11 @@ MetricSpec& add_metric(std::vector<MetricSpec>& metrics, const std::string& name
                        const std::string& where) {
   const std::vector<std::string> allowed = metrics_for(type);
   auto spec = builtin_metric(name);
-  if (!spec) fail(where, "unknown metric '{}' (known for {}: {})", name, output_type_name(type), fmt::join(allowed, ", "));
+  if (!spec)
+    fail(where, "unknown metric '{}' (known for {}: {})", name, output_type_name(type), fmt::join(allowed, ", "));
   if (std::find(allowed.begin(), allowed.end(), name) == allowed.end()) {
-    fail(where, "metric '{}' does not apply to {} tasks (use {})", name, output_type_name(type), fmt::join(allowed, ", "));
+    fail(where, "metric '{}' does not apply to {} tasks (use {})", name, output_type_name(type),
+         fmt::join(allowed, ", "));
   }
   for (const MetricSpec& m : metrics) {
     if (m.name == name) fail(where, "metric '{}' is listed twice", name);
@@ -615,7 +630,8 @@ std::vector<MetricSpec> read_metrics(TaskYaml& yaml, OutputType type, int64_t re
     for (const std::string& name : default_metrics(type)) add_metric(metrics, name, type, yaml.where(yaml.root()));
   } else {
     const YAML::Node& list = yaml.at("metric_list");
-    if (!list.IsSequence() || list.size() == 0) fail(yaml.where_of("metric_list"), "metric_list must be a non-empty list");
+    if (!list.IsSequence() || list.size() == 0)
+      fail(yaml.where_of("metric_list"), "metric_list must be a non-empty list");
     nlohmann::ordered_json entries = nlohmann::ordered_json::array();
     for (const YAML::Node& item : list) {
       const std::string where = yaml.where(item);
@@ -626,7 +642,8 @@ std::vector<MetricSpec> read_metrics(TaskYaml& yaml, OutputType type, int64_t re
         expand_over_k(metrics, repeats, where);
         continue;
       }
-      if (!item.IsMap() || !item["metric"]) fail(where, "a metric_list entry must be a name or a mapping with 'metric'");
+      if (!item.IsMap() || !item["metric"])
+        fail(where, "a metric_list entry must be a name or a mapping with 'metric'");
       YAML::Node metric_node = item["metric"];
       const bool runs_programs = metric_node.IsScalar() && metric_node.Tag() == "!function";
       if (runs_programs) metric_node.SetTag("!");  // read as its name from here on
@@ -638,8 +655,10 @@ std::vector<MetricSpec> read_metrics(TaskYaml& yaml, OutputType type, int64_t re
         // responses' programs, each run in the sandbox.
         // mbpp's utils.pass_at_1: whether the first response's program passes.
         if (name != "utils.pass_at_k" && name != "utils.pass_at_1")
-          fail(where, "metric !function {}: gpueval runs no Python; its built-in metric functions are "
-                      "utils.pass_at_k (humaneval's code_eval pass@k) and utils.pass_at_1 (mbpp's)", name);
+          fail(where,
+               "metric !function {}: gpueval runs no Python; its built-in metric functions are "
+               "utils.pass_at_k (humaneval's code_eval pass@k) and utils.pass_at_1 (mbpp's)",
+               name);
         name = name.substr(6);
       } else if (name == "pass_at_1") {
         fail(where, "metric pass_at_1 is lm-eval's mbpp code metric: write it as !function utils.pass_at_1");
@@ -717,8 +736,10 @@ GenerationSettings read_generation_kwargs(TaskYaml& yaml, OutputType type, const
         fail(where, "generation_kwargs.top_k must be an integer >= 0 (0: off)");
       }
     } else {
-      fail(where, "generation_kwargs.{} is not supported yet (supported: until, max_gen_toks, do_sample, "
-                  "temperature, top_k, top_p)", key);
+      fail(where,
+           "generation_kwargs.{} is not supported yet (supported: until, max_gen_toks, do_sample, "
+           "temperature, top_k, top_p)",
+           key);
     }
   }
   const bool do_sample = kwargs.contains("do_sample") && kwargs["do_sample"].get<bool>();
@@ -726,20 +747,24 @@ GenerationSettings read_generation_kwargs(TaskYaml& yaml, OutputType type, const
       kwargs.contains("temperature") ? std::optional<double>(kwargs["temperature"].get<double>()) : std::nullopt;
   if (!do_sample) {
     if (temperature && *temperature != 0.0) {
-      fail(where, "generation_kwargs.temperature {} without do_sample: true (lm-eval's HF backend would decode "
-                  "greedily and vLLM would sample); say do_sample: true to sample, or drop the temperature",
+      fail(where,
+           "generation_kwargs.temperature {} without do_sample: true (lm-eval's HF backend would decode "
+           "greedily and vLLM would sample); say do_sample: true to sample, or drop the temperature",
            *temperature);
     }
     for (const char* k : {"top_k", "top_p"}) {
       if (kwargs.contains(k)) {
-        fail(where, "generation_kwargs.{} without do_sample: true (greedy decoding ignores it); say do_sample: "
-                    "true to sample, or drop it", k);
+        fail(where,
+             "generation_kwargs.{} without do_sample: true (greedy decoding ignores it); say do_sample: "
+             "true to sample, or drop it",
+             k);
       }
     }
   } else {
     if (temperature && *temperature == 0.0) {
-      fail(where, "generation_kwargs: do_sample true with temperature 0 (transformers refuses it); give a "
-                  "temperature > 0, or do_sample: false for greedy decoding");
+      fail(where,
+           "generation_kwargs: do_sample true with temperature 0 (transformers refuses it); give a "
+           "temperature > 0, or do_sample: false for greedy decoding");
     }
     settings.temperature = temperature ? *temperature : -1.0;
     settings.top_k = kwargs.contains("top_k") ? kwargs["top_k"].get<int64_t>() : -1;

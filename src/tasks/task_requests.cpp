@@ -89,13 +89,16 @@ std::string Task::context(const Document& doc) const {
   const std::string system = maybe_delimit(prompt_.system_instruction, description, fewshot_delimiter_);
   if ((!doc_to_text_ && !doc_to_text_fn_) || output_type_ == OutputType::kLoglikelihoodRolling) return system;
   if (multiple_input_ && prompt_.chat)
-    fail(where, "task '{}' gives each choice a context of its own (a multiple-input task): gpueval does not "
-         "render such tasks through a chat template yet; run it without apply_chat_template", name_);
+    fail(where,
+         "task '{}' gives each choice a context of its own (a multiple-input task): gpueval does not "
+         "render such tasks through a chat template yet; run it without apply_chat_template",
+         name_);
   std::string text;
   if (!multiple_input_) {
     const nlohmann::json value = doc_text(doc, where);
     if (has_choices() && is_index(value)) {
-      fail(where, "doc_to_text gives the index {} but text for the task's first document (lm-eval decides from the "
+      fail(where,
+           "doc_to_text gives the index {} but text for the task's first document (lm-eval decides from the "
            "first document whether doc_to_text gives text or, for a multiple-input task, a choice index)",
            py::str(value));
     }
@@ -161,7 +164,8 @@ std::vector<std::string> Task::choices(const Document& doc) const {
   nlohmann::json value = resolve(doc_to_choice_, doc_to_choice_fn_, doc.fields, where);
   if (value.is_string()) {
     // lm-eval ast.literal_eval()s a rendered list.
-    if (std::optional<nlohmann::json> parsed = jinja::literal_eval(value.get<std::string>()); parsed && parsed->is_array()) {
+    if (std::optional<nlohmann::json> parsed = jinja::literal_eval(value.get<std::string>());
+        parsed && parsed->is_array()) {
       value = std::move(*parsed);
     }
   }
@@ -178,8 +182,9 @@ nlohmann::json Task::target(const Document& doc) const { return target_at(doc, l
 
 nlohmann::json Task::target_at(const Document& doc, const std::string& where) const {
   // A rolling task written with doc_to_text only reads its text from there.
-  nlohmann::json value = (doc_to_target_ || doc_to_target_fn_) ? resolve(doc_to_target_, doc_to_target_fn_, doc.fields, where)
-                                                               : resolve(doc_to_text_, doc_to_text_fn_, doc.fields, where);
+  nlohmann::json value = (doc_to_target_ || doc_to_target_fn_)
+                             ? resolve(doc_to_target_, doc_to_target_fn_, doc.fields, where)
+                             : resolve(doc_to_text_, doc_to_text_fn_, doc.fields, where);
   if (!value.is_string()) return value;
   const std::string s = value.get<std::string>();
   if (is_digits(s) && has_choices()) return index_value(value, where, "doc_to_target");
@@ -310,7 +315,8 @@ std::vector<Request> Task::requests(const Document& doc) const {
 std::string Task::response(const RequestResult& result) const {
   if (output_type_ != OutputType::kGenerateUntil || prompt_.think_end_token.empty()) return result.text;
   const size_t at = result.text.rfind(prompt_.think_end_token);
-  const std::string after = at == std::string::npos ? result.text : result.text.substr(at + prompt_.think_end_token.size());
+  const std::string after =
+      at == std::string::npos ? result.text : result.text.substr(at + prompt_.think_end_token.size());
   return py::strip(after, std::nullopt, /*left=*/true, /*right=*/false);
 }
 
@@ -408,8 +414,7 @@ void Task::choice_evidence(const Document& doc, const std::vector<RequestResult>
 // generate_until: the responses the filter pipeline leaves, and whether a response is right: its program
 // passed (a metric that runs programs), or it matches a gold answer under the metric's exact_match options.
 void Task::generation_evidence(const Document& doc, const std::vector<RequestResult>& results, size_t filter,
-                               const ProgramVerdicts* verdicts, const std::string& where,
-                               DocEvidence& evidence) const {
+                               const ProgramVerdicts* verdicts, const std::string& where, DocEvidence& evidence) const {
   if (static_cast<int64_t>(results.size()) != repeats_) {
     fail(where, "{} results for the {} repeats of document {}", results.size(), repeats_, doc.doc_id);
   }

@@ -16,7 +16,9 @@ bool is_word_char_at(std::string_view text, size_t pos) {
   return word.matches_at(text, pos);
 }
 
-bool ends_with_word(std::string_view text) { return !text.empty() && is_word_char_at(text, utf8_previous(text, text.size())); }
+bool ends_with_word(std::string_view text) {
+  return !text.empty() && is_word_char_at(text, utf8_previous(text, text.size()));
+}
 
 bool starts_with_word(std::string_view text) { return !text.empty() && is_word_char_at(text, 0); }
 

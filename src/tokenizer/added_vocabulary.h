@@ -69,7 +69,7 @@ class AddedVocabulary {
 
    private:
     std::unordered_map<uint64_t, int> edges_;  // (node << 8 | byte) -> child node
-    std::vector<long> terminal_{-1};           // token index ending at node, or -1
+    std::vector<long> terminal_{-1};  // token index ending at node, or -1
   };
 
   // Hugging Face's find_matches: splits of sentence, each an added token or not.

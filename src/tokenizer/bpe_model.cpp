@@ -24,7 +24,6 @@ constexpr size_t kMaxCachedWordBytes = 256;
 // SentencePiece's word mark, U+2581 in UTF-8.
 constexpr std::string_view kWordMark = "\xE2\x96\x81";
 
-
 struct Symbol {
   int32_t id;
   int prev;
@@ -88,7 +87,6 @@ void apply_merges(std::vector<Symbol>& symbols, const Lookup& lookup) {
       }
     }
   }
-
 }
 
 }  // namespace

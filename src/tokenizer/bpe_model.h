@@ -64,7 +64,7 @@ class BpeModel {
 
   std::unordered_map<std::string, int32_t> vocab_;
   std::vector<std::string> tokens_;  // indexed by id
-  std::vector<bool> has_token_;      // ids may have gaps
+  std::vector<bool> has_token_;  // ids may have gaps
   std::unordered_map<uint64_t, Merge> merges_;
   std::string where_;
   std::optional<std::string> unk_token_;

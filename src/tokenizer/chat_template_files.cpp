@@ -75,9 +75,10 @@ const ChatTemplateSource& choose_chat_template(const std::map<std::string, ChatT
                                                const std::string& dir, const std::optional<std::string>& name,
                                                bool tools) {
   if (templates.empty())
-    throw Error(fmt::format("{}: no chat template (no chat_template.jinja, and tokenizer_config.json has no "
-                            "chat_template); give one with chat_template: PATH",
-                            dir));
+    throw Error(
+        fmt::format("{}: no chat template (no chat_template.jinja, and tokenizer_config.json has no "
+                    "chat_template); give one with chat_template: PATH",
+                    dir));
   if (name) {
     const auto it = templates.find(*name);
     if (it == templates.end())
@@ -88,8 +89,8 @@ const ChatTemplateSource& choose_chat_template(const std::map<std::string, ChatT
     if (const auto it = templates.find("tool_use"); it != templates.end()) return it->second;
   const auto it = templates.find("default");
   if (it == templates.end())
-    throw Error(fmt::format("{}: several chat templates and none is 'default': name one of {}", dir,
-                            names_of(templates)));
+    throw Error(
+        fmt::format("{}: several chat templates and none is 'default': name one of {}", dir, names_of(templates)));
   return it->second;
 }
 

@@ -18,8 +18,8 @@
 namespace gpueval {
 
 struct ChatTemplateSource {
-  std::string name;   // "default", or the named template's name
-  std::string text;   // the template
+  std::string name;  // "default", or the named template's name
+  std::string text;  // the template
   std::string where;  // the file it came from, for messages ("DIR/chat_template.jinja",
                       // "DIR/tokenizer_config.json: chat_template 'tool_use'")
 };

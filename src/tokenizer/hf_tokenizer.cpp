@@ -19,7 +19,8 @@ namespace {
 constexpr const char* kBosNames[] = {"<s>", "<|begin_of_text|>", "<bos>"};
 constexpr const char* kEosNames[] = {"</s>", "<|end_of_text|>", "<|endoftext|>", "<eos>"};
 
-std::vector<AddedToken> parse_added_tokens(const nlohmann::json& spec, const BpeModel& model, const std::string& where) {
+std::vector<AddedToken> parse_added_tokens(const nlohmann::json& spec, const BpeModel& model,
+                                           const std::string& where) {
   std::vector<AddedToken> tokens;
   if (!spec.contains("added_tokens") || spec.at("added_tokens").is_null()) return tokens;
   for (const auto& entry : spec.at("added_tokens")) {

@@ -150,7 +150,8 @@ nlohmann::json tokenizer_json(nlohmann::json vocab, nlohmann::json merges) {
       {"pre_tokenizer", nullptr},
       {"post_processor",
        {{"type", "TemplateProcessing"},
-        {"single", {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}}, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+        {"single",
+         {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}}, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
         {"pair",
          {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
           {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
@@ -200,8 +201,11 @@ nlohmann::json llama2c_tokenizer_to_json(const std::string& tokenizer_bin_path) 
 }
 
 nlohmann::json llama2c_tokenizer_config() {
-  return {{"add_bos_token", true}, {"add_eos_token", false}, {"bos_token", "<s>"},
-          {"eos_token", "</s>"},   {"unk_token", "<unk>"}};
+  return {{"add_bos_token", true},
+          {"add_eos_token", false},
+          {"bos_token", "<s>"},
+          {"eos_token", "</s>"},
+          {"unk_token", "<unk>"}};
 }
 
 }  // namespace gpueval

@@ -102,8 +102,8 @@ class MetaspacePreTokenizer : public PreTokenizer {
     split_each(splits, [&](TextSplit split) -> std::vector<TextSplit> {
       split.text = space_.replace_all(split.text, replacement_);
       const bool starts_with_replacement = split.text.compare(0, replacement_.size(), replacement_) == 0;
-      const bool prepend = scheme_ == PrependScheme::kAlways ||
-                           (scheme_ == PrependScheme::kFirst && split.at_input_start);
+      const bool prepend =
+          scheme_ == PrependScheme::kAlways || (scheme_ == PrependScheme::kFirst && split.at_input_start);
       if (prepend && !starts_with_replacement) split.text.insert(0, replacement_);
       if (!split_) return {std::move(split)};
       return cut_by(split, delimiter_, SplitBehavior::kMergedWithNext, false);

@@ -18,7 +18,9 @@ struct GpuevalSpModel {
 
 namespace {
 
-void report(GpuevalSpTextSink sink, void* context, const std::string& message) { sink(context, message.data(), message.size()); }
+void report(GpuevalSpTextSink sink, void* context, const std::string& message) {
+  sink(context, message.data(), message.size());
+}
 
 GpuevalSpModel* load(const char* path, GpuevalSpTextSink error, void* error_context) {
   try {
@@ -88,8 +90,18 @@ int bos_id(const GpuevalSpModel* model) { return model->processor.bos_id(); }
 int eos_id(const GpuevalSpModel* model) { return model->processor.eos_id(); }
 
 const GpuevalSentencePieceApi kApi = {
-    GPUEVAL_SENTENCEPIECE_API_VERSION, load, free_model, encode, decode, piece_size, id_to_piece,
-    piece_to_id, is_control, is_unknown, bos_id, eos_id,
+    GPUEVAL_SENTENCEPIECE_API_VERSION,
+    load,
+    free_model,
+    encode,
+    decode,
+    piece_size,
+    id_to_piece,
+    piece_to_id,
+    is_control,
+    is_unknown,
+    bos_id,
+    eos_id,
 };
 
 }  // namespace

@@ -30,8 +30,8 @@ struct GpuevalSentencePieceApi {
   // 0 on success; otherwise the reason went to error.
   int (*encode)(const GpuevalSpModel* model, const char* text, size_t size, GpuevalSpIdSink ids, void* ids_context,
                 GpuevalSpTextSink error, void* error_context);
-  int (*decode)(const GpuevalSpModel* model, const int* ids, size_t count, GpuevalSpTextSink text,
-                void* text_context, GpuevalSpTextSink error, void* error_context);
+  int (*decode)(const GpuevalSpModel* model, const int* ids, size_t count, GpuevalSpTextSink text, void* text_context,
+                GpuevalSpTextSink error, void* error_context);
   int (*piece_size)(const GpuevalSpModel* model);
   // id must be in [0, piece_size).
   void (*id_to_piece)(const GpuevalSpModel* model, int id, GpuevalSpTextSink piece, void* context);

@@ -67,15 +67,17 @@ const GpuevalSentencePieceApi& sentencepiece_api(const std::string& where) {
     // AddressSanitizer refuses RTLD_DEEPBIND, and without it the two protobufs clash, so a
     // sanitizer build (-DGPUEVAL_SANITIZE=ON) says so instead.
 #ifdef GPUEVAL_SANITIZE
-    throw Error("SentencePiece (tokenizer.model) cannot be loaded in a sanitizer build: its module needs "
-                "RTLD_DEEPBIND, which AddressSanitizer refuses");
+    throw Error(
+        "SentencePiece (tokenizer.model) cannot be loaded in a sanitizer build: its module needs "
+        "RTLD_DEEPBIND, which AddressSanitizer refuses");
 #endif
     void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
     if (handle == nullptr) {
       tried += (tried.empty() ? "" : ", ") + path + " (" + dlerror() + ")";
       continue;
     }
-    const auto entry = reinterpret_cast<GpuevalSentencePieceApiFunction>(dlsym(handle, GPUEVAL_SENTENCEPIECE_API_SYMBOL));
+    const auto entry =
+        reinterpret_cast<GpuevalSentencePieceApiFunction>(dlsym(handle, GPUEVAL_SENTENCEPIECE_API_SYMBOL));
     if (entry == nullptr || entry()->version != GPUEVAL_SENTENCEPIECE_API_VERSION) {
       tried += (tried.empty() ? "" : ", ") + path + " (wrong or missing entry point)";
       dlclose(handle);

@@ -76,8 +76,9 @@ TEST_F(AggregatorTest, OrderAndSplitOfTheResultsDoNotMatter) {
   Aggregator shuffled(tasks_, requests_);
   std::vector<ItemResult> reversed(all.rbegin(), all.rend());
   for (size_t k = 0; k < reversed.size(); k += 5)
-    shuffled.add(std::vector<ItemResult>(reversed.begin() + static_cast<std::ptrdiff_t>(k),
-                                         reversed.begin() + static_cast<std::ptrdiff_t>(std::min(k + 5, reversed.size()))));
+    shuffled.add(
+        std::vector<ItemResult>(reversed.begin() + static_cast<std::ptrdiff_t>(k),
+                                reversed.begin() + static_cast<std::ptrdiff_t>(std::min(k + 5, reversed.size()))));
   const Aggregator::Documents a = in_order.documents(), b = shuffled.documents();
   ASSERT_EQ(a.scored.size(), 6u);
   ASSERT_EQ(b.scored.size(), 6u);

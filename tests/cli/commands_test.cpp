@@ -14,9 +14,9 @@
 namespace gpueval {
 namespace {
 
-using ::testing::HasSubstr;
 using nlohmann::json;
 using testing::converted_stories260k;
+using ::testing::HasSubstr;
 using testing::run_gpueval;
 
 // A failed command's error is exactly one line, prefixed "gpueval: ", and the
@@ -70,32 +70,33 @@ TEST(Cli, ChatTemplateRendersAsTransformersAndNamesWhatIsWrong) {
       if (r["template"] != name || r["add_generation_prompt"] != true) continue;
       input += nlohmann::json{{"messages", conversations.at(r["conversation"].get<std::string>())}}.dump() + "\n";
       const std::string error = r["error"].is_string() ? r["error"].get<std::string>() : "";
-      nlohmann::json line = r["ok"].get<bool>()
-                                ? nlohmann::json{{"text", r["output"]}}
-                                : nlohmann::json{{"error", error.substr(error.find(": ") + 2)}};
+      nlohmann::json line = r["ok"].get<bool>() ? nlohmann::json{{"text", r["output"]}}
+                                                : nlohmann::json{{"error", error.substr(error.find(": ") + 2)}};
       expected += line.dump() + "\n";
     }
     const nlohmann::json& t = refs["templates"][name];
-    auto r = run_gpueval({"chat-template", "--template", corpus + t["file"].get<std::string>(), "--add-generation-prompt",
-                          "--bos-token", t["bos_token"], "--eos-token", t["eos_token"]},
+    auto r = run_gpueval({"chat-template", "--template", corpus + t["file"].get<std::string>(),
+                          "--add-generation-prompt", "--bos-token", t["bos_token"], "--eos-token", t["eos_token"]},
                          input);
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_EQ(r.out, expected);
   }
 
   testing::TempDir dir;
-  dir.write("tokenizer_config.json",
-            R"({"bos_token": "<s>", "chat_template": [{"name": "default", "template": "{{ bos_token }}{% for m in messages %})"
-            R"([{{ m.role }}]{{ m.content }}{% endfor %}{% if enable_thinking is false %}!{% endif %}"},)"
-            R"( {"name": "tool_use", "template": "{{ tools | tojson }}"}]})");
+  dir.write(
+      "tokenizer_config.json",
+      R"({"bos_token": "<s>", "chat_template": [{"name": "default", "template": "{{ bos_token }}{% for m in messages %})"
+      R"([{{ m.role }}]{{ m.content }}{% endfor %}{% if enable_thinking is false %}!{% endif %}"},)"
+      R"( {"name": "tool_use", "template": "{{ tools | tojson }}"}]})");
   auto r = run_gpueval({"chat-template", "--model", dir.path()},
                        "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\", \"name\": null}], "
                        "\"enable_thinking\": false}\n{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], "
                        "\"tools\": [{\"name\": \"f\"}]}\n{\"messages\": []}\n");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(r.out, "{\"text\":\"<s>[user]hi!\"}\n{\"text\":\"[{\\\"name\\\": \\\"f\\\"}]\"}\n"
-                   "{\"error\":\"ValueError: Cannot apply chat template to an empty conversation. Provide at least one "
-                   "message.\"}\n");
+  EXPECT_EQ(r.out,
+            "{\"text\":\"<s>[user]hi!\"}\n{\"text\":\"[{\\\"name\\\": \\\"f\\\"}]\"}\n"
+            "{\"error\":\"ValueError: Cannot apply chat template to an empty conversation. Provide at least one "
+            "message.\"}\n");
   r = run_gpueval({"chat-template", "--model", dir.path(), "--name", "nope"}, "");
   expect_one_line_error(r, 1, "no chat template named 'nope' (it has 'default', 'tool_use')");
   dir.write("bad.jinja", "{% for m in messages %}\n{% include 'x' %}{% endfor %}");
@@ -161,17 +162,25 @@ TEST(Cli, RunRefusesAModelThatDoesNotFitSayingWhatItNeeds) {
   testing::TempDir dir;
   const std::string fixture = testing::source_dir() + "/tests/fixtures/architectures/deepseek_v3";
   json config = json::parse(io::read_file(fixture + "/config.json"));
-  const json v3 = {{"vocab_size", 129280},     {"hidden_size", 7168},         {"intermediate_size", 18432},
-                   {"moe_intermediate_size", 2048}, {"num_hidden_layers", 1024}, {"num_attention_heads", 128},
-                   {"num_key_value_heads", 128},   {"n_routed_experts", 4096}, {"num_experts_per_tok", 8},
-                   {"n_group", 8},                 {"topk_group", 4},          {"first_k_dense_replace", 3}};
+  const json v3 = {{"vocab_size", 129280},
+                   {"hidden_size", 7168},
+                   {"intermediate_size", 18432},
+                   {"moe_intermediate_size", 2048},
+                   {"num_hidden_layers", 1024},
+                   {"num_attention_heads", 128},
+                   {"num_key_value_heads", 128},
+                   {"n_routed_experts", 4096},
+                   {"num_experts_per_tok", 8},
+                   {"n_group", 8},
+                   {"topk_group", 4},
+                   {"first_k_dense_replace", 3}};
   for (const auto& [key, value] : v3.items()) config[key] = value;
   const std::string model = dir.file("v3");
   io::make_directories(model);
   testing::write_text(model + "/config.json", config.dump());
   testing::write_text(model + "/model.safetensors", io::read_file(fixture + "/model.safetensors"));
-  auto r = run_gpueval({"run", testing::source_dir() + "/configs/demo.yaml", "--model", model, "--output",
-                        dir.file("out")});
+  auto r =
+      run_gpueval({"run", testing::source_dir() + "/configs/demo.yaml", "--model", model, "--output", dir.file("out")});
   expect_one_line_error(r, 1, model + ": the model does not fit cpu: its weights need ");
   EXPECT_THAT(r.err, HasSubstr("all 4096 experts of each sparse layer in float32"));
   EXPECT_FALSE(io::path_exists(dir.file("out") + "/results.json"));
@@ -182,8 +191,8 @@ TEST(Cli, ScoreBatchedEqualsStepwiseAndReportsPerplexity) {
   testing::TempDir dir;
   testing::write_text(dir.file("t.txt"), "Once upon a time, there was a little girl named Lily. She liked to play.\n");
   auto a = run_gpueval({"score", "--model", converted_stories260k(), "--text", dir.file("t.txt"), "--max-length", "8"});
-  auto b = run_gpueval({"score", "--model", converted_stories260k(), "--text", dir.file("t.txt"), "--max-length", "8",
-                        "--stepwise"});
+  auto b = run_gpueval(
+      {"score", "--model", converted_stories260k(), "--text", dir.file("t.txt"), "--max-length", "8", "--stepwise"});
   ASSERT_EQ(a.exit_code, 0) << a.err;
   ASSERT_EQ(b.exit_code, 0) << b.err;
   json ja = json::parse(a.out), jb = json::parse(b.out);
@@ -207,7 +216,8 @@ TEST(Cli, ConvertWritesAHuggingFaceDirectory) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   for (const char* f : {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"})
     EXPECT_EQ(io::read_file(dir.file("m") + "/" + f), io::read_file(converted_stories260k() + "/" + f)) << f;
-  r = run_gpueval({"convert-llama2c", "--checkpoint", dir.file("missing.bin"), "--tokenizer", "x", "--out", dir.file("o")});
+  r = run_gpueval(
+      {"convert-llama2c", "--checkpoint", dir.file("missing.bin"), "--tokenizer", "x", "--out", dir.file("o")});
   expect_one_line_error(r, 1, dir.file("missing.bin"));
 }
 

@@ -19,17 +19,17 @@
 namespace gpueval {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::error_of;
+using ::testing::HasSubstr;
 using testing::TempDir;
 
 std::string sentencepiece_dir() { return testing::shared_dir() + "/data/tokenizers/llama2_sentencepiece"; }
 
 bool have_sentencepiece() { return io::path_exists(sentencepiece_dir() + "/tokenizer.model"); }
 
-#define REQUIRE_SENTENCEPIECE()                                                       \
-  do {                                                                                \
-    GPUEVAL_REQUIRE_SENTENCEPIECE();                                                  \
+#define REQUIRE_SENTENCEPIECE()                                                           \
+  do {                                                                                    \
+    GPUEVAL_REQUIRE_SENTENCEPIECE();                                                      \
     if (!have_sentencepiece()) GTEST_SKIP() << "no tokenizer at " << sentencepiece_dir(); \
   } while (0)
 
@@ -110,8 +110,8 @@ TEST(RandomModel, SameSeedGivesIdenticalFilesAndAnotherSeedDoesNot) {
   EXPECT_FALSE(a == c);
   // Not just the metadata: every projection differs.
   const CheckpointFiles ca = CheckpointFiles::open(tmp.file("a")), cc = CheckpointFiles::open(tmp.file("c"));
-  EXPECT_FALSE(at::equal(ca.tensor("model.layers.1.mlp.down_proj.weight"),
-                         cc.tensor("model.layers.1.mlp.down_proj.weight")));
+  EXPECT_FALSE(
+      at::equal(ca.tensor("model.layers.1.mlp.down_proj.weight"), cc.tensor("model.layers.1.mlp.down_proj.weight")));
 }
 
 TEST(RandomModel, TiedBfloat16AndLargerVocab) {
@@ -192,9 +192,23 @@ TEST(RandomModel, CliWritesAModelAndRefusesANonEmptyDirectoryWithoutForce) {
   REQUIRE_SENTENCEPIECE();
   TempDir tmp;
   const std::string out = tmp.file("m");
-  const std::vector<std::string> base = {"init-model", "--tokenizer", sentencepiece_dir(), "--out", out,
-                                         "--hidden", "32", "--layers", "1", "--heads", "2", "--kv-heads", "1",
-                                         "--intermediate", "64", "--max-positions", "64"};
+  const std::vector<std::string> base = {"init-model",
+                                         "--tokenizer",
+                                         sentencepiece_dir(),
+                                         "--out",
+                                         out,
+                                         "--hidden",
+                                         "32",
+                                         "--layers",
+                                         "1",
+                                         "--heads",
+                                         "2",
+                                         "--kv-heads",
+                                         "1",
+                                         "--intermediate",
+                                         "64",
+                                         "--max-positions",
+                                         "64"};
   std::vector<std::string> args = base;
   for (const char* a : {"--seed", "3", "--tied"}) args.push_back(a);
   auto r = testing::run_gpueval(args);
@@ -223,8 +237,8 @@ TEST(RandomModel, CliWritesAModelAndRefusesANonEmptyDirectoryWithoutForce) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_FALSE(ModelConfig::load(out + "/config.json").tie_word_embeddings);
 
-  r = testing::run_gpueval({"init-model", "--tokenizer", sentencepiece_dir(), "--out", tmp.file("x"), "--hidden",
-                            "100", "--heads", "12"});
+  r = testing::run_gpueval(
+      {"init-model", "--tokenizer", sentencepiece_dir(), "--out", tmp.file("x"), "--hidden", "100", "--heads", "12"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_EQ(r.err, "gpueval: init-model: --heads 12 does not divide --hidden 100\n");
   EXPECT_FALSE(io::path_exists(tmp.file("x")));

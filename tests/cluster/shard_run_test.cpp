@@ -26,10 +26,10 @@
 namespace gpueval {
 namespace {
 
-using ::testing::HasSubstr;
-using ::testing::Not;
 using nlohmann::json;
 using testing::AsyncRun;
+using ::testing::HasSubstr;
+using ::testing::Not;
 using testing::results_of;
 using testing::samples_of;
 namespace fs = std::filesystem;
@@ -39,10 +39,15 @@ std::string write_config(const testing::TempDir& dir, const std::string& name, c
   const std::string path = dir.file(name + ".yaml");
   testing::write_text(path, "model: " + testing::source_dir() + "/models/stories260K\n" +
                                 "tasks: [demo_choice, demo_perplexity]\n"
-                                "output: " + dir.file(name) + "\n"
-                                "history: " + dir.file("history.sqlite") + "\n"
+                                "output: " +
+                                dir.file(name) +
+                                "\n"
+                                "history: " +
+                                dir.file("history.sqlite") +
+                                "\n"
                                 "batch_tokens: 192\n"
-                                "heartbeat_timeout_s: 20\n" + extra);
+                                "heartbeat_timeout_s: 20\n" +
+                                extra);
   return path;
 }
 
@@ -192,7 +197,8 @@ TEST_F(ShardedRunTest, KilledShardRerunComputesOnlyWhatItsJournalLacked) {
   auto m = testing::run_gpueval({"merge", dir});
   EXPECT_EQ(m.exit_code, 1);
   EXPECT_THAT(m.err, HasSubstr(fmt::format("cannot merge: 1 of 3 shards not done: shard 1 is incomplete "
-                                           "(stories260K: {} of {} batches missing)", mine - 2, mine)));
+                                           "(stories260K: {} of {} batches missing)",
+                                           mine - 2, mine)));
   EXPECT_THAT(m.err, HasSubstr("gpueval run " + dir + " --shard 1/3"));
   EXPECT_FALSE(io::path_exists(dir + "/results.json"));
 
@@ -395,8 +401,8 @@ TEST(ShardedNightly, AGlobShardsByCheckpointAndMergesLikeANight) {
 TEST(SlurmScripts, WrittenForAGpuClusterAndValidBash) {
   testing::TempDir dir;
   auto r = testing::run_gpueval({"slurm", testing::source_dir() + "/configs/demo.yaml", "--nodes", "4",
-                                 "--gpus-per-node", "8", "--partition", "gpu", "--time", "4:00:00", "--account",
-                                 "lm", "--sbatch-arg=--constraint=h100", "--output", dir.file("run"), "--limit", "5"});
+                                 "--gpus-per-node", "8", "--partition", "gpu", "--time", "4:00:00", "--account", "lm",
+                                 "--sbatch-arg=--constraint=h100", "--output", dir.file("run"), "--limit", "5"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::string s = dir.file("run/slurm/");
   const std::string shards = io::read_file(s + "shards.sbatch");

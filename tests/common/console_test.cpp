@@ -72,7 +72,8 @@ TEST(Console, QuietKeepsOnlyErrors) {
   {
     Console console(pipe.writer(), ConsoleOptions{true, true});
     EXPECT_FALSE(Console::set_status("bar"));
-    std::cerr << "[x] a log line\n" << "[x] unfinished";
+    std::cerr << "[x] a log line\n"
+              << "[x] unfinished";
     Console::error("gpueval: it failed");
   }
   EXPECT_EQ(pipe.read(), "gpueval: it failed\n");

@@ -23,9 +23,9 @@
 namespace gpueval {
 namespace {
 
+using nlohmann::json;
 using ::testing::HasSubstr;
 using ::testing::Not;
-using nlohmann::json;
 
 // Points GPUEVAL_CACHE_DIR (inherited by the gpueval children) at a fresh directory.
 class CalibrationTest : public ::testing::Test {
@@ -48,8 +48,8 @@ TEST_F(CalibrationTest, ProbeOnSlotRunsInAWorker) {
   o.max_tokens = 2048;
   o.repeats = 1;
   o.memory_limit_bytes = int64_t{4} << 30;
-  const ProbeResult r = probe_on_slot(slot, testing::binary(), testing::source_dir() + "/models/stories260K", "auto",
-                                      o, out_.path());
+  const ProbeResult r =
+      probe_on_slot(slot, testing::binary(), testing::source_dir() + "/models/stories260K", "auto", o, out_.path());
   ASSERT_FALSE(r.points.empty());
   EXPECT_EQ(r.points.front().batch_tokens, 256);
   EXPECT_EQ(r.points.front().rows, 4);
@@ -60,9 +60,8 @@ TEST_F(CalibrationTest, ProbeOnSlotRunsInAWorker) {
   EXPECT_THAT(io::read_file(out_.path() + "/probe_cpu_0.log"), HasSubstr("[cpu:0] pid"));
 
   o.memory_limit_bytes = 1 << 20;  // nothing fits: the worker's error comes back as one line
-  const std::string err = testing::error_of([&] {
-    probe_on_slot(slot, testing::binary(), testing::source_dir() + "/models/stories260K", "auto", o);
-  });
+  const std::string err = testing::error_of(
+      [&] { probe_on_slot(slot, testing::binary(), testing::source_dir() + "/models/stories260K", "auto", o); });
   EXPECT_THAT(err, HasSubstr("probe on cpu:0: batch probe: not even 256 tokens"));
   EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 0);
 }
@@ -189,10 +188,22 @@ TEST_F(CalibrationTest, CalibrateThenRunReadsTheCache) {
 TEST_F(CalibrationTest, TheProbesPrefixServesTheProbingWorkersBatches) {
   GPUEVAL_REQUIRE_SHARED();
   const auto run = [&](const std::string& name, std::vector<std::string> extra) {
-    std::vector<std::string> args = {"run", "--gpus", "cpu:1", "--model", testing::converted_stories260k(),
-                                     "--tasks", "mmlu_anatomy", "--limit", "12", "--num-fewshot", "1",
-                                     "--data", "mmlu=" + testing::shared_dir() + "/data/mmlu",
-                                     "--output", out_.file(name), testing::source_dir() + "/configs/demo.yaml"};
+    std::vector<std::string> args = {"run",
+                                     "--gpus",
+                                     "cpu:1",
+                                     "--model",
+                                     testing::converted_stories260k(),
+                                     "--tasks",
+                                     "mmlu_anatomy",
+                                     "--limit",
+                                     "12",
+                                     "--num-fewshot",
+                                     "1",
+                                     "--data",
+                                     "mmlu=" + testing::shared_dir() + "/data/mmlu",
+                                     "--output",
+                                     out_.file(name),
+                                     testing::source_dir() + "/configs/demo.yaml"};
     args.insert(args.end(), extra.begin(), extra.end());
     const auto r = testing::run_gpueval(args);
     EXPECT_EQ(r.exit_code, 0) << r.err;
@@ -291,8 +302,8 @@ TEST_F(CalibrationTest, CalibrateProbesTheRequestsTheFlagsSelect) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const int64_t whole_config = probed_row_length(r.err);
   ASSERT_GT(whole_config, 0) << r.err;
-  r = testing::run_gpueval({"calibrate", "--gpus", "cpu:1", "--tasks", "demo_choice", "--limit", "5", "--output",
-                            out_.file("few"), config});
+  r = testing::run_gpueval(
+      {"calibrate", "--gpus", "cpu:1", "--tasks", "demo_choice", "--limit", "5", "--output", out_.file("few"), config});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const int64_t selected = probed_row_length(r.err);
   ASSERT_GT(selected, 0) << r.err;

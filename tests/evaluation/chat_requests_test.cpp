@@ -25,8 +25,8 @@
 namespace gpueval {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::error_of;
+using ::testing::HasSubstr;
 
 const nlohmann::json& fixture() {
   static const nlohmann::json f = [] {
@@ -67,7 +67,9 @@ PromptFormat format_for(const nlohmann::json& setting) {
 Task load_task(const std::string& name, int64_t shots, const PromptFormat& prompt) {
   TaskLoadOptions o;
   const std::string data = testing::shared_dir() + "/data/";
-  o.data_roots = {{"mmlu", data + "mmlu"}, {"arc", data + "arc"}, {"gsm8k", data + "gsm8k"},
+  o.data_roots = {{"mmlu", data + "mmlu"},
+                  {"arc", data + "arc"},
+                  {"gsm8k", data + "gsm8k"},
                   {"lambada_openai", data + "lambada_openai"}};
   o.num_fewshot = shots;
   o.prompt = prompt;
@@ -242,8 +244,7 @@ TEST(ChatRequests, TemplateFilesNamesAndConfigKeys) {
   EXPECT_FALSE(load_run_config(config("apply_chat_template: false\n")).chat());
   EXPECT_THAT(error_of([&] { load_run_config(config("fewshot_as_multiturn: true\n")); }),
               HasSubstr("fewshot_as_multiturn: true needs apply_chat_template"));
-  EXPECT_THAT(error_of([&] { load_run_config(config("think_end_token: 151668\n")); }),
-              HasSubstr("is a token id"));
+  EXPECT_THAT(error_of([&] { load_run_config(config("think_end_token: 151668\n")); }), HasSubstr("is a token id"));
   EXPECT_THAT(error_of([&] { load_run_config(config("apply_chat_template: x\nchat_template: t.jinja\n")); }),
               HasSubstr("use one"));
   // A round trip through to_json (a sharded run's plan keeps the config so).
@@ -271,8 +272,8 @@ TEST(ChatRequests, ATemplateThatRaisesIsRetriedWithoutTheSystemMessages) {
   RunConfig c;
   c.apply_chat_template = "";
   const ChatFormat f = load_chat_format(c, dir.path());
-  const nlohmann::ordered_json messages = nlohmann::ordered_json::parse(
-      R"([{"role": "system", "content": "S"}, {"role": "user", "content": "U"}])");
+  const nlohmann::ordered_json messages =
+      nlohmann::ordered_json::parse(R"([{"role": "system", "content": "S"}, {"role": "user", "content": "U"}])");
   EXPECT_EQ(f.prompt.chat(messages), "[user]U");
   EXPECT_EQ(f.to_json()["name"], "default");
   EXPECT_EQ(f.to_json()["sha256"].get<std::string>().size(), 64u);

@@ -120,7 +120,8 @@ TEST(Checkpoints, ListsDropDuplicatesAndNameClashesGetTheParent) {
   testing::perturbed_copy(stories(), dir.file("a/final"), 0.01, 1);
   testing::perturbed_copy(stories(), dir.file("b/final"), 0.01, 2);
   testing::perturbed_copy(stories(), dir.file("b/copy-of-a"), 0.0, 0);
-  fs::copy(dir.file("a/final"), dir.file("b/copy-of-a"), fs::copy_options::overwrite_existing | fs::copy_options::recursive);
+  fs::copy(dir.file("a/final"), dir.file("b/copy-of-a"),
+           fs::copy_options::overwrite_existing | fs::copy_options::recursive);
   const auto cks = resolve_checkpoints(
       {dir.file("a/final"), dir.file("b/final"), dir.file("a/final/"), dir.file("b/copy-of-a")}, "cfg.yaml");
   ASSERT_EQ(cks.size(), 2u);  // the repeated path and the byte-identical copy are scored once

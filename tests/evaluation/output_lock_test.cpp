@@ -20,10 +20,10 @@
 namespace gpueval {
 namespace {
 
+using testing::AsyncRun;
 using ::testing::HasSubstr;
 using ::testing::MatchesRegex;
 using ::testing::Not;
-using testing::AsyncRun;
 using testing::samples_of;
 
 TEST(DirectoryLock, SecondTakerIsToldWhoHoldsIt) {
@@ -61,7 +61,9 @@ class OutputLockTest : public ::testing::Test {
     const std::string path = dir_.file(name + ".yaml");
     testing::write_text(path, "model: " + testing::source_dir() + "/models/stories260K\n" +
                                   "tasks: [demo_choice]\n"
-                                  "output: " + dir_.file("out") + "\n"
+                                  "output: " +
+                                  dir_.file("out") +
+                                  "\n"
                                   "batch_tokens: 256\n");
     return path;
   }
@@ -81,10 +83,10 @@ TEST_F(OutputLockTest, SecondRunExitsFiveNamingTheHolder) {
   AsyncRun first = start_holder(cfg);
   const auto second = testing::run_gpueval({"run", "--gpus", "cpu:1", cfg});
   EXPECT_EQ(second.exit_code, 5) << second.err;
-  EXPECT_THAT(second.err, MatchesRegex("gpueval: " + dir_.file("out") + " is in use by pid " +
-                                       std::to_string(first.child.pid()) +
-                                       " on host .+ since 20.+ UTC \\(gpueval run --gpus cpu:1 " + cfg +
-                                       "\\); wait for it with --wait, or write elsewhere with --output\n"));
+  EXPECT_THAT(second.err,
+              MatchesRegex("gpueval: " + dir_.file("out") + " is in use by pid " + std::to_string(first.child.pid()) +
+                           " on host .+ since 20.+ UTC \\(gpueval run --gpus cpu:1 " + cfg +
+                           "\\); wait for it with --wait, or write elsewhere with --output\n"));
   testing::write_text(release(), "");
   const ExitStatus st = first.child.wait();
   EXPECT_EQ(st.code, 0) << first.log();

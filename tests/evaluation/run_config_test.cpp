@@ -167,8 +167,7 @@ TEST_F(RunConfigTest, ModelIsOnePathOrAList) {
   EXPECT_EQ(load("model: one\ntasks: [t]\n").models, std::vector<std::string>{dir() + "/one"});
   EXPECT_EQ(load("model: [a, b, c]\ntasks: [t]\n").models,
             (std::vector<std::string>{dir() + "/a", dir() + "/b", dir() + "/c"}));
-  EXPECT_EQ(load("model:\n  - a\n  - b\ntasks: [t]\n").models,
-            (std::vector<std::string>{dir() + "/a", dir() + "/b"}));
+  EXPECT_EQ(load("model:\n  - a\n  - b\ntasks: [t]\n").models, (std::vector<std::string>{dir() + "/a", dir() + "/b"}));
   EXPECT_EQ(load("model: [only]\ntasks: t\n").tasks, std::vector<std::string>{"t"});
 }
 
@@ -181,9 +180,9 @@ output: ../out
   const RunConfig c = load_run_config(path);
   EXPECT_EQ(c.source, path);
   EXPECT_EQ(c.models, std::vector<std::string>{dir() + "/models/stories260K"});
-  EXPECT_EQ(c.tasks, (std::vector<std::string>{"demo_choice", dir() + "/configs/my_tasks/x.yaml",
-                                               dir() + "/configs/local.yaml", dir() + "/configs/other.yml",
-                                               dir() + "/configs/named", "/abs/task.yaml"}));
+  EXPECT_EQ(c.tasks,
+            (std::vector<std::string>{"demo_choice", dir() + "/configs/my_tasks/x.yaml", dir() + "/configs/local.yaml",
+                                      dir() + "/configs/other.yml", dir() + "/configs/named", "/abs/task.yaml"}));
   EXPECT_EQ(c.output, dir() + "/out");
 }
 
@@ -346,8 +345,7 @@ TEST_F(RunConfigTest, OutOfRangeValuesNameLineAndKey) {
   EXPECT_THAT(error_of(head + "batch_size: big\n"), HasSubstr(at(3) + "key 'batch_size' must be 'auto'"));
   EXPECT_THAT(error_of(head + "dtype: fp16\n"),
               HasSubstr(at(3) + "key 'dtype' must be one of auto, float32, bfloat16, float16, got 'fp16'"));
-  EXPECT_THAT(error_of(head + "load: nccl\n"),
-              HasSubstr(at(3) + "key 'load' must be mmap or broadcast, got 'nccl'"));
+  EXPECT_THAT(error_of(head + "load: nccl\n"), HasSubstr(at(3) + "key 'load' must be mmap or broadcast, got 'nccl'"));
   EXPECT_THAT(error_of(head + "load: [mmap]\n"), HasSubstr(at(3) + "key 'load' must be mmap or broadcast, got a"));
   EXPECT_THAT(error_of(head + "output: ''\n"), HasSubstr(at(3) + "key 'output' must not be empty"));
   EXPECT_THAT(error_of(head + "gpus: 3-1\n"), HasSubstr(at(3) + "key 'gpus': range end is below its start"));
@@ -444,7 +442,8 @@ TEST_F(RunConfigTest, OverridesAreValidatedAndNameTheFlag) {
 
 TEST_F(RunConfigTest, DataRootsComeFromTheFileAndTheFlag) {
   RunConfig c = load("model: m\ntasks: [t]\ndata:\n  mmlu: ../data/mmlu\n  other: /abs/o\n");
-  EXPECT_EQ(c.data, (std::map<std::string, std::string>{{"mmlu", fs::path(dir()).parent_path().string() + "/data/mmlu"}, {"other", "/abs/o"}}));
+  EXPECT_EQ(c.data, (std::map<std::string, std::string>{{"mmlu", fs::path(dir()).parent_path().string() + "/data/mmlu"},
+                                                        {"other", "/abs/o"}}));
   ConfigOverrides o;
   o.data = {"mmlu=cli/mmlu"};
   apply_overrides(c, o);
@@ -538,14 +537,16 @@ class RunConfigMemoryTest : public ::testing::Test {
 };
 
 TEST_F(RunConfigMemoryTest, MaxMemoryAndCalibrationCacheKeys) {
-  const RunConfig c = load_run_config(write("model: m\ntasks: [t]\nmax_memory: 6GiB\ncalibration_cache: c/cal.sqlite\n"));
+  const RunConfig c =
+      load_run_config(write("model: m\ntasks: [t]\nmax_memory: 6GiB\ncalibration_cache: c/cal.sqlite\n"));
   EXPECT_EQ(c.max_memory, "6GiB");
   EXPECT_EQ(c.calibration_cache, std::filesystem::canonical(tmp_.path()).string() + "/c/cal.sqlite");
   EXPECT_EQ(c.to_json()["max_memory"], "6GiB");
   EXPECT_EQ(load_run_config(write("model: m\ntasks: [t]\nmax_memory: 0.5\n")).max_memory, "0.5");
   EXPECT_EQ(load_run_config(write("model: m\ntasks: [t]\n")).max_memory, "");
 
-  const std::string bad = testing::error_of([&] { load_run_config(write("model: m\ntasks: [t]\nmax_memory: lots\n")); });
+  const std::string bad =
+      testing::error_of([&] { load_run_config(write("model: m\ntasks: [t]\nmax_memory: lots\n")); });
   EXPECT_THAT(bad, ::testing::HasSubstr(at(3) + "key 'max_memory' must be an amount such as 6GiB"));
   EXPECT_EQ(std::count(bad.begin(), bad.end(), '\n'), 0);
   EXPECT_THAT(testing::error_of([&] { load_run_config(write("model: m\ntasks: [t]\nmax_memory: 6 GB\n")); }),
@@ -557,8 +558,9 @@ TEST_F(RunConfigMemoryTest, MaxMemoryAndCalibrationCacheKeys) {
   ConfigOverrides flags;
   flags.max_memory = "2x";
   const std::string flag_error = testing::error_of([&] { apply_overrides(o, flags); });
-  EXPECT_EQ(flag_error, "--max-memory: unknown unit 'x' in '2x' (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB, or a "
-                        "share such as 0.5)");
+  EXPECT_EQ(flag_error,
+            "--max-memory: unknown unit 'x' in '2x' (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB, or a "
+            "share such as 0.5)");
   EXPECT_EQ(o.max_memory, "6GiB");
   flags.max_memory = "512MiB";
   apply_overrides(o, flags);
@@ -586,11 +588,11 @@ TEST(RunConfigNightly, HistoryAndFailOnRegressionKeysAndFlags) {
   EXPECT_EQ(with_tb.tensorboard, std::filesystem::canonical(tmp.path()).string() + "/logs/tb");
   EXPECT_EQ(with_tb.to_json()["tensorboard"], with_tb.tensorboard);
   EXPECT_EQ(run_config_from_json(with_tb.to_json(), "plan.json", "/").tensorboard, with_tb.tensorboard);
-  EXPECT_THAT(testing::error_of([&] { load_run_config(tmp.write("tb.yaml", "model: m\ntasks: [t]\ntensorboard: [1]\n")); }),
-              ::testing::HasSubstr("tb.yaml:3: key 'tensorboard' must be a directory path"));
-  EXPECT_THAT(testing::error_of([&] {
-                load_run_config(tmp.write("bad.yaml", "model: m\ntasks: [t]\nfail_on_regression: -1\n"));
-              }),
+  EXPECT_THAT(
+      testing::error_of([&] { load_run_config(tmp.write("tb.yaml", "model: m\ntasks: [t]\ntensorboard: [1]\n")); }),
+      ::testing::HasSubstr("tb.yaml:3: key 'tensorboard' must be a directory path"));
+  EXPECT_THAT(testing::error_of(
+                  [&] { load_run_config(tmp.write("bad.yaml", "model: m\ntasks: [t]\nfail_on_regression: -1\n")); }),
               ::testing::HasSubstr("bad.yaml:3: key 'fail_on_regression' must be a number of points >= 0"));
 
   RunConfig o = c;
@@ -620,8 +622,9 @@ TEST_F(RunConfigTest, CodeExecutionKeysSetTheSandboxLimitsAndFlagsWin) {
   const RunConfig defaults = load(head);
   EXPECT_TRUE(defaults.code_execution.is_default());
   EXPECT_FALSE(defaults.to_json().contains("code_execution"));  // results.json of other runs unchanged
-  const RunConfig c = load(head + "code_execution:\n  max_sandboxes: 3\n  cpu_seconds: 1.5\n  wall_seconds: 20\n"
-                                  "  memory: 512MiB\n  max_subprocesses: 4\n");
+  const RunConfig c = load(head +
+                           "code_execution:\n  max_sandboxes: 3\n  cpu_seconds: 1.5\n  wall_seconds: 20\n"
+                           "  memory: 512MiB\n  max_subprocesses: 4\n");
   EXPECT_EQ(c.code_execution.max_sandboxes, 3);
   EXPECT_EQ(c.code_execution.cpu_seconds, 1.5);
   EXPECT_EQ(c.code_execution.wall_seconds, 20);
@@ -650,7 +653,8 @@ TEST_F(RunConfigTest, CodeExecutionKeysSetTheSandboxLimitsAndFlagsWin) {
   EXPECT_THAT(error_of(head + "code_execution:\n  memory: 1MiB\n"), HasSubstr("code_execution.memory"));
   EXPECT_THAT(error_of(head + "code_execution:\n  cpu_seconds: 7200\n"),
               HasSubstr(at(4) + "key 'code_execution': CPU seconds must be in (0, 3600], got 7200"));
-  EXPECT_THAT(error_of(head + "code_execution:\n  max_subprocesses: 0\n"), HasSubstr(at(4) + "key 'code_execution.max_subprocesses'"));
+  EXPECT_THAT(error_of(head + "code_execution:\n  max_subprocesses: 0\n"),
+              HasSubstr(at(4) + "key 'code_execution.max_subprocesses'"));
   EXPECT_THAT(error_of(head + "code_execution:\n  unsafe_no_sandbox: maybe\n"),
               HasSubstr(at(4) + "key 'code_execution.unsafe_no_sandbox'"));
   EXPECT_THAT(error_of(head + "extra_metrics: [pass_at_1]\n"), HasSubstr(at(3) + "key 'extra_metrics': pass_at_1"));
@@ -660,7 +664,8 @@ TEST_F(RunConfigTest, ExtraMetricsAreKnownMetricNames) {
   const std::string head = "model: m\ntasks: [t]\n";
   EXPECT_TRUE(load(head).extra_metrics.empty());
   EXPECT_EQ(load(head + "extra_metrics: [bpb, bpb]\n").extra_metrics, std::vector<std::string>{"bpb"});
-  EXPECT_THAT(error_of(head + "extra_metrics: [bpd]\n"), HasSubstr(at(3) + "key 'extra_metrics': unknown metric 'bpd'"));
+  EXPECT_THAT(error_of(head + "extra_metrics: [bpd]\n"),
+              HasSubstr(at(3) + "key 'extra_metrics': unknown metric 'bpd'"));
   EXPECT_THAT(error_of(head + "extra_metrics: bpb\n"),
               HasSubstr(at(3) + "key 'extra_metrics' must be a list of metric names (e.g. [bpb]), got 'bpb'"));
 }

@@ -30,10 +30,14 @@ TEST(RunIdentity, ConfigFingerprintCoversWhatChangesResultsOnly) {
   EXPECT_EQ(config_fingerprint(base, requests()), fp);
 
   std::vector<std::function<void(RunConfig&)>> changes = {
-      [](RunConfig& c) { c.limit = 5; },          [](RunConfig& c) { c.num_fewshot = 0; },
-      [](RunConfig& c) { c.seed = 7; },           [](RunConfig& c) { c.fewshot_seed = 7; },
-      [](RunConfig& c) { c.dtype = "bfloat16"; }, [](RunConfig& c) { c.add_bos = "false"; },
-      [](RunConfig& c) { c.max_length = 128; },   [](RunConfig& c) { c.code_execution.cpu_seconds = 1; },
+      [](RunConfig& c) { c.limit = 5; },
+      [](RunConfig& c) { c.num_fewshot = 0; },
+      [](RunConfig& c) { c.seed = 7; },
+      [](RunConfig& c) { c.fewshot_seed = 7; },
+      [](RunConfig& c) { c.dtype = "bfloat16"; },
+      [](RunConfig& c) { c.add_bos = "false"; },
+      [](RunConfig& c) { c.max_length = 128; },
+      [](RunConfig& c) { c.code_execution.cpu_seconds = 1; },
       [](RunConfig& c) { c.code_execution.memory = int64_t{1} << 30; },
       [](RunConfig& c) { c.code_execution.unsafe_no_sandbox = true; }};
   for (size_t i = 0; i < changes.size(); ++i) {
@@ -41,11 +45,13 @@ TEST(RunIdentity, ConfigFingerprintCoversWhatChangesResultsOnly) {
     changes[i](c);
     EXPECT_NE(config_fingerprint(c, requests()), fp) << "change " << i;
   }
-  std::vector<std::function<void(RunConfig&)>> same = {
-      [](RunConfig& c) { c.gpus = "cpu:4"; },      [](RunConfig& c) { c.batch_tokens = 99; },
-      [](RunConfig& c) { c.batch_size = "8"; },    [](RunConfig& c) { c.output = "elsewhere"; },
-      [](RunConfig& c) { c.prefix_reuse = false; }, [](RunConfig& c) { c.models = {"other"}; },
-      [](RunConfig& c) { c.code_execution.max_sandboxes = 5; }};
+  std::vector<std::function<void(RunConfig&)>> same = {[](RunConfig& c) { c.gpus = "cpu:4"; },
+                                                       [](RunConfig& c) { c.batch_tokens = 99; },
+                                                       [](RunConfig& c) { c.batch_size = "8"; },
+                                                       [](RunConfig& c) { c.output = "elsewhere"; },
+                                                       [](RunConfig& c) { c.prefix_reuse = false; },
+                                                       [](RunConfig& c) { c.models = {"other"}; },
+                                                       [](RunConfig& c) { c.code_execution.max_sandboxes = 5; }};
   for (size_t i = 0; i < same.size(); ++i) {
     RunConfig c = base;
     same[i](c);

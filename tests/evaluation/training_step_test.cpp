@@ -15,12 +15,23 @@ using ::testing::HasSubstr;
 
 TEST(TrainingStep, NamesTrainingFrameworksGiveTheirCheckpoints) {
   const std::vector<std::pair<std::string, std::optional<int64_t>>> cases = {
-      {"step-1000", 1000},         {"step_1000", 1000},        {"step1000", 1000},
-      {"global_step1000", 1000},   {"iter_0001000", 1000},     {"checkpoint-500", 500},
-      {"Step-20", 20},             {"run7-step-1000", 1000},   {"exp.step_3", 3},
-      {"step-0", 0},               {"model", std::nullopt},    {"step-1000-hf", std::nullopt},
-      {"laststep5", std::nullopt}, {"v2", std::nullopt},       {"1000", std::nullopt},
-      {"step-", std::nullopt},     {"step-1234567890123456789", std::nullopt}};
+      {"step-1000", 1000},
+      {"step_1000", 1000},
+      {"step1000", 1000},
+      {"global_step1000", 1000},
+      {"iter_0001000", 1000},
+      {"checkpoint-500", 500},
+      {"Step-20", 20},
+      {"run7-step-1000", 1000},
+      {"exp.step_3", 3},
+      {"step-0", 0},
+      {"model", std::nullopt},
+      {"step-1000-hf", std::nullopt},
+      {"laststep5", std::nullopt},
+      {"v2", std::nullopt},
+      {"1000", std::nullopt},
+      {"step-", std::nullopt},
+      {"step-1234567890123456789", std::nullopt}};
   for (const auto& [name, step] : cases) EXPECT_EQ(step_in_name(name), step) << name;
 }
 

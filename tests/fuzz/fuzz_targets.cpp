@@ -51,7 +51,10 @@ const std::string& scratch() {
     }
     std::string d = tmpl;
     static const std::string keep = d;
-    std::atexit([] { std::error_code ec; std::filesystem::remove_all(keep, ec); });
+    std::atexit([] {
+      std::error_code ec;
+      std::filesystem::remove_all(keep, ec);
+    });
     return d;
   }();
   return dir;
@@ -97,7 +100,8 @@ std::pair<std::string_view, std::string_view> split_input(std::string_view in, s
   return {in.substr(0, at), in.substr(at + sep.size())};
 }
 
-constexpr std::string_view kSampleText = "Hello world! It's 2026: ünïcödé, 日本語, emoji 🙂 and  two  spaces.\n\ttab";
+constexpr std::string_view kSampleText =
+    "Hello world! It's 2026: ünïcödé, 日本語, emoji 🙂 and  two  spaces.\n\ttab";
 
 // ---- model files -----------------------------------------------------------------------------
 
@@ -259,8 +263,7 @@ std::optional<std::string> fuzz_chat_template(const uint8_t* data, size_t size) 
     try {
       (void)t.render(context);
     } catch (const jinja::TemplateRaised&) {
-    } catch (const jinja::RenderError&) {
-    }
+    } catch (const jinja::RenderError&) {}
   });
 }
 
@@ -276,12 +279,16 @@ void decode_frame(const Frame& f) {
       (void)worker_hello_from_json(j);
       break;
     case FrameType::kWork:
-      if (j.is_object() && j.contains("batch")) (void)batch_from_json(j.at("batch"));
-      else (void)batch_from_json(j);
+      if (j.is_object() && j.contains("batch"))
+        (void)batch_from_json(j.at("batch"));
+      else
+        (void)batch_from_json(j);
       break;
     case FrameType::kResult:
-      if (j.is_object() && j.contains("probe")) (void)probe_result_from_json(j.at("probe"));
-      else (void)result_reply_from_json(j);
+      if (j.is_object() && j.contains("probe"))
+        (void)probe_result_from_json(j.at("probe"));
+      else
+        (void)result_reply_from_json(j);
       break;
     case FrameType::kError: (void)error_reply_from_json(j); break;
     case FrameType::kProbe: (void)probe_options_from_json(j); break;

@@ -17,7 +17,7 @@
 namespace gpueval::fuzz {
 
 struct Target {
-  const char* name;         // "safetensors"; the fuzzer binary is fuzz_<name>
+  const char* name;  // "safetensors"; the fuzzer binary is fuzz_<name>
   const char* description;  // what the input is
   // Runs one input; the contract violation, if any ("threw std::out_of_range: ..."), else nullopt.
   std::optional<std::string> (*run)(const uint8_t* data, size_t size);

@@ -87,7 +87,8 @@ TEST(ChatTemplateCorpus, ByteIdenticalToTransformers) {
       const ojson& info = refs["templates"][name];
       if (!templates.count(name)) {
         std::string text = read_file(dir + info["file"].get<std::string>());
-        if (std::string(set) == "results_readme_preprocessed") text = replace_all(replace_all(text, "    ", ""), "\n", "");
+        if (std::string(set) == "results_readme_preprocessed")
+          text = replace_all(replace_all(text, "    ", ""), "\n", "");
         ChatTemplate t = ChatTemplate::parse(text, info["file"].get<std::string>());
         t.set_clock(frozen_strftime);
         templates.emplace(name, std::move(t));
@@ -98,8 +99,10 @@ TEST(ChatTemplateCorpus, ByteIdenticalToTransformers) {
       context["bos_token"] = info["bos_token"];
       context["eos_token"] = info["eos_token"];
       const std::string verdict = check(templates.at(name), context, r);
-      if (verdict == "ok") ++ok;
-      else if (verdict == "raised") ++raised;
+      if (verdict == "ok")
+        ++ok;
+      else if (verdict == "raised")
+        ++raised;
       else {
         ++mismatched;
         ADD_FAILURE() << set << ": " << name << " on " << r["conversation"].get<std::string>()
@@ -133,12 +136,14 @@ TEST(ChatTemplateRefusals, OneLineWithFileAndLine) {
   EXPECT_EQ(refusal("{{ x is nosuchtest }}"), "chat_template.jinja:1: unsupported test 'nosuchtest'");
   // Inside an if, Jinja2 loads it and raises only if it runs (JinjaEngine.UnknownFilterOrTestRaisesWhenEvaluated).
   EXPECT_EQ(refusal("{% if x is nosuchtest %}{% endif %}"), "(accepted)");
-  EXPECT_EQ(refusal("{% for m in messages recursive %}{% endfor %}"),
-            "chat_template.jinja:1: unsupported: recursive loops ('for ... recursive') are outside gpueval's Jinja subset");
+  EXPECT_EQ(
+      refusal("{% for m in messages recursive %}{% endfor %}"),
+      "chat_template.jinja:1: unsupported: recursive loops ('for ... recursive') are outside gpueval's Jinja subset");
   // Syntax errors: the line of the fault, one line.
-  EXPECT_EQ(refusal("line1\n{% if x %}\nno end"),
-            "chat_template.jinja:2: unexpected end of template: 'if' opened here was never closed (looking for 'elif' or "
-            "'else' or 'endif')");
+  EXPECT_EQ(
+      refusal("line1\n{% if x %}\nno end"),
+      "chat_template.jinja:2: unexpected end of template: 'if' opened here was never closed (looking for 'elif' or "
+      "'else' or 'endif')");
   EXPECT_EQ(refusal("{{ x + }}"), "chat_template.jinja:1: unexpected end of print statement");
   EXPECT_EQ(refusal("a\n{{ (x }}"), "chat_template.jinja:2: unexpected '}', expected ')'");
   EXPECT_EQ(refusal("{% endfor %}"), "chat_template.jinja:1: unexpected 'endfor' (no open statement it closes)");
@@ -147,8 +152,8 @@ TEST(ChatTemplateRefusals, OneLineWithFileAndLine) {
 }
 
 TEST(ChatTemplateErrors, RaiseExceptionCarriesTheMessage) {
-  const ChatTemplate t = ChatTemplate::parse("{{ raise_exception('Only user and assistant roles: ' ~ messages[0].role) }}",
-                                             "t.jinja");
+  const ChatTemplate t =
+      ChatTemplate::parse("{{ raise_exception('Only user and assistant roles: ' ~ messages[0].role) }}", "t.jinja");
   try {
     t.render(ojson{{"messages", ojson::array({ojson{{"role", "tool"}, {"content", "x"}}})}});
     FAIL() << "no exception";

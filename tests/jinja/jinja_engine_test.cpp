@@ -47,8 +47,7 @@ bool refused_by_jinja2_at_compile(const ojson& c) {
   const std::string e = c["error"].get<std::string>();
   // SyntaxError: Python's, compiling what Jinja2 generated (a break outside a loop).
   return e.rfind("TemplateSyntaxError:", 0) == 0 || e.rfind("TemplateAssertionError:", 0) == 0 ||
-         e.rfind("SyntaxError:", 0) == 0 ||
-         e == "TypeError: no loader for this environment specified";
+         e.rfind("SyntaxError:", 0) == 0 || e == "TypeError: no loader for this environment specified";
 }
 
 TEST(JinjaEngine, MatchesJinja2OnTheDifferentialFixture) {
@@ -98,8 +97,10 @@ TEST(JinjaEngine, MatchesJinja2OnTheDifferentialFixture) {
                     << (threw ? "error " : "") << ojson(got).dump();
     }
   }
-  std::printf("[jinja2 fixture] %zu cases: %d byte-identical, %d raised as expected, %d refused at load as jinja2 does, "
-              "%d mismatched\n", fixture["cases"].size(), rendered, raised, refused, mismatched);
+  std::printf(
+      "[jinja2 fixture] %zu cases: %d byte-identical, %d raised as expected, %d refused at load as jinja2 does, "
+      "%d mismatched\n",
+      fixture["cases"].size(), rendered, raised, refused, mismatched);
   EXPECT_EQ(mismatched, 0);
 }
 
@@ -155,8 +156,9 @@ TEST(JinjaEngine, UnknownFilterOrTestRaisesWhenEvaluated) {
     }
   };
   using ojson = nlohmann::ordered_json;
-  const std::string tools = "{% for m in messages %}{% if m.tool_calls %}{{ m.tool_calls | fromjson }}{% endif %}"
-                            "{{ m.content }}{% endfor %}";
+  const std::string tools =
+      "{% for m in messages %}{% if m.tool_calls %}{{ m.tool_calls | fromjson }}{% endif %}"
+      "{{ m.content }}{% endfor %}";
   EXPECT_EQ(outcome(tools, {{"messages", ojson::array({{{"content", "hi"}}})}}), "hi");
   EXPECT_EQ(outcome(tools, {{"messages", ojson::array({{{"content", "hi"}, {"tool_calls", "[1]"}}})}}),
             "TemplateRuntimeError: No filter named 'fromjson' found.");
@@ -167,7 +169,8 @@ TEST(JinjaEngine, UnknownFilterOrTestRaisesWhenEvaluated) {
   EXPECT_EQ(outcome("{% if x is nosuchtest %}a{% else %}b{% endif %}", {{"x", 1}}),
             "TemplateRuntimeError: No test named 'nosuchtest' found.");
   EXPECT_EQ(outcome("{% if x %}{% for i in y | nosuch %}{% endfor %}{% endif %}{% if x %}{% set y = 1 | nosuch %}"
-                    "{% endif %}ok", {{"x", 0}}),
+                    "{% endif %}ok",
+                    {{"x", 0}}),
             "ok");
   EXPECT_EQ(outcome("{% if true %}{{ (1/0) | nosuch }}{% endif %}", ojson::object()),
             "ZeroDivisionError: division by zero");
@@ -196,7 +199,8 @@ TEST(JinjaEngine, RefusesRunawayNesting) {
   std::string sum = "{{ 1";
   for (int i = 0; i < 5000; ++i) sum += "+1";
   EXPECT_EQ(refusal(sum + " }}"), "deep.jinja:1: an expression more than 200 operations deep");
-  EXPECT_EQ(refusal("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}").substr(0, 12), "deep.jinja:1");
+  EXPECT_EQ(refusal("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}").substr(0, 12),
+            "deep.jinja:1");
   std::string ifs;
   for (int i = 0; i < 1000; ++i) ifs += "{% if x %}";
   EXPECT_EQ(refusal(ifs), "deep.jinja:1: the template nests more than 200 deep");

@@ -15,20 +15,27 @@ using testing::error_of;
 using ::testing::HasSubstr;
 
 const nlohmann::json& doc() {
-  static const nlohmann::json d = {
-      {"sol1", "fold it"}, {"sol2", "cut it"}, {"text", "a b  c d"}, {"label", "3"}, {"answerKey", " B"},
-      {"choices", {{"label", {"A", "B"}}, {"text", {"x", "y"}}}}, {"q", "h\u00e9llo w\u00f6rld"},
-      {"w", "  two  words\n"}, {"x", "\u00c0bC"}};
+  static const nlohmann::json d = {{"sol1", "fold it"},
+                                   {"sol2", "cut it"},
+                                   {"text", "a b  c d"},
+                                   {"label", "3"},
+                                   {"answerKey", " B"},
+                                   {"choices", {{"label", {"A", "B"}}, {"text", {"x", "y"}}}},
+                                   {"q", "h\u00e9llo w\u00f6rld"},
+                                   {"w", "  two  words\n"},
+                                   {"x", "\u00c0bC"}};
   return d;
 }
 
-std::string render(const std::string& text) { return Template::parse(text, "doc_to_text", "t.yaml:3").render(doc(), "d.jsonl:1"); }
+std::string render(const std::string& text) {
+  return Template::parse(text, "doc_to_text", "t.yaml:3").render(doc(), "d.jsonl:1");
+}
 
 TEST(TemplateTest, RendersLmEvalsTemplatesAsJinjaDoes) {
-  EXPECT_EQ(render("{{[sol1, sol2]}}"), "['fold it', 'cut it']");                     // piqa doc_to_choice
-  EXPECT_EQ(render("{{text.split(' ')[:-1]|join(' ')}}"), "a b  c");                  // lambada doc_to_text
-  EXPECT_EQ(render("{{' '+text.split(' ')[-1]}}"), " d");                             // lambada doc_to_target
-  EXPECT_EQ(render("{{choices.label.index(answerKey.lstrip())}}"), "1");              // openbookqa doc_to_target
+  EXPECT_EQ(render("{{[sol1, sol2]}}"), "['fold it', 'cut it']");  // piqa doc_to_choice
+  EXPECT_EQ(render("{{text.split(' ')[:-1]|join(' ')}}"), "a b  c");  // lambada doc_to_text
+  EXPECT_EQ(render("{{' '+text.split(' ')[-1]}}"), " d");  // lambada doc_to_target
+  EXPECT_EQ(render("{{choices.label.index(answerKey.lstrip())}}"), "1");  // openbookqa doc_to_target
   EXPECT_EQ(render("{{(label|int) - 1}}"), "2");
   EXPECT_EQ(render("{{label|int - 1}}"), "2");  // a filter binds tighter than '-'
 }
@@ -60,8 +67,9 @@ TEST(TemplateTest, ConditionalsTestsAndBooleans) {
   EXPECT_EQ(render("{{ label if label is defined else nope }}"), "3");
   EXPECT_EQ(render("{{ nope if nope is defined else label }}"), "3");
   EXPECT_EQ(render("{{ nope.x if nope is defined and nope.x is defined else 'no' }}"), "no");
-  EXPECT_EQ(render("{{ choices.text[5] is defined }}|{{ choices.text[-2] is defined }}|{{ choices.nope is undefined }}"),
-            "False|True|True");
+  EXPECT_EQ(
+      render("{{ choices.text[5] is defined }}|{{ choices.text[-2] is defined }}|{{ choices.nope is undefined }}"),
+      "False|True|True");
   EXPECT_EQ(render("{{ none is none }}|{{ label is not none }}|{{ label is string }}|{{ 1.5 is number }}"),
             "True|True|True|True");
   EXPECT_EQ(render("{{ not label }}|{{ not '' }}|{{ '' or 'x' }}|{{ 'a' and 0 }}|{{ [] or none }}"),
@@ -71,8 +79,8 @@ TEST(TemplateTest, ConditionalsTestsAndBooleans) {
   EXPECT_EQ(render("{{ (text.split('####')[-1].strip() if text is defined else nope) }}"), "a b  c d");
   const nlohmann::json sample = {{"question", "q"}, {"target", "It is 6. The answer is 6."}};
   const nlohmann::json document = {{"question", "q"}, {"answer", "6 + 1 = 7\n#### 7"}};
-  const Template target = Template::parse(
-      "{{answer.split('####')[-1].strip() if answer is defined else target}}", "doc_to_target", "t.yaml:2");
+  const Template target = Template::parse("{{answer.split('####')[-1].strip() if answer is defined else target}}",
+                                          "doc_to_target", "t.yaml:2");
   EXPECT_EQ(target.render(sample, "d"), "It is 6. The answer is 6.");
   EXPECT_EQ(target.render(document, "d"), "7");
 }
@@ -95,8 +103,12 @@ TEST(TemplateTest, ConstructsOutsideTheSubsetNameFileLineAndConstruct) {
   auto parse_error = [](const std::string& text) {
     return error_of([&] { Template::parse(text, "doc_to_text", "tasks/x.yaml:7"); });
   };
-  EXPECT_THAT(parse_error("{{ a == b }}"), HasSubstr("tasks/x.yaml:7: doc_to_text '{{ a == b }}': the comparison '==' is not supported"));
-  EXPECT_THAT(parse_error("{{ a if b }}"), HasSubstr("tasks/x.yaml:7: doc_to_text '{{ a if b }}': the expression ' a if b ' (it ends too early (a conditional expression needs its 'else' part)) is not supported"));
+  EXPECT_THAT(parse_error("{{ a == b }}"),
+              HasSubstr("tasks/x.yaml:7: doc_to_text '{{ a == b }}': the comparison '==' is not supported"));
+  EXPECT_THAT(
+      parse_error("{{ a if b }}"),
+      HasSubstr(
+          "tasks/x.yaml:7: doc_to_text '{{ a if b }}': the expression ' a if b ' (it ends too early (a conditional expression needs its 'else' part)) is not supported"));
   EXPECT_THAT(parse_error("{{ a in b }}"), HasSubstr("the operator 'in' is not supported"));
   EXPECT_THAT(parse_error("{{ range(3) }}"), HasSubstr("the function call 'range()' is not supported"));
   EXPECT_THAT(parse_error("{{ x|title }}"), HasSubstr("the filter 'title' is not supported"));
@@ -104,18 +116,39 @@ TEST(TemplateTest, ConstructsOutsideTheSubsetNameFileLineAndConstruct) {
   EXPECT_THAT(parse_error("{{ x is odd }}"), HasSubstr("the test 'odd' is not supported"));
   EXPECT_THAT(parse_error("{{ x is divisibleby(3) }}"), HasSubstr("the test 'divisibleby' is not supported"));
   EXPECT_THAT(parse_error("{{ x|join(sep=',') }}"), HasSubstr("the keyword argument 'sep=' is not supported"));
-  EXPECT_THAT(parse_error("{% for x in y %}{{x}}{% endfor %}"), HasSubstr("tasks/x.yaml:7: doc_to_text '{% for x in y %}{{x}}{% endfor %}': a '{% for %}' statement is not supported (gpueval's templates have if/elif/else/endif only)"));
+  EXPECT_THAT(
+      parse_error("{% for x in y %}{{x}}{% endfor %}"),
+      HasSubstr(
+          "tasks/x.yaml:7: doc_to_text '{% for x in y %}{{x}}{% endfor %}': a '{% for %}' statement is not supported (gpueval's templates have if/elif/else/endif only)"));
   EXPECT_THAT(parse_error("{{ a + }}"), HasSubstr("the expression ' a + ' (it ends too early) is not supported"));
   EXPECT_THAT(parse_error("{{ 'open }}"), HasSubstr("'{{' without a closing '}}'"));
   // Depth is bounded, so a deep template is refused, not a stack overflow (found by fuzz_template).
   EXPECT_THAT(parse_error("{{ " + std::string(65, '[') + "1" + std::string(65, ']') + " }}"),
               HasSubstr("brackets nested more than 64 deep is not supported"));
-  EXPECT_THAT(parse_error("{{ 1" + [] { std::string s; for (int i = 0; i < 300; ++i) s += " + 1"; return s; }() + " }}"),
+  EXPECT_THAT(parse_error("{{ 1" +
+                          [] {
+                            std::string s;
+                            for (int i = 0; i < 300; ++i) s += " + 1";
+                            return s;
+                          }() +
+                          " }}"),
               HasSubstr("an expression more than 256 operations deep is not supported"));
   // Long chains of `not` and of conditionals are bounded too, never a deep recursion.
-  EXPECT_THAT(parse_error("{{ " + [] { std::string s; for (int i = 0; i < 300; ++i) s += "not "; return s; }() + "x }}"),
+  EXPECT_THAT(parse_error("{{ " +
+                          [] {
+                            std::string s;
+                            for (int i = 0; i < 300; ++i) s += "not ";
+                            return s;
+                          }() +
+                          "x }}"),
               HasSubstr("an expression more than 256 operations deep is not supported"));
-  EXPECT_THAT(parse_error("{{ " + [] { std::string s; for (int i = 0; i < 100; ++i) s += "a if b else "; return s; }() + "c }}"),
+  EXPECT_THAT(parse_error("{{ " +
+                          [] {
+                            std::string s;
+                            for (int i = 0; i < 100; ++i) s += "a if b else ";
+                            return s;
+                          }() +
+                          "c }}"),
               HasSubstr("brackets nested more than 64 deep is not supported"));
   EXPECT_EQ(Template::parse("{{ " + std::string(64, '(') + "2" + std::string(64, ')') + " * 3 }}", "doc_to_text", "t")
                 .render(doc(), "d"),
@@ -124,7 +157,8 @@ TEST(TemplateTest, ConstructsOutsideTheSubsetNameFileLineAndConstruct) {
 
 TEST(TemplateTest, IfStatementsChooseABranchAsJinjaDoes) {
   // lm-eval's mbpp doc_to_target: the few-shot examples carry is_fewshot, the asked documents do not.
-  const std::string mbpp = "{% if is_fewshot is defined %}{{code}}\n[DONE]{% else %}{{tests[0]}}\n{{tests[1]}}{% endif %}";
+  const std::string mbpp =
+      "{% if is_fewshot is defined %}{{code}}\n[DONE]{% else %}{{tests[0]}}\n{{tests[1]}}{% endif %}";
   const Template t = Template::parse(mbpp, "doc_to_target", "t");
   EXPECT_FALSE(t.is_single_expression());
   const nlohmann::json asked = {{"code", "def f(): pass"}, {"tests", {"assert f() is None", "assert 1"}}};
@@ -134,7 +168,8 @@ TEST(TemplateTest, IfStatementsChooseABranchAsJinjaDoes) {
   EXPECT_EQ(t.render(example, "d"), "def f(): pass\n[DONE]");
   // elif, else, nesting, Python truth values, and no trim_blocks: the text around a tag stays.
   const Template branches = Template::parse(
-      "a{% if x %}X{% elif y %}Y{% if z %}Z{% else %}z{% endif %}{% else %}-{% endif %}\n{% if x %}1{% endif %}b", "x", "t");
+      "a{% if x %}X{% elif y %}Y{% if z %}Z{% else %}z{% endif %}{% else %}-{% endif %}\n{% if x %}1{% endif %}b", "x",
+      "t");
   EXPECT_EQ(branches.render({{"x", "s"}, {"y", 0}, {"z", 0}}, "d"), "aX\n1b");
   EXPECT_EQ(branches.render({{"x", ""}, {"y", {1}}, {"z", 1.5}}, "d"), "aYZ\nb");
   EXPECT_EQ(branches.render({{"x", nullptr}, {"y", true}, {"z", nlohmann::json::array()}}, "d"), "aYz\nb");
@@ -143,7 +178,9 @@ TEST(TemplateTest, IfStatementsChooseABranchAsJinjaDoes) {
   EXPECT_EQ(Template::parse("a  {%- if x -%}  b  {%- endif %} c", "x", "t").render({{"x", 1}}, "d"), "ab c");
   // A condition is only evaluated when reached: a missing field in an untaken elif is no error.
   EXPECT_EQ(Template::parse("{% if x %}1{% elif missing %}2{% endif %}", "x", "t").render({{"x", 1}}, "d"), "1");
-  EXPECT_THAT(error_of([] { Template::parse("{% if x %}1{% elif missing %}2{% endif %}", "x", "t").render({{"x", 0}}, "d:3"); }),
+  EXPECT_THAT(error_of([] {
+                Template::parse("{% if x %}1{% elif missing %}2{% endif %}", "x", "t").render({{"x", 0}}, "d:3");
+              }),
               HasSubstr("d:3: x '{% if x %}1{% elif missing %}2{% endif %}' references missing field 'missing'"));
 }
 
@@ -151,7 +188,8 @@ TEST(TemplateTest, MalformedStatementsAreOneLineErrors) {
   auto parse_error = [](const std::string& text) {
     return error_of([&] { Template::parse(text, "doc_to_target", "tasks/x.yaml:7"); });
   };
-  EXPECT_THAT(parse_error("{% if x %}a"), HasSubstr("tasks/x.yaml:7: doc_to_target '{% if x %}a': '{% if %}' without '{% endif %}'"));
+  EXPECT_THAT(parse_error("{% if x %}a"),
+              HasSubstr("tasks/x.yaml:7: doc_to_target '{% if x %}a': '{% if %}' without '{% endif %}'"));
   EXPECT_THAT(parse_error("a{% endif %}"), HasSubstr("'{% endif %}' without an open '{% if %}'"));
   EXPECT_THAT(parse_error("{% if x %}{% else %}{% elif y %}{% endif %}"), HasSubstr("'{% elif %}' after '{% else %}'"));
   EXPECT_THAT(parse_error("{% if x %}{% else %}{% else %}{% endif %}"), HasSubstr("'{% else %}' after '{% else %}'"));
@@ -173,12 +211,17 @@ TEST(TemplateTest, EvaluationErrorsNameTheDocument) {
     return error_of([&] { Template::parse(text, "doc_to_text", "t.yaml:3").render(doc(), "d.jsonl:9"); });
   };
   EXPECT_EQ(render_error("{{ nope }}"), "d.jsonl:9: doc_to_text '{{ nope }}' references missing field 'nope'");
-  EXPECT_EQ(render_error("{{ choices.text[5] }}"), "d.jsonl:9: doc_to_text '{{ choices.text[5] }}' references missing field 'choices.text[5]'");
-  EXPECT_EQ(render_error("{{ label + 1 }}"), "d.jsonl:9: doc_to_text '{{ label + 1 }}': unsupported operand type(s) for +: 'str' and 'int'");
+  EXPECT_EQ(render_error("{{ choices.text[5] }}"),
+            "d.jsonl:9: doc_to_text '{{ choices.text[5] }}' references missing field 'choices.text[5]'");
+  EXPECT_EQ(render_error("{{ label + 1 }}"),
+            "d.jsonl:9: doc_to_text '{{ label + 1 }}': unsupported operand type(s) for +: 'str' and 'int'");
   // The template is quoted as untrusted text: its own quotes come escaped.
-  EXPECT_EQ(render_error("{{ choices.label.index(\"E\") }}"), "d.jsonl:9: doc_to_text '{{ choices.label.index(\"E\") }}': 'E' is not in list ['A', 'B']");
-  EXPECT_EQ(render_error("{{ text.split(1) }}"), "d.jsonl:9: doc_to_text '{{ text.split(1) }}': split() separator must be str, not int");
-  EXPECT_EQ(render_error("{{ label // 0 }}"), "d.jsonl:9: doc_to_text '{{ label // 0 }}': unsupported operand type(s) for //: 'str' and 'int'");
+  EXPECT_EQ(render_error("{{ choices.label.index(\"E\") }}"),
+            "d.jsonl:9: doc_to_text '{{ choices.label.index(\"E\") }}': 'E' is not in list ['A', 'B']");
+  EXPECT_EQ(render_error("{{ text.split(1) }}"),
+            "d.jsonl:9: doc_to_text '{{ text.split(1) }}': split() separator must be str, not int");
+  EXPECT_EQ(render_error("{{ label // 0 }}"),
+            "d.jsonl:9: doc_to_text '{{ label // 0 }}': unsupported operand type(s) for //: 'str' and 'int'");
   EXPECT_EQ(render_error("{{ 1 // 0 }}"), "d.jsonl:9: doc_to_text '{{ 1 // 0 }}': integer division or modulo by zero");
   // 64-bit integers: past them is an error, never undefined behaviour (found by fuzz_template).
   EXPECT_EQ(render_error("{{ 212211222222666 * 1222222222121222 }}"),

@@ -46,7 +46,9 @@ std::vector<Sequence> expected(const std::string& family) {
   return out;
 }
 
-at::Tensor row(const std::vector<int64_t>& ids, int64_t begin, int64_t end) { return testing::ids_row(ids, begin, end); }
+at::Tensor row(const std::vector<int64_t>& ids, int64_t begin, int64_t end) {
+  return testing::ids_row(ids, begin, end);
+}
 
 constexpr double kTolerance = 1e-4;
 
@@ -101,8 +103,9 @@ TEST_P(ArchitectureFixture, ARaggedForwardGivesEachGroupWhatItGetsAlone) {
   const RowInvariantProducts invariant;
   const std::vector<Sequence> sequences = expected(GetParam());
   ASSERT_FALSE(sequences.empty());
-  const Sequence s = *std::max_element(sequences.begin(), sequences.end(),
-                                       [](const Sequence& a, const Sequence& b) { return a.ids.size() < b.ids.size(); });
+  const Sequence s = *std::max_element(sequences.begin(), sequences.end(), [](const Sequence& a, const Sequence& b) {
+    return a.ids.size() < b.ids.size();
+  });
   const int64_t p = 3, n = static_cast<int64_t>(s.ids.size());
   ASSERT_GE(n, p + 6) << GetParam();
   const PrefixKV prefix = model->prefill(std::vector<int32_t>(s.ids.begin(), s.ids.begin() + p));
@@ -115,7 +118,8 @@ TEST_P(ArchitectureFixture, ARaggedForwardGivesEachGroupWhatItGetsAlone) {
   };
   auto setup = [&]() {
     Setup u{model->make_cache(2, 8), model->make_cache(1, n - p)};
-    const at::Tensor tokens = at::stack({row(s.ids, p, p + 3)[0], at::cat({at::zeros({1}, at::kLong), row(s.ids, p + 1, p + 3)[0]})});
+    const at::Tensor tokens =
+        at::stack({row(s.ids, p, p + 3)[0], at::cat({at::zeros({1}, at::kLong), row(s.ids, p + 1, p + 3)[0]})});
     at::Tensor valid = all_valid(2, 3);
     valid[1][0] = false;
     at::Tensor pos = at::cat({positions(p, 3), positions(p - 1, 3)}, 0);
@@ -130,18 +134,20 @@ TEST_P(ArchitectureFixture, ARaggedForwardGivesEachGroupWhatItGetsAlone) {
   const at::Tensor chunk = row(s.ids, p + 2, n), chunk_positions = positions(p + 2, c);
   const at::Tensor rows_alone = model->forward(step_tokens, step_positions, all_valid(2, 1), &alone.rows, &prefix);
   const at::Tensor prompt_alone = model->forward(chunk, chunk_positions, all_valid(1, c), &alone.prompt, &prefix);
-  const std::vector<at::Tensor> ragged = model->forward_ragged(
-      {ForwardGroup{step_tokens, step_positions, all_valid(2, 1), &joined.rows},
-       ForwardGroup{chunk, chunk_positions, all_valid(1, c), &joined.prompt}},
-      &prefix);
+  const std::vector<at::Tensor> ragged =
+      model->forward_ragged({ForwardGroup{step_tokens, step_positions, all_valid(2, 1), &joined.rows},
+                             ForwardGroup{chunk, chunk_positions, all_valid(1, c), &joined.prompt}},
+                            &prefix);
   ASSERT_EQ(ragged.size(), 2u);
   ASSERT_EQ(ragged[0].sizes(), rows_alone.sizes());
   ASSERT_EQ(ragged[1].sizes(), prompt_alone.sizes());
   EXPECT_EQ(joined.rows.length(), alone.rows.length());
   EXPECT_EQ(joined.prompt.length(), n - p);
   if (row_invariant_products_on() && model->options().dtype == at::kFloat) {
-    EXPECT_TRUE(at::equal(ragged[0], rows_alone)) << GetParam() << ": " << (ragged[0] - rows_alone).abs().max().item<float>();
-    EXPECT_TRUE(at::equal(ragged[1], prompt_alone)) << GetParam() << ": " << (ragged[1] - prompt_alone).abs().max().item<float>();
+    EXPECT_TRUE(at::equal(ragged[0], rows_alone))
+        << GetParam() << ": " << (ragged[0] - rows_alone).abs().max().item<float>();
+    EXPECT_TRUE(at::equal(ragged[1], prompt_alone))
+        << GetParam() << ": " << (ragged[1] - prompt_alone).abs().max().item<float>();
     for (int64_t l = 0; l < model->config().num_hidden_layers; ++l) {
       EXPECT_TRUE(at::equal(joined.rows.keys(l), alone.rows.keys(l))) << GetParam() << " layer " << l;
       EXPECT_TRUE(at::equal(joined.prompt.values(l), alone.prompt.values(l))) << GetParam() << " layer " << l;
@@ -175,10 +181,28 @@ INSTANTIATE_TEST_SUITE_P(Families, ArchitectureFixture,
 // The config written back (to_json, as init-model and the llama2.c converter write it) reads as the same
 // architecture.
 TEST(ArchitectureConfig, ToJsonReadsBackAsTheSameArchitecture) {
-  for (const char* family : {"llama-bias", "qwen3", "olmo2", "granite", "smollm3", "mistral", "olmo3", "gemma2",
-                             "gemma3_text", "qwen2-window", "smollm3-window", "phi3-partial", "gpt_neox",
-                             "gpt_neox-sequential", "gpt2", "gpt2-unscaled", "mixtral", "qwen3_moe",
-                             "qwen3_moe-unnormalized", "olmoe", "deepseek_v3", "deepseek_v3-plain"}) {
+  for (const char* family : {"llama-bias",
+                             "qwen3",
+                             "olmo2",
+                             "granite",
+                             "smollm3",
+                             "mistral",
+                             "olmo3",
+                             "gemma2",
+                             "gemma3_text",
+                             "qwen2-window",
+                             "smollm3-window",
+                             "phi3-partial",
+                             "gpt_neox",
+                             "gpt_neox-sequential",
+                             "gpt2",
+                             "gpt2-unscaled",
+                             "mixtral",
+                             "qwen3_moe",
+                             "qwen3_moe-unnormalized",
+                             "olmoe",
+                             "deepseek_v3",
+                             "deepseek_v3-plain"}) {
     const ModelConfig a = ModelConfig::load(fixture_dir(family) + "/config.json");
     const ModelConfig b = ModelConfig::from_json(a.to_json(), "round trip");
     EXPECT_EQ(a.to_json(), b.to_json()) << family;
@@ -278,7 +302,8 @@ TEST(ArchitectureConfig, ToJsonReadsBackAsTheSameArchitecture) {
   EXPECT_EQ(g.arch.residual_multiplier, 0.3);
   EXPECT_EQ(g.arch.attention_scale, 0.09);
   EXPECT_EQ(g.arch.logits_divisor, 4.0);
-  EXPECT_EQ(ModelConfig::load(fixture_dir("smollm3") + "/config.json").arch.rope_layers, (std::vector<bool>{true, false}));
+  EXPECT_EQ(ModelConfig::load(fixture_dir("smollm3") + "/config.json").arch.rope_layers,
+            (std::vector<bool>{true, false}));
   EXPECT_EQ(ModelConfig::load(fixture_dir("qwen3") + "/config.json").head_dim, 12);
 }
 
@@ -293,8 +318,7 @@ std::string config_error(const std::string& family, const std::function<void(nlo
 }
 
 TEST(ArchitectureConfig, EveryFamilyRefusesAMissingKeyInOneLine) {
-  for (const char* family :
-       {"llama", "mistral", "qwen2", "qwen3", "olmo2", "granite", "smollm3", "olmo3", "gemma2"})
+  for (const char* family : {"llama", "mistral", "qwen2", "qwen3", "olmo2", "granite", "smollm3", "olmo3", "gemma2"})
     EXPECT_THAT(config_error(family, [](nlohmann::json& j) { j.erase("hidden_size"); }),
                 HasSubstr("missing required key 'hidden_size'"));
   for (const char* family : {"phi3", "gpt_neox"})
@@ -307,16 +331,20 @@ TEST(ArchitectureConfig, EveryFamilyRefusesAMissingKeyInOneLine) {
 
 // Every fixture family, as the bad configs: a rope_scaling type nobody implements and a window
 // past the position bound, each refused in one line naming the key (GPT-2, which has no RoPE, refuses even
-// a known rope_scaling type, above; GPT-NeoX and GPT-2 refuse any window). Llama, Granite and OLMo 2 read no window, as their
-// transformers classes read none, so theirs loads and slides nothing.
+// a known rope_scaling type, above; GPT-NeoX and GPT-2 refuse any window). Llama, Granite and OLMo 2 read no window, as
+// their transformers classes read none, so theirs loads and slides nothing.
 TEST(ArchitectureConfig, EveryFamilyRefusesAnUnknownRopeTypeAndAnOversizedWindow) {
   const std::set<std::string> windowless = {"llama", "llama-bias", "granite", "olmo2"};
   for (const std::string family :
-       {"llama", "llama-bias", "mistral", "qwen2", "qwen3", "olmo2", "granite", "smollm3", "mistral-window",
-        "qwen2-window", "qwen3-window", "smollm3-window", "olmo3", "gemma2", "gemma3_text", "gemma3", "phi3",
-        "phi3-partial", "gpt_neox", "gpt_neox-sequential", "gpt2", "gpt2-unscaled"}) {
+       {"llama",        "llama-bias",     "mistral",      "qwen2",          "qwen3",
+        "olmo2",        "granite",        "smollm3",      "mistral-window", "qwen2-window",
+        "qwen3-window", "smollm3-window", "olmo3",        "gemma2",         "gemma3_text",
+        "gemma3",       "phi3",           "phi3-partial", "gpt_neox",       "gpt_neox-sequential",
+        "gpt2",         "gpt2-unscaled"}) {
     // Gemma 3's multimodal config keeps the text model's keys in text_config.
-    const auto text = [](nlohmann::json& j) -> nlohmann::json& { return j.contains("text_config") ? j["text_config"] : j; };
+    const auto text = [](nlohmann::json& j) -> nlohmann::json& {
+      return j.contains("text_config") ? j["text_config"] : j;
+    };
     const std::string rope = config_error(family, [&](nlohmann::json& j) {
       text(j)["rope_scaling"] = {{"rope_type", "made_up"}, {"factor", 2.0}};
     });
@@ -341,26 +369,31 @@ TEST(ArchitectureConfig, EveryFamilyRefusesAnUnknownRopeTypeAndAnOversizedWindow
 TEST(ArchitectureConfig, FeaturesNotImplementedAreRefusedNamingTheKey) {
   for (const char* family : {"qwen2", "qwen3", "smollm3"}) {
     // A sliding layer needs a window: qwen's is null unless use_sliding_window, SmolLM3's absent by default.
-    EXPECT_THAT(config_error(family, [](nlohmann::json& j) {
-                  j["use_sliding_window"] = false;
-                  j["sliding_window"] = nullptr;
-                  j["layer_types"][1] = "sliding_attention";
-                }),
+    EXPECT_THAT(config_error(family,
+                             [](nlohmann::json& j) {
+                               j["use_sliding_window"] = false;
+                               j["sliding_window"] = nullptr;
+                               j["layer_types"][1] = "sliding_attention";
+                             }),
                 HasSubstr("layer_types marks sliding_attention layers but there is no sliding_window"));
     EXPECT_THAT(config_error(family, [](nlohmann::json& j) { j["layer_types"][1] = "chunked_attention"; }),
                 HasSubstr("layer_types holds \"chunked_attention\""));
     EXPECT_THAT(config_error(family, [](nlohmann::json& j) { j["layer_types"] = {"full_attention"}; }),
                 HasSubstr("'layer_types' must be a list of num_hidden_layers (2)"));
     for (const nlohmann::json& bad : {nlohmann::json(0), nlohmann::json(int64_t{1} << 30), nlohmann::json("8")})
-      EXPECT_THAT(config_error(family, [&](nlohmann::json& j) {
-                    j["use_sliding_window"] = true;
-                    j["sliding_window"] = bad;
-                  }),
+      EXPECT_THAT(config_error(family,
+                               [&](nlohmann::json& j) {
+                                 j["use_sliding_window"] = true;
+                                 j["sliding_window"] = bad;
+                               }),
                   HasSubstr("sliding_window"));
   }
   EXPECT_THAT(config_error("smollm3", [](nlohmann::json& j) { j["no_rope_layers"] = {1}; }),
               HasSubstr("no_rope_layers"));
-  EXPECT_THAT(config_error("smollm3", [](nlohmann::json& j) { j["no_rope_layers"] = {1, 2}; }),
+  EXPECT_THAT(config_error("smollm3",
+                           [](nlohmann::json& j) {
+                             j["no_rope_layers"] = {1, 2};
+                           }),
               HasSubstr("no_rope_layers"));
   EXPECT_THAT(config_error("olmo2", [](nlohmann::json& j) { j["mlp_bias"] = true; }),
               HasSubstr("mlp_bias=true is not supported for model_type 'olmo2'"));
@@ -371,15 +404,19 @@ TEST(ArchitectureConfig, FeaturesNotImplementedAreRefusedNamingTheKey) {
   for (const char* family : {"olmo3", "gemma2", "gemma3_text"}) {
     EXPECT_THAT(config_error(family, [](nlohmann::json& j) { j["sliding_window"] = int64_t{1} << 40; }),
                 HasSubstr("key 'sliding_window' is 1099511627776, past the bound"));
-    EXPECT_THAT(config_error(family, [](nlohmann::json& j) {
-                  j["rope_parameters"] = {{"full_attention", {{"rope_type", "default"}, {"rope_theta", 1e4}}},
-                                          {"sliding_attention", {{"rope_type", "linear"}, {"factor", 2.0}}}};
-                }),
+    EXPECT_THAT(config_error(family,
+                             [](nlohmann::json& j) {
+                               j["rope_parameters"] = {
+                                   {"full_attention", {{"rope_type", "default"}, {"rope_theta", 1e4}}},
+                                   {"sliding_attention", {{"rope_type", "linear"}, {"factor", 2.0}}}};
+                             }),
                 HasSubstr("rope_parameters.sliding_attention has rope_type 'linear'"));
-    EXPECT_THAT(config_error(family, [](nlohmann::json& j) {
-                  j["rope_parameters"] = {{"full_attention", {{"rope_type", "made_up"}, {"rope_theta", 1e4}}}};
-                }),
-                HasSubstr("unsupported rope_scaling type 'made_up'"));
+    EXPECT_THAT(
+        config_error(family,
+                     [](nlohmann::json& j) {
+                       j["rope_parameters"] = {{"full_attention", {{"rope_type", "made_up"}, {"rope_theta", 1e4}}}};
+                     }),
+        HasSubstr("unsupported rope_scaling type 'made_up'"));
   }
   EXPECT_THAT(config_error("gemma2", [](nlohmann::json& j) { j["hidden_activation"] = "relu"; }),
               HasSubstr("unsupported hidden_activation \"relu\""));
@@ -417,7 +454,10 @@ TEST(ArchitectureConfig, FeaturesNotImplementedAreRefusedNamingTheKey) {
               HasSubstr("unsupported activation_function \"relu\""));
   EXPECT_THAT(config_error("gpt2", [](nlohmann::json& j) { j["n_positions"] = int64_t{1} << 40; }),
               HasSubstr("key 'n_positions' is 1099511627776, past the bound"));
-  EXPECT_THAT(config_error("gpt2", [](nlohmann::json& j) { j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.0}}; }),
+  EXPECT_THAT(config_error("gpt2",
+                           [](nlohmann::json& j) {
+                             j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.0}};
+                           }),
               HasSubstr("learned positions"));
   // DeepSeek-V3: the routers and layouts transformers' DeepseekV3 does not run, and impossible groups.
   EXPECT_THAT(config_error("deepseek_v3", [](nlohmann::json& j) { j["topk_method"] = "group_limited_greedy"; }),
@@ -440,9 +480,10 @@ TEST(ArchitectureConfig, FeaturesNotImplementedAreRefusedNamingTheKey) {
               HasSubstr("'q_lora_rank' must be null or >= 1"));
   EXPECT_THAT(config_error("deepseek_v3", [](nlohmann::json& j) { j["qk_rope_head_dim"] = 5; }),
               HasSubstr("qk_rope_head_dim (5) must be even"));
-  EXPECT_THAT(config_error("deepseek_v3", [](nlohmann::json& j) {
-                j["quantization_config"] = {{"quant_method", "fp8"}, {"fmt", "e4m3"}};
-              }),
+  EXPECT_THAT(config_error("deepseek_v3",
+                           [](nlohmann::json& j) {
+                             j["quantization_config"] = {{"quant_method", "fp8"}, {"fmt", "e4m3"}};
+                           }),
               HasSubstr("quantized checkpoints are not supported (quantization_config \"fp8\")"));
 }
 
@@ -504,14 +545,17 @@ TEST(ArchitectureConfig, Gemma3MultimodalReadsItsTextModel) {
   EXPECT_FALSE(c.arch.logit_softcap.has_value());  // text_config says 5, the multimodal head ignores it
   EXPECT_EQ(c.rope_scaling.type, RopeScalingType::kLinear);
   EXPECT_EQ(c.arch.sliding_layers, (std::vector<bool>{true, false}));
-  const nlohmann::json sparse = {
-      {"model_type", "gemma3"},
-      {"eos_token_id", {1, 106}},
-      {"torch_dtype", "bfloat16"},
-      {"text_config",
-       {{"hidden_size", 2560}, {"intermediate_size", 10240}, {"model_type", "gemma3_text"}, {"num_hidden_layers", 34},
-        {"rope_scaling", {{"factor", 8.0}, {"rope_type", "linear"}}}, {"sliding_window", 1024}}},
-      {"vision_config", {{"model_type", "siglip_vision_model"}}}};
+  const nlohmann::json sparse = {{"model_type", "gemma3"},
+                                 {"eos_token_id", {1, 106}},
+                                 {"torch_dtype", "bfloat16"},
+                                 {"text_config",
+                                  {{"hidden_size", 2560},
+                                   {"intermediate_size", 10240},
+                                   {"model_type", "gemma3_text"},
+                                   {"num_hidden_layers", 34},
+                                   {"rope_scaling", {{"factor", 8.0}, {"rope_type", "linear"}}},
+                                   {"sliding_window", 1024}}},
+                                 {"vision_config", {{"model_type", "siglip_vision_model"}}}};
   const ModelConfig g = ModelConfig::from_json(sparse, "gemma-3-4b-pt");
   EXPECT_EQ(g.vocab_size, 262208);
   EXPECT_EQ(g.num_attention_heads, 8);
@@ -576,7 +620,8 @@ TEST(ArchitectureConfig, GptNeoxQkvIsReadHeadByHead) {
   const at::Tensor bias = ckpt.tensor("gpt_neox.layers.1.attention.query_key_value.bias");
   auto params = model->named_parameters();
   for (int64_t head = 0; head < h; ++head)
-    for (const auto& [part, name] : std::vector<std::pair<int64_t, std::string>>{{0, "q_proj"}, {1, "k_proj"}, {2, "v_proj"}}) {
+    for (const auto& [part, name] :
+         std::vector<std::pair<int64_t, std::string>>{{0, "q_proj"}, {1, "k_proj"}, {2, "v_proj"}}) {
       const std::string module = "model.layers.1.self_attn." + name;
       EXPECT_TRUE(params[module + ".weight"].narrow(0, head * hd, hd).equal(qkv.narrow(0, (3 * head + part) * hd, hd)))
           << name << " head " << head;
@@ -662,7 +707,8 @@ TEST(ArchitectureConfig, SlidingLayersFollowEachFamilysRule) {
   // Gemma 2 alternates (even layers slide), Gemma 3 slides five in six (the older configs'
   // sliding_window_pattern), OLMo 3 three in four; a Gemma 3 config as transformers 4 wrote it has
   // rope_theta and rope_scaling for the full layers and rope_local_base_freq for the sliding ones.
-  const auto pattern = [&](const std::string& family, int64_t layers, const std::function<void(nlohmann::json&)>& edit) {
+  const auto pattern = [&](const std::string& family, int64_t layers,
+                           const std::function<void(nlohmann::json&)>& edit) {
     nlohmann::json g = read_json(fixture_dir(family) + "/config.json");
     g.erase("layer_types");
     g["num_hidden_layers"] = layers;
@@ -685,7 +731,7 @@ TEST(ArchitectureConfig, SlidingLayersFollowEachFamilysRule) {
   const ModelConfig o3 = pattern("olmo3", 8, [](nlohmann::json& g) { g.erase("rope_parameters"); });
   EXPECT_EQ(o3.arch.sliding_layers, (std::vector<bool>{true, true, true, false, true, true, true, false}));
   EXPECT_EQ(o3.arch.sliding_rope_theta, o3.rope_theta);  // the same base, without the full layers' scaling
-  EXPECT_EQ(o3.rope_theta, 500000.0);                     // Olmo3Config's default
+  EXPECT_EQ(o3.rope_theta, 500000.0);  // Olmo3Config's default
 
   for (const char* family : {"mistral-window", "qwen3-window"}) {
     const ModelConfig a = ModelConfig::load(fixture_dir(family) + "/config.json");
@@ -724,9 +770,9 @@ TEST(SlidingWindow, PackedRowsMatchSequencesAlone) {
     segments.push_back(part + 2);
   }
   const int64_t t = static_cast<int64_t>(tokens.size());
-  at::Tensor logits = model->logits(model->forward_packed(
-      at::tensor(tokens, at::kLong).view({1, t}), at::tensor(positions, at::kLong).view({1, t}),
-      at::ones({1, t}, at::kBool), at::tensor(segments, at::kLong).view({1, t}), nullptr))[0];
+  at::Tensor logits = model->logits(
+      model->forward_packed(at::tensor(tokens, at::kLong).view({1, t}), at::tensor(positions, at::kLong).view({1, t}),
+                            at::ones({1, t}, at::kBool), at::tensor(segments, at::kLong).view({1, t}), nullptr))[0];
   EXPECT_LE(relative_error(logits.narrow(0, 0, na), seqs[0].logits), kTolerance);
   EXPECT_LE(relative_error(logits.narrow(0, na, 11), seqs[1].logits), kTolerance);
   EXPECT_LE(relative_error(logits.narrow(0, na + 11, 2), seqs[1].logits.narrow(0, trunk, 2)), kTolerance);

@@ -61,8 +61,8 @@ void expect_matches(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
                               .expand({q.size(0), q.size(2)});  // [B, T]
   for (const TileSoftmax softmax : {TileSoftmax::kBest, TileSoftmax::kAten}) {
     const std::string path = what + (softmax == TileSoftmax::kAten ? ", ATen's softmax"
-                                     : tile_softmax_available() ? ", fused softmax"
-                                                                : ", best softmax (ATen's here)");
+                                     : tile_softmax_available()    ? ", fused softmax"
+                                                                   : ", best softmax (ATen's here)");
     const at::Tensor got = tiled_attention(q, k, v, mask, pk, pv, softmax, softcap);
     ASSERT_EQ(got.sizes(), want.sizes()) << path;
     EXPECT_TRUE(torch::isfinite(got).all().item<bool>()) << path;
@@ -166,8 +166,8 @@ TEST(TileSoftmax, MatchesTheDefinitionForEveryTailLength) {
           const std::string what = std::string(isa_name(isa)) + ", p " + std::to_string(p) + ", n " +
                                    std::to_string(n) + (whole_prefix ? ", prefix mask null" : "");
           const at::Tensor scores = torch::randn({p + n}) * 4;
-          at::Tensor mask = torch::where(torch::rand({p + n}) < 0.25, torch::full({p + n}, hidden),
-                                         torch::zeros({p + n}));
+          at::Tensor mask =
+              torch::where(torch::rand({p + n}) < 0.25, torch::full({p + n}, hidden), torch::zeros({p + n}));
           if (whole_prefix) mask.narrow(0, 0, p).zero_();
           mask[(p + n) / 2] = 0;  // at least one key visible
           // The mask's own segment sits after a gap in its row, as a tile's own keys start at key_begin.
@@ -258,8 +258,8 @@ TEST(CpuAttention, TilesFollowThePartsOfAPackedSequence) {
   for (const AttentionTile& tile : attention_tiles(mask, 0, p))
     got.push_back({tile.first, tile.rows, tile.key_begin, tile.key_end, tile.whole_prefix ? 1 : 0});
   const std::vector<std::vector<int64_t>> want = {
-      {0, 40, 0, 40, 1},    {40, 23, 40, 63, 1},   {63, 35, 63, 98, 1}, {98, 35, 63, 133, 1},
-      {133, 19, 133, 152, 1}, {152, 48, 0, t, 1}};  // padding sees no own key: it scores them all
+      {0, 40, 0, 40, 1},    {40, 23, 40, 63, 1},    {63, 35, 63, 98, 1},
+      {98, 35, 63, 133, 1}, {133, 19, 133, 152, 1}, {152, 48, 0, t, 1}};  // padding sees no own key: it scores them all
   EXPECT_EQ(got, want);
   // One causal row of 135 queries: three tiles of 45, the first keys of the row to each tile's last.
   const at::Tensor causal = additive(torch::ones({135, 135}, at::kBool).tril().unsqueeze(0)).view({1, 135, 135});

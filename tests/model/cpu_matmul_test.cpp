@@ -37,8 +37,8 @@ struct Threads {
 TEST(CpuMatmul, ProjectionsMatchAFloat64Reference) {
   torch::manual_seed(1);
   // rows x in x out: one row, fewer rows than a block, odd sizes, and a layer's projections.
-  const std::vector<std::array<int64_t, 3>> shapes = {{1, 1, 1},    {1, 768, 64},  {3, 5, 7},     {17, 33, 65},
-                                                      {63, 64, 1},  {64, 16, 16},  {65, 96, 130}, {200, 768, 96},
+  const std::vector<std::array<int64_t, 3>> shapes = {{1, 1, 1},       {1, 768, 64},   {3, 5, 7},     {17, 33, 65},
+                                                      {63, 64, 1},     {64, 16, 16},   {65, 96, 130}, {200, 768, 96},
                                                       {257, 64, 2048}, {300, 2048, 64}};
   for (const auto& [m, in, out] : shapes) {
     const std::string what = "rows " + std::to_string(m) + " in " + std::to_string(in) + " out " + std::to_string(out);
@@ -61,12 +61,14 @@ TEST(CpuMatmul, ProjectionsMatchAFloat64Reference) {
 TEST(CpuMatmul, BatchedProductsMatchAFloat64Reference) {
   torch::manual_seed(2);
   // [n, m, k] x [n, k, p], with b as attention has it: keys [n, s, hd] viewed as [n, hd, s].
-  for (const auto& [n, m, k, p] : std::vector<std::array<int64_t, 4>>{{1, 1, 1, 1}, {3, 19, 64, 23}, {12, 300, 64, 450}, {2, 5, 1, 7}}) {
-    const std::string what = std::to_string(n) + "x" + std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(p);
+  for (const auto& [n, m, k, p] :
+       std::vector<std::array<int64_t, 4>>{{1, 1, 1, 1}, {3, 19, 64, 23}, {12, 300, 64, 450}, {2, 5, 1, 7}}) {
+    const std::string what =
+        std::to_string(n) + "x" + std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(p);
     at::Tensor a = torch::randn({n, m, k}), keys = torch::randn({n, p, k}), b = torch::randn({n, k, p});
     expect_close(batched_product(a, b), at::bmm(a.to(at::kDouble), b.to(at::kDouble)), what);
-    expect_close(batched_product(a, keys.transpose(1, 2)), at::bmm(a.to(at::kDouble), keys.transpose(1, 2).to(at::kDouble)),
-                 what + " transposed b");
+    expect_close(batched_product(a, keys.transpose(1, 2)),
+                 at::bmm(a.to(at::kDouble), keys.transpose(1, 2).to(at::kDouble)), what + " transposed b");
     at::Tensor a_t = torch::randn({n, k, m}).transpose(1, 2);  // [n, m, k], unit stride down the rows
     expect_close(batched_product(a_t, b), at::bmm(a_t.to(at::kDouble), b.to(at::kDouble)), what + " transposed a");
   }
@@ -128,10 +130,16 @@ struct ScopedEnv {
   std::optional<std::string> saved;
   ScopedEnv(const char* n, const char* value) : name(n) {
     if (const char* old = std::getenv(n)) saved = old;
-    if (value) ::setenv(n, value, 1); else ::unsetenv(n);
+    if (value)
+      ::setenv(n, value, 1);
+    else
+      ::unsetenv(n);
   }
   ~ScopedEnv() {
-    if (saved) ::setenv(name.c_str(), saved->c_str(), 1); else ::unsetenv(name.c_str());
+    if (saved)
+      ::setenv(name.c_str(), saved->c_str(), 1);
+    else
+      ::unsetenv(name.c_str());
   }
 };
 
@@ -143,8 +151,8 @@ TEST(CpuMatmul, PackedWeightsMatchAFloat64Reference) {
   if (!packing_applies()) GTEST_SKIP() << "no brgemm kernel for float32 here: " << cpu_matmul_description();
   torch::manual_seed(4);
   // Row counts 1 to 775 (each its own kernel), odd sizes, and a layer's projections.
-  const std::vector<std::array<int64_t, 3>> shapes = {{1, 1, 1},     {1, 768, 64},   {3, 5, 7},      {17, 33, 65},
-                                                      {63, 64, 1},   {64, 16, 16},   {65, 96, 130},  {200, 768, 96},
+  const std::vector<std::array<int64_t, 3>> shapes = {{1, 1, 1},       {1, 768, 64},    {3, 5, 7},      {17, 33, 65},
+                                                      {63, 64, 1},     {64, 16, 16},    {65, 96, 130},  {200, 768, 96},
                                                       {257, 64, 2048}, {300, 2048, 64}, {775, 768, 768}};
   for (const auto& [m, in, out] : shapes) {
     const std::string what = "rows " + std::to_string(m) + " in " + std::to_string(in) + " out " + std::to_string(out);

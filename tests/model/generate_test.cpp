@@ -50,8 +50,8 @@ TEST(ContinuousBatching, EverySequenceGetsTheTokensItGetsAlone) {
   testing::TinyModelSpec spec;
   ModelConfig config = testing::tiny_config(spec);
   DecoderModel model = build_model(config, testing::tiny_weights(config, spec.seed));
-  const std::vector<std::vector<int32_t>> prompts = {{1, 5, 9},    {1, 7, 3, 8, 2}, {4},          {1, 2},
-                                                     {6, 6, 6, 6}, {1, 5, 9},       {3, 1, 4, 1, 5, 9, 2}};
+  const std::vector<std::vector<int32_t>> prompts = {{1, 5, 9}, {1, 7, 3, 8, 2},      {4}, {1, 2}, {6, 6, 6, 6},
+                                                     {1, 5, 9}, {3, 1, 4, 1, 5, 9, 2}};
   auto end_after = [](size_t row, const std::vector<int32_t>& tokens) { return tokens.size() >= 3 + 2 * row; };
   for (double temperature : {0.0, 1.0}) {
     SamplingOptions o;
@@ -65,7 +65,8 @@ TEST(ContinuousBatching, EverySequenceGetsTheTokensItGetsAlone) {
     }
     for (size_t r = 1; r < runs.size(); ++r)
       for (size_t i = 0; i < prompts.size(); ++i) {
-        EXPECT_EQ(runs[r][i].tokens, runs[0][i].tokens) << "temperature " << temperature << " run " << r << " prompt " << i;
+        EXPECT_EQ(runs[r][i].tokens, runs[0][i].tokens)
+            << "temperature " << temperature << " run " << r << " prompt " << i;
         EXPECT_EQ(runs[r][i].tokens.size(), 3 + 2 * i);
       }
     // Prompts 0 and 5 are equal: prefilled once, each sampling with its own seed.
@@ -82,10 +83,12 @@ TEST(ContinuousBatching, APromptsPrefillJoinsTheDecodeStepsAChunkAtATime) {
   testing::TinyModelSpec spec;
   ModelConfig config = testing::tiny_config(spec);
   DecoderModel model = build_model(config, testing::tiny_weights(config, spec.seed));
-  const std::vector<std::vector<int32_t>> prompts = {
-      {1, 5, 9, 4}, {1, 7}, {1, 3, 1, 4, 1, 5, 9, 2, 6, 5, 3}, {1, 2, 7, 1, 8, 2, 8}, {1, 7}, {1, 6, 6, 6, 6, 6}};
+  const std::vector<std::vector<int32_t>> prompts = {{1, 5, 9, 4},          {1, 7}, {1, 3, 1, 4, 1, 5, 9, 2, 6, 5, 3},
+                                                     {1, 2, 7, 1, 8, 2, 8}, {1, 7}, {1, 6, 6, 6, 6, 6}};
   // Prompt 1 ends after 2 tokens, the others run long.
-  auto end_at = [](size_t row, const std::vector<int32_t>& tokens) { return tokens.size() >= (row == 1 ? 2u : 12u + row); };
+  auto end_at = [](size_t row, const std::vector<int32_t>& tokens) {
+    return tokens.size() >= (row == 1 ? 2u : 12u + row);
+  };
   SamplingOptions o;
   o.max_new_tokens = 30;
   o.temperature = 0.9;
@@ -95,7 +98,8 @@ TEST(ContinuousBatching, APromptsPrefillJoinsTheDecodeStepsAChunkAtATime) {
   // prompt 0 decoding while prompt 2 is prefilled.
   o.max_rows = 2;
   std::vector<size_t> order;
-  const auto two_rows = generate(*model, prompts, o, [&](size_t i, int32_t) { order.push_back(i); }, end_at);
+  const auto two_rows = generate(
+      *model, prompts, o, [&](size_t i, int32_t) { order.push_back(i); }, end_at);
   const auto first_of_2 = std::find(order.begin(), order.end(), 2u);
   const auto last_of_1 = std::find(order.rbegin(), order.rend(), 1u).base();
   ASSERT_NE(first_of_2, order.end());
@@ -104,7 +108,8 @@ TEST(ContinuousBatching, APromptsPrefillJoinsTheDecodeStepsAChunkAtATime) {
   for (int64_t rows : {1, 3, 0}) {
     o.max_rows = rows;
     const auto run = generate(*model, prompts, o, nullptr, end_at);
-    for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(run[i].tokens, two_rows[i].tokens) << rows << " rows, prompt " << i;
+    for (size_t i = 0; i < prompts.size(); ++i)
+      EXPECT_EQ(run[i].tokens, two_rows[i].tokens) << rows << " rows, prompt " << i;
   }
   // After a shared prefix, chunked the same way from each prompt's first own token.
   const PrefixKV prefix = model->prefill({1});
@@ -126,7 +131,8 @@ TEST(ContinuousBatching, PromptsThatJoinARunGetTheTokensTheyGetFromTheStart) {
   ModelConfig config = testing::tiny_config(spec);
   DecoderModel model = build_model(config, testing::tiny_weights(config, spec.seed));
   const std::vector<int32_t> head = {1, 9, 8};
-  const std::vector<std::vector<int32_t>> tails = {{2}, {5, 5}, {7, 1, 3}, {2}, {4, 4, 4, 4, 4, 4, 4, 4, 4}, {5, 5}, {6}};
+  const std::vector<std::vector<int32_t>> tails = {{2},    {5, 5}, {7, 1, 3}, {2}, {4, 4, 4, 4, 4, 4, 4, 4, 4},
+                                                   {5, 5}, {6}};
   std::vector<std::vector<int32_t>> prompts;
   for (const auto& t : tails) {
     prompts.push_back(head);
@@ -144,9 +150,7 @@ TEST(ContinuousBatching, PromptsThatJoinARunGetTheTokensTheyGetFromTheStart) {
     }
     return o;
   };
-  auto joining = [&](size_t i) {
-    return JoiningPrompt{prompts[i], 100 + i, Sampler{0.8, 0, 1.0}, limits[i]};
-  };
+  auto joining = [&](size_t i) { return JoiningPrompt{prompts[i], 100 + i, Sampler{0.8, 0, 1.0}, limits[i]}; };
   // A row ends at its own limit (the engine's max_new_tokens is the most of them).
   std::vector<int64_t> limit_of;
   const RowCheck end_at = [&](size_t row, const std::vector<int32_t>& tokens) {
@@ -225,12 +229,13 @@ TEST(ContinuousBatching, APrefixIsSharedByEveryRow) {
   c10::InferenceMode guard;
   for (size_t i = 0; i < prompts.size(); ++i) {
     const int64_t n = static_cast<int64_t>(prompts[i].size()), p = static_cast<int64_t>(head.size());
-    at::Tensor whole = model->forward(at::tensor(std::vector<int64_t>(prompts[i].begin(), prompts[i].end())).view({1, n}),
-                                      at::arange(n).view({1, n}), at::ones({1, n}, at::kBool));
+    at::Tensor whole =
+        model->forward(at::tensor(std::vector<int64_t>(prompts[i].begin(), prompts[i].end())).view({1, n}),
+                       at::arange(n).view({1, n}), at::ones({1, n}, at::kBool));
     KVCache cache = model->make_cache(1, n - p);
-    at::Tensor tail = model->forward(
-        at::tensor(std::vector<int64_t>(prompts[i].begin() + p, prompts[i].end())).view({1, n - p}),
-        at::arange(p, n).view({1, n - p}), at::ones({1, n - p}, at::kBool), &cache, &prefix);
+    at::Tensor tail =
+        model->forward(at::tensor(std::vector<int64_t>(prompts[i].begin() + p, prompts[i].end())).view({1, n - p}),
+                       at::arange(p, n).view({1, n - p}), at::ones({1, n - p}, at::kBool), &cache, &prefix);
     EXPECT_TRUE(at::allclose(tail, whole.narrow(1, p, n - p), 1e-4, 1e-5)) << i;
   }
   std::vector<std::vector<int32_t>> empty_tail = {head};
@@ -250,12 +255,14 @@ TEST(ContinuousBatching, AMovedRowAttendsAsItDidAlone) {
   // Alone: prompt {1, 5, 9, 2}, then token 7 at position 4.
   KVCache alone = model->make_cache(1, 8);
   model->forward(ids({1, 5, 9, 2}), at::arange(4).view({1, 4}), at::ones({1, 4}, at::kBool), &alone);
-  const at::Tensor expected = model->forward(ids({7}), at::full({1, 1}, 4, at::kLong), at::ones({1, 1}, at::kBool), &alone);
+  const at::Tensor expected =
+      model->forward(ids({7}), at::full({1, 1}, 4, at::kLong), at::ones({1, 1}, at::kBool), &alone);
   // Moved: two other rows of 6 and 2 tokens, the cache realigned wider, then the prompt placed in row 1.
   KVCache prompt = model->make_cache(1, 4);
   model->forward(ids({1, 5, 9, 2}), at::arange(4).view({1, 4}), at::ones({1, 4}, at::kBool), &prompt);
   KVCache shared = model->make_cache(3, 16);
-  at::Tensor tokens = at::tensor(std::vector<int64_t>{3, 3, 3, 3, 3, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 4, 8}).view({3, 6});
+  at::Tensor tokens =
+      at::tensor(std::vector<int64_t>{3, 3, 3, 3, 3, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 4, 8}).view({3, 6});
   at::Tensor valid = tokens.ne(0);
   valid[1].fill_(false);
   at::Tensor positions = at::zeros({3, 6}, at::kLong);
@@ -268,9 +275,9 @@ TEST(ContinuousBatching, AMovedRowAttendsAsItDidAlone) {
   EXPECT_TRUE(shared.key_valid(0)[1].narrow(0, 5, 4).all().item<bool>());
   EXPECT_FALSE(shared.key_valid(0)[1].narrow(0, 0, 5).any().item<bool>());
   EXPECT_TRUE(shared.key_valid(0)[0].narrow(0, 3, 6).all().item<bool>());
-  const at::Tensor step = model->forward(at::tensor(std::vector<int64_t>{5, 7, 6}).view({3, 1}),
-                                         at::tensor(std::vector<int64_t>{6, 4, 2}).view({3, 1}),
-                                         at::ones({3, 1}, at::kBool), &shared);
+  const at::Tensor step =
+      model->forward(at::tensor(std::vector<int64_t>{5, 7, 6}).view({3, 1}),
+                     at::tensor(std::vector<int64_t>{6, 4, 2}).view({3, 1}), at::ones({3, 1}, at::kBool), &shared);
   const at::Tensor got = step.narrow(0, 1, 1);
   EXPECT_TRUE(at::allclose(got, expected, 1e-4, 1e-5));
   if (row_invariant_products_on()) {

@@ -1,9 +1,9 @@
 // The kernel dispatch of model/kernels/cuda_kernels.h, on every device the build has (DeviceTest: CPU always,
 // CUDA where there is a GPU). Where the dispatch runs the reference (CPU tensors, or a build without
-// GPUEVAL_WITH_CUDA_KERNELS), or RoPE's one-pass CPU float32 loop, it must return exactly the reference; where it runs a CUDA kernel it
-// is compared with the reference on the same tensors, over float32 / bfloat16 / float16 and odd
-// sizes. The references themselves are checked against definitions computed here in float64
-// (RoPE: tiny_model.h's element-by-element rotation, Llama-3 frequency scaling included).
+// GPUEVAL_WITH_CUDA_KERNELS), or RoPE's one-pass CPU float32 loop, it must return exactly the reference; where it runs
+// a CUDA kernel it is compared with the reference on the same tensors, over float32 / bfloat16 / float16 and odd sizes.
+// The references themselves are checked against definitions computed here in float64 (RoPE: tiny_model.h's
+// element-by-element rotation, Llama-3 frequency scaling included).
 #include <cmath>
 #include <limits>
 #include <string>
@@ -65,7 +65,7 @@ TEST_P(Kernels, RmsNormMatchesReference) {
     for (std::vector<int64_t> shape :
          {std::vector<int64_t>{3, 5, 67}, {1, 64}, {5, 4096}, {3, 7, 1000}, {2, 2049}, {1, 1, 8192}}) {
       const std::string where = name_of(dtype) + " dim=" + std::to_string(shape.back());
-      at::Tensor x = (at::randn(shape) * 3).to(dtype).to(device());               // [..., dim]
+      at::Tensor x = (at::randn(shape) * 3).to(dtype).to(device());  // [..., dim]
       at::Tensor w = (at::randn({shape.back()}) * 0.2 + 1).to(dtype).to(device());  // [dim]
       ASSERT_EQ(rms_norm_uses_kernel(x, w), kernels()) << where;
       at::Tensor got = rms_norm(x, w, 1e-5), want = rms_norm_reference(x, w, 1e-5);
@@ -134,9 +134,9 @@ TEST_P(Kernels, LogprobGatherNonFiniteRowsAsReference) {
   const float inf = std::numeric_limits<float>::infinity();
   at::Tensor logits = at::randn({4, 300});  // [4, 300]
   logits[0].narrow(0, 0, 200).fill_(-inf);  // masked entries: finite result
-  logits[1].fill_(-inf);                    // all masked: NaN, argmax 0
-  logits[2][17] = std::nanf("");            // NaN row: NaN, argmax at the NaN
-  logits[3][5] = inf;                       // +inf: NaN, argmax at the inf
+  logits[1].fill_(-inf);  // all masked: NaN, argmax 0
+  logits[2][17] = std::nanf("");  // NaN row: NaN, argmax at the NaN
+  logits[3][5] = inf;  // +inf: NaN, argmax at the inf
   logits = logits.to(device());
   at::Tensor targets = at::tensor({250, 0, 17, 5}, at::kLong).to(device());
   TargetScores got = logprob_gather(logits, targets), want = logprob_gather_reference(logits, targets);
@@ -156,8 +156,8 @@ TEST_P(Kernels, RotaryEmbeddingMatchesReferenceAndDefinition) {
   for (bool llama3 : {false, true}) {
     for (at::ScalarType dtype : kDtypes) {
       for (Shape s : {Shape{2, 3, 5, 64}, Shape{1, 1, 1, 64}, Shape{2, 3, 17, 128}, Shape{3, 8, 5, 64}}) {
-        const std::string where = name_of(dtype) + (llama3 ? " llama3" : "") + " hd=" + std::to_string(s.hd) +
-                                  " T=" + std::to_string(s.t);
+        const std::string where =
+            name_of(dtype) + (llama3 ? " llama3" : "") + " hd=" + std::to_string(s.hd) + " T=" + std::to_string(s.t);
         const ModelConfig c = rope_config(s.hd, llama3);
         RopeTables tables = tables_for(c, s.b, s.t, dtype, device());
         for (bool transposed : {true, false}) {

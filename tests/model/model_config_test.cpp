@@ -11,22 +11,30 @@ namespace gpueval {
 namespace {
 
 nlohmann::json base() {
-  return {{"model_type", "llama"},       {"hidden_size", 64},          {"intermediate_size", 128},
-          {"num_hidden_layers", 1},      {"num_attention_heads", 4},   {"num_key_value_heads", 2},
-          {"vocab_size", 100},           {"max_position_embeddings", 256}, {"rms_norm_eps", 1e-5}};
+  return {{"model_type", "llama"},    {"hidden_size", 64},
+          {"intermediate_size", 128}, {"num_hidden_layers", 1},
+          {"num_attention_heads", 4}, {"num_key_value_heads", 2},
+          {"vocab_size", 100},        {"max_position_embeddings", 256},
+          {"rms_norm_eps", 1e-5}};
 }
 
 TEST(ModelConfigKeys, TransformersFiveRopeParametersAndDtypeReadAsTheOlderKeys) {
   nlohmann::json v5 = base();
-  v5["rope_parameters"] = {{"rope_type", "llama3"},       {"factor", 32.0},
-                           {"low_freq_factor", 1.0},      {"high_freq_factor", 4.0},
-                           {"original_max_position_embeddings", 8192}, {"rope_theta", 500000.0}};
+  v5["rope_parameters"] = {{"rope_type", "llama3"},
+                           {"factor", 32.0},
+                           {"low_freq_factor", 1.0},
+                           {"high_freq_factor", 4.0},
+                           {"original_max_position_embeddings", 8192},
+                           {"rope_theta", 500000.0}};
   v5["dtype"] = "bfloat16";
   v5["rope_theta"] = nullptr;  // transformers 5 leaves the old keys null
   v5["rope_scaling"] = nullptr;
   nlohmann::json v4 = base();
   v4["rope_theta"] = 500000.0;
-  v4["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 32.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
+  v4["rope_scaling"] = {{"rope_type", "llama3"},
+                        {"factor", 32.0},
+                        {"low_freq_factor", 1.0},
+                        {"high_freq_factor", 4.0},
                         {"original_max_position_embeddings", 8192}};
   v4["torch_dtype"] = "bfloat16";
   const ModelConfig a = ModelConfig::from_json(v5, "v5/config.json");
@@ -55,18 +63,20 @@ TEST(ModelConfigKeys, DefaultRopeParametersMeanNoScalingAndOlderKeysWin) {
 // Values that size allocations have bounds, each named with the key when passed (issue 16: an
 // absurd max_position_embeddings of 2^40 used to be accepted without a word).
 TEST(ModelConfigKeys, ValuesPastTheirBoundsAreRefusedNamingKeyAndBound) {
-  const std::vector<std::pair<const char*, int64_t>> bounds = {
-      {"max_position_embeddings", int64_t{1} << 24}, {"vocab_size", int64_t{1} << 24}, {"hidden_size", int64_t{1} << 17},
-      {"intermediate_size", int64_t{1} << 20},       {"num_hidden_layers", 1024}};
+  const std::vector<std::pair<const char*, int64_t>> bounds = {{"max_position_embeddings", int64_t{1} << 24},
+                                                               {"vocab_size", int64_t{1} << 24},
+                                                               {"hidden_size", int64_t{1} << 17},
+                                                               {"intermediate_size", int64_t{1} << 20},
+                                                               {"num_hidden_layers", 1024}};
   for (const auto& [key, bound] : bounds) {
     nlohmann::json j = base();
     j[key] = bound;
     if (std::string(key) == "hidden_size") j["head_dim"] = 16;
     EXPECT_NO_THROW(ModelConfig::from_json(j, "m/config.json")) << key << " at its bound";
     j[key] = bound + 1;
-    EXPECT_EQ(testing::error_of([&] { ModelConfig::from_json(j, "m/config.json"); }),
-              fmt::format("m/config.json: key '{}' is {}, past the bound of {} that gpueval accepts", key, bound + 1,
-                          bound));
+    EXPECT_EQ(
+        testing::error_of([&] { ModelConfig::from_json(j, "m/config.json"); }),
+        fmt::format("m/config.json: key '{}' is {}, past the bound of {} that gpueval accepts", key, bound + 1, bound));
   }
   nlohmann::json j = base();
   j["max_position_embeddings"] = int64_t{1} << 40;

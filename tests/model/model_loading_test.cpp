@@ -26,8 +26,8 @@
 namespace gpueval {
 namespace {
 
-using ::testing::HasSubstr;
 using nlohmann::json;
+using ::testing::HasSubstr;
 
 // Runs `f`, expects an Error, returns its message.
 template <typename F>
@@ -105,7 +105,7 @@ TEST_F(LoadingFixture, ShardedCheckpointLoadsLikeOneFile) {
   write_safetensors(dir.path() + "/sharded/model-00001-of-00002.safetensors", a);
   write_safetensors(dir.path() + "/sharded/model-00002-of-00002.safetensors", b);
   io::write_file_atomic(dir.path() + "/sharded/model.safetensors.index.json",
-                    json{{"metadata", json::object()}, {"weight_map", map}}.dump());
+                        json{{"metadata", json::object()}, {"weight_map", map}}.dump());
   std::string single = write(config.to_json(), weights);
   DecoderModel m1 = load_model(dir.path() + "/sharded"), m2 = load_model(single);
   auto p1 = m1->named_parameters(), p2 = m2->named_parameters();
@@ -134,8 +134,8 @@ TEST_F(LoadingFixture, Fp32WeightsAreZeroCopyViewsOfTheMappedFile) {
   EXPECT_TRUE(is_mapped_from(w.data_ptr(), d + "/model.safetensors"));
   // A dtype change has to copy, so that tensor lives elsewhere.
   DecoderModel h = load_model(d, LoadOptions{at::kCPU, at::kBFloat16});
-  EXPECT_FALSE(is_mapped_from(h->named_parameters()["model.layers.0.mlp.up_proj.weight"].data_ptr(),
-                              d + "/model.safetensors"));
+  EXPECT_FALSE(
+      is_mapped_from(h->named_parameters()["model.layers.0.mlp.up_proj.weight"].data_ptr(), d + "/model.safetensors"));
 }
 
 struct BadConfig {
@@ -152,7 +152,10 @@ TEST_F(LoadingFixture, BadConfigValuesNameTheKey) {
       {"gqa", [](json& j) { j["num_key_value_heads"] = 3; }, "not a multiple of num_key_value_heads"},
       {"arch", [](json& j) { j["model_type"] = "jamba"; }, "unsupported model_type 'jamba'"},
       {"act", [](json& j) { j["hidden_act"] = "relu"; }, "unsupported hidden_act"},
-      {"rope", [](json& j) { j["rope_scaling"] = {{"rope_type", "proportional"}, {"factor", 2.0}}; },
+      {"rope",
+       [](json& j) {
+         j["rope_scaling"] = {{"rope_type", "proportional"}, {"factor", 2.0}};
+       },
        "unsupported rope_scaling type 'proportional'"},
       {"eos", [](json& j) { j["eos_token_id"] = "x"; }, "'eos_token_id' must be an integer"},
   };

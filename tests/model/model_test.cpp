@@ -152,8 +152,7 @@ TEST(CpuPackedWeights, PackedAndPlainModelsAgree) {
     EXPECT_LE((a - b).abs().max().item<double>(), 1e-4) << "max |logit| " << a.abs().max().item<double>();
     at::Tensor ref = testing::reference_logits(config, weights, ids);
     EXPECT_LE((b - ref).abs().max().item<double>(), 1e-4);
-    for (const auto& p : packed->named_parameters())
-      EXPECT_TRUE(at::equal(p.value(), weights.at(p.key()))) << p.key();
+    for (const auto& p : packed->named_parameters()) EXPECT_TRUE(at::equal(p.value(), weights.at(p.key()))) << p.key();
   }
 }
 

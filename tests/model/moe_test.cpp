@@ -1,9 +1,10 @@
 // Mixtures of experts and latent attention beyond their logits (architecture_test.cpp checks those
 // against transformers): a token's experts and their weights do not depend on the other tokens of its
-// batch, bit for bit, nor on the threads; DeepSeek-V3's group-limited choice stays within its top groups and its weights
-// add up to routed_scaling_factor; the router's fixed-order product agrees with a BLAS product and
-// keeps its bits at any row count; and latent attention's KV cache holds one latent per token, stored
-// once; a model larger than its device is refused saying what it needs. Fixtures: tests/fixtures/architectures/<family> (scripts/verify_architectures.py).
+// batch, bit for bit, nor on the threads; DeepSeek-V3's group-limited choice stays within its top groups and its
+// weights add up to routed_scaling_factor; the router's fixed-order product agrees with a BLAS product and keeps its
+// bits at any row count; and latent attention's KV cache holds one latent per token, stored once; a model larger than
+// its device is refused saying what it needs. Fixtures: tests/fixtures/architectures/<family>
+// (scripts/verify_architectures.py).
 #include <c10/core/InferenceMode.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -33,8 +34,7 @@ std::string fixture_dir(const std::string& family) {
 std::shared_ptr<MoeImpl> first_mixture(const DecoderModel& model) {
   for (int64_t layer = 0; layer < model->config().num_hidden_layers; ++layer)
     if (model->config().arch.sparse(layer)) {
-      auto m = std::dynamic_pointer_cast<MoeImpl>(
-          model->named_modules()[fmt::format("model.layers.{}.mlp", layer)]);
+      auto m = std::dynamic_pointer_cast<MoeImpl>(model->named_modules()[fmt::format("model.layers.{}.mlp", layer)]);
       EXPECT_NE(m, nullptr) << "layer " << layer;
       return m;
     }
@@ -197,13 +197,23 @@ TEST(MemoryCheck, AModelLargerThanTheDeviceIsRefusedSayingWhatItNeeds) {
   EXPECT_NO_THROW(check_weights_fit(small, at::kFloat, at::kCPU, 2, "tiny"));
   // DeepSeek-V3's own shape (671B parameters, 256 experts in 58 of 61 layers).
   nlohmann::json j = testing::read_json(fixture_dir("deepseek_v3") + "/config.json");
-  const nlohmann::json v3_shape = {
-      {"vocab_size", 129280},  {"hidden_size", 7168},        {"intermediate_size", 18432},
-      {"moe_intermediate_size", 2048}, {"num_hidden_layers", 61}, {"num_attention_heads", 128},
-      {"num_key_value_heads", 128},    {"n_routed_experts", 256}, {"num_experts_per_tok", 8},
-      {"n_group", 8},          {"topk_group", 4},            {"first_k_dense_replace", 3},
-      {"q_lora_rank", 1536},   {"kv_lora_rank", 512},        {"qk_rope_head_dim", 64},
-      {"qk_nope_head_dim", 128}, {"v_head_dim", 128}};
+  const nlohmann::json v3_shape = {{"vocab_size", 129280},
+                                   {"hidden_size", 7168},
+                                   {"intermediate_size", 18432},
+                                   {"moe_intermediate_size", 2048},
+                                   {"num_hidden_layers", 61},
+                                   {"num_attention_heads", 128},
+                                   {"num_key_value_heads", 128},
+                                   {"n_routed_experts", 256},
+                                   {"num_experts_per_tok", 8},
+                                   {"n_group", 8},
+                                   {"topk_group", 4},
+                                   {"first_k_dense_replace", 3},
+                                   {"q_lora_rank", 1536},
+                                   {"kv_lora_rank", 512},
+                                   {"qk_rope_head_dim", 64},
+                                   {"qk_nope_head_dim", 128},
+                                   {"v_head_dim", 128}};
   for (const auto& [key, value] : v3_shape.items()) j[key] = value;
   const ModelConfig big = ModelConfig::from_json(j, "v3/config.json");
   // transformers' count for this config (its parameters and correction biases, without the

@@ -159,9 +159,9 @@ TEST_P(PrefixAttention, BranchesSeeTheTrunkButNotEachOther) {
   const Ids prefix = ids(16, 7);
   std::vector<Row> rows = {
       {ids(5, 8), {ids(1, 9), ids(1, 10), ids(1, 11), ids(1, 12)}},  // single-token branches, as " A".." D"
-      {ids(3, 13), {ids(4, 14), ids(2, 15), ids(3, 16)}},             // multi-token branches
-      {{}, {}},                                                      // a padding row
-      {ids(2, 17), {ids(3, 18)}},                                    // one branch, then padding
+      {ids(3, 13), {ids(4, 14), ids(2, 15), ids(3, 16)}},  // multi-token branches
+      {{}, {}},  // a padding row
+      {ids(2, 17), {ids(3, 18)}},  // one branch, then padding
   };
   const int64_t t = 14;
   ASSERT_EQ(rows[1].length(), 12);
@@ -245,8 +245,8 @@ TEST(PrefixAttentionBf16, RunsAndStaysCloseToFp32) {
   DecoderModel fp32 = build_model(config, weights);
   DecoderModel bf16 = build_model(config, weights, LoadOptions{at::kCPU, at::kBFloat16});
   const Ids prefix = random_ids(18, config.vocab_size, 30);
-  std::vector<Row> rows = {{random_ids(4, config.vocab_size, 31), {random_ids(1, config.vocab_size, 32),
-                                                                   random_ids(3, config.vocab_size, 33)}},
+  std::vector<Row> rows = {{random_ids(4, config.vocab_size, 31),
+                            {random_ids(1, config.vocab_size, 32), random_ids(3, config.vocab_size, 33)}},
                            {random_ids(6, config.vocab_size, 34), {}}};
   Packed x = pack(rows, 18, 8);
   PrefixKV kv32 = prefill(*fp32, prefix);
@@ -313,7 +313,9 @@ TEST(PrefixAttentionTiming, DISABLED_SharedPrefixVersusFullSequences) {
   at::Tensor full_positions = at::arange(p + t, at::kLong).view({1, p + t}).expand({b, p + t}).contiguous();
   at::Tensor full_valid = at::ones({b, p + t}, at::kBool);
   using Clock = std::chrono::steady_clock;
-  auto ms = [](Clock::time_point a, Clock::time_point z) { return std::chrono::duration<double, std::milli>(z - a).count(); };
+  auto ms = [](Clock::time_point a, Clock::time_point z) {
+    return std::chrono::duration<double, std::milli>(z - a).count();
+  };
   c10::InferenceMode guard;
   for (int rep = 0; rep < 3; ++rep) {
     auto t0 = Clock::now();
@@ -323,10 +325,11 @@ TEST(PrefixAttentionTiming, DISABLED_SharedPrefixVersusFullSequences) {
     auto t2 = Clock::now();
     at::Tensor full = model->forward(full_tokens, full_positions, full_valid);
     auto t3 = Clock::now();
-    std::printf("rep %d: prefill %.1f ms + forward_packed %.1f ms = %.1f ms; forward on %lldx%lld: %.1f ms; "
-                "max diff %.2e\n",
-                rep, ms(t0, t1), ms(t1, t2), ms(t0, t2), static_cast<long long>(b), static_cast<long long>(p + t),
-                ms(t2, t3), max_diff(packed, full.narrow(1, p, t)));
+    std::printf(
+        "rep %d: prefill %.1f ms + forward_packed %.1f ms = %.1f ms; forward on %lldx%lld: %.1f ms; "
+        "max diff %.2e\n",
+        rep, ms(t0, t1), ms(t1, t2), ms(t0, t2), static_cast<long long>(b), static_cast<long long>(p + t), ms(t2, t3),
+        max_diff(packed, full.narrow(1, p, t)));
   }
 }
 

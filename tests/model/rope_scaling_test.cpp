@@ -53,8 +53,10 @@ TEST_P(RopeScalingFixture, LogitsMatchTransformersBelowAndAboveTheThreshold) {
   EXPECT_LE(sequences[0].ids.size(), 16u);
   EXPECT_GT(sequences[1].ids.size(), 16u);
   const std::optional<int64_t> threshold = model->config().rope_length_threshold();
-  if (GetParam() == "dynamic" || GetParam().rfind("longrope", 0) == 0) EXPECT_EQ(threshold.value_or(0), 16) << GetParam();
-  else EXPECT_FALSE(threshold.has_value()) << GetParam();
+  if (GetParam() == "dynamic" || GetParam().rfind("longrope", 0) == 0)
+    EXPECT_EQ(threshold.value_or(0), 16) << GetParam();
+  else
+    EXPECT_FALSE(threshold.has_value()) << GetParam();
   for (const Sequence& s : sequences) {
     const at::Tensor logits = testing::full_logits(model, s.ids);
     EXPECT_LE(relative_error(logits, s.logits), kTolerance) << GetParam() << ", " << s.ids.size() << " tokens";
@@ -93,13 +95,14 @@ TEST_P(RopeScalingFixture, PrefixCacheAndBatchRowsAgree) {
   EXPECT_LE(relative_error(logits[1], sequences[1].logits), kTolerance) << GetParam();
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, RopeScalingFixture, ::testing::ValuesIn(std::vector<std::string>(std::begin(kCases), std::end(kCases))),
+INSTANTIATE_TEST_SUITE_P(Types, RopeScalingFixture,
+                         ::testing::ValuesIn(std::vector<std::string>(std::begin(kCases), std::end(kCases))),
                          [](const auto& info) {
-  std::string name = info.param;
-  for (char& ch : name)
-    if (ch == '-') ch = '_';
-  return name;
-});
+                           std::string name = info.param;
+                           for (char& ch : name)
+                             if (ch == '-') ch = '_';
+                           return name;
+                         });
 
 // transformers' inv_freq and attention factor of each fixture's config, below and above the threshold.
 TEST(RopeScalingTables, InverseFrequenciesAndAttentionFactorsAreTransformers) {
@@ -132,10 +135,13 @@ TEST(PartialRotary, MatchesPhi3AndGptNeox) {
     const std::string family = c.at("family");
     const auto shape = c.at("shape").get<std::vector<int64_t>>();
     const int64_t head_dim = c.at("head_dim"), rotary_dim = c.at("rotary_dim");
-    nlohmann::json config = {{"model_type", "llama"}, {"vocab_size", 8}, {"hidden_size", 64}, {"intermediate_size", 8},
-                             {"num_hidden_layers", 1}, {"num_attention_heads", 4}, {"max_position_embeddings", 64}};
-    if (family == "gpt_neox") config["rotary_pct"] = 0.25;
-    else config["partial_rotary_factor"] = 0.5;
+    nlohmann::json config = {{"model_type", "llama"},        {"vocab_size", 8},        {"hidden_size", 64},
+                             {"intermediate_size", 8},       {"num_hidden_layers", 1}, {"num_attention_heads", 4},
+                             {"max_position_embeddings", 64}};
+    if (family == "gpt_neox")
+      config["rotary_pct"] = 0.25;
+    else
+      config["partial_rotary_factor"] = 0.5;
     const ModelConfig mc = ModelConfig::from_json(config, family);
     ASSERT_EQ(mc.rotary_dim(), rotary_dim) << family;
     const RotaryEmbedding rope = RotaryEmbedding::from_config(mc);
@@ -157,8 +163,8 @@ TEST(PartialRotary, MatchesPhi3AndGptNeox) {
 }
 
 nlohmann::json base_config() {
-  return {{"model_type", "llama"}, {"vocab_size", 8},          {"hidden_size", 32},
-          {"intermediate_size", 8}, {"num_hidden_layers", 1}, {"num_attention_heads", 2},
+  return {{"model_type", "llama"},        {"vocab_size", 8},        {"hidden_size", 32},
+          {"intermediate_size", 8},       {"num_hidden_layers", 1}, {"num_attention_heads", 2},
           {"max_position_embeddings", 64}};  // head_dim 16: rotary_dim / 2 = 8
 }
 
@@ -189,7 +195,8 @@ TEST(RopeScalingConfig, BadConfigsAreRefusedInOneLineNamingTheKey) {
   const J eight = J(std::vector<double>(8, 1.0)), seven = J(std::vector<double>(7, 1.0));
   EXPECT_THAT(config_error(J{{"rope_type", "longrope"}, {"short_factor", eight}, {"long_factor", seven}}),
               HasSubstr("key 'long_factor' must be a list of rotary_dim / 2 = 8 numbers"));
-  EXPECT_THAT(config_error(J{{"rope_type", "longrope"}, {"long_factor", eight}}), HasSubstr("needs key 'short_factor'"));
+  EXPECT_THAT(config_error(J{{"rope_type", "longrope"}, {"long_factor", eight}}),
+              HasSubstr("needs key 'short_factor'"));
   J zero = eight;
   zero[3] = 0;
   EXPECT_THAT(config_error(J{{"rope_type", "longrope"}, {"short_factor", zero}, {"long_factor", eight}}),

@@ -50,7 +50,8 @@ TEST(RowInvariantMultiply, ScalarBodyIsTheDocumentedOrder) {
     row_invariant_multiply(5, 4, k, x.data(), k, w.data(), k, y.data(), 4, RowInvariantCode::kScalar);
     for (int64_t i = 0; i < 5; ++i)
       for (int64_t j = 0; j < 4; ++j)
-        EXPECT_EQ(y[static_cast<size_t>(i * 4 + j)], documented_dot(&x[static_cast<size_t>(i * k)], &w[static_cast<size_t>(j * k)], k))
+        EXPECT_EQ(y[static_cast<size_t>(i * 4 + j)],
+                  documented_dot(&x[static_cast<size_t>(i * k)], &w[static_cast<size_t>(j * k)], k))
             << "k " << k;
   }
 }
@@ -62,11 +63,13 @@ TEST(RowInvariantMultiply, VectorBodyGivesTheScalarBitsAtEveryTileEdge) {
       for (int64_t n : {1, 2, 3, 4, 5, 11, 50}) {
         // Strided rows (ldx, ldw, ldy wider than the data) catch an edge tile reading past its rows.
         const int64_t ldx = k + 3, ldw = k + 1, ldy = n + 2;
-        const std::vector<float> x = values(m * ldx, static_cast<uint32_t>(k + m)), w = values(n * ldw, static_cast<uint32_t>(k * 7 + n));
+        const std::vector<float> x = values(m * ldx, static_cast<uint32_t>(k + m)),
+                                 w = values(n * ldw, static_cast<uint32_t>(k * 7 + n));
         std::vector<float> vec(static_cast<size_t>(m * ldy), -1.f), ref(static_cast<size_t>(m * ldy), -1.f);
         row_invariant_multiply(m, n, k, x.data(), ldx, w.data(), ldw, vec.data(), ldy, RowInvariantCode::kBest);
         row_invariant_multiply(m, n, k, x.data(), ldx, w.data(), ldw, ref.data(), ldy, RowInvariantCode::kScalar);
-        ASSERT_EQ(0, std::memcmp(vec.data(), ref.data(), vec.size() * sizeof(float))) << "m " << m << " n " << n << " k " << k;
+        ASSERT_EQ(0, std::memcmp(vec.data(), ref.data(), vec.size() * sizeof(float)))
+            << "m " << m << " n " << n << " k " << k;
       }
     }
   }
@@ -107,7 +110,8 @@ TEST(RowInvariantProducts, AModelsRowsKeepTheirBitsBesideOthers) {
   at::Tensor tokens = (at::arange(16).view({16, 1}) * 7 + 3).remainder(spec.vocab);
   const at::Tensor positions = at::zeros({16, 1}, at::kLong);
   auto run = [&] {
-    const at::Tensor alone = model->forward(tokens.narrow(0, 9, 1), positions.narrow(0, 9, 1), at::ones({1, 1}, at::kBool));
+    const at::Tensor alone =
+        model->forward(tokens.narrow(0, 9, 1), positions.narrow(0, 9, 1), at::ones({1, 1}, at::kBool));
     const at::Tensor together = model->forward(tokens, positions, at::ones({16, 1}, at::kBool));
     return std::make_pair(alone, together.narrow(0, 9, 1));
   };
@@ -194,8 +198,7 @@ TEST(RowInvariantTiming, DISABLED_AgainstOneDnnAtDecodeAndPrefillShapes) {
           seconds([&] { row_invariant_multiply(m, s.out, s.in, x.data(), s.in, w.data(), s.in, y.data(), s.out); });
       const double flops = 2.0 * static_cast<double>(m * s.in * s.out);
       std::cout << "[   INFO   ] " << s.in << "x" << s.out << " rows " << m << ": oneDNN " << flops / onednn / 1e9
-                << " GFLOPS, row-invariant " << flops / invariant / 1e9 << " GFLOPS (" << onednn / invariant
-                << "x)\n";
+                << " GFLOPS, row-invariant " << flops / invariant / 1e9 << " GFLOPS (" << onednn / invariant << "x)\n";
     }
   }
 }

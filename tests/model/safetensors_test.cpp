@@ -92,22 +92,22 @@ using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 NamedTensors sample_tensors() {
   at::manual_seed(7);
   at::Tensor f32 = at::tensor({0.5f, -1.25f, 3.0e38f, -0.0f, 1.0e-45f, 42.0f}).reshape({2, 3});  // [2, 3]
-  at::Tensor f16 = at::randn({2, 3, 5}).to(at::kHalf);                                           // [2, 3, 5]
-  at::Tensor bf16 = at::randn({7}).to(at::kBFloat16);                                            // [7]
-  at::Tensor i64 = at::tensor({std::numeric_limits<int64_t>::min(), int64_t{-1}, int64_t{0},
-                               std::numeric_limits<int64_t>::max()});                            // [4]
+  at::Tensor f16 = at::randn({2, 3, 5}).to(at::kHalf);  // [2, 3, 5]
+  at::Tensor bf16 = at::randn({7}).to(at::kBFloat16);  // [7]
+  at::Tensor i64 = at::tensor(
+      {std::numeric_limits<int64_t>::min(), int64_t{-1}, int64_t{0}, std::numeric_limits<int64_t>::max()});  // [4]
   return {{"model.embed.weight", f32},
           {"layers.0.attn.q.weight", f16},
           {"layers.0.norm.weight", bf16},
           {"position_ids", i64},
-          {"f64", at::randn({3}, at::kDouble)},                         // [3]
-          {"i32", at::tensor({-7, 7}, at::kInt)},                       // [2]
-          {"i16", at::tensor({-300, 300}, at::kShort)},                 // [2]
-          {"i8", at::tensor({-128, 127}, at::kChar)},                   // [2]
-          {"u8", at::tensor({0, 255}, at::kByte)},                      // [2]
-          {"mask", at::tensor({1, 0, 1}, at::kByte).to(at::kBool)},    // [3]
-          {"scalar", at::scalar_tensor(2.5, at::kFloat)},               // []
-          {"empty", at::empty({0, 4}, at::kFloat)}};                    // [0, 4]
+          {"f64", at::randn({3}, at::kDouble)},  // [3]
+          {"i32", at::tensor({-7, 7}, at::kInt)},  // [2]
+          {"i16", at::tensor({-300, 300}, at::kShort)},  // [2]
+          {"i8", at::tensor({-128, 127}, at::kChar)},  // [2]
+          {"u8", at::tensor({0, 255}, at::kByte)},  // [2]
+          {"mask", at::tensor({1, 0, 1}, at::kByte).to(at::kBool)},  // [3]
+          {"scalar", at::scalar_tensor(2.5, at::kFloat)},  // []
+          {"empty", at::empty({0, 4}, at::kFloat)}};  // [0, 4]
 }
 
 void expect_same_tensor(const at::Tensor& actual, const at::Tensor& expected, const std::string& name) {
@@ -145,9 +145,8 @@ TEST(SafetensorsRoundTrip, ViewsAreZeroCopyIntoTheMapping) {
   const std::string path = dir.file("model.safetensors");
   // Widest dtypes first, as Python's writer orders them, so every tensor lands aligned.
   NamedTensors tensors = sample_tensors();
-  std::stable_sort(tensors.begin(), tensors.end(), [](const auto& a, const auto& b) {
-    return a.second.element_size() > b.second.element_size();
-  });
+  std::stable_sort(tensors.begin(), tensors.end(),
+                   [](const auto& a, const auto& b) { return a.second.element_size() > b.second.element_size(); });
   write_safetensors(path, tensors);
   const std::string bytes = read_bytes(path);
   uint64_t header_size = 0;
@@ -162,8 +161,7 @@ TEST(SafetensorsRoundTrip, ViewsAreZeroCopyIntoTheMapping) {
     EXPECT_TRUE(mapped_from(path, view.data_ptr())) << info.name << " is not inside the mapping";
     EXPECT_NE(view.clone().data_ptr(), view.data_ptr());
     // The view's bytes are the file's bytes at 8 + N + data_begin.
-    EXPECT_EQ(tensor_bytes(view), bytes.substr(8 + header_size + info.data_begin, info.nbytes()))
-        << info.name;
+    EXPECT_EQ(tensor_bytes(view), bytes.substr(8 + header_size + info.data_begin, info.nbytes())) << info.name;
     // A second call maps the same bytes instead of copying again.
     EXPECT_EQ(file->tensor(info.name).data_ptr(), view.data_ptr());
   }
@@ -191,9 +189,8 @@ TEST(SafetensorsRoundTrip, MisalignedTensorIsCopied) {
   const std::string path = dir.file("packed.safetensors");
   // A 2-byte U8 tensor first puts the F32 tensor at data offset 2; the header is padded as usual,
   // so the data section itself is 8-aligned and only the offset misaligns it.
-  std::string header =
-      R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},)"
-      R"("b":{"dtype":"F32","shape":[2],"data_offsets":[2,10]}})";
+  std::string header = R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},)"
+                       R"("b":{"dtype":"F32","shape":[2],"data_offsets":[2,10]}})";
   header.append((8 - header.size() % 8) % 8, ' ');
   write_bytes(path, build_file(header, raw<uint8_t>({9, 8}) + raw<float>({1.5f, -2.0f})));
 
@@ -210,11 +207,10 @@ TEST(SafetensorsRoundTrip, NonContiguousInputIsWrittenContiguous) {
   TempDir dir;
   const std::string path = dir.file("model.safetensors");
   const at::Tensor base = at::arange(24, at::kFloat).reshape({4, 6});  // [4, 6]
-  const NamedTensors tensors = {
-      {"transposed", base.t()},                                      // [6, 4]
-      {"strided", base.slice(1, 1, 6, 2)},                           // [4, 3]
-      {"offset", base[2]},                                           // [6]
-      {"expanded", at::tensor({1.0f, 2.0f}).expand({3, 2})}};        // [3, 2]
+  const NamedTensors tensors = {{"transposed", base.t()},  // [6, 4]
+                                {"strided", base.slice(1, 1, 6, 2)},  // [4, 3]
+                                {"offset", base[2]},  // [6]
+                                {"expanded", at::tensor({1.0f, 2.0f}).expand({3, 2})}};  // [3, 2]
   ASSERT_FALSE(tensors[0].second.is_contiguous());
   write_safetensors(path, tensors);
   const auto file = SafetensorsFile::open(path);
@@ -260,8 +256,7 @@ TEST(SafetensorsFormat, ReadsFileHandBuiltFromTheSpec) {
       "  \"c\": {\"dtype\": \"F16\", \"shape\": [2], \"data_offsets\": [4, 8]}\n}";
   ASSERT_EQ(header.size(), 231u);
   // BF16 1.0 = 0x3F80, -2.0 = 0xC000; F16 0.5 = 0x3800, 65504 = 0x7BFF.
-  const std::string data = raw<uint16_t>({0x3F80, 0xC000}) + raw<uint16_t>({0x3800, 0x7BFF}) +
-                           raw<int32_t>({-123456});
+  const std::string data = raw<uint16_t>({0x3F80, 0xC000}) + raw<uint16_t>({0x3800, 0x7BFF}) + raw<int32_t>({-123456});
   write_bytes(path, build_file(header, data));
 
   const auto file = SafetensorsFile::open(path);
@@ -366,12 +361,9 @@ TEST_F(SafetensorsBadInput, DuplicateTensorName) {
 
 TEST_F(SafetensorsBadInput, EntryNotAnObjectOrMissingFields) {
   expect_error(open_error(R"({"a": 5})", ""), path_, "tensor 'a': entry is not a JSON object");
-  expect_error(open_error(R"({"a":{"shape":[1],"data_offsets":[0,1]}})", "x"), path_,
-               "tensor 'a': missing \"dtype\"");
-  expect_error(open_error(R"({"a":{"dtype":"U8","data_offsets":[0,1]}})", "x"), path_,
-               "tensor 'a': missing \"shape\"");
-  expect_error(open_error(R"({"a":{"dtype":"U8","shape":[1]}})", "x"), path_,
-               "tensor 'a': missing \"data_offsets\"");
+  expect_error(open_error(R"({"a":{"shape":[1],"data_offsets":[0,1]}})", "x"), path_, "tensor 'a': missing \"dtype\"");
+  expect_error(open_error(R"({"a":{"dtype":"U8","data_offsets":[0,1]}})", "x"), path_, "tensor 'a': missing \"shape\"");
+  expect_error(open_error(R"({"a":{"dtype":"U8","shape":[1]}})", "x"), path_, "tensor 'a': missing \"data_offsets\"");
   expect_error(open_error(R"({"a":{"dtype":8,"shape":[1],"data_offsets":[0,1]}})", "x"), path_,
                "tensor 'a': \"dtype\" is not a string");
   expect_error(open_error(R"({"a":{"dtype":"U8","shape":[1.5],"data_offsets":[0,1]}})", "x"), path_,
@@ -391,32 +383,32 @@ TEST_F(SafetensorsBadInput, UnknownDtype) {
 }
 
 TEST_F(SafetensorsBadInput, NegativeDimension) {
-  expect_error(open_error(R"({"w":{"dtype":"F32","shape":[-1,2],"data_offsets":[0,8]}})", raw<float>({1, 2})),
-               path_, "tensor 'w': negative dimension -1 in shape");
+  expect_error(open_error(R"({"w":{"dtype":"F32","shape":[-1,2],"data_offsets":[0,8]}})", raw<float>({1, 2})), path_,
+               "tensor 'w': negative dimension -1 in shape");
 }
 
 TEST_F(SafetensorsBadInput, ShapeAndDtypeDoNotMatchTheBytes) {
-  expect_error(open_error(R"({"w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,20]}})",
-                          raw<float>({1, 2, 3, 4, 5})),
-               path_, "tensor 'w': dtype/shape do not match the bytes: F32 [2, 3] needs 24 bytes, data_offsets [0, 20] span 20");
+  expect_error(
+      open_error(R"({"w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,20]}})", raw<float>({1, 2, 3, 4, 5})), path_,
+      "tensor 'w': dtype/shape do not match the bytes: F32 [2, 3] needs 24 bytes, data_offsets [0, 20] span 20");
 }
 
 TEST_F(SafetensorsBadInput, HugeShapeDoesNotWrapAround) {
   // 2^31 * 2^31 elements of 4 bytes is exactly 2^64 bytes: a wrapping multiply would get 0 and
   // accept these empty offsets.
-  expect_error(open_error(R"({"w":{"dtype":"F32","shape":[2147483648,2147483648],"data_offsets":[0,0]}})", ""),
-               path_, "dtype/shape do not match the bytes: F32 [2147483648, 2147483648] needs more than 2^64 bytes");
-  expect_error(open_error(R"({"w":{"dtype":"U8","shape":[4611686018427387904,16],"data_offsets":[0,0]}})", ""),
-               path_, "tensor 'w': shape [4611686018427387904, 16] has more than 2^63-1 elements");
-  expect_error(open_error(R"({"w":{"dtype":"U8","shape":[18446744073709551615],"data_offsets":[0,0]}})", ""),
-               path_, "tensor 'w': dimension 18446744073709551615 does not fit in int64");
+  expect_error(open_error(R"({"w":{"dtype":"F32","shape":[2147483648,2147483648],"data_offsets":[0,0]}})", ""), path_,
+               "dtype/shape do not match the bytes: F32 [2147483648, 2147483648] needs more than 2^64 bytes");
+  expect_error(open_error(R"({"w":{"dtype":"U8","shape":[4611686018427387904,16],"data_offsets":[0,0]}})", ""), path_,
+               "tensor 'w': shape [4611686018427387904, 16] has more than 2^63-1 elements");
+  expect_error(open_error(R"({"w":{"dtype":"U8","shape":[18446744073709551615],"data_offsets":[0,0]}})", ""), path_,
+               "tensor 'w': dimension 18446744073709551615 does not fit in int64");
 }
 
 TEST_F(SafetensorsBadInput, OffsetsOutOfRange) {
-  expect_error(open_error(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", raw<float>({1})),
-               path_, "tensor 'w': offsets out of range: data_offsets [0, 8] end past the 4-byte data section");
-  expect_error(open_error(R"({"w":{"dtype":"F32","shape":[0],"data_offsets":[8,0]}})", raw<float>({1, 2})),
-               path_, "tensor 'w': data_offsets [8, 0] begin after they end");
+  expect_error(open_error(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", raw<float>({1})), path_,
+               "tensor 'w': offsets out of range: data_offsets [0, 8] end past the 4-byte data section");
+  expect_error(open_error(R"({"w":{"dtype":"F32","shape":[0],"data_offsets":[8,0]}})", raw<float>({1, 2})), path_,
+               "tensor 'w': data_offsets [8, 0] begin after they end");
 }
 
 TEST_F(SafetensorsBadInput, OverlappingOffsets) {
@@ -432,8 +424,8 @@ TEST_F(SafetensorsBadInput, BytesNotCoveredByAnyTensor) {
                           R"("b":{"dtype":"F32","shape":[2],"data_offsets":[12,20]}})",
                           raw<float>({1, 2, 3, 4, 5})),
                path_, "data section bytes [8, 12) are not covered by any tensor");
-  expect_error(open_error(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", raw<float>({1, 2, 3})),
-               path_, "data section bytes [8, 12) are not covered by any tensor");
+  expect_error(open_error(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", raw<float>({1, 2, 3})), path_,
+               "data section bytes [8, 12) are not covered by any tensor");
 }
 
 TEST_F(SafetensorsBadInput, MetadataWithNonStringValue) {
@@ -512,12 +504,14 @@ class SafetensorsCheckpoint : public ::testing::Test {
     write_bytes(index_path(), json + "}}");
   }
   std::string index_path() const { return dir_.file("model.safetensors.index.json"); }
-  std::string open_error() const { return error_of([&] { CheckpointFiles::open(dir_.path()); }); }
+  std::string open_error() const {
+    return error_of([&] { CheckpointFiles::open(dir_.path()); });
+  }
 
   TempDir dir_;
-  at::Tensor embed_ = at::arange(12, at::kFloat).reshape({4, 3});       // [vocab 4, hidden 3]
+  at::Tensor embed_ = at::arange(12, at::kFloat).reshape({4, 3});  // [vocab 4, hidden 3]
   at::Tensor norm_ = at::tensor({1.0f, 0.5f, 2.0f}).to(at::kBFloat16);  // [hidden 3]
-  at::Tensor head_ = at::randn({4, 3}).to(at::kHalf);                    // [vocab 4, hidden 3]
+  at::Tensor head_ = at::randn({4, 3}).to(at::kHalf);  // [vocab 4, hidden 3]
 };
 
 TEST_F(SafetensorsCheckpoint, ShardedTensorsAreAllReadable) {
@@ -556,8 +550,9 @@ TEST_F(SafetensorsCheckpoint, MissingShard) {
 
 TEST_F(SafetensorsCheckpoint, IndexNamesTensorAbsentFromShard) {
   write_index({{"model.embed.weight", kShard1}, {"model.norm.weight", kShard1}, {"lm_head.weight", kShard1}});
-  expect_error(open_error(), index_path(),
-               "tensor 'lm_head.weight' is mapped to shard 'model-00001-of-00002.safetensors', which does not contain it");
+  expect_error(
+      open_error(), index_path(),
+      "tensor 'lm_head.weight' is mapped to shard 'model-00001-of-00002.safetensors', which does not contain it");
 }
 
 TEST_F(SafetensorsCheckpoint, TensorInTwoShards) {
@@ -602,8 +597,10 @@ TEST(SafetensorsWrite, BadInputLeavesExistingFileUntouched) {
   const at::Tensor t = at::ones({2});  // [2]
   expect_error(error_of([&] { write_safetensors(path, {{"a", t}, {"a", t}}); }), path, "tensor 'a' is given twice");
   expect_error(error_of([&] { write_safetensors(path, {{"__metadata__", t}}); }), path, "reserved for metadata");
-  expect_error(error_of([&] { write_safetensors(path, {{"c", at::ones({2}, at::kComplexFloat)}}); }), path,
-               "tensor 'c': dtype ComplexFloat cannot be stored");
+  expect_error(error_of([&] {
+                 write_safetensors(path, {{"c", at::ones({2}, at::kComplexFloat)}});
+               }),
+               path, "tensor 'c': dtype ComplexFloat cannot be stored");
   expect_error(error_of([&] { write_safetensors(path, {{"u", at::Tensor()}}); }), path, "tensor 'u' is undefined");
   expect_error(error_of([&] { write_safetensors(path, {{std::string("bad\xff", 4), t}}); }), path, "not valid UTF-8");
   EXPECT_EQ(read_bytes(path), "old contents");
@@ -675,8 +672,7 @@ TEST(SafetensorsWrite, UnwritableDirectory) {
   fs::permissions(sub, fs::perms::owner_read | fs::perms::owner_exec);
   if (::access(sub.c_str(), W_OK) == 0) GTEST_SKIP() << "running as root: permissions are not enforced";
   const std::string path = sub + "/model.safetensors";
-  expect_error(error_of([&] { write_safetensors(path, {{"a", at::ones({2})}}); }), path,
-               "failed: Permission denied");
+  expect_error(error_of([&] { write_safetensors(path, {{"a", at::ones({2})}}); }), path, "failed: Permission denied");
   fs::permissions(sub, fs::perms::owner_all);
   EXPECT_TRUE(fs::is_empty(sub));
 }

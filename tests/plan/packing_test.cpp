@@ -239,7 +239,8 @@ TEST(Packing, SequenceWidthIsFourMediansAtLeastTheNinetiethPercentileAtMostTheBu
   EXPECT_EQ(packed_sequence_width({202, 137, 129, 109, 106, 90, 60, 55, 50, 40}, 4096), 360);  // 4 x the median 90
   EXPECT_EQ(packed_sequence_width({202, 137, 129, 109, 106, 90, 60, 55, 50, 40}, 256), 256);
   EXPECT_EQ(packed_sequence_width({2000, 50, 48, 47, 40}, 1 << 20), 192);  // the outlier gets a sequence of its own
-  EXPECT_EQ(packed_sequence_width({10, 10, 10, 10, 10, 10, 100, 100, 100, 100}, 1 << 20), 100);  // the 90th percentile row fits
+  EXPECT_EQ(packed_sequence_width({10, 10, 10, 10, 10, 10, 100, 100, 100, 100}, 1 << 20),
+            100);  // the 90th percentile row fits
   EXPECT_EQ(packed_sequence_width({7}, 1 << 20), 28);
   EXPECT_EQ(packed_sequence_width({}, 1024), 0);
 }
@@ -263,7 +264,8 @@ TEST(Packing, ItemsMustExtendTheBatchPrefix) {
   batch.share_contexts = true;
   batch.prefix = {1, 2, 3};
   batch.items = {item(0, {1, 2, 9, 4}, {5})};
-  EXPECT_THAT(testing::error_of([&] { pack_rows(batch); }), ::testing::HasSubstr("does not extend the batch's 3-token prefix"));
+  EXPECT_THAT(testing::error_of([&] { pack_rows(batch); }),
+              ::testing::HasSubstr("does not extend the batch's 3-token prefix"));
   batch.items = {item(0, {1, 2, 3}, {5})};  // nothing of its own after the prefix
   EXPECT_THAT(testing::error_of([&] { pack_rows(batch); }), ::testing::HasSubstr("batch 7"));
   batch.items = {item(0, {1, 2, 3, 4}, {5})};

@@ -23,8 +23,8 @@ namespace {
 // The plan is a function of the requests, the tokenizer and the options and of
 // nothing else: there is no worker count to pass, and no call that shards or
 // merges plans. Workers take whole batches from one plan.
-static_assert(std::is_same_v<decltype(&make_plan), Plan (*)(const std::vector<Request>&, const Tokenizer&,
-                                                            const PlanOptions&)>);
+static_assert(
+    std::is_same_v<decltype(&make_plan), Plan (*)(const std::vector<Request>&, const Tokenizer&, const PlanOptions&)>);
 
 const Tokenizer& tokenizer() {
   static const std::unique_ptr<Tokenizer> tok = load_tokenizer(testing::source_dir() + "/models/stories260K");
@@ -250,8 +250,8 @@ TEST(Planner, SeedsDependOnTheRequestAndTheRunSeedOnly) {
 std::vector<Request> mixed_requests() {
   std::vector<Request> rs;
   std::mt19937 rng(7);
-  const std::vector<std::string> words = {"Lily", " saw", " a", " big", " dog", ".", " The", " sun", " was",
-                                          " happy", " and", " ran", " home", "\n", " cat", " played"};
+  const std::vector<std::string> words = {"Lily", " saw",   " a",   " big", " dog",  ".",  " The", " sun",
+                                          " was", " happy", " and", " ran", " home", "\n", " cat", " played"};
   auto sentence = [&](int n) {
     std::string s;
     for (int i = 0; i < n; ++i) s += words[rng() % words.size()];
@@ -271,37 +271,37 @@ std::vector<Request> mixed_requests() {
 TEST(Planner, EveryRequestAppearsExactlyOnceWithAllItsParts) {
   const auto requests = mixed_requests();
   for (int64_t budget : {1, 100, 700, 5000, 1 << 30})
-  for (bool reuse : {true, false}) {
-    PlanOptions o = options(budget, 64);
-    o.prefix_reuse = o.group_continuations = reuse;
-    Plan plan = make_plan(requests, tokenizer(), o);
-    std::map<int64_t, std::set<int32_t>> seen;
-    std::map<int64_t, int32_t> parts;
-    int64_t items = 0, total = 0, padded = 0;
-    for (size_t i = 0; i < plan.batches.size(); ++i) {
-      const Batch& b = plan.batches[i];
-      EXPECT_EQ(b.id, static_cast<int64_t>(i));
-      padded += b.padded_tokens;
-      for (const WorkItem& item : b.items) {
-        EXPECT_TRUE(seen[item.request_index].insert(item.part).second) << item.request_index;
-        parts[item.request_index] = item.parts;
-        ++items;
-        total += item.cost();
+    for (bool reuse : {true, false}) {
+      PlanOptions o = options(budget, 64);
+      o.prefix_reuse = o.group_continuations = reuse;
+      Plan plan = make_plan(requests, tokenizer(), o);
+      std::map<int64_t, std::set<int32_t>> seen;
+      std::map<int64_t, int32_t> parts;
+      int64_t items = 0, total = 0, padded = 0;
+      for (size_t i = 0; i < plan.batches.size(); ++i) {
+        const Batch& b = plan.batches[i];
+        EXPECT_EQ(b.id, static_cast<int64_t>(i));
+        padded += b.padded_tokens;
+        for (const WorkItem& item : b.items) {
+          EXPECT_TRUE(seen[item.request_index].insert(item.part).second) << item.request_index;
+          parts[item.request_index] = item.parts;
+          ++items;
+          total += item.cost();
+        }
       }
+      ASSERT_EQ(seen.size(), requests.size()) << "budget " << budget;
+      for (const auto& [index, got] : seen) {
+        EXPECT_EQ(got.size(), static_cast<size_t>(parts[index])) << index;
+        EXPECT_EQ(*got.rbegin(), parts[index] - 1);
+      }
+      EXPECT_EQ(plan.num_requests, static_cast<int64_t>(requests.size()));
+      EXPECT_EQ(plan.num_items, items);
+      EXPECT_EQ(plan.total_tokens, total);
+      EXPECT_EQ(plan.padded_tokens, padded);
+      EXPECT_GE(plan.padding_fraction(), 0.0);
+      EXPECT_LT(plan.padding_fraction(), 1.0);
+      if (budget == 1 && !reuse) EXPECT_EQ(plan.batches.size(), static_cast<size_t>(items));
     }
-    ASSERT_EQ(seen.size(), requests.size()) << "budget " << budget;
-    for (const auto& [index, got] : seen) {
-      EXPECT_EQ(got.size(), static_cast<size_t>(parts[index])) << index;
-      EXPECT_EQ(*got.rbegin(), parts[index] - 1);
-    }
-    EXPECT_EQ(plan.num_requests, static_cast<int64_t>(requests.size()));
-    EXPECT_EQ(plan.num_items, items);
-    EXPECT_EQ(plan.total_tokens, total);
-    EXPECT_EQ(plan.padded_tokens, padded);
-    EXPECT_GE(plan.padding_fraction(), 0.0);
-    EXPECT_LT(plan.padding_fraction(), 1.0);
-    if (budget == 1 && !reuse) EXPECT_EQ(plan.batches.size(), static_cast<size_t>(items));
-  }
 }
 
 // MMLU-like: per subject a few-shot prefix, then a question, with four one-token answers.
@@ -314,8 +314,9 @@ std::vector<Request> fewshot_requests(int subjects, int docs) {
       fewshot += fmt::format("Question {} about {}: what did Lily see in the park?\nAnswer: B\n\n", e, names[s]);
     for (int d = 0; d < docs; ++d) {
       for (const char* letter : {" A", " B", " C", " D"}) {
-        Request r = loglikelihood(static_cast<int64_t>(rs.size()),
-                                  fewshot + fmt::format("Why was Tom {} happy on day {}?\nAnswer:", names[s], d), letter);
+        Request r =
+            loglikelihood(static_cast<int64_t>(rs.size()),
+                          fewshot + fmt::format("Why was Tom {} happy on day {}?\nAnswer:", names[s], d), letter);
         r.task = names[s];
         r.doc_id = d;
         rs.push_back(std::move(r));
@@ -465,7 +466,8 @@ TEST(Planner, LongestFirstAndCutGreedily) {
   }
   // Greedy: within one request type (each is cut on its own), the item that opened each batch
   // would not have fit the one before it.
-  for (RequestType type : {RequestType::kLoglikelihood, RequestType::kLoglikelihoodRolling, RequestType::kGenerateUntil}) {
+  for (RequestType type :
+       {RequestType::kLoglikelihood, RequestType::kLoglikelihoodRolling, RequestType::kGenerateUntil}) {
     const Batch* previous = nullptr;
     for (const Batch& b : plan.batches) {
       if (b.items.front().type != type) continue;
@@ -505,8 +507,11 @@ TEST(Planner, RejectsBadOptionsAndDuplicateRequests) {
   PlanOptions neg = options();
   neg.max_batch_size = -1;
   EXPECT_THROW(make_plan(one, tokenizer(), neg), Error);
-  EXPECT_THAT([] { make_plan({loglikelihood(4, "a", " b"), loglikelihood(4, "c", " d")}, tokenizer(), options()); },
-              ::testing::ThrowsMessage<Error>(::testing::HasSubstr("request index 4")));
+  EXPECT_THAT(
+      [] {
+        make_plan({loglikelihood(4, "a", " b"), loglikelihood(4, "c", " d")}, tokenizer(), options());
+      },
+      ::testing::ThrowsMessage<Error>(::testing::HasSubstr("request index 4")));
   EXPECT_TRUE(make_plan({}, tokenizer(), options()).batches.empty());
 }
 
@@ -533,13 +538,12 @@ TEST(Planner, BatchJsonRoundTrips) {
 }
 
 TEST(Planner, MalformedBatchJsonIsAnError) {
-  Plan plan = make_plan({loglikelihood(0, "The dog", " ran"), generation(1, "Hi", {"."}, 4)}, tokenizer(),
-                        options(1));
+  Plan plan = make_plan({loglikelihood(0, "The dog", " ran"), generation(1, "Hi", {"."}, 4)}, tokenizer(), options(1));
   ASSERT_EQ(plan.batches.size(), 2u);
-  const nlohmann::json good_ll = to_json(plan.batches[0].items[0].type == RequestType::kLoglikelihood
-                                             ? plan.batches[0] : plan.batches[1]);
-  const nlohmann::json good_gen = to_json(plan.batches[0].items[0].type == RequestType::kGenerateUntil
-                                              ? plan.batches[0] : plan.batches[1]);
+  const nlohmann::json good_ll =
+      to_json(plan.batches[0].items[0].type == RequestType::kLoglikelihood ? plan.batches[0] : plan.batches[1]);
+  const nlohmann::json good_gen =
+      to_json(plan.batches[0].items[0].type == RequestType::kGenerateUntil ? plan.batches[0] : plan.batches[1]);
   EXPECT_NO_THROW(batch_from_json(good_ll));
   EXPECT_NO_THROW(batch_from_json(good_gen));
   struct Case {
@@ -553,7 +557,8 @@ TEST(Planner, MalformedBatchJsonIsAnError) {
       {"negative id", &good_ll, [](nlohmann::json& j) { j["id"] = -1; }},
       {"items not an array", &good_ll, [](nlohmann::json& j) { j["items"] = "x"; }},
       {"no items", &good_ll, [](nlohmann::json& j) { j["items"] = nlohmann::json::array(); }},
-      {"padded_tokens wrong", &good_ll, [](nlohmann::json& j) { j["padded_tokens"] = j["padded_tokens"].get<int64_t>() + 1; }},
+      {"padded_tokens wrong", &good_ll,
+       [](nlohmann::json& j) { j["padded_tokens"] = j["padded_tokens"].get<int64_t>() + 1; }},
       {"item not an object", &good_ll, [](nlohmann::json& j) { j["items"][0] = 3; }},
       {"unknown type", &good_ll, [](nlohmann::json& j) { j["items"][0]["type"] = "loglikelihood_sideways"; }},
       {"token negative", &good_ll, [](nlohmann::json& j) { j["items"][0]["tokens"][1] = -5; }},
@@ -572,7 +577,8 @@ TEST(Planner, MalformedBatchJsonIsAnError) {
       {"stop not a string", &good_gen, [](nlohmann::json& j) { j["items"][0]["stops"][0] = 1; }},
       {"negative temperature", &good_gen, [](nlohmann::json& j) { j["items"][0]["temperature"] = -0.5; }},
       {"negative max_tokens", &good_gen, [](nlohmann::json& j) { j["items"][0]["max_tokens"] = -1; }},
-      {"empty prompt", &good_gen, [](nlohmann::json& j) {
+      {"empty prompt", &good_gen,
+       [](nlohmann::json& j) {
          j["items"][0]["tokens"] = nlohmann::json::array();
          j["padded_tokens"] = j["items"][0]["max_tokens"];
        }},
@@ -580,8 +586,7 @@ TEST(Planner, MalformedBatchJsonIsAnError) {
   for (const Case& c : cases) {
     nlohmann::json j = *c.base;
     c.damage(j);
-    EXPECT_THAT([&] { batch_from_json(j); }, ::testing::ThrowsMessage<Error>(::testing::StartsWith("batch")))
-        << c.name;
+    EXPECT_THAT([&] { batch_from_json(j); }, ::testing::ThrowsMessage<Error>(::testing::StartsWith("batch"))) << c.name;
   }
   // A batch with a shared prefix: items that do not extend it, or a prefix without its id.
   const Plan shared = make_plan(fewshot_requests(1, 2), tokenizer(), options(1000, 512));
@@ -603,7 +608,8 @@ TEST(Planner, MalformedBatchJsonIsAnError) {
   j = good;
   ASSERT_TRUE(j.contains("sequence_width"));
   j["sequence_width"] = 0;
-  EXPECT_THAT([&] { batch_from_json(j); }, ::testing::ThrowsMessage<Error>(::testing::HasSubstr("batch.sequence_width")));
+  EXPECT_THAT([&] { batch_from_json(j); },
+              ::testing::ThrowsMessage<Error>(::testing::HasSubstr("batch.sequence_width")));
 }
 
 // Questions of many lengths after a shared prefix (MMLU's shape): packing short rows into

@@ -27,11 +27,17 @@ Json results_with(const std::vector<std::pair<std::string, double>>& accs, std::
   Json j;
   Json results = Json::object();
   for (const auto& [name, acc] : accs) {
-    results[name] = {{"alias", name}, {"acc,none", acc}, {"acc_stderr,none", 0.03},
-                     {"acc_norm,none", acc / 2}, {"acc_norm_stderr,none", 0.02}};
+    results[name] = {{"alias", name},
+                     {"acc,none", acc},
+                     {"acc_stderr,none", 0.03},
+                     {"acc_norm,none", acc / 2},
+                     {"acc_norm_stderr,none", 0.02}};
   }
-  results["story"] = {{"alias", "story"}, {"word_perplexity,none", 123.5}, {"word_perplexity_stderr,none", "N/A"},
-                      {"bits_per_byte,none", 1.25}, {"bits_per_byte_stderr,none", "N/A"}};
+  results["story"] = {{"alias", "story"},
+                      {"word_perplexity,none", 123.5},
+                      {"word_perplexity_stderr,none", "N/A"},
+                      {"bits_per_byte,none", 1.25},
+                      {"bits_per_byte_stderr,none", "N/A"}};
   j["results"] = results;
   j["versions"] = Json::object();
   j["n-shot"] = Json::object();
@@ -56,7 +62,8 @@ struct Bar {
 };
 
 std::vector<Bar> bars_of(const std::string& html) {
-  static const std::regex kRect(R"re(<rect class="(bar[^"]*)" data-task="([^"]*)" x="[^"]*" y="[^"]*" width="([^"]*)")re");
+  static const std::regex kRect(
+      R"re(<rect class="(bar[^"]*)" data-task="([^"]*)" x="[^"]*" y="[^"]*" width="([^"]*)")re");
   std::vector<Bar> out;
   for (auto it = std::sregex_iterator(html.begin(), html.end(), kRect); it != std::sregex_iterator(); ++it) {
     out.push_back(Bar{(*it)[1], (*it)[2], std::stod((*it)[3])});

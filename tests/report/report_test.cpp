@@ -32,19 +32,19 @@ RequestResult result(double logprob, bool greedy) {
 class ReportFixture {
  public:
   ReportFixture() {
-    quiz_.emplace(Task::load(testing::write_quiz_task(
-                                 dir_, "{\"question\": \"Sky?\", \"choices\": [\"blue\", \"gr\\u00e9en\"], \"label\": 0}\n"
-                                       "{\"question\": \"Grass?\", \"choices\": [\"green\", \"red\"], \"label\": 0}\n"
-                                       "{\"question\": \"Sun?\", \"choices\": [\"hot\", \"cold\"], \"label\": 1}\n"),
-                             {}));
+    quiz_.emplace(Task::load(
+        testing::write_quiz_task(dir_,
+                                 "{\"question\": \"Sky?\", \"choices\": [\"blue\", \"gr\\u00e9en\"], \"label\": 0}\n"
+                                 "{\"question\": \"Grass?\", \"choices\": [\"green\", \"red\"], \"label\": 0}\n"
+                                 "{\"question\": \"Sun?\", \"choices\": [\"hot\", \"cold\"], \"label\": 1}\n"),
+        {}));
     testing::write_story_task(dir_, "{\"text\": \"One day.\"}\n{\"text\": \"The end of it all.\"}\n",
                               "metadata:\n  version: 2.0\n");
     story_.emplace(Task::load("story", {dir_.path()}));
 
-    const std::vector<std::vector<RequestResult>> quiz_results = {
-        {result(-0.5, true), result(-2.25, false)},
-        {result(-3.0, false), result(-1.0, true)},
-        {result(-1.25, false), result(-1.0, false)}};
+    const std::vector<std::vector<RequestResult>> quiz_results = {{result(-0.5, true), result(-2.25, false)},
+                                                                  {result(-3.0, false), result(-1.0, true)},
+                                                                  {result(-1.25, false), result(-1.0, false)}};
     for (size_t i = 0; i < 3; ++i) add(*quiz_, quiz_->documents()[i], quiz_results[i]);
     add(*story_, story_->documents()[0], {result(-7.125, false)});
     add(*story_, story_->documents()[1], {result(-20.5, false)});
@@ -79,7 +79,7 @@ std::vector<std::string> lines_of(const std::string& text) {
 }
 
 const std::vector<std::string> kFiles = {"results.json", "samples_quiz.jsonl", "samples_story.jsonl", "report.md",
-                                        "report.html"};
+                                         "report.html"};
 
 TEST(ReportTest, FilesAreByteIdenticalAcrossWritesAndRecordOrder) {
   ReportFixture f;
@@ -103,8 +103,11 @@ TEST(ReportTest, ResultsJsonHasLmEvalsLayout) {
   ReportFixture f;
   write_reports(f.out("r"), f.tasks(), f.records(), f.summary());
   const std::string text = io::read_file(f.out("r/results.json"));
-  EXPECT_EQ(text.rfind("{\n  \"results\": {\n    \"quiz\": {\n      \"alias\": \"quiz\",\n      \"acc,none\": 0.6666666666666666,\n", 0),
-            0u)
+  EXPECT_EQ(
+      text.rfind(
+          "{\n  \"results\": {\n    \"quiz\": {\n      \"alias\": \"quiz\",\n      \"acc,none\": 0.6666666666666666,\n",
+          0),
+      0u)
       << text.substr(0, 200);
   EXPECT_NE(text.back(), '\n');  // json.dumps output as lm-eval writes it
 
@@ -130,7 +133,8 @@ TEST(ReportTest, ResultsJsonHasLmEvalsLayout) {
   EXPECT_DOUBLE_EQ(story["bits_per_byte,none"].get<double>(), 27.625 / 26 / std::log(2.0));
   EXPECT_EQ(story["word_perplexity_stderr,none"], "N/A");
 
-  EXPECT_EQ(j["group_subtasks"], (nlohmann::ordered_json{{"story", nlohmann::json::array()}, {"quiz", nlohmann::json::array()}}));
+  EXPECT_EQ(j["group_subtasks"],
+            (nlohmann::ordered_json{{"story", nlohmann::json::array()}, {"quiz", nlohmann::json::array()}}));
   EXPECT_EQ(j["versions"]["quiz"], nullptr);
   EXPECT_EQ(j["versions"]["story"], 2.0);
   EXPECT_EQ(j["n-shot"]["quiz"], 0);
@@ -163,9 +167,11 @@ TEST(ReportTest, SamplesLinesAreLmEvalsAndParseBack) {
   ASSERT_EQ(quiz.size(), 3u);
   // Written by lm-eval's own logging code for the same document, requests and results.
   EXPECT_EQ(quiz[0],
-            "{\"doc_id\": 0, \"doc\": {\"choices\": [\"blue\", \"gr\xc3\xa9" "en\"], \"label\": 0, \"question\": \"Sky?\"}, "
+            "{\"doc_id\": 0, \"doc\": {\"choices\": [\"blue\", \"gr\xc3\xa9"
+            "en\"], \"label\": 0, \"question\": \"Sky?\"}, "
             "\"target\": \"0\", \"arguments\": {\"gen_args_0\": {\"arg_0\": \"Q: Sky?\\nA:\", \"arg_1\": \" blue\"}, "
-            "\"gen_args_1\": {\"arg_0\": \"Q: Sky?\\nA:\", \"arg_1\": \" gr\xc3\xa9" "en\"}}, "
+            "\"gen_args_1\": {\"arg_0\": \"Q: Sky?\\nA:\", \"arg_1\": \" gr\xc3\xa9"
+            "en\"}}, "
             "\"resps\": [[[\"-0.5\", \"True\"]], [[\"-2.25\", \"False\"]]], "
             "\"filtered_resps\": [[\"-0.5\", \"True\"], [\"-2.25\", \"False\"]], \"filter\": \"none\", "
             "\"metrics\": [\"acc\", \"acc_norm\"], "
@@ -224,11 +230,13 @@ TEST(ReportTest, RejectsInconsistentRecords) {
 
 TEST(ReportPythonFormatTest, FloatsPrintAsPythonsRepr) {
   const std::vector<std::pair<double, std::string>> cases = {
-      {0.1, "0.1"},         {1.0, "1.0"},           {1e-05, "1e-05"},
-      {0.0001, "0.0001"},   {1e16, "1e+16"},        {1e15, "1000000000000000.0"},
-      {-0.0, "-0.0"},       {1.5e-300, "1.5e-300"}, {2.5e300, "2.5e+300"},
-      {1.0 / 3, "0.3333333333333333"}, {100.0, "100.0"}, {12345678901234567890.0, "1.2345678901234567e+19"},
-      {5e-324, "5e-324"},   {123456789.123, "123456789.123"}};
+      {0.1, "0.1"},          {1.0, "1.0"},
+      {1e-05, "1e-05"},      {0.0001, "0.0001"},
+      {1e16, "1e+16"},       {1e15, "1000000000000000.0"},
+      {-0.0, "-0.0"},        {1.5e-300, "1.5e-300"},
+      {2.5e300, "2.5e+300"}, {1.0 / 3, "0.3333333333333333"},
+      {100.0, "100.0"},      {12345678901234567890.0, "1.2345678901234567e+19"},
+      {5e-324, "5e-324"},    {123456789.123, "123456789.123"}};
   for (const auto& [x, text] : cases) {
     EXPECT_EQ(py::float_repr(x), text);
     EXPECT_EQ(std::strtod(text.c_str(), nullptr), x);  // round trip, subnormals included
@@ -245,7 +253,8 @@ TEST(ReportPythonFormatTest, StrReprAndJsonDumps) {
   EXPECT_EQ(py::json_dumps(doc, 2),
             "{\n  \"choices\": [\n    \"a\",\n    \"\xc3\xa9\"\n  ],\n  \"context\": \"Hi \\\"x\\\"\\n\",\n"
             "  \"n\": 0.5,\n  \"z\": null\n}");
-  EXPECT_EQ(py::json_dumps(doc), "{\"choices\": [\"a\", \"\xc3\xa9\"], \"context\": \"Hi \\\"x\\\"\\n\", \"n\": 0.5, \"z\": null}");
+  EXPECT_EQ(py::json_dumps(doc),
+            "{\"choices\": [\"a\", \"\xc3\xa9\"], \"context\": \"Hi \\\"x\\\"\\n\", \"n\": 0.5, \"z\": null}");
   EXPECT_EQ(py::json_dumps(nlohmann::json::object(), 2), "{}");
   EXPECT_EQ(py::json_dumps(nlohmann::json("\x1f\x7f")), "\"\\u001f\x7f\"");
 }

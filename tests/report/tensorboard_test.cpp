@@ -20,8 +20,8 @@ namespace gpueval {
 namespace {
 
 using ::testing::ElementsAre;
-using ::testing::HasSubstr;
 using testing::error_of;
+using ::testing::HasSubstr;
 namespace tb = tensorboard;
 
 std::string from_hex(const std::string& hex) {
@@ -42,13 +42,15 @@ const char* kRecordHex =
     "74a2d6e315";
 
 tb::Event oracle_event() {
-  return tb::Event{1700000000.5, 1000, "",
+  return tb::Event{1700000000.5,
+                   1000,
+                   "",
                    {tb::Value{"demo_choice/acc", 0.25f, std::nullopt},
                     tb::Value{"gpueval/checkpoint", std::nullopt, std::string(R"({"name":"step-1000"})")}}};
 }
 
 TEST(TensorBoardTest, Crc32cMatchesItsCheckValues) {
-  EXPECT_EQ(tb::crc32c("123456789"), 0xE3069283u);        // the CRC catalogue's check value
+  EXPECT_EQ(tb::crc32c("123456789"), 0xE3069283u);  // the CRC catalogue's check value
   EXPECT_EQ(tb::crc32c(std::string(32, '\0')), 0x8A9136AAu);  // RFC 3720 B.4
   EXPECT_EQ(tb::crc32c(std::string(32, '\xff')), 0x62A8AB43u);
   EXPECT_EQ(tb::crc32c(""), 0u);
@@ -74,7 +76,11 @@ TEST(TensorBoardTest, EventsAndRecordsAreTheBytesTensorBoardWrites) {
 
 TEST(TensorBoardTest, FieldsThisWriterDoesNotKnowAreSkipped) {
   // Event.source_metadata (field 10, a message) and a varint field 99 before the step.
-  const std::string bytes = from_hex("5203") + "abc" + from_hex("b806" "05") + tb::encode_event(oracle_event());
+  const std::string bytes = from_hex("5203") + "abc" +
+                            from_hex(
+                                "b806"
+                                "05") +
+                            tb::encode_event(oracle_event());
   const tb::Event e = tb::decode_event(bytes, "x");
   EXPECT_EQ(e.step, 1000);
   EXPECT_EQ(e.values.size(), 2u);
@@ -116,10 +122,14 @@ ScoredCheckpoint scored(const std::string& name, std::optional<int64_t> step, do
   c.checkpoint = CheckpointInfo{"fp-" + name, "/runs/" + name, name, 0, step};
   c.scored_at = 1700000000;
   c.state = state;
-  c.scores = {row("quiz", "acc", acc), row("quiz", "acc_norm", acc / 2),
-              row("math", "exact_match", acc / 3, "strict-match"), row("math", "exact_match", acc / 4, "flexible"),
-              row("story", "word_perplexity", 40 + acc), row("story", "byte_perplexity", 2 + acc),
-              row("story", "bits_per_byte", 1 + acc), row("all", "acc", acc + 0.01, "none", true)};
+  c.scores = {row("quiz", "acc", acc),
+              row("quiz", "acc_norm", acc / 2),
+              row("math", "exact_match", acc / 3, "strict-match"),
+              row("math", "exact_match", acc / 4, "flexible"),
+              row("story", "word_perplexity", 40 + acc),
+              row("story", "byte_perplexity", 2 + acc),
+              row("story", "bits_per_byte", 1 + acc),
+              row("all", "acc", acc + 0.01, "none", true)};
   return c;
 }
 
@@ -157,9 +167,9 @@ TEST(TensorBoardTest, ATrendIsWrittenOncePerCheckpointAtItsStep) {
   EXPECT_EQ(p.size(), 6u);
   EXPECT_THAT(p["quiz/acc"], ElementsAre(std::pair<int64_t, float>{0, 0.25f}, std::pair<int64_t, float>{500, 0.5f},
                                          std::pair<int64_t, float>{1000, 0.75f}));
-  EXPECT_THAT(p["story/bits_per_byte"], ElementsAre(std::pair<int64_t, float>{0, 1.25f},
-                                                    std::pair<int64_t, float>{500, 1.5f},
-                                                    std::pair<int64_t, float>{1000, 1.75f}));
+  EXPECT_THAT(p["story/bits_per_byte"],
+              ElementsAre(std::pair<int64_t, float>{0, 1.25f}, std::pair<int64_t, float>{500, 1.5f},
+                          std::pair<int64_t, float>{1000, 1.75f}));
   // The first event says the file version, as TensorBoard's own files do.
   EXPECT_EQ(tb::read_events(r.run_dir).front().file_version, "brain.Event:2");
 

@@ -129,7 +129,8 @@ TEST(TrendReportTest, MarkdownTableHasEveryCheckpointWithDeltasAndPValues) {
     EXPECT_GT(at, last);  // oldest first
     last = at;
   }
-  EXPECT_THAT(md, HasSubstr("| checkpoint | group all acc ↑ | Δ | p | quiz acc ↑ | Δ | p | story word_perplexity ↓ | Δ | p |"));
+  EXPECT_THAT(
+      md, HasSubstr("| checkpoint | group all acc ↑ | Δ | p | quiz acc ↑ | Δ | p | story word_perplexity ↓ | Δ | p |"));
   EXPECT_THAT(md, HasSubstr("| step-300 | 0.3650 ± 0.0500 | -0.3750 |  | 0.3750 ± 0.1700 | -0.3750 | " +
                             fmt::format("{:.3f}", mcnemar_p(3, 0)) + " | 40.0000 | -5.0000 |  |"));
   EXPECT_THAT(md, HasSubstr("## Regressions (drop > 1 points)"));
@@ -154,9 +155,10 @@ std::string write_suite_history(const testing::TempDir& dir) {
         row("piqa", "acc", acc[i], 0.05, true, false, 0.25), row("piqa", "acc_norm", acc[i], 0.05, true, false, 0.25),
         row("pretraining", "score", (acc[i] + em[i] + 0.375) / 3, 0.03, true, true, 0.3125),
         row("trivia", "exact_match", em[i], 0.04), row("wiki", "word_perplexity", ppl[i], std::nullopt, false)};
-    h.record(run, CheckpointInfo{"fp" + std::to_string(i), "/ck/" + kNames[i], "step-" + std::to_string(i + 1),
-                                 1000.0 * (i + 1)},
-             "cfg-suite", "complete", scores, {});
+    h.record(
+        run,
+        CheckpointInfo{"fp" + std::to_string(i), "/ck/" + kNames[i], "step-" + std::to_string(i + 1), 1000.0 * (i + 1)},
+        "cfg-suite", "complete", scores, {});
   }
   return path;
 }
@@ -185,7 +187,8 @@ TEST(TrendReportTest, TheCheckpointsTableSaysTheOrderAndTheSteps) {
   testing::TempDir dir;
   const History h = History::open(write_history(dir));  // no steps recorded
   const TrendData by_time = load_trend(h, "cfg-main", 1.0);
-  EXPECT_THAT(trend_markdown(by_time), HasSubstr("In the order they were written: 3 of 3 checkpoints have no training step."));
+  EXPECT_THAT(trend_markdown(by_time),
+              HasSubstr("In the order they were written: 3 of 3 checkpoints have no training step."));
   EXPECT_THAT(trend_markdown(by_time), HasSubstr("| 1 | step-100 | — | complete |"));
   const std::string path = dir.file("steps.sqlite");
   History s = History::open(path);
@@ -307,8 +310,9 @@ TEST(TrendReportTest, TheWidestGroupComesFirst) {
   sc.scores = {row("mmlu_stem", "acc", 30, true), row("piqa", "acc", 10, false), row("mmlu", "acc", 100, true),
                row("suite", "score", 110, true)};
   const std::string md = trend_table({sc});
-  EXPECT_THAT(md, HasSubstr("| checkpoint | group suite score ↑ | Δ | group mmlu acc ↑ | Δ | group mmlu_stem acc ↑ | Δ | "
-                            "piqa acc ↑ | Δ |"));
+  EXPECT_THAT(md,
+              HasSubstr("| checkpoint | group suite score ↑ | Δ | group mmlu acc ↑ | Δ | group mmlu_stem acc ↑ | Δ | "
+                        "piqa acc ↑ | Δ |"));
 }
 
 // A wide suite: report.md's table shows only the top level (the suite and a task named beside
@@ -320,7 +324,8 @@ TEST(TrendReportTest, AWideSuiteShowsItsTopLevelFirstAndEachGroupsMembersInTheir
     sc.checkpoint.name = name;
     sc.checkpoint.fingerprint = "fp-" + name;
     sc.state = "complete";
-    auto add = [&](const std::string& task, const std::string& metric, double v, bool group, const std::string& parent) {
+    auto add = [&](const std::string& task, const std::string& metric, double v, bool group,
+                   const std::string& parent) {
       ScoreRow r = row(task, metric, v, 0.01, true, group);
       r.parent = parent;
       sc.scores.push_back(r);
@@ -339,7 +344,9 @@ TEST(TrendReportTest, AWideSuiteShowsItsTopLevelFirstAndEachGroupsMembersInTheir
   const std::string md = trend_markdown(data);
   EXPECT_THAT(md, HasSubstr("| checkpoint | group suite score ↑ | Δ | p | extra acc ↑ | Δ | p |\n"));
   EXPECT_THAT(md, HasSubstr("### group suite: its 2 members\n\n| task | metric | step-1 | step-2 | Δ | p |\n"));
-  EXPECT_THAT(md, HasSubstr("| group mmlu | acc ↑ | 0.3000 | 0.3000 | ±0 |  |\n| piqa | acc ↑ | 0.5000 | 0.7000 | +0.2000 |  |\n"));
+  EXPECT_THAT(
+      md,
+      HasSubstr("| group mmlu | acc ↑ | 0.3000 | 0.3000 | ±0 |  |\n| piqa | acc ↑ | 0.5000 | 0.7000 | +0.2000 |  |\n"));
   EXPECT_THAT(md, HasSubstr("### group mmlu: its 1 member"));
   EXPECT_THAT(md, HasSubstr("### group mmlu_stem: its 1 member\n\n| task | metric | step-1 | step-2 | Δ | p |\n"
                             "|---|---|---:|---:|---:|---:|\n| mmlu_physics | acc ↑ | 0.3200 | 0.3200 | ±0 |  |\n"));
@@ -416,8 +423,10 @@ TEST(HistoryCliTest, PrintsEveryCheckpointOfEveryConfig) {
     last = at;
   }
   // The most recently run config first.
-  EXPECT_LT(r.out.find("## config cfg-other (1 checkpoint, model m2)"), r.out.find("## config cfg-main (3 checkpoints"));
-  EXPECT_THAT(r.out, HasSubstr("| step-300 | 0.3650 ± 0.0500 | -0.3750 | 0.3750 ± 0.1700 | -0.3750 | 40.0000 | -5.0000 |"));
+  EXPECT_LT(r.out.find("## config cfg-other (1 checkpoint, model m2)"),
+            r.out.find("## config cfg-main (3 checkpoints"));
+  EXPECT_THAT(r.out,
+              HasSubstr("| step-300 | 0.3650 ± 0.0500 | -0.3750 | 0.3750 ± 0.1700 | -0.3750 | 40.0000 | -5.0000 |"));
 
   r = testing::run_gpueval({"history", "--history", path, "--task", "story", "--config", "cfg-m"});
   ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -81,7 +81,8 @@ ScoredCheckpoint at(const std::string& name, std::vector<ScoreRow> scores) {
 std::vector<SampleRow> values(const std::string& task, const std::string& metric, const std::vector<double>& v,
                               int64_t first_doc = 0) {
   std::vector<SampleRow> out;
-  for (size_t i = 0; i < v.size(); ++i) out.push_back(SampleRow{task, metric, first_doc + static_cast<int64_t>(i), v[i]});
+  for (size_t i = 0; i < v.size(); ++i)
+    out.push_back(SampleRow{task, metric, first_doc + static_cast<int64_t>(i), v[i]});
   return out;
 }
 
@@ -92,15 +93,15 @@ std::vector<T> operator+(std::vector<T> a, const std::vector<T>& b) {
 }
 
 TEST(TrendTest, FlipsBetweenTwoCheckpoints) {
-  const auto before = at("s1", {row("quiz", "acc", 0.5), row("quiz", "acc", 0.4, true, false, "second"),
-                                row("story", "ppl", 30, false), row("all", "acc", 0.5, true, true),
-                                row("gone", "acc", 0.3)});
-  const auto after = at("s2", {row("quiz", "acc", 0.6), row("quiz", "acc", 0.45, true, false, "second"),
-                               row("story", "ppl", 28, false), row("all", "acc", 0.55, true, true),
-                               row("new", "acc", 0.9)});
+  const auto before =
+      at("s1", {row("quiz", "acc", 0.5), row("quiz", "acc", 0.4, true, false, "second"), row("story", "ppl", 30, false),
+                row("all", "acc", 0.5, true, true), row("gone", "acc", 0.3)});
+  const auto after =
+      at("s2", {row("quiz", "acc", 0.6), row("quiz", "acc", 0.45, true, false, "second"),
+                row("story", "ppl", 28, false), row("all", "acc", 0.55, true, true), row("new", "acc", 0.9)});
   //                      doc:   0  1  2  3  4  5  6  7  8  9   (doc 9 only before, doc 10 only after)
-  const auto sb = values("quiz", "acc", {1, 1, 0, 0, 1, 0, 1, 0, 1, 1}) +
-                  values("story", "ppl", {-10.5, -3.25}) + values("new", "acc", {1});
+  const auto sb = values("quiz", "acc", {1, 1, 0, 0, 1, 0, 1, 0, 1, 1}) + values("story", "ppl", {-10.5, -3.25}) +
+                  values("new", "acc", {1});
   const auto sa = values("quiz", "acc", {1, 0, 1, 1, 0, 0, 1, 1, 1}) + values("quiz", "acc", {0}, 10) +
                   values("story", "ppl", {-9.5, -3.0});
   const CheckpointStep step = compare_checkpoints(before, after, sb, sa);
@@ -182,15 +183,16 @@ TEST(TrendTest, RegressionsFollowTheDirectionAndTheUnit) {
   const std::vector<ScoredCheckpoint> trend = {
       // The oldest checkpoint is not compared: only the newest against the one before it.
       at("s1", {row("up", "acc", 0.99), row("flat", "acc", 0.1), row("ppl", "word_perplexity", 10, false),
-                row("better", "word_perplexity", 10, false), row("edge", "acc", 0.75), row("grp", "acc", 0.9, true, true),
-                row("sec", "acc", 0.5), row("raw", "score", 50)}),
-      at("s2", {row("up", "acc", 0.70), row("flat", "acc", 0.50), row("ppl", "word_perplexity", 40, false),
-                row("better", "word_perplexity", 45, false), row("edge", "acc", 0.75), row("grp", "acc", 0.80, true, true),
-                row("sec", "acc", 0.5), row("sec", "acc_norm", 0.9), row("raw", "score", 50)}),
-      at("s3", {row("up", "acc", 0.68), row("flat", "acc", 0.495), row("ppl", "word_perplexity", 42, false),
-                row("better", "word_perplexity", 38, false), row("edge", "acc", 0.74), row("grp", "acc", 0.70, true, true),
-                row("sec", "acc", 0.5), row("sec", "acc_norm", 0.1), row("raw", "score", 48.5),
-                row("newtask", "acc", 0.0)}),
+                row("better", "word_perplexity", 10, false), row("edge", "acc", 0.75),
+                row("grp", "acc", 0.9, true, true), row("sec", "acc", 0.5), row("raw", "score", 50)}),
+      at("s2",
+         {row("up", "acc", 0.70), row("flat", "acc", 0.50), row("ppl", "word_perplexity", 40, false),
+          row("better", "word_perplexity", 45, false), row("edge", "acc", 0.75), row("grp", "acc", 0.80, true, true),
+          row("sec", "acc", 0.5), row("sec", "acc_norm", 0.9), row("raw", "score", 50)}),
+      at("s3",
+         {row("up", "acc", 0.68), row("flat", "acc", 0.495), row("ppl", "word_perplexity", 42, false),
+          row("better", "word_perplexity", 38, false), row("edge", "acc", 0.74), row("grp", "acc", 0.70, true, true),
+          row("sec", "acc", 0.5), row("sec", "acc_norm", 0.1), row("raw", "score", 48.5), row("newtask", "acc", 0.0)}),
   };
   const std::vector<Regression> r = find_regressions(trend, 1.0);
   ASSERT_EQ(r.size(), 4u);
@@ -215,8 +217,8 @@ TEST(TrendTest, RegressionsFollowTheDirectionAndTheUnit) {
   EXPECT_NEAR(r[3].drop_points, 1.5, 1e-12);
   EXPECT_FALSE(r[3].in_points);
 
-  EXPECT_EQ(find_regressions(trend, 5.0).size(), 1u);   // only the group's 10 points
-  EXPECT_EQ(find_regressions(trend, 0.0).size(), 6u);   // every worse primary metric, flat and edge too
+  EXPECT_EQ(find_regressions(trend, 5.0).size(), 1u);  // only the group's 10 points
+  EXPECT_EQ(find_regressions(trend, 0.0).size(), 6u);  // every worse primary metric, flat and edge too
   EXPECT_TRUE(find_regressions({trend[0]}, 0.0).empty());
   EXPECT_TRUE(find_regressions({}, 0.0).empty());
 }

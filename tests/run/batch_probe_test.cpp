@@ -206,7 +206,8 @@ TEST(BatchProbe, NothingFitsIsAnError) {
   ProbeOptions o;
   o.length = 64;
   o.memory_limit_bytes = 1 << 20;  // less than the process itself
-  EXPECT_THAT(testing::error_of([&] { probe_batch_tokens(*stories(), testing::stories260k_tokenizer(), o); }), HasSubstr("not even 256 tokens"));
+  EXPECT_THAT(testing::error_of([&] { probe_batch_tokens(*stories(), testing::stories260k_tokenizer(), o); }),
+              HasSubstr("not even 256 tokens"));
 }
 
 TEST(MemoryAmount, ParsesUnitsAndShares) {

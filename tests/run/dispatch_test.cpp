@@ -44,9 +44,9 @@ TEST(DispatchTest, ElseTakesAPrefixNoOtherWorkerHolds) {
 // Of the work nobody holds, the most first: a prefix counts its length and all its queued batches,
 // a batch without a prefix its own tokens; a tie goes to the earlier in the queue.
 TEST(DispatchTest, TakesTheLargestWorkNobodyHoldsFirst) {
-  EXPECT_EQ(position({3, 3, 8, 8, 8}, -1, {}), 2u);     // 8: 100 + 3 * 256 tokens, 3: 100 + 2 * 256
-  EXPECT_EQ(position({3, 3, 8, 8, 8}, -1, {8}), 0u);    // 8 is held elsewhere
-  EXPECT_EQ(position({8, 3, 3, 8}, -1, {}), 0u);        // a tie: the earlier prefix, its first batch
+  EXPECT_EQ(position({3, 3, 8, 8, 8}, -1, {}), 2u);  // 8: 100 + 3 * 256 tokens, 3: 100 + 2 * 256
+  EXPECT_EQ(position({3, 3, 8, 8, 8}, -1, {8}), 0u);  // 8 is held elsewhere
+  EXPECT_EQ(position({8, 3, 3, 8}, -1, {}), 0u);  // a tie: the earlier prefix, its first batch
   std::vector<QueuedBatch> q = batches({5, 5, 5});
   q.insert(q.begin(), QueuedBatch{-1, 0, 900});
   EXPECT_EQ(position(q, -1, {}), 0u);  // 900 tokens without a prefix before 5's 868
@@ -60,7 +60,7 @@ TEST(DispatchTest, TakesABatchOfAPrefixHeldElsewhereOnlyWhenThatEndsSooner) {
   // One holder: 443 + 256 tokens of its own against the holder's queued 256 each.
   EXPECT_EQ(action(batches({3}, 443), -1, {3}), Action::kWait);
   EXPECT_EQ(action(batches({3, 3}, 443), -1, {3}), Action::kWait);  // 699 >= 512
-  EXPECT_EQ(position(batches({3, 3, 3}, 443), -1, {3}), 2u);        // 699 < 768: the last one
+  EXPECT_EQ(position(batches({3, 3, 3}, 443), -1, {3}), 2u);  // 699 < 768: the last one
   // Two holders share the queue: 5 batches are 640 tokens each, 6 are 768.
   EXPECT_EQ(action(batches({3, 3, 3, 3, 3}, 443), -1, {3, 3}), Action::kWait);
   EXPECT_EQ(position(batches({3, 3, 3, 3, 3, 3}, 443), 8, {3, 3}), 5u);
@@ -70,7 +70,7 @@ TEST(DispatchTest, TakesABatchOfAPrefixHeldElsewhereOnlyWhenThatEndsSooner) {
 
 TEST(DispatchTest, TakesFromThePrefixWhoseHoldersHaveTheMostQueuedWorkEach) {
   const std::vector<QueuedBatch> q = batches({3, 3, 3, 3, 9, 9, 9});
-  EXPECT_EQ(position(q, -1, {3, 9}), 3u);     // 1024 tokens for 3's holder, 768 for 9's
+  EXPECT_EQ(position(q, -1, {3, 9}), 3u);  // 1024 tokens for 3's holder, 768 for 9's
   EXPECT_EQ(position(q, -1, {3, 3, 9}), 6u);  // 512 each for 3's two holders, 768 for 9's
   // Tokens count, not batches: 9's two batches are the longer work.
   std::vector<QueuedBatch> sized = batches({3, 3, 3, 9, 9});

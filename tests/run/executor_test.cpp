@@ -103,7 +103,7 @@ TEST(Executor, ResultsDoNotDependOnTheBatching) {
   for (const Batch& batch : alone.batches)
     for (const WorkItem& item : batch.items) costs[item.request_index].push_back(item.cost());
   EXPECT_EQ(costs[5], std::vector<int64_t>{options(1).max_length});  // left-truncated to the context
-  EXPECT_EQ(costs[7].size(), 2u);                                    // two rolling windows
+  EXPECT_EQ(costs[7].size(), 2u);  // two rolling windows
   const auto a = run(alone), b = run(together);
   ASSERT_EQ(a.size(), requests.size());
   ASSERT_EQ(b.size(), requests.size());
@@ -131,7 +131,8 @@ TEST(Executor, ResultsDoNotDependOnTheBatching) {
 
 TEST(Executor, RollingScoreEqualsStepwiseScoringOfTheWholeText) {
   const std::string text = "Lily and Tom played with a big red ball. They were very happy.";
-  const Plan plan = make_plan({make_request(0, RequestType::kLoglikelihoodRolling, text)}, tokenizer(), options(1 << 20));
+  const Plan plan =
+      make_plan({make_request(0, RequestType::kLoglikelihoodRolling, text)}, tokenizer(), options(1 << 20));
   const auto results = run(plan);
   ASSERT_EQ(results.size(), 1u);
   ScoreRequest whole;
@@ -152,8 +153,8 @@ TEST(Executor, RollingWindowsAddUpToTheirStepwiseScores) {
   const auto windows = rolling_windows(tokens, *tokenizer().bos_id(), max_length);
   double expected = 0;
   for (const ScoreRequest& w : windows) expected += score_stepwise(model(), w).sum();
-  const auto results = run(make_plan({make_request(0, RequestType::kLoglikelihoodRolling, text)}, tokenizer(),
-                                     options(1 << 20)));
+  const auto results =
+      run(make_plan({make_request(0, RequestType::kLoglikelihoodRolling, text)}, tokenizer(), options(1 << 20)));
   EXPECT_NEAR(results.at(0).logprob, expected, 1e-3);
   EXPECT_EQ(results.at(0).num_tokens, static_cast<int64_t>(tokens.size()));
 }
@@ -333,16 +334,16 @@ TEST(Executor, AGenerationBatchsStopIdsEndItsSequences) {
   EXPECT_LT(cut.num_tokens, whole.num_tokens);
   EXPECT_EQ(whole.text.rfind(cut.text, 0), 0u) << "'" << cut.text << "' begins '" << whole.text << "'";
   EXPECT_LT(cut.text.size(), whole.text.size());
-  nlohmann::json scoring = to_json(make_plan({make_request(0, RequestType::kLoglikelihood, "A", " b")}, tokenizer(),
-                                             options(1 << 20)).batches.at(0));
+  nlohmann::json scoring =
+      to_json(make_plan({make_request(0, RequestType::kLoglikelihood, "A", " b")}, tokenizer(), options(1 << 20))
+                  .batches.at(0));
   scoring["stop_ids"] = {5};
   EXPECT_THROW(batch_from_json(scoring), Error);
 }
 
 TEST(Executor, RejectsBatchesThatMixKinds) {
-  const Plan plan =
-      make_plan({make_request(0, RequestType::kLoglikelihood, "A", " b"), generation(1, "A", {}, 3)}, tokenizer(),
-                options(1 << 20));
+  const Plan plan = make_plan({make_request(0, RequestType::kLoglikelihood, "A", " b"), generation(1, "A", {}, 3)},
+                              tokenizer(), options(1 << 20));
   ASSERT_EQ(plan.batches.size(), 2u);
   Batch mixed = plan.batches[0];
   mixed.items.push_back(plan.batches[1].items[0]);
@@ -413,14 +414,22 @@ TEST(Executor, CombineSumsWindowsInPartOrder) {
 TEST(Executor, CombineRejectsMissingOrDuplicateParts) {
   using ::testing::HasSubstr;
   using ::testing::ThrowsMessage;
-  EXPECT_THAT([] { combine_items({item(1, 0, 3, 0), item(1, 2, 3, 0)}); },
-              ThrowsMessage<Error>(HasSubstr("part 1 of 3 is missing")));
-  EXPECT_THAT([] { combine_items({item(1, 0, 3, 0), item(1, 1, 3, 0)}); },
-              ThrowsMessage<Error>(HasSubstr("part 2 of 3 is missing")));
-  EXPECT_THAT([] { combine_items({item(1, 0, 2, 0), item(1, 1, 2, 0), item(1, 1, 2, 0)}); },
-              ThrowsMessage<Error>(HasSubstr("appears twice")));
-  EXPECT_THAT([] { combine_items({item(1, 0, 2, 0), item(1, 1, 3, 0)}); },
-              ThrowsMessage<Error>(HasSubstr("disagree")));
+  EXPECT_THAT(
+      [] {
+        combine_items({item(1, 0, 3, 0), item(1, 2, 3, 0)});
+      },
+      ThrowsMessage<Error>(HasSubstr("part 1 of 3 is missing")));
+  EXPECT_THAT(
+      [] {
+        combine_items({item(1, 0, 3, 0), item(1, 1, 3, 0)});
+      },
+      ThrowsMessage<Error>(HasSubstr("part 2 of 3 is missing")));
+  EXPECT_THAT(
+      [] {
+        combine_items({item(1, 0, 2, 0), item(1, 1, 2, 0), item(1, 1, 2, 0)});
+      },
+      ThrowsMessage<Error>(HasSubstr("appears twice")));
+  EXPECT_THAT([] { combine_items({item(1, 0, 2, 0), item(1, 1, 3, 0)}); }, ThrowsMessage<Error>(HasSubstr("disagree")));
   EXPECT_THAT([] { combine_items({item(1, 4, 2, 0)}); }, ThrowsMessage<Error>(HasSubstr("outside")));
   EXPECT_TRUE(combine_items({}).empty());
 }

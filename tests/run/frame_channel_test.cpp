@@ -120,8 +120,8 @@ TEST(FrameChannelTest, ACorruptFrameIsAnErrorAndStaysOne) {
   FrameChannel reader(p.read.get(), -1);
   std::string bad = encode_frame({FrameType::kResult, "payload"});
   bad.back() ^= 0x5a;
-  write_bytes(p.write.get(), encode_frame({FrameType::kHeartbeat, ""}) + bad +
-                                 encode_frame({FrameType::kHeartbeat, ""}));
+  write_bytes(p.write.get(),
+              encode_frame({FrameType::kHeartbeat, ""}) + bad + encode_frame({FrameType::kHeartbeat, ""}));
   std::vector<Frame> got;
   EXPECT_THROW(receive_all(reader, got), FrameError);
   EXPECT_EQ(got.size(), 1u) << "only the frame before the corrupt one";
@@ -150,7 +150,8 @@ TEST(FrameChannelTest, AStoppedReceiveKeepsTheRestForTheNextOne) {
 TEST(FrameChannelTest, AWriteToAGoneReaderReportsEpipe) {
   Pipe p = make_pipe();
   p.read = io::UniqueFd();
-  struct sigaction ign {}, old {};
+  struct sigaction ign {
+  }, old{};
   ign.sa_handler = SIG_IGN;
   ASSERT_EQ(::sigaction(SIGPIPE, &ign, &old), 0);  // as SignalScope has it in the scheduler
   FrameChannel writer(-1, p.write.get());

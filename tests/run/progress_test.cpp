@@ -34,9 +34,11 @@ TEST(ProgressStatusLine, SaysItWaitsForTheWorkersBeforeAnyIsUp) {
   SchedulerStatus s;
   s.batches_total = 40;
   s.workers = {worker("cpu:0", "starting"), worker("cpu:1", "starting")};
-  EXPECT_EQ(ProgressReporter::status_line(s, nullptr), "[>                       ] 0/40 batches, waiting for 2 workers to load");
+  EXPECT_EQ(ProgressReporter::status_line(s, nullptr),
+            "[>                       ] 0/40 batches, waiting for 2 workers to load");
   s.workers = {worker("cpu:0", "starting")};
-  EXPECT_EQ(ProgressReporter::status_line(s, nullptr), "[>                       ] 0/40 batches, waiting for the worker to load");
+  EXPECT_EQ(ProgressReporter::status_line(s, nullptr),
+            "[>                       ] 0/40 batches, waiting for the worker to load");
 }
 
 TEST(ProgressStatusLine, CountsHaveThousandsSeparators) {

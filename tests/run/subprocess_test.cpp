@@ -361,7 +361,8 @@ TEST(SubprocessTest, ChildGetsItsOwnProcessGroup) {
 
 TEST(SubprocessTest, ChildStartsWithDefaultSignals) {
   // Ignored in the parent; a shell that inherits an ignored SIGPIPE cannot be killed by one.
-  struct sigaction ignore {}, old_action {};
+  struct sigaction ignore {
+  }, old_action{};
   ignore.sa_handler = SIG_IGN;
   ASSERT_EQ(::sigaction(SIGPIPE, &ignore, &old_action), 0);
   Child piped = spawn_shell("kill -PIPE $$; exit 0");
@@ -497,8 +498,7 @@ TEST(SubprocessTest, InheritedFdsAreCheckedInTheWorker) {
     try {
       inherited_command_fd();
       code |= 1;  // accepted a closed fd 3
-    } catch (const Error&) {
-    }
+    } catch (const Error&) {}
     int fds[2];
     if (::pipe(fds) != 0) ::_exit(100);
     // Kept above 4, where the dup2 calls below cannot overwrite them.
@@ -516,13 +516,11 @@ TEST(SubprocessTest, InheritedFdsAreCheckedInTheWorker) {
     try {
       inherited_command_fd();
       code |= 16;
-    } catch (const Error&) {
-    }
+    } catch (const Error&) {}
     try {
       inherited_result_fd();
       code |= 32;
-    } catch (const Error&) {
-    }
+    } catch (const Error&) {}
     ::_exit(code);
   }
   ASSERT_GT(pid, 0);

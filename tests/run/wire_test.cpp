@@ -19,10 +19,9 @@ namespace {
 
 using ::testing::HasSubstr;
 
-const FrameType kAllTypes[] = {FrameType::kHello,     FrameType::kWork,  FrameType::kResult,
-                               FrameType::kHeartbeat, FrameType::kError, FrameType::kShutdown,
-                               FrameType::kProbe, FrameType::kBroadcast, FrameType::kLaunch,
-                               FrameType::kItems};
+const FrameType kAllTypes[] = {FrameType::kHello,  FrameType::kWork,     FrameType::kResult, FrameType::kHeartbeat,
+                               FrameType::kError,  FrameType::kShutdown, FrameType::kProbe,  FrameType::kBroadcast,
+                               FrameType::kLaunch, FrameType::kItems};
 
 std::string random_bytes(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -88,7 +87,8 @@ TEST(WireTest, LayoutIsMagicLengthTypeCrcPayload) {
   // zlib crc32 of the bytes 03 'a' 'b' 'c', little-endian.
   const std::string crc = bytes.substr(9, 4);
   const uint32_t stored = static_cast<uint8_t>(crc[0]) | static_cast<uint8_t>(crc[1]) << 8 |
-                          static_cast<uint8_t>(crc[2]) << 16 | static_cast<uint32_t>(static_cast<uint8_t>(crc[3])) << 24;
+                          static_cast<uint8_t>(crc[2]) << 16 |
+                          static_cast<uint32_t>(static_cast<uint8_t>(crc[3])) << 24;
   EXPECT_EQ(stored, 0xf994e822u);
   EXPECT_EQ(bytes.substr(13), "abc");
 }
@@ -255,8 +255,12 @@ TEST(WireTest, HelloKeepsItsKeysAndASwitchOnlyMovesTheCheckpoint) {
   h.threads = 2;
   h.heartbeat_s = 0.25;
   nlohmann::json j = to_json(h);
-  EXPECT_EQ(j, nlohmann::json({{"worker", "cuda:1"}, {"model", "/models/a"}, {"dtype", "bfloat16"},
-                               {"device", "cuda:0"}, {"threads", 2}, {"heartbeat_s", 0.25}}));
+  EXPECT_EQ(j, nlohmann::json({{"worker", "cuda:1"},
+                               {"model", "/models/a"},
+                               {"dtype", "bfloat16"},
+                               {"device", "cuda:0"},
+                               {"threads", 2},
+                               {"heartbeat_s", 0.25}}));
   h.broadcast = WorkerHello::Broadcast{1, 4};
   j = nlohmann::json::from_cbor(pack_payload(to_json(h)));
   EXPECT_EQ(j.at("broadcast"), nlohmann::json({{"rank", 1}, {"world", 4}}));
@@ -360,7 +364,8 @@ TEST(WireTest, WriteToClosedReaderThrowsInsteadOfDying) {
   Pipe p = make_pipe();
   p.read = io::UniqueFd();
   // SIGPIPE has its default action (kill the process) for this test.
-  struct sigaction dfl {}, old {};
+  struct sigaction dfl {
+  }, old{};
   dfl.sa_handler = SIG_DFL;
   ASSERT_EQ(::sigaction(SIGPIPE, &dfl, &old), 0);
   try {
@@ -395,11 +400,11 @@ TEST(WireTest, CborPayloadRoundTrips) {
 TEST(WireTest, InvalidCborIsRejected) {
   const std::string good = pack_payload({{"id", 1}, {"text", "abc"}});
   const std::string bad_payloads[] = {
-      "",                                  // nothing at all
-      good.substr(0, good.size() - 1),     // cut short
-      good + "\x01",                       // a second value after the first
-      "\xff",                              // a break byte with nothing to break
-      "\x7a\xff\xff\xff\xff",              // a 4 GiB string that is not there
+      "",  // nothing at all
+      good.substr(0, good.size() - 1),  // cut short
+      good + "\x01",  // a second value after the first
+      "\xff",  // a break byte with nothing to break
+      "\x7a\xff\xff\xff\xff",  // a 4 GiB string that is not there
   };
   for (const std::string& payload : bad_payloads) {
     try {

@@ -56,13 +56,13 @@ const Sandbox* shared_sandbox(std::string* why) {
   return sandbox.get();
 }
 
-#define GPUEVAL_REQUIRE_SANDBOX(var)                                                              \
-  std::string why_##var;                                                                         \
-  const Sandbox* var = shared_sandbox(&why_##var);                                               \
-  if (!var) {                                                                                    \
-    const char* require = std::getenv("GPUEVAL_REQUIRE_SANDBOX");                                \
+#define GPUEVAL_REQUIRE_SANDBOX(var)                                                                  \
+  std::string why_##var;                                                                              \
+  const Sandbox* var = shared_sandbox(&why_##var);                                                    \
+  if (!var) {                                                                                         \
+    const char* require = std::getenv("GPUEVAL_REQUIRE_SANDBOX");                                     \
     if (require && std::string(require) == "1") FAIL() << "GPUEVAL_REQUIRE_SANDBOX=1: " << why_##var; \
-    GTEST_SKIP() << "no code sandbox here: " << why_##var;                                        \
+    GTEST_SKIP() << "no code sandbox here: " << why_##var;                                            \
   }
 
 // A second of CPU time; the wall-clock ceiling far above it, so a loaded machine (ctest -j2) cannot
@@ -103,7 +103,8 @@ TEST(SandboxTest, WithoutBubblewrapItRefusesInOneLineSayingWhatToInstall) {
             "bubblewrap)");
   o.python = "/nonexistent/python3";
   o.unsafe_no_sandbox = true;
-  EXPECT_THAT(testing::error_of([&] { Sandbox s(o); }), StartsWith("/nonexistent/python3: no Python interpreter there"));
+  EXPECT_THAT(testing::error_of([&] { Sandbox s(o); }),
+              StartsWith("/nonexistent/python3: no Python interpreter there"));
 }
 
 // A sandbox that never comes up (here a bubblewrap that, after the start-up check, only sleeps) is
@@ -117,9 +118,13 @@ TEST(SandboxTest, ASandboxThatNeverStartsIsAnErrorNotATimeout) {
   ASSERT_EQ(::mkdir(state.c_str(), 0777), 0);
   ASSERT_EQ(::chmod(state.c_str(), 0777), 0);
   const std::string fake = dir.file("bwrap");
-  testing::write_text(fake, "#!/bin/sh\ncase \"$1\" in --version) exec /usr/bin/bwrap \"$@\";; esac\n"
-                            "if [ -e " + state + "/started ]; then exec sleep 600; fi\n"
-                            ": > " + state + "/started\nexec /usr/bin/bwrap \"$@\"\n");
+  testing::write_text(fake,
+                      "#!/bin/sh\ncase \"$1\" in --version) exec /usr/bin/bwrap \"$@\";; esac\n"
+                      "if [ -e " +
+                          state +
+                          "/started ]; then exec sleep 600; fi\n"
+                          ": > " +
+                          state + "/started\nexec /usr/bin/bwrap \"$@\"\n");
   ASSERT_EQ(::chmod(fake.c_str(), 0755), 0);
   SandboxOptions o;
   o.bwrap = fake;
@@ -186,9 +191,8 @@ TEST(SandboxTest, ScriptModeRunsAProgramAsPythonDoes) {
                    ProgramMode::kScript);
   EXPECT_EQ(v.detail, "ValueError: ran as main");
   // What a program sees: the user nobody, pid 2 under the namespace's init, no /etc, a clean env.
-  v = sandbox->run(
-      "import os\nraise RuntimeError(repr((os.getpid(), sorted(os.listdir('/')), sorted(os.environ))))\n",
-      quick_limits(), ProgramMode::kScript);
+  v = sandbox->run("import os\nraise RuntimeError(repr((os.getpid(), sorted(os.listdir('/')), sorted(os.environ))))\n",
+                   quick_limits(), ProgramMode::kScript);
   EXPECT_EQ(v.detail,
             "RuntimeError: (2, ['.sandbox', 'bin', 'dev', 'lib', 'lib64', 'proc', 'tmp', 'usr', 'work'], "
             "['HOME', 'LANG', 'MKL_NUM_THREADS', 'OMP_NUM_THREADS', 'OPENBLAS_NUM_THREADS', 'PATH', 'PWD'])");
@@ -272,9 +276,9 @@ TEST_P(SandboxBattery, TheAttackFailsAndTheHostIsUnchanged) {
   Listener listener;
   Sentinel sentinel;
   const Attack& attack = GetParam();
-  const std::string program = fmt::format(fmt::runtime(attack.program), fmt::arg("canary", canary),
-                                          fmt::arg("secret", secret), fmt::arg("port", listener.port),
-                                          fmt::arg("sentinel", sentinel.pid));
+  const std::string program =
+      fmt::format(fmt::runtime(attack.program), fmt::arg("canary", canary), fmt::arg("secret", secret),
+                  fmt::arg("port", listener.port), fmt::arg("sentinel", sentinel.pid));
   const Verdict v = sandbox->run(program, quick_limits(attack.wall_seconds), ProgramMode::kScript);
   // Every attack is written to pass when it succeeds.
   EXPECT_NE(v.kind, Kind::kPassed) << attack.name << ": the attack succeeded";
@@ -299,31 +303,45 @@ const Attack kAttacks[] = {
     {"infinite_loop", "while True:\n    pass\n", {Kind::kTimedOut}, "cpu time"},
     {"sleep_forever", "import time\ntime.sleep(1e9)\n", {Kind::kTimedOut}, "wall-clock ceiling 2.00 s", 2.0},
     {"allocate_64g", "x = bytearray(64 << 30)\n", {Kind::kFailed}, "MemoryError"},
-    {"write_10g", "with open('big', 'wb') as f:\n    for _ in range(10240):\n        f.write(b'x' * (1 << 20))\n",
-     {Kind::kFailed}, "OSError: [Errno 27] File too large"},
-    {"print_1g", "import sys\nfor _ in range(1024):\n    sys.stdout.write('x' * (1 << 20))\n", {Kind::kFailed},
+    {"write_10g",
+     "with open('big', 'wb') as f:\n    for _ in range(10240):\n        f.write(b'x' * (1 << 20))\n",
+     {Kind::kFailed},
+     "OSError: [Errno 27] File too large"},
+    {"print_1g",
+     "import sys\nfor _ in range(1024):\n    sys.stdout.write('x' * (1 << 20))\n",
+     {Kind::kFailed},
      "output over 1048576 bytes"},
     {"delete_canary", "import os\nos.remove('{canary}')\n", {Kind::kFailed}, "FileNotFoundError"},
     {"read_output_folder", "print(open('{secret}').read())\n", {Kind::kFailed}, "FileNotFoundError"},
     {"read_etc_shadow", "print(open('/etc/shadow').read())\n", {Kind::kFailed}, "FileNotFoundError"},
-    {"connect_tcp", "import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1).send(b'hi')\n",
-     {Kind::kFailed}, "ConnectionRefusedError"},
-    {"kill_parent", "import os\nos.kill(os.getppid(), 9)\nos.kill({sentinel}, 9)\n", {Kind::kFailed},
+    {"connect_tcp",
+     "import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1).send(b'hi')\n",
+     {Kind::kFailed},
+     "ConnectionRefusedError"},
+    {"kill_parent",
+     "import os\nos.kill(os.getppid(), 9)\nos.kill({sentinel}, 9)\n",
+     {Kind::kFailed},
      "ProcessLookupError"},
     {"kill_everything",
      "import os\ntry:\n    os.kill(-1, 9)\nexcept OSError:\n    pass\nfor pid in range(2, 5000):\n    try:\n"
      "        os.kill(pid, 9)\n    except OSError:\n        pass\nos.kill({sentinel}, 0)\n",
-     {Kind::kFailed}, ""},
+     {Kind::kFailed},
+     ""},
     {"daemon_outlives",
      "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(1000)\n"
      "    os._exit(0)\ntime.sleep(0.2)\nraise SystemExit(1)\n",
-     {Kind::kFailed}, "SystemExit: 1"},
-    {"ptrace", "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
-               "if libc.ptrace(16, 1, 0, 0) != 0:\n    raise OSError(ctypes.get_errno(), 'ptrace')\n",
-     {Kind::kFailed}, "PermissionError: [Errno 1] ptrace"},
-    {"unshare", "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
-                "if libc.unshare(0x10000000) != 0:\n    raise OSError(ctypes.get_errno(), 'unshare')\n",
-     {Kind::kFailed}, "PermissionError: [Errno 1] unshare"},
+     {Kind::kFailed},
+     "SystemExit: 1"},
+    {"ptrace",
+     "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+     "if libc.ptrace(16, 1, 0, 0) != 0:\n    raise OSError(ctypes.get_errno(), 'ptrace')\n",
+     {Kind::kFailed},
+     "PermissionError: [Errno 1] ptrace"},
+    {"unshare",
+     "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+     "if libc.unshare(0x10000000) != 0:\n    raise OSError(ctypes.get_errno(), 'unshare')\n",
+     {Kind::kFailed},
+     "PermissionError: [Errno 1] unshare"},
 };
 
 INSTANTIATE_TEST_SUITE_P(Hostile, SandboxBattery, ::testing::ValuesIn(kAttacks),
@@ -352,12 +370,12 @@ TEST(SandboxTest, APoolRunsProgramsConcurrentlyAndReturnsEveryVerdict) {
 
 TEST(ExecuteCommand, VerdictsComeInInputOrderWithTheirIds) {
   GPUEVAL_REQUIRE_SANDBOX(sandbox);
-  const testing::CommandResult r = testing::run_gpueval(
-      {"execute", "--max-sandboxes", "2", "--cpu-seconds", "1"},
-      "{\"id\": \"loop\", \"program\": \"while True: pass\"}\n"
-      "\n"
-      "{\"id\": 7, \"program\": \"assert True\"}\n"
-      "{\"id\": [1, 2], \"program\": \"import sys; sys.exit(2)\", \"mode\": \"script\"}\n");
+  const testing::CommandResult r =
+      testing::run_gpueval({"execute", "--max-sandboxes", "2", "--cpu-seconds", "1"},
+                           "{\"id\": \"loop\", \"program\": \"while True: pass\"}\n"
+                           "\n"
+                           "{\"id\": 7, \"program\": \"assert True\"}\n"
+                           "{\"id\": [1, 2], \"program\": \"import sys; sys.exit(2)\", \"mode\": \"script\"}\n");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::vector<nlohmann::json> lines;
   std::istringstream out(r.out);

@@ -34,7 +34,8 @@ std::vector<std::string> task_dirs() { return {testing::source_dir() + "/tasks"}
 // The shipped tasks over ../shared/data's ARC and HellaSwag, or `root_name` at `root` instead.
 Task load(const std::string& name, const std::string& root_name = "", const std::string& root = "") {
   TaskLoadOptions options;
-  for (const char* shared : {"arc", "hellaswag"}) options.data_roots[shared] = testing::shared_dir() + "/data/" + shared;
+  for (const char* shared : {"arc", "hellaswag"})
+    options.data_roots[shared] = testing::shared_dir() + "/data/" + shared;
   if (!root.empty()) options.data_roots[root_name] = root;
   return Task::load(name, task_dirs(), options);
 }
@@ -53,11 +54,10 @@ void expect_first_arc_easy_prompt(const Task& task) {
   const std::vector<Request> requests = task.requests(task.documents().at(0));
   ASSERT_EQ(requests.size(), 4u);
   for (const Request& r : requests) EXPECT_EQ(r.context, std::string("Question: ") + kEasyQuestion + "\nAnswer:");
-  EXPECT_THAT(continuations(requests),
-              ElementsAre(" Sunlight is the source of energy for nearly all ecosystems.",
-                          " Most ecosystems are found on land instead of in water.",
-                          " Carbon dioxide is more available than other gases.",
-                          " The producers in all ecosystems are plants."));
+  EXPECT_THAT(continuations(requests), ElementsAre(" Sunlight is the source of energy for nearly all ecosystems.",
+                                                   " Most ecosystems are found on land instead of in water.",
+                                                   " Carbon dioxide is more available than other gases.",
+                                                   " The producers in all ecosystems are plants."));
   EXPECT_EQ(task.target(task.documents().at(0)), 0);
 }
 
@@ -97,19 +97,22 @@ TEST(ArcHellaswagTest, HuggingFaceAndAi2LayoutsGiveTheSamePrompt) {
       "of in water.\", \"Carbon dioxide is more available than other gases.\", \"The producers in all ecosystems are "
       "plants.\"]";
   // The second document numbers its labels, as some ARC questions do.
-  hf.write("arc_easy_test.jsonl",
-           std::string("{\"id\": \"Mercury_417466\", \"question\": \"") + kEasyQuestion +
-               "\", \"choices\": {\"text\": " + choices + ", \"label\": [\"A\", \"B\", \"C\", \"D\"]}, \"answerKey\": \"A\"}\n"
-               "{\"id\": \"x2\", \"question\": \"Two?\", \"choices\": {\"text\": [\"a\", \"b\", \"c\"], \"label\": [\"1\", "
-               "\"2\", \"3\"]}, \"answerKey\": \"3\"}\n");
-  ai2.write("ARC-Easy-Test.jsonl",
-            std::string("{\"id\": \"Mercury_417466\", \"question\": {\"stem\": \"") + kEasyQuestion +
-                "\", \"choices\": [{\"text\": \"Sunlight is the source of energy for nearly all ecosystems.\", \"label\": "
-                "\"A\"}, {\"text\": \"Most ecosystems are found on land instead of in water.\", \"label\": \"B\"}, "
-                "{\"text\": \"Carbon dioxide is more available than other gases.\", \"label\": \"C\"}, {\"text\": \"The "
-                "producers in all ecosystems are plants.\", \"label\": \"D\"}]}, \"answerKey\": \"A\"}\n"
-                "{\"id\": \"x2\", \"question\": {\"stem\": \"Two?\", \"choices\": [{\"text\": \"a\", \"label\": \"1\"}, "
-                "{\"text\": \"b\", \"label\": \"2\"}, {\"text\": \"c\", \"label\": \"3\"}]}, \"answerKey\": \"3\"}\n");
+  hf.write(
+      "arc_easy_test.jsonl",
+      std::string("{\"id\": \"Mercury_417466\", \"question\": \"") + kEasyQuestion +
+          "\", \"choices\": {\"text\": " + choices +
+          ", \"label\": [\"A\", \"B\", \"C\", \"D\"]}, \"answerKey\": \"A\"}\n"
+          "{\"id\": \"x2\", \"question\": \"Two?\", \"choices\": {\"text\": [\"a\", \"b\", \"c\"], \"label\": [\"1\", "
+          "\"2\", \"3\"]}, \"answerKey\": \"3\"}\n");
+  ai2.write(
+      "ARC-Easy-Test.jsonl",
+      std::string("{\"id\": \"Mercury_417466\", \"question\": {\"stem\": \"") + kEasyQuestion +
+          "\", \"choices\": [{\"text\": \"Sunlight is the source of energy for nearly all ecosystems.\", \"label\": "
+          "\"A\"}, {\"text\": \"Most ecosystems are found on land instead of in water.\", \"label\": \"B\"}, "
+          "{\"text\": \"Carbon dioxide is more available than other gases.\", \"label\": \"C\"}, {\"text\": \"The "
+          "producers in all ecosystems are plants.\", \"label\": \"D\"}]}, \"answerKey\": \"A\"}\n"
+          "{\"id\": \"x2\", \"question\": {\"stem\": \"Two?\", \"choices\": [{\"text\": \"a\", \"label\": \"1\"}, "
+          "{\"text\": \"b\", \"label\": \"2\"}, {\"text\": \"c\", \"label\": \"3\"}]}, \"answerKey\": \"3\"}\n");
   for (const testing::TempDir* dir : {&hf, &ai2}) {
     SCOPED_TRACE(dir->path());
     const Task task = load("arc_easy", "arc", dir->path());
@@ -129,21 +132,28 @@ TEST(ArcHellaswagTest, IndexIsPythonsListIndex) {
   const nlohmann::json doc = {{"choices", {{"label", {"A", "B", "B"}}}}, {"answerKey", "B"}};
   EXPECT_EQ(t.value(doc, "d:1"), 1);  // the first match, an integer
   EXPECT_EQ(t.render(doc, "d:1"), "1");
-  EXPECT_EQ(error_of([&] { t.value({{"choices", {{"label", {"A", "B"}}}}, {"answerKey", "E"}}, "d:7"); }),
+  EXPECT_EQ(error_of([&] {
+              t.value({{"choices", {{"label", {"A", "B"}}}}, {"answerKey", "E"}}, "d:7");
+            }),
             "d:7: doc_to_target '{{ choices.label.index(answerKey) }}': 'E' is not in list ['A', 'B']");
-  EXPECT_EQ(error_of([&] { t.value({{"choices", {{"label", {"1", "2"}}}}, {"answerKey", 1}}, "d:8"); }),
+  EXPECT_EQ(error_of([&] {
+              t.value({{"choices", {{"label", {"1", "2"}}}}, {"answerKey", 1}}, "d:8");
+            }),
             "d:8: doc_to_target '{{ choices.label.index(answerKey) }}': 1 is not in list ['1', '2']");
-  EXPECT_EQ(error_of([&] { Template::parse("{{a.index(b).x}}", "doc_to_target", "x.yaml:3").value(
-                              {{"a", {"p", "q"}}, {"b", "q"}}, "d:9"); }),
-            "d:9: doc_to_target '{{a.index(b).x}}': a.index(b) (int) has no attribute 'x'");
+  EXPECT_EQ(
+      error_of([&] {
+        Template::parse("{{a.index(b).x}}", "doc_to_target", "x.yaml:3").value({{"a", {"p", "q"}}, {"b", "q"}}, "d:9");
+      }),
+      "d:9: doc_to_target '{{a.index(b).x}}': a.index(b) (int) has no attribute 'x'");
 }
 
 TEST(ArcHellaswagTest, ArcAnswerKeyNotAmongTheLabelsNamesTheLine) {
   testing::TempDir dir;
-  dir.write("arc_challenge_test.jsonl",
-            "{\"question\": \"Q?\", \"choices\": {\"text\": [\"a\", \"b\"], \"label\": [\"A\", \"B\"]}, \"answerKey\": \"B\"}\n"
-            "\n"
-            "{\"question\": \"R?\", \"choices\": {\"text\": [\"a\", \"b\"], \"label\": [\"A\", \"B\"]}, \"answerKey\": \"E\"}\n");
+  dir.write(
+      "arc_challenge_test.jsonl",
+      "{\"question\": \"Q?\", \"choices\": {\"text\": [\"a\", \"b\"], \"label\": [\"A\", \"B\"]}, \"answerKey\": \"B\"}\n"
+      "\n"
+      "{\"question\": \"R?\", \"choices\": {\"text\": [\"a\", \"b\"], \"label\": [\"A\", \"B\"]}, \"answerKey\": \"E\"}\n");
   EXPECT_EQ(error_of([&] { load("arc_challenge", "arc", dir.path()); }),
             dir.file("arc_challenge_test.jsonl") +
                 ":3: doc_to_target '{{choices.label.index(answerKey)}}': 'E' is not in list ['A', 'B']");
@@ -156,20 +166,24 @@ TEST(ArcHellaswagTest, ArcAnswerKeyNotAmongTheLabelsNamesTheLine) {
 TEST(ArcHellaswagTest, UnknownOrPythonProcessDocsIsRejectedWithTheLine) {
   testing::TempDir dir;
   dir.write("d.jsonl", "{\"q\": \"x\"}\n");
-  const std::string yaml = dir.write("t.yaml", "task: t\ndataset_path: d.jsonl\nprocess_docs: arcc\ndoc_to_text: \"{{q}}\"\n"
-                                               "doc_to_target: \"{{q}}\"\n");
+  const std::string yaml = dir.write("t.yaml",
+                                     "task: t\ndataset_path: d.jsonl\nprocess_docs: arcc\ndoc_to_text: \"{{q}}\"\n"
+                                     "doc_to_target: \"{{q}}\"\n");
   EXPECT_EQ(error_of([&] { Task::load(yaml, {}); }),
             yaml + ":3: unknown process_docs 'arcc' (built in: arc, hellaswag)");
-  dir.write("t.yaml", "task: t\ndataset_path: d.jsonl\nprocess_docs: !function utils.process_docs\n"
-                      "doc_to_text: \"{{q}}\"\ndoc_to_target: \"{{q}}\"\n");
+  dir.write("t.yaml",
+            "task: t\ndataset_path: d.jsonl\nprocess_docs: !function utils.process_docs\n"
+            "doc_to_text: \"{{q}}\"\ndoc_to_target: \"{{q}}\"\n");
   EXPECT_EQ(error_of([&] { Task::load(yaml, {}); }),
             yaml + ":3: process_docs: tag '!function' is not supported (gpueval runs no Python)");
   // A candidate list names every file it tried.
   dir.write("t.yaml", "task: t\ndataset_path: [a.jsonl, b.jsonl]\ndoc_to_text: \"{{q}}\"\ndoc_to_target: \"{{q}}\"\n");
-  EXPECT_EQ(error_of([&] { Task::load(yaml, {}); }), yaml + ":2: dataset_path: none of a.jsonl, b.jsonl exists in " + dir.path());
+  EXPECT_EQ(error_of([&] { Task::load(yaml, {}); }),
+            yaml + ":2: dataset_path: none of a.jsonl, b.jsonl exists in " + dir.path());
   // Candidates after the one found are checked too.
-  dir.write("t.yaml", "task: t\ndataset_path:\n  - d.jsonl\n  - {path: x.txt, dataset_kind: txt}\n"
-                      "doc_to_text: \"{{q}}\"\ndoc_to_target: \"{{q}}\"\n");
+  dir.write("t.yaml",
+            "task: t\ndataset_path:\n  - d.jsonl\n  - {path: x.txt, dataset_kind: txt}\n"
+            "doc_to_text: \"{{q}}\"\ndoc_to_target: \"{{q}}\"\n");
   EXPECT_EQ(error_of([&] { Task::load(yaml, {}); }),
             yaml + ":4: dataset_kind must be jsonl, csv, hellaswag_text or text, got 'txt'");
 }
@@ -239,8 +253,9 @@ TEST(ArcHellaswagTest, BadSixLineRecordsNameTheLine) {
 
   dir.write("hellaswag_val_full.txt", "ctx one\n2\na\nb\n" + std::string(kMaxDocumentBytes + 1, 'c') + "\nd\n");
   EXPECT_EQ(error_of([&] { load("hellaswag", "hellaswag", dir.path()); }),
-            file + ":5: the line is 67108865 bytes, past the bound of 67108864 (64 MiB) that gpueval accepts for one "
-                   "document");
+            file +
+                ":5: the line is 67108865 bytes, past the bound of 67108864 (64 MiB) that gpueval accepts for one "
+                "document");
 }
 
 // Our own requests for the reference's HellaSwag documents, scored through the planner and
@@ -261,7 +276,8 @@ TEST(ArcHellaswagTest, HellaswagScoresReproduceTheReference) {
     ASSERT_EQ(own.size(), item.at("choices").size());
     for (Request& r : own) {
       EXPECT_EQ(r.context, item.at("context").get<std::string>());
-      EXPECT_EQ(r.continuation, item.at("choices")[static_cast<size_t>(r.choice)].at("continuation").get<std::string>());
+      EXPECT_EQ(r.continuation,
+                item.at("choices")[static_cast<size_t>(r.choice)].at("continuation").get<std::string>());
       r.index = static_cast<int64_t>(requests.size());
       requests.push_back(std::move(r));
     }

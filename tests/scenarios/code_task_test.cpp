@@ -125,9 +125,11 @@ TEST(CodeTask, MbppIsLmEvalsTestSplitThreeShotWithPassAt1OnTheFirstResponse) {
   ASSERT_EQ(requests.size(), 1u);
   EXPECT_EQ(requests[0].stops, std::vector<std::string>{"[DONE]"});
   // The three examples (is_fewshot: their code and "[DONE]"), then the asked task's prompt.
-  EXPECT_THAT(requests[0].context, ::testing::StartsWith(
-      "You are an expert Python programmer, and here is your task: Write a function to find the similar elements "
-      "from the given two tuple lists. Your code should pass these tests:\n\nassert similar_elements((3, 4, 5, 6),"));
+  EXPECT_THAT(
+      requests[0].context,
+      ::testing::StartsWith(
+          "You are an expert Python programmer, and here is your task: Write a function to find the similar elements "
+          "from the given two tuple lists. Your code should pass these tests:\n\nassert similar_elements((3, 4, 5, 6),"));
   EXPECT_THAT(requests[0].context, HasSubstr("  return (res) \n[DONE]\n\nYou are an expert"));
   EXPECT_THAT(requests[0].context, ::testing::EndsWith(doc.fields["test_list"][2].get<std::string>() + "\n[BEGIN]\n"));
   // The program: the response, "\n", the three asserts (code_eval's candidate + "\n" + test).
@@ -176,10 +178,12 @@ TEST(CodeTask, BitsPerByteVariantsScoreTheGoldSolutionAfterTheSamePrompt) {
 
 TEST(CodeTask, DocumentRangeKeepsTheDocumentsWhoseIdIsInRangeAndRefusesBadOnes) {
   testing::TempDir dir;
-  testing::write_text(dir.file("d.jsonl"), "{\"id\": 1, \"q\": \"a\"}\n{\"id\": 2, \"q\": \"b\"}\n"
-                                           "{\"id\": 3, \"q\": \"c\"}\n");
-  const std::string head = "task: t\ndataset_path: d.jsonl\noutput_type: generate_until\ndoc_to_text: \"{{q}}\"\n"
-                           "doc_to_target: \"{{q}}\"\n";
+  testing::write_text(dir.file("d.jsonl"),
+                      "{\"id\": 1, \"q\": \"a\"}\n{\"id\": 2, \"q\": \"b\"}\n"
+                      "{\"id\": 3, \"q\": \"c\"}\n");
+  const std::string head =
+      "task: t\ndataset_path: d.jsonl\noutput_type: generate_until\ndoc_to_text: \"{{q}}\"\n"
+      "doc_to_target: \"{{q}}\"\n";
   auto load = [&](const std::string& body) {
     testing::write_text(dir.file("t.yaml"), head + body);
     return Task::load(dir.file("t.yaml"), {}, {});
@@ -192,20 +196,23 @@ TEST(CodeTask, DocumentRangeKeepsTheDocumentsWhoseIdIsInRangeAndRefusesBadOnes) 
   EXPECT_EQ(task.location(task.documents()[1]), dir.file("d.jsonl") + ":3");
   EXPECT_EQ(task.ordered_config()["document_range"]["first"], 2);
   EXPECT_THAT(error("document_range: {field: id, first: 4, last: 9}\n"),
-              HasSubstr(dir.file("d.jsonl") + ": no document has id from 4 to 9 (document_range, " + dir.file("t.yaml") + ":6"));
+              HasSubstr(dir.file("d.jsonl") + ": no document has id from 4 to 9 (document_range, " +
+                        dir.file("t.yaml") + ":6"));
   EXPECT_THAT(error("document_range: {field: q, first: 1, last: 2}\n"),
               HasSubstr(dir.file("d.jsonl") + ":1: document without an integer field 'q' (document_range"));
   EXPECT_THAT(error("document_range: {field: id, first: 3, last: 2}\n"),
               HasSubstr(dir.file("t.yaml") + ":6: document_range must be a mapping {field: NAME, first: N, last: M}"));
   EXPECT_THAT(error("document_range: [1, 2]\n"), HasSubstr("document_range must be a mapping"));
-  EXPECT_THAT(error("document_range: {field: id, first: 1, last: 2, step: 1}\n"), HasSubstr("document_range must be a mapping"));
+  EXPECT_THAT(error("document_range: {field: id, first: 1, last: 2, step: 1}\n"),
+              HasSubstr("document_range must be a mapping"));
 }
 
 TEST(CodeTask, ATaskFileSaysUnsafeCodeExactlyWhenAMetricRunsPrograms) {
   testing::TempDir dir;
   testing::write_text(dir.file("d.jsonl"), "{\"prompt\": \"x = 1\\n\", \"test\": \"assert x == 1\"}\n");
-  const std::string head = "task: t\ndataset_path: d.jsonl\noutput_type: generate_until\ndoc_to_text: \"{{prompt}}\"\n"
-                           "doc_to_target: \"{{test}}\"\n";
+  const std::string head =
+      "task: t\ndataset_path: d.jsonl\noutput_type: generate_until\ndoc_to_text: \"{{prompt}}\"\n"
+      "doc_to_target: \"{{test}}\"\n";
   const std::string code_metric = "metric_list:\n  - metric: !function utils.pass_at_k\n    k: [1]\n";
   auto error = [&](const std::string& body) {
     testing::write_text(dir.file("t.yaml"), head + body);
@@ -225,16 +232,17 @@ TEST(CodeTask, ATaskFileSaysUnsafeCodeExactlyWhenAMetricRunsPrograms) {
                     "filter_list:\n  - name: f\n    filter:\n      - function: custom\n"
                     "        filter_fn: !function utils.extract\n"),
               HasSubstr("custom filter_fn 'utils.extract': gpueval runs no Python"));
-  EXPECT_THAT(error("unsafe_code: true\n" + code_metric +
-                    "filter_list:\n  - name: f\n    filter:\n      - function: custom\n"),
-              HasSubstr("filter function 'custom' needs filter_fn: !function NAME"));
+  EXPECT_THAT(
+      error("unsafe_code: true\n" + code_metric + "filter_list:\n  - name: f\n    filter:\n      - function: custom\n"),
+      HasSubstr("filter function 'custom' needs filter_fn: !function NAME"));
 }
 
 TEST(CodeTask, AGzippedDatasetThatIsNotGzipIsOneLine) {
   testing::TempDir dir;
   testing::write_text(dir.file("d.jsonl.gz"), "{\"prompt\": \"x\"}\n");
-  testing::write_text(dir.file("t.yaml"), "task: t\ndataset_path: d.jsonl.gz\noutput_type: generate_until\n"
-                                          "doc_to_text: \"{{prompt}}\"\ndoc_to_target: \"{{prompt}}\"\n");
+  testing::write_text(dir.file("t.yaml"),
+                      "task: t\ndataset_path: d.jsonl.gz\noutput_type: generate_until\n"
+                      "doc_to_text: \"{{prompt}}\"\ndoc_to_target: \"{{prompt}}\"\n");
   EXPECT_EQ(testing::error_of([&] { Task::load(dir.file("t.yaml"), {}, {}); }),
             dir.file("d.jsonl.gz") + ": not a gzip file (it does not start with gzip's magic bytes 1f 8b)");
 }
@@ -243,12 +251,11 @@ TEST(CodeTask, AGzippedDatasetThatIsNotGzipIsOneLine) {
 // prompt ends in a comment the completion continues (generation stops at the line's end), so the
 // verdict is the document's own test: two pass, one fails, one loops forever.
 std::string write_code_config(const testing::TempDir& dir, const std::string& extra = "") {
-  testing::write_text(
-      dir.file("code.jsonl"),
-      "{\"prompt\": \"def f():\\n    return 1\\n# \", \"test\": \"assert f() == 1\"}\n"
-      "{\"prompt\": \"def g(x):\\n    return 2 * x\\n# \", \"test\": \"assert g(2) == 4\"}\n"
-      "{\"prompt\": \"def h():\\n    return 3\\n# \", \"test\": \"assert h() == 4\"}\n"
-      "{\"prompt\": \"def k():\\n    return 0\\n# \", \"test\": \"while True:\\n    k()\"}\n");
+  testing::write_text(dir.file("code.jsonl"),
+                      "{\"prompt\": \"def f():\\n    return 1\\n# \", \"test\": \"assert f() == 1\"}\n"
+                      "{\"prompt\": \"def g(x):\\n    return 2 * x\\n# \", \"test\": \"assert g(2) == 4\"}\n"
+                      "{\"prompt\": \"def h():\\n    return 3\\n# \", \"test\": \"assert h() == 4\"}\n"
+                      "{\"prompt\": \"def k():\\n    return 0\\n# \", \"test\": \"while True:\\n    k()\"}\n");
   testing::write_text(dir.file("code.yaml"),
                       "task: code\ndataset_path: code.jsonl\nunsafe_code: true\noutput_type: generate_until\n"
                       "doc_to_text: \"{{prompt}}\"\ndoc_to_target: \"{{test}}\"\n"
@@ -263,19 +270,19 @@ std::string write_code_config(const testing::TempDir& dir, const std::string& ex
 }
 
 // Skips the test (or fails it, under GPUEVAL_REQUIRE_SANDBOX=1, as CI sets) without a sandbox here.
-#define REQUIRE_SANDBOX()                                                                       \
-  do {                                                                                          \
-    std::string why;                                                                            \
-    try {                                                                                       \
-      Sandbox probe{SandboxOptions{}};                                                          \
-    } catch (const Error& e) {                                                                  \
-      why = e.what();                                                                           \
-    }                                                                                           \
-    if (!why.empty()) {                                                                         \
-      const char* require = std::getenv("GPUEVAL_REQUIRE_SANDBOX");                             \
+#define REQUIRE_SANDBOX()                                                                         \
+  do {                                                                                            \
+    std::string why;                                                                              \
+    try {                                                                                         \
+      Sandbox probe{SandboxOptions{}};                                                            \
+    } catch (const Error& e) {                                                                    \
+      why = e.what();                                                                             \
+    }                                                                                             \
+    if (!why.empty()) {                                                                           \
+      const char* require = std::getenv("GPUEVAL_REQUIRE_SANDBOX");                               \
       if (require && std::string(require) == "1") FAIL() << "GPUEVAL_REQUIRE_SANDBOX=1: " << why; \
-      GTEST_SKIP() << "no code sandbox here: " << why;                                          \
-    }                                                                                           \
+      GTEST_SKIP() << "no code sandbox here: " << why;                                            \
+    }                                                                                             \
   } while (0)
 
 // The runner takes programs while earlier ones run: submit() returns at once, the status says

@@ -17,9 +17,9 @@
 namespace gpueval {
 namespace {
 
-using ::testing::HasSubstr;
 using nlohmann::json;
 using testing::AsyncRun;
+using ::testing::HasSubstr;
 
 const char* const kNoIndependentRows =
     "this machine's generation rows depend on their batch (no AVX2+FMA, or GPUEVAL_ROW_INVARIANT_PRODUCTS=0): "
@@ -31,7 +31,8 @@ json journal_of(const std::string& out) { return json::parse(io::read_file(out +
 std::string write_config(const testing::TempDir& dir, const std::string& name, const std::string& extra) {
   std::string docs;
   const char* names[] = {"Lily", "Tom", "Ben", "Sue", "Max", "Mia", "Sam", "Anna", "Tim", "Lucy", "Jack", "Sara"};
-  for (const char* n : names) docs += "{\"start\": \"Once upon a time, " + std::string(n) + " went to the\", \"who\": \"" + n + "\"}\n";
+  for (const char* n : names)
+    docs += "{\"start\": \"Once upon a time, " + std::string(n) + " went to the\", \"who\": \"" + n + "\"}\n";
   testing::write_text(dir.file("stories.jsonl"), docs);
   testing::write_text(dir.file("stories.yaml"),
                       "task: stories\ndataset_path: stories.jsonl\noutput_type: generate_until\n"
@@ -86,7 +87,8 @@ class SequencesAhead : public ::testing::Test {
   static void SetUpTestSuite() {
     if (!generation_rows_independent(at::kCPU, at::kFloat)) return;
     reference_dir_ = new testing::TempDir;
-    const auto reference = testing::run_gpueval({"run", "--gpus", "cpu:1", write_config(*reference_dir_, "reference", "")});
+    const auto reference =
+        testing::run_gpueval({"run", "--gpus", "cpu:1", write_config(*reference_dir_, "reference", "")});
     reference_error_ = reference.exit_code == 0 ? "" : reference.err;
     if (reference.exit_code == 0) reference_ = io::read_file(reference_dir_->file("reference/samples_stories.jsonl"));
   }

@@ -22,8 +22,8 @@ namespace gpueval {
 namespace {
 
 using ::testing::ElementsAre;
-using ::testing::HasSubstr;
 using testing::error_of;
+using ::testing::HasSubstr;
 
 Task load(const std::string& name) {
   TaskLoadOptions options;
@@ -55,7 +55,7 @@ TEST(Gsm8kCotTest, OlmoVariantAsksEachQuestionEightTimesWithItsOwnSeeds) {
   EXPECT_FALSE(one[0].sampled());
   for (size_t k = 0; k < eight.size(); ++k) {
     EXPECT_EQ(eight[k].choice, static_cast<int64_t>(k));  // the repeat, which seeds the sample
-    EXPECT_EQ(eight[k].context, one[0].context);          // gsm8k_cot's prompt, read through include
+    EXPECT_EQ(eight[k].context, one[0].context);  // gsm8k_cot's prompt, read through include
     EXPECT_EQ(eight[k].stops, one[0].stops);
     EXPECT_EQ(eight[k].temperature, 0.6);
     EXPECT_EQ(eight[k].top_k, 0);
@@ -70,17 +70,17 @@ TEST(Gsm8kCotTest, PassAtKAndMajAtKByHand) {
   GPUEVAL_REQUIRE_SHARED();
   const Task olmo = load("gsm8k_cot_olmo3");
   const Document& doc = olmo.documents().at(0);
-  const std::vector<RequestResult> results = responses(
-      {" 16 - 7 = 9 eggs, 9 * 2 = 18. The answer is 18.", " She sells 8. The answer is 16.",
-       " The answer is 16.", " 9 * $2 = $18. The answer is 18.", " The answer is 16.", " The answer is 20.",
-       " I do not know.", " The answer is 18."});
+  const std::vector<RequestResult> results =
+      responses({" 16 - 7 = 9 eggs, 9 * 2 = 18. The answer is 18.", " She sells 8. The answer is 16.",
+                 " The answer is 16.", " 9 * $2 = $18. The answer is 18.", " The answer is 16.", " The answer is 20.",
+                 " I do not know.", " The answer is 18."});
   const std::vector<DocMetrics> m = olmo.process_results_all(doc, results);
   ASSERT_EQ(m.size(), 2u);  // strict-match, flexible-extract
   const DocMetrics& strict = m[0];
-  EXPECT_EQ(strict.at("exact_match").value, 1.0);                    // the first sample is right
-  EXPECT_DOUBLE_EQ(strict.at("pass@1").value, 3.0 / 8);              // c / n
-  EXPECT_DOUBLE_EQ(strict.at("pass@2").value, 1 - 10.0 / 28);        // 1 - C(5,2)/C(8,2)
-  EXPECT_DOUBLE_EQ(strict.at("pass@4").value, 1 - 5.0 / 70);         // 1 - C(5,4)/C(8,4)
+  EXPECT_EQ(strict.at("exact_match").value, 1.0);  // the first sample is right
+  EXPECT_DOUBLE_EQ(strict.at("pass@1").value, 3.0 / 8);  // c / n
+  EXPECT_DOUBLE_EQ(strict.at("pass@2").value, 1 - 10.0 / 28);  // 1 - C(5,2)/C(8,2)
+  EXPECT_DOUBLE_EQ(strict.at("pass@4").value, 1 - 5.0 / 70);  // 1 - C(5,4)/C(8,4)
   EXPECT_EQ(strict.at("pass@8").value, 1.0);
   EXPECT_EQ(strict.at("maj@8").value, 1.0);  // 18 and 16 three times each: the first seen, 18, wins
   // flexible-extract takes the last number: "18." "16." "16." "18." "16." "20." "[invalid]" "18.", the
@@ -116,8 +116,7 @@ TEST(Gsm8kCotTest, PassAtKAndMajAtKByHand) {
   ASSERT_EQ(line["resps"].size(), 1u);  // lm-eval's one Instance per document
   EXPECT_EQ(line["resps"][0].size(), 8u);
   EXPECT_EQ(line["resps"][0][2], " The answer is 16.");
-  EXPECT_EQ(line["filtered_resps"][0],
-            nlohmann::ordered_json({"18", "16", "16", "18", "16", "20", "[invalid]", "18"}));
+  EXPECT_EQ(line["filtered_resps"][0], nlohmann::ordered_json({"18", "16", "16", "18", "16", "20", "[invalid]", "18"}));
   EXPECT_EQ(line["arguments"].size(), 1u);
 }
 
@@ -164,7 +163,8 @@ TEST(Gsm8kCotTest, UnsetSamplingSettingsComeFromTheCheckpoint) {
   EXPECT_EQ(requests[1].temperature, 0.2);
   EXPECT_EQ(requests[2].top_k, 0);
   EXPECT_EQ(requests[2].top_p, 0.9);
-  testing::write_text(dir.file("generation_config.json"), R"({"do_sample": true, "temperature": 0.7, "top_k": 20, "top_p": null})");
+  testing::write_text(dir.file("generation_config.json"),
+                      R"({"do_sample": true, "temperature": 0.7, "top_k": 20, "top_p": null})");
   requests = {greedy, unset, given};
   unset.temperature = -1;
   requests.push_back(unset);
@@ -183,8 +183,9 @@ TEST(Gsm8kCotTest, UnsetSamplingSettingsComeFromTheCheckpoint) {
 TEST(Gsm8kCotTest, SettingsWithoutOneMeaningAreRefusedWithFileAndLine) {
   testing::TempDir dir;
   testing::write_text(dir.file("d.jsonl"), "{\"q\": \"x\", \"a\": \"y\"}\n");
-  const std::string head = "task: t\ndataset_path: d.jsonl\noutput_type: generate_until\n"
-                           "doc_to_text: \"{{q}}\"\ndoc_to_target: \"{{a}}\"\n";
+  const std::string head =
+      "task: t\ndataset_path: d.jsonl\noutput_type: generate_until\n"
+      "doc_to_text: \"{{q}}\"\ndoc_to_target: \"{{a}}\"\n";
   const std::string yaml = dir.file("t.yaml");
   auto load_error = [&](const std::string& text) {
     testing::write_text(yaml, text);
@@ -205,9 +206,10 @@ TEST(Gsm8kCotTest, SettingsWithoutOneMeaningAreRefusedWithFileAndLine) {
               HasSubstr(yaml + ":8: pass_at_k: k 5 must be an integer from 1 to the task's repeats (4)"));
   EXPECT_THAT(load_error(head + "repeats: 4\nmetric_list:\n  - metric: maj_at_k\n    k: 2\n    ignore_cas: true\n"),
               HasSubstr(yaml + ":8: exact_match: unsupported option 'ignore_cas'"));
-  EXPECT_THAT(load_error(head + "repeats: 4\nmetric_list:\n  - metric: pass_at_k\n    k: 2\n"
-                                "filter_list:\n  - name: one\n    filter:\n      - function: take_first\n"),
-              HasSubstr(yaml + ":8: metric pass@2 needs 2 responses, but filter 'one' leaves 1 of the task's 4 repeats"));
+  EXPECT_THAT(
+      load_error(head + "repeats: 4\nmetric_list:\n  - metric: pass_at_k\n    k: 2\n"
+                        "filter_list:\n  - name: one\n    filter:\n      - function: take_first\n"),
+      HasSubstr(yaml + ":8: metric pass@2 needs 2 responses, but filter 'one' leaves 1 of the task's 4 repeats"));
   EXPECT_THAT(load_error(head + "repeats: 4\nfilter_list:\n  - name: five\n    filter:\n"
                                 "      - function: take_first_k\n        k: 5\n"),
               HasSubstr(yaml + ":8: filter 'five' keeps more responses than the task's repeats (4)"));
@@ -242,7 +244,8 @@ TEST(Gsm8kCotTest, FewShotSamplesInTheTaskFileMakeThePrompt) {
                       "fewshot_config:\n  sampler: first_n\n  samples:\n    - {q: \"1+1?\", target: It is 2.}\n"
                       "    - {q: \"1+2?\", target: It is 3.}\n    - {q: unused, target: x}\n");
   const Task task = Task::load(dir.file("t.yaml"), {});
-  EXPECT_EQ(task.requests(task.documents()[0]).at(0).context, "Q: 1+1?\nA: It is 2.\n\nQ: 1+2?\nA: It is 3.\n\nQ: 2+2?\nA:");
+  EXPECT_EQ(task.requests(task.documents()[0]).at(0).context,
+            "Q: 1+1?\nA: It is 2.\n\nQ: 1+2?\nA: It is 3.\n\nQ: 2+2?\nA:");
   EXPECT_EQ(task.target(task.documents()[0]), "4");
 }
 
@@ -261,8 +264,14 @@ TEST(Gsm8kCotTest, SampledTextsDoNotDependOnBatchesOrWorkers) {
   testing::write_text(dir.file("run.yaml"), "model: " + testing::source_dir() + "/models/stories260K\ntasks: [" +
                                                 dir.file("olmo_short.yaml") + "]\n");
   auto run = [&](const std::string& name, const std::vector<std::string>& flags) {
-    std::vector<std::string> args = {"run", "--limit", "3", "--data", "gsm8k=" + testing::shared_dir() + "/data/gsm8k",
-                                     "--output", dir.file(name), dir.file("run.yaml")};
+    std::vector<std::string> args = {"run",
+                                     "--limit",
+                                     "3",
+                                     "--data",
+                                     "gsm8k=" + testing::shared_dir() + "/data/gsm8k",
+                                     "--output",
+                                     dir.file(name),
+                                     dir.file("run.yaml")};
     args.insert(args.end(), flags.begin(), flags.end());
     const auto r = testing::run_gpueval(args);
     EXPECT_EQ(r.exit_code, 0) << r.err;
@@ -296,10 +305,10 @@ TEST(Gsm8kCotTest, ShardsWithOtherWorkerCountsThanThePlanGiveTheOneMachineTexts)
                                                        "metric_list:\n  - metric: pass_at_k\n    k: [1, 2]\n");
   auto config = [&](const std::string& name) {
     const std::string path = dir.file(name + ".yaml");
-    testing::write_text(path, "model: " + testing::source_dir() + "/models/stories260K\ntasks: [" +
-                                  dir.file("olmo_short.yaml") + "]\nlimit: 4\ndata:\n  gsm8k: " +
-                                  testing::shared_dir() + "/data/gsm8k\noutput: " + dir.file(name) +
-                                  "\nhistory: " + dir.file("history.sqlite") + "\n");
+    testing::write_text(
+        path, "model: " + testing::source_dir() + "/models/stories260K\ntasks: [" + dir.file("olmo_short.yaml") +
+                  "]\nlimit: 4\ndata:\n  gsm8k: " + testing::shared_dir() + "/data/gsm8k\noutput: " + dir.file(name) +
+                  "\nhistory: " + dir.file("history.sqlite") + "\n");
     return path;
   };
   auto ok = [](const std::vector<std::string>& args) {
@@ -313,7 +322,8 @@ TEST(Gsm8kCotTest, ShardsWithOtherWorkerCountsThanThePlanGiveTheOneMachineTexts)
   ok({"run", dir.file("sharded"), "--shard", "0/2", "--gpus", "cpu:1"});
   ok({"run", dir.file("sharded"), "--shard", "1/2", "--gpus", "cpu:2"});
   ok({"merge", dir.file("sharded")});
-  EXPECT_EQ(io::read_file(dir.file("sharded/samples_olmo_short.jsonl")), io::read_file(dir.file("one/samples_olmo_short.jsonl")));
+  EXPECT_EQ(io::read_file(dir.file("sharded/samples_olmo_short.jsonl")),
+            io::read_file(dir.file("one/samples_olmo_short.jsonl")));
 }
 
 }  // namespace

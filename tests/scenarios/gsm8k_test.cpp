@@ -41,7 +41,8 @@ using testing::error_of;
 // random.Random(1234).sample(docs, 6), the asked document dropped, the first five kept
 // (documents 171, 201, 726, 484, 35), each doc_to_text + " " + the whole answer, joined by
 // blank lines, then the question. Printed by lm-eval 0.4.13's ContextSampler over the same file.
-const std::string kDoc1Prompt = std::string() +
+const std::string kDoc1Prompt =
+    std::string() +
     "Question: Jake is walking through the Museum of Entomology. He sees 80 spiders with 8 legs each, 90 "
     "insects with 6 legs each, and 3 rare mutant invertebrates with 10 legs each. How many legs does Jake "
     "see total?\nAnswer: First find the total number of spider legs: 80 spiders * 8 legs/spider = <<80*8=640>>640 "
@@ -84,11 +85,11 @@ TEST(Gsm8kTest, FiveShotPromptFromTheTestFileSkipsTheAskedDocument) {
   // lm-eval's draws for the first twelve documents (ContextSampler, seed 1234, eval_doc = the
   // document), as lm-eval printed them.
   const std::vector<std::vector<size_t>> expected = {
-      {902, 239, 15, 185, 1192}, {171, 201, 726, 484, 35},   {32, 708, 1276, 991, 1261},
-      {304, 186, 374, 234, 29},  {996, 511, 132, 1108, 954}, {1231, 182, 1054, 1185, 94},
-      {1139, 129, 619, 985, 727}, {510, 409, 928, 1085, 39}, {144, 11, 683, 294, 968},
-      {342, 110, 156, 1203, 1016}, {154, 1141, 440, 295, 55}, {227, 1084, 289, 625, 930}};
-  for (size_t i = 0; i < expected.size(); ++i) EXPECT_EQ(task.fewshot_indices(docs[i]), expected[i]) << "document " << i;
+      {902, 239, 15, 185, 1192},  {171, 201, 726, 484, 35},    {32, 708, 1276, 991, 1261}, {304, 186, 374, 234, 29},
+      {996, 511, 132, 1108, 954}, {1231, 182, 1054, 1185, 94}, {1139, 129, 619, 985, 727}, {510, 409, 928, 1085, 39},
+      {144, 11, 683, 294, 968},   {342, 110, 156, 1203, 1016}, {154, 1141, 440, 295, 55},  {227, 1084, 289, 625, 930}};
+  for (size_t i = 0; i < expected.size(); ++i)
+    EXPECT_EQ(task.fewshot_indices(docs[i]), expected[i]) << "document " << i;
   for (const Document& doc : docs) {
     for (const size_t k : task.fewshot_indices(doc)) ASSERT_NE(docs[k].fields, doc.fields) << "document " << doc.doc_id;
   }
@@ -99,11 +100,12 @@ TEST(Gsm8kTest, TrainFileIsUsedWhenPresent) {
   testing::TempDir dir;
   const std::string test = io::read_file(testing::shared_dir() + "/data/gsm8k/test.jsonl");
   testing::write_text(dir.file("test.jsonl"), test);
-  testing::write_text(dir.file("train.jsonl"), "{\"question\": \"Q1?\", \"answer\": \"A1\\n#### 1\"}\n"
-                                               "{\"question\": \"Q2?\", \"answer\": \"#### 2\"}\n"
-                                               "{\"question\": \"Q3?\", \"answer\": \"#### 3\"}\n"
-                                               "{\"question\": \"Q4?\", \"answer\": \"#### 4\"}\n"
-                                               "{\"question\": \"Q5?\", \"answer\": \"#### 5\"}\n");
+  testing::write_text(dir.file("train.jsonl"),
+                      "{\"question\": \"Q1?\", \"answer\": \"A1\\n#### 1\"}\n"
+                      "{\"question\": \"Q2?\", \"answer\": \"#### 2\"}\n"
+                      "{\"question\": \"Q3?\", \"answer\": \"#### 3\"}\n"
+                      "{\"question\": \"Q4?\", \"answer\": \"#### 4\"}\n"
+                      "{\"question\": \"Q5?\", \"answer\": \"#### 5\"}\n");
   TaskLoadOptions options;
   options.data_roots["gsm8k"] = dir.path();
   const Task task = Task::load("gsm8k", {testing::source_dir() + "/tasks"}, options);
@@ -140,8 +142,8 @@ TEST(Gsm8kTest, ExactMatchUnderBothFilters) {
   EXPECT_EQ(score(" She makes $18.\n#### 18", 1), 1.0);
   EXPECT_EQ(score(" The answer is 18.", 0), 0.0);  // strict: "[invalid]"
   EXPECT_EQ(score(" The answer is 18.", 1), 1.0);  // flexible: "18." with the trailing "." ignored
-  EXPECT_EQ(score(" It is $18", 1), 1.0);          // "$18" with "$" ignored
-  EXPECT_EQ(score(" 18 eggs, 16 left", 1), 0.0);   // the last number counts
+  EXPECT_EQ(score(" It is $18", 1), 1.0);  // "$18" with "$" ignored
+  EXPECT_EQ(score(" 18 eggs, 16 left", 1), 0.0);  // the last number counts
   EXPECT_EQ(score(" #### 17", 0), 0.0);
   // The metric alone, with gsm8k's options.
   const nlohmann::json& kwargs = task.metrics().at(0).kwargs;
@@ -240,8 +242,9 @@ TEST(Gsm8kTest, TinyRunWritesBothFilters) {
 TEST(Gsm8kTest, BadFilterListInATaskFileNamesFileAndLine) {
   testing::TempDir dir;
   testing::write_text(dir.file("d.jsonl"), "{\"q\": \"x\", \"a\": \"y\"}\n");
-  const std::string head = "task: t\ndataset_path: d.jsonl\noutput_type: generate_until\n"
-                           "doc_to_text: \"{{q}}\"\ndoc_to_target: \"{{a}}\"\n";
+  const std::string head =
+      "task: t\ndataset_path: d.jsonl\noutput_type: generate_until\n"
+      "doc_to_text: \"{{q}}\"\ndoc_to_target: \"{{a}}\"\n";
   auto load_error = [&](const std::string& yaml) {
     const std::string path = dir.file("t.yaml");
     testing::write_text(path, yaml);
@@ -254,10 +257,11 @@ TEST(Gsm8kTest, BadFilterListInATaskFileNamesFileAndLine) {
                                 "        regex_pattern: \"[0-9\"\n      - function: take_first\n"),
               HasSubstr(yaml + ":9: bad regex '[0-9'"));
   EXPECT_THAT(error_of([&] {
-                testing::write_text(dir.file("c.yaml"), "task: c\ndataset_path: d.jsonl\noutput_type: multiple_choice\n"
-                                                        "doc_to_text: q\ndoc_to_target: 0\ndoc_to_choice: [a]\n"
-                                                        "filter_list:\n  - name: x\n    filter:\n"
-                                                        "      - function: take_first\n");
+                testing::write_text(dir.file("c.yaml"),
+                                    "task: c\ndataset_path: d.jsonl\noutput_type: multiple_choice\n"
+                                    "doc_to_text: q\ndoc_to_target: 0\ndoc_to_choice: [a]\n"
+                                    "filter_list:\n  - name: x\n    filter:\n"
+                                    "      - function: take_first\n");
                 Task::load(dir.file("c.yaml"), {});
               }),
               HasSubstr(dir.file("c.yaml") + ":8: filter_list applies to generate_until tasks only"));

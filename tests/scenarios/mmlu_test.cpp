@@ -172,7 +172,8 @@ TEST(MmluTest, MalformedCsvRowNamesFileAndLine) {
                       "task: q\ndataset_kind: csv\ncolumn_names: [question, A, B, C, D, answer]\ndataset_path: q.csv\n"
                       "output_type: multiple_choice\ndoc_to_text: \"{{question.strip()}}\"\n"
                       "doc_to_choice: [\"A\", \"B\", \"C\", \"D\"]\ndoc_to_target: answer\n");
-  EXPECT_EQ(error_of([&] { Task::load(dir.file("q.yaml"), {}); }), dir.file("q.csv") + ":2: quoted field is never closed");
+  EXPECT_EQ(error_of([&] { Task::load(dir.file("q.yaml"), {}); }),
+            dir.file("q.csv") + ":2: quoted field is never closed");
   testing::write_text(dir.file("q.csv"), "What?,a,b,c,d,A\nWhy?,a,b,c,d\n");
   EXPECT_EQ(error_of([&] { Task::load(dir.file("q.yaml"), {}); }), dir.file("q.csv") + ":2: 5 fields, expected 6");
   testing::write_text(dir.file("q.csv"), "What?,a,b,c,d,E\n");
@@ -181,7 +182,7 @@ TEST(MmluTest, MalformedCsvRowNamesFileAndLine) {
 
 TEST(MmluTest, GroupScoresAreSizeWeightedWithPooledStderr) {
   const std::vector<SubtaskScore> scores = {{0.5, 0.1, 10}, {0.25, 0.2, 30}};
-  EXPECT_DOUBLE_EQ(aggregate_subtask_scores(scores, true), 0.3125);   // (0.5*10 + 0.25*30) / 40
+  EXPECT_DOUBLE_EQ(aggregate_subtask_scores(scores, true), 0.3125);  // (0.5*10 + 0.25*30) / 40
   EXPECT_DOUBLE_EQ(aggregate_subtask_scores(scores, false), 0.375);
   // sqrt((9 * 0.01 * 10 + 29 * 0.04 * 30) / (40 - 2) / 40)
   EXPECT_DOUBLE_EQ(*pooled_sample_stderr(scores), 0.15325417483795722);
@@ -211,7 +212,8 @@ TEST(MmluTest, RunWritesTheGroupsSection) {
   EXPECT_EQ(results["n-samples"]["mmlu_anatomy"]["effective"], 5);
   EXPECT_THAT(io::read_file(dir.file("out/report.md")), HasSubstr("| two | N/A | acc |"));
   // A missing data root is one line naming the flag.
-  const auto bad = testing::run_gpueval({"run", "--gpus", "cpu:1", "--data", "mmlu=/nonexistent", dir.file("run.yaml")});
+  const auto bad =
+      testing::run_gpueval({"run", "--gpus", "cpu:1", "--data", "mmlu=/nonexistent", dir.file("run.yaml")});
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_THAT(bad.err, HasSubstr("--data mmlu=PATH"));
 }

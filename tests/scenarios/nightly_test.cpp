@@ -22,9 +22,9 @@
 namespace gpueval {
 namespace {
 
+using nlohmann::json;
 using ::testing::HasSubstr;
 using ::testing::Not;
-using nlohmann::json;
 namespace fs = std::filesystem;
 
 void set_written(const std::string& dir, time_t when) {
@@ -56,7 +56,8 @@ class NightlyTest : public ::testing::Test {
 
   std::string config(const std::string& name, const std::string& model, const std::string& extra = "") {
     const std::string path = dir_.file(name + ".yaml");
-    testing::write_text(path, "model: " + model + "\ntasks: [demo_choice, demo_perplexity]\noutput: " + dir_.file(name) +
+    testing::write_text(path, "model: " + model +
+                                  "\ntasks: [demo_choice, demo_perplexity]\noutput: " + dir_.file(name) +
                                   "\nbatch_tokens: 512\nhistory: " + dir_.file("history.sqlite") + "\n" + extra);
     return path;
   }
@@ -85,13 +86,13 @@ TEST_F(NightlyTest, GlobIsScoredOldestFirstByWorkersThatSwitchCheckpointsInPlace
   std::string tables;
   for (const char* step : {"step-100", "step-200", "step-300"}) {
     const std::string out = dir_.file("night/") + step;
-    tables += std::string("## ") + step + "\n\n" + testing::scores_table_of(out) + "\nfull report: " + out +
-              "/report.md\n\n";
+    tables +=
+        std::string("## ") + step + "\n\n" + testing::scores_table_of(out) + "\nfull report: " + out + "/report.md\n\n";
   }
   EXPECT_EQ(r.out, tables + "trend report: " + dir_.file("night") + "/report.md\n");
   // The byte copy of stories260K scores exactly what a plain run of stories260K scores.
-  auto single = testing::run_gpueval(
-      {"run", "--gpus", "cpu:1", config("single", testing::source_dir() + "/models/stories260K")});
+  auto single =
+      testing::run_gpueval({"run", "--gpus", "cpu:1", config("single", testing::source_dir() + "/models/stories260K")});
   ASSERT_EQ(single.exit_code, 0) << single.err;
   const json night100 = json::parse(io::read_file(dir_.file("night/step-100/results.json")));
   const json plain = json::parse(io::read_file(dir_.file("single/results.json")));
@@ -137,11 +138,13 @@ TEST_F(NightlyTest, KilledNightResumesWhereItStopped) {
   const std::string cfg = config("night", dir_.file("runs/step-*"));
   {
     // One worker holds request 200's batch of step-200, so the night stops there whatever the timing.
-    testing::AsyncRun run = testing::AsyncRun::start(
-        {"run", "--gpus", "cpu:2", cfg}, dir_.file("night"),
-        {{"GPUEVAL_FAULT", "hold:200"}, {"GPUEVAL_FAULT_ONCE", dir_.file("held")}, {"GPUEVAL_FAULT_MODEL", "/step-200"}});
-    const json s = run.wait_status(
-        [](const json& st) { return st.value("checkpoint", json()) == "step-200" && st.value("batches_done", 0) >= 1; });
+    testing::AsyncRun run = testing::AsyncRun::start({"run", "--gpus", "cpu:2", cfg}, dir_.file("night"),
+                                                     {{"GPUEVAL_FAULT", "hold:200"},
+                                                      {"GPUEVAL_FAULT_ONCE", dir_.file("held")},
+                                                      {"GPUEVAL_FAULT_MODEL", "/step-200"}});
+    const json s = run.wait_status([](const json& st) {
+      return st.value("checkpoint", json()) == "step-200" && st.value("batches_done", 0) >= 1;
+    });
     ASSERT_FALSE(s.is_null()) << run.log();
     ASSERT_EQ(::kill(-run.child.pid(), SIGKILL), 0);
     run.child.wait();
@@ -171,9 +174,10 @@ TEST_F(NightlyTest, KilledNightResumesWhereItStopped) {
 // folder exits 5 and computes nothing; once the first is released, both checkpoints are done.
 TEST_F(NightlyTest, AnOverlappingNightOnTheSameFolderExitsFive) {
   const std::string cfg = config("locked", dir_.file("runs/step-[12]00"));
-  testing::AsyncRun night = testing::AsyncRun::start(
-      {"run", "--gpus", "cpu:1", cfg}, dir_.file("locked"),
-      {{"GPUEVAL_FAULT", "hold:any"}, {"GPUEVAL_FAULT_MODEL", "/step-200"}, {"GPUEVAL_FAULT_RELEASE", dir_.file("go")}});
+  testing::AsyncRun night = testing::AsyncRun::start({"run", "--gpus", "cpu:1", cfg}, dir_.file("locked"),
+                                                     {{"GPUEVAL_FAULT", "hold:any"},
+                                                      {"GPUEVAL_FAULT_MODEL", "/step-200"},
+                                                      {"GPUEVAL_FAULT_RELEASE", dir_.file("go")}});
   ASSERT_FALSE(night.wait_worker_line("holding batch").empty()) << night.log();
   EXPECT_THAT(night.log(), HasSubstr("checkpoint 2 of 2: step-200"));
   auto second = testing::run_gpueval({"run", "--gpus", "cpu:1", cfg});
@@ -210,10 +214,12 @@ TEST_F(NightlyTest, ScoredCheckpointIsSkippedTrendShowsAllThreeAndRegressionFire
   EXPECT_EQ(status["state"], "regressed");
   EXPECT_EQ(status["checkpoints"][0]["state"], "skipped");
   const json first_results = json::parse(io::read_file(dir_.file("first/results.json")));
-  EXPECT_EQ(status["checkpoints"][0]["scores"]["demo_choice"]["value"], first_results["results"]["demo_choice"]["acc,none"]);
+  EXPECT_EQ(status["checkpoints"][0]["scores"]["demo_choice"]["value"],
+            first_results["results"]["demo_choice"]["acc,none"]);
   EXPECT_EQ(status["checkpoints"][2]["scores"]["demo_choice"]["metric"], "acc");
   const json last_results = json::parse(io::read_file(dir_.file("night/step-300/results.json")));
-  EXPECT_EQ(status["checkpoints"][2]["scores"]["demo_choice"]["value"], last_results["results"]["demo_choice"]["acc,none"]);
+  EXPECT_EQ(status["checkpoints"][2]["scores"]["demo_choice"]["value"],
+            last_results["results"]["demo_choice"]["acc,none"]);
 
   // The history and the morning report hold all three, oldest first.
   auto h = testing::run_gpueval({"history", "--history", dir_.file("history.sqlite"), "--task", "demo_choice"});
@@ -264,7 +270,8 @@ TEST_F(NightlyTest, CheckpointsWrittenOutOfOrderAreInStepOrderEverywhereAndInTen
   EXPECT_THAT(r.err, HasSubstr("3 checkpoints, oldest first: step-100, step-200, step-300"));
   EXPECT_THAT(r.err, HasSubstr("[sched] tensorboard: 3 checkpoints, "));
 
-  auto again = testing::run_gpueval({"run", "--gpus", "cpu:1", "--tensorboard", logdir, config("night2", dir_.file("runs/step-*"))});
+  auto again = testing::run_gpueval(
+      {"run", "--gpus", "cpu:1", "--tensorboard", logdir, config("night2", dir_.file("runs/step-*"))});
   ASSERT_EQ(again.exit_code, 0) << again.err;
   EXPECT_THAT(again.err, HasSubstr("holds every checkpoint already (3)"));
 
@@ -295,7 +302,8 @@ TEST_F(NightlyTest, CheckpointsWrittenOutOfOrderAreInStepOrderEverywhereAndInTen
   EXPECT_TRUE(in_order(md)) << md;
   EXPECT_THAT(md, HasSubstr("In training-step order"));
   const std::string html = io::read_file(dir_.file("night/report.html"));
-  const size_t table = html.find("In training-step order");  // the checkpoints table (the header names the newest first)
+  const size_t table =
+      html.find("In training-step order");  // the checkpoints table (the header names the newest first)
   ASSERT_NE(table, std::string::npos) << html;
   EXPECT_TRUE(in_order(html.substr(table))) << html;
   auto h = testing::run_gpueval({"history", "--history", dir_.file("history.sqlite"), "--task", "demo_choice"});

@@ -142,7 +142,8 @@ TEST(PrefixReuse, IsExactInFloat64) {
 TEST(PrefixReuse, PackedRowsGiveTheResultsOfOneRowPerRequest) {
   std::vector<Request> rs;
   std::string fewshot = "Stories about the park.\n\n";
-  for (int e = 0; e < 3; ++e) fewshot += "Lily went to the park with Tom. What did they find there?\nAnswer: a ball\n\n";
+  for (int e = 0; e < 3; ++e)
+    fewshot += "Lily went to the park with Tom. What did they find there?\nAnswer: a ball\n\n";
   for (int d = 0; d < 12; ++d) {
     std::string question = "Tom saw";
     for (int w = 0; w < (d % 4 == 0 ? 30 : 2 + d); ++w) question += " a dog";
@@ -163,8 +164,7 @@ TEST(PrefixReuse, PackedRowsGiveTheResultsOfOneRowPerRequest) {
   for (const Batch& b : on.batches) {
     EXPECT_GT(b.sequence_width, 0);
     for (const PackedRow& row : pack_rows(b))
-      packed += std::any_of(row.segments.begin(), row.segments.end(),
-                            [](int64_t s) { return s >= kSegmentsPerPart; });
+      packed += std::any_of(row.segments.begin(), row.segments.end(), [](int64_t s) { return s >= kSegmentsPerPart; });
   }
   EXPECT_GT(packed, 0);
   const Plan off = make_plan(rs, tokenizer(), options(false, 2048));
@@ -276,10 +276,22 @@ struct RunOutput {
 };
 
 RunOutput run_mmlu(const testing::TempDir& dir, const std::string& name, const std::vector<std::string>& extra) {
-  std::vector<std::string> args = {"run", "--gpus", "cpu:2", "--model", testing::converted_stories260k(),
-                                   "--tasks", "mmlu_anatomy", "--limit", "12", "--num-fewshot", "1",
-                                   "--data", "mmlu=" + testing::shared_dir() + "/data/mmlu",
-                                   "--output", dir.file(name), testing::source_dir() + "/configs/demo.yaml"};
+  std::vector<std::string> args = {"run",
+                                   "--gpus",
+                                   "cpu:2",
+                                   "--model",
+                                   testing::converted_stories260k(),
+                                   "--tasks",
+                                   "mmlu_anatomy",
+                                   "--limit",
+                                   "12",
+                                   "--num-fewshot",
+                                   "1",
+                                   "--data",
+                                   "mmlu=" + testing::shared_dir() + "/data/mmlu",
+                                   "--output",
+                                   dir.file(name),
+                                   testing::source_dir() + "/configs/demo.yaml"};
   args.insert(args.end(), extra.begin(), extra.end());
   const auto r = testing::run_gpueval(args);
   EXPECT_EQ(r.exit_code, 0) << r.err;

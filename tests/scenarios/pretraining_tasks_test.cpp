@@ -26,8 +26,8 @@ namespace {
 using testing::error_of;
 using ::testing::HasSubstr;
 
-const char* const kSuite[] = {"piqa",     "openbookqa", "boolq",     "copa", "winogrande", "lambada_openai",
-                              "triviaqa", "gsm8k_cot",  "humaneval", "mbpp"};
+const char* const kSuite[] = {"piqa",           "openbookqa", "boolq",     "copa",      "winogrande",
+                              "lambada_openai", "triviaqa",   "gsm8k_cot", "humaneval", "mbpp"};
 
 std::string tasks_dir() { return testing::source_dir() + "/tasks"; }
 
@@ -108,10 +108,14 @@ TEST(PretrainingTasksTest, EveryRequestOfEveryDocumentEqualsLmEvalsByDigest) {
 TEST(PretrainingTasksTest, DocumentCountsAndMetricsAreLmEvals) {
   GPUEVAL_REQUIRE_SHARED();
   const std::map<std::string, std::pair<size_t, std::vector<std::string>>> expected = {
-      {"piqa", {1838, {"acc", "acc_norm"}}},         {"openbookqa", {500, {"acc", "acc_norm"}}},
-      {"boolq", {3270, {"acc"}}},                    {"copa", {100, {"acc"}}},
-      {"winogrande", {1267, {"acc"}}},               {"lambada_openai", {5153, {"perplexity", "acc"}}},
-      {"triviaqa", {3000, {"exact_match"}}},         {"humaneval", {164, {"pass@1"}}},
+      {"piqa", {1838, {"acc", "acc_norm"}}},
+      {"openbookqa", {500, {"acc", "acc_norm"}}},
+      {"boolq", {3270, {"acc"}}},
+      {"copa", {100, {"acc"}}},
+      {"winogrande", {1267, {"acc"}}},
+      {"lambada_openai", {5153, {"perplexity", "acc"}}},
+      {"triviaqa", {3000, {"exact_match"}}},
+      {"humaneval", {164, {"pass@1"}}},
       {"mbpp", {500, {"pass_at_1"}}}};
   for (const auto& [name, want] : expected) {
     SCOPED_TRACE(name);
@@ -247,34 +251,48 @@ TEST(PretrainingTasksTest, BadDocumentsAreOneLineNamingFileAndLine) {
             dir.file("piqa.jsonl") + ":2: doc_to_choice '{{[sol1, sol2]}}' references missing field 'sol2'");
   EXPECT_EQ(error("piqa", ok_piqa + "{\"goal\": \"g\", \"sol1\": \"a\", \"sol2\": \"b\", \"label\": 2}\n"),
             dir.file("piqa.jsonl") + ":2: label 2 is outside the 2 choices");
-  EXPECT_EQ(error("openbookqa", "{\"question_stem\": \"q\", \"choices\": {\"text\": [], \"label\": []}, \"answerKey\": \"A\"}\n"),
+  EXPECT_EQ(error("openbookqa",
+                  "{\"question_stem\": \"q\", \"choices\": {\"text\": [], \"label\": []}, \"answerKey\": \"A\"}\n"),
             dir.file("openbookqa.jsonl") + ":1: doc_to_choice gives no choices");
-  EXPECT_EQ(error("openbookqa", "{\"question_stem\": \"q\", \"choices\": {\"text\": [\"x\"], \"label\": [\"A\"]}, \"answerKey\": \" E\"}\n"),
-            dir.file("openbookqa.jsonl") +
-                ":1: doc_to_target '{{choices.label.index(answerKey.lstrip())}}': 'E' is not in list ['A']");
+  EXPECT_EQ(
+      error(
+          "openbookqa",
+          "{\"question_stem\": \"q\", \"choices\": {\"text\": [\"x\"], \"label\": [\"A\"]}, \"answerKey\": \" E\"}\n"),
+      dir.file("openbookqa.jsonl") +
+          ":1: doc_to_target '{{choices.label.index(answerKey.lstrip())}}': 'E' is not in list ['A']");
   EXPECT_EQ(error("boolq", "{\"question\": \"q\", \"passage\": \"p\", \"label\": 3}\n"),
             dir.file("boolq.jsonl") + ":1: label 3 is outside the 2 choices");
-  EXPECT_EQ(error("winogrande", "{\"sentence\": \"No blank here.\", \"option1\": \"a\", \"option2\": \"b\", \"answer\": \"1\"}\n"),
+  EXPECT_EQ(error("winogrande",
+                  "{\"sentence\": \"No blank here.\", \"option1\": \"a\", \"option2\": \"b\", \"answer\": \"1\"}\n"),
             dir.file("winogrande.jsonl") + ":1: Winogrande sentence without '_' (the blank the options fill)");
-  EXPECT_EQ(error("winogrande", "{\"sentence\": \"A _ b.\", \"option1\": \"a\", \"option2\": \"b\", \"answer\": \"3\"}\n"),
-            dir.file("winogrande.jsonl") + ":1: Winogrande document whose answer '3' is not '1' or '2'");
-  EXPECT_EQ(error("copa", "{\"premise\": \"p.\", \"choice1\": \"A.\", \"choice2\": \"B.\", \"question\": \"cause\", \"label\": 2}\n"),
-            dir.file("copa.jsonl") + ":1: COPA document whose label 2 is not 0 or 1 (an index into choice1, choice2)");
-  EXPECT_EQ(error("copa", "{\"premise\": \"p.\", \"choice1\": \"A.\", \"choice2\": \"B.\", \"question\": \"why\", \"label\": 0}\n"),
-            dir.file("copa.jsonl") + ":1: COPA document whose question 'why' is neither 'cause' nor 'effect'");
+  EXPECT_EQ(
+      error("winogrande", "{\"sentence\": \"A _ b.\", \"option1\": \"a\", \"option2\": \"b\", \"answer\": \"3\"}\n"),
+      dir.file("winogrande.jsonl") + ":1: Winogrande document whose answer '3' is not '1' or '2'");
+  EXPECT_EQ(
+      error("copa",
+            "{\"premise\": \"p.\", \"choice1\": \"A.\", \"choice2\": \"B.\", \"question\": \"cause\", \"label\": 2}\n"),
+      dir.file("copa.jsonl") + ":1: COPA document whose label 2 is not 0 or 1 (an index into choice1, choice2)");
+  EXPECT_EQ(
+      error("copa",
+            "{\"premise\": \"p.\", \"choice1\": \"A.\", \"choice2\": \"B.\", \"question\": \"why\", \"label\": 0}\n"),
+      dir.file("copa.jsonl") + ":1: COPA document whose question 'why' is neither 'cause' nor 'effect'");
   EXPECT_EQ(error("lambada_openai", "{\"txt\": \"a b\"}\n"),
-            dir.file("lambada_openai.jsonl") + ":1: doc_to_target '{{\\' \\'+text.split(\\' \\')[-1]}}' references missing field 'text'");
-  EXPECT_EQ(error("triviaqa", "{\"question\": \"q\", \"answer\": {\"value\": \"a\"}}\n"),
-            dir.file("triviaqa.jsonl") + ":1: doc_to_target '{{answer.aliases}}' references missing field 'answer.aliases'");
+            dir.file("lambada_openai.jsonl") +
+                ":1: doc_to_target '{{\\' \\'+text.split(\\' \\')[-1]}}' references missing field 'text'");
+  EXPECT_EQ(
+      error("triviaqa", "{\"question\": \"q\", \"answer\": {\"value\": \"a\"}}\n"),
+      dir.file("triviaqa.jsonl") + ":1: doc_to_target '{{answer.aliases}}' references missing field 'answer.aliases'");
 }
 
 // From the command line: exit 1, the one line, and no output directory.
 TEST(PretrainingTasksTest, ABadDatasetStopsTheRunBeforeAnythingIsWritten) {
   testing::TempDir dir;
-  dir.write("winogrande.jsonl", "{\"sentence\": \"No blank.\", \"option1\": \"a\", \"option2\": \"b\", \"answer\": \"1\"}\n");
-  const std::string config = dir.write(
-      "run.yaml", "model: " + testing::source_dir() + "/models/stories260K\ntasks: [winogrande]\ndata:\n  winogrande: " +
-                      dir.path() + "\noutput: " + dir.file("out") + "\n");
+  dir.write("winogrande.jsonl",
+            "{\"sentence\": \"No blank.\", \"option1\": \"a\", \"option2\": \"b\", \"answer\": \"1\"}\n");
+  const std::string config =
+      dir.write("run.yaml", "model: " + testing::source_dir() +
+                                "/models/stories260K\ntasks: [winogrande]\ndata:\n  winogrande: " + dir.path() +
+                                "\noutput: " + dir.file("out") + "\n");
   const testing::CommandResult r = testing::run_gpueval({"run", "--gpus", "cpu:1", config});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr(dir.file("winogrande.jsonl") + ":1: Winogrande sentence without '_'"));

@@ -20,18 +20,21 @@
 namespace gpueval {
 namespace {
 
-using ::testing::HasSubstr;
 using nlohmann::json;
 using testing::AsyncRun;
+using ::testing::HasSubstr;
 
 // The demo tasks in many small batches (the same as run_test.cpp's), so faults land mid-run.
 std::string write_config(const testing::TempDir& dir, const std::string& name, const std::string& extra = "") {
   const std::string path = dir.file(name + ".yaml");
   testing::write_text(path, "model: " + testing::source_dir() + "/models/stories260K\n" +
                                 "tasks: [demo_choice, demo_perplexity]\n"
-                                "output: " + dir.file(name) + "\n"
+                                "output: " +
+                                dir.file(name) +
+                                "\n"
                                 "batch_tokens: 192\n"
-                                "heartbeat_timeout_s: 20\n" + extra);
+                                "heartbeat_timeout_s: 20\n" +
+                                extra);
   return path;
 }
 
@@ -57,8 +60,9 @@ class JournalReader {
   }
   // Requests with every part stored.
   int64_t complete_requests() {
-    return query("SELECT COUNT(*) FROM (SELECT request_key FROM results GROUP BY request_key"
-                 " HAVING COUNT(*) = MAX(parts))");
+    return query(
+        "SELECT COUNT(*) FROM (SELECT request_key FROM results GROUP BY request_key"
+        " HAVING COUNT(*) = MAX(parts))");
   }
   void checkpoint() {
     EXPECT_EQ(sqlite3_exec(db_, "PRAGMA wal_checkpoint(TRUNCATE)", nullptr, nullptr, nullptr), SQLITE_OK)
@@ -114,8 +118,8 @@ class ResumeTest : public ::testing::Test {
   json rerun_and_check(const std::string& cfg, const std::string& out, int64_t stored) {
     auto r = testing::run_gpueval({"run", "--gpus", "cpu:2", cfg});
     EXPECT_EQ(r.exit_code, 0) << r.err;
-    EXPECT_THAT(r.err, HasSubstr(fmt::format("[sched] journal {}/journal.sqlite: {} of {} requests already scored",
-                                             out, stored, total_requests_)));
+    EXPECT_THAT(r.err, HasSubstr(fmt::format("[sched] journal {}/journal.sqlite: {} of {} requests already scored", out,
+                                             stored, total_requests_)));
     // With a journal the workers start only once the inputs have loaded and it says what is left
     // (a fresh run starts them first: RunTest.TwoWorkersGiveBitIdenticalResults).
     const size_t inputs_loaded = r.err.find("[sched] contexts "), started = r.err.find("[sched] started worker");
@@ -196,12 +200,13 @@ TEST_F(ResumeTest, FullDiskStopsTheRunAndTheRerunCompletesIt) {
   // Room for the schema and about half of the results.
   ASSERT_GT(journal_pages_, 6);
   const int64_t max_pages = 3 + (journal_pages_ - 3) / 2;
-  AsyncRun run = AsyncRun::start({"run", "--gpus", "cpu:2", cfg}, out,
-                                 {{"GPUEVAL_JOURNAL_MAX_PAGES", std::to_string(max_pages)}});
+  AsyncRun run =
+      AsyncRun::start({"run", "--gpus", "cpu:2", cfg}, out, {{"GPUEVAL_JOURNAL_MAX_PAGES", std::to_string(max_pages)}});
   ExitStatus st = run.child.wait();
   EXPECT_EQ(st.kind, ExitStatus::Kind::kExited);
   EXPECT_EQ(st.code, 1) << run.log();
-  EXPECT_THAT(run.log(), HasSubstr("gpueval: " + out + "/journal.sqlite: cannot record results: database or disk is full\n"));
+  EXPECT_THAT(run.log(),
+              HasSubstr("gpueval: " + out + "/journal.sqlite: cannot record results: database or disk is full\n"));
   const int64_t stored = complete_requests(out);
   EXPECT_GT(stored, 0);
   EXPECT_LT(stored, total_requests_);

@@ -23,8 +23,11 @@ std::string write_demo_config(const testing::TempDir& dir, const std::string& na
   const std::string path = dir.file(name + ".yaml");
   testing::write_text(path, "model: " + testing::source_dir() + "/models/stories260K\n" +
                                 "tasks: [demo_choice, demo_perplexity]\n"
-                                "output: " + dir.file(name) + "\n"
-                                "batch_tokens: 192\n" + extra);
+                                "output: " +
+                                dir.file(name) +
+                                "\n"
+                                "batch_tokens: 192\n" +
+                                extra);
   return path;
 }
 
@@ -109,8 +112,7 @@ PtyResult run_in_pty(const std::vector<std::string>& args) {
   }
   ::close(master);
   int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return r;
 }
@@ -133,8 +135,10 @@ std::vector<std::string> screen_lines(const std::string& bytes) {
       line.clear();
       col = 0;
     } else {
-      if (col < line.size()) line[col] = bytes[i];
-      else line += bytes[i];
+      if (col < line.size())
+        line[col] = bytes[i];
+      else
+        line += bytes[i];
       ++col;
     }
   }

@@ -23,9 +23,9 @@
 namespace gpueval {
 namespace {
 
+using nlohmann::json;
 using ::testing::HasSubstr;
 using ::testing::Not;
-using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 // A run config over the demo tasks, cut into many small batches so that
@@ -37,10 +37,12 @@ std::string write_config(const testing::TempDir& dir, const std::string& name, c
   const std::string path = dir.file(name + ".yaml");
   testing::write_text(path, "model: " + testing::source_dir() + "/models/stories260K\n" +
                                 "tasks: [demo_choice, demo_perplexity]\n"
-                                "output: " + dir.file(name) + "\n"
+                                "output: " +
+                                dir.file(name) +
+                                "\n"
                                 "batch_tokens: 192\n"
-                                "heartbeat_timeout_s: " + std::to_string(heartbeat_timeout_s) + "\n" +
-                                "max_attempts: 2\n" + extra);
+                                "heartbeat_timeout_s: " +
+                                std::to_string(heartbeat_timeout_s) + "\n" + "max_attempts: 2\n" + extra);
   return path;
 }
 
@@ -306,7 +308,8 @@ TEST_F(RunTest, SigtermEndsTheRunAndEveryWorkerWithin143) {
 
 TEST_F(RunTest, SchedulerKilledWithSigkillTakesItsWorkersAlong) {
   const std::string cfg = write_config(dir_, "sigkill");
-  AsyncRun run = AsyncRun::start({"run", "--gpus", "cpu:2", cfg}, dir_.file("sigkill"), {{"GPUEVAL_FAULT", "hold:any"}});
+  AsyncRun run =
+      AsyncRun::start({"run", "--gpus", "cpu:2", cfg}, dir_.file("sigkill"), {{"GPUEVAL_FAULT", "hold:any"}});
   const std::vector<int> pids = run.wait_all_busy();
   ASSERT_EQ(pids.size(), 2u) << run.log();
   run.child.signal(SIGKILL);
@@ -356,7 +359,8 @@ TEST(RunErrors, BadTokenizerEndsTheEarlyWorkersWithoutAWord) {
   for (const char* name : {"config.json", "generation_config.json", "model.safetensors", "tokenizer_config.json"})
     ASSERT_EQ(::symlink((stories + "/" + name).c_str(), (model + "/" + name).c_str()), 0) << name;
   testing::write_text(model + "/tokenizer.json", "{\"model\": {\"type\": \"BPE\", \"vocab\": 5\n");
-  testing::write_text(dir.file("run.yaml"), "model: " + model + "\ntasks: [demo_choice]\noutput: " + dir.file("out") + "\n");
+  testing::write_text(dir.file("run.yaml"),
+                      "model: " + model + "\ntasks: [demo_choice]\noutput: " + dir.file("out") + "\n");
   auto r = testing::run_gpueval({"run", "--gpus", "cpu:2", dir.file("run.yaml")});
   EXPECT_EQ(r.exit_code, 1) << r.err;
   std::vector<std::string> errors;
@@ -383,23 +387,25 @@ TEST(RunErrors, BadTokenizerEndsTheEarlyWorkersWithoutAWord) {
 TEST(RunErrors, BadTaskFilesAreOneLineNamingFileAndLine) {
   testing::TempDir dir;
   testing::write_text(dir.file("quiz.jsonl"), "{\"q\": \"x\", \"choices\": [\"a\", \"b\"], \"label\": 0}\n");
-  const std::string head = "task: quiz\ndataset_path: quiz.jsonl\noutput_type: multiple_choice\n"
-                           "doc_to_text: \"{{q}}\"\ndoc_to_choice: \"{{choices}}\"\ndoc_to_target: \"{{label}}\"\n";
+  const std::string head =
+      "task: quiz\ndataset_path: quiz.jsonl\noutput_type: multiple_choice\n"
+      "doc_to_text: \"{{q}}\"\ndoc_to_choice: \"{{choices}}\"\ndoc_to_target: \"{{label}}\"\n";
   struct Case {
     std::string yaml, data, expected;
   };
   const std::vector<Case> cases = {
       {head + "metric_list:\n  - metric: bleu\n", "", "quiz.yaml:8: unknown metric 'bleu'"},
       {"task: quiz\ndataset_path: quiz.jsonl\noutput_type: multiple_choice\ndoc_to_text: \"{{q}}\"\n"
-       "doc_to_target: \"{{label}}\"\n", "", "quiz.yaml: missing required key 'doc_to_choice'"},
+       "doc_to_target: \"{{label}}\"\n",
+       "", "quiz.yaml: missing required key 'doc_to_choice'"},
       {head, "{\"q\": \"x\", \"choices\": [\"a\"], \"label\": 0}\n\"just a string\"\n",
        "quiz.jsonl:2: expected a JSON object, got string"},
   };
   for (const Case& c : cases) {
     testing::write_text(dir.file("quiz.yaml"), c.yaml);
     if (!c.data.empty()) testing::write_text(dir.file("quiz.jsonl"), c.data);
-    testing::write_text(dir.file("run.yaml"), "model: " + testing::source_dir() + "/models/stories260K\n" +
-                                                  "tasks: [" + dir.file("quiz.yaml") + "]\noutput: " + dir.file("out") + "\n");
+    testing::write_text(dir.file("run.yaml"), "model: " + testing::source_dir() + "/models/stories260K\n" + "tasks: [" +
+                                                  dir.file("quiz.yaml") + "]\noutput: " + dir.file("out") + "\n");
     auto r = testing::run_gpueval({"run", "--gpus", "cpu:1", dir.file("run.yaml")});
     EXPECT_EQ(r.exit_code, 1) << c.expected;
     EXPECT_THAT(r.err, HasSubstr(c.expected));

@@ -21,9 +21,9 @@
 namespace gpueval {
 namespace {
 
+using testing::error_of;
 using ::testing::HasSubstr;
 using ::testing::Not;
-using testing::error_of;
 
 RequestResult ll(double logprob) {
   RequestResult r;
@@ -50,21 +50,26 @@ class SuiteScoreTest : public ::testing::Test {
                              "{\"question\": \"c\", \"choices\": [\"no\", \"yes\"], \"label\": 1}\n"
                              "{\"question\": \"d\", \"choices\": [\"no\", \"yes\"], \"label\": 0}\n");
     dir_.write("pick.jsonl", "{\"q\": \"one\", \"label\": 0}\n{\"q\": \"two\", \"label\": 1}\n");
-    dir_.write("pick.yaml", "task: pick\ndataset_path: pick.jsonl\noutput_type: multiple_choice\n"
-                            "doc_to_text: \"{{q}}\"\ndoc_to_choice: [\"r\", \"s\", \"t\"]\ndoc_to_target: \"{{label}}\"\n"
-                            "metric_list: [acc]\n");
+    dir_.write("pick.yaml",
+               "task: pick\ndataset_path: pick.jsonl\noutput_type: multiple_choice\n"
+               "doc_to_text: \"{{q}}\"\ndoc_to_choice: [\"r\", \"s\", \"t\"]\ndoc_to_target: \"{{label}}\"\n"
+               "metric_list: [acc]\n");
     dir_.write("trivia.jsonl", "{\"q\": \"capital?\", \"a\": \"Paris\"}\n{\"q\": \"river?\", \"a\": \"Nile\"}\n");
-    dir_.write("trivia.yaml", "task: trivia\ndataset_path: trivia.jsonl\noutput_type: generate_until\n"
-                              "doc_to_text: \"{{q}}\"\ndoc_to_target: \"{{a}}\"\nmetric_list: [exact_match]\n"
-                              "filter_list:\n  - name: none\n    filter:\n      - function: take_first\n"
-                              "  - name: remove_whitespace\n    filter:\n      - function: remove_whitespace\n"
-                              "      - function: take_first\n");
-    dir_.write("inner.yaml", "group: inner\ntask: [pick]\naggregate_metric_list:\n  - metric: acc\n"
-                             "    weight_by_size: true\n");
-    dir_.write("mc.yaml", "group: mc\ntask: [quiz, inner]\naggregate_metric_list:\n  - metric: score\n"
-                          "    weight_by_size: false\n    member_metrics:\n      quiz: acc_norm\n      inner: acc\n");
-    dir_.write("top.yaml", "group: top\ntask:\n  - mc\n  - trivia\naggregate_metric_list:\n  - metric: score\n"
-                           "    member_metrics:\n      trivia: exact_match,remove_whitespace\n      mc: score\n");
+    dir_.write("trivia.yaml",
+               "task: trivia\ndataset_path: trivia.jsonl\noutput_type: generate_until\n"
+               "doc_to_text: \"{{q}}\"\ndoc_to_target: \"{{a}}\"\nmetric_list: [exact_match]\n"
+               "filter_list:\n  - name: none\n    filter:\n      - function: take_first\n"
+               "  - name: remove_whitespace\n    filter:\n      - function: remove_whitespace\n"
+               "      - function: take_first\n");
+    dir_.write("inner.yaml",
+               "group: inner\ntask: [pick]\naggregate_metric_list:\n  - metric: acc\n"
+               "    weight_by_size: true\n");
+    dir_.write("mc.yaml",
+               "group: mc\ntask: [quiz, inner]\naggregate_metric_list:\n  - metric: score\n"
+               "    weight_by_size: false\n    member_metrics:\n      quiz: acc_norm\n      inner: acc\n");
+    dir_.write("top.yaml",
+               "group: top\ntask:\n  - mc\n  - trivia\naggregate_metric_list:\n  - metric: score\n"
+               "    member_metrics:\n      trivia: exact_match,remove_whitespace\n      mc: score\n");
   }
 
   // Loads the selection's tasks and scores every document: quiz right on 0 and 2 by acc and
@@ -124,7 +129,7 @@ class SuiteScoreTest : public ::testing::Test {
 TEST(SuiteScoreArithmeticTest, UnweightedMeanAndIndependentStderr) {
   const std::vector<SubtaskScore> scores = {{0.5, 0.03, 10}, {0.25, 0.04, 3000}, {0.9, 0.12, 7}};
   EXPECT_DOUBLE_EQ(aggregate_subtask_scores(scores, false), 0.55);  // (0.5 + 0.25 + 0.9) / 3, sizes ignored
-  EXPECT_DOUBLE_EQ(*suite_stderr(scores), 0.13 / 3);                 // sqrt(0.0009 + 0.0016 + 0.0144) / 3
+  EXPECT_DOUBLE_EQ(*suite_stderr(scores), 0.13 / 3);  // sqrt(0.0009 + 0.0016 + 0.0144) / 3
   EXPECT_FALSE(suite_stderr({{0.5, 0.03, 10}, {0.25, std::nullopt, 30}}));
   EXPECT_FALSE(suite_stderr({}));
 }
@@ -153,7 +158,7 @@ TEST_F(SuiteScoreTest, ScoreIsTheMeanOfEachMembersOwnMetric) {
   const MetricResult& trivia = task_metric("trivia", "exact_match", "remove_whitespace");
   EXPECT_EQ(trivia.value, 1.0);
   EXPECT_EQ(task_metric("trivia", "exact_match").value, 0.0);  // the leading space: filter none misses
-  EXPECT_NE(quiz.value, task_metric("quiz", "acc").value);    // so taking acc_norm is visible
+  EXPECT_NE(quiz.value, task_metric("quiz", "acc").value);  // so taking acc_norm is visible
 
   const GroupScores& inner = group("inner");
   ASSERT_EQ(inner.metrics.size(), 1u);
@@ -254,8 +259,9 @@ TEST_F(SuiteScoreTest, ResultsJsonReportAndHistoryShowTheSuite) {
 
 TEST_F(SuiteScoreTest, LowerIsBetterSuiteKeepsItsDirection) {
   testing::write_story_task(dir_, "{\"text\": \"One day.\"}\n{\"text\": \"The end.\"}\n");
-  dir_.write("ppl.yaml", "group: ppl\ntask: [story]\naggregate_metric_list:\n  - metric: mean_ppl\n"
-                         "    member_metrics: {story: word_perplexity}\n");
+  dir_.write("ppl.yaml",
+             "group: ppl\ntask: [story]\naggregate_metric_list:\n  - metric: mean_ppl\n"
+             "    member_metrics: {story: word_perplexity}\n");
   const TaskSelection sel = expand_tasks({"ppl"}, {dir_.path()});
   const Task story = Task::load("story", {dir_.path()});
   check_member_metrics(sel.groups, {&story});
@@ -312,8 +318,9 @@ TEST_F(SuiteScoreTest, BadSpecsNameFileAndLine) {
   EXPECT_EQ(load_error(head + "    member_metrics:\n      quiz: acc\n      pick: acc\n      trivia: exact_match\n"),
             bad + ":8: member_metrics: 'trivia' is not a member of group 'bad' (its members: quiz, pick)");
   EXPECT_EQ(load_error(head + "    weight_by_size: true\n    member_metrics: {quiz: acc, pick: acc}\n"),
-            bad + ":4: weight_by_size: a suite score (member_metrics) is the unweighted mean of its members; "
-                  "leave weight_by_size out or set it false");
+            bad +
+                ":4: weight_by_size: a suite score (member_metrics) is the unweighted mean of its members; "
+                "leave weight_by_size out or set it false");
   EXPECT_EQ(load_error(head + "    member_metrics: [quiz, pick]\n"),
             bad + ":5: member_metrics must be a mapping of member names to their metrics (arc_easy: acc_norm)");
   EXPECT_EQ(load_error(head + "    member_metrics:\n      quiz: a,b,c\n      pick: acc\n"),
@@ -326,8 +333,9 @@ TEST_F(SuiteScoreTest, BadSpecsNameFileAndLine) {
                        "    member_metrics: {quiz: acc, pick: acc}\n"),
             bad + ":4: member_metrics: member 'quiz' is listed twice under task, so the mean would count it twice");
   EXPECT_EQ(load_error(head + "    member_metric: {quiz: acc, pick: acc}\n"),
-            bad + ":4: unknown aggregate_metric_list key 'member_metric' (metric, aggregation, weight_by_size, "
-                  "filter_list, member_metrics)");
+            bad +
+                ":4: unknown aggregate_metric_list key 'member_metric' (metric, aggregation, weight_by_size, "
+                "filter_list, member_metrics)");
 
   // Metrics the members do not have: found once the tasks are loaded.
   auto check_error = [&](const std::string& yaml) {
@@ -343,8 +351,9 @@ TEST_F(SuiteScoreTest, BadSpecsNameFileAndLine) {
     EXPECT_THAT(e, Not(HasSubstr("\n")));
     return e;
   };
-  const std::string two = "group: bad\ntask: [quiz, inner, trivia]\naggregate_metric_list:\n  - metric: score\n"
-                          "    member_metrics:\n";
+  const std::string two =
+      "group: bad\ntask: [quiz, inner, trivia]\naggregate_metric_list:\n  - metric: score\n"
+      "    member_metrics:\n";
   EXPECT_EQ(check_error(two + "      quiz: acc_mutual\n      inner: acc\n      trivia: exact_match\n"),
             bad + ":6: member_metrics: task 'quiz' has no metric 'acc_mutual' (its metrics: acc, acc_norm)");
   EXPECT_EQ(check_error(two + "      quiz: acc\n      inner: acc_norm\n      trivia: exact_match\n"),
@@ -352,13 +361,15 @@ TEST_F(SuiteScoreTest, BadSpecsNameFileAndLine) {
   EXPECT_EQ(check_error(two + "      quiz: acc\n      inner: acc,strict\n      trivia: exact_match\n"),
             bad + ":7: member_metrics: group 'inner' is scored under filter none only, not 'strict'");
   EXPECT_EQ(check_error(two + "      quiz: acc\n      inner: acc\n      trivia: exact_match,strict-match\n"),
-            bad + ":8: member_metrics: task 'trivia' has no filter 'strict-match' for exact_match (its filters: "
-                  "none, remove_whitespace)");
+            bad +
+                ":8: member_metrics: task 'trivia' has no filter 'strict-match' for exact_match (its filters: "
+                "none, remove_whitespace)");
   testing::write_story_task(dir_, "{\"text\": \"One day.\"}\n");
   EXPECT_EQ(check_error("group: bad\ntask: [quiz, story]\naggregate_metric_list:\n  - metric: score\n"
                         "    member_metrics:\n      quiz: acc\n      story: word_perplexity\n"),
-            bad + ":7: member_metrics: story word_perplexity is lower-is-better but quiz acc is higher-is-better: "
-                  "a suite score needs one direction");
+            bad +
+                ":7: member_metrics: story word_perplexity is lower-is-better but quiz acc is higher-is-better: "
+                "a suite score needs one direction");
   dir_.write("tag.yaml", "group: tag\ntask: [pick]\n");
   EXPECT_EQ(check_error("group: bad\ntask: [quiz, tag]\naggregate_metric_list:\n  - metric: score\n"
                         "    member_metrics:\n      quiz: acc\n      tag: acc\n"),
@@ -369,8 +380,9 @@ TEST_F(SuiteScoreTest, BadSpecsNameFileAndLine) {
 // metric the task lacks stops the run before any work, in one line naming the group file.
 TEST(SuiteScoreRunTest, RunReportsTheSuiteAndRefusesAMetricTheTaskLacks) {
   testing::TempDir dir;
-  const std::string suite = "group: suite\ntask: [demo_choice]\naggregate_metric_list:\n  - metric: score\n"
-                            "    member_metrics:\n      demo_choice: ";
+  const std::string suite =
+      "group: suite\ntask: [demo_choice]\naggregate_metric_list:\n  - metric: score\n"
+      "    member_metrics:\n      demo_choice: ";
   dir.write("suite.yaml", suite + "acc_norm\n");
   dir.write("run.yaml", "model: " + testing::source_dir() + "/models/stories260K\ntasks: [suite]\noutput: " +
                             dir.file("out") + "\nhistory: " + dir.file("h.sqlite") + "\n");
@@ -385,14 +397,16 @@ TEST(SuiteScoreRunTest, RunReportsTheSuiteAndRefusesAMetricTheTaskLacks) {
   EXPECT_THAT(io::read_file(dir.file("out/report.html")), HasSubstr("data-task=\"suite\""));  // charted
 
   dir.write("suite.yaml", suite + "acc_mutual\n");
-  r = testing::run_gpueval({"run", "--gpus", "cpu:1", "--limit", "4", "--output", dir.file("out2"), dir.file("run.yaml")});
+  r = testing::run_gpueval(
+      {"run", "--gpus", "cpu:1", "--limit", "4", "--output", dir.file("out2"), dir.file("run.yaml")});
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_EQ(r.err, "gpueval: " + dir.file("suite.yaml") +
-                       ":6: member_metrics: task 'demo_choice' has no metric 'acc_mutual' (its metrics: acc, acc_norm)\n");
+  EXPECT_EQ(r.err,
+            "gpueval: " + dir.file("suite.yaml") +
+                ":6: member_metrics: task 'demo_choice' has no metric 'acc_mutual' (its metrics: acc, acc_norm)\n");
 }
 
 const std::vector<std::string> kPretrainingMembers = {
-    "arc_easy", "arc_challenge", "hellaswag", "piqa", "openbookqa", "winogrande",
+    "arc_easy", "arc_challenge", "hellaswag",      "piqa",     "openbookqa",       "winogrande",
     "boolq",    "copa",          "lambada_openai", "triviaqa", "mmlu_continuation"};
 
 // The shipped suite file and its config, read as files (neither needs the member tasks).
@@ -411,8 +425,8 @@ TEST(PretrainingSuiteTest, GroupFileAndConfigRead) {
   }
   EXPECT_EQ(spelled, (std::vector<std::string>{"arc_easy:acc_norm", "arc_challenge:acc_norm", "hellaswag:acc_norm",
                                                "piqa:acc_norm", "openbookqa:acc_norm", "winogrande:acc", "boolq:acc",
-                                               "copa:acc", "lambada_openai:acc", "triviaqa:exact_match,remove_whitespace",
-                                               "mmlu_continuation:acc"}));
+                                               "copa:acc", "lambada_openai:acc",
+                                               "triviaqa:exact_match,remove_whitespace", "mmlu_continuation:acc"}));
 
   const RunConfig c = load_run_config(testing::source_dir() + "/configs/pretraining.yaml");
   EXPECT_EQ(c.tasks, std::vector<std::string>{"pretraining"});

@@ -50,8 +50,8 @@ TEST(TaskDemoModelTest, Stories260kBeatsChanceOnDemoChoiceAndReportsAreWritten) 
   const double acc = results["results"]["demo_choice"]["acc,none"].get<double>();
   const double acc_norm = results["results"]["demo_choice"]["acc_norm,none"].get<double>();
   const double word_ppl = results["results"]["demo_perplexity"]["word_perplexity,none"].get<double>();
-  std::fprintf(stderr, "[demo] demo_choice acc %.4f ± %.4f, acc_norm %.4f; demo_perplexity word_perplexity %.2f\n",
-               acc, results["results"]["demo_choice"]["acc_stderr,none"].get<double>(), acc_norm, word_ppl);
+  std::fprintf(stderr, "[demo] demo_choice acc %.4f ± %.4f, acc_norm %.4f; demo_perplexity word_perplexity %.2f\n", acc,
+               results["results"]["demo_choice"]["acc_stderr,none"].get<double>(), acc_norm, word_ppl);
   // Chance is 0.25: the right answer sits at each of the four positions equally often.
   EXPECT_GT(acc, 0.6);
   EXPECT_GT(acc_norm, 0.6);

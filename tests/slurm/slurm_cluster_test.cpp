@@ -27,8 +27,8 @@
 namespace gpueval {
 namespace {
 
-using ::testing::HasSubstr;
 using nlohmann::json;
+using ::testing::HasSubstr;
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
@@ -97,8 +97,8 @@ class SlurmClusterTest : public ::testing::Test {
   }
   static void TearDownTestSuite() {
     if (cluster_) {
-      const Shell down = sh(fmt::format("bash {}/scripts/slurm_local.sh stop {}", testing::source_dir(),
-                                        cluster_->file("slurm")));
+      const Shell down =
+          sh(fmt::format("bash {}/scripts/slurm_local.sh stop {}", testing::source_dir(), cluster_->file("slurm")));
       EXPECT_EQ(down.status, 0) << down.out;
       EXPECT_NE(sh("pgrep -x slurmctld").status, 0) << "slurmctld is still running";
       EXPECT_NE(sh("pgrep -x slurmd").status, 0) << "slurmd is still running";
@@ -152,8 +152,7 @@ class SlurmClusterTest : public ::testing::Test {
   }
 
   void expect_same_bytes(const std::string& merged, const std::string& reference) {
-    ASSERT_TRUE(io::path_exists(merged + "/results.json"))
-        << sh("cat " + merged + "/slurm/*.out").out;
+    ASSERT_TRUE(io::path_exists(merged + "/results.json")) << sh("cat " + merged + "/slurm/*.out").out;
     EXPECT_EQ(json::parse(io::read_file(merged + "/results.json"))["results"].dump(),
               json::parse(io::read_file(reference + "/results.json"))["results"].dump());
     for (const std::string& t : tasks()) {
@@ -248,7 +247,8 @@ TEST_F(SlurmClusterTest, AKilledShardStepIsRequeuedAndComputesOnlyWhatItsJournal
   ASSERT_TRUE(wait_for([&] {
     auto f = job_fields(job);
     return f["Restarts"] == "1" && f["JobState"] == "PENDING";
-  })) << sh("scontrol show job " + job).out << diagnostics("killed");
+  })) << sh("scontrol show job " + job).out
+      << diagnostics("killed");
   // Slurm (22.05) holds a requeued batch job about two minutes before it may start again, so that
   // the node has cleaned up the last start and the new launch credential is newer than the
   // revocation of the old one. This test starts it sooner, once both hold:

@@ -121,7 +121,7 @@ TEST(ModelFingerprint, ChangesWithConfigAndHeadersNotWithWeightBytes) {
   EXPECT_EQ(a.size(), 64u);
   EXPECT_EQ(a, model_fingerprint(dir.path()));
   EXPECT_EQ(a, model_fingerprint(src));  // the name of the directory is not part of it
-  weights[weights.size() - 1] ^= 1;      // a weight byte: not read
+  weights[weights.size() - 1] ^= 1;  // a weight byte: not read
   dir.write("model.safetensors", weights);
   EXPECT_EQ(model_fingerprint(dir.path()), a);
   dir.write("config.json", config + " ");

@@ -427,9 +427,13 @@ TEST(HistoryTest, DefaultPath) {
 TEST(HistoryTest, ScoresOfARealRunAreTheScoresOfItsResults) {
   testing::TempDir dir;
   const std::string cfg = dir.file("demo.yaml");
-  testing::write_text(cfg, "model: " + testing::source_dir() + "/models/stories260K\n"
-                           "tasks: [demo_choice, demo_perplexity]\noutput: " + dir.file("out") + "\nlimit: 12\n"
-                           "history: " + dir.file("h.sqlite") + "\n");
+  testing::write_text(cfg, "model: " + testing::source_dir() +
+                               "/models/stories260K\n"
+                               "tasks: [demo_choice, demo_perplexity]\noutput: " +
+                               dir.file("out") +
+                               "\nlimit: 12\n"
+                               "history: " +
+                               dir.file("h.sqlite") + "\n");
   const auto r = testing::run_gpueval({"run", "--gpus", "cpu:1", cfg});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const Ordered results = Ordered::parse(io::read_file(dir.file("out/results.json")));
@@ -442,7 +446,8 @@ TEST(HistoryTest, ScoresOfARealRunAreTheScoresOfItsResults) {
   std::vector<std::string> want_keys;
   for (const auto& [task, entry] : results["results"].items()) {
     for (const auto& [key, value] : entry.items()) {
-      if (key.find(',') != std::string::npos && key.find("_stderr,") == std::string::npos) want_keys.push_back(task + " " + key);
+      if (key.find(',') != std::string::npos && key.find("_stderr,") == std::string::npos)
+        want_keys.push_back(task + " " + key);
     }
   }
   ASSERT_EQ(rows.size(), want_keys.size());
@@ -468,7 +473,8 @@ TEST(HistoryTest, ScoresOfARealRunAreTheScoresOfItsResults) {
   EXPECT_EQ(rows[0].task, "demo_choice");
   EXPECT_EQ(rows[0].metric, "acc");  // the primary metric comes first
   EXPECT_TRUE(rows[0].stderr_value);
-  const auto ppl = std::find_if(rows.begin(), rows.end(), [](const ScoreRow& r) { return r.task == "demo_perplexity"; });
+  const auto ppl =
+      std::find_if(rows.begin(), rows.end(), [](const ScoreRow& r) { return r.task == "demo_perplexity"; });
   ASSERT_NE(ppl, rows.end());
   EXPECT_EQ(ppl->metric, "word_perplexity");
   EXPECT_FALSE(ppl->higher_is_better);
@@ -477,9 +483,11 @@ TEST(HistoryTest, ScoresOfARealRunAreTheScoresOfItsResults) {
 
 TEST(HistoryTest, SamplesFromRecordsKeepPerDocumentNumbersOfTheFirstFilter) {
   testing::TempDir dir;
-  const Task quiz = Task::load(testing::write_quiz_task(dir, "{\"question\": \"Sky?\", \"choices\": [\"blue\", \"green\"], \"label\": 0}\n"
-                                                             "{\"question\": \"Sun?\", \"choices\": [\"hot\", \"cold\"], \"label\": 1}\n"),
-                               {});
+  const Task quiz =
+      Task::load(testing::write_quiz_task(dir,
+                                          "{\"question\": \"Sky?\", \"choices\": [\"blue\", \"green\"], \"label\": 0}\n"
+                                          "{\"question\": \"Sun?\", \"choices\": [\"hot\", \"cold\"], \"label\": 1}\n"),
+                 {});
   const Task story = Task::load(testing::write_story_task(dir, "{\"text\": \"One day.\"}\n"), {});
   auto result = [](double logprob) {
     RequestResult r;

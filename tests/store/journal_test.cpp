@@ -130,12 +130,14 @@ TEST(Journal, RefusesAnotherModelOrConfigAndFreshStartsOver) {
   other_model.model_fingerprint = "eeee5555ffff6666";
   other_model.model_path = "models/other";
   std::string msg = testing::error_of([&] { Journal::open(path, other_model, false); });
-  EXPECT_THAT(msg, HasSubstr(path + ": journal was written for model models/m (fingerprint aaaa1111…), not models/other"));
+  EXPECT_THAT(msg,
+              HasSubstr(path + ": journal was written for model models/m (fingerprint aaaa1111…), not models/other"));
   EXPECT_THAT(msg, HasSubstr("run with --fresh to start over, or use another output directory"));
   JournalIdentity other_config = kId;
   other_config.config_fingerprint = "0000";
   msg = testing::error_of([&] { Journal::open(path, other_config, false); });
-  EXPECT_THAT(msg, HasSubstr(path + ": journal was written for model models/m (fingerprint aaaa1111…) with another config"));
+  EXPECT_THAT(msg,
+              HasSubstr(path + ": journal was written for model models/m (fingerprint aaaa1111…) with another config"));
   EXPECT_THAT(msg, HasSubstr("--fresh"));
   EXPECT_EQ(count_rows(path), 1);  // refusing never changes the journal
 

@@ -35,8 +35,8 @@ TEST(CsvTest, PlainRecordsWithLfOrCrlfAndNoFinalNewline) {
 }
 
 TEST(CsvTest, QuotedFieldsKeepCommasQuotesAndLineBreaks) {
-  const auto records = parse_csv("\"a, b\",\"say \"\"hi\"\"\",\"two\nlines\"\n\"\",x,\"\"\"\"\nlast,\"crlf\r\ninside\",z\n",
-                                 "x.csv", 3);
+  const auto records =
+      parse_csv("\"a, b\",\"say \"\"hi\"\"\",\"two\nlines\"\n\"\",x,\"\"\"\"\nlast,\"crlf\r\ninside\",z\n", "x.csv", 3);
   ASSERT_EQ(records.size(), 3u);
   EXPECT_THAT(records[0].fields, ElementsAre("a, b", "say \"hi\"", "two\nlines"));
   EXPECT_THAT(records[1].fields, ElementsAre("", "x", "\""));
@@ -66,10 +66,12 @@ TEST(CsvTest, ARecordPastTheDocumentBoundIsRefusedNamingItsLine) {
   // that spans lines (or is never closed), is refused before the rest of the file is read.
   const std::string at_bound(kMaxDocumentBytes, 'x');
   EXPECT_EQ(parse_csv("a\n" + at_bound + "\n", "x.csv", 1).at(1).fields.at(0).size(), kMaxDocumentBytes);
-  const std::string message = "x.csv:2: the record is 67108865 bytes, past the bound of 67108864 (64 MiB) that gpueval "
-                              "accepts for one document";
+  const std::string message =
+      "x.csv:2: the record is 67108865 bytes, past the bound of 67108864 (64 MiB) that gpueval "
+      "accepts for one document";
   EXPECT_EQ(error_of("a\n" + at_bound + "y\nb\n", 1), message);
-  std::string quoted = "a\n\"" + std::string(kMaxDocumentBytes / 2, 'x') + "\n" + std::string(kMaxDocumentBytes / 2, 'x');
+  std::string quoted =
+      "a\n\"" + std::string(kMaxDocumentBytes / 2, 'x') + "\n" + std::string(kMaxDocumentBytes / 2, 'x');
   EXPECT_EQ(error_of(quoted + "\"\n", 1), message);
   EXPECT_EQ(error_of(quoted, 1), message);  // never closed: the bound is met first
 }
@@ -88,8 +90,8 @@ TEST(CsvTest, MalformedFileOnDiskNamesPathAndLine) {
 // Every MMLU split parses with six fields per record, and the row counts are the release's.
 TEST(CsvTest, MmluReleaseRowCounts) {
   GPUEVAL_REQUIRE_SHARED();
-  for (const auto& [split, expected] : std::vector<std::pair<std::string, size_t>>{
-           {"dev", 285}, {"val", 1531}, {"test", 14042}}) {
+  for (const auto& [split, expected] :
+       std::vector<std::pair<std::string, size_t>>{{"dev", 285}, {"val", 1531}, {"test", 14042}}) {
     const std::string dir = testing::shared_dir() + "/data/mmlu/" + split;
     DIR* d = opendir(dir.c_str());
     ASSERT_NE(d, nullptr) << dir;

@@ -11,8 +11,8 @@
 namespace gpueval {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::error_of;
+using ::testing::HasSubstr;
 using Draws = std::vector<std::vector<size_t>>;
 
 constexpr const char* kTask =
@@ -79,8 +79,16 @@ TEST_F(FewshotSamplerTest, FromTheEvaluatedFileTheAskedDocumentIsLeftOut) {
   const Task task = load(std::string(kTask) + "fewshot_path: eval.jsonl\n");
   EXPECT_TRUE(task.fewshot_from_dataset());
   const Draws draws = draws_of(task);
-  EXPECT_EQ(draws, (Draws{{7, 1, 9}, {9, 0, 8}, {5, 3, 0}, {0, 5, 7}, {7, 2, 1}, {1, 0, 7}, {1, 8, 7}, {9, 1, 0},
-                          {1, 4, 3}, {5, 4, 3}}));
+  EXPECT_EQ(draws, (Draws{{7, 1, 9},
+                          {9, 0, 8},
+                          {5, 3, 0},
+                          {0, 5, 7},
+                          {7, 2, 1},
+                          {1, 0, 7},
+                          {1, 8, 7},
+                          {9, 1, 0},
+                          {1, 4, 3},
+                          {5, 4, 3}}));
   EXPECT_EQ(task.context(task.documents()[0]), "Q7? 7\n\nQ1? 1\n\nQ9? 9\n\nQ0?");
   ASSERT_EQ(task.notes().size(), 1u);
   EXPECT_THAT(task.notes()[0], HasSubstr("drawn at random, seed 1234, skipping the document being asked"));
@@ -102,10 +110,12 @@ TEST_F(FewshotSamplerTest, CopiesOfTheAskedDocumentAreAllLeftOut) {
 TEST_F(FewshotSamplerTest, BadSamplerOrTooFewDocumentsFailWithFileAndLine) {
   testing::write_text(dir_.file("eval.jsonl"), numbered("Q", 3));
   const std::string yaml = dir_.file("task.yaml");
-  EXPECT_THAT(error_of([&] { load(std::string(kTask) + "fewshot_path: eval.jsonl\nfewshot_config:\n  sampler: random\n"); }),
-              HasSubstr(yaml + ":9: fewshot_config: unknown sampler 'random' (lm-eval's samplers: default, first_n)"));
-  EXPECT_THAT(error_of([&] { load(std::string(kTask) + "fewshot_path: eval.jsonl\nfewshot_config:\n  split: train\n"); }),
-              HasSubstr(yaml + ":9: fewshot_config: only 'sampler' and 'samples' are supported yet, not 'split'"));
+  EXPECT_THAT(
+      error_of([&] { load(std::string(kTask) + "fewshot_path: eval.jsonl\nfewshot_config:\n  sampler: random\n"); }),
+      HasSubstr(yaml + ":9: fewshot_config: unknown sampler 'random' (lm-eval's samplers: default, first_n)"));
+  EXPECT_THAT(
+      error_of([&] { load(std::string(kTask) + "fewshot_path: eval.jsonl\nfewshot_config:\n  split: train\n"); }),
+      HasSubstr(yaml + ":9: fewshot_config: only 'sampler' and 'samples' are supported yet, not 'split'"));
   // Three documents, 3 shots from the evaluated file: lm-eval's sample(pool, 4) fails too.
   EXPECT_THAT(error_of([&] { load(std::string(kTask) + "fewshot_path: eval.jsonl\n"); }),
               HasSubstr("eval.jsonl: num_fewshot 3 from the task's own 3 documents needs at least 4"));

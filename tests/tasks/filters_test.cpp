@@ -76,10 +76,11 @@ TEST(FiltersTest, FlexibleExtractTakesTheLastNumber) {
 }
 
 TEST(FiltersTest, GroupSelectCountsLikePythonIndexing) {
-  const auto p = parse("- name: second\n  filter:\n    - function: regex\n      regex_pattern: \"[0-9]+\"\n"
-                       "      group_select: 1\n    - function: take_first\n"
-                       "- name: custom-fallback\n  filter:\n    - function: regex\n      regex_pattern: \"x(y)\"\n"
-                       "      fallback: none found\n    - function: take_first\n");
+  const auto p = parse(
+      "- name: second\n  filter:\n    - function: regex\n      regex_pattern: \"[0-9]+\"\n"
+      "      group_select: 1\n    - function: take_first\n"
+      "- name: custom-fallback\n  filter:\n    - function: regex\n      regex_pattern: \"x(y)\"\n"
+      "      fallback: none found\n    - function: take_first\n");
   EXPECT_EQ(one(p[0], {"a 10 b 20 c 30"}), "20");
   EXPECT_THAT(error_of([&] { one(p[0], {"only 1"}); }), HasSubstr("group_select 1 is out of range"));
   EXPECT_EQ(one(p[1], {"zz xy"}), "y");
@@ -89,8 +90,10 @@ TEST(FiltersTest, GroupSelectCountsLikePythonIndexing) {
 // Python 3.7+'s findall: re.findall("[0-9]*", "a12") == ["", "12", ""].
 TEST(FiltersTest, EmptyMatchesIterateAsInPython) {
   auto select = [](int64_t group) {
-    return parse("- name: x\n  filter:\n    - function: regex\n      regex_pattern: \"[0-9]*\"\n"
-                 "      group_select: " + std::to_string(group) + "\n    - function: take_first\n")[0];
+    return parse(
+        "- name: x\n  filter:\n    - function: regex\n      regex_pattern: \"[0-9]*\"\n"
+        "      group_select: " +
+        std::to_string(group) + "\n    - function: take_first\n")[0];
   };
   EXPECT_EQ(one(select(0), {"a12"}), "");
   EXPECT_EQ(one(select(1), {"a12"}), "12");
@@ -100,9 +103,10 @@ TEST(FiltersTest, EmptyMatchesIterateAsInPython) {
 }
 
 TEST(FiltersTest, TextSteps) {
-  const auto p = parse("- name: a\n  filter:\n    - function: remove_whitespace\n    - function: lowercase\n"
-                       "    - function: take_first\n"
-                       "- name: b\n  filter:\n    - function: uppercase\n    - function: take_first\n");
+  const auto p = parse(
+      "- name: a\n  filter:\n    - function: remove_whitespace\n    - function: lowercase\n"
+      "    - function: take_first\n"
+      "- name: b\n  filter:\n    - function: uppercase\n    - function: take_first\n");
   EXPECT_EQ(one(p[0], {" \t The ANSWER\n\n", "x"}), "the answer");
   EXPECT_EQ(one(p[1], {" Mixed case 1 "}), " MIXED CASE 1 ");
   // str.strip() removes Unicode whitespace such as U+3000 and U+00A0.
@@ -152,14 +156,23 @@ TEST(FiltersTest, BadFilterListNamesFileAndLine) {
               HasSubstr("t.yaml:4: filter function 'majority_vote' takes no option 'k'"));
   EXPECT_THAT(error_of([] { parse("- name: x\n  filter:\n    - function: regexp\n"); }),
               HasSubstr("t.yaml:3: unknown filter function 'regexp'"));
-  EXPECT_THAT(error_of([] { parse("- name: x\n  filter:\n    - function: regex\n      regex_pattern: \"(unclosed\"\n"
-                                  "    - function: take_first\n"); }),
+  EXPECT_THAT(error_of([] {
+                parse(
+                    "- name: x\n  filter:\n    - function: regex\n      regex_pattern: \"(unclosed\"\n"
+                    "    - function: take_first\n");
+              }),
               HasSubstr("t.yaml:3: bad regex '(unclosed'"));
-  EXPECT_THAT(error_of([] { parse("- name: x\n  filter:\n    - function: regex\n      group: 1\n"
-                                  "    - function: take_first\n"); }),
+  EXPECT_THAT(error_of([] {
+                parse(
+                    "- name: x\n  filter:\n    - function: regex\n      group: 1\n"
+                    "    - function: take_first\n");
+              }),
               HasSubstr("t.yaml:4: filter function 'regex' takes no option 'group'"));
-  EXPECT_THAT(error_of([] { parse("- name: x\n  filter:\n    - function: take_first\n"
-                                  "- name: x\n  filter:\n    - function: take_first\n"); }),
+  EXPECT_THAT(error_of([] {
+                parse(
+                    "- name: x\n  filter:\n    - function: take_first\n"
+                    "- name: x\n  filter:\n    - function: take_first\n");
+              }),
               HasSubstr("t.yaml:4: filter 'x' is named twice"));
   EXPECT_THAT(error_of([] { parse("name: x\n"); }), HasSubstr("t.yaml:1: filter_list must be a non-empty list"));
 }

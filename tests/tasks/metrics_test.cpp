@@ -78,9 +78,15 @@ TEST(MetricsTest, CountsAreLmEvalsCounts) {
   EXPECT_EQ(count_words("one two"), 2);
   EXPECT_EQ(count_words(" one  two\n"), 4);  // ['', 'one', 'two', '']
   EXPECT_EQ(count_words("a\tb\r\nc"), 3);
-  EXPECT_EQ(count_words("a\xc2\xa0" "b"), 2);        // U+00A0 is whitespace to Python's \s
-  EXPECT_EQ(count_words("a\x1c" "b"), 2);            // so are the ASCII separators U+001C..U+001F
-  EXPECT_EQ(count_words("a\xe3\x80\x80" "b"), 2);    // U+3000
+  EXPECT_EQ(count_words("a\xc2\xa0"
+                        "b"),
+            2);  // U+00A0 is whitespace to Python's \s
+  EXPECT_EQ(count_words("a\x1c"
+                        "b"),
+            2);  // so are the ASCII separators U+001C..U+001F
+  EXPECT_EQ(count_words("a\xe3\x80\x80"
+                        "b"),
+            2);  // U+3000
   EXPECT_EQ(count_bytes("caf\xc3\xa9"), 5);
   EXPECT_EQ(count_code_points("caf\xc3\xa9"), 4);
   EXPECT_EQ(count_code_points("\xf0\x9f\x99\x82!"), 2);
@@ -99,21 +105,23 @@ TEST(MetricsTest, ExactMatchOptions) {
 
 // pass@k = 1 - C(n-c, k) / C(n, k), checked by hand: n = 8 samples, c = 2 right.
 TEST(MetricsTest, PassAtKIsTheUnbiasedEstimator) {
-  EXPECT_DOUBLE_EQ(pass_at_k(8, 2, 1), 2.0 / 8);            // c / n
-  EXPECT_DOUBLE_EQ(pass_at_k(8, 2, 2), 1 - 15.0 / 28);      // C(6,2)/C(8,2) = 15/28
-  EXPECT_DOUBLE_EQ(pass_at_k(8, 2, 4), 1 - 15.0 / 70);      // C(6,4)/C(8,4) = 15/70
-  EXPECT_EQ(pass_at_k(8, 2, 7), 1.0);                       // n - c < k: a right one is always drawn
+  EXPECT_DOUBLE_EQ(pass_at_k(8, 2, 1), 2.0 / 8);  // c / n
+  EXPECT_DOUBLE_EQ(pass_at_k(8, 2, 2), 1 - 15.0 / 28);  // C(6,2)/C(8,2) = 15/28
+  EXPECT_DOUBLE_EQ(pass_at_k(8, 2, 4), 1 - 15.0 / 70);  // C(6,4)/C(8,4) = 15/70
+  EXPECT_EQ(pass_at_k(8, 2, 7), 1.0);  // n - c < k: a right one is always drawn
   EXPECT_EQ(pass_at_k(8, 0, 1), 0.0);
   EXPECT_EQ(pass_at_k(8, 8, 8), 1.0);
   // C(61,8)/C(64,8) = (61 * 60 * ... * 54) / (64 * 63 * ... * 57)
-  EXPECT_DOUBLE_EQ(pass_at_k(64, 3, 8), 1 - 61.0 * 60 * 59 * 58 * 57 * 56 * 55 * 54 / (64.0 * 63 * 62 * 61 * 60 * 59 * 58 * 57));
+  EXPECT_DOUBLE_EQ(pass_at_k(64, 3, 8),
+                   1 - 61.0 * 60 * 59 * 58 * 57 * 56 * 55 * 54 / (64.0 * 63 * 62 * 61 * 60 * 59 * 58 * 57));
   EXPECT_THROW(pass_at_k(4, 5, 1), Error);
   EXPECT_THROW(pass_at_k(4, 1, 5), Error);
   EXPECT_THROW(pass_at_k(4, 1, 0), Error);
 }
 
 TEST(MetricsTest, AggregateMetricsFollowsSpecOrderAndSkipsAbsentMetrics) {
-  const std::vector<MetricSpec> specs = {*builtin_metric("acc"), *builtin_metric("acc_norm"), *builtin_metric("acc_bytes")};
+  const std::vector<MetricSpec> specs = {*builtin_metric("acc"), *builtin_metric("acc_norm"),
+                                         *builtin_metric("acc_bytes")};
   const DocMetrics a = {{"acc", MetricValue::scalar(1)}, {"acc_norm", MetricValue::scalar(0)}};
   const DocMetrics b = {{"acc", MetricValue::scalar(0)}, {"acc_norm", MetricValue::scalar(0)}};
   const auto results = aggregate_metrics(specs, {&a, &b});

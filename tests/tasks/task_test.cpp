@@ -85,17 +85,20 @@ TEST(TaskTest, MultipleChoiceRequestsAndConfig) {
   const auto requests = task.requests(task.documents()[1]);
   ASSERT_EQ(requests.size(), 3u);
   EXPECT_EQ(requests[2].context, "Answer.\n\nQ: Sky?\nA:");
-  EXPECT_EQ(requests[2].continuation, " r\xc3\xa9" "d");
-  EXPECT_THAT(task.choices(task.documents()[1]), ElementsAre("green", "blue", "r\xc3\xa9" "d"));
+  EXPECT_EQ(requests[2].continuation,
+            " r\xc3\xa9"
+            "d");
+  EXPECT_THAT(task.choices(task.documents()[1]), ElementsAre("green", "blue",
+                                                             "r\xc3\xa9"
+                                                             "d"));
 
   // lm-eval's TaskConfig order, defaults filled in, shorthand metrics spelled out, and the
   // metrics in the order lm-eval computes them.
   std::vector<std::string> keys;
   for (const auto& [key, value] : task.ordered_config().items()) keys.push_back(key);
   EXPECT_THAT(keys, ElementsAre("task", "dataset_path", "doc_to_text", "doc_to_target", "unsafe_code", "doc_to_choice",
-                                "description",
-                                "target_delimiter", "fewshot_delimiter", "num_fewshot", "metric_list", "output_type",
-                                "repeats", "should_decontaminate"));
+                                "description", "target_delimiter", "fewshot_delimiter", "num_fewshot", "metric_list",
+                                "output_type", "repeats", "should_decontaminate"));
   EXPECT_EQ(task.config()["metric_list"][0],
             (nlohmann::json{{"metric", "acc_norm"}, {"aggregation", "mean"}, {"higher_is_better", true}}));
   EXPECT_EQ(task.config()["target_delimiter"], " ");
@@ -107,23 +110,26 @@ TEST(TaskTest, MultipleChoiceRequestsAndConfig) {
 TEST(TaskTest, LoglikelihoodRollingAndGenerateRequests) {
   TaskDir dir;
   dir.write("d.jsonl", "{\"q\": \"2+2=\", \"a\": \" 4\", \"text\": \"One day.\\nThe end.\"}\n");
-  const Task ll = dir.load("task: ll\ndataset_path: d.jsonl\noutput_type: loglikelihood\n"
-                           "doc_to_text: \"{{q}}\"\ndoc_to_target: \"{{a}}\"\n");
+  const Task ll = dir.load(
+      "task: ll\ndataset_path: d.jsonl\noutput_type: loglikelihood\n"
+      "doc_to_text: \"{{q}}\"\ndoc_to_target: \"{{a}}\"\n");
   auto r = ll.requests(ll.documents()[0]);
   ASSERT_EQ(r.size(), 1u);
   EXPECT_EQ(r[0].context, "2+2=");
   EXPECT_EQ(r[0].continuation, " 4");  // lm-eval adds no target_delimiter here
   EXPECT_EQ(ll.metrics().size(), 2u);  // perplexity, acc by default
 
-  const Task rolling = dir.load("task: r\ndataset_path: d.jsonl\noutput_type: loglikelihood_rolling\n"
-                                "doc_to_text: \"{{text}}\"\nmetric_list: [bits_per_byte]\n");
+  const Task rolling = dir.load(
+      "task: r\ndataset_path: d.jsonl\noutput_type: loglikelihood_rolling\n"
+      "doc_to_text: \"{{text}}\"\nmetric_list: [bits_per_byte]\n");
   r = rolling.requests(rolling.documents()[0]);
   EXPECT_EQ(r[0].type, RequestType::kLoglikelihoodRolling);
   EXPECT_EQ(r[0].context, "One day.\nThe end.");
 
-  const Task gen = dir.load("task: g\ndataset_path: d.jsonl\noutput_type: generate_until\n"
-                            "doc_to_text: \"Q: {{q}}\"\ndoc_to_target: \"{{a}}\"\n"
-                            "generation_kwargs:\n  until: [\"\\n\", \".\"]\n  max_gen_toks: 32\n  do_sample: false\n");
+  const Task gen = dir.load(
+      "task: g\ndataset_path: d.jsonl\noutput_type: generate_until\n"
+      "doc_to_text: \"Q: {{q}}\"\ndoc_to_target: \"{{a}}\"\n"
+      "generation_kwargs:\n  until: [\"\\n\", \".\"]\n  max_gen_toks: 32\n  do_sample: false\n");
   r = gen.requests(gen.documents()[0]);
   EXPECT_EQ(r[0].type, RequestType::kGenerateUntil);
   EXPECT_EQ(r[0].context, "Q: 2+2=");
@@ -172,8 +178,9 @@ TEST(TaskTest, BuildRequestsNumbersTasksDocumentsAndChoices) {
             "{\"question\": \"3\", \"choices\": [\"a\", \"b\"], \"label\": 0}\n");
   dir.write("d.jsonl", "{\"text\": \"x\"}\n{\"text\": \"y\"}\n{\"text\": \"z\"}\n");
   const Task quiz = dir.load(kChoiceYaml);
-  const Task rolling = dir.load("task: r\ndataset_path: d.jsonl\noutput_type: loglikelihood_rolling\n"
-                                "doc_to_target: \"{{text}}\"\n");
+  const Task rolling = dir.load(
+      "task: r\ndataset_path: d.jsonl\noutput_type: loglikelihood_rolling\n"
+      "doc_to_target: \"{{text}}\"\n");
   const auto all = build_requests({&quiz, &rolling});
   EXPECT_EQ(all.size(), 10u);
   const auto limited = build_requests({&quiz, &rolling}, 2);
@@ -237,23 +244,26 @@ TEST(TaskTest, MultipleChoiceMetricsByHand) {
 TEST(TaskTest, RollingAndLoglikelihoodAndGenerateMetrics) {
   TaskDir dir;
   dir.write("d.jsonl", "{\"text\": \" Hi  there\\u00a0you\\n\", \"a\": \"Four.\"}\n");
-  const Task rolling = dir.load("task: r\ndataset_path: d.jsonl\noutput_type: loglikelihood_rolling\n"
-                                "doc_to_target: \"{{text}}\"\n");
+  const Task rolling = dir.load(
+      "task: r\ndataset_path: d.jsonl\noutput_type: loglikelihood_rolling\n"
+      "doc_to_target: \"{{text}}\"\n");
   // re.split(r"\s+", " Hi  there\u00a0you\n") = ['', 'Hi', 'there', 'you', '']; 16 UTF-8 bytes.
   DocMetrics m = rolling.process_results(rolling.documents()[0], {ll(-12.5)});
   EXPECT_EQ(m.at("word_perplexity"), MetricValue::weighted(-12.5, 5));
   EXPECT_EQ(m.at("byte_perplexity"), MetricValue::weighted(-12.5, 16));
   EXPECT_EQ(m.at("bits_per_byte"), MetricValue::weighted(-12.5, 16));
 
-  const Task loglikelihood = dir.load("task: l\ndataset_path: d.jsonl\noutput_type: loglikelihood\n"
-                                      "doc_to_text: \"\"\ndoc_to_target: \"{{a}}\"\n");
+  const Task loglikelihood = dir.load(
+      "task: l\ndataset_path: d.jsonl\noutput_type: loglikelihood\n"
+      "doc_to_text: \"\"\ndoc_to_target: \"{{a}}\"\n");
   m = loglikelihood.process_results(loglikelihood.documents()[0], {ll(-0.25, true)});
   EXPECT_EQ(m.at("perplexity"), MetricValue::scalar(-0.25));
   EXPECT_EQ(m.at("acc"), MetricValue::scalar(1.0));
 
-  const Task gen = dir.load("task: g\ndataset_path: d.jsonl\ndoc_to_text: \"\"\ndoc_to_target: \"{{a}}\"\n"
-                            "metric_list:\n  - metric: exact_match\n    ignore_case: true\n"
-                            "    ignore_punctuation: true\n");
+  const Task gen = dir.load(
+      "task: g\ndataset_path: d.jsonl\ndoc_to_text: \"\"\ndoc_to_target: \"{{a}}\"\n"
+      "metric_list:\n  - metric: exact_match\n    ignore_case: true\n"
+      "    ignore_punctuation: true\n");
   RequestResult out;
   out.text = "four";
   EXPECT_EQ(gen.process_results(gen.documents()[0], {out}).at("exact_match").value, 1.0);
@@ -276,7 +286,8 @@ TEST(TaskTest, DatasetErrorsNameFileAndLine) {
   EXPECT_THAT(e, HasSubstr("quiz.jsonl:2: expected a JSON object, got array"));
   expect_one_line(e);
 
-  dir.write("quiz.jsonl", "{\"question\": \"q\", \"choices\": [\"a\"], \"label\": 0}\n{\"choices\": [\"a\"], \"label\": 0}\n");
+  dir.write("quiz.jsonl",
+            "{\"question\": \"q\", \"choices\": [\"a\"], \"label\": 0}\n{\"choices\": [\"a\"], \"label\": 0}\n");
   e = error_of([&] { dir.load(kChoiceYaml); });
   EXPECT_THAT(e, HasSubstr("quiz.jsonl:2: doc_to_text 'Q: {{question}}\\x0aA:' references missing field 'question'"));
   expect_one_line(e);
@@ -286,13 +297,16 @@ TEST(TaskTest, DatasetErrorsNameFileAndLine) {
   EXPECT_THAT(e, HasSubstr("quiz.jsonl:1: label 2 is outside the 2 choices"));
 
   dir.write("quiz.jsonl", "{\"question\": \"q\", \"choices\": [\"a\", \"b\"], \"label\": \"c\"}\n");
-  EXPECT_THAT(error_of([&] { dir.load(kChoiceYaml); }), HasSubstr("quiz.jsonl:1: target 'c' is not one of the choices"));
+  EXPECT_THAT(error_of([&] { dir.load(kChoiceYaml); }),
+              HasSubstr("quiz.jsonl:1: target 'c' is not one of the choices"));
 
   dir.write("quiz.jsonl", "{\"question\": \"q\", \"choices\": \"ab\", \"label\": 0}\n");
-  EXPECT_THAT(error_of([&] { dir.load(kChoiceYaml); }), HasSubstr("quiz.jsonl:1: doc_to_choice gives 'ab', not a list"));
+  EXPECT_THAT(error_of([&] { dir.load(kChoiceYaml); }),
+              HasSubstr("quiz.jsonl:1: doc_to_choice gives 'ab', not a list"));
 
   dir.write("quiz.jsonl", "{\"question\": \"q\", \"question\": \"r\", \"choices\": [\"a\"], \"label\": 0}\n");
-  EXPECT_THAT(error_of([&] { dir.load(kChoiceYaml); }), HasSubstr("quiz.jsonl:1: the line has duplicate key 'question'"));
+  EXPECT_THAT(error_of([&] { dir.load(kChoiceYaml); }),
+              HasSubstr("quiz.jsonl:1: the line has duplicate key 'question'"));
 
   dir.write("quiz.jsonl", "\n  \n");
   EXPECT_THAT(error_of([&] { dir.load(kChoiceYaml); }), HasSubstr("quiz.jsonl: no documents"));
@@ -317,33 +331,43 @@ TEST(TaskTest, DefinitionErrorsNameFileAndLine) {
   };
   EXPECT_THAT(load_error("task: quiz\ndataset_path: quiz.jsonl\noutput_type: multiple_choise\n"),
               HasSubstr(yaml + ":3: unknown output_type 'multiple_choise'"));
-  EXPECT_THAT(load_error(std::string(kChoiceYaml) + "  - f1\n"),
-              HasSubstr(yaml + ":10: unknown metric 'f1' (known for multiple_choice: acc, acc_norm, acc_bytes, exact_match, bpb)"));
+  EXPECT_THAT(
+      load_error(std::string(kChoiceYaml) + "  - f1\n"),
+      HasSubstr(yaml +
+                ":10: unknown metric 'f1' (known for multiple_choice: acc, acc_norm, acc_bytes, exact_match, bpb)"));
   EXPECT_THAT(load_error("task: q\ndataset_path: quiz.jsonl\noutput_type: loglikelihood_rolling\n"
                          "doc_to_target: \"{{question}}\"\nmetric_list:\n  - metric: acc\n"),
               HasSubstr(yaml + ":6: metric 'acc' does not apply to loglikelihood_rolling tasks"));
-  EXPECT_THAT(load_error("task: quiz\ndataset_path: nope.jsonl\noutput_type: multiple_choice\n"),
-              HasSubstr(yaml + ":2: dataset_path 'nope.jsonl' not found (" + dir.path() + "/nope.jsonl does not exist)"));
+  EXPECT_THAT(
+      load_error("task: quiz\ndataset_path: nope.jsonl\noutput_type: multiple_choice\n"),
+      HasSubstr(yaml + ":2: dataset_path 'nope.jsonl' not found (" + dir.path() + "/nope.jsonl does not exist)"));
   EXPECT_THAT(load_error("task: quiz\noutput_type: multiple_choice\n"),
               HasSubstr(yaml + ": missing required key 'dataset_path'"));
   EXPECT_THAT(load_error("task: quiz\ndataset_path: quiz.jsonl\noutput_type: multiple_choice\n"
                          "doc_to_text: \"{{question}}\"\ndoc_to_target: \"{{label}}\"\n"),
               HasSubstr(yaml + ": missing required key 'doc_to_choice'"));
-  EXPECT_THAT(load_error(std::string(kChoiceYaml) + "doc_to_txt: x\n"), HasSubstr(yaml + ":10: unknown key 'doc_to_txt'"));
+  EXPECT_THAT(load_error(std::string(kChoiceYaml) + "doc_to_txt: x\n"),
+              HasSubstr(yaml + ":10: unknown key 'doc_to_txt'"));
   EXPECT_THAT(load_error(std::string(kChoiceYaml) + "gen_prefix: x\n"),
               HasSubstr(yaml + ":10: key 'gen_prefix' is not supported yet"));
   EXPECT_THAT(load_error(std::string(kChoiceYaml) + "filter_list: []\n"),
               HasSubstr(yaml + ":10: filter_list applies to generate_until tasks only"));
-  EXPECT_THAT(load_error(std::string(kChoiceYaml) + "num_fewshot: 5\n"),
-              HasSubstr(yaml + ":10: num_fewshot 5 needs fewshot_path or fewshot_config.samples (the documents to draw examples from)"));
-  EXPECT_THAT(load_error(std::string(kChoiceYaml) + "fewshot_config:\n  sampler: balanced\n"),
-              HasSubstr(yaml + ":11: fewshot_config: unknown sampler 'balanced' (lm-eval's samplers: default, first_n)"));
+  EXPECT_THAT(
+      load_error(std::string(kChoiceYaml) + "num_fewshot: 5\n"),
+      HasSubstr(
+          yaml +
+          ":10: num_fewshot 5 needs fewshot_path or fewshot_config.samples (the documents to draw examples from)"));
+  EXPECT_THAT(
+      load_error(std::string(kChoiceYaml) + "fewshot_config:\n  sampler: balanced\n"),
+      HasSubstr(yaml + ":11: fewshot_config: unknown sampler 'balanced' (lm-eval's samplers: default, first_n)"));
   EXPECT_THAT(load_error(std::string(kChoiceYaml) + "task: again\n"), HasSubstr(yaml + ":10: duplicate key 'task'"));
   EXPECT_THAT(load_error("task: [unclosed\n"), HasSubstr(yaml + ":2: invalid YAML"));
   EXPECT_THAT(load_error("task: q\ndataset_path: quiz.jsonl\ndoc_to_text: \"{{ question | title }}\"\n"),
               HasSubstr(yaml + ":3: doc_to_text '{{ question | title }}': the filter 'title' is not supported"));
-  EXPECT_THAT(load_error("task: q\ndataset_path: quiz.jsonl\ndoc_to_text: \"{% for x in y %}{{x}}{% endfor %}\"\n"),
-              HasSubstr(yaml + ":3: doc_to_text '{% for x in y %}{{x}}{% endfor %}': a '{% for %}' statement is not supported"));
+  EXPECT_THAT(
+      load_error("task: q\ndataset_path: quiz.jsonl\ndoc_to_text: \"{% for x in y %}{{x}}{% endfor %}\"\n"),
+      HasSubstr(yaml +
+                ":3: doc_to_text '{% for x in y %}{{x}}{% endfor %}': a '{% for %}' statement is not supported"));
   EXPECT_THAT(load_error("task: q\ndataset_path: quiz.jsonl\ndoc_to_text: \"{{question\"\n"),
               HasSubstr("'{{' without a closing '}}'"));
   EXPECT_THAT(load_error("task: q\ndataset_path: quiz.jsonl\ndoc_to_text: !function utils.doc_to_text\n"
@@ -362,8 +386,8 @@ TEST(TaskTest, DefinitionErrorsNameFileAndLine) {
 namespace gpueval {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::error_of;
+using ::testing::HasSubstr;
 
 // dataset_kind: text makes a whole file one document, scored in rolling windows.
 TEST(TaskTest, TextFileIsOneRollingDocument) {
@@ -377,8 +401,9 @@ TEST(TaskTest, TextFileIsOneRollingDocument) {
   EXPECT_EQ(requests[0].context, text);
 
   testing::TempDir dir;
-  testing::write_text(dir.file("t.yaml"), "task: t\ndataset_path: c.txt\ndataset_kind: text\n"
-                                          "output_type: loglikelihood_rolling\ndoc_to_target: \"{{text}}\"\n");
+  testing::write_text(dir.file("t.yaml"),
+                      "task: t\ndataset_path: c.txt\ndataset_kind: text\n"
+                      "output_type: loglikelihood_rolling\ndoc_to_target: \"{{text}}\"\n");
   testing::write_text(dir.file("c.txt"), "fine\nstill fine\nbad \xff byte\n");
   EXPECT_THAT(error_of([&] { Task::load(dir.file("t.yaml"), {}); }),
               HasSubstr(dir.file("c.txt") + ":3: not UTF-8 text (invalid byte at offset 20)"));

@@ -58,8 +58,8 @@ TEST_F(Llama2cTokenizerTest, MatchesLlama2cEncodeExceptKnownDifferences) {
     const std::vector<int32_t> special = tokenizer_->encode(v.text, true);
     if (plain != v.ids || special != v.ids_add_special) {
       differing.insert(v.text);
-      EXPECT_EQ(kKnownDifferences.count(v.text), 1u) << "unexpected difference, i=" << v.index
-                                                     << " text=" << quoted(v.text);
+      EXPECT_EQ(kKnownDifferences.count(v.text), 1u)
+          << "unexpected difference, i=" << v.index << " text=" << quoted(v.text);
     } else {
       ++matched;
     }

@@ -55,8 +55,7 @@ TEST_P(TokenizerFamilyTest, EncodeAndDecodeAsTheTokenizersLibrary) {
     EXPECT_EQ(tok->encode(text, false), c.at("ids").get<std::vector<int32_t>>()) << family << " " << quoted(text);
     EXPECT_EQ(tok->encode(text, true), ids_special) << family << " " << quoted(text);
     EXPECT_EQ(tok->decode(ids_special, false), c.at("decoded").get<std::string>()) << family << " " << quoted(text);
-    EXPECT_EQ(tok->decode(ids_special, true), c.at("decoded_skip").get<std::string>())
-        << family << " " << quoted(text);
+    EXPECT_EQ(tok->decode(ids_special, true), c.at("decoded_skip").get<std::string>()) << family << " " << quoted(text);
   }
 }
 
@@ -102,8 +101,11 @@ TEST(UnicodeNormalizerTest, LowercaseStripAccentsAndBertMatchTheTokenizersLibrar
     EXPECT_EQ(run_normalizer({{"type", "Lowercase"}}, text), c.at("lowercase").get<std::string>()) << quoted(text);
     const json strip = {{"type", "Sequence"}, {"normalizers", {{{"type", "NFD"}}, {{"type", "StripAccents"}}}}};
     EXPECT_EQ(run_normalizer(strip, text), c.at("strip_accents_nfd").get<std::string>()) << quoted(text);
-    const json bert = {{"type", "BertNormalizer"}, {"clean_text", true}, {"handle_chinese_chars", true},
-                       {"strip_accents", nullptr}, {"lowercase", true}};
+    const json bert = {{"type", "BertNormalizer"},
+                       {"clean_text", true},
+                       {"handle_chinese_chars", true},
+                       {"strip_accents", nullptr},
+                       {"lowercase", true}};
     EXPECT_EQ(run_normalizer(bert, text), c.at("bert").get<std::string>()) << quoted(text);
   }
 }
@@ -139,8 +141,8 @@ TEST(PunctuationPreTokenizerTest, SplitsAsTheTokenizersLibrary) {
   using Words = std::vector<std::string>;
   const std::string text = "Hey, you$ ok?! a.b-c \u00abquote\u00bb 1+1=2 don't";
   EXPECT_EQ(pre_tokenized({{"type", "Punctuation"}}, text),
-            (Words{"Hey", ",", " you", "$", " ok", "?", "!", " a", ".", "b", "-", "c ", "\u00ab", "quote", "\u00bb", " 1",
-                   "+", "1", "=", "2 don", "'", "t"}));
+            (Words{"Hey", ",",      " you",  "$",      " ok", "?", "!", " a", ".",     "b", "-",
+                   "c ",  "\u00ab", "quote", "\u00bb", " 1",  "+", "1", "=",  "2 don", "'", "t"}));
   EXPECT_EQ(pre_tokenized({{"type", "Punctuation"}, {"behavior", "MergedWithPrevious"}}, text),
             (Words{"Hey,", " you$", " ok?", "!", " a.", "b-", "c \u00ab", "quote\u00bb", " 1+", "1=", "2 don'", "t"}));
   EXPECT_EQ(pre_tokenized({{"type", "BertPreTokenizer"}}, "\u00bfQu\u00e9?\u00a1S\u00ed! \u4f60\u597d\u3002"),

@@ -28,8 +28,8 @@ json bpe_json(const std::vector<std::string>& vocab, json merges = json::array()
 }
 
 json added_token(int id, const std::string& content, json options = json::object()) {
-  json token = {{"id", id},         {"content", content}, {"single_word", false}, {"lstrip", false},
-                {"rstrip", false},  {"normalized", false}, {"special", true}};
+  json token = {{"id", id},        {"content", content},  {"single_word", false}, {"lstrip", false},
+                {"rstrip", false}, {"normalized", false}, {"special", true}};
   if (options.is_object()) token.update(options);
   return token;
 }
@@ -66,22 +66,19 @@ TEST_F(SplitBehaviorTest, EachBehavior) {
 TEST_F(SplitBehaviorTest, InvertedRegex) {
   // The regex finds the letter runs; "Removed" drops what it finds, or,
   // inverted, everything else.
-  EXPECT_EQ(pieces(*load(with_split("Removed", false, {{"Regex", "[a-f]+"}})), "ab-cd--ef"),
-            (Pieces{"-", "--"}));
-  EXPECT_EQ(pieces(*load(with_split("Removed", true, {{"Regex", "[a-f]+"}})), "ab-cd--ef"),
-            (Pieces{"ab", "cd", "ef"}));
+  EXPECT_EQ(pieces(*load(with_split("Removed", false, {{"Regex", "[a-f]+"}})), "ab-cd--ef"), (Pieces{"-", "--"}));
+  EXPECT_EQ(pieces(*load(with_split("Removed", true, {{"Regex", "[a-f]+"}})), "ab-cd--ef"), (Pieces{"ab", "cd", "ef"}));
   EXPECT_EQ(pieces(*load(with_split("Isolated", false, {{"Regex", "-+"}})), "ab-cd--ef"),
             (Pieces{"ab", "-", "cd", "--", "ef"}));
 }
 
-TEST_F(SplitBehaviorTest, UnknownBehaviorIsAnError) {
-  EXPECT_THROW(load(with_split("Sideways")), Error);
-}
+TEST_F(SplitBehaviorTest, UnknownBehaviorIsAnError) { EXPECT_THROW(load(with_split("Sideways")), Error); }
 
 TEST(RegexTest, WhitespaceAndLettersAreUnicode) {
   json spec = bpe_json({"a", "b", "\u00e9", "x"});
   // U+0085 and U+3000 are White_Space for oniguruma's \s.
-  spec["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "\\s+"}}}, {"behavior", "Removed"}, {"invert", false}};
+  spec["pre_tokenizer"] = {
+      {"type", "Split"}, {"pattern", {{"Regex", "\\s+"}}}, {"behavior", "Removed"}, {"invert", false}};
   EXPECT_EQ(pieces(*load(spec), "a\u0085b\u3000a"), (Pieces{"a", "b", "a"}));
   spec["pre_tokenizer"]["pattern"] = {{"Regex", "\\p{L}+"}};
   spec["pre_tokenizer"]["behavior"] = "Removed";
@@ -93,7 +90,8 @@ TEST(RegexTest, WhitespaceAndLettersAreUnicode) {
 
 TEST(RegexTest, BadPatternNamesTheFile) {
   json spec = bpe_json({"a"});
-  spec["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Removed"}, {"invert", false}};
+  spec["pre_tokenizer"] = {
+      {"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Removed"}, {"invert", false}};
   try {
     load(spec);
     FAIL() << "expected gpueval::Error";
@@ -108,8 +106,8 @@ class MetaspaceTest : public ::testing::Test {
     json s = bpe_json({"\u2581", "a", "b", "\u2581a", "\u2581b", "\u2581a\u2581b", "<x>"},
                       {"\u2581 a", "\u2581 b", "\u2581a \u2581b"});
     s["added_tokens"] = json::array({added_token(6, "<x>")});
-    s["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", scheme},
-                          {"split", split}};
+    s["pre_tokenizer"] = {
+        {"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", scheme}, {"split", split}};
     s["decoder"] = {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", scheme}, {"split", split}};
     return s;
   }
@@ -149,8 +147,7 @@ TEST(PreTokenizerSequenceTest, AppliesInOrder) {
   json spec = bpe_json({"a", "b", " ", "1", "2", "12", "ab"}, {"1 2", "a b"});
   spec["pre_tokenizer"] = {
       {"type", "Sequence"},
-      {"pretokenizers",
-       {{{"type", "WhitespaceSplit"}}, {{"type", "Digits"}, {"individual_digits", true}}}}};
+      {"pretokenizers", {{{"type", "WhitespaceSplit"}}, {{"type", "Digits"}, {"individual_digits", true}}}}};
   EXPECT_EQ(pieces(*load(spec), "ab 12  a"), (Pieces{"ab", "1", "2", "a"}));
 }
 
@@ -329,7 +326,8 @@ TEST(PostProcessorTest, TemplatesAndFriends) {
       {"processors",
        {{{"type", "ByteLevel"}},
         {{"type", "TemplateProcessing"},
-         {"single", {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}}, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+         {"single",
+          {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}}, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
          {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {0}}, {"tokens", {"<s>"}}}}}}}}}};
   EXPECT_EQ(load(spec)->encode("a", true), (std::vector<int32_t>{0, 2}));
 }
@@ -391,13 +389,15 @@ TEST(UnsupportedTest, TokenIdsMustBeIntegersBelowTheVocabularyBound) {
   spec["model"]["vocab"]["b"] = 8.9e55;
   EXPECT_EQ(message(spec), "test.json: token 'b' has id 8.9e+55, which is not an integer");
   spec["model"]["vocab"]["b"] = 2147483647;
-  EXPECT_EQ(message(spec), "test.json: token 'b' has id 2147483647, outside [0, 16777216) (the bound on vocabulary size)");
+  EXPECT_EQ(message(spec),
+            "test.json: token 'b' has id 2147483647, outside [0, 16777216) (the bound on vocabulary size)");
   spec["model"]["vocab"]["b"] = -1;
   EXPECT_EQ(message(spec), "test.json: token 'b' has id -1, outside [0, 16777216) (the bound on vocabulary size)");
   spec = bpe_json({"a"});
   spec["added_tokens"] = json::array({added_token(0, "<x>")});
   spec["added_tokens"][0]["id"] = 1 << 24;
-  EXPECT_EQ(message(spec), "test.json: added token '<x>' has id 16777216, outside [0, 16777216) (the bound on vocabulary size)");
+  EXPECT_EQ(message(spec),
+            "test.json: added token '<x>' has id 16777216, outside [0, 16777216) (the bound on vocabulary size)");
 }
 
 }  // namespace

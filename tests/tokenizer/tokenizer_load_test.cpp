@@ -27,7 +27,8 @@ std::string load_error(const std::string& path) {
 }
 
 TEST(TokenizerLoadTest, MissingFile) {
-  EXPECT_EQ(load_error("/nonexistent/dir/tokenizer.json"), "/nonexistent/dir/tokenizer.json: no such file or directory");
+  EXPECT_EQ(load_error("/nonexistent/dir/tokenizer.json"),
+            "/nonexistent/dir/tokenizer.json: no such file or directory");
 }
 
 TEST(TokenizerLoadTest, EmptyDirectory) {

@@ -32,8 +32,8 @@ using testing::tokenizer_data;
 std::string llama3_dir() {
   static const testing::TempDir dir;
   static const std::string path = [] {
-    const std::string command = "gzip -dc '" + tokenizer_data("llama3/tokenizer.json.gz") + "' > '" +
-                                dir.file("tokenizer.json") + "'";
+    const std::string command =
+        "gzip -dc '" + tokenizer_data("llama3/tokenizer.json.gz") + "' > '" + dir.file("tokenizer.json") + "'";
     if (std::system(command.c_str()) != 0) throw std::runtime_error("cannot gunzip the Llama-3 tokenizer");
     std::filesystem::copy_file(tokenizer_data("llama3/tokenizer_config.json"), dir.file("tokenizer_config.json"));
     return dir.path();

@@ -56,14 +56,17 @@ RopeScaling parse_rope_scaling(const json& j, const json& top, const std::string
   if (j.is_null()) return s;
   if (!j.is_object()) fail(where, "key 'rope_scaling' must be an object or null");
   std::string type;
-  if (j.contains("rope_type")) type = j["rope_type"].is_string() ? j["rope_type"].get<std::string>() : "";
-  else if (j.contains("type")) type = j["type"].is_string() ? j["type"].get<std::string>() : "";
+  if (j.contains("rope_type"))
+    type = j["rope_type"].is_string() ? j["rope_type"].get<std::string>() : "";
+  else if (j.contains("type"))
+    type = j["type"].is_string() ? j["type"].get<std::string>() : "";
   if (type.empty()) fail(where, "rope_scaling needs a string 'rope_type' (or 'type')");
   if (type == "default") return s;
-  const std::pair<const char*, RopeScalingType> kTypes[] = {
-      {"linear", RopeScalingType::kLinear}, {"dynamic", RopeScalingType::kDynamic},
-      {"llama3", RopeScalingType::kLlama3}, {"yarn", RopeScalingType::kYarn},
-      {"longrope", RopeScalingType::kLongRope}};
+  const std::pair<const char*, RopeScalingType> kTypes[] = {{"linear", RopeScalingType::kLinear},
+                                                            {"dynamic", RopeScalingType::kDynamic},
+                                                            {"llama3", RopeScalingType::kLlama3},
+                                                            {"yarn", RopeScalingType::kYarn},
+                                                            {"longrope", RopeScalingType::kLongRope}};
   bool known = false;
   for (const auto& entry : kTypes)
     if (type == entry.first) {
@@ -73,8 +76,8 @@ RopeScaling parse_rope_scaling(const json& j, const json& top, const std::string
   if (!known)
     fail(where, "unsupported rope_scaling type '{}' (supported: default, linear, dynamic, llama3, yarn, longrope)",
          type);
-  const bool has_original = s.type == RopeScalingType::kLlama3 || s.type == RopeScalingType::kYarn ||
-                            s.type == RopeScalingType::kLongRope;
+  const bool has_original =
+      s.type == RopeScalingType::kLlama3 || s.type == RopeScalingType::kYarn || s.type == RopeScalingType::kLongRope;
   if (has_original) {
     const json* from = &j;
     if (top.contains("original_max_position_embeddings") && !top["original_max_position_embeddings"].is_null())
@@ -118,7 +121,8 @@ RopeScaling parse_rope_scaling(const json& j, const json& top, const std::string
       if (s.mscale < 0 || s.mscale_all_dim < 0)
         fail(where, "rope_scaling: mscale ({}) and mscale_all_dim ({}) must not be negative", s.mscale,
              s.mscale_all_dim);
-      if (s.mscale != 0 && s.mscale_all_dim != 0 && s.factor > 1 && 0.1 * s.mscale_all_dim * std::log(s.factor) + 1 <= 0)
+      if (s.mscale != 0 && s.mscale_all_dim != 0 && s.factor > 1 &&
+          0.1 * s.mscale_all_dim * std::log(s.factor) + 1 <= 0)
         fail(where, "rope_scaling: mscale_all_dim gives a zero attention factor");
       // transformers reads `get("truncate", True)`: a null there is falsy, no truncation.
       s.truncate = j.contains("truncate") && j["truncate"].is_null() ? false : get_bool(j, where, "truncate", true);
@@ -133,8 +137,7 @@ RopeScaling parse_rope_scaling(const json& j, const json& top, const std::string
         s.attention_factor = scaling_positive(j, where, type, "attention_factor", std::nullopt);
       break;
     }
-    case RopeScalingType::kNone:
-      break;
+    case RopeScalingType::kNone: break;
   }
   return s;
 }

@@ -18,8 +18,8 @@ namespace gpueval {
 // far past any released Llama-family model (Llama 3.1 405B: hidden 16384, intermediate 53248,
 // 126 layers, 128 heads; Llama 4 Scout: 10M positions; Gemma: 256k vocabulary) and stops a corrupt
 // or hostile config.json (max_position_embeddings 2^40) before it asks for terabytes.
-constexpr int64_t kMaxVocab = int64_t{1} << 24;      // 16,777,216 tokens
-constexpr int64_t kMaxHidden = int64_t{1} << 17;     // 131,072
+constexpr int64_t kMaxVocab = int64_t{1} << 24;  // 16,777,216 tokens
+constexpr int64_t kMaxHidden = int64_t{1} << 17;  // 131,072
 constexpr int64_t kMaxIntermediate = int64_t{1} << 20;
 constexpr int64_t kMaxLayers = 1024;
 constexpr int64_t kMaxHeads = 4096;

@@ -35,8 +35,9 @@ void read_sliding_layers(const json& j, const std::string& where, ModelConfig& c
   }
   const bool any = std::find(layers.begin(), layers.end(), true) != layers.end();
   if (any && !window)
-    fail(where, "layer_types marks sliding_attention layers but there is no sliding_window (null, or "
-                "use_sliding_window is false)");
+    fail(where,
+         "layer_types marks sliding_attention layers but there is no sliding_window (null, or "
+         "use_sliding_window is false)");
   c.sliding_window = window;
   if (any) c.arch.sliding_layers = std::move(layers);
 }
@@ -115,7 +116,8 @@ void read_moe(const json& j, const std::string& where, ModelConfig& c, int64_t d
     fail(where, "num_experts_per_tok ({}) is more than the {} experts", m.top_k, m.num_experts);
   m.intermediate_size = intermediate_size;
   m.normalize_top_k = normalize;
-  if (get_bool(j, where, "use_sliding_window", false) || (j.contains("sliding_window") && !j["sliding_window"].is_null()))
+  if (get_bool(j, where, "use_sliding_window", false) ||
+      (j.contains("sliding_window") && !j["sliding_window"].is_null()))
     fail(where, "sliding_window is not supported for {} yet (mixture-of-experts families read full attention only)",
          c.model_type);
 }
@@ -131,12 +133,15 @@ void read_deepseek_v3(const json& j, const std::string& where, ModelConfig& c) {
   require("topk_method", "noaux_tc");
   require("scoring_func", "sigmoid");
   if (get_int(j, where, "moe_layer_freq", 1, 1, kMaxLayers) != 1)
-    fail(where, "moe_layer_freq other than 1 is not supported for deepseek_v3 (transformers makes every layer "
-                "from first_k_dense_replace on sparse)");
+    fail(where,
+         "moe_layer_freq other than 1 is not supported for deepseek_v3 (transformers makes every layer "
+         "from first_k_dense_replace on sparse)");
   if (c.attention_bias) fail(where, "attention_bias=true is not supported for deepseek_v3");
   if (c.num_key_value_heads != c.num_attention_heads)
-    fail(where, "num_key_value_heads ({}) must equal num_attention_heads ({}) for deepseek_v3: latent attention "
-                "expands its keys and values for every head", c.num_key_value_heads, c.num_attention_heads);
+    fail(where,
+         "num_key_value_heads ({}) must equal num_attention_heads ({}) for deepseek_v3: latent attention "
+         "expands its keys and values for every head",
+         c.num_key_value_heads, c.num_attention_heads);
   LatentAttention& a = c.arch.mla;
   a.kv_lora_rank = get_int(j, where, "kv_lora_rank", 512, 1, kMaxHidden);
   a.q_lora_rank = get_int(j, where, "q_lora_rank", 0, 0, kMaxHidden);  // null: q_proj
@@ -167,7 +172,8 @@ void read_deepseek_v3(const json& j, const std::string& where, ModelConfig& c) {
   const int64_t dense = get_int(j, where, "first_k_dense_replace", 3, 0, kMaxLayers);
   m.sparse_layers.assign(static_cast<size_t>(c.num_hidden_layers), false);
   for (int64_t i = dense; i < c.num_hidden_layers; ++i) m.sparse_layers[static_cast<size_t>(i)] = true;
-  if (get_bool(j, where, "use_sliding_window", false) || (j.contains("sliding_window") && !j["sliding_window"].is_null()))
+  if (get_bool(j, where, "use_sliding_window", false) ||
+      (j.contains("sliding_window") && !j["sliding_window"].is_null()))
     fail(where, "sliding_window is not supported for deepseek_v3");
 }
 
@@ -248,8 +254,19 @@ const Family kFamilies[] = {
        read_moe(j, where, c, 64, 8, c.intermediate_size, get_bool(j, where, "norm_topk_prob", false));
        c.arch.moe.weights_in_model_dtype = true;
      }},
-    {"deepseek_v3", "DeepseekV3ForCausalLM", 64, 1e-6, 10000.0, false, false, read_deepseek_v3,
-     {{"head_dim", "qk_rope_head_dim"}}, "silu", 1.0, 0, 4096},
+    {"deepseek_v3",
+     "DeepseekV3ForCausalLM",
+     64,
+     1e-6,
+     10000.0,
+     false,
+     false,
+     read_deepseek_v3,
+     {{"head_dim", "qk_rope_head_dim"}},
+     "silu",
+     1.0,
+     0,
+     4096},
     {"granite", "GraniteForCausalLM", std::nullopt, 1e-6, 10000.0, false, false,
      [](const json& j, const std::string& where, ModelConfig& c) {
        c.arch.o_proj_bias = c.attention_bias;
@@ -280,7 +297,13 @@ const Family kFamilies[] = {
        read_sliding_layers(j, where, c, read_window(j, where, 4096), [](int64_t i) { return (i + 1) % 4 != 0; });
        c.arch.sliding_rope_theta = get_positive(j, where, "rope_local_base_freq", c.rope_theta);
      }},
-    {"phi3", "Phi3ForCausalLM", std::nullopt, 1e-5, 10000.0, false, false,
+    {"phi3",
+     "Phi3ForCausalLM",
+     std::nullopt,
+     1e-5,
+     10000.0,
+     false,
+     false,
      [](const json& j, const std::string& where, ModelConfig& c) {
        if (c.attention_bias) fail(where, "attention_bias=true is not supported for phi3 (its qkv_proj has no bias)");
        c.arch.layout = WeightLayout::kPhi3;
@@ -297,7 +320,12 @@ const Family kFamilies[] = {
          c.rope_scaling = parse_rope_scaling(scaling, with_default, where, c);
        }
      },
-     {}, "silu", 1.0, 0, 2048, {{"su", "longrope"}, {"yarn", "longrope"}}},
+     {},
+     "silu",
+     1.0,
+     0,
+     2048,
+     {{"su", "longrope"}, {"yarn", "longrope"}}},
     {"gemma2", "Gemma2ForCausalLM", 256, 1e-6, 10000.0, true, false,
      [](const json& j, const std::string& where, ModelConfig& c) {
        read_gemma(j, where, c);
@@ -305,7 +333,13 @@ const Family kFamilies[] = {
        c.arch.logit_softcap = get_optional_positive(j, where, "final_logit_softcapping", 30.0);
        read_sliding_layers(j, where, c, read_window(j, where, 4096), [](int64_t i) { return (i + 1) % 2 != 0; });
      }},
-    {"gemma3_text", "Gemma3ForCausalLM", 256, 1e-6, 1000000.0, true, false,
+    {"gemma3_text",
+     "Gemma3ForCausalLM",
+     256,
+     1e-6,
+     1000000.0,
+     true,
+     false,
      [](const json& j, const std::string& where, ModelConfig& c) {
        read_gemma(j, where, c);
        c.arch.qk_norm = QkNorm::kPerHead;
@@ -320,12 +354,23 @@ const Family kFamilies[] = {
                            [pattern](int64_t i) { return (i + 1) % pattern != 0; });
        c.arch.sliding_rope_theta = get_positive(j, where, "rope_local_base_freq", 10000.0);
      },
-     {}, "silu", 1.0, 0, 131072, {},
+     {},
+     "silu",
+     1.0,
+     0,
+     131072,
+     {},
      R"({"vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
          "num_attention_heads": 8, "num_key_value_heads": 4})"},
     // Pythia: LayerNorm with biases, q, k, v fused per head in query_key_value, partial RoPE (rotary_pct,
     // 0.25 by default), parallel residual by default, a plain GELU MLP with biases, an untied embed_out.
-    {"gpt_neox", "GPTNeoXForCausalLM", std::nullopt, 1e-5, 10000.0, false, true,
+    {"gpt_neox",
+     "GPTNeoXForCausalLM",
+     std::nullopt,
+     1e-5,
+     10000.0,
+     false,
+     true,
      [](const json& j, const std::string& where, ModelConfig& c) {
        require_plain_heads(j, where, c);
        c.arch.layout = WeightLayout::kGptNeoX;
@@ -335,10 +380,18 @@ const Family kFamilies[] = {
        c.arch.o_proj_bias = c.attention_bias;
        c.arch.parallel_residual = get_bool(j, where, "use_parallel_residual", true);
      },
-     {{"rms_norm_eps", "layer_norm_eps"}, {"rope_theta", "rotary_emb_base"}}, "gelu", 0.25},
+     {{"rms_norm_eps", "layer_norm_eps"}, {"rope_theta", "rotary_emb_base"}},
+     "gelu",
+     0.25},
     // GPT-2 (nanoGPT exports): learned positions, LayerNorm with biases, Conv1D weights stored [in, out],
     // q, k, v fused in c_attn, biases everywhere, a plain gelu_new MLP, the head tied to wte.
-    {"gpt2", "GPT2LMHeadModel", std::nullopt, 1e-5, 10000.0, true, true,
+    {"gpt2",
+     "GPT2LMHeadModel",
+     std::nullopt,
+     1e-5,
+     10000.0,
+     true,
+     true,
      [](const json& j, const std::string& where, ModelConfig& c) {
        require_plain_heads(j, where, c);
        for (const char* key : {"scale_attn_by_inverse_layer_idx", "add_cross_attention"})
@@ -353,10 +406,17 @@ const Family kFamilies[] = {
        c.arch.learned_positions = true;
        if (!get_bool(j, where, "scale_attn_weights", true)) c.arch.attention_scale = 1.0;  // q kᵀ unscaled
      },
-     {{"hidden_size", "n_embd"}, {"num_hidden_layers", "n_layer"}, {"num_attention_heads", "n_head"},
-      {"max_position_embeddings", "n_positions"}, {"intermediate_size", "n_inner"},
-      {"rms_norm_eps", "layer_norm_epsilon"}, {"hidden_act", "activation_function"}},
-     "gelu_new", 1.0, 4, 1024},
+     {{"hidden_size", "n_embd"},
+      {"num_hidden_layers", "n_layer"},
+      {"num_attention_heads", "n_head"},
+      {"max_position_embeddings", "n_positions"},
+      {"intermediate_size", "n_inner"},
+      {"rms_norm_eps", "layer_norm_epsilon"},
+      {"hidden_act", "activation_function"}},
+     "gelu_new",
+     1.0,
+     4,
+     1024},
 };
 
 }  // namespace

@@ -32,12 +32,15 @@ json with_legacy_keys(const json& j, const std::string& where) {
     if (p.contains("full_attention") || p.contains("sliding_attention")) {
       for (auto it = p.begin(); it != p.end(); ++it)
         if ((it.key() != "full_attention" && it.key() != "sliding_attention") || !it.value().is_object())
-          fail(where, "rope_parameters per layer type holds '{}' (expected full_attention and sliding_attention "
-                      "objects)", it.key());
+          fail(where,
+               "rope_parameters per layer type holds '{}' (expected full_attention and sliding_attention "
+               "objects)",
+               it.key());
       if (p.contains("sliding_attention")) {
         const json& local = p["sliding_attention"];
         const std::string type = local.contains("rope_type") && local["rope_type"].is_string()
-                                     ? local["rope_type"].get<std::string>() : "default";
+                                     ? local["rope_type"].get<std::string>()
+                                     : "default";
         if (type != "default")
           fail(where, "rope_parameters.sliding_attention has rope_type '{}' (only default is supported there)", type);
         if (!j.contains("rope_local_base_freq") && local.contains("rope_theta"))
@@ -98,8 +101,10 @@ ModelConfig ModelConfig::from_json(const json& raw, const std::string& where) {
     return c;
   }
   if (auto q = raw.find("quantization_config"); q != raw.end() && !q->is_null())
-    fail(where, "quantized checkpoints are not supported (quantization_config {}): gpueval reads float32, bfloat16 "
-                "and float16 weights", q->contains("quant_method") ? (*q)["quant_method"].dump() : q->dump());
+    fail(where,
+         "quantized checkpoints are not supported (quantization_config {}): gpueval reads float32, bfloat16 "
+         "and float16 weights",
+         q->contains("quant_method") ? (*q)["quant_method"].dump() : q->dump());
   json j = with_legacy_keys(raw, where);
   ModelConfig c;
   if (j.contains("model_type")) {
@@ -125,7 +130,8 @@ ModelConfig ModelConfig::from_json(const json& raw, const std::string& where) {
     fail(where, "num_attention_heads ({}) is not a multiple of num_key_value_heads ({})", c.num_attention_heads,
          c.num_key_value_heads);
   std::optional<int64_t> default_head_dim = family.head_dim;
-  if (!default_head_dim && c.hidden_size % c.num_attention_heads == 0) default_head_dim = c.hidden_size / c.num_attention_heads;
+  if (!default_head_dim && c.hidden_size % c.num_attention_heads == 0)
+    default_head_dim = c.hidden_size / c.num_attention_heads;
   c.head_dim = get_int(j, where, key("head_dim"), default_head_dim, 2, kMaxHeadDim);
   if (c.head_dim % 2 != 0) fail(where, "{} ({}) must be even for rotary embeddings", key("head_dim"), c.head_dim);
   c.max_position_embeddings =
@@ -139,7 +145,8 @@ ModelConfig ModelConfig::from_json(const json& raw, const std::string& where) {
     json scaling = j["rope_scaling"];
     for (const char* type_key : {"rope_type", "type"})
       for (const auto& [old_name, name] : family.rope_types)
-        if (scaling.is_object() && scaling.contains(type_key) && scaling[type_key] == old_name) scaling[type_key] = name;
+        if (scaling.is_object() && scaling.contains(type_key) && scaling[type_key] == old_name)
+          scaling[type_key] = name;
     c.rope_scaling = parse_rope_scaling(scaling, j, where, c);
   }
   c.tie_word_embeddings = get_bool(j, where, "tie_word_embeddings", family.tie_word_embeddings);
@@ -150,8 +157,10 @@ ModelConfig ModelConfig::from_json(const json& raw, const std::string& where) {
     fail(where, "mlp_bias=true is not supported for model_type '{}'", c.model_type);
   if (!c.arch.sliding_rope_theta && j.contains("rope_local_base_freq") &&
       get_double(j, where, "rope_local_base_freq", c.rope_theta) != c.rope_theta)
-    fail(where, "a second RoPE base for sliding layers (rope_local_base_freq, or rope_parameters.sliding_attention) "
-                "is not supported for model_type '{}'", c.model_type);
+    fail(where,
+         "a second RoPE base for sliding layers (rope_local_base_freq, or rope_parameters.sliding_attention) "
+         "is not supported for model_type '{}'",
+         c.model_type);
   if (j.contains("torch_dtype") && j["torch_dtype"].is_string()) c.torch_dtype = j["torch_dtype"].get<std::string>();
   if (j.contains("bos_token_id") && !j["bos_token_id"].is_null())
     c.bos_token_id = get_int(j, where, "bos_token_id", std::nullopt, 0, kMaxTokenId);
@@ -269,12 +278,14 @@ json ModelConfig::to_json() const {
   const Family& family = family_of(model_type, "ModelConfig::to_json");
   if (partial_rotary_factor != family.partial_rotary_factor) j["partial_rotary_factor"] = partial_rotary_factor;
   // A window, or null where the family's default would be one (Mistral, Gemma, OLMo 3: 4096).
-  if (sliding_window) j["sliding_window"] = *sliding_window;
+  if (sliding_window)
+    j["sliding_window"] = *sliding_window;
   else if (model_type != "llama" && model_type != "gpt_neox" && model_type != "gpt2" && model_type != "deepseek_v3")
     j["sliding_window"] = nullptr;
   if (sliding_window && model_type != "mistral") {
     json types = json::array();
-    for (int64_t i = 0; i < num_hidden_layers; ++i) types.push_back(arch.slides(i) ? "sliding_attention" : "full_attention");
+    for (int64_t i = 0; i < num_hidden_layers; ++i)
+      types.push_back(arch.slides(i) ? "sliding_attention" : "full_attention");
     j["layer_types"] = types;
     if (model_type == "qwen2" || model_type == "qwen3" || model_type == "smollm3") j["use_sliding_window"] = true;
   }
@@ -306,8 +317,10 @@ json ModelConfig::to_json() const {
   }
   if (!torch_dtype.empty()) j["torch_dtype"] = torch_dtype;
   if (bos_token_id) j["bos_token_id"] = *bos_token_id;
-  if (eos_token_ids.size() == 1) j["eos_token_id"] = eos_token_ids[0];
-  else if (!eos_token_ids.empty()) j["eos_token_id"] = eos_token_ids;
+  if (eos_token_ids.size() == 1)
+    j["eos_token_id"] = eos_token_ids[0];
+  else if (!eos_token_ids.empty())
+    j["eos_token_id"] = eos_token_ids;
   for (const auto& [ours, theirs] : family.keys)  // the family's own spelling (GPT-2's n_embd)
     if (j.contains(ours)) {
       j[theirs] = j[ours];
@@ -340,7 +353,8 @@ int64_t ModelConfig::num_parameters() const {
   if (latent_attention()) {
     const LatentAttention& a = arch.mla;
     const int64_t q_out = num_attention_heads * a.qk_head_dim();
-    attn = a.q_lora_rank > 0 ? hidden_size * a.q_lora_rank + a.q_lora_rank + a.q_lora_rank * q_out : hidden_size * q_out;
+    attn =
+        a.q_lora_rank > 0 ? hidden_size * a.q_lora_rank + a.q_lora_rank + a.q_lora_rank * q_out : hidden_size * q_out;
     attn += hidden_size * (a.kv_lora_rank + a.qk_rope_head_dim) + a.kv_lora_rank +
             a.kv_lora_rank * num_attention_heads * (a.qk_nope_head_dim + a.v_head_dim) +
             num_attention_heads * a.v_head_dim * hidden_size;

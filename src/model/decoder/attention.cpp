@@ -71,10 +71,11 @@ AttentionImpl::AttentionImpl(const ModelConfig& c, const WeightSource& source, i
     kv_a_layernorm_ = register_module("kv_a_layernorm", norm(WeightKind::kKvALayernorm));
     // kv_b_proj is never multiplied as a projection: its rows per head, [nope keys; values] x r.
     auto kv_b = register_module("kv_b_proj", std::make_shared<torch::nn::Module>("LatentExpansion"));
-    const at::Tensor up = as_parameter(*kv_b, "weight",
-                                       source(weight_name(WeightKind::kKvBProj, layer), weight_shape(c, WeightKind::kKvBProj)))
-                              .view({n_heads_, mla_.qk_nope_head_dim + mla_.v_head_dim, mla_.kv_lora_rank});
-    key_up_ = up.narrow(1, 0, mla_.qk_nope_head_dim).contiguous();                                  // [H, nope, r]
+    const at::Tensor up =
+        as_parameter(*kv_b, "weight",
+                     source(weight_name(WeightKind::kKvBProj, layer), weight_shape(c, WeightKind::kKvBProj)))
+            .view({n_heads_, mla_.qk_nope_head_dim + mla_.v_head_dim, mla_.kv_lora_rank});
+    key_up_ = up.narrow(1, 0, mla_.qk_nope_head_dim).contiguous();  // [H, nope, r]
     value_up_ = up.narrow(1, mla_.qk_nope_head_dim, mla_.v_head_dim).transpose(1, 2).contiguous();  // [H, r, v]
     o_proj_ = register_module("o_proj", projection(c, source, WeightKind::kOProj, layer));
     return;
@@ -95,11 +96,11 @@ AttentionImpl::AttentionImpl(const ModelConfig& c, const WeightSource& source, i
 
 at::Tensor AttentionImpl::heads(at::Tensor x, int64_t n, const Norm& norm, const RopeTables& rope) const {
   const int64_t b = x.size(0), t = x.size(1);
-  if (qk_norm_ == QkNorm::kWholeProjection) x = norm->forward(x);           // over [B, T, n * hd]
+  if (qk_norm_ == QkNorm::kWholeProjection) x = norm->forward(x);  // over [B, T, n * hd]
   x = x.view({b, t, n, head_dim_});
-  if (qk_norm_ == QkNorm::kPerHead) x = norm->forward(x);                   // over each head's hd
+  if (qk_norm_ == QkNorm::kPerHead) x = norm->forward(x);  // over each head's hd
   if (clip_) x = x.clamp(-*clip_, *clip_);
-  x = x.transpose(1, 2);                                                    // [B, n, T, hd]
+  x = x.transpose(1, 2);  // [B, n, T, hd]
   return use_rope_ ? rotary_embedding(x, rope) : x;
 }
 
@@ -116,8 +117,8 @@ at::Tensor AttentionImpl::rotate(const at::Tensor& x, const RopeTables& rope) co
 at::Tensor AttentionImpl::queries(const at::Tensor& x, const RopeTables& rope) const {
   if (mla_.kv_lora_rank > 0) {
     const int64_t b = x.size(0), t = x.size(1);
-    const at::Tensor full = q_a_proj_ ? q_b_proj_->forward(q_a_layernorm_->forward(q_a_proj_->forward(x)))
-                                      : q_proj_->forward(x);
+    const at::Tensor full =
+        q_a_proj_ ? q_b_proj_->forward(q_a_layernorm_->forward(q_a_proj_->forward(x))) : q_proj_->forward(x);
     const at::Tensor q = full.view({b, t, n_heads_, mla_.qk_head_dim()}).transpose(1, 2);  // [B, H, T, qk]
     // Each head's non-rotary part carried into the latent: q_nope · W_UK[h], one product per head over
     // all B·T rows (batched_product: oneDNN on the CPU, read in place), [B, H, T, r].
@@ -141,7 +142,8 @@ at::Tensor AttentionImpl::attention_output(const at::Tensor& attended) const {
   if (mla_.kv_lora_rank == 0) return attended;
   const int64_t b = attended.size(0), t = attended.size(1);
   // One product per head over all B·T rows: [H, BT, r] · W_UV[h] -> [H, BT, v] -> [B, T, H * v].
-  const at::Tensor latent = attended.view({b * t, n_heads_, head_dim_}).narrow(-1, 0, mla_.kv_lora_rank).transpose(0, 1);
+  const at::Tensor latent =
+      attended.view({b * t, n_heads_, head_dim_}).narrow(-1, 0, mla_.kv_lora_rank).transpose(0, 1);
   return batched_product(latent, value_up_).transpose(0, 1).reshape({b, t, n_heads_ * mla_.v_head_dim});
 }
 
@@ -151,7 +153,8 @@ std::pair<at::Tensor, at::Tensor> AttentionImpl::keys_values(const at::Tensor& x
     // (attention_output reads their latent part).
     const at::Tensor compressed = kv_a_proj_->forward(x);  // [B, T, r + rope]
     const at::Tensor latent = kv_a_layernorm_->forward(compressed.narrow(-1, 0, mla_.kv_lora_rank).contiguous());
-    const at::Tensor shared = rotate(compressed.narrow(-1, mla_.kv_lora_rank, mla_.qk_rope_head_dim).unsqueeze(1), rope);
+    const at::Tensor shared =
+        rotate(compressed.narrow(-1, mla_.kv_lora_rank, mla_.qk_rope_head_dim).unsqueeze(1), rope);
     const at::Tensor k = at::cat({latent.unsqueeze(1), shared}, -1);
     return {k, k};
   }
@@ -166,8 +169,8 @@ std::pair<at::Tensor, at::Tensor> AttentionImpl::key_value_heads(const at::Tenso
   return {keys, v.view({b, t, n_kv_heads_, head_dim_}).transpose(1, 2)};  // [B, KV, T, hd] each
 }
 
-at::Tensor AttentionImpl::forward(const at::Tensor& x, const RopeTables& rope, const at::Tensor& mask,
-                                  KVCache* cache, int64_t layer, const PrefixKV* prefix) const {
+at::Tensor AttentionImpl::forward(const at::Tensor& x, const RopeTables& rope, const at::Tensor& mask, KVCache* cache,
+                                  int64_t layer, const PrefixKV* prefix) const {
   const at::Tensor q = queries(x, rope);
   auto [k, v] = keys_values(x, rope);
   if (cache) std::tie(k, v) = cache->append(layer, k, v);  // [B, KV, S', hd]
@@ -225,8 +228,8 @@ void AttentionImpl::append_keys_values(const at::Tensor& x, const RopeTables& ro
   cache.append(layer, k, v);
 }
 
-at::Tensor AttentionImpl::attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                 const at::Tensor& mask, const PrefixKV* prefix, int64_t layer) const {
+at::Tensor AttentionImpl::attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
+                                 const PrefixKV* prefix, int64_t layer) const {
   const int64_t b = q.size(0), t = q.size(2), groups = n_heads_ / n_kv_heads_;
   const int64_t p = prefix ? prefix->length() : 0, rows = b * groups * t;
 #if TORCH_VERSION_MAJOR >= 2
@@ -253,7 +256,8 @@ at::Tensor AttentionImpl::attend(const at::Tensor& q, const at::Tensor& k, const
   }
 #endif
   // CPU float32: in tiles that stay in cache, each scoring only the keys its queries may see (cpu_attention.h).
-  if (const at::Tensor pk = p > 0 ? prefix->keys[layer] : at::Tensor(), pv = p > 0 ? prefix->values[layer] : at::Tensor();
+  if (const at::Tensor pk = p > 0 ? prefix->keys[layer] : at::Tensor(),
+      pv = p > 0 ? prefix->values[layer] : at::Tensor();
       tiled_attention_applies(q, k, v, mask, pk, pv))
     return tiled_attention(q, k, v, mask, pk, pv, TileSoftmax::kBest, softcap_.value_or(0.0));
   // Grouped-query attention without copying keys: query heads of one group share a kv head.
@@ -265,13 +269,13 @@ at::Tensor AttentionImpl::attend(const at::Tensor& q, const at::Tensor& k, const
   at::Tensor scores = batched_product(qg.reshape({b * n_kv_heads_, groups * t, head_dim_}),
                                       k.reshape({b * n_kv_heads_, s_own, head_dim_}).transpose(1, 2))
                           .view({b, n_kv_heads_, groups, t, s_own});  // [B, KV, G, T, S']
-  at::Tensor q_rows;                                                  // [KV, B*G*T, hd]
+  at::Tensor q_rows;  // [KV, B*G*T, hd]
   if (p > 0) {
     // Every query of every row against the one copy of the prefix: [KV, B*G*T, hd] x [KV, hd, P].
     q_rows = qg.permute({1, 0, 2, 3, 4}).reshape({n_kv_heads_, rows, head_dim_});
     at::Tensor prefix_scores = batched_product(q_rows, prefix->keys[layer][0].transpose(1, 2));  // [KV, B*G*T, P]
     prefix_scores = prefix_scores.view({n_kv_heads_, b, groups, t, p}).permute({1, 0, 2, 3, 4});
-    scores = at::cat({prefix_scores, scores}, -1);                                       // [B, KV, G, T, S]
+    scores = at::cat({prefix_scores, scores}, -1);  // [B, KV, G, T, S]
   }
   // scores is a fresh tensor (or becomes one in float32), so the mask is added in place; softmax in
   // float32 (float64 for a float64 model, the reference the others are checked against).

@@ -37,7 +37,7 @@ int32_t pick_token(const at::Tensor& logits, const Sampler& o, at::Generator& ge
 struct Prefilled {
   std::shared_ptr<KVCache> cache;
   int64_t length = 0;  // its tokens after the prefix
-  at::Tensor logits;   // [V] float32, CPU
+  at::Tensor logits;  // [V] float32, CPU
 };
 
 // A prompt being prefilled, a chunk per step: its tokens after the prefix, and how many are in its cache.
@@ -57,8 +57,15 @@ class Engine {
  public:
   Engine(const DecoderModelImpl& model, const SamplingOptions& o, const PrefixKV* prefix, const TokenCallback& on_token,
          const RowCheck& end_row, const RowDone& on_done, const MorePrompts& more)
-      : model_(model), o_(o), prefix_(prefix), on_token_(on_token), end_row_(end_row), on_done_(on_done), more_(more),
-        device_(model.options().device), p_(prefix ? prefix->length() : 0) {}
+      : model_(model),
+        o_(o),
+        prefix_(prefix),
+        on_token_(on_token),
+        end_row_(end_row),
+        on_done_(on_done),
+        more_(more),
+        device_(model.options().device),
+        p_(prefix ? prefix->length() : 0) {}
 
   std::vector<Generation> run(const std::vector<std::vector<int32_t>>& prompts) {
     if (!o_.seeds.empty() && o_.seeds.size() != prompts.size())
@@ -70,8 +77,8 @@ class Engine {
     c10::InferenceMode guard;
     const Sampler common{o_.temperature, o_.top_k, o_.top_p};
     for (size_t i = 0; i < prompts.size(); ++i)
-      add(JoiningPrompt{prompts[i], o_.seeds.empty() ? o_.seed : o_.seeds[i], o_.per_row.empty() ? common : o_.per_row[i],
-                        o_.max_new_tokens});
+      add(JoiningPrompt{prompts[i], o_.seeds.empty() ? o_.seed : o_.seeds[i],
+                        o_.per_row.empty() ? common : o_.per_row[i], o_.max_new_tokens});
     slots_ = o_.max_rows > 0 ? std::min<int64_t>(o_.max_rows, count()) : count();
     // Twice the widest row: the cache is compacted (rows moved to its start) at most once per
     // `widest` steps.
@@ -139,7 +146,8 @@ class Engine {
     const int64_t length = slot_length_.empty() ? 0 : *std::max_element(slot_length_.begin(), slot_length_.end());
     grown->realign(std::vector<int64_t>(static_cast<size_t>(rows), 0), length);
     for (size_t s = 0; s < slot_prompt_.size(); ++s)
-      if (slot_prompt_[s] >= 0) grown->place_row(static_cast<int64_t>(s), *cache_, static_cast<int64_t>(s), slot_length_[s]);
+      if (slot_prompt_[s] >= 0)
+        grown->place_row(static_cast<int64_t>(s), *cache_, static_cast<int64_t>(s), slot_length_[s]);
     cache_ = std::move(grown);
     slot_prompt_.resize(static_cast<size_t>(rows), -1);
     slot_length_.resize(static_cast<size_t>(rows), 0);
@@ -250,11 +258,13 @@ class Engine {
     if (decoding) {
       if (cache_->length() + 1 > cache_->capacity())
         cache_->realign(slot_length_, *std::max_element(slot_length_.begin(), slot_length_.end()));
-      groups.push_back(ForwardGroup{
-          at::tensor(slot_token_, at::kLong).view({n, 1}).to(device_),
-          at::tensor(slot_position_, at::kLong).view({n, 1}).to(device_),
-          at::tensor(std::vector<int64_t>(running.begin(), running.end()), at::kLong).to(at::kBool).view({n, 1}).to(device_),
-          cache_.get()});
+      groups.push_back(ForwardGroup{at::tensor(slot_token_, at::kLong).view({n, 1}).to(device_),
+                                    at::tensor(slot_position_, at::kLong).view({n, 1}).to(device_),
+                                    at::tensor(std::vector<int64_t>(running.begin(), running.end()), at::kLong)
+                                        .to(at::kBool)
+                                        .view({n, 1})
+                                        .to(device_),
+                                    cache_.get()});
     }
     std::vector<size_t> chunked;  // indices into filling_ of the chunks in this step
     int64_t tokens = 0;
@@ -266,7 +276,8 @@ class Engine {
       chunked.push_back(f);
       groups.push_back(ForwardGroup{
           at::tensor(std::vector<int64_t>(fl.suffix.begin() + fl.done, fl.suffix.begin() + fl.done + c), at::kLong)
-              .view({1, c}).to(device_),
+              .view({1, c})
+              .to(device_),
           at::arange(p_ + fl.done, p_ + fl.done + c, at::kLong).view({1, c}).to(device_),
           at::ones({1, c}, at::TensorOptions().dtype(at::kBool).device(device_)), fl.cache.get()});
       fl.done += c;
@@ -326,11 +337,11 @@ class Engine {
   std::vector<Sampler> samplers_;
   std::vector<int64_t> max_new_;
   int64_t widest_ = 1;  // the most cache positions a row needs
-  int64_t slots_ = 0;   // rows in the running set
+  int64_t slots_ = 0;  // rows in the running set
   std::map<std::vector<int32_t>, int64_t> uses_;  // per distinct suffix, its prompts not started yet
   std::map<std::vector<int32_t>, Prefilled> prefilled_;
   std::vector<Filling> filling_;  // in the order of their prompts
-  int64_t next_ = 0;              // the first prompt not yet started
+  int64_t next_ = 0;  // the first prompt not yet started
   std::unique_ptr<KVCache> cache_;
   // Per cache row: its prompt (-1: none), its positions in the cache, its next input token and position.
   std::vector<int64_t> slot_prompt_, slot_length_, slot_token_, slot_position_;

@@ -31,8 +31,8 @@ namespace gpueval {
 // logits / temperature, then top-k, then top-p (nucleus), then a draw.
 struct Sampler {
   double temperature = 0.0;  // 0: greedy (first argmax)
-  int64_t top_k = 0;         // 0: off
-  double top_p = 1.0;        // 1: off
+  int64_t top_k = 0;  // 0: off
+  double top_p = 1.0;  // 1: off
 };
 
 // The prefill chunk generate() uses unless told otherwise. A prompt's chunks set the order of some
@@ -44,9 +44,9 @@ struct SamplingOptions {
   double temperature = 0.0;  // the Sampler of every row, unless `per_row` gives each its own
   int64_t top_k = 0;
   double top_p = 1.0;
-  std::vector<Sampler> per_row;        // one per prompt; empty: the three fields above for all
-  int64_t max_rows = 0;                // sequences decoded together; 0: every prompt at once
-  std::vector<uint64_t> seeds;         // one per prompt; empty: `seed` for all
+  std::vector<Sampler> per_row;  // one per prompt; empty: the three fields above for all
+  int64_t max_rows = 0;  // sequences decoded together; 0: every prompt at once
+  std::vector<uint64_t> seeds;  // one per prompt; empty: `seed` for all
   uint64_t seed = 0;
   std::vector<int64_t> stop_token_ids;  // generation of a row ends after one of these (not returned)
   int64_t prefill_chunk = kPrefillChunk;  // a prompt's tokens per prefill step (a longer one takes several)
@@ -54,7 +54,7 @@ struct SamplingOptions {
 
 struct Generation {
   std::vector<int32_t> tokens;  // new tokens, stop token excluded
-  bool stopped = false;         // ended on a stop token
+  bool stopped = false;  // ended on a stop token
   bool ended_by_check = false;  // ended because the RowCheck returned true
 };
 

@@ -10,7 +10,8 @@ KVCache::KVCache(const ModelConfig& c, int64_t batch, int64_t capacity, at::Scal
   values_are_keys_ = c.cache_values_are_keys();
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     keys_.push_back(at::zeros({batch, c.cache_heads(), capacity, c.cache_head_dim()}, opts));
-    values_.push_back(values_are_keys_ ? keys_.back() : at::zeros({batch, c.cache_heads(), capacity, c.cache_head_dim()}, opts));
+    values_.push_back(values_are_keys_ ? keys_.back()
+                                       : at::zeros({batch, c.cache_heads(), capacity, c.cache_head_dim()}, opts));
   }
   key_valid_ = at::zeros({batch, capacity}, at::TensorOptions().dtype(at::kBool).device(device));
   key_positions_ = at::zeros({batch, capacity}, at::TensorOptions().dtype(at::kLong).device(device));
@@ -20,8 +21,10 @@ std::pair<at::Tensor, at::Tensor> KVCache::append(int64_t layer, const at::Tenso
   const int64_t t = k.size(2);
   if (length_ + t > capacity())
     throw Error(fmt::format("KV cache: {} + {} positions exceed its capacity of {}", length_, t, capacity()));
-  if (values_are_keys_) keys_[layer].narrow(2, length_, t).copy_(k);  // v is k: stored once
-  else kv_append(keys_[layer], values_[layer], k, v, length_);
+  if (values_are_keys_)
+    keys_[layer].narrow(2, length_, t).copy_(k);  // v is k: stored once
+  else
+    kv_append(keys_[layer], values_[layer], k, v, length_);
   return {keys_[layer].narrow(2, 0, length_ + t), values_[layer].narrow(2, 0, length_ + t)};
 }
 
@@ -43,7 +46,6 @@ void KVCache::select_rows(const at::Tensor& indices) {
   key_valid_ = key_valid_.index_select(0, indices);
   key_positions_ = key_positions_.index_select(0, indices);
 }
-
 
 void KVCache::place_row(int64_t row, const KVCache& source, int64_t source_row, int64_t n) {
   if (n > length_ || n > source.length_)

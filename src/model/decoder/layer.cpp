@@ -34,9 +34,12 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, const WeightSource& sou
   self_attn_ = register_module("self_attn", Attention(c, source, index));
   post_attention_layernorm_ = register_module("post_attention_layernorm", norm(WeightKind::kPostAttentionLayernorm));
   if (placement_ == NormPlacement::kSandwich)
-    pre_feedforward_layernorm_ = register_module("pre_feedforward_layernorm", norm(WeightKind::kPreFeedforwardLayernorm));
-  if (c.arch.sparse(index)) moe_ = register_module("mlp", Moe(c, source, index));
-  else mlp_ = register_module("mlp", Mlp(c, source, index));
+    pre_feedforward_layernorm_ =
+        register_module("pre_feedforward_layernorm", norm(WeightKind::kPreFeedforwardLayernorm));
+  if (c.arch.sparse(index))
+    moe_ = register_module("mlp", Moe(c, source, index));
+  else
+    mlp_ = register_module("mlp", Mlp(c, source, index));
   if (placement_ != NormPlacement::kPreNorm)
     post_feedforward_layernorm_ =
         register_module("post_feedforward_layernorm", norm(WeightKind::kPostFeedforwardLayernorm));

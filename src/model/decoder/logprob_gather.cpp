@@ -7,11 +7,11 @@
 namespace gpueval {
 
 TargetScores logprob_gather_reference(const at::Tensor& logits, const at::Tensor& targets) {
-  at::Tensor lf = logits.to(at::kFloat);                        // [N, V]
-  at::Tensor logprobs = at::log_softmax(lf, -1);                 // [N, V]
-  at::Tensor idx = targets.to(at::kLong).unsqueeze(1);           // [N, 1]
-  at::Tensor picked = logprobs.gather(1, idx).squeeze(1);        // [N]
-  at::Tensor greedy = lf.argmax(-1).eq(targets.to(at::kLong));   // [N]
+  at::Tensor lf = logits.to(at::kFloat);  // [N, V]
+  at::Tensor logprobs = at::log_softmax(lf, -1);  // [N, V]
+  at::Tensor idx = targets.to(at::kLong).unsqueeze(1);  // [N, 1]
+  at::Tensor picked = logprobs.gather(1, idx).squeeze(1);  // [N]
+  at::Tensor greedy = lf.argmax(-1).eq(targets.to(at::kLong));  // [N]
   return {picked, greedy};
 }
 

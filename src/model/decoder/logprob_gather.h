@@ -12,7 +12,7 @@
 namespace gpueval {
 
 struct TargetScores {
-  at::Tensor logprobs;   // [N] float32
+  at::Tensor logprobs;  // [N] float32
   at::Tensor is_greedy;  // [N] bool: target is the first argmax of its row
 };
 

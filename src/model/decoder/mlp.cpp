@@ -24,9 +24,10 @@ namespace gpueval {
 MlpImpl::MlpImpl(const ModelConfig& c, const WeightSource& source, int64_t layer, MlpRole role, int64_t expert)
     : activation_(c.arch.activation) {
   using W = WeightKind;
-  const auto [gate, up, down] = role == MlpRole::kExpert   ? std::tuple{W::kExpertGateProj, W::kExpertUpProj, W::kExpertDownProj}
-                                : role == MlpRole::kShared ? std::tuple{W::kSharedGateProj, W::kSharedUpProj, W::kSharedDownProj}
-                                                           : std::tuple{W::kGateProj, W::kUpProj, W::kDownProj};
+  const auto [gate, up, down] =
+      role == MlpRole::kExpert   ? std::tuple{W::kExpertGateProj, W::kExpertUpProj, W::kExpertDownProj}
+      : role == MlpRole::kShared ? std::tuple{W::kSharedGateProj, W::kSharedUpProj, W::kSharedDownProj}
+                                 : std::tuple{W::kGateProj, W::kUpProj, W::kDownProj};
   if (role != MlpRole::kDense || c.arch.gated_mlp)
     gate_proj_ = register_module("gate_proj", projection(c, source, gate, layer, expert));
   up_proj_ = register_module("up_proj", projection(c, source, up, layer, expert));

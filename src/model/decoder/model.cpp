@@ -63,7 +63,8 @@ DecoderModelImpl::DecoderModelImpl(const ModelConfig& c, const WeightSource& sou
     lm_head_ = embed_tokens_->weight();
   } else {
     auto head = register_module("lm_head", std::make_shared<torch::nn::Module>("LmHead"));
-    lm_head_ = head->register_parameter("weight", source(weight_name(WeightKind::kLmHead), weight_shape(c, WeightKind::kLmHead)),
+    lm_head_ = head->register_parameter("weight",
+                                        source(weight_name(WeightKind::kLmHead), weight_shape(c, WeightKind::kLmHead)),
                                         /*requires_grad=*/false);
   }
   rope_ = std::make_shared<const RotaryEmbedding>(RotaryEmbedding::from_config(c, options.device));
@@ -90,31 +91,31 @@ DecoderModelImpl::DecoderModelImpl(const ModelConfig& c, const WeightSource& sou
 }
 
 void DecoderModelImpl::fill_cache(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& valid,
-                                KVCache& cache) const {
+                                  KVCache& cache) const {
   forward(tokens, positions, valid, &cache, /*keys_only=*/true);
 }
 
 at::Tensor DecoderModelImpl::forward(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& valid,
-                                   KVCache* cache) const {
+                                     KVCache* cache) const {
   return forward(tokens, positions, valid, cache, /*keys_only=*/false);
 }
 
 at::Tensor DecoderModelImpl::forward(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& valid,
-                                   KVCache* cache, const PrefixKV* prefix) const {
+                                     KVCache* cache, const PrefixKV* prefix) const {
   return forward(tokens, positions, valid, cache, /*keys_only=*/false, prefix);
 }
 
 at::Tensor DecoderModelImpl::forward(const at::Tensor& tokens, const at::Tensor& positions, const at::Tensor& valid,
-                                   KVCache* cache, bool keys_only, const PrefixKV* prefix) const {
+                                     KVCache* cache, bool keys_only, const PrefixKV* prefix) const {
   const LayerMasks masks = step_masks(tokens, positions, valid, cache, prefix);
-  at::Tensor h = run_layers(tokens, positions, masks, cache, prefix && prefix->length() > 0 ? prefix : nullptr, {},
-                            keys_only);
+  at::Tensor h =
+      run_layers(tokens, positions, masks, cache, prefix && prefix->length() > 0 ? prefix : nullptr, {}, keys_only);
   if (cache) cache->commit(valid, positions);
   return h;
 }
 
 std::vector<at::Tensor> DecoderModelImpl::forward_ragged(const std::vector<ForwardGroup>& groups,
-                                                       const PrefixKV* prefix) const {
+                                                         const PrefixKV* prefix) const {
   if (groups.empty()) return {};
   if (prefix && prefix->length() == 0) prefix = nullptr;
   // Per group: its masks, RoPE tables (a length-dependent RoPE takes each row's own length) and place
@@ -128,7 +129,8 @@ std::vector<at::Tensor> DecoderModelImpl::forward_ragged(const std::vector<Forwa
   std::vector<at::Tensor> tokens, positions;
   int64_t n = 0;
   for (const ForwardGroup& g : groups) {
-    if (g.tokens.dim() != 2 || !g.positions.sizes().equals(g.tokens.sizes()) || !g.valid.sizes().equals(g.tokens.sizes()))
+    if (g.tokens.dim() != 2 || !g.positions.sizes().equals(g.tokens.sizes()) ||
+        !g.valid.sizes().equals(g.tokens.sizes()))
       throw Error(fmt::format("forward_ragged: a group's tokens are {}, its positions {} and valid {}",
                               shape_str(g.tokens.sizes()), shape_str(g.positions.sizes()), shape_str(g.valid.sizes())));
     Group p;
@@ -149,8 +151,12 @@ std::vector<at::Tensor> DecoderModelImpl::forward_ragged(const std::vector<Forwa
     const bool slides = config_.arch.slides(static_cast<int64_t>(i));
     for (size_t k = 0; k < groups.size(); ++k) {
       const Group& p = prepared[k];
-      layer_groups[k] = AttentionGroup{p.offset, p.rows, p.length, slides ? &p.sliding_rope : &p.rope,
-                                       slides ? &p.masks.window : &p.masks.full, groups[k].cache};
+      layer_groups[k] = AttentionGroup{p.offset,
+                                       p.rows,
+                                       p.length,
+                                       slides ? &p.sliding_rope : &p.rope,
+                                       slides ? &p.masks.window : &p.masks.full,
+                                       groups[k].cache};
     }
     h = layers_[i]->forward_ragged(h, layer_groups, prefix);
   }
@@ -165,13 +171,13 @@ std::vector<at::Tensor> DecoderModelImpl::forward_ragged(const std::vector<Forwa
 }
 
 DecoderModelImpl::LayerMasks DecoderModelImpl::step_masks(const at::Tensor& tokens, const at::Tensor& positions,
-                                                      const at::Tensor& valid, KVCache* cache,
-                                                      const PrefixKV* prefix) const {
+                                                          const at::Tensor& valid, KVCache* cache,
+                                                          const PrefixKV* prefix) const {
   const int64_t t = tokens.size(1);
   const int64_t p = prefix ? prefix->length() : 0;
   if (p > 0 && static_cast<int64_t>(prefix->keys.size()) != config_.num_hidden_layers)
-    throw Error(fmt::format("forward: the prefix has {} layers, the model {}", prefix->keys.size(),
-                            config_.num_hidden_layers));
+    throw Error(
+        fmt::format("forward: the prefix has {} layers, the model {}", prefix->keys.size(), config_.num_hidden_layers));
   const int64_t past = cache ? cache->length() : 0;
   at::Tensor key_valid = valid, key_positions = positions;  // [B, S]
   if (cache) {
@@ -182,7 +188,7 @@ DecoderModelImpl::LayerMasks DecoderModelImpl::step_masks(const at::Tensor& toke
   const int64_t s = past + t;
   // Query t (absolute slot past + t) sees key slot j when j <= past + t and j is a real token.
   at::Tensor q_slot = at::arange(past, s, at::TensorOptions().dtype(at::kLong).device(tokens.device()));  // [T]
-  at::Tensor k_slot = at::arange(0, s, at::TensorOptions().dtype(at::kLong).device(tokens.device()));     // [S]
+  at::Tensor k_slot = at::arange(0, s, at::TensorOptions().dtype(at::kLong).device(tokens.device()));  // [S]
   at::Tensor allowed = k_slot.unsqueeze(0).le(q_slot.unsqueeze(1)).unsqueeze(0).logical_and(key_valid.unsqueeze(1));
   if (p > 0) {  // every query sees the whole prefix (but for a window's reach), its keys at positions 0..P-1
     const int64_t b = tokens.size(0);
@@ -192,7 +198,8 @@ DecoderModelImpl::LayerMasks DecoderModelImpl::step_masks(const at::Tensor& toke
   return layer_masks(allowed, positions, key_positions);
 }
 
-DecoderModelImpl::LayerMasks DecoderModelImpl::attention_masks(const LayerMasks& masks, const at::Tensor& tokens) const {
+DecoderModelImpl::LayerMasks DecoderModelImpl::attention_masks(const LayerMasks& masks,
+                                                               const at::Tensor& tokens) const {
   if (!use_sdpa(tokens)) return masks;
   // [B, 1, T, S] in the model's dtype on the SDPA path.
   return LayerMasks{sdpa_mask(masks.full, options_.dtype),
@@ -214,7 +221,7 @@ at::Tensor DecoderModelImpl::embed(const at::Tensor& tokens, const at::Tensor& p
 }
 
 DecoderModelImpl::LayerMasks DecoderModelImpl::layer_masks(const at::Tensor& allowed, const at::Tensor& query_positions,
-                                                       const at::Tensor& key_positions) const {
+                                                           const at::Tensor& key_positions) const {
   LayerMasks m;
   m.full = additive_mask(allowed);
   if (!config_.arch.sliding_layers.empty()) {
@@ -226,8 +233,8 @@ DecoderModelImpl::LayerMasks DecoderModelImpl::layer_masks(const at::Tensor& all
 }
 
 at::Tensor DecoderModelImpl::run_layers(const at::Tensor& tokens, const at::Tensor& positions, const LayerMasks& masks,
-                                      KVCache* cache, const PrefixKV* prefix, const at::Tensor& columns,
-                                      bool keys_only) const {
+                                        KVCache* cache, const PrefixKV* prefix, const at::Tensor& columns,
+                                        bool keys_only) const {
   const RopeTables rope = rope_->tables(positions, options_.dtype);
   const RopeTables sliding_rope = sliding_rope_ ? sliding_rope_->tables(positions, options_.dtype) : rope;
   at::Tensor h = embed(tokens, positions);  // [B, T, D]
@@ -275,8 +282,8 @@ PrefixKV DecoderModelImpl::prefill(const std::vector<int32_t>& tokens) const {
 }
 
 at::Tensor DecoderModelImpl::forward_packed(const at::Tensor& tokens, const at::Tensor& positions,
-                                          const at::Tensor& valid, const at::Tensor& segments,
-                                          const PrefixKV* prefix, const at::Tensor& columns) const {
+                                            const at::Tensor& valid, const at::Tensor& segments, const PrefixKV* prefix,
+                                            const at::Tensor& columns) const {
   const int64_t b = tokens.size(0), t = tokens.size(1);
   for (const at::Tensor* x : {&positions, &valid, &segments})
     if (!x->sizes().equals(tokens.sizes()))
@@ -289,11 +296,11 @@ at::Tensor DecoderModelImpl::forward_packed(const at::Tensor& tokens, const at::
   // Within a sequence: key j <= query i, a real token, in the query's part, and in that part's trunk or in the
   // query's own branch.
   at::Tensor idx = at::arange(t, at::TensorOptions().dtype(at::kLong).device(tokens.device()));
-  at::Tensor causal = idx.unsqueeze(0).le(idx.unsqueeze(1)).unsqueeze(0);                         // [1, T, T]
-  at::Tensor part = at::floor_divide(segments, kSegmentsPerPart);                                   // [B, T]
-  at::Tensor same_branch = segments.unsqueeze(2).eq(segments.unsqueeze(1));                          // [B, T, T]
-  at::Tensor trunk_of_part = part.unsqueeze(2).eq(part.unsqueeze(1))
-                                 .logical_and(at::remainder(segments, kSegmentsPerPart).eq(0).unsqueeze(1));
+  at::Tensor causal = idx.unsqueeze(0).le(idx.unsqueeze(1)).unsqueeze(0);  // [1, T, T]
+  at::Tensor part = at::floor_divide(segments, kSegmentsPerPart);  // [B, T]
+  at::Tensor same_branch = segments.unsqueeze(2).eq(segments.unsqueeze(1));  // [B, T, T]
+  at::Tensor trunk_of_part =
+      part.unsqueeze(2).eq(part.unsqueeze(1)).logical_and(at::remainder(segments, kSegmentsPerPart).eq(0).unsqueeze(1));
   at::Tensor allowed = causal.logical_and(valid.unsqueeze(1)).logical_and(same_branch.logical_or(trunk_of_part));
   // Every query sees the whole prefix (but for a window's reach); the prefix's keys are at positions 0..P-1.
   at::Tensor key_positions = positions;
@@ -321,8 +328,9 @@ int64_t PrefixKV::bytes() const {
 at::Tensor DecoderModelImpl::logits(const at::Tensor& hidden) const {
   at::Tensor out = row_invariant_products_on() && row_invariant_project_applies(hidden, lm_head_)
                        ? row_invariant_project(hidden, lm_head_)
-                   : lm_head_packed_ && project_uses_packed(hidden, *lm_head_packed_) ? project(hidden, *lm_head_packed_)
-                                                                                      : project(hidden, lm_head_);
+                   : lm_head_packed_ && project_uses_packed(hidden, *lm_head_packed_)
+                       ? project(hidden, *lm_head_packed_)
+                       : project(hidden, lm_head_);
   if (config_.arch.logits_divisor != 1.0) out.div_(config_.arch.logits_divisor);
   if (config_.arch.logit_softcap) out.div_(*config_.arch.logit_softcap).tanh_().mul_(*config_.arch.logit_softcap);
   return out;

@@ -26,8 +26,7 @@ at::Tensor as_parameter(torch::nn::Module& m, const std::string& name, at::Tenso
 }
 
 // The projection of kind `w` in `layer`: its in and out sizes and its bias from the one weight table.
-Projection projection(const ModelConfig& c, const WeightSource& source, WeightKind w, int64_t layer,
-                      int64_t expert) {
+Projection projection(const ModelConfig& c, const WeightSource& source, WeightKind w, int64_t layer, int64_t expert) {
   const std::vector<int64_t> shape = weight_shape(c, w);  // [out, in]
   return Projection(source, weight_name(w, layer, expert), shape[1], shape[0], has_bias(c, w));
 }

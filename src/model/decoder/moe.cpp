@@ -135,7 +135,8 @@ at::Tensor MoeImpl::forward(const at::Tensor& x) const {
   const at::Tensor order = at::argsort(flat_chosen, /*stable=*/true);
   const at::Tensor counts = at::bincount(flat_chosen, {}, static_cast<int64_t>(experts_.size())).cpu();
   const int64_t* count = counts.data_ptr<int64_t>();
-  at::Tensor slot_out = at::empty({flat_chosen.size(0), d}, flat.options().dtype(at::promote_types(flat.scalar_type(), weights.scalar_type())));
+  at::Tensor slot_out = at::empty({flat_chosen.size(0), d},
+                                  flat.options().dtype(at::promote_types(flat.scalar_type(), weights.scalar_type())));
   const size_t n_experts = experts_.size();
   std::vector<int64_t> first(n_experts + 1, 0);  // expert e's slots: order[first[e], first[e + 1])
   for (size_t e = 0; e < n_experts; ++e) first[e + 1] = first[e] + count[e];

@@ -13,9 +13,7 @@ namespace gpueval {
 namespace {
 
 // arange(0, dim, 2) / dim in float32: the exponents of 1 / theta^(2j / dim).
-at::Tensor exponents(int64_t dim) {
-  return at::arange(0, dim, 2, at::kLong).to(at::kFloat) / static_cast<float>(dim);
-}
+at::Tensor exponents(int64_t dim) { return at::arange(0, dim, 2, at::kLong).to(at::kFloat) / static_cast<float>(dim); }
 
 at::Tensor default_inv_freq(double theta, int64_t dim) { return 1.0 / at::pow(theta, exponents(dim)); }
 
@@ -87,14 +85,9 @@ RotaryEmbedding::RotaryEmbedding(int64_t head_dim, int64_t rotary_dim, double th
   const int64_t half = rotary_dim / 2;
   at::Tensor inv_freq = default_inv_freq(theta, rotary_dim);  // [half]
   switch (s.type) {
-    case RopeScalingType::kNone:
-      break;
-    case RopeScalingType::kLinear:
-      inv_freq = inv_freq / s.factor;
-      break;
-    case RopeScalingType::kLlama3:
-      inv_freq = llama3_inv_freq(inv_freq, s);
-      break;
+    case RopeScalingType::kNone: break;
+    case RopeScalingType::kLinear: inv_freq = inv_freq / s.factor; break;
+    case RopeScalingType::kLlama3: inv_freq = llama3_inv_freq(inv_freq, s); break;
     case RopeScalingType::kDynamic:
       if (rotary_dim <= 2) throw Error("RoPE: dynamic scaling needs rotary_dim > 2");
       threshold_ = max_position_embeddings;
@@ -115,8 +108,8 @@ RotaryEmbedding::RotaryEmbedding(int64_t head_dim, int64_t rotary_dim, double th
       long_inv_freq_ = longrope_inv_freq(theta, rotary_dim, s.long_factor).to(device);
       const double original = static_cast<double>(s.original_max_position_embeddings);
       attention_factor_ = s.attention_factor ? *s.attention_factor
-                          : s.factor <= 1.0 ? 1.0
-                                            : std::sqrt(1 + std::log(s.factor) / std::log(original));
+                          : s.factor <= 1.0  ? 1.0
+                                             : std::sqrt(1 + std::log(s.factor) / std::log(original));
       threshold_ = s.original_max_position_embeddings;
       break;
     }
@@ -155,7 +148,7 @@ at::Tensor rope_inv_freq(const ModelConfig& c, at::Device device) {
 RopeTables rope_tables(const at::Tensor& inv_freq, const at::Tensor& positions, at::ScalarType dtype,
                        double attention_factor) {
   at::Tensor angles = positions.to(at::kFloat).unsqueeze(-1) * inv_freq;  // [B, T, half]
-  at::Tensor emb = at::cat({angles, angles}, -1).unsqueeze(1);          // [B, 1, T, rotary_dim]
+  at::Tensor emb = at::cat({angles, angles}, -1).unsqueeze(1);  // [B, 1, T, rotary_dim]
   at::Tensor cos = emb.cos(), sin = emb.sin();
   if (attention_factor != 1.0) {
     cos = cos * attention_factor;
@@ -216,8 +209,7 @@ bool apply_rope_cpu_applies(const at::Tensor& x, const RopeTables& t) {
     return table.dim() == 4 && (table.size(0) == b || table.size(0) == 1) && table.size(1) == 1 &&
            table.size(2) == seq && table.size(3) == hd && table.stride(3) == 1;
   };
-  return hd % 2 == 0 && x.stride(3) == 1 && table_ok(t.cos) && table_ok(t.sin) &&
-         t.cos.size(0) == t.sin.size(0);
+  return hd % 2 == 0 && x.stride(3) == 1 && table_ok(t.cos) && table_ok(t.sin) && t.cos.size(0) == t.sin.size(0);
 }
 
 at::Tensor apply_rope_cpu(const at::Tensor& x, const RopeTables& t) {

@@ -27,8 +27,8 @@ void check_request(const DecoderModelImpl& model, const ScoreRequest& r) {
                             model.config().max_position_embeddings));
   for (int32_t t : r.tokens)
     if (t < 0 || t >= model.config().vocab_size)
-      throw Error(fmt::format("score request: token id {} outside the vocabulary [0, {})", t,
-                              model.config().vocab_size));
+      throw Error(
+          fmt::format("score request: token id {} outside the vocabulary [0, {})", t, model.config().vocab_size));
 }
 
 ScoreResult to_result(const TargetScores& s) {
@@ -53,8 +53,8 @@ std::vector<ScoreResult> score_batch(const DecoderModelImpl& model, const std::v
     t = std::max<int64_t>(t, static_cast<int64_t>(r.tokens.size()) - 1);  // the last token is only a target
   }
   // Inputs are tokens[0..n-2], right-padded; the padding is masked out.
-  at::Tensor tokens = at::zeros({b, t}, at::kLong);                                  // [B, T]
-  at::Tensor valid = at::zeros({b, t}, at::kBool);                                   // [B, T]
+  at::Tensor tokens = at::zeros({b, t}, at::kLong);  // [B, T]
+  at::Tensor valid = at::zeros({b, t}, at::kBool);  // [B, T]
   at::Tensor positions = at::arange(t, at::kLong).unsqueeze(0).expand({b, t}).contiguous();  // [B, T]
   std::vector<int64_t> rows, cols, targets;
   auto tok = tokens.accessor<int64_t, 2>();
@@ -74,7 +74,7 @@ std::vector<ScoreResult> score_batch(const DecoderModelImpl& model, const std::v
   }
   at::Tensor hidden = model.forward(tokens.to(device), positions.to(device), valid.to(device));  // [B, T, D]
   at::Tensor flat_index = (at::tensor(rows, at::kLong) * t + at::tensor(cols, at::kLong)).to(device);  // [N]
-  at::Tensor picked = hidden.reshape({b * t, hidden.size(2)}).index_select(0, flat_index);           // [N, D]
+  at::Tensor picked = hidden.reshape({b * t, hidden.size(2)}).index_select(0, flat_index);  // [N, D]
   TargetScores scores = target_logprobs(model, picked, at::tensor(targets, at::kLong).to(device));
   ScoreResult all = to_result(scores);
   std::vector<ScoreResult> out(b);

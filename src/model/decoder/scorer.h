@@ -38,7 +38,6 @@ ScoreResult score_stepwise(const DecoderModelImpl& model, const ScoreRequest& re
 // predict every token exactly once; the first window is prefixed with
 // `prefix_token` (BOS or EOS), later ones carry up to max_length tokens of
 // context (lm-evaluation-harness's get_rolling_token_windows with context_len 1).
-std::vector<ScoreRequest> rolling_windows(const std::vector<int32_t>& tokens, int32_t prefix_token,
-                                          int64_t max_length);
+std::vector<ScoreRequest> rolling_windows(const std::vector<int32_t>& tokens, int32_t prefix_token, int64_t max_length);
 
 }  // namespace gpueval

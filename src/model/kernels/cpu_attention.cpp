@@ -126,8 +126,8 @@ namespace {
 
 // Consecutive tiles of one batch row, attended together: their scores ([rows, width]) share a buffer.
 struct Span {
-  int64_t row = 0;                         // of the batch
-  size_t first_tile = 0, tiles = 0;        // in the row's tiles
+  int64_t row = 0;  // of the batch
+  size_t first_tile = 0, tiles = 0;  // in the row's tiles
   int64_t first = 0, rows = 0, width = 0;  // queries [first, first + rows); scores P + the widest tile's keys
 };
 
@@ -136,8 +136,8 @@ struct Span {
 // rows when the mask is shared).
 std::vector<Span> attention_spans(const std::vector<std::vector<AttentionTile>>& tiles, int64_t batch, int64_t p,
                                   int64_t own) {
-  const int64_t span_rows = std::clamp<int64_t>((int64_t{1} << 17) / std::max<int64_t>(p + own, 1), kAttentionTile,
-                                                4 * kAttentionTile);
+  const int64_t span_rows =
+      std::clamp<int64_t>((int64_t{1} << 17) / std::max<int64_t>(p + own, 1), kAttentionTile, 4 * kAttentionTile);
   std::vector<Span> spans;
   for (int64_t row = 0; row < batch; ++row) {
     const std::vector<AttentionTile>& row_tiles = tiles[static_cast<size_t>(tiles.size() == 1 ? 0 : row)];
@@ -167,7 +167,7 @@ struct TiledInputs {
   double softcap = 0;
   bool fused = false;
   float* out = nullptr;  // [B, T, H, hd]
-  int64_t out_ld = 0;    // H * hd
+  int64_t out_ld = 0;  // H * hd
   const std::vector<std::vector<AttentionTile>>* tiles = nullptr;
 };
 
@@ -204,7 +204,9 @@ void span_probabilities(const TiledInputs& in, const Span& span, at::Tensor& sco
     const float* tile_mask = in.mask.data_ptr<float>() + span.row * in.mask_batch_stride + tile.first * mask_ld;
     if (in.softcap > 0)  // cap * tanh(score / cap) on the prefix's scores and the tile's own, ATen's vector tanh
       scores_buffer.as_strided({tile.rows, p + n}, {width, 1}, offset * width)
-          .div_(in.softcap).tanh_().mul_(in.softcap);
+          .div_(in.softcap)
+          .tanh_()
+          .mul_(in.softcap);
     if (in.fused) {
       for (int64_t r = 0; r < tile.rows; ++r) {
         const float* m = tile_mask + r * mask_ld;  // [P + S']
@@ -226,7 +228,8 @@ void span_probabilities(const TiledInputs& in, const Span& span, at::Tensor& sco
 
 // The span's outputs for one head: probabilities times the prefix's values, then each tile's own, then
 // (fused) each row divided by its sum.
-void span_outputs(const TiledInputs& in, const Span& span, int64_t head, const float* s, const std::vector<float>& sums) {
+void span_outputs(const TiledInputs& in, const Span& span, int64_t head, const float* s,
+                  const std::vector<float>& sums) {
   const std::vector<AttentionTile>& row_tiles = (*in.tiles)[in.tiles->size() == 1 ? 0 : static_cast<size_t>(span.row)];
   const int64_t row = span.row, kv = head / in.groups, width = span.width, p = in.p, hd = in.hd, ld = in.out_ld;
   float* o = in.out + row * in.t * ld + span.first * ld + head * hd;  // [rows, hd], row stride H * hd

@@ -168,8 +168,7 @@ dnnl::matmul::primitive_desc matmul_desc(int64_t m, int64_t in, int64_t out) {
   const dnnl::memory::desc any({in, out}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::any);
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  return dnnl::matmul::primitive_desc(dnnl::matmul::desc(rows_desc(m, in), any, rows_desc(m, out)), attr,
-                                      cpu_engine());
+  return dnnl::matmul::primitive_desc(dnnl::matmul::desc(rows_desc(m, in), any, rows_desc(m, out)), attr, cpu_engine());
 }
 
 // The calling thread's scratchpad for a product: at least `bytes`, grown as needed, kept until the
@@ -357,8 +356,8 @@ at::Tensor batched_product(const at::Tensor& a_in, const at::Tensor& b_in) {
     }
   });
   if (failed.load() != 0)
-    throw Error(fmt::format("oneDNN sgemm failed (status {}) multiplying {} matrices {}x{} by {}x{}", failed.load(), n, m,
-                            k, k, p));
+    throw Error(fmt::format("oneDNN sgemm failed (status {}) multiplying {} matrices {}x{} by {}x{}", failed.load(), n,
+                            m, k, k, p));
   return c;
 }
 
@@ -367,8 +366,8 @@ void sgemm_on_this_thread(char trans_a, char trans_b, int64_t m, int64_t n, int6
   OneOpenMpThread one;
   const dnnl_status_t st = dnnl_sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   if (st != dnnl_success)
-    throw Error(fmt::format("oneDNN sgemm failed (status {}) multiplying {}x{} by {}x{}", static_cast<int>(st), m, k,
-                            k, n));
+    throw Error(
+        fmt::format("oneDNN sgemm failed (status {}) multiplying {}x{} by {}x{}", static_cast<int>(st), m, k, k, n));
 }
 
 std::string cpu_matmul_description() {

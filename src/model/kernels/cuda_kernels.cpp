@@ -76,8 +76,7 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
 bool logprob_gather_uses_kernel(const at::Tensor& logits, const at::Tensor& targets) {
   return kernel_tensor(logits) && targets.defined() && targets.device() == logits.device() &&
          targets.scalar_type() == at::kLong && logits.dim() == 2 && targets.dim() == 1 &&
-         targets.size(0) == logits.size(0) && targets.is_contiguous() && logits.size(1) > 0 &&
-         logits.stride(1) == 1;
+         targets.size(0) == logits.size(0) && targets.is_contiguous() && logits.size(1) > 0 && logits.stride(1) == 1;
 }
 
 TargetScores logprob_gather(const at::Tensor& logits, const at::Tensor& targets) {
@@ -116,17 +115,18 @@ at::Tensor rotary_embedding(const at::Tensor& x, const RopeTables& t) {
     const int64_t rotary = t.cos.size(3);
     return at::cat({rotary_embedding(x.narrow(3, 0, rotary), t), x.narrow(3, rotary, x.size(3) - rotary)}, 3);
   }
-  if (!rotary_embedding_uses_kernel(x, t)) return apply_rope_cpu_applies(x, t) ? apply_rope_cpu(x, t) : apply_rope(x, t);
+  if (!rotary_embedding_uses_kernel(x, t))
+    return apply_rope_cpu_applies(x, t) ? apply_rope_cpu(x, t) : apply_rope(x, t);
 #ifdef GPUEVAL_WITH_CUDA_KERNELS
   c10::cuda::CUDAGuard guard(x.device());
   // The same strides as x (a transposed q/k stays transposed), as the reference's elementwise ops give.
   at::Tensor out = at::empty_like(x);
   if (out.stride(3) != 1) out = at::empty_like(x, at::MemoryFormat::Contiguous);
   kernels::Strides4 table{t.cos.size(0) == 1 ? 0 : t.cos.stride(0), 0, t.cos.stride(2)};
-  check(kernels::rope(x.data_ptr(), strides4(x), t.cos.data_ptr(), t.sin.data_ptr(), table, out.data_ptr(),
-                      strides4(out), x.size(0), x.size(1), x.size(2), x.size(3), kernel_dtype(x.scalar_type()),
-                      stream_of(x)),
-        "rope");
+  check(
+      kernels::rope(x.data_ptr(), strides4(x), t.cos.data_ptr(), t.sin.data_ptr(), table, out.data_ptr(), strides4(out),
+                    x.size(0), x.size(1), x.size(2), x.size(3), kernel_dtype(x.scalar_type()), stream_of(x)),
+      "rope");
   return out;
 #else
   return {};
@@ -135,8 +135,7 @@ at::Tensor rotary_embedding(const at::Tensor& x, const RopeTables& t) {
 
 bool kv_append_uses_kernel(const at::Tensor& k_cache, const at::Tensor& v_cache, const at::Tensor& k,
                            const at::Tensor& v) {
-  if (!kernel_tensor(k_cache) || !same_place(k_cache, v_cache) || !same_place(k_cache, k) ||
-      !same_place(k_cache, v))
+  if (!kernel_tensor(k_cache) || !same_place(k_cache, v_cache) || !same_place(k_cache, k) || !same_place(k_cache, v))
     return false;
   if (k_cache.dim() != 4 || k.dim() != 4 || k_cache.sizes() != v_cache.sizes() || k.sizes() != v.sizes()) return false;
   return k_cache.is_contiguous() && v_cache.is_contiguous() && k.stride(3) == 1 && v.stride(3) == 1 &&
@@ -155,9 +154,9 @@ void kv_append(const at::Tensor& k_cache, const at::Tensor& v_cache, const at::T
   }
 #ifdef GPUEVAL_WITH_CUDA_KERNELS
   c10::cuda::CUDAGuard guard(k_cache.device());
-  check(kernels::kv_append(k_cache.data_ptr(), v_cache.data_ptr(), k.data_ptr(), strides4(k), v.data_ptr(),
-                           strides4(v), k.size(0), k.size(1), t, capacity, k.size(3), offset, nullptr,
-                           kernel_dtype(k.scalar_type()), stream_of(k_cache)),
+  check(kernels::kv_append(k_cache.data_ptr(), v_cache.data_ptr(), k.data_ptr(), strides4(k), v.data_ptr(), strides4(v),
+                           k.size(0), k.size(1), t, capacity, k.size(3), offset, nullptr, kernel_dtype(k.scalar_type()),
+                           stream_of(k_cache)),
         "kv_append");
 #endif
 }

@@ -14,8 +14,8 @@
 namespace gpueval::row_invariant_detail {
 namespace {
 
-constexpr int kRows = 4;      // rows of x per tile
-constexpr int kOutputs = 3;   // rows of w (outputs) per tile
+constexpr int kRows = 4;  // rows of x per tile
+constexpr int kOutputs = 3;  // rows of w (outputs) per tile
 constexpr int64_t kRowBlock = 48;  // rows that share one pass over a tile's outputs (x stays in cache)
 
 // Lanes [0, count) set, count in 1..7.
@@ -25,7 +25,7 @@ __m256i first_lanes(int64_t count) {
 
 float lane_sum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));  // l0+l4 .. l3+l7
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));                                         // (l0+l4)+(l2+l6), (l1+l5)+(l3+l7)
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));  // (l0+l4)+(l2+l6), (l1+l5)+(l3+l7)
   s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
   return _mm_cvtss_f32(s);
 }

@@ -30,9 +30,8 @@ float masked_exp_row(TileSoftmaxIsa isa, float* x, const float* prefix_mask, int
                     ? "masked_exp_row: this build or CPU has no AVX-512 softmax (tile_softmax_available(kAvx512))"
                     : "masked_exp_row: this build or CPU has no AVX2+FMA softmax (tile_softmax_available())");
 #ifdef GPUEVAL_WITH_SLEEF
-  return isa == TileSoftmaxIsa::kAvx512
-             ? tile_softmax_detail::masked_exp_row_avx512(x, prefix_mask, p, own_mask, n)
-             : tile_softmax_detail::masked_exp_row_avx2(x, prefix_mask, p, own_mask, n);
+  return isa == TileSoftmaxIsa::kAvx512 ? tile_softmax_detail::masked_exp_row_avx512(x, prefix_mask, p, own_mask, n)
+                                        : tile_softmax_detail::masked_exp_row_avx2(x, prefix_mask, p, own_mask, n);
 #else
   (void)x, (void)prefix_mask, (void)p, (void)own_mask, (void)n;
   return 0;

@@ -21,7 +21,9 @@ __m512 add_mask_and_max(float* x, const float* mask, int64_t len, __m512 running
   int64_t c = 0;
   if (mask == nullptr) {
     for (; c + 16 <= len; c += 16) running = _mm512_max_ps(running, _mm512_loadu_ps(x + c));
-    if (c < len) running = _mm512_mask_max_ps(running, first_lanes(len - c), running, _mm512_maskz_loadu_ps(first_lanes(len - c), x + c));
+    if (c < len)
+      running = _mm512_mask_max_ps(running, first_lanes(len - c), running,
+                                   _mm512_maskz_loadu_ps(first_lanes(len - c), x + c));
     return running;
   }
   for (; c + 16 <= len; c += 16) {

@@ -104,8 +104,8 @@ void CheckpointFiles::load_index(const std::string& index_path) {
   for (const auto& [shard, file] : shards) add_file(file, index_path);
   for (const auto& [name, entry] : entries_) {
     if (weight_map->find(name) == weight_map->end()) {
-      fail(index_path, "shard {} holds tensor {}, which the index does not list",
-           quote_untrusted(entry.file->path()), quote_untrusted(name));
+      fail(index_path, "shard {} holds tensor {}, which the index does not list", quote_untrusted(entry.file->path()),
+           quote_untrusted(name));
     }
   }
 }

@@ -37,7 +37,7 @@ class CheckpointFiles {
   bool contains(const std::string& name) const { return entries_.count(name) != 0; }
   // The methods below throw Error naming the directory and the tensor if it is absent.
   const TensorInfo& info(const std::string& name) const;
-  at::Tensor tensor(const std::string& name) const;   // [info(name).shape], zero-copy view
+  at::Tensor tensor(const std::string& name) const;  // [info(name).shape], zero-copy view
   std::string file_of(const std::string& name) const;  // path of the file holding it
 
  private:

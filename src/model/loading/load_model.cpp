@@ -13,8 +13,8 @@ namespace gpueval {
 namespace {
 
 DecoderModel build_with_source(const ModelConfig& config, LoadOptions options,
-                             const std::function<at::Tensor(const std::string&)>& lookup,
-                             const std::function<std::string(const std::string&)>& where_of) {
+                               const std::function<at::Tensor(const std::string&)>& lookup,
+                               const std::function<std::string(const std::string&)>& where_of) {
   WeightSource source = [&](const std::string& name, const std::vector<int64_t>& shape) {
     at::Tensor t = lookup(name);
     if (!t.sizes().equals(shape))
@@ -35,8 +35,8 @@ DecoderModel build_with_source(const ModelConfig& config, LoadOptions options,
 class StoredTensors {
  public:
   StoredTensors(const ModelConfig& config, std::function<bool(const std::string&)> contains,
-                std::function<at::Tensor(const std::string&)> tensor, std::function<std::string(const std::string&)> file_of,
-                std::string where)
+                std::function<at::Tensor(const std::string&)> tensor,
+                std::function<std::string(const std::string&)> file_of, std::string where)
       : layout_(stored_layout(config)),
         contains_(std::move(contains)),
         tensor_(std::move(tensor)),
@@ -71,7 +71,8 @@ class StoredTensors {
     const StoredAs& s = layout_.at(module);
     const std::string stored_shape = shape_str(t.sizes());
     if (s.transposed) {
-      if (t.dim() != 2) fail(file_of_(name), "tensor '{}' has shape {}, expected 2 dimensions", name, shape_str(t.sizes()));
+      if (t.dim() != 2)
+        fail(file_of_(name), "tensor '{}' has shape {}, expected 2 dimensions", name, shape_str(t.sizes()));
       t = t.t();
     }
     if (t.dim() < 1 || t.size(0) != s.stored_rows)
@@ -104,8 +105,7 @@ DecoderModel load_model(const std::string& dir, LoadOptions options) {
   CheckpointFiles ckpt = CheckpointFiles::open(dir);
   const StoredTensors stored(
       config, [&](const std::string& n) { return ckpt.contains(n); },
-      [&](const std::string& n) { return ckpt.tensor(n); }, [&](const std::string& n) { return ckpt.file_of(n); },
-      dir);
+      [&](const std::string& n) { return ckpt.tensor(n); }, [&](const std::string& n) { return ckpt.file_of(n); }, dir);
   const std::string lm_head = weight_name(WeightKind::kLmHead);
   if (!config.tie_word_embeddings && stored.holder(lm_head).empty() &&
       !stored.holder(weight_name(WeightKind::kEmbedTokens)).empty())
@@ -116,7 +116,7 @@ DecoderModel load_model(const std::string& dir, LoadOptions options) {
 }
 
 DecoderModel build_model(const ModelConfig& config, const std::map<std::string, at::Tensor>& weights,
-                       LoadOptions options, const std::string& where) {
+                         LoadOptions options, const std::string& where) {
   const StoredTensors stored(
       config, [&](const std::string& n) { return weights.count(n) > 0; },
       [&](const std::string& n) { return weights.at(n); }, [&](const std::string&) { return where; }, where);

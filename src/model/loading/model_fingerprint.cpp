@@ -83,7 +83,8 @@ std::string architecture_material(const std::string& model_dir, const std::vecto
   if (const std::optional<std::vector<int64_t>> eos = generation_eos_token_ids(model_dir)) {
     const nlohmann::json parsed = nlohmann::json::parse(config, nullptr, false);
     const nlohmann::json own = parsed.is_object() ? parsed.value("eos_token_id", nlohmann::json()) : nlohmann::json();
-    const nlohmann::json as_list = own.is_array() ? own : (own.is_null() ? nlohmann::json::array() : nlohmann::json::array({own}));
+    const nlohmann::json as_list =
+        own.is_array() ? own : (own.is_null() ? nlohmann::json::array() : nlohmann::json::array({own}));
     if (as_list != nlohmann::json(*eos))
       material += "generation_config.json eos_token_id " + nlohmann::json(*eos).dump() + "\n";
   }
@@ -110,7 +111,8 @@ std::string checkpoint_fingerprint(const std::string& model_dir) {
     for (const auto& [name, info] : header.items()) {
       if (name == "__metadata__") continue;
       const auto offsets = info.is_object() ? info.value("data_offsets", nlohmann::json()) : nlohmann::json();
-      if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned())
+      if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
+          !offsets[1].is_number_unsigned())
         fail(f.path, "tensor '{}' has no valid data_offsets", name);
       ranges.emplace_back(offsets[0].get<uint64_t>(), offsets[1].get<uint64_t>());
     }
@@ -118,7 +120,8 @@ std::string checkpoint_fingerprint(const std::string& model_dir) {
     io::UniqueFd fd = io::open_file(f.path, O_RDONLY);
     const uint64_t data = 8 + f.header.size();
     for (const auto& [begin, end] : ranges) {
-      if (end < begin || data + end > f.size) fail(f.path, "tensor data offsets [{}, {}) do not fit the file", begin, end);
+      if (end < begin || data + end > f.size)
+        fail(f.path, "tensor data offsets [{}, {}) do not fit the file", begin, end);
       const uint64_t len = end - begin;
       material += sha256_hex(read_at(fd.get(), data + begin, std::min(len, kSampleBytes), f.path));
       if (len > kSampleBytes) {

@@ -31,16 +31,14 @@ struct DtypeName {
   c10::ScalarType type;
 };
 constexpr DtypeName kDtypes[] = {
-    {"F64", c10::ScalarType::Double}, {"F32", c10::ScalarType::Float},
-    {"F16", c10::ScalarType::Half},   {"BF16", c10::ScalarType::BFloat16},
-    {"I64", c10::ScalarType::Long},   {"I32", c10::ScalarType::Int},
-    {"I16", c10::ScalarType::Short},  {"I8", c10::ScalarType::Char},
-    {"U8", c10::ScalarType::Byte},    {"BOOL", c10::ScalarType::Bool},
+    {"F64", c10::ScalarType::Double},    {"F32", c10::ScalarType::Float}, {"F16", c10::ScalarType::Half},
+    {"BF16", c10::ScalarType::BFloat16}, {"I64", c10::ScalarType::Long},  {"I32", c10::ScalarType::Int},
+    {"I16", c10::ScalarType::Short},     {"I8", c10::ScalarType::Char},   {"U8", c10::ScalarType::Byte},
+    {"BOOL", c10::ScalarType::Bool},
 };
 // Valid in the format, but LibTorch 1.13 has no type to hold them; named apart from typos.
-constexpr const char* kUnsupportedDtypes[] = {"U16",     "U32",         "U64",         "F8_E4M3",
-                                              "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ", "F8_E8M0",
-                                              "F6_E2M3", "F6_E3M2",     "F4",          "C64"};
+constexpr const char* kUnsupportedDtypes[] = {"U16",         "U32",     "U64",     "F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ",
+                                              "F8_E5M2FNUZ", "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4",      "C64"};
 
 std::string format_shape(const std::vector<int64_t>& shape) {
   std::string out = "[";
@@ -58,8 +56,7 @@ std::optional<uint64_t> as_u64(const Json& value) {
   return std::nullopt;
 }
 
-const Json& require_field(const std::string& path, const std::string& tensor, const Json& entry,
-                          const char* key) {
+const Json& require_field(const std::string& path, const std::string& tensor, const Json& entry, const char* key) {
   const auto it = entry.find(key);
   if (it == entry.end()) fail(path, "tensor {}: missing \"{}\"", tensor, key);
   return *it;
@@ -77,8 +74,7 @@ c10::ScalarType parse_dtype(const std::string& path, const std::string& tensor, 
   fail(path, "tensor {}: unknown dtype {}", tensor, quote_untrusted(name));
 }
 
-std::vector<int64_t> parse_shape(const std::string& path, const std::string& tensor,
-                                 const Json& value) {
+std::vector<int64_t> parse_shape(const std::string& path, const std::string& tensor, const Json& value) {
   if (!value.is_array()) fail(path, "tensor {}: \"shape\" is not an array", tensor);
   std::vector<int64_t> shape;
   shape.reserve(value.size());
@@ -99,8 +95,7 @@ std::vector<int64_t> parse_shape(const std::string& path, const std::string& ten
   return shape;
 }
 
-TensorInfo parse_entry(const std::string& path, const std::string& name, const Json& entry,
-                       uint64_t data_size) {
+TensorInfo parse_entry(const std::string& path, const std::string& name, const Json& entry, uint64_t data_size) {
   const std::string tensor = quote_untrusted(name);
   if (!entry.is_object()) fail(path, "tensor {}: entry is not a JSON object", tensor);
   TensorInfo info;
@@ -120,12 +115,11 @@ TensorInfo parse_entry(const std::string& path, const std::string& name, const J
   info.data_begin = *begin;
   info.data_end = *end;
   if (info.data_begin > info.data_end) {
-    fail(path, "tensor {}: data_offsets [{}, {}] begin after they end", tensor, info.data_begin,
-         info.data_end);
+    fail(path, "tensor {}: data_offsets [{}, {}] begin after they end", tensor, info.data_begin, info.data_end);
   }
   if (info.data_end > data_size) {
-    fail(path, "tensor {}: offsets out of range: data_offsets [{}, {}] end past the {}-byte data section",
-         tensor, info.data_begin, info.data_end, data_size);
+    fail(path, "tensor {}: offsets out of range: data_offsets [{}, {}] end past the {}-byte data section", tensor,
+         info.data_begin, info.data_end, data_size);
   }
 
   // Checked arithmetic throughout: a hostile shape must not wrap around to the right byte count.
@@ -136,10 +130,8 @@ TensorInfo parse_entry(const std::string& path, const std::string& name, const J
   for (const int64_t dim : info.shape) {
     if (dim == 0) {
       empty = true;
-    } else if (__builtin_mul_overflow(elements, static_cast<uint64_t>(dim), &elements) ||
-               elements > kMaxElements) {
-      fail(path, "tensor {}: shape {} has more than 2^63-1 elements", tensor,
-           format_shape(info.shape));
+    } else if (__builtin_mul_overflow(elements, static_cast<uint64_t>(dim), &elements) || elements > kMaxElements) {
+      fail(path, "tensor {}: shape {} has more than 2^63-1 elements", tensor, format_shape(info.shape));
     }
   }
   if (empty) elements = 0;
@@ -151,8 +143,7 @@ TensorInfo parse_entry(const std::string& path, const std::string& name, const J
   }
   if (expected != info.nbytes()) {
     fail(path, "tensor {}: dtype/shape do not match the bytes: {} {} needs {} bytes, data_offsets [{}, {}] span {}",
-         tensor, dtype_name, format_shape(info.shape), expected, info.data_begin, info.data_end,
-         info.nbytes());
+         tensor, dtype_name, format_shape(info.shape), expected, info.data_begin, info.data_end, info.nbytes());
   }
   return info;
 }
@@ -175,8 +166,7 @@ std::map<std::string, std::string> parse_metadata(const std::string& path, const
 // Tensors must tile the data section: sorted by offsets, each begins where the previous ended and
 // the last ends at the end of the file. This is what the reference reader enforces; it also means
 // no two tensors alias the same bytes.
-void check_layout(const std::string& path, const std::vector<TensorInfo>& tensors,
-                  uint64_t data_size) {
+void check_layout(const std::string& path, const std::vector<TensorInfo>& tensors, uint64_t data_size) {
   std::vector<const TensorInfo*> by_offset;
   by_offset.reserve(tensors.size());
   for (const TensorInfo& info : tensors) by_offset.push_back(&info);
@@ -187,13 +177,11 @@ void check_layout(const std::string& path, const std::vector<TensorInfo>& tensor
   const TensorInfo* previous = nullptr;
   for (const TensorInfo* info : by_offset) {
     if (info->data_begin < covered) {
-      fail(path, "tensors {} [{}, {}) and {} [{}, {}) overlap", quote_untrusted(previous->name),
-           previous->data_begin, previous->data_end, quote_untrusted(info->name), info->data_begin,
-           info->data_end);
+      fail(path, "tensors {} [{}, {}) and {} [{}, {}) overlap", quote_untrusted(previous->name), previous->data_begin,
+           previous->data_end, quote_untrusted(info->name), info->data_begin, info->data_end);
     }
     if (info->data_begin > covered) {
-      fail(path, "data section bytes [{}, {}) are not covered by any tensor", covered,
-           info->data_begin);
+      fail(path, "data section bytes [{}, {}) are not covered by any tensor", covered, info->data_begin);
     }
     covered = info->data_end;
     previous = info;
@@ -240,15 +228,13 @@ void SafetensorsFile::parse() {
     fail(path_, "header length {} exceeds the {}-byte (100 MiB) limit", header_size, kMaxHeaderBytes);
   }
   if (header_size > size - kLengthBytes) {
-    fail(path_, "truncated header: header length is {} but only {} bytes follow it", header_size,
-         size - kLengthBytes);
+    fail(path_, "truncated header: header length is {} but only {} bytes follow it", header_size, size - kLengthBytes);
   }
   data_ = bytes + kLengthBytes + header_size;
   data_size_ = size - kLengthBytes - header_size;
 
   const Json header = parse_strict_json(
-      std::string_view(reinterpret_cast<const char*>(bytes + kLengthBytes), header_size), path_,
-      "header");
+      std::string_view(reinterpret_cast<const char*>(bytes + kLengthBytes), header_size), path_, "header");
   if (!header.is_object()) fail(path_, "header is a JSON {}, not an object", header.type_name());
   for (const auto& item : header.items()) {
     if (item.key() == kMetadataKey) {
@@ -283,12 +269,12 @@ at::Tensor SafetensorsFile::tensor(const std::string& name) const {
   // The deleter owns a reference to the mapping, so the view keeps the file mapped; const_cast is
   // sound because nobody may write through the tensor, and PROT_READ turns a write into a fault
   // instead of silently changing the weights every other view shares.
-  return at::from_blob(const_cast<uint8_t*>(bytes), info->shape,  // [info.shape]
-                       [keep_mapped = mapping_](void*) {}, options);
+  return at::from_blob(
+      const_cast<uint8_t*>(bytes), info->shape,  // [info.shape]
+      [keep_mapped = mapping_](void*) {}, options);
 }
 
-void write_safetensors(const std::string& path,
-                       const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                        const std::map<std::string, std::string>& metadata) {
   // Build and check the whole header before creating any file, so bad input leaves no trace.
   Json header = Json::object();

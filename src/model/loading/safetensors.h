@@ -60,7 +60,7 @@ class SafetensorsFile {
 
   const std::string& path() const { return path_; }
   const std::vector<TensorInfo>& tensors() const { return tensors_; }  // in header order
-  const TensorInfo* find(const std::string& name) const;              // nullptr if absent
+  const TensorInfo* find(const std::string& name) const;  // nullptr if absent
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
   // [info.shape], dtype info.dtype, on CPU; a view into the mapping when aligned.
@@ -90,8 +90,7 @@ class SafetensorsFile {
 // contiguous on CPU first; put wider dtypes first if readers should get aligned, zero-copy views.
 // Throws Error naming `path` for duplicate or reserved names, unsupported dtypes, undefined tensors
 // and I/O failures.
-void write_safetensors(const std::string& path,
-                       const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
 }  // namespace gpueval

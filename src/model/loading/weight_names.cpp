@@ -7,13 +7,25 @@
 namespace gpueval {
 namespace {
 
-constexpr WeightKind kLayerWeights[] = {
-    WeightKind::kInputLayernorm, WeightKind::kQProj,    WeightKind::kKProj,     WeightKind::kVProj,
-    WeightKind::kQAProj,         WeightKind::kQALayernorm, WeightKind::kQBProj, WeightKind::kKvAProj,
-    WeightKind::kKvALayernorm,   WeightKind::kKvBProj,
-    WeightKind::kQNorm,          WeightKind::kKNorm,    WeightKind::kOProj,     WeightKind::kPostAttentionLayernorm,
-    WeightKind::kPreFeedforwardLayernorm,
-    WeightKind::kGateProj,       WeightKind::kUpProj,   WeightKind::kDownProj,  WeightKind::kPostFeedforwardLayernorm};
+constexpr WeightKind kLayerWeights[] = {WeightKind::kInputLayernorm,
+                                        WeightKind::kQProj,
+                                        WeightKind::kKProj,
+                                        WeightKind::kVProj,
+                                        WeightKind::kQAProj,
+                                        WeightKind::kQALayernorm,
+                                        WeightKind::kQBProj,
+                                        WeightKind::kKvAProj,
+                                        WeightKind::kKvALayernorm,
+                                        WeightKind::kKvBProj,
+                                        WeightKind::kQNorm,
+                                        WeightKind::kKNorm,
+                                        WeightKind::kOProj,
+                                        WeightKind::kPostAttentionLayernorm,
+                                        WeightKind::kPreFeedforwardLayernorm,
+                                        WeightKind::kGateProj,
+                                        WeightKind::kUpProj,
+                                        WeightKind::kDownProj,
+                                        WeightKind::kPostFeedforwardLayernorm};
 
 // Whether a checkpoint of `c` holds the per-layer weight `w`.
 bool layer_has(const ModelConfig& c, WeightKind w) {
@@ -95,7 +107,8 @@ std::string weight_name(WeightKind w, int64_t layer, int64_t expert) {
 
 std::string bias_name(const std::string& weight_name) {
   const std::string suffix = ".weight";
-  if (weight_name.size() < suffix.size() || weight_name.compare(weight_name.size() - suffix.size(), suffix.size(), suffix) != 0)
+  if (weight_name.size() < suffix.size() ||
+      weight_name.compare(weight_name.size() - suffix.size(), suffix.size(), suffix) != 0)
     throw Error(fmt::format("bias_name: '{}' does not end in {}", weight_name, suffix));
   return weight_name.substr(0, weight_name.size() - suffix.size()) + ".bias";
 }
@@ -201,40 +214,88 @@ struct StoredName {
 
 struct Layout {
   WeightLayout layout;
-  const char* wrap;       // prefixed to the module name of every kind `names` does not list
+  const char* wrap;  // prefixed to the module name of every kind `names` does not list
   // The names' other spelling: a stored name beginning with `from` may be stored beginning with `to`
   // instead (GPT-2's hub files: without "transformer."; Gemma 3's: model.language_model.).
   const char* from;
   const char* to;
-  const char* layer;      // the per-layer prefix, "{}" for the index
-  bool per_head;          // fused q, k, v interleaved per head: [H][q k v][hd] rows (GPT-NeoX)
-  bool conv1d;            // projections stored [in, out] (GPT-2's Conv1D)
+  const char* layer;  // the per-layer prefix, "{}" for the index
+  bool per_head;  // fused q, k, v interleaved per head: [H][q k v][hd] rows (GPT-NeoX)
+  bool conv1d;  // projections stored [in, out] (GPT-2's Conv1D)
   std::vector<StoredName> names;
 };
 
 const std::vector<Layout>& layouts() {
   using W = WeightKind;
   static const std::vector<Layout> kLayouts = {
-      {WeightLayout::kPhi3, "", "", "", "model.layers.{}.", false, false,
-       {{W::kQProj, "self_attn.qkv_proj"}, {W::kKProj, "self_attn.qkv_proj"}, {W::kVProj, "self_attn.qkv_proj"},
-        {W::kGateProj, "mlp.gate_up_proj"}, {W::kUpProj, "mlp.gate_up_proj"}}},
-      {WeightLayout::kGptNeoX, "", "gpt_neox.", "", "gpt_neox.layers.{}.", true, false,
-       {{W::kEmbedTokens, "gpt_neox.embed_in"}, {W::kInputLayernorm, "input_layernorm"},
-        {W::kQProj, "attention.query_key_value"}, {W::kKProj, "attention.query_key_value"},
-        {W::kVProj, "attention.query_key_value"}, {W::kOProj, "attention.dense"},
-        {W::kPostAttentionLayernorm, "post_attention_layernorm"}, {W::kUpProj, "mlp.dense_h_to_4h"},
-        {W::kDownProj, "mlp.dense_4h_to_h"}, {W::kNorm, "gpt_neox.final_layer_norm"}, {W::kLmHead, "embed_out"}}},
-      {WeightLayout::kGpt2, "", "transformer.", "", "transformer.h.{}.", false, true,
-       {{W::kEmbedTokens, "transformer.wte"}, {W::kPositionEmbedding, "transformer.wpe"},
-        {W::kInputLayernorm, "ln_1"}, {W::kQProj, "attn.c_attn"}, {W::kKProj, "attn.c_attn"},
-        {W::kVProj, "attn.c_attn"}, {W::kOProj, "attn.c_proj"}, {W::kPostAttentionLayernorm, "ln_2"},
-        {W::kUpProj, "mlp.c_fc"}, {W::kDownProj, "mlp.c_proj"}, {W::kNorm, "transformer.ln_f"},
+      {WeightLayout::kPhi3,
+       "",
+       "",
+       "",
+       "model.layers.{}.",
+       false,
+       false,
+       {{W::kQProj, "self_attn.qkv_proj"},
+        {W::kKProj, "self_attn.qkv_proj"},
+        {W::kVProj, "self_attn.qkv_proj"},
+        {W::kGateProj, "mlp.gate_up_proj"},
+        {W::kUpProj, "mlp.gate_up_proj"}}},
+      {WeightLayout::kGptNeoX,
+       "",
+       "gpt_neox.",
+       "",
+       "gpt_neox.layers.{}.",
+       true,
+       false,
+       {{W::kEmbedTokens, "gpt_neox.embed_in"},
+        {W::kInputLayernorm, "input_layernorm"},
+        {W::kQProj, "attention.query_key_value"},
+        {W::kKProj, "attention.query_key_value"},
+        {W::kVProj, "attention.query_key_value"},
+        {W::kOProj, "attention.dense"},
+        {W::kPostAttentionLayernorm, "post_attention_layernorm"},
+        {W::kUpProj, "mlp.dense_h_to_4h"},
+        {W::kDownProj, "mlp.dense_4h_to_h"},
+        {W::kNorm, "gpt_neox.final_layer_norm"},
+        {W::kLmHead, "embed_out"}}},
+      {WeightLayout::kGpt2,
+       "",
+       "transformer.",
+       "",
+       "transformer.h.{}.",
+       false,
+       true,
+       {{W::kEmbedTokens, "transformer.wte"},
+        {W::kPositionEmbedding, "transformer.wpe"},
+        {W::kInputLayernorm, "ln_1"},
+        {W::kQProj, "attn.c_attn"},
+        {W::kKProj, "attn.c_attn"},
+        {W::kVProj, "attn.c_attn"},
+        {W::kOProj, "attn.c_proj"},
+        {W::kPostAttentionLayernorm, "ln_2"},
+        {W::kUpProj, "mlp.c_fc"},
+        {W::kDownProj, "mlp.c_proj"},
+        {W::kNorm, "transformer.ln_f"},
         {W::kLmHead, "lm_head"}}},
-      {WeightLayout::kGemma3Multimodal, "language_model.", "language_model.model.", "model.language_model.", "", false,
-       false, {}},
-      {WeightLayout::kMixtral, "", "", "", "model.layers.{}.", false, false,
-       {{W::kRouter, "block_sparse_moe.gate"}, {W::kExpertGateProj, "block_sparse_moe.experts.{}.w1"},
-        {W::kExpertUpProj, "block_sparse_moe.experts.{}.w3"}, {W::kExpertDownProj, "block_sparse_moe.experts.{}.w2"}}},
+      {WeightLayout::kGemma3Multimodal,
+       "language_model.",
+       "language_model.model.",
+       "model.language_model.",
+       "",
+       false,
+       false,
+       {}},
+      {WeightLayout::kMixtral,
+       "",
+       "",
+       "",
+       "model.layers.{}.",
+       false,
+       false,
+       {{W::kRouter, "block_sparse_moe.gate"},
+        {W::kExpertGateProj, "block_sparse_moe.experts.{}.w1"},
+        {W::kExpertUpProj, "block_sparse_moe.experts.{}.w3"},
+        {W::kExpertDownProj, "block_sparse_moe.experts.{}.w2"}}},
   };
   return kLayouts;
 }
@@ -268,8 +329,8 @@ std::map<std::string, StoredAs> stored_layout(const ModelConfig& c) {
     std::string stored = layout->wrap + spec.name;
     if (n) {
       const std::string prefix = is_per_layer(w) ? fmt::format(fmt::runtime(layout->layer), spec.layer) : "";
-      stored = prefix + (is_expert(w) ? fmt::format(fmt::runtime(n->name), spec.expert) : std::string(n->name)) +
-               ".weight";
+      stored =
+          prefix + (is_expert(w) ? fmt::format(fmt::runtime(n->name), spec.expert) : std::string(n->name)) + ".weight";
       // The parts fused with this one: every kind of the layer under the same name, in table order.
       int64_t total = 0, parts = 0;
       for (const StoredName& m : layout->names)

@@ -24,39 +24,39 @@
 namespace gpueval {
 
 enum class WeightKind {
-  kEmbedTokens,             // [V, D]
-  kPositionEmbedding,       // [max_position_embeddings, D]   with arch.learned_positions (GPT-2)
-  kInputLayernorm,          // [D]            per layer
-  kQProj,                   // [H * hd, D]    per layer
-  kKProj,                   // [KV * hd, D]   per layer
-  kQNorm,                   // [hd] or [H * hd]   per layer, with arch.qk_norm
-  kKNorm,                   // [hd] or [KV * hd]  per layer, with arch.qk_norm
-  kVProj,                   // [KV * hd, D]   per layer
+  kEmbedTokens,  // [V, D]
+  kPositionEmbedding,  // [max_position_embeddings, D]   with arch.learned_positions (GPT-2)
+  kInputLayernorm,  // [D]            per layer
+  kQProj,  // [H * hd, D]    per layer
+  kKProj,  // [KV * hd, D]   per layer
+  kQNorm,  // [hd] or [H * hd]   per layer, with arch.qk_norm
+  kKNorm,  // [hd] or [KV * hd]  per layer, with arch.qk_norm
+  kVProj,  // [KV * hd, D]   per layer
   // Latent attention (ModelConfig::latent_attention; no k_proj, v_proj): q_proj [H * qk, D] without a
   // q_lora_rank, else q_a_proj, q_a_layernorm, q_b_proj; qk = qk_nope_head_dim + qk_rope_head_dim.
-  kQAProj,                  // [q_lora_rank, D]
-  kQALayernorm,             // [q_lora_rank]
-  kQBProj,                  // [H * qk, q_lora_rank]
-  kKvAProj,                 // [kv_lora_rank + qk_rope_head_dim, D]   kv_a_proj_with_mqa
-  kKvALayernorm,            // [kv_lora_rank]
-  kKvBProj,                 // [H * (qk_nope_head_dim + v_head_dim), kv_lora_rank]
-  kOProj,                   // [D, H * hd]    per layer (latent attention: [D, H * v_head_dim])
+  kQAProj,  // [q_lora_rank, D]
+  kQALayernorm,  // [q_lora_rank]
+  kQBProj,  // [H * qk, q_lora_rank]
+  kKvAProj,  // [kv_lora_rank + qk_rope_head_dim, D]   kv_a_proj_with_mqa
+  kKvALayernorm,  // [kv_lora_rank]
+  kKvBProj,  // [H * (qk_nope_head_dim + v_head_dim), kv_lora_rank]
+  kOProj,  // [D, H * hd]    per layer (latent attention: [D, H * v_head_dim])
   kPostAttentionLayernorm,  // [D]            per layer
   kPreFeedforwardLayernorm,  // [D]           per layer, with NormPlacement::kSandwich
-  kGateProj,                // [F, D]         per layer, with arch.gated_mlp
-  kUpProj,                  // [F, D]         per layer
-  kDownProj,                // [D, F]         per layer
+  kGateProj,  // [F, D]         per layer, with arch.gated_mlp
+  kUpProj,  // [F, D]         per layer
+  kDownProj,  // [D, F]         per layer
   kPostFeedforwardLayernorm,  // [D]          per layer, with NormPlacement::kPostSublayer or kSandwich
-  kRouter,                  // [E, D]         per sparse layer (arch.sparse): mlp.gate
-  kExpertGateProj,          // [Fe, D]        per expert of a sparse layer: mlp.experts.E.gate_proj
-  kExpertUpProj,            // [Fe, D]        per expert
-  kExpertDownProj,          // [D, Fe]        per expert
-  kRouterCorrection,        // [E]            with arch.moe.correction_bias: mlp.gate.e_score_correction_bias
-  kSharedGateProj,          // [Fs, D]        with arch.moe.shared_intermediate_size: mlp.shared_experts.gate_proj
-  kSharedUpProj,            // [Fs, D]
-  kSharedDownProj,          // [D, Fs]
-  kNorm,                    // [D]
-  kLmHead,                  // [V, D]         absent when tie_word_embeddings
+  kRouter,  // [E, D]         per sparse layer (arch.sparse): mlp.gate
+  kExpertGateProj,  // [Fe, D]        per expert of a sparse layer: mlp.experts.E.gate_proj
+  kExpertUpProj,  // [Fe, D]        per expert
+  kExpertDownProj,  // [D, Fe]        per expert
+  kRouterCorrection,  // [E]            with arch.moe.correction_bias: mlp.gate.e_score_correction_bias
+  kSharedGateProj,  // [Fs, D]        with arch.moe.shared_intermediate_size: mlp.shared_experts.gate_proj
+  kSharedUpProj,  // [Fs, D]
+  kSharedDownProj,  // [D, Fs]
+  kNorm,  // [D]
+  kLmHead,  // [V, D]         absent when tie_word_embeddings
 };
 
 // The checkpoint name of a weight; `layer` is read only for the per-layer kinds, `expert` only for the
@@ -67,7 +67,7 @@ bool is_expert(WeightKind weight);  // one tensor per expert of a sparse layer
 std::string bias_name(const std::string& weight_name);
 std::vector<int64_t> weight_shape(const ModelConfig& config, WeightKind weight);
 bool is_per_layer(WeightKind weight);  // one tensor per decoder layer
-bool is_norm(WeightKind weight);       // an RMSNorm scale: [D], 1 at initialisation
+bool is_norm(WeightKind weight);  // an RMSNorm scale: [D], 1 at initialisation
 // q, k, v with attention_bias; o with arch.o_proj_bias; gate, up and down with arch.mlp_bias; every
 // norm with NormKind::kLayerNorm.
 bool has_bias(const ModelConfig& config, WeightKind weight);
@@ -84,8 +84,8 @@ struct WeightSpec {
 // embedding, each layer's input norm (pre-norm and sandwich families), q, k, v, q and k norms (where
 // the family has them), o, post-attention norm, pre-feedforward norm (sandwich), gate, up, down (a
 // sparse layer: the router and its correction bias, then each expert's gate, up and down, then the shared
-// experts' gate, up and down), post-feedforward norm (post-sublayer and sandwich families), the final norm and, unless tied, the
-// LM head.
+// experts' gate, up and down), post-feedforward norm (post-sublayer and sandwich families), the final norm and, unless
+// tied, the LM head.
 std::vector<WeightSpec> llama_weights(const ModelConfig& config);
 
 // Where a checkpoint of `config`'s layout keeps a weight or bias that is not stored under its own
