@@ -10,6 +10,7 @@ pkgs=(build-essential cmake ninja-build pkg-config ccache
       libsentencepiece-dev libcli11-dev zlib1g-dev
       bubblewrap libseccomp-dev python3  # the code sandbox: one bwrap per program, its seccomp filter, the interpreter (src/sandbox/)
       libicu-dev  # ICU: Unicode normalization (NFC, NFKC, ...) and full case mapping (src/common/unicode_text.h)
+      clang-format  # the style check (scripts/check_format.sh, .clang-format)
       slurm-wlm munge)  # Slurm: `gpueval slurm` and the single-node cluster tests (tests/slurm/)
 missing=()
 for p in "${pkgs[@]}"; do
