@@ -354,6 +354,27 @@ struct StatusFlags {
   bool json = false;
 };
 
+CLI::App* add_status_command(CLI::App& app, StatusFlags& f) {
+  auto* cmd = app.add_subcommand("status", "each shard of a sharded run: done, running, failed, pending; ETA");
+  cmd->add_option("dir", f.dir, "the sharded run's directory (with plan.json)")->required();
+  cmd->add_flag("--json", f.json, "one JSON object instead of the table");
+  return cmd;
+}
+
+struct MergeFlags {
+  std::string dir;
+  bool wait = false;
+  bool quiet = false;
+};
+
+CLI::App* add_merge_command(CLI::App& app, MergeFlags& f) {
+  auto* cmd = app.add_subcommand("merge", "merge every shard of a sharded run into its reports and history");
+  cmd->add_option("dir", f.dir, "the sharded run's directory (with plan.json)")->required();
+  add_wait_flag(cmd, f.wait);
+  add_quiet_flag(cmd, f.quiet);
+  return cmd;
+}
+
 struct SlurmFlags {
   std::string config;
   ConfigOverrides overrides;
@@ -479,6 +500,19 @@ int cpu_workers_to_fork(const RunFlags& f) {
   }
 }
 
+int plan_command(const PlanFlags& f, const char* argv0) {
+  gpueval::RunConfig config = gpueval::load_run_config(f.config);
+  gpueval::apply_overrides(config, f.overrides);
+  return gpueval::run_plan_command(config, f.shards, evaluation_options(argv0, f.recalibrate, f.fresh, f.wait));
+}
+
+int slurm_command(SlurmFlags& f, const char* argv0) {
+  gpueval::RunConfig config = gpueval::load_run_config(f.config);
+  gpueval::apply_overrides(config, f.overrides);
+  f.options.executable = self_executable(argv0);
+  return gpueval::run_slurm_command(config, f.options, std::cout);
+}
+
 int calibrate_command(CalibrateFlags& f, const char* argv0) {
   gpueval::RunConfig config = gpueval::load_run_config(f.config);
   gpueval::apply_overrides(config, f.overrides);
@@ -512,19 +546,12 @@ int run_main(int argc, char** argv) {
   gpueval::ChatTemplateCommand chat_template;
   PlanFlags plan;
   StatusFlags status;
-  std::string merge_dir;
-  bool merge_wait = false;
-  bool merge_quiet = false;
+  MergeFlags merge;
   SlurmFlags slurm;
   auto* run_cmd = add_run_command(app, run);
   auto* plan_cmd = add_plan_command(app, plan);
-  auto* merge_cmd = app.add_subcommand("merge", "merge every shard of a sharded run into its reports and history");
-  merge_cmd->add_option("dir", merge_dir, "the sharded run's directory (with plan.json)")->required();
-  add_wait_flag(merge_cmd, merge_wait);
-  add_quiet_flag(merge_cmd, merge_quiet);
-  auto* status_cmd = app.add_subcommand("status", "each shard of a sharded run: done, running, failed, pending; ETA");
-  status_cmd->add_option("dir", status.dir, "the sharded run's directory (with plan.json)")->required();
-  status_cmd->add_flag("--json", status.json, "one JSON object instead of the table");
+  auto* merge_cmd = add_merge_command(app, merge);
+  auto* status_cmd = add_status_command(app, status);
   auto* slurm_cmd = add_slurm_command(app, slurm);
   auto* worker_cmd = app.add_subcommand("worker", "")->group("");  // started by the scheduler only
   auto* calibrate_cmd = add_calibrate_command(app, calibrate);
@@ -559,25 +586,15 @@ int run_main(int argc, char** argv) {
   // whole, a status line on a terminal, only errors under --quiet (common/console.h).
   std::optional<gpueval::Console> console;
   if (role == gpueval::PreforkRole::kParent && (*run_cmd || *merge_cmd))
-    console.emplace(2, gpueval::ConsoleOptions{::isatty(2) != 0, *run_cmd ? run.quiet : merge_quiet});
+    console.emplace(2, gpueval::ConsoleOptions{::isatty(2) != 0, *run_cmd ? run.quiet : merge.quiet});
   try {
     if (*worker_cmd || role == gpueval::PreforkRole::kWorker) return gpueval::run_worker();
     if (*run_cmd) return run_command(run, argv[0]);
     if (*calibrate_cmd) return calibrate_command(calibrate, argv[0]);
-    if (*plan_cmd) {
-      gpueval::RunConfig config = gpueval::load_run_config(plan.config);
-      gpueval::apply_overrides(config, plan.overrides);
-      return gpueval::run_plan_command(config, plan.shards,
-                                       evaluation_options(argv[0], plan.recalibrate, plan.fresh, plan.wait));
-    }
-    if (*merge_cmd) return gpueval::run_merge_command(merge_dir, evaluation_options(argv[0], false, false, merge_wait));
+    if (*plan_cmd) return plan_command(plan, argv[0]);
+    if (*merge_cmd) return gpueval::run_merge_command(merge.dir, evaluation_options(argv[0], false, false, merge.wait));
     if (*status_cmd) return gpueval::run_status_command(status.dir, status.json, std::cout);
-    if (*slurm_cmd) {
-      gpueval::RunConfig config = gpueval::load_run_config(slurm.config);
-      gpueval::apply_overrides(config, slurm.overrides);
-      slurm.options.executable = self_executable(argv[0]);
-      return gpueval::run_slurm_command(config, slurm.options, std::cout);
-    }
+    if (*slurm_cmd) return slurm_command(slurm, argv[0]);
     if (*generate_cmd)
       gpueval::run_generate(generate, std::cout);
     else if (*logits_cmd)

@@ -573,71 +573,85 @@ class Parser {
     }
   }
 
+  // {% if c %}...{% elif c %}...{% else %}...{% endif %}, after the "if" token `t`.
+  void if_statement(Stmt& s, const Token& t) {
+    s.kind = Stmt::Kind::kIf;
+    std::string end = "elif";
+    while (end == "elif") {
+      ExprPtr cond = expression(true);
+      expect_block_end();
+      Body b = statements({"elif", "else", "endif"}, &end, t.line, "if");
+      s.branches.emplace_back(cond, std::move(b));
+    }
+    if (end == "else") {
+      expect_block_end();
+      s.else_body = statements({"endif"}, &end, t.line, "if");
+    }
+    expect_block_end();
+  }
+
+  // {% for targets in expr [if filter] %}...[{% else %}...]{% endfor %}, after the "for" token `t`.
+  void for_statement(Stmt& s, const Token& t) {
+    s.kind = Stmt::Kind::kFor;
+    s.targets = assign_targets();
+    if (!at_name("in")) fail(fmt::format("expected 'in', got {}", describe(peek())));
+    next();
+    s.expr = tuple_expression(true, /*stop_at_if=*/true);
+    if (at_name("if")) {
+      next();
+      s.filter = expression(true);
+    }
+    if (at_name("recursive"))
+      fail("unsupported: recursive loops ('for ... recursive') are outside gpueval's Jinja subset");
+    expect_block_end();
+    std::string end;
+    ++loops_;
+    s.body = statements({"endfor", "else"}, &end, t.line, "for");
+    --loops_;
+    if (end == "else") {
+      expect_block_end();
+      s.else_body = statements({"endfor"}, &end, t.line, "for");
+    }
+    expect_block_end();
+  }
+
+  // {% set x = expr %}, {% set ns.attr = expr %} or the block form {% set x [| filters] %}...{% endset %}.
+  void set_statement(Stmt& s, const Token& t) {
+    if (peek().kind == Token::Kind::kName && at_op(".", 1)) {
+      s.kind = Stmt::Kind::kSet;
+      s.targets.push_back(next().text);
+      next();
+      s.attr = expect_name();
+    } else {
+      s.targets = assign_targets();
+    }
+    if (at_op("=")) {
+      next();
+      s.kind = Stmt::Kind::kSet;
+      s.expr = tuple_expression(false);
+      expect_block_end();
+    } else {
+      if (!s.attr.empty() || s.targets.size() != 1) fail("a block set ('{% set x %}...{% endset %}') assigns one name");
+      s.kind = Stmt::Kind::kSetBlock;
+      if (at_op("|")) s.filter = filters(nullptr);
+      expect_block_end();
+      std::string end;
+      s.body = statements({"endset"}, &end, t.line, "set");
+      expect_block_end();
+    }
+  }
+
   StmtPtr statement() {
     const Token t = next();
     const std::string& name = t.text;
     Stmt s;
     s.line = t.line;
     if (name == "if") {
-      s.kind = Stmt::Kind::kIf;
-      std::string end = "elif";
-      while (end == "elif") {
-        ExprPtr cond = expression(true);
-        expect_block_end();
-        Body b = statements({"elif", "else", "endif"}, &end, t.line, "if");
-        s.branches.emplace_back(cond, std::move(b));
-      }
-      if (end == "else") {
-        expect_block_end();
-        s.else_body = statements({"endif"}, &end, t.line, "if");
-      }
-      expect_block_end();
+      if_statement(s, t);
     } else if (name == "for") {
-      s.kind = Stmt::Kind::kFor;
-      s.targets = assign_targets();
-      if (!at_name("in")) fail(fmt::format("expected 'in', got {}", describe(peek())));
-      next();
-      s.expr = tuple_expression(true, /*stop_at_if=*/true);
-      if (at_name("if")) {
-        next();
-        s.filter = expression(true);
-      }
-      if (at_name("recursive"))
-        fail("unsupported: recursive loops ('for ... recursive') are outside gpueval's Jinja subset");
-      expect_block_end();
-      std::string end;
-      ++loops_;
-      s.body = statements({"endfor", "else"}, &end, t.line, "for");
-      --loops_;
-      if (end == "else") {
-        expect_block_end();
-        s.else_body = statements({"endfor"}, &end, t.line, "for");
-      }
-      expect_block_end();
+      for_statement(s, t);
     } else if (name == "set") {
-      if (peek().kind == Token::Kind::kName && at_op(".", 1)) {
-        s.kind = Stmt::Kind::kSet;
-        s.targets.push_back(next().text);
-        next();
-        s.attr = expect_name();
-      } else {
-        s.targets = assign_targets();
-      }
-      if (at_op("=")) {
-        next();
-        s.kind = Stmt::Kind::kSet;
-        s.expr = tuple_expression(false);
-        expect_block_end();
-      } else {
-        if (!s.attr.empty() || s.targets.size() != 1)
-          fail("a block set ('{% set x %}...{% endset %}') assigns one name");
-        s.kind = Stmt::Kind::kSetBlock;
-        if (at_op("|")) s.filter = filters(nullptr);
-        expect_block_end();
-        std::string end;
-        s.body = statements({"endset"}, &end, t.line, "set");
-        expect_block_end();
-      }
+      set_statement(s, t);
     } else if (name == "macro") {
       s.kind = Stmt::Kind::kMacro;
       s.name = expect_name();
