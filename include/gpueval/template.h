@@ -1,38 +1,44 @@
-// Template (src/jinja/, which calls common only) is the prompt language of task files (doc_to_text,
-// doc_to_target, doc_to_choice, description): the subset of Jinja2, which lm-evaluation-harness renders those keys
-// with, that lm-eval's own task files use. Literal text passes through unchanged (trailing newline included, as
-// lm-eval's keep_trailing_newline=True); `{{ expression }}` is replaced by the expression's value, rendered as Jinja
-// renders it, i.e. Python's str(): strings raw, numbers as Python prints them, true/false/none as True/False/None,
-// lists and dicts as Python literals (['a', 'b']). Expressions (src/jinja/expression.h) are document fields with
-// `.name`, `.0`, `[i]`, `["key"]` and slice `[i:j]` steps, string/number/list literals
-// (`{{[sol1, sol2]}}`), the str/list methods strip, lstrip, rstrip, split, lower, upper,
-// replace, index, startswith, endswith, count, the filters int, join, lower, upper, trim,
-// length, string, first, last, and + - * / // % ~ with parentheses (`{{(label|int) - 1}}`,
-// `{{text.split(' ')[:-1]|join(' ')}}`). The one statement is the conditional,
-// `{% if cond %}...{% elif cond %}...{% else %}...{% endif %}` (nested at most 32 deep; a
-// condition is any expression, tested by Python's truth value: lm-eval's mbpp target reads
-// `{% if is_fewshot is defined %}`); as in lm-eval's Jinja environment there is no trim_blocks
-// or lstrip_blocks, so the text around a tag stays as written. `{{-`, `-}}`, `{%-` and `-%}`
-// strip the whitespace before or after, `{# ... #}` is a comment. A field the document lacks is an error, as under
-// lm-eval's StrictUndefined, and so is anything Python would reject (list.index of an absent value, a str + int); the
-// error names the document.
+// Template (src/jinja/template.cpp, which calls common and the rest of jinja/ only) is the prompt
+// language of task files (doc_to_text, doc_to_target, doc_to_choice, description): Jinja2 as
+// lm-evaluation-harness renders those keys, run on gpueval's one template engine
+// (jinja/engine.h) with lm-eval's environment: StrictUndefined, keep_trailing_newline=True, no
+// trim_blocks or lstrip_blocks. Literal text passes through unchanged; `{{ expression }}` is
+// replaced by Python's str() of its value (strings raw, True/False/None, lists and dicts as
+// Python literals: ['a', 'b']).
 //
-// Every other statement ({% for %}, {% set %}, ...) and every expression outside the subset
-// (comparisons, function calls, dict literals, unknown filters) is rejected when the template
-// is parsed, with the file and line it came from and the construct.
+// Task files may use the subset of Jinja2 that lm-eval's own task files use, checked when the
+// template is parsed:
+//   expressions   document fields with `.name`, `.0`, `[i]`, `["key"]` and slices `[i:j:k]`;
+//                 string, number, True/False/None and [list] literals; the str, list and dict
+//                 methods of jinja/builtins.h (`text.split(' ')`, `choices.label.index(x)`);
+//                 + - * / // % ** ~, unary - and +, not / and / or, `a if c else b` (its else
+//                 part required), parentheses
+//   filters       int, join, lower, upper, trim, length, string, first, last
+//   tests         defined, undefined, none, string, number (without arguments)
+//   statements    {% if %}...{% elif %}...{% else %}...{% endif %}, {% raw %}, {# comments #}
+//                 and the whitespace control `-` and `+`
+// Anything else (comparisons, `in`, calls of functions, dict and tuple literals, keyword
+// arguments, other filters and tests, for/set/macro and the other statements) is refused at
+// parse time as "<where>: <name> '<text>': <the construct> is not supported (...)"; a syntax
+// error as "<where>: <name> '<text>': [line N: ]<what Jinja2's parser would say>".
+//
+// A field the document lacks is an error when it is used, as under StrictUndefined (`x is
+// defined` tests it freely): "<doc>: <name> '<text>' references missing field 'choices.text[5]'",
+// the field named as the template wrote it; so is anything Python would reject, with Python's
+// message ("<doc>: <name> '<text>': unsupported operand type(s) for +: 'str' and 'int'").
 // A Template is immutable after parse() and safe to share between threads.
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
-#include <vector>
 
 #include <nlohmann/json.hpp>
 
 namespace gpueval {
 
 namespace jinja {
-class Expression;
+class Program;
 }
 
 class Template {
@@ -54,25 +60,16 @@ class Template {
   nlohmann::json value(const nlohmann::json& doc, const std::string& where) const;
 
  private:
-  struct IfBlock;
-  // Literal text, then at most one of an expression or a conditional (neither: trailing text).
-  struct Segment {
-    std::string literal;
-    std::shared_ptr<const jinja::Expression> expression;
-    std::shared_ptr<const IfBlock> conditional;
-  };
-  struct IfBlock {
-    std::vector<std::pair<std::shared_ptr<const jinja::Expression>, std::vector<Segment>>> branches;  // if, elifs
-    std::vector<Segment> otherwise;  // else
-  };
-
-  nlohmann::json evaluate(const jinja::Expression& e, const nlohmann::json& doc, const std::string& where) const;
-  void render(const std::vector<Segment>& body, const nlohmann::json& doc, const std::string& where,
-              std::string& out) const;
+  [[noreturn]] void fail_rendering(const std::string& where) const;
 
   std::string text_;
   std::string name_;
-  std::vector<Segment> segments_;
+  std::shared_ptr<const jinja::Program> program_;
 };
+
+// Python's ast.literal_eval of a rendered value, as lm-eval reads a doc_to_choice or
+// doc_to_target that renders to a list ("['a', 'b']"): strings, numbers, True/False/None and
+// lists of them; nullopt when `text` is not such a literal.
+std::optional<nlohmann::json> python_literal(const std::string& text);
 
 }  // namespace gpueval

@@ -476,7 +476,7 @@ Value list_index(const Value& obj, const std::string& m, CallArgs& a) {
       ++n;
     }
   }
-  if (m == "index") fail_value(fmt::format("{} is not in list", repr(*x)));
+  if (m == "index") throw RenderError("ValueError", fmt::format("{} is not in list", repr(*x)), "", " " + repr(obj));
   return Value(n);
 }
 

@@ -82,6 +82,8 @@ class Interpreter {
 
   enum class Flow { kNormal, kBreak, kContinue };
 
+  Value evaluate(const Expr& e, const ScopePtr& scope) { return eval(e, scope); }
+
   Flow exec(const Body& body, const ScopePtr& scope, std::string& out) {
     for (const StmtPtr& s : body) {
       const Flow f = exec(*s, scope, out);
@@ -387,8 +389,8 @@ class Interpreter {
 
   CallArgs arguments(const Expr& e, const ScopePtr& scope) {
     CallArgs a;
-    for (const ExprPtr& x : e.args) a.positional.push_back(eval(*x, scope));
-    for (const auto& [k, x] : e.kwargs) a.keyword.emplace_back(k, eval(*x, scope));
+    for (const ExprPtr& x : e.args) a.positional.push_back(used(eval(*x, scope)));
+    for (const auto& [k, x] : e.kwargs) a.keyword.emplace_back(k, used(eval(*x, scope)));
     return a;
   }
 
@@ -410,26 +412,28 @@ class Interpreter {
   Value eval(const Expr& e, const ScopePtr& scope) {
     switch (e.kind) {
       case Expr::Kind::kConst: return e.value;
-      case Expr::Kind::kName: return lookup(e.name, scope);
-      case Expr::Kind::kGetattr: return get_attr(eval(*e.a, scope), e.name);
+      case Expr::Kind::kName: return field(lookup(e.name, scope), e);
+      case Expr::Kind::kGetattr: return attribute(e, scope, /*as_field=*/true);
       case Expr::Kind::kGetitem: {
-        const Value obj = eval(*e.a, scope);
-        return get_item(obj, eval(*e.b, scope));
+        const Value obj = used(eval(*e.a, scope));
+        return field(get_item(obj, used(eval(*e.b, scope))), e);
       }
       case Expr::Kind::kSlice: {
-        const Value obj = eval(*e.a, scope);
-        auto part = [&](size_t i) { return e.args[i] ? eval(*e.args[i], scope) : Value(); };
+        const Value obj = used(eval(*e.a, scope));
+        auto part = [&](size_t i) { return e.args[i] ? used(eval(*e.args[i], scope)) : Value(); };
         return get_slice(obj, part(0), part(1), part(2));
       }
       case Expr::Kind::kCall: {
-        const Value callee = eval(*e.a, scope);
+        // A method that is not there is no missing field: `text.foo()` says str has no attribute 'foo'.
+        const Value callee =
+            e.a->kind == Expr::Kind::kGetattr ? attribute(*e.a, scope, /*as_field=*/false) : eval(*e.a, scope);
         CallArgs a = arguments(e, scope);
         if (callee.is_undefined()) fail_undefined(callee);
         if (!callee.is_callable()) fail_type(fmt::format("'{}' object is not callable", type_name(callee)));
         return callee.as_callable().call(a);
       }
       case Expr::Kind::kFilter: {
-        const Value operand = eval(*e.a, scope);
+        const Value operand = used(eval(*e.a, scope));
         CallArgs a = arguments(e, scope);
         return filter(e.name)(e.name, operand, a);
       }
@@ -460,13 +464,13 @@ class Interpreter {
           if (e.name == "and" ? !t : t) return l;
           return eval(*e.b, scope);
         }
-        const Value l = eval(*e.a, scope);
-        return binary_op(e.name, l, eval(*e.b, scope));
+        const Value l = used(eval(*e.a, scope));
+        return binary_op(e.name, l, used(eval(*e.b, scope)));
       }
       case Expr::Kind::kCompare: {
-        Value l = eval(*e.a, scope);
+        Value l = used(eval(*e.a, scope));
         for (const auto& [op, x] : e.ops) {
-          const Value r = eval(*x, scope);
+          const Value r = used(eval(*x, scope));
           bool hit;
           if (op == "==")
             hit = equal(l, r);
@@ -492,7 +496,10 @@ class Interpreter {
       case Expr::Kind::kList:
       case Expr::Kind::kTuple: {
         std::vector<Value> items;
-        for (const ExprPtr& x : e.args) items.push_back(eval(*x, scope));
+        for (const ExprPtr& x : e.args) {
+          // Jinja2 would print it as "Undefined" inside the list; a task file's missing field is an error.
+          items.push_back(used(eval(*x, scope)));
+        }
         return Value::list(std::move(items), e.kind == Expr::Kind::kList ? Value::Kind::kList : Value::Kind::kTuple);
       }
       case Expr::Kind::kDict: {
@@ -505,6 +512,33 @@ class Interpreter {
       }
     }
     throw RenderError("TemplateRuntimeError", "expression outside gpueval's Jinja subset");
+  }
+
+  // A missing field (only task files have them) is an error wherever it is used, not only where
+  // StrictUndefined's own methods fail: an `is` test and short-circuited and/or may hold it, nothing
+  // else (jinja2 would give a TypeError naming StrictUndefined for `text.split(nope)`).
+  static const Value& used(const Value& v) {
+    if (v.is_missing_field()) fail_undefined(v);
+    return v;
+  }
+
+  // `obj.name` (e): with name_missing_fields, a key a dict lacks is a missing field (when `as_field`),
+  // and an attribute anything else lacks says so naming the object as written: "a.index(b) (int) has
+  // no attribute 'x'" where Jinja2 says "'int object' has no attribute 'x'".
+  Value attribute(const Expr& e, const ScopePtr& scope, bool as_field) {
+    const Value obj = eval(*e.a, scope);
+    Value v = get_attr(obj, e.name);
+    if (!options_.name_missing_fields || !v.is_undefined() || v.is_unsafe_undefined()) return v;
+    if (as_field && obj.is_dict()) return field(std::move(v), e);
+    if (e.a->source.empty()) return v;
+    return Value::undefined(fmt::format("{} ({}) has no attribute '{}'", e.a->source, type_name(obj), e.name));
+  }
+
+  // A name, attribute or item that is not there, named as written when the options ask for it.
+  Value field(Value v, const Expr& e) const {
+    if (options_.name_missing_fields && v.is_undefined() && !v.is_unsafe_undefined() && !e.source.empty())
+      return Value::missing_field(e.source);
+    return v;
   }
 
   const RenderOptions& options_;
@@ -521,9 +555,9 @@ class Interpreter {
 // when evaluated (engine's eval), so a branch no conversation reaches may use one.
 void validate(const Expr& e, const std::string& where, bool soft) {
   if (!soft && e.kind == Expr::Kind::kFilter && !has_filter(e.name))
-    throw Error(fmt::format("{}:{}: unsupported filter '{}'", where, e.line, e.name));
+    throw SyntaxError(where, e.line, fmt::format("unsupported filter '{}'", e.name));
   if (!soft && e.kind == Expr::Kind::kTest && !has_test(e.name))
-    throw Error(fmt::format("{}:{}: unsupported test '{}'", where, e.line, e.name));
+    throw SyntaxError(where, e.line, fmt::format("unsupported test '{}'", e.name));
   soft = soft || e.kind == Expr::Kind::kCond;
   for (const ExprPtr* x : {&e.a, &e.b, &e.c})
     if (*x) validate(**x, where, soft);
@@ -556,25 +590,46 @@ void validate(const Body& body, const std::string& where, bool soft) {
 }  // namespace
 
 Program Program::parse(const std::string& text, const std::string& where, const SyntaxOptions& options) {
+  return compile(parse_template(text, where, options), where);
+}
+
+Program Program::compile(Body body, const std::string& where) {
   Program p;
   p.where_ = where;
-  auto body = std::make_shared<Body>(parse_template(text, where, options));
-  validate(*body, where, /*soft=*/false);
-  p.frames_ = std::make_shared<const FrameUndefined>(analyze_frames(*body));
-  p.body_ = std::move(body);
+  auto owned = std::make_shared<Body>(std::move(body));
+  validate(*owned, where, /*soft=*/false);
+  p.frames_ = std::make_shared<const FrameUndefined>(analyze_frames(*owned));
+  p.body_ = std::move(owned);
   return p;
 }
 
-std::string Program::render(const Value& context, const RenderOptions& options) const {
+namespace {
+
+std::shared_ptr<Scope> globals_of(const Value& context) {
   auto globals = std::make_shared<Scope>();
   if (context.is_dict()) {
+    globals->vars.reserve(context.as_dict().entries.size());
     for (const auto& [k, v] : context.as_dict().entries)
       if (k.is_string()) globals->set(k.as_string(), v);
   }
+  return globals;
+}
+
+}  // namespace
+
+std::string Program::render(const Value& context, const RenderOptions& options) const {
   Interpreter interpreter(options, *frames_);
   std::string out;
-  interpreter.exec(*body_, interpreter.frame(globals, *body_), out);
+  interpreter.exec(*body_, interpreter.frame(globals_of(context), *body_), out);
   return out;
+}
+
+bool Program::is_single_output() const { return body_->size() == 1 && (*body_)[0]->kind == Stmt::Kind::kOutput; }
+
+Value Program::output_value(const Value& context, const RenderOptions& options) const {
+  if (!is_single_output()) throw std::logic_error("Program::output_value of a template that is not one expression");
+  Interpreter interpreter(options, *frames_);
+  return interpreter.evaluate(*(*body_)[0]->expr, interpreter.frame(globals_of(context), *body_));
 }
 
 }  // namespace gpueval::jinja

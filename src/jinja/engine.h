@@ -35,6 +35,9 @@ namespace gpueval::jinja {
 
 struct RenderOptions {
   bool strict_undefined = false;
+  // A name, attribute or item the context lacks is Value::missing_field, named by the
+  // expression's text (task files: "references missing field 'choices.text[5]'").
+  bool name_missing_fields = false;
   // strftime_now(format)'s clock: absent, the local time now.
   std::function<std::string(const std::string& format)> strftime_now;
 };
@@ -42,9 +45,18 @@ struct RenderOptions {
 class Program {
  public:
   static Program parse(const std::string& text, const std::string& where, const SyntaxOptions& options);
+  // The program of a body parse_template gave (a caller may check it first, as task files do).
+  static Program compile(Body body, const std::string& where);
 
   // Renders with `context` (a dict Value) as the template's variables.
   std::string render(const Value& context, const RenderOptions& options) const;
+
+  // Whether the template is one {{ expression }} and nothing else; then output_value() is
+  // that expression's value for `context` (a list stays a list).
+  bool is_single_output() const;
+  Value output_value(const Value& context, const RenderOptions& options) const;
+
+  const Body& body() const { return *body_; }
 
   const std::string& where() const { return where_; }
 

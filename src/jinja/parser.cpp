@@ -21,6 +21,7 @@ struct Token {
   std::string text;
   Value value;
   int line = 1;
+  size_t begin = 0, end = 0;  // the token's text in the template: [begin, end)
 };
 
 constexpr int kMaxDepth = 200;
@@ -115,6 +116,9 @@ class Lexer {
     if (!options_.keep_trailing_newline && !src_.empty() && src_.back() == '\n') src_.pop_back();
   }
 
+  // The template as the tokens' offsets read it (line ends normalised).
+  const std::string& source() const { return src_; }
+
   std::vector<Token> run() {
     while (pos_ < src_.size()) {
       size_t p = pos_;
@@ -163,9 +167,7 @@ class Lexer {
   }
 
  private:
-  [[noreturn]] void fail(int line, const std::string& what) {
-    throw Error(fmt::format("{}:{}: {}", where_, line, what));
-  }
+  [[noreturn]] void fail(int line, const std::string& what) { throw SyntaxError(where_, line, what); }
 
   int line_at(size_t pos) {
     while (counted_ < pos && counted_ < src_.size()) {
@@ -274,9 +276,12 @@ class Lexer {
     fail(line, "missing end of comment tag ('#}')");
   }
 
+  // A token at pos_ (a name's or operator's text is its extent; a tag's begin or end has none).
   void push(Token::Kind kind, std::string text, int line) {
     Token t;
     t.kind = kind;
+    t.begin = pos_;
+    t.end = pos_ + (kind == Token::Kind::kName || kind == Token::Kind::kOp ? text.size() : 0);
     t.text = std::move(text);
     t.line = line;
     tokens_.push_back(std::move(t));
@@ -336,6 +341,8 @@ class Lexer {
         t.kind = Token::Kind::kString;
         t.line = here;
         t.value = Value(unescape(src_.substr(pos_ + 1, q - pos_ - 1)));
+        t.begin = pos_;
+        t.end = q + 1;
         tokens_.push_back(std::move(t));
         pos_ = q + 1;
       } else {
@@ -390,6 +397,8 @@ class Lexer {
       } catch (const std::exception&) {
         fail(line, "the integer " + src_.substr(pos_, q - pos_) + " is past 64 bits (gpueval's Jinja subset)");
       }
+      t.begin = pos_;
+      t.end = q;
       tokens_.push_back(std::move(t));
       pos_ = q;
       return;
@@ -425,6 +434,8 @@ class Lexer {
         fail(line, "the integer " + text + " is past 64 bits (gpueval's Jinja subset)");
       }
     }
+    t.begin = pos_;
+    t.end = q;
     tokens_.push_back(std::move(t));
     pos_ = q;
   }
@@ -441,7 +452,8 @@ class Lexer {
 
 class Parser {
  public:
-  Parser(std::vector<Token> tokens, const std::string& where) : tokens_(std::move(tokens)), where_(where) {}
+  Parser(std::vector<Token> tokens, const std::string& source, const std::string& where)
+      : tokens_(std::move(tokens)), source_(source), where_(where) {}
 
   Body parse() {
     std::string end;
@@ -451,12 +463,14 @@ class Parser {
 
  private:
   [[noreturn]] void fail(const std::string& what) { fail_at(peek().line, what); }
-  [[noreturn]] void fail_at(int line, const std::string& what) {
-    throw Error(fmt::format("{}:{}: {}", where_, line, what));
-  }
+  [[noreturn]] void fail_at(int line, const std::string& what) { throw SyntaxError(where_, line, what); }
 
   const Token& peek(size_t ahead = 0) const { return tokens_[std::min(pos_ + ahead, tokens_.size() - 1)]; }
-  Token next() { return tokens_[pos_ < tokens_.size() - 1 ? pos_++ : pos_]; }
+  Token next() {
+    const Token& t = tokens_[pos_ < tokens_.size() - 1 ? pos_++ : pos_];
+    if (t.end > t.begin) last_end_ = t.end;
+    return t;
+  }
   bool at_op(const char* op, size_t ahead = 0) const {
     return peek(ahead).kind == Token::Kind::kOp && peek(ahead).text == op;
   }
@@ -509,6 +523,9 @@ class Parser {
     for (const auto& kv : e.kwargs) deeper(kv.second);
     for (const auto& kv : e.ops) deeper(kv.second);
     if (e.depth > kMaxDepth) fail_at(e.line, fmt::format("an expression more than {} operations deep", kMaxDepth));
+    // Its text: from its first operand's (or its own first token's) start to the last token read.
+    if (e.a && e.a->begin < e.begin) e.begin = e.a->begin;
+    if (e.begin < last_end_) e.source = source_.substr(e.begin, last_end_ - e.begin);
     return std::make_shared<const Expr>(std::move(e));
   }
   Expr node(Expr::Kind kind, int line) {
@@ -904,6 +921,13 @@ class Parser {
   ExprPtr primary() {
     const Token& t = peek();
     const int line = t.line;
+    const size_t begin = t.begin;
+    // Every node made here starts at its first token.
+    auto node = [&](Expr::Kind kind, int at) {
+      Expr e = this->node(kind, at);
+      e.begin = begin;
+      return e;
+    };
     if (t.kind == Token::Kind::kName) {
       const std::string name = next().text;
       Expr e = node(Expr::Kind::kConst, line);
@@ -1132,8 +1156,10 @@ class Parser {
   }
 
   std::vector<Token> tokens_;
+  const std::string& source_;
   std::string where_;
   size_t pos_ = 0;
+  size_t last_end_ = 0;  // where the last token read ends in source_
   int depth_ = 0;
   int loops_ = 0;  // for bodies around the statement being parsed (break/continue need one)
 };
@@ -1142,7 +1168,8 @@ class Parser {
 
 Body parse_template(const std::string& text, const std::string& where, const SyntaxOptions& options) {
   Lexer lexer(text, where, options);
-  Parser parser(lexer.run(), where);
+  std::vector<Token> tokens = lexer.run();
+  Parser parser(std::move(tokens), lexer.source(), where);
   return parser.parse();
 }
 

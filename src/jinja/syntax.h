@@ -49,6 +49,8 @@ struct Expr {
   std::vector<std::pair<std::string, ExprPtr>> ops;
   bool negated = false;
   int depth = 1;  // 1 + the deepest operand's: bounds the evaluator's recursion
+  size_t begin = std::string::npos;  // where the expression's text starts in the template (npos: unknown)
+  std::string source;  // the expression as written ("choices.text[5]"); empty where unknown (in parentheses)
 };
 
 struct Stmt {

@@ -1,45 +1,128 @@
 #include "gpueval/template.h"
 
-#include <cctype>
+#include <functional>
 
-#include "common/python_format.h"
+#include <fmt/format.h>
+
 #include "common/strict_json.h"
 #include "gpueval/error.h"
-#include "jinja/expression.h"
+#include "jinja/engine.h"
 
 namespace gpueval {
 namespace {
 
-bool is_space(char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; }
+using jinja::Expr;
+using jinja::Stmt;
 
-// The end of the {{ ... }} or {% ... %} whose inside starts at `pos`: the first "}}" (or "%}")
-// outside a string literal.
-size_t closing_tag(const std::string& text, size_t pos, char close) {
-  char quote = 0;
-  for (size_t i = pos; i + 1 < text.size(); ++i) {
-    const char c = text[i];
-    if (quote) {
-      if (c == '\\')
-        ++i;
-      else if (c == quote)
-        quote = 0;
-    } else if (c == '\'' || c == '"') {
-      quote = c;
-    } else if (c == close && text[i + 1] == '}') {
-      return i;
+// The task-file subset, one row per name (gpueval/template.h); widening it is a row here.
+constexpr const char* kFilters[] = {"int", "join", "lower", "upper", "trim", "length", "string", "first", "last"};
+constexpr const char* kTests[] = {"defined", "undefined", "none", "string", "number"};
+constexpr const char* kSubset =
+    "gpueval's Jinja subset: fields, literals, [lists], slices, + - * / // % ** ~, "
+    "str/list methods, the filters int, join, lower, upper, trim, length, string, first, last, "
+    "the tests defined, undefined, none, string, number, not/and/or and 'a if c else b'";
+
+template <size_t N>
+bool listed(const char* const (&names)[N], const std::string& name) {
+  for (const char* n : names)
+    if (name == n) return true;
+  return false;
+}
+
+// The construct of `e` (not its operands) outside the subset, described for a message; empty
+// when it is inside.
+std::string outside_subset(const Expr& e) {
+  switch (e.kind) {
+    case Expr::Kind::kCompare: {
+      const std::string& op = e.ops.front().first;
+      if (op == "in") return "the operator 'in'";
+      if (op == "notin") return "the operator 'not in'";
+      return fmt::format("the comparison '{}'", op);
     }
+    case Expr::Kind::kDict: return "a dict literal";
+    case Expr::Kind::kTuple: return "a tuple literal";
+    case Expr::Kind::kCall:
+      if (e.a->kind == Expr::Kind::kName) return fmt::format("the function call '{}()'", e.a->name);
+      if (e.a->kind != Expr::Kind::kGetattr) return "calling the value of an expression";
+      break;
+    case Expr::Kind::kFilter:
+      if (!listed(kFilters, e.name)) return fmt::format("the filter '{}'", e.name);
+      break;
+    case Expr::Kind::kTest:
+      if (!listed(kTests, e.name)) return fmt::format("the test '{}'", e.name);
+      if (!e.args.empty() || !e.kwargs.empty()) return fmt::format("the test '{}' with arguments", e.name);
+      break;
+    case Expr::Kind::kCond:
+      if (!e.c) return "a conditional expression without its 'else' part";
+      break;
+    default: break;
   }
-  return std::string::npos;
+  if (!e.kwargs.empty()) return fmt::format("the keyword argument '{}='", e.kwargs.front().first);
+  return "";
 }
 
-std::string trimmed(const std::string& s) {
-  size_t b = 0, e = s.size();
-  while (b < e && is_space(s[b])) ++b;
-  while (e > b && is_space(s[e - 1])) --e;
-  return s.substr(b, e - b);
+void check_expression(const Expr& e, const std::function<void(const std::string&)>& refuse) {
+  if (const std::string what = outside_subset(e); !what.empty()) refuse(what + " is not supported (" + kSubset + ")");
+  for (const jinja::ExprPtr* x : {&e.a, &e.b, &e.c})
+    if (*x) check_expression(**x, refuse);
+  for (const jinja::ExprPtr& x : e.args)
+    if (x) check_expression(*x, refuse);
+  for (const auto& [op, x] : e.ops) check_expression(*x, refuse);
 }
 
-constexpr size_t kMaxIfNesting = 32;
+const char* statement_name(const Stmt& s) {
+  switch (s.kind) {
+    case Stmt::Kind::kFor: return "for";
+    case Stmt::Kind::kSet:
+    case Stmt::Kind::kSetBlock: return "set";
+    case Stmt::Kind::kMacro: return "macro";
+    case Stmt::Kind::kCallBlock: return "call";
+    case Stmt::Kind::kFilterBlock: return s.filter ? "filter" : "generation";
+    case Stmt::Kind::kBreak: return "break";
+    case Stmt::Kind::kContinue: return "continue";
+    default: return nullptr;
+  }
+}
+
+void check_body(const jinja::Body& body, const std::function<void(const std::string&)>& refuse) {
+  for (const jinja::StmtPtr& s : body) {
+    if (const char* name = statement_name(*s))
+      refuse(fmt::format("a '{{% {} %}}' statement is not supported (gpueval's templates have if/elif/else/endif only)",
+                         name));
+    if (s->expr) check_expression(*s->expr, refuse);
+    for (const auto& [condition, branch] : s->branches) {
+      check_expression(*condition, refuse);
+      check_body(branch, refuse);
+    }
+    check_body(s->else_body, refuse);
+  }
+}
+
+// lm-eval's Environment(undefined=StrictUndefined, keep_trailing_newline=True).
+jinja::SyntaxOptions lm_eval_syntax() {
+  jinja::SyntaxOptions syntax;
+  syntax.keep_trailing_newline = true;
+  return syntax;
+}
+
+// The parser's words for a tag never closed, as task files have always said it.
+std::string task_wording(const std::string& reason) {
+  static const std::pair<const char*, const char*> kWords[] = {
+      {"unexpected end of template, expected '}}'", "'{{' without a closing '}}'"},
+      {"unexpected end of template, expected '%}'", "'{%' without a closing '%}'"},
+      {"missing end of comment tag ('#}')", "'{#' without a closing '#}'"},
+  };
+  for (const auto& [parser, task] : kWords)
+    if (reason == parser) return task;
+  return reason;
+}
+
+jinja::RenderOptions task_rendering() {
+  jinja::RenderOptions options;
+  options.strict_undefined = true;
+  options.name_missing_fields = true;
+  return options;
+}
 
 }  // namespace
 
@@ -48,154 +131,67 @@ Template Template::parse(const std::string& text, const std::string& name, const
   t.text_ = text;
   t.name_ = name;
   auto refuse = [&](const std::string& what) { fail(where, "{} {}: {}", name, quote_untrusted(text), what); };
-  // The open conditionals, innermost last, and the body text goes to now.
-  struct Open {
-    std::shared_ptr<IfBlock> block;
-    bool in_else = false;
-  };
-  std::vector<Open> open;
-  std::vector<Segment>* body = &t.segments_;
-  std::string literal;
-  bool strip_next = false;  // the previous tag ended in '-}}' or '-%}'
-  auto flush = [&] {
-    if (!literal.empty()) body->push_back(Segment{std::move(literal), nullptr, nullptr});
-    literal.clear();
-  };
-  size_t pos = 0;
-  while (pos < text.size()) {
-    if (strip_next) {
-      while (pos < text.size() && is_space(text[pos])) ++pos;
-      strip_next = false;
-      continue;
-    }
-    if (text[pos] != '{' || pos + 1 >= text.size() ||
-        (text[pos + 1] != '{' && text[pos + 1] != '%' && text[pos + 1] != '#')) {
-      literal += text[pos++];
-      continue;
-    }
-    const char kind = text[pos + 1];
-    if (kind == '#') {
-      const size_t close = text.find("#}", pos + 2);
-      if (close == std::string::npos) refuse("'{#' without a closing '#}'");
-      if (text[pos + 2] == '-') {
-        while (!literal.empty() && is_space(literal.back())) literal.pop_back();
-      }
-      strip_next = close > pos + 2 && text[close - 1] == '-';
-      pos = close + 2;
-      continue;
-    }
-    size_t begin = pos + 2;
-    const size_t close = closing_tag(text, begin, kind == '%' ? '%' : '}');
-    if (close == std::string::npos) refuse(kind == '%' ? "'{%' without a closing '%}'" : "'{{' without a closing '}}'");
-    size_t end = close;
-    if (begin < end && text[begin] == '-') {
-      while (!literal.empty() && is_space(literal.back())) literal.pop_back();
-      ++begin;
-    }
-    if (end > begin && text[end - 1] == '-') {
-      strip_next = true;
-      --end;
-    }
-    const std::string inner = text.substr(begin, end - begin);
-    pos = close + 2;
-    if (kind == '{') {
-      auto expression = std::make_shared<const jinja::Expression>(jinja::Expression::parse(inner, refuse));
-      body->push_back(Segment{std::move(literal), std::move(expression), nullptr});
-      literal.clear();
-      continue;
-    }
-    // A statement: its keyword, then what follows it.
-    const std::string statement = trimmed(inner);
-    size_t k = 0;
-    while (k < statement.size() && (std::isalnum(static_cast<unsigned char>(statement[k])) || statement[k] == '_')) ++k;
-    const std::string keyword = statement.substr(0, k), rest = trimmed(statement.substr(k));
-    auto no_argument = [&] {
-      if (!rest.empty())
-        refuse(fmt::format("'{{% {} %}}' takes nothing after it, not {}", keyword, quote_untrusted(rest)));
-    };
-    if (keyword == "if") {
-      if (rest.empty()) refuse("'{% if %}' without a condition");
-      if (open.size() >= kMaxIfNesting) refuse(fmt::format("'{{% if %}}' nested more than {} deep", kMaxIfNesting));
-      auto block = std::make_shared<IfBlock>();
-      block->branches.emplace_back(std::make_shared<const jinja::Expression>(jinja::Expression::parse(rest, refuse)),
-                                   std::vector<Segment>());
-      body->push_back(Segment{std::move(literal), nullptr, block});
-      literal.clear();
-      open.push_back(Open{block});
-      body = &block->branches.back().second;
-    } else if (keyword == "elif" || keyword == "else" || keyword == "endif") {
-      if (open.empty()) refuse(fmt::format("'{{% {} %}}' without an open '{{% if %}}'", keyword));
-      flush();
-      Open& o = open.back();
-      if (keyword != "endif" && o.in_else) refuse(fmt::format("'{{% {} %}}' after '{{% else %}}'", keyword));
-      if (keyword == "elif") {
-        if (rest.empty()) refuse("'{% elif %}' without a condition");
-        o.block->branches.emplace_back(
-            std::make_shared<const jinja::Expression>(jinja::Expression::parse(rest, refuse)), std::vector<Segment>());
-        body = &o.block->branches.back().second;
-      } else if (keyword == "else") {
-        no_argument();
-        o.in_else = true;
-        body = &o.block->otherwise;
-      } else {
-        no_argument();
-        open.pop_back();
-        if (open.empty()) {
-          body = &t.segments_;
-        } else {
-          Open& outer = open.back();
-          body = outer.in_else ? &outer.block->otherwise : &outer.block->branches.back().second;
-        }
-      }
-    } else {
-      refuse(fmt::format("a '{{% {} %}}' statement is not supported (gpueval's templates have if/elif/else/endif only)",
-                         keyword.empty() ? statement.substr(0, 20) : keyword));
-    }
+  jinja::Body body;
+  try {
+    body = jinja::parse_template(text, where, lm_eval_syntax());
+  } catch (const jinja::SyntaxError& e) {
+    const std::string reason = task_wording(e.reason());
+    refuse(e.line() > 1 ? fmt::format("line {}: {}", e.line(), reason) : reason);
   }
-  if (!open.empty()) refuse("'{% if %}' without '{% endif %}'");
-  flush();
-  if (t.segments_.empty()) t.segments_.push_back(Segment{std::string(), nullptr, nullptr});
+  check_body(body, refuse);
+  t.program_ = std::make_shared<const jinja::Program>(jinja::Program::compile(std::move(body), where));
   return t;
 }
 
-bool Template::is_single_expression() const {
-  return segments_.size() == 1 && segments_[0].literal.empty() && segments_[0].expression != nullptr &&
-         segments_[0].conditional == nullptr;
-}
+bool Template::is_single_expression() const { return program_->is_single_output(); }
 
-nlohmann::json Template::evaluate(const jinja::Expression& e, const nlohmann::json& doc,
-                                  const std::string& where) const {
-  return e.evaluate(
-      doc, [&](const std::string& message) { fail(where, "{} {}{}", name_, quote_untrusted(text_), message); });
-}
-
-void Template::render(const std::vector<Segment>& body, const nlohmann::json& doc, const std::string& where,
-                      std::string& out) const {
-  for (const Segment& segment : body) {
-    out += segment.literal;
-    if (segment.expression) out += py::str(evaluate(*segment.expression, doc, where));
-    if (!segment.conditional) continue;
-    const IfBlock& block = *segment.conditional;
-    const std::vector<Segment>* taken = &block.otherwise;
-    for (const auto& [condition, branch] : block.branches) {
-      if (jinja::truthy(evaluate(*condition, doc, where))) {
-        taken = &branch;
-        break;
-      }
-    }
-    render(*taken, doc, where, out);
+void Template::fail_rendering(const std::string& where) const {
+  try {
+    throw;
+  } catch (const jinja::RenderError& e) {
+    if (!e.field().empty())
+      fail(where, "{} {} references missing field '{}'", name_, quote_untrusted(text_), e.field());
+    fail(where, "{} {}: {}{}", name_, quote_untrusted(text_), e.message(), e.hint());
   }
 }
 
 std::string Template::render(const nlohmann::json& doc, const std::string& where) const {
-  std::string out;
-  render(segments_, doc, where, out);
-  return out;
+  try {
+    return program_->render(jinja::Value::from_json(doc), task_rendering());
+  } catch (const jinja::RenderError&) {
+    fail_rendering(where);
+  }
 }
 
 nlohmann::json Template::value(const nlohmann::json& doc, const std::string& where) const {
-  if (is_single_expression()) return evaluate(*segments_[0].expression, doc, where);
-  return render(doc, where);
+  if (!is_single_expression()) return render(doc, where);
+  try {
+    return jinja::to_json(program_->output_value(jinja::Value::from_json(doc), task_rendering()));
+  } catch (const jinja::RenderError&) {
+    fail_rendering(where);
+  }
+}
+
+std::optional<nlohmann::json> python_literal(const std::string& text) {
+  // Parsed as a template expression, then kept only when it is literals all the way down.
+  std::function<bool(const Expr&)> literal = [&](const Expr& e) {
+    if (e.kind == Expr::Kind::kConst) return true;
+    if (e.kind == Expr::Kind::kNeg || e.kind == Expr::Kind::kPos) return e.a->kind == Expr::Kind::kConst;
+    if (e.kind != Expr::Kind::kList) return false;
+    for (const jinja::ExprPtr& x : e.args)
+      if (!literal(*x)) return false;
+    return true;
+  };
+  try {
+    jinja::Body body = jinja::parse_template("{{ " + text + " }}", "literal", jinja::SyntaxOptions());
+    if (body.size() != 1 || body[0]->kind != Stmt::Kind::kOutput || !literal(*body[0]->expr)) return std::nullopt;
+    const jinja::Program program = jinja::Program::compile(std::move(body), "literal");
+    return jinja::to_json(program.output_value(jinja::Value::dict(), task_rendering()));
+  } catch (const Error&) {
+    return std::nullopt;
+  } catch (const jinja::RenderError&) {
+    return std::nullopt;
+  }
 }
 
 }  // namespace gpueval

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include <fmt/format.h>
 
@@ -14,8 +15,14 @@ namespace gpueval::jinja {
 Value Value::undefined(std::string message, bool security) {
   Value v;
   v.kind_ = Kind::kUndefined;
-  v.int_ = security ? 1 : 0;
+  v.int_ = security ? kUnsafe : 0;
   v.string_ = std::move(message);
+  return v;
+}
+
+Value Value::missing_field(std::string source) {
+  Value v = undefined(std::move(source));
+  v.int_ = kMissingField;
   return v;
 }
 
@@ -42,26 +49,61 @@ Value Value::callable(std::string name, Function f) {
   return v;
 }
 
-Value Value::from_json(const nlohmann::ordered_json& j) {
+template <typename Json>
+Value Value::from_any_json(const Json& j) {
   switch (j.type()) {
-    case nlohmann::ordered_json::value_t::null: return Value();
-    case nlohmann::ordered_json::value_t::boolean: return Value(j.get<bool>());
-    case nlohmann::ordered_json::value_t::number_integer: return Value(j.get<int64_t>());
-    case nlohmann::ordered_json::value_t::number_unsigned: return Value(static_cast<int64_t>(j.get<uint64_t>()));
-    case nlohmann::ordered_json::value_t::number_float: return Value(j.get<double>());
-    case nlohmann::ordered_json::value_t::string: return Value(j.get<std::string>());
-    case nlohmann::ordered_json::value_t::array: {
+    case Json::value_t::null: return Value();
+    case Json::value_t::boolean: return Value(j.template get<bool>());
+    case Json::value_t::number_integer: return Value(j.template get<int64_t>());
+    case Json::value_t::number_unsigned: {
+      const uint64_t u = j.template get<uint64_t>();
+      // Past int64: Python's int would hold it; a float keeps its magnitude, never a wrapped sign.
+      if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return Value(static_cast<double>(u));
+      return Value(static_cast<int64_t>(u));
+    }
+    case Json::value_t::number_float: return Value(j.template get<double>());
+    case Json::value_t::string: return Value(j.template get<std::string>());
+    case Json::value_t::array: {
       std::vector<Value> items;
       items.reserve(j.size());
-      for (const auto& e : j) items.push_back(from_json(e));
+      for (const auto& e : j) items.push_back(from_any_json(e));
       return list(std::move(items));
     }
-    case nlohmann::ordered_json::value_t::object: {
+    case Json::value_t::object: {
       auto d = std::make_shared<Dict>();
-      for (auto it = j.begin(); it != j.end(); ++it) d->entries.emplace_back(Value(it.key()), from_json(it.value()));
+      d->entries.reserve(j.size());
+      for (auto it = j.begin(); it != j.end(); ++it)
+        d->entries.emplace_back(Value(it.key()), from_any_json(it.value()));
       return dict(std::move(d));
     }
     default: return Value();
+  }
+}
+
+Value Value::from_json(const nlohmann::ordered_json& j) { return from_any_json(j); }
+Value Value::from_json(const nlohmann::json& j) { return from_any_json(j); }
+
+nlohmann::json to_json(const Value& v) {
+  switch (v.kind()) {
+    case Value::Kind::kUndefined: fail_undefined(v);
+    case Value::Kind::kNone: return nullptr;
+    case Value::Kind::kBool: return v.as_bool();
+    case Value::Kind::kInt: return v.as_int();
+    case Value::Kind::kFloat: return v.as_double();
+    case Value::Kind::kString: return v.as_string();
+    case Value::Kind::kList:
+    case Value::Kind::kTuple:
+    case Value::Kind::kIterator: {
+      nlohmann::json out = nlohmann::json::array();
+      for (const Value& item : v.items()) out.push_back(to_json(item));
+      return out;
+    }
+    case Value::Kind::kDict: {
+      nlohmann::json out = nlohmann::json::object();
+      for (const auto& [k, item] : v.as_dict().entries) out[str(k)] = to_json(item);
+      return out;
+    }
+    default: fail_type(fmt::format("a value of type '{}' has no JSON form", type_name(v)));
   }
 }
 
@@ -145,6 +187,8 @@ void CallArgs::done(const std::string& function) const {
 }
 
 void fail_undefined(const Value& v) {
+  if (v.is_missing_field())
+    throw RenderError("UndefinedError", fmt::format("'{}' is undefined", v.as_string()), v.as_string());
   throw RenderError(v.is_unsafe_undefined() ? "SecurityError" : "UndefinedError", v.as_string());
 }
 void fail_type(const std::string& message) { throw RenderError("TypeError", message); }

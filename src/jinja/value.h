@@ -28,16 +28,27 @@ struct CallArgs;
 
 // An error Python would raise while rendering: its type name ("UndefinedError", "TypeError",
 // "TemplateError" for raise_exception, ...) and its message, as `<type>: <message>` prints.
+// `field`: for an UndefinedError of a missing field (Value::missing_field), that field as written.
+// `hint`: what gpueval adds after Python's message where it helps a task file's author (the list
+// list.index searched: " ['A', 'B']"); never part of what(), so a chat template's error stays Python's.
 class RenderError : public std::runtime_error {
  public:
-  RenderError(std::string type, std::string message)
-      : std::runtime_error(type + ": " + message), type_(std::move(type)), message_(std::move(message)) {}
+  RenderError(std::string type, std::string message, std::string field = "", std::string hint = "")
+      : std::runtime_error(type + ": " + message),
+        type_(std::move(type)),
+        message_(std::move(message)),
+        field_(std::move(field)),
+        hint_(std::move(hint)) {}
   const std::string& type() const { return type_; }
   const std::string& message() const { return message_; }
+  const std::string& field() const { return field_; }
+  const std::string& hint() const { return hint_; }
 
  private:
   std::string type_;
   std::string message_;
+  std::string field_;
+  std::string hint_;
 };
 
 using Function = std::function<Value(CallArgs&)>;
@@ -75,6 +86,10 @@ class Value {
 
   // `error_type`: what using it raises (Jinja2's sandbox gives SecurityError for unsafe ones).
   static Value undefined(std::string message, bool security = false);
+  // An Undefined standing for a field the context lacks, named as the template wrote it
+  // ("choices.text[5]"): using it raises an UndefinedError whose field() is `source`.
+  static Value missing_field(std::string source);
+  static Value from_json(const nlohmann::json& j);
   static Value list(std::vector<Value> items, Kind kind = Kind::kList);
   static Value dict(std::shared_ptr<Dict> d, Kind kind = Kind::kDict);
   static Value dict();
@@ -97,7 +112,8 @@ class Value {
   int64_t as_int() const { return int_; }
   double as_double() const { return kind_ == Kind::kFloat ? float_ : static_cast<double>(int_); }
   const std::string& as_string() const { return string_; }  // also an Undefined's message
-  bool is_unsafe_undefined() const { return kind_ == Kind::kUndefined && int_ != 0; }
+  bool is_unsafe_undefined() const { return kind_ == Kind::kUndefined && int_ == kUnsafe; }
+  bool is_missing_field() const { return kind_ == Kind::kUndefined && int_ == kMissingField; }
   const std::vector<Value>& items() const { return *list_; }
   const Dict& as_dict() const { return *dict_; }
   Dict& mutable_dict() const { return *dict_; }
@@ -109,6 +125,10 @@ class Value {
   std::vector<Value> iterate() const;
 
  private:
+  static constexpr int64_t kUnsafe = 1, kMissingField = 2;  // what an Undefined's int_ says it is
+  template <typename Json>
+  static Value from_any_json(const Json& j);
+
   Kind kind_;
   int64_t int_ = 0;
   double float_ = 0;
@@ -145,6 +165,10 @@ struct CallArgs {
 std::string type_name(const Value& v);
 // Jinja2's object_type_repr: "dict object", "None", ... (for "has no attribute" messages).
 std::string object_type_repr(const Value& v);
+
+// The JSON form of a value made of None, bools, numbers, strings, lists, tuples and dicts (keys
+// as str() gives them); an Undefined raises its UndefinedError, anything else a TypeError.
+nlohmann::json to_json(const Value& v);
 
 bool truthy(const Value& v);
 std::string str(const Value& v);  // Python's str(): '' for Undefined

@@ -9,7 +9,6 @@
 #include "gpueval/error.h"
 #include "gpueval/task.h"
 #include "tasks/metric_table.h"
-#include "jinja/expression.h"
 
 namespace gpueval {
 namespace {
@@ -164,8 +163,7 @@ std::vector<std::string> Task::choices(const Document& doc) const {
   nlohmann::json value = resolve(doc_to_choice_, doc_to_choice_fn_, doc.fields, where);
   if (value.is_string()) {
     // lm-eval ast.literal_eval()s a rendered list.
-    if (std::optional<nlohmann::json> parsed = jinja::literal_eval(value.get<std::string>());
-        parsed && parsed->is_array()) {
+    if (std::optional<nlohmann::json> parsed = python_literal(value.get<std::string>()); parsed && parsed->is_array()) {
       value = std::move(*parsed);
     }
   }
@@ -190,7 +188,7 @@ nlohmann::json Task::target_at(const Document& doc, const std::string& where) co
   if (is_digits(s) && has_choices()) return index_value(value, where, "doc_to_target");
   if (s.size() >= 2 && s.front() == '[' && s.back() == ']') {
     // lm-eval ast.literal_eval()s a rendered list ("['a', 'b']").
-    if (std::optional<nlohmann::json> parsed = jinja::literal_eval(s); parsed && parsed->is_array()) return *parsed;
+    if (std::optional<nlohmann::json> parsed = python_literal(s); parsed && parsed->is_array()) return *parsed;
   }
   return value;
 }
