@@ -32,6 +32,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -39,7 +40,8 @@ namespace gpueval {
 
 namespace jinja {
 class Program;
-}
+class Value;
+}  // namespace jinja
 
 class Template {
  public:
@@ -61,10 +63,13 @@ class Template {
 
  private:
   [[noreturn]] void fail_rendering(const std::string& where) const;
+  // The fields it reads, as the engine's values.
+  std::vector<std::pair<std::string, jinja::Value>> variables(const nlohmann::json& doc) const;
 
   std::string text_;
   std::string name_;
   std::shared_ptr<const jinja::Program> program_;
+  std::vector<std::string> fields_;  // the document's fields it reads (only these are handed to the engine)
 };
 
 // Python's ast.literal_eval of a rendered value, as lm-eval reads a doc_to_choice or

@@ -605,31 +605,37 @@ Program Program::compile(Body body, const std::string& where) {
 
 namespace {
 
-std::shared_ptr<Scope> globals_of(const Value& context) {
+std::shared_ptr<Scope> globals_of(Program::Variables variables) {
   auto globals = std::make_shared<Scope>();
-  if (context.is_dict()) {
-    globals->vars.reserve(context.as_dict().entries.size());
-    for (const auto& [k, v] : context.as_dict().entries)
-      if (k.is_string()) globals->set(k.as_string(), v);
-  }
+  globals->vars = std::move(variables);
   return globals;
 }
 
 }  // namespace
 
 std::string Program::render(const Value& context, const RenderOptions& options) const {
+  Variables variables;
+  if (context.is_dict()) {
+    variables.reserve(context.as_dict().entries.size());
+    for (const auto& [k, v] : context.as_dict().entries)  // a dict's keys are unique
+      if (k.is_string()) variables.emplace_back(k.as_string(), v);
+  }
+  return render(std::move(variables), options);
+}
+
+std::string Program::render(Variables variables, const RenderOptions& options) const {
   Interpreter interpreter(options, *frames_);
   std::string out;
-  interpreter.exec(*body_, interpreter.frame(globals_of(context), *body_), out);
+  interpreter.exec(*body_, interpreter.frame(globals_of(std::move(variables)), *body_), out);
   return out;
 }
 
 bool Program::is_single_output() const { return body_->size() == 1 && (*body_)[0]->kind == Stmt::Kind::kOutput; }
 
-Value Program::output_value(const Value& context, const RenderOptions& options) const {
+Value Program::output_value(Variables variables, const RenderOptions& options) const {
   if (!is_single_output()) throw std::logic_error("Program::output_value of a template that is not one expression");
   Interpreter interpreter(options, *frames_);
-  return interpreter.evaluate(*(*body_)[0]->expr, interpreter.frame(globals_of(context), *body_));
+  return interpreter.evaluate(*(*body_)[0]->expr, interpreter.frame(globals_of(std::move(variables)), *body_));
 }
 
 }  // namespace gpueval::jinja

@@ -25,6 +25,8 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "jinja/frames.h"
 #include "jinja/parser.h"
@@ -48,13 +50,17 @@ class Program {
   // The program of a body parse_template gave (a caller may check it first, as task files do).
   static Program compile(Body body, const std::string& where);
 
+  // The template's variables, by name.
+  using Variables = std::vector<std::pair<std::string, Value>>;
+
   // Renders with `context` (a dict Value) as the template's variables.
   std::string render(const Value& context, const RenderOptions& options) const;
+  std::string render(Variables variables, const RenderOptions& options) const;
 
   // Whether the template is one {{ expression }} and nothing else; then output_value() is
-  // that expression's value for `context` (a list stays a list).
+  // that expression's value for `variables` (a list stays a list).
   bool is_single_output() const;
-  Value output_value(const Value& context, const RenderOptions& options) const;
+  Value output_value(Variables variables, const RenderOptions& options) const;
 
   const Body& body() const { return *body_; }
 

@@ -1,5 +1,6 @@
 #include "gpueval/template.h"
 
+#include <algorithm>
 #include <functional>
 
 #include <fmt/format.h>
@@ -98,6 +99,28 @@ void check_body(const jinja::Body& body, const std::function<void(const std::str
   }
 }
 
+// The names `e` reads: in a task file (no set, for or macro) each is a field of the document.
+void collect_names(const Expr& e, std::vector<std::string>& names) {
+  if (e.kind == Expr::Kind::kName && std::find(names.begin(), names.end(), e.name) == names.end())
+    names.push_back(e.name);
+  for (const jinja::ExprPtr* x : {&e.a, &e.b, &e.c})
+    if (*x) collect_names(**x, names);
+  for (const jinja::ExprPtr& x : e.args)
+    if (x) collect_names(*x, names);
+  for (const auto& [op, x] : e.ops) collect_names(*x, names);
+}
+
+void collect_names(const jinja::Body& body, std::vector<std::string>& names) {
+  for (const jinja::StmtPtr& s : body) {
+    if (s->expr) collect_names(*s->expr, names);
+    for (const auto& [condition, branch] : s->branches) {
+      collect_names(*condition, names);
+      collect_names(branch, names);
+    }
+    collect_names(s->else_body, names);
+  }
+}
+
 // lm-eval's Environment(undefined=StrictUndefined, keep_trailing_newline=True).
 jinja::SyntaxOptions lm_eval_syntax() {
   jinja::SyntaxOptions syntax;
@@ -117,10 +140,13 @@ std::string task_wording(const std::string& reason) {
   return reason;
 }
 
-jinja::RenderOptions task_rendering() {
-  jinja::RenderOptions options;
-  options.strict_undefined = true;
-  options.name_missing_fields = true;
+const jinja::RenderOptions& task_rendering() {
+  static const jinja::RenderOptions options = [] {
+    jinja::RenderOptions o;
+    o.strict_undefined = true;
+    o.name_missing_fields = true;
+    return o;
+  }();
   return options;
 }
 
@@ -139,6 +165,7 @@ Template Template::parse(const std::string& text, const std::string& name, const
     refuse(e.line() > 1 ? fmt::format("line {}: {}", e.line(), reason) : reason);
   }
   check_body(body, refuse);
+  collect_names(body, t.fields_);
   t.program_ = std::make_shared<const jinja::Program>(jinja::Program::compile(std::move(body), where));
   return t;
 }
@@ -155,9 +182,20 @@ void Template::fail_rendering(const std::string& where) const {
   }
 }
 
+jinja::Program::Variables Template::variables(const nlohmann::json& doc) const {
+  jinja::Program::Variables out;
+  if (!doc.is_object()) return out;
+  out.reserve(fields_.size());
+  for (const std::string& name : fields_) {
+    const auto it = doc.find(name);
+    if (it != doc.end()) out.emplace_back(name, jinja::Value::from_json(*it));
+  }
+  return out;
+}
+
 std::string Template::render(const nlohmann::json& doc, const std::string& where) const {
   try {
-    return program_->render(jinja::Value::from_json(doc), task_rendering());
+    return program_->render(variables(doc), task_rendering());
   } catch (const jinja::RenderError&) {
     fail_rendering(where);
   }
@@ -166,7 +204,7 @@ std::string Template::render(const nlohmann::json& doc, const std::string& where
 nlohmann::json Template::value(const nlohmann::json& doc, const std::string& where) const {
   if (!is_single_expression()) return render(doc, where);
   try {
-    return jinja::to_json(program_->output_value(jinja::Value::from_json(doc), task_rendering()));
+    return jinja::to_json(program_->output_value(variables(doc), task_rendering()));
   } catch (const jinja::RenderError&) {
     fail_rendering(where);
   }
@@ -186,7 +224,7 @@ std::optional<nlohmann::json> python_literal(const std::string& text) {
     jinja::Body body = jinja::parse_template("{{ " + text + " }}", "literal", jinja::SyntaxOptions());
     if (body.size() != 1 || body[0]->kind != Stmt::Kind::kOutput || !literal(*body[0]->expr)) return std::nullopt;
     const jinja::Program program = jinja::Program::compile(std::move(body), "literal");
-    return jinja::to_json(program.output_value(jinja::Value::dict(), task_rendering()));
+    return jinja::to_json(program.output_value({}, task_rendering()));
   } catch (const Error&) {
     return std::nullopt;
   } catch (const jinja::RenderError&) {
