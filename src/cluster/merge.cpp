@@ -187,19 +187,15 @@ int run_merge_command(const std::string& dir, const EvaluationOptions& options) 
     Aggregator aggregator(m.work.in.tasks, m.work.in.requests);
     for (std::vector<ItemResult>& items : m.items) aggregator.add(std::move(items));
     // The code tasks' programs run here, once every shard's generations are in (program_runs.h).
-    ProgramVerdicts verdicts;
-    std::unordered_map<std::string, ProgramOutcome> outcomes;
+    std::optional<ProgramRunReport> ran;
     json code_execution = json::object();
     if (std::any_of(m.work.in.tasks.begin(), m.work.in.tasks.end(), [](const Task& t) { return t.runs_programs(); })) {
       const Sandbox sandbox(sandbox_options(config.code_execution));
       const ProgramRunSettings settings = program_run_settings(config.code_execution, 0);
-      ProgramRunReport ran = run_task_programs(aggregator.programs(), sandbox, settings, nullptr);
-      code_execution = ran.summary(sandbox, settings);
-      verdicts = std::move(ran.verdicts);
-      outcomes = std::move(ran.outcomes);
+      ran = run_task_programs(aggregator.programs(), sandbox, settings, nullptr);
+      code_execution = ran->summary(sandbox, settings);
     }
-    Aggregator::Documents docs = aggregator.documents(&verdicts);
-    attach_program_outcomes(docs.scored, outcomes);
+    const Aggregator::Documents docs = scored_documents(aggregator, ran ? &*ran : nullptr);
     const ShardFigures f = figures(sp, c, records);
     Budget budget{m.work.options, c.budget_source};
     RunSummary summary =

@@ -5,12 +5,12 @@
 // failure; a shard step killed on its node (scancel --signal=KILL, the OOM killer, kill -9)
 // makes the batch script requeue its own task, at most max_requeues times. Either way the shard
 // starts again from its journal.
-#include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <sstream>
 
 #include "common/file_io.h"
+#include "common/process.h"
 #include "gpueval/cluster.h"
 #include "gpueval/error.h"
 
@@ -144,13 +144,12 @@ int run_slurm_command(const RunConfig& config_in, const SlurmOptions& o, std::os
     out << fmt::format("submit with: bash {}/slurm/submit.sh; watch with: gpueval status {}\n", dir, dir);
     return 0;
   }
-  const std::string command = "bash " + sh(dir + "/slurm/submit.sh") + " 2>&1";
-  FILE* p = ::popen(command.c_str(), "r");
-  if (!p) throw Error("cannot run " + command);
-  std::string output;
-  char buf[512];
-  while (size_t n = std::fread(buf, 1, sizeof buf, p)) output.append(buf, n);
-  const int rc = ::pclose(p);
+  // sbatch needs the caller's environment (PATH, SLURM_CONF, the account's variables).
+  int rc = -1;
+  process::Capture how;
+  how.keep_environment = true;
+  how.with_stderr = true;
+  std::string output = process::run_and_capture({"/bin/bash", dir + "/slurm/submit.sh"}, rc, how);
   while (!output.empty() && output.back() == '\n') output.pop_back();
   if (rc != 0 || output.rfind("plan=", 0) != 0) {
     std::replace(output.begin(), output.end(), '\n', ' ');

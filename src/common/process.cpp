@@ -214,7 +214,7 @@ bool reap_pidfd(int pidfd, rusage* usage) {
   }
 }
 
-std::string run_and_capture(const std::vector<std::string>& argv, int& status) {
+std::string run_and_capture(const std::vector<std::string>& argv, int& status, const Capture& how) {
   status = -1;
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return "";
@@ -222,6 +222,7 @@ std::string run_and_capture(const std::vector<std::string>& argv, int& status) {
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, out_write.get(), 1);
+  if (how.with_stderr) posix_spawn_file_actions_adddup2(&actions, out_write.get(), 2);
   posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
@@ -229,7 +230,7 @@ std::string run_and_capture(const std::vector<std::string>& argv, int& status) {
   char path_env[] = "PATH=/usr/bin:/bin";
   char* env[] = {path_env, nullptr};
   pid_t pid = 0;
-  const int rc = ::posix_spawn(&pid, args[0], &actions, nullptr, args.data(), env);
+  const int rc = ::posix_spawn(&pid, args[0], &actions, nullptr, args.data(), how.keep_environment ? environ : env);
   posix_spawn_file_actions_destroy(&actions);
   out_write = io::UniqueFd();
   if (rc != 0) return "";

@@ -111,10 +111,14 @@ void kill_pidfd(int pidfd, int sig);
 // `*usage` unless null; false when it is not ours to reap.
 bool reap_pidfd(int pidfd, rusage* usage);
 
-// The output (stdout) of `argv` run with an empty environment but PATH=/usr/bin:/bin and stdin
-// /dev/null, and its exit status (-1 when it could not start or died of a signal). argv[0] is a
-// path; no shell.
-std::string run_and_capture(const std::vector<std::string>& argv, int& status);
+struct Capture {
+  bool keep_environment = false;  // the parent's environment, not just PATH=/usr/bin:/bin
+  bool with_stderr = false;  // stderr into the same output, as `2>&1`
+};
+// The output (stdout) of `argv` run with an empty environment but PATH=/usr/bin:/bin (unless
+// `how` keeps the parent's) and stdin /dev/null, and its exit status (-1 when it could not start
+// or died of a signal). argv[0] is a path; no shell.
+std::string run_and_capture(const std::vector<std::string>& argv, int& status, const Capture& how = {});
 
 }  // namespace process
 }  // namespace gpueval

@@ -249,18 +249,13 @@ ProgramRunSettings run_program_settings(const RunConfig& config) {
 // verdicts scored and their outcomes attached; results.json's "code_execution" into `code_execution`.
 Aggregator::Documents finish_documents(const Aggregator& aggregator, std::optional<ProgramSink>& programs,
                                        const SchedulerReport& report, nlohmann::json& code_execution) {
-  ProgramVerdicts verdicts;
-  std::unordered_map<std::string, ProgramOutcome> outcomes;
+  std::optional<ProgramRunReport> ran;
   if (programs && report.fatal_error.empty() && !report.interrupted) {
-    ProgramRunReport ran = programs->finish();
-    code_execution = programs->summary(ran);
-    verdicts = std::move(ran.verdicts);
-    outcomes = std::move(ran.outcomes);
+    ran = programs->finish();
+    code_execution = programs->summary(*ran);
   }
   programs.reset();  // an interrupted or failed run: queued programs are dropped, running ones end
-  Aggregator::Documents docs = aggregator.documents(&verdicts);
-  attach_program_outcomes(docs.scored, outcomes);
-  return docs;
+  return scored_documents(aggregator, ran ? &*ran : nullptr);
 }
 
 // The run's state from how the scheduler ended and how many documents were scored.

@@ -224,6 +224,8 @@ ProgramRunReport ProgramRunner::finish(const std::function<void(const ProgramRun
   return report_;
 }
 
+namespace {
+
 // Each code document's program verdicts and details, for the samples file.
 void attach_program_outcomes(std::vector<DocRecord>& scored,
                              const std::unordered_map<std::string, ProgramOutcome>& outcomes) {
@@ -242,6 +244,15 @@ void attach_program_outcomes(std::vector<DocRecord>& scored,
       rec.programs.push_back(std::move(list));
     }
   }
+}
+
+}  // namespace
+
+Aggregator::Documents scored_documents(const Aggregator& aggregator, const ProgramRunReport* ran) {
+  const ProgramVerdicts none;
+  Aggregator::Documents docs = aggregator.documents(ran ? &ran->verdicts : &none);
+  if (ran) attach_program_outcomes(docs.scored, ran->outcomes);
+  return docs;
 }
 
 ProgramSink::ProgramSink(const Sandbox& sandbox, ProgramRunSettings settings, RunJournal& journal,

@@ -156,10 +156,11 @@ class ProgramSink : public RunSink {
   std::string status_error_;  // a journal write that failed in status(): thrown with the next batch
 };
 
-// Each scored document of a code task gets its programs' verdicts and details (DocRecord::programs,
-// the samples file's "programs"); a program without one gets verdict null.
-void attach_program_outcomes(std::vector<DocRecord>& scored,
-                             const std::unordered_map<std::string, ProgramOutcome>& outcomes);
+// The aggregator's documents scored with the verdicts of `ran` (null: no program ran, as for a
+// run without code tasks or one that failed), each code document given its programs' verdicts and
+// details (DocRecord::programs, the samples file's "programs"; a program without one: verdict null).
+// What a run (evaluation/checkpoint_evaluation) and a merge of shards (cluster/merge) both finish with.
+Aggregator::Documents scored_documents(const Aggregator& aggregator, const ProgramRunReport* ran);
 
 // Runs `programs` to the end (ProgramRunner: submit, finish).
 ProgramRunReport run_task_programs(const std::vector<std::string>& programs, const Sandbox& sandbox,

@@ -6,7 +6,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -255,6 +257,28 @@ TEST(HistoryTest, BadRecordsAreRefusedWhole) {
   // The connection is usable after the rollback.
   h.record(run, checkpoint("b", 2), "cfg", "complete", scores(0.7), {});
   EXPECT_EQ(h.trend("cfg").size(), 2u);
+}
+
+// A metric that came out NaN (a perplexity of nothing, a stderr of one document) or infinite (a
+// perplexity past the double range) is recorded as it is and read back the same, never refused.
+TEST(HistoryTest, NonFiniteScoresAreRecordedAndReadBack) {
+  testing::TempDir dir;
+  History h = History::open(dir.file("h.sqlite"));
+  const int64_t run = h.begin_run("cfg", {}, "");
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<ScoreRow> rows = {row("quiz", "acc", std::nan(""), std::nan(""), 0),
+                                      row("story", "word_perplexity", inf, std::nullopt, 2, false),
+                                      row("story", "bits_per_byte", -inf, 0.5, 2, false)};
+  h.record(run, checkpoint("a", 1), "cfg", "complete", rows, {SampleRow{"quiz", "acc", 0, std::nan("")}});
+  const auto trend = h.trend("cfg");
+  ASSERT_EQ(trend.size(), 1u);
+  ASSERT_EQ(trend[0].scores.size(), 3u);
+  EXPECT_TRUE(std::isnan(trend[0].scores[0].value));
+  EXPECT_FALSE(trend[0].scores[0].stderr_value.has_value());  // a NaN stderr is none: stored as NULL
+  EXPECT_EQ(trend[0].scores[1].value, inf);
+  EXPECT_FALSE(trend[0].scores[1].stderr_value.has_value());
+  EXPECT_EQ(trend[0].scores[2].value, -inf);
+  EXPECT_EQ(trend[0].scores[2].stderr_value, 0.5);
 }
 
 TEST(HistoryTest, ConfigsMostRecentFirstAndTheirLatestConfig) {
