@@ -60,7 +60,8 @@ std::vector<Value> unpack(const Value& v, size_t want) {
 
 class Interpreter {
  public:
-  Interpreter(const RenderOptions& options, const FrameUndefined& frames) : options_(options), frames_(frames) {}
+  Interpreter(const RenderOptions& options, const FrameUndefined& frames, const std::string& source)
+      : options_(options), frames_(frames), source_(source) {}
 
   // A new scope for `body`'s frame, holding Undefined for the names Jinja2 starts Undefined.
   ScopePtr frame(const ScopePtr& parent, const Body& body) {
@@ -530,19 +531,25 @@ class Interpreter {
     Value v = get_attr(obj, e.name);
     if (!options_.name_missing_fields || !v.is_undefined() || v.is_unsafe_undefined()) return v;
     if (as_field && obj.is_dict()) return field(std::move(v), e);
-    if (e.a->source.empty()) return v;
-    return Value::undefined(fmt::format("{} ({}) has no attribute '{}'", e.a->source, type_name(obj), e.name));
+    if (e.a->begin >= e.a->end) return v;
+    return Value::undefined(fmt::format("{} ({}) has no attribute '{}'", text_of(*e.a), type_name(obj), e.name));
   }
 
   // A name, attribute or item that is not there, named as written when the options ask for it.
   Value field(Value v, const Expr& e) const {
-    if (options_.name_missing_fields && v.is_undefined() && !v.is_unsafe_undefined() && !e.source.empty())
-      return Value::missing_field(e.source);
+    if (options_.name_missing_fields && v.is_undefined() && !v.is_unsafe_undefined() && e.begin < e.end)
+      return Value::missing_field(text_of(e));
     return v;
+  }
+
+  // The expression as the template wrote it.
+  std::string text_of(const Expr& e) const {
+    return e.begin < e.end && e.end <= source_.size() ? source_.substr(e.begin, e.end - e.begin) : std::string();
   }
 
   const RenderOptions& options_;
   const FrameUndefined& frames_;
+  const std::string& source_;
   int call_depth_ = 0;
   int64_t steps_ = 0;
   std::vector<std::shared_ptr<Dict>> namespaces_;
@@ -590,12 +597,15 @@ void validate(const Body& body, const std::string& where, bool soft) {
 }  // namespace
 
 Program Program::parse(const std::string& text, const std::string& where, const SyntaxOptions& options) {
-  return compile(parse_template(text, where, options), where);
+  std::string source;
+  Body body = parse_template(text, where, options, &source);
+  return compile(std::move(body), where, std::move(source));
 }
 
-Program Program::compile(Body body, const std::string& where) {
+Program Program::compile(Body body, const std::string& where, std::string source) {
   Program p;
   p.where_ = where;
+  p.source_ = std::make_shared<const std::string>(std::move(source));
   auto owned = std::make_shared<Body>(std::move(body));
   validate(*owned, where, /*soft=*/false);
   p.frames_ = std::make_shared<const FrameUndefined>(analyze_frames(*owned));
@@ -624,7 +634,7 @@ std::string Program::render(const Value& context, const RenderOptions& options) 
 }
 
 std::string Program::render(Variables variables, const RenderOptions& options) const {
-  Interpreter interpreter(options, *frames_);
+  Interpreter interpreter(options, *frames_, *source_);
   std::string out;
   interpreter.exec(*body_, interpreter.frame(globals_of(std::move(variables)), *body_), out);
   return out;
@@ -634,7 +644,7 @@ bool Program::is_single_output() const { return body_->size() == 1 && (*body_)[0
 
 Value Program::output_value(Variables variables, const RenderOptions& options) const {
   if (!is_single_output()) throw std::logic_error("Program::output_value of a template that is not one expression");
-  Interpreter interpreter(options, *frames_);
+  Interpreter interpreter(options, *frames_, *source_);
   return interpreter.evaluate(*(*body_)[0]->expr, interpreter.frame(globals_of(std::move(variables)), *body_));
 }
 

@@ -47,8 +47,9 @@ struct RenderOptions {
 class Program {
  public:
   static Program parse(const std::string& text, const std::string& where, const SyntaxOptions& options);
-  // The program of a body parse_template gave (a caller may check it first, as task files do).
-  static Program compile(Body body, const std::string& where);
+  // The program of a body parse_template gave (a caller may check it first, as task files do);
+  // `source`: the text it read (its *source), which messages quote expressions from.
+  static Program compile(Body body, const std::string& where, std::string source = "");
 
   // The template's variables, by name.
   using Variables = std::vector<std::pair<std::string, Value>>;
@@ -69,6 +70,7 @@ class Program {
  private:
   std::shared_ptr<const Body> body_;
   std::shared_ptr<const FrameUndefined> frames_;  // of body_
+  std::shared_ptr<const std::string> source_;  // what the expressions' offsets index
   std::string where_;
 };
 

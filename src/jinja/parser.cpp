@@ -452,8 +452,7 @@ class Lexer {
 
 class Parser {
  public:
-  Parser(std::vector<Token> tokens, const std::string& source, const std::string& where)
-      : tokens_(std::move(tokens)), source_(source), where_(where) {}
+  Parser(std::vector<Token> tokens, const std::string& where) : tokens_(std::move(tokens)), where_(where) {}
 
   Body parse() {
     std::string end;
@@ -525,7 +524,7 @@ class Parser {
     if (e.depth > kMaxDepth) fail_at(e.line, fmt::format("an expression more than {} operations deep", kMaxDepth));
     // Its text: from its first operand's (or its own first token's) start to the last token read.
     if (e.a && e.a->begin < e.begin) e.begin = e.a->begin;
-    if (e.begin < last_end_) e.source = source_.substr(e.begin, last_end_ - e.begin);
+    if (e.begin < last_end_) e.end = last_end_;
     return std::make_shared<const Expr>(std::move(e));
   }
   Expr node(Expr::Kind kind, int line) {
@@ -1156,21 +1155,23 @@ class Parser {
   }
 
   std::vector<Token> tokens_;
-  const std::string& source_;
   std::string where_;
   size_t pos_ = 0;
-  size_t last_end_ = 0;  // where the last token read ends in source_
+  size_t last_end_ = 0;  // where the last token read ends in the template
   int depth_ = 0;
   int loops_ = 0;  // for bodies around the statement being parsed (break/continue need one)
 };
 
 }  // namespace
 
-Body parse_template(const std::string& text, const std::string& where, const SyntaxOptions& options) {
+Body parse_template(const std::string& text, const std::string& where, const SyntaxOptions& options,
+                    std::string* source) {
   Lexer lexer(text, where, options);
   std::vector<Token> tokens = lexer.run();
-  Parser parser(std::move(tokens), lexer.source(), where);
-  return parser.parse();
+  Parser parser(std::move(tokens), where);
+  Body body = parser.parse();
+  if (source) *source = lexer.source();
+  return body;
 }
 
 }  // namespace gpueval::jinja

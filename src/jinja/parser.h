@@ -4,7 +4,7 @@
 // precedence, into the syntax tree of jinja/syntax.h. A statement outside the subset the
 // engine runs (include, import, extends, block, with, ...) and every syntax error are refused
 // here, before anything renders, as a SyntaxError (a gpueval::Error "<where>:<line>: <what>").
-// Each name, attribute and item expression keeps its text as written (Expr::source). Calls
+// Each expression keeps where its text is (Expr::begin, end). Calls
 // common only. Stateless; thread-safe.
 #pragma once
 
@@ -36,7 +36,10 @@ struct SyntaxOptions {
   bool keep_trailing_newline = false;  // Jinja2's default drops one newline ending the template
 };
 
-// Parses `text`; `where` names it in errors ("chat_template.jinja").
-Body parse_template(const std::string& text, const std::string& where, const SyntaxOptions& options);
+// Parses `text`; `where` names it in errors ("chat_template.jinja"). `*source`, when given,
+// receives the text the expressions' offsets (Expr::begin, end) index: `text` with its line ends
+// normalised.
+Body parse_template(const std::string& text, const std::string& where, const SyntaxOptions& options,
+                    std::string* source = nullptr);
 
 }  // namespace gpueval::jinja

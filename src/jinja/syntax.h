@@ -49,8 +49,10 @@ struct Expr {
   std::vector<std::pair<std::string, ExprPtr>> ops;
   bool negated = false;
   int depth = 1;  // 1 + the deepest operand's: bounds the evaluator's recursion
-  size_t begin = std::string::npos;  // where the expression's text starts in the template (npos: unknown)
-  std::string source;  // the expression as written ("choices.text[5]"); empty where unknown (in parentheses)
+  // The expression as written ("choices.text[5]"): [begin, end) of the text parse_template read
+  // (begin npos: unknown, as inside parentheses). Offsets, not a copy: a deep expression's nodes
+  // would otherwise hold its text once per level.
+  size_t begin = std::string::npos, end = 0;
 };
 
 struct Stmt {

@@ -158,15 +158,17 @@ Template Template::parse(const std::string& text, const std::string& name, const
   t.name_ = name;
   auto refuse = [&](const std::string& what) { fail(where, "{} {}: {}", name, quote_untrusted(text), what); };
   jinja::Body body;
+  std::string source;
   try {
-    body = jinja::parse_template(text, where, lm_eval_syntax());
+    body = jinja::parse_template(text, where, lm_eval_syntax(), &source);
   } catch (const jinja::SyntaxError& e) {
     const std::string reason = task_wording(e.reason());
     refuse(e.line() > 1 ? fmt::format("line {}: {}", e.line(), reason) : reason);
   }
   check_body(body, refuse);
   collect_names(body, t.fields_);
-  t.program_ = std::make_shared<const jinja::Program>(jinja::Program::compile(std::move(body), where));
+  t.program_ =
+      std::make_shared<const jinja::Program>(jinja::Program::compile(std::move(body), where, std::move(source)));
   return t;
 }
 
