@@ -148,7 +148,10 @@ for i, t in enumerate(["{{question}}", "{{choices[label]}}", "Q: {{ question | t
                        "{{ 'yes' if t else 'no' }} {{ d.k[1] + n }}", "{{question.split(' ')[0] ~ '!'}}",
                        "{% for c in choices %}{{ loop.index }}. {{ c }}\n{% endfor %}",
                        "{{ choices | join(', ') }} {{ x * 2 }} {{ (n // 2) % 3 }}",
-                       "{% if is_fewshot is defined %}{{code}}\n[DONE]{% elif t %}x{% else %}{{question}}{% endif %}"]):
+                       "{% if is_fewshot is defined %}{{code}}\n[DONE]{% elif t %}x{% else %}{{question}}{% endif %}",
+                       "{{ n ** 2 }} {{ +x }} {{ choices[-1:] }} {{ question[::-1] }}{% raw %}{{ y }}{% endraw %}",
+                       "{{ d.k.index(2) }} {{ d.nope if d.nope is defined else question.title() }} {{ [n, x] }}",
+                       "a {{- question -}} b {#- note -#} {{ choices | first | upper }}"]):
     put("template", "t%d.txt" % i, t)
 
 for i, t in enumerate(["{% for m in messages %}<|{{ m.role }}|>\n{{ m.content | trim }}\n{% endfor %}"
