@@ -1,7 +1,7 @@
 #include "gpueval/template.h"
 
-#include <algorithm>
 #include <functional>
+#include <unordered_set>
 
 #include <fmt/format.h>
 
@@ -62,13 +62,16 @@ std::string outside_subset(const Expr& e) {
   return "";
 }
 
-void check_expression(const Expr& e, const std::function<void(const std::string&)>& refuse) {
-  if (const std::string what = outside_subset(e); !what.empty()) refuse(what + " is not supported (" + kSubset + ")");
+// Every expression of `e`'s tree, `e` first (the parser bounds its depth).
+void for_each_expression(const Expr& e, const std::function<void(const Expr&)>& visit) {
+  visit(e);
   for (const jinja::ExprPtr* x : {&e.a, &e.b, &e.c})
-    if (*x) check_expression(**x, refuse);
+    if (*x) for_each_expression(**x, visit);
   for (const jinja::ExprPtr& x : e.args)
-    if (x) check_expression(*x, refuse);
-  for (const auto& [op, x] : e.ops) check_expression(*x, refuse);
+    if (x) for_each_expression(*x, visit);
+  for (const auto& [name, x] : e.kwargs)
+    if (x) for_each_expression(*x, visit);
+  for (const auto& [op, x] : e.ops) for_each_expression(*x, visit);
 }
 
 const char* statement_name(const Stmt& s) {
@@ -85,40 +88,48 @@ const char* statement_name(const Stmt& s) {
   }
 }
 
-void check_body(const jinja::Body& body, const std::function<void(const std::string&)>& refuse) {
+// Every statement of `body` (nested ones after the one holding them) and every expression in them.
+void for_each_part(const jinja::Body& body, const std::function<void(const Stmt&)>& statement,
+                   const std::function<void(const Expr&)>& expression) {
   for (const jinja::StmtPtr& s : body) {
-    if (const char* name = statement_name(*s))
-      refuse(fmt::format("a '{{% {} %}}' statement is not supported (gpueval's templates have if/elif/else/endif only)",
-                         name));
-    if (s->expr) check_expression(*s->expr, refuse);
+    statement(*s);
+    if (s->expr) for_each_expression(*s->expr, expression);
+    if (s->filter) for_each_expression(*s->filter, expression);
     for (const auto& [condition, branch] : s->branches) {
-      check_expression(*condition, refuse);
-      check_body(branch, refuse);
+      for_each_expression(*condition, expression);
+      for_each_part(branch, statement, expression);
     }
-    check_body(s->else_body, refuse);
+    for_each_part(s->body, statement, expression);
+    for_each_part(s->else_body, statement, expression);
   }
 }
 
-// The names `e` reads: in a task file (no set, for or macro) each is a field of the document.
-void collect_names(const Expr& e, std::vector<std::string>& names) {
-  if (e.kind == Expr::Kind::kName && std::find(names.begin(), names.end(), e.name) == names.end())
-    names.push_back(e.name);
-  for (const jinja::ExprPtr* x : {&e.a, &e.b, &e.c})
-    if (*x) collect_names(**x, names);
-  for (const jinja::ExprPtr& x : e.args)
-    if (x) collect_names(*x, names);
-  for (const auto& [op, x] : e.ops) collect_names(*x, names);
+// Refuses (through `refuse`) the first statement or expression outside the subset.
+void check_subset(const jinja::Body& body, const std::function<void(const std::string&)>& refuse) {
+  for_each_part(
+      body,
+      [&](const Stmt& s) {
+        if (const char* name = statement_name(s))
+          refuse(fmt::format(
+              "a '{{% {} %}}' statement is not supported (gpueval's templates have if/elif/else/endif only)", name));
+      },
+      [&](const Expr& e) {
+        if (const std::string what = outside_subset(e); !what.empty())
+          refuse(what + " is not supported (" + kSubset + ")");
+      });
 }
 
-void collect_names(const jinja::Body& body, std::vector<std::string>& names) {
-  for (const jinja::StmtPtr& s : body) {
-    if (s->expr) collect_names(*s->expr, names);
-    for (const auto& [condition, branch] : s->branches) {
-      collect_names(*condition, names);
-      collect_names(branch, names);
-    }
-    collect_names(s->else_body, names);
-  }
+// The names the template reads, each once, in the order first read: in a task file (no set, for
+// or macro) each is a field of the document.
+std::vector<std::string> names_read(const jinja::Body& body) {
+  std::vector<std::string> names;
+  std::unordered_set<std::string> seen;
+  for_each_part(
+      body, [](const Stmt&) {},
+      [&](const Expr& e) {
+        if (e.kind == Expr::Kind::kName && seen.insert(e.name).second) names.push_back(e.name);
+      });
+  return names;
 }
 
 // lm-eval's Environment(undefined=StrictUndefined, keep_trailing_newline=True).
@@ -165,8 +176,8 @@ Template Template::parse(const std::string& text, const std::string& name, const
     const std::string reason = task_wording(e.reason());
     refuse(e.line() > 1 ? fmt::format("line {}: {}", e.line(), reason) : reason);
   }
-  check_body(body, refuse);
-  collect_names(body, t.fields_);
+  check_subset(body, refuse);
+  t.fields_ = names_read(body);
   t.program_ =
       std::make_shared<const jinja::Program>(jinja::Program::compile(std::move(body), where, std::move(source)));
   return t;
