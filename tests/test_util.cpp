@@ -106,6 +106,37 @@ std::string write_story_task(const TempDir& dir, const std::string& documents, c
                        extra_keys);
 }
 
+std::string write_demo_config(const TempDir& dir, const std::string& name, const std::string& extra,
+                              double heartbeat_timeout_s) {
+  return dir.write(name + ".yaml", "model: " + source_dir() + "/models/stories260K\n" +
+                                       "tasks: [demo_choice, demo_perplexity]\n"
+                                       "output: " +
+                                       dir.file(name) + "\nbatch_tokens: 192\nheartbeat_timeout_s: " +
+                                       std::to_string(heartbeat_timeout_s) + "\n" + extra);
+}
+
+std::vector<std::string> mmlu_anatomy_run_args(const std::string& gpus, const std::string& output,
+                                               const std::vector<std::string>& extra) {
+  std::vector<std::string> args = {"run",
+                                   "--gpus",
+                                   gpus,
+                                   "--model",
+                                   converted_stories260k(),
+                                   "--tasks",
+                                   "mmlu_anatomy",
+                                   "--limit",
+                                   "12",
+                                   "--num-fewshot",
+                                   "1",
+                                   "--data",
+                                   "mmlu=" + shared_dir() + "/data/mmlu",
+                                   "--output",
+                                   output,
+                                   source_dir() + "/configs/demo.yaml"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
 namespace {
 
 std::string drain(int fd) {

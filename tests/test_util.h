@@ -94,6 +94,16 @@ void write_text(const std::string& path, const std::string& text);
 // loglikelihood_rolling over {text}. `extra_keys` (YAML lines) end the task file.
 std::string write_quiz_task(const TempDir& dir, const std::string& documents, const std::string& extra_keys = "");
 std::string write_story_task(const TempDir& dir, const std::string& documents, const std::string& extra_keys = "");
+// A run config scoring the demo tasks (demo_choice, demo_perplexity) with the shipped
+// models/stories260K in many small batches (batch_tokens 192), so that faults, kills and shards land
+// mid-run: <dir>/<name>.yaml, its output <dir>/<name>, `extra` (YAML lines) at its end. Its path.
+std::string write_demo_config(const TempDir& dir, const std::string& name, const std::string& extra = "",
+                              double heartbeat_timeout_s = 20);
+// `gpueval run` over 12 MMLU anatomy questions 1-shot (../shared/data/mmlu) with the converted
+// stories260K on `gpus`, its output at `output`; `extra` flags end the arguments.
+std::vector<std::string> mmlu_anatomy_run_args(const std::string& gpus, const std::string& output,
+                                               const std::vector<std::string>& extra = {});
+
 // One generate_until result per text (the responses of a document's repeats), the other fields left default.
 std::vector<RequestResult> text_results(const std::vector<std::string>& texts);
 // `doc` of `task` scored as the aggregator scores it, from one result per request in order.

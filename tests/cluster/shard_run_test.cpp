@@ -36,19 +36,7 @@ namespace fs = std::filesystem;
 
 // The demo tasks in many small batches, so that three shards each get several.
 std::string write_config(const testing::TempDir& dir, const std::string& name, const std::string& extra = "") {
-  const std::string path = dir.file(name + ".yaml");
-  testing::write_text(path, "model: " + testing::source_dir() + "/models/stories260K\n" +
-                                "tasks: [demo_choice, demo_perplexity]\n"
-                                "output: " +
-                                dir.file(name) +
-                                "\n"
-                                "history: " +
-                                dir.file("history.sqlite") +
-                                "\n"
-                                "batch_tokens: 192\n"
-                                "heartbeat_timeout_s: 20\n" +
-                                extra);
-  return path;
+  return testing::write_demo_config(dir, name, "history: " + dir.file("history.sqlite") + "\n" + extra);
 }
 
 json read_json(const std::string& path) { return json::parse(io::read_file(path)); }

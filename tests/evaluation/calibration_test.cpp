@@ -188,23 +188,7 @@ TEST_F(CalibrationTest, CalibrateThenRunReadsTheCache) {
 TEST_F(CalibrationTest, TheProbesPrefixServesTheProbingWorkersBatches) {
   GPUEVAL_REQUIRE_SHARED();
   const auto run = [&](const std::string& name, std::vector<std::string> extra) {
-    std::vector<std::string> args = {"run",
-                                     "--gpus",
-                                     "cpu:1",
-                                     "--model",
-                                     testing::converted_stories260k(),
-                                     "--tasks",
-                                     "mmlu_anatomy",
-                                     "--limit",
-                                     "12",
-                                     "--num-fewshot",
-                                     "1",
-                                     "--data",
-                                     "mmlu=" + testing::shared_dir() + "/data/mmlu",
-                                     "--output",
-                                     out_.file(name),
-                                     testing::source_dir() + "/configs/demo.yaml"};
-    args.insert(args.end(), extra.begin(), extra.end());
+    const std::vector<std::string> args = testing::mmlu_anatomy_run_args("cpu:1", out_.file(name), extra);
     const auto r = testing::run_gpueval(args);
     EXPECT_EQ(r.exit_code, 0) << r.err;
     return r;

@@ -276,23 +276,7 @@ struct RunOutput {
 };
 
 RunOutput run_mmlu(const testing::TempDir& dir, const std::string& name, const std::vector<std::string>& extra) {
-  std::vector<std::string> args = {"run",
-                                   "--gpus",
-                                   "cpu:2",
-                                   "--model",
-                                   testing::converted_stories260k(),
-                                   "--tasks",
-                                   "mmlu_anatomy",
-                                   "--limit",
-                                   "12",
-                                   "--num-fewshot",
-                                   "1",
-                                   "--data",
-                                   "mmlu=" + testing::shared_dir() + "/data/mmlu",
-                                   "--output",
-                                   dir.file(name),
-                                   testing::source_dir() + "/configs/demo.yaml"};
-  args.insert(args.end(), extra.begin(), extra.end());
+  const std::vector<std::string> args = testing::mmlu_anatomy_run_args("cpu:2", dir.file(name), extra);
   const auto r = testing::run_gpueval(args);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   RunOutput out;

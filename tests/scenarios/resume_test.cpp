@@ -26,16 +26,7 @@ using ::testing::HasSubstr;
 
 // The demo tasks in many small batches (the same as run_test.cpp's), so faults land mid-run.
 std::string write_config(const testing::TempDir& dir, const std::string& name, const std::string& extra = "") {
-  const std::string path = dir.file(name + ".yaml");
-  testing::write_text(path, "model: " + testing::source_dir() + "/models/stories260K\n" +
-                                "tasks: [demo_choice, demo_perplexity]\n"
-                                "output: " +
-                                dir.file(name) +
-                                "\n"
-                                "batch_tokens: 192\n"
-                                "heartbeat_timeout_s: 20\n" +
-                                extra);
-  return path;
+  return testing::write_demo_config(dir, name, extra);
 }
 
 using testing::results_of;

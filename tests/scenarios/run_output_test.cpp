@@ -18,18 +18,7 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-// The demo tasks on the shipped stories260K, in a few batches.
-std::string write_demo_config(const testing::TempDir& dir, const std::string& name, const std::string& extra = "") {
-  const std::string path = dir.file(name + ".yaml");
-  testing::write_text(path, "model: " + testing::source_dir() + "/models/stories260K\n" +
-                                "tasks: [demo_choice, demo_perplexity]\n"
-                                "output: " +
-                                dir.file(name) +
-                                "\n"
-                                "batch_tokens: 192\n" +
-                                extra);
-  return path;
-}
+using testing::write_demo_config;
 
 std::string expected_stdout(const std::string& out) {
   return testing::scores_table_of(out) + "\nfull report: " + out + "/report.md\n";

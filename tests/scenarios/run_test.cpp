@@ -37,16 +37,7 @@ using Clock = std::chrono::steady_clock;
 // busy worker's heartbeat can be late without anything being wrong.
 std::string write_config(const testing::TempDir& dir, const std::string& name, const std::string& extra = "",
                          double heartbeat_timeout_s = 20) {
-  const std::string path = dir.file(name + ".yaml");
-  testing::write_text(path, "model: " + testing::source_dir() + "/models/stories260K\n" +
-                                "tasks: [demo_choice, demo_perplexity]\n"
-                                "output: " +
-                                dir.file(name) +
-                                "\n"
-                                "batch_tokens: 192\n"
-                                "heartbeat_timeout_s: " +
-                                std::to_string(heartbeat_timeout_s) + "\n" + "max_attempts: 2\n" + extra);
-  return path;
+  return testing::write_demo_config(dir, name, "max_attempts: 2\n" + extra, heartbeat_timeout_s);
 }
 
 using testing::results_of;
