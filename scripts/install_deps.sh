@@ -8,6 +8,7 @@ pkgs=(build-essential cmake ninja-build pkg-config ccache
       libsleef-dev  # Sleef, which Debian's LibTorch loads too: the exponential of CPU attention's softmax (src/model/kernels/tile_softmax.h)
       libyaml-cpp-dev libgtest-dev libgmock-dev libsqlite3-dev libpcre2-dev
       libsentencepiece-dev libcli11-dev zlib1g-dev
+      python3-venv  # the lm-eval package's tests: a venv with lm-eval from PyPI (scripts/test_lm_eval_package.sh)
       bubblewrap libseccomp-dev python3  # the code sandbox: one bwrap per program, its seccomp filter, the interpreter (src/sandbox/)
       libicu-dev  # ICU: Unicode normalization (NFC, NFKC, ...) and full case mapping (src/common/unicode_text.h)
       clang-format  # the style check (scripts/check_format.sh, .clang-format)

@@ -148,6 +148,9 @@ struct ConfigOverrides {
   std::optional<int64_t> limit;  // --limit
   std::optional<int64_t> num_fewshot;  // --num-fewshot
   std::optional<uint64_t> seed;  // --seed
+  std::optional<std::string> dtype;  // --dtype auto|float32|bfloat16|float16
+  std::optional<int64_t> max_length;  // --max-length
+  std::optional<int64_t> cpu_threads;  // --cpu-threads
   std::optional<std::string> add_bos;  // --add-bos auto|true|false
   std::optional<std::string> prefix_reuse;  // --prefix-reuse on|off
   std::optional<std::string> group_continuations;  // --group-continuations on|off

@@ -68,7 +68,8 @@ void run_chat_template(const ChatTemplateCommand& cmd, std::istream& in, std::os
     } catch (const jinja::RenderError& e) {
       reply["error"] = e.what();
     }
-    out << reply.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    // Line by line: a caller may keep the command running and write its next line once it read this one.
+    out << reply.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n" << std::flush;
   }
 }
 

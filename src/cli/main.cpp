@@ -20,6 +20,7 @@
 #include "common/file_io.h"
 #include "common/strings.h"
 #include "evaluation/calibration.h"
+#include "evaluation/request_run.h"
 #include "gpueval/cluster.h"
 #include "gpueval/error.h"
 #include "gpueval/evaluation.h"
@@ -92,9 +93,22 @@ void add_wait_flag(CLI::App* cmd, bool& wait) {
                 "if another gpueval holds the output folder, wait for it to finish (default: exit 5 naming it)");
 }
 
+// How the model runs and reads its inputs: `run` and `requests` share them.
+void add_engine_flags(CLI::App* cmd, ConfigOverrides& o) {
+  cmd->add_option_function<std::string>(
+      "--dtype", [&](const std::string& v) { o.dtype = v; },
+      "auto, float32, bfloat16 or float16: what each worker loads the weights in (overrides the config)");
+  cmd->add_option_function<int64_t>(
+      "--max-length", [&](const int64_t& v) { o.max_length = v; },
+      "context length: longer inputs are left-truncated, rolling texts windowed by it (default: the model's)");
+  cmd->add_option_function<int64_t>(
+      "--cpu-threads", [&](const int64_t& v) { o.cpu_threads = v; }, "threads of each CPU worker (default 1)");
+}
+
 // The flags that change what a run (or a sharded run's plan) computes and where it writes.
 void add_run_flags(CLI::App* cmd, ConfigOverrides& o) {
   add_selection_flags(cmd, o);
+  add_engine_flags(cmd, o);
   cmd->add_option_function<std::vector<std::string>>(
          "--model", [&](const std::vector<std::string>& v) { o.model = v; },
          "checkpoint directory or glob such as 'runs/exp7/step-*' (repeatable; overrides the config)")
@@ -170,6 +184,60 @@ CLI::App* add_run_command(CLI::App& app, RunFlags& f) {
   cmd->add_flag("--fresh", f.fresh,
                 "start over: discard the journal instead of resuming from it, and score again the checkpoints the "
                 "history holds");
+  add_wait_flag(cmd, f.wait);
+  add_quiet_flag(cmd, f.quiet);
+  return cmd;
+}
+
+struct RequestsFlags {
+  ConfigOverrides overrides;
+  gpueval::RequestRunOptions run;
+  bool describe = false;
+  bool fresh = false;
+  bool wait = false;
+  bool quiet = false;
+};
+
+// `gpueval requests`: a request list from outside (lm-eval's `gpueval` model) through the run
+// loop; evaluation/request_run.h.
+CLI::App* add_requests_command(CLI::App& app, RequestsFlags& f) {
+  auto* cmd = app.add_subcommand(
+      "requests", "compute a JSONL list of loglikelihood/generate_until requests (lm-eval's model backend)");
+  ConfigOverrides& o = f.overrides;
+  cmd->add_option_function<std::string>(
+         "--model", [&](const std::string& v) { o.model = std::vector<std::string>{v}; }, "checkpoint directory")
+      ->required();
+  cmd->add_option("--requests", f.run.requests_file, "JSONL requests, one per line ('-': stdin)");
+  cmd->add_option("--results", f.run.results_file, "where the results go, one line per request in order ('-': stdout)");
+  cmd->add_flag("--describe", f.describe,
+                "check the model as a run would and print what it is as JSON (max_length, BOS, EOS, chat "
+                "templates); computes nothing");
+  cmd->add_option_function<std::string>(
+      "--output", [&](const std::string& v) { o.output = v; }, "the run's folder: journal, logs, status.json");
+  cmd->add_option("--journal-root", f.run.journal_root,
+                  "without --output: the run gets the folder <DIR>/<model>-<key of the model and the requests>");
+  cmd->add_option_function<std::string>(
+      "--gpus", [&](const std::string& v) { o.gpus = v; }, "devices: 0-3, 0,2, all, cpu, cpu:N (default cpu)");
+  add_engine_flags(cmd, o);
+  cmd->add_option_function<std::string>(
+      "--batch-size", [&](const std::string& v) { o.batch_size = v; }, "auto or the most sequences per batch");
+  cmd->add_option_function<int64_t>(
+      "--batch-tokens", [&](const int64_t& v) { o.batch_tokens = v; },
+      "token budget per batch (overrides calibration)");
+  cmd->add_option_function<std::string>(
+      "--max-memory", [&](const std::string& v) { o.max_memory = v; }, "memory per CPU worker for batch probing");
+  cmd->add_option_function<uint64_t>(
+      "--seed", [&](const uint64_t& v) { o.seed = v; }, "run seed (sampled generations)");
+  cmd->add_option_function<std::string>(
+      "--add-bos", [&](const std::string& v) { o.add_bos = v; },
+      "auto|true|false: start contexts with BOS (auto: as the tokenizer does, as lm-eval's hf model)");
+  cmd->add_option_function<std::string>(
+      "--prefix-reuse", [&](const std::string& v) { o.prefix_reuse = v; },
+      "on|off: compute a prefix shared by many requests once (default on)");
+  cmd->add_option_function<std::string>(
+      "--group-continuations", [&](const std::string& v) { o.group_continuations = v; },
+      "on|off: score one context's continuations in one row (default on)");
+  cmd->add_flag("--fresh", f.fresh, "start over: discard the journal instead of resuming from it");
   add_wait_flag(cmd, f.wait);
   add_quiet_flag(cmd, f.quiet);
   return cmd;
@@ -415,8 +483,9 @@ CLI::App* add_slurm_command(CLI::App& app, SlurmFlags& f) {
 // `gpueval --gpus 0-3 configs/mmlu.yaml` is `gpueval run --gpus 0-3 configs/mmlu.yaml`.
 std::vector<std::string> with_default_subcommand(int argc, char** argv) {
   static const char* kSubcommands[] = {
-      "run",    "worker",    "generate", "logits", "tokenize", "score",  "convert-llama2c", "init-model",
-      "report", "calibrate", "history",  "plan",   "merge",    "status", "slurm",           "execute"};
+      "run",        "worker",  "generate",  "logits",       "tokenize", "score", "convert-llama2c",
+      "init-model", "report",  "calibrate", "history",      "plan",     "merge", "status",
+      "slurm",      "execute", "requests",  "chat-template"};
   std::vector<std::string> args(argv, argv + argc);
   bool has_subcommand = false, looks_like_run = false;
   for (int i = 1; i < argc; ++i) {
@@ -454,8 +523,9 @@ gpueval::EvaluationOptions evaluation_options(const char* argv0, bool recalibrat
 // takes from its plan.
 bool changes_the_plan(const ConfigOverrides& o) {
   return o.model || o.output || o.batch_size || o.batch_tokens || o.limit || o.num_fewshot || o.seed || o.add_bos ||
-         o.prefix_reuse || o.group_continuations || o.max_memory || o.history || o.tensorboard ||
-         o.fail_on_regression || o.tasks || !o.data.empty() || o.max_sandboxes || o.unsafe_no_sandbox;
+         o.dtype || o.max_length || o.cpu_threads || o.prefix_reuse || o.group_continuations || o.max_memory ||
+         o.history || o.tensorboard || o.fail_on_regression || o.tasks || !o.data.empty() || o.max_sandboxes ||
+         o.unsafe_no_sandbox;
 }
 
 // `gpueval run CONFIG`, one machine; or one shard of a sharded run: `gpueval run DIR --shard i/N`,
@@ -484,6 +554,18 @@ int run_command(const RunFlags& f, const char* argv0) {
   return gpueval::run_evaluation(config, eo);
 }
 
+// How many CPU workers a device spec ("" is cpu) starts: 0 for GPUs or a spec that does not parse.
+int cpu_workers_of(const std::string& gpus) {
+  try {
+    const std::string spec = gpus.empty() ? "cpu" : gpus;
+    if (!gpueval::starts_with(spec, "cpu")) return 0;
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    return static_cast<int>(gpueval::parse_device_spec(spec, 0, cores).size());
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
 // How many CPU workers a plain `gpueval run` of this config starts: forked ahead, before any thread
 // (worker_prefork.h). 0 for a sharded run, GPUs, or a config that does not load (the run says why).
 int cpu_workers_to_fork(const RunFlags& f) {
@@ -491,10 +573,8 @@ int cpu_workers_to_fork(const RunFlags& f) {
     if (!f.shard.empty() || gpueval::io::is_directory(f.config)) return 0;
     gpueval::RunConfig config = gpueval::load_run_config(f.config);
     gpueval::apply_overrides(config, f.overrides);
-    const std::string spec = config.gpus.empty() ? "cpu" : config.gpus;
-    if (!gpueval::starts_with(spec, "cpu") || gpueval::io::path_exists(config.output + "/plan.json")) return 0;
-    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    return static_cast<int>(gpueval::parse_device_spec(spec, 0, cores).size());
+    if (gpueval::io::path_exists(config.output + "/plan.json")) return 0;
+    return cpu_workers_of(config.gpus);
   } catch (const std::exception&) {
     return 0;
   }
@@ -511,6 +591,21 @@ int slurm_command(SlurmFlags& f, const char* argv0) {
   gpueval::apply_overrides(config, f.overrides);
   f.options.executable = self_executable(argv0);
   return gpueval::run_slurm_command(config, f.options, std::cout);
+}
+
+int requests_command(RequestsFlags& f, const char* argv0) {
+  gpueval::RunConfig config;
+  config.source = "the command line";
+  config.output.clear();  // a folder under --journal-root unless --output names one
+  gpueval::apply_overrides(config, f.overrides);
+  f.run.config = config;
+  if (f.describe) {
+    std::cout << gpueval::describe_model(config, self_executable(argv0)).dump() << "\n";
+    return 0;
+  }
+  if (f.run.requests_file.empty() || f.run.results_file.empty())
+    throw gpueval::Error("gpueval requests: give --requests FILE and --results FILE (or --describe)");
+  return gpueval::run_requests(f.run, evaluation_options(argv0, false, f.fresh, f.wait));
 }
 
 int calibrate_command(CalibrateFlags& f, const char* argv0) {
@@ -533,6 +628,7 @@ int run_main(int argc, char** argv) {
   app.add_option("--threads", threads, "CPU threads for LibTorch (0: all cores)");
 
   RunFlags run;
+  RequestsFlags requests;
   CalibrateFlags calibrate;
   gpueval::GenerateCommand generate;
   gpueval::LogitsCommand logits;
@@ -549,6 +645,7 @@ int run_main(int argc, char** argv) {
   MergeFlags merge;
   SlurmFlags slurm;
   auto* run_cmd = add_run_command(app, run);
+  auto* requests_cmd = add_requests_command(app, requests);
   auto* plan_cmd = add_plan_command(app, plan);
   auto* merge_cmd = add_merge_command(app, merge);
   auto* status_cmd = add_status_command(app, status);
@@ -579,17 +676,21 @@ int run_main(int argc, char** argv) {
   // returns here as a worker once the scheduler launches it.
   gpueval::PreforkRole role = gpueval::PreforkRole::kParent;
   if (*run_cmd) role = gpueval::prefork_workers(cpu_workers_to_fork(run));
+  if (*requests_cmd) role = gpueval::prefork_workers(cpu_workers_of(requests.overrides.gpus.value_or("")));
   if (role == gpueval::PreforkRole::kUnused) return 0;
   if (role == gpueval::PreforkRole::kWorker) threads = 0;  // as `gpueval worker` has it
   at::set_num_threads(threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   // The commands that run workers and print scores write stderr through the console: log lines
   // whole, a status line on a terminal, only errors under --quiet (common/console.h).
   std::optional<gpueval::Console> console;
-  if (role == gpueval::PreforkRole::kParent && (*run_cmd || *merge_cmd))
-    console.emplace(2, gpueval::ConsoleOptions{::isatty(2) != 0, *run_cmd ? run.quiet : merge.quiet});
+  if (role == gpueval::PreforkRole::kParent && (*run_cmd || *merge_cmd || *requests_cmd))
+    console.emplace(2, gpueval::ConsoleOptions{::isatty(2) != 0, *run_cmd        ? run.quiet
+                                                                 : *requests_cmd ? requests.quiet
+                                                                                 : merge.quiet});
   try {
     if (*worker_cmd || role == gpueval::PreforkRole::kWorker) return gpueval::run_worker();
     if (*run_cmd) return run_command(run, argv[0]);
+    if (*requests_cmd) return requests_command(requests, argv[0]);
     if (*calibrate_cmd) return calibrate_command(calibrate, argv[0]);
     if (*plan_cmd) return plan_command(plan, argv[0]);
     if (*merge_cmd) return gpueval::run_merge_command(merge.dir, evaluation_options(argv[0], false, false, merge.wait));

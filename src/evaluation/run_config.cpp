@@ -743,6 +743,18 @@ void apply_overrides(RunConfig& config, const ConfigOverrides& overrides) {
     c.num_fewshot = overrides.num_fewshot;
   }
   if (overrides.seed) c.seed = *overrides.seed;
+  if (overrides.dtype) {
+    check("--dtype", dtype_problem(*overrides.dtype));
+    c.dtype = *overrides.dtype;
+  }
+  if (overrides.max_length) {
+    check("--max-length", min_problem(*overrides.max_length, 1));
+    c.max_length = overrides.max_length;
+  }
+  if (overrides.cpu_threads) {
+    check("--cpu-threads", min_problem(*overrides.cpu_threads, 1));
+    c.cpu_threads = *overrides.cpu_threads;
+  }
   if (overrides.max_sandboxes) {
     if (*overrides.max_sandboxes < 1) fail("--max-sandboxes", "must be at least 1, got {}", *overrides.max_sandboxes);
     c.code_execution.max_sandboxes = *overrides.max_sandboxes;

@@ -176,7 +176,7 @@ class RequestEncoder {
   }
 
   std::vector<WorkItem> rolling(const Request& r) const {
-    const std::vector<int32_t> tokens = encode(r.context);
+    const std::vector<int32_t> tokens = options_.rolling_like_hf ? encode_context(r.context) : encode(r.context);
     std::vector<ScoreRequest> windows = rolling_windows(tokens, prefix_token(), options_.max_length);
     if (windows.empty()) windows.push_back({{prefix_token()}, 1});  // an empty text: nothing to score, logprob 0
     if (windows.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max()))

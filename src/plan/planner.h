@@ -87,6 +87,12 @@ struct PlanOptions {
   // loglikelihood contexts and rolling windows use the prefix token (BOS, else
   // EOS) whatever this says, as lm-evaluation-harness does.
   bool add_bos = true;
+  // loglikelihood_rolling texts encoded as lm-eval's hf model encodes them (0.4.13: tok_encode with
+  // the tokenizer's special tokens, i.e. BOS as add_bos says, unless the text starts with it),
+  // before the windows' own prefix token: a tokenizer that adds BOS then scores P(BOS | BOS)
+  // first. Off (gpueval's runs): the text's own tokens only. On for lm-eval's requests
+  // (evaluation/request_run.h), whose numbers must be hf's.
+  bool rolling_like_hf = false;
   uint64_t seed = 1234;  // run seed for generate_until sampling
   // Tokenizer threads; 0 = one per core. Never changes the plan.
   int threads = 0;
