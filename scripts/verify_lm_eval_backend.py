@@ -9,7 +9,10 @@ absolute path with only the dataset keys pointed at local files made from ../sha
 scripts/verify_lm_eval.py does), plus a loglikelihood_rolling task over the repository's demo text
 and a task of our own whose process_results is a Python !function (work/lm_eval_tasks/custom_*).
 The chat rows run a random Llama checkpoint with the Llama-3 tokenizer and its chat template
-(`gpueval init-model`), with apply_chat_template, fewshot_as_multiturn and a system instruction.
+(`gpueval init-model`), with apply_chat_template, fewshot_as_multiturn and a system instruction;
+HumanEval (1,024 new tokens) runs on that checkpoint without a template. Its and MBPP's metric is
+Hugging Face evaluate's code_eval, which evaluate.load fetches from the Hub: give a local copy with
+--code-eval DIR, else those rows are skipped.
 Per task it compares, document by document: the request arguments (lm-eval builds them on both
 sides; for chat rows they carry the prompt each side's template engine rendered), every
 loglikelihood (|delta| <= --tol), is_greedy, every generation (equal strings), the filtered
@@ -115,7 +118,8 @@ def prepare(args, work: Path, lm_tasks: Path) -> list[dict]:
     with gzip.open(data / "humaneval" / "HumanEval.jsonl.gz", "rb") as src:
         he.write_bytes(src.read())
     include(lm_dir, "humaneval", lm_tasks / "humaneval" / "humaneval.yaml", {"test": he})
-    rows.append({"name": "humaneval", "shots": 0, "gen": True, "unsafe": True})
+    # HumanEval asks for 1,024 new tokens, past stories260K's 512 positions: the Llama-3-tokenizer model.
+    rows.append({"name": "humaneval", "shots": 0, "gen": True, "unsafe": True, "model": "llama3"})
     mbpp = [json.loads(l) for l in (data / "mbpp" / "mbpp.jsonl").read_text().splitlines() if l.strip()]
     for split, lo, hi in (("test", 11, 510), ("prompt", 1, 10)):
         V.write_jsonl(dd / f"mbpp_{split}.jsonl", [r for r in mbpp if lo <= r["task_id"] <= hi])
@@ -178,7 +182,7 @@ def run(lm, lm_dir: Path, row: dict, limit: int) -> tuple[dict, float]:
 def compare(row: dict, ours: dict, theirs: dict, tol: float, tol_rel: float) -> dict:
     task = row["name"]
     a, b = samples_of(ours, task), samples_of(theirs, task)
-    st = {"task": task + (" (chat)" if row.get("chat") else ""), "docs": len(b), "args": 0, "n_args": 0,
+    st = {"task": task + (" (chat)" if row.get("chat") else " (llama3)" if row.get("model") else ""), "docs": len(b), "args": 0, "n_args": 0,
           "max_dll": 0.0, "greedy": 0, "n_ll": 0, "gens": 0, "n_gen": 0, "doc_metrics": 0, "problems": []}
     if set(a) != set(b):
         st["problems"].append(f"documents differ: {len(a)} vs {len(b)}")
@@ -265,7 +269,7 @@ def main() -> int:
     if args.tasks:
         wanted = set(args.tasks.split(","))
         rows = [r for r in rows if r["name"] in wanted or f"{r['name']}(chat)" in wanted]
-    chat_dir = V.chat_models(args, work)["llama3"] if any(r.get("chat") for r in rows) else None
+    chat_dir = V.chat_models(args, work)["llama3"] if any(r.get("chat") or r.get("model") for r in rows) else None
     journal = work / "journal"
     lms = {}
 
@@ -280,7 +284,7 @@ def main() -> int:
     table, ok = [], True
     for row in rows:
         limit = args.gen_limit if row.get("gen") else args.limit
-        ours_lm, hf_lm = models(bool(row.get("chat")))
+        ours_lm, hf_lm = models(bool(row.get("chat") or row.get("model")))
         log(f"[row] {row['name']}{' (chat)' if row.get('chat') else ''}, {row['shots']}-shot, limit {limit}")
         try:
             theirs, t_hf = run(hf_lm, work / "lm_eval_tasks", row, limit)
@@ -304,7 +308,7 @@ def main() -> int:
         if "docs" not in st:
             lines.append(f"| {st['task']} | {st['shots']} | FAILED: {'; '.join(st['problems'])} |||||||||")
             continue
-        m = ", ".join(f"{k.split(',')[0]}={v:.4g}" for k, v in sorted(st["metrics"].items()))
+        m = ", ".join(f"{k.replace(',none', '')}={v:.4g}" for k, v in sorted(st["metrics"].items()))
         lines.append(
             f"| {st['task']} | {st['shots']} | {st['docs']} | {st['args']}/{st['n_args']} | {st['max_dll']:.2e} | "
             f"{st['greedy']}/{st['n_ll']} | {st['gens']}/{st['n_gen']} | {st['doc_metrics']}/{st['n_args']} | "

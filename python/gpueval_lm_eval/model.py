@@ -111,11 +111,13 @@ def engine_flags(args: dict[str, Any]) -> list[str]:
 
 def generation_line(context: str, gen_kwargs: dict[str, Any], default_max_gen_toks: int,
                     eos_token: str | None) -> dict[str, Any]:
-    """A generate_until request line from lm-eval's (context, gen_kwargs), with the settings lm-eval's
-    hf model gives transformers' generate(): until (a string or a list) plus the EOS text,
-    max_gen_toks, and do_sample / temperature / top_k / top_p (greedy unless do_sample is true;
-    sampling settings unset take the checkpoint's generation_config.json). Any other key is an
-    error: gpueval does not guess what it would do."""
+    """A generate_until request line from lm-eval's (context, gen_kwargs), read as lm-eval 0.4.13's hf
+    model reads them (normalize_gen_kwargs, handle_stop_sequences): until (a string or a list) plus
+    the EOS text; the most new tokens from max_gen_toks, else max_new_tokens, max_tokens,
+    max_completion_tokens, else the model's default; sampling when do_sample is true, or unset with
+    a temperature above 0, with temperature, top_k and top_p (unset: the checkpoint's
+    generation_config.json), else greedy. Any other key is an error: gpueval does not guess what it
+    would do."""
     kwargs = copy.deepcopy(gen_kwargs) if gen_kwargs else {}
     until = kwargs.pop("until", None)
     if until is None:
@@ -127,7 +129,11 @@ def generation_line(context: str, gen_kwargs: dict[str, Any], default_max_gen_to
     until = list(until)
     if eos_token and eos_token not in until:
         until.append(eos_token)  # as hf: the EOS text stops too
-    max_gen_toks = kwargs.pop("max_gen_toks", default_max_gen_toks)
+    max_gen_toks = default_max_gen_toks
+    for alias in ("max_completion_tokens", "max_tokens", "max_new_tokens", "max_gen_toks"):  # the last wins
+        value = kwargs.pop(alias, None)
+        if value is not None:
+            max_gen_toks = value
     do_sample = kwargs.pop("do_sample", None)
     temperature = kwargs.pop("temperature", None)
     top_k = kwargs.pop("top_k", None)
@@ -135,11 +141,12 @@ def generation_line(context: str, gen_kwargs: dict[str, Any], default_max_gen_to
     if kwargs:
         raise GpuevalError(
             f"gpueval: generation_kwargs {', '.join(sorted(kwargs))} not supported "
-            "(supported: until, max_gen_toks, do_sample, temperature, top_k, top_p)"
+            "(supported: until, max_gen_toks and its aliases, do_sample, temperature, top_k, top_p)"
         )
     line: dict[str, Any] = {"type": "generate_until", "context": context, "until": until,
                             "max_gen_toks": int(max_gen_toks)}
-    if do_sample is True:
+    sample = do_sample is True or (do_sample is None and temperature is not None and float(temperature) > 0)
+    if sample:
         if temperature is not None and float(temperature) <= 0:
             raise GpuevalError(f"gpueval: do_sample with temperature {temperature}: give a positive temperature")
         line["temperature"] = float(temperature) if temperature is not None else -1.0

@@ -75,6 +75,11 @@ class MappingTest(unittest.TestCase):
         self.assertNotIn("temperature", line)  # greedy unless do_sample is true, as transformers decodes
         line = generation_line("Q:", {"do_sample": True, "temperature": 0.7}, 256, "</s>")
         self.assertEqual((line["temperature"], line["top_k"], line["top_p"]), (0.7, -1, -1.0))
+        # lm-eval 0.4.13's normalize_gen_kwargs: a temperature without do_sample samples; aliases of max_gen_toks.
+        line = generation_line("Q:", {"temperature": 0.5, "top_k": 40, "max_new_tokens": 9}, 256, None)
+        self.assertEqual((line["temperature"], line["top_k"], line["max_gen_toks"]), (0.5, 40, 9))
+        line = generation_line("Q:", {"do_sample": False, "temperature": 0.5}, 256, None)
+        self.assertNotIn("temperature", line)
         with self.assertRaisesRegex(GpuevalError, "generation_kwargs num_beams not supported"):
             generation_line("Q:", {"num_beams": 4}, 256, None)
         with self.assertRaisesRegex(GpuevalError, "until must be a string or a list"):

@@ -37,8 +37,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr const char* kKeys[] = {"type",  "context", "continuation", "until", "max_gen_toks", "temperature",
-                                 "top_k", "top_p",   "task",         "doc_id"};
+constexpr const char* kKeys[] = {"type",        "context", "continuation", "until", "max_gen_toks",
+                                 "temperature", "top_k",   "top_p",        "task",  "doc_id"};
 
 Request read_line(const std::string& text, const std::string& where) {
   const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
@@ -151,9 +151,10 @@ int run_requests(const RequestRunOptions& run, const EvaluationOptions& options)
   const std::string source = run.requests_file == "-" ? "<stdin>" : run.requests_file;
   config.source = source;
   TaskInputs given;
-  given.requests = read_request_lines(run.requests_file == "-" ? std::string(std::istreambuf_iterator<char>(std::cin), {})
-                                                               : io::read_file(run.requests_file),
-                                      source);
+  given.requests =
+      read_request_lines(run.requests_file == "-" ? std::string(std::istreambuf_iterator<char>(std::cin), {})
+                                                  : io::read_file(run.requests_file),
+                         source);
   if (given.requests.empty()) {  // nothing to compute: no worker, no journal
     if (run.results_file != "-") io::write_file_atomic(run.results_file, "");
     return 0;
@@ -200,8 +201,9 @@ int run_requests(const RequestRunOptions& run, const EvaluationOptions& options)
   }
   if (report.interrupted) {
     progress.finish("interrupted");
-    Console::error(fmt::format("[sched] interrupted: {} requests computed are in {}; the same command goes on from there",
-                               journal.requests_computed(), journal.path()));
+    Console::error(
+        fmt::format("[sched] interrupted: {} requests computed are in {}; the same command goes on from there",
+                    journal.requests_computed(), journal.path()));
     return 128 + report.signal;
   }
   if (!report.quarantined.empty()) {

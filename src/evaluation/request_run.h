@@ -3,9 +3,9 @@
 // generate_until with the whole list at once (`gpueval requests`, docs/lm_eval.md). The requests
 // come in as JSONL, go through the same flow as a native run's (run_inputs.h's load_run_inputs
 // without tasks, the planner: tokenized as lm-eval's hf model does, sorted, prefixes shared,
-// batched, rolling texts windowed as hf does (PlanOptions::rolling_like_hf); the run loop: journal, scheduler, one worker per device), and their results go out as
-// JSONL in the order they came. Nothing here knows lm-eval: the package turns its Instances into
-// these lines and the results back.
+// batched, rolling texts windowed as hf does (PlanOptions::rolling_like_hf); the run loop: journal, scheduler, one
+// worker per device), and their results go out as JSONL in the order they came. Nothing here knows lm-eval: the package
+// turns its Instances into these lines and the results back.
 //
 // The journal is keyed by content: the requests (task, document and their position in it, type,
 // text, generation settings) and the options that change results, in a folder of their own under

@@ -134,11 +134,11 @@ std::vector<json> read_results(const std::string& path) {
 
 std::vector<std::string> request_args(const std::string& requests, const std::string& results,
                                       const std::string& output, const std::string& gpus) {
-  return {"requests",   "--model",   testing::source_dir() + "/models/stories260K",
-          "--gpus",     gpus,        "--requests",
-          requests,     "--results", results,
-          "--output",   output,      "--batch-tokens",
-          "192",        "--dtype",   "float32"};
+  return {"requests", "--model",   testing::source_dir() + "/models/stories260K",
+          "--gpus",   gpus,        "--requests",
+          requests,   "--results", results,
+          "--output", output,      "--batch-tokens",
+          "192",      "--dtype",   "float32"};
 }
 
 class RequestRunTest : public ::testing::Test {
@@ -207,8 +207,8 @@ TEST_F(RequestRunTest, TheSameRequestsAgainComputeNothingAndTwoWorkersGiveTheSam
   const auto again =
       testing::run_gpueval(request_args(*requests_, tmp_.file("again.jsonl"), tmp_.file("two"), "cpu:1"));
   ASSERT_EQ(again.exit_code, 0) << again.err;
-  EXPECT_THAT(again.err, HasSubstr(fmt::format("complete: {0} requests (0 computed, {0} from the journal)",
-                                               lines_->size())));
+  EXPECT_THAT(again.err,
+              HasSubstr(fmt::format("complete: {0} requests (0 computed, {0} from the journal)", lines_->size())));
   EXPECT_EQ(io::read_file(tmp_.file("again.jsonl")), *reference_);
 }
 

@@ -56,23 +56,35 @@ TEST(RowInvariantMultiply, ScalarBodyIsTheDocumentedOrder) {
   }
 }
 
-TEST(RowInvariantMultiply, VectorBodyGivesTheScalarBitsAtEveryTileEdge) {
-  if (!row_invariant_vector_code()) GTEST_SKIP() << "no AVX2+FMA body on this CPU or build";
+// Every vector body this CPU has (AVX2; AVX-512 where it has AVX-512F, forced at every row count and
+// as kBest picks it) against the scalar body, at every tile edge of each.
+void expect_scalar_bits(RowInvariantCode code) {
   for (int64_t k : {1, 5, 8, 13, 64, 203, 517, 768}) {
-    for (int64_t m : {1, 2, 3, 4, 5, 7, 8, 13, 47, 48, 49, 97}) {
-      for (int64_t n : {1, 2, 3, 4, 5, 11, 50}) {
+    for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 13, 15, 16, 17, 47, 48, 49, 97}) {
+      for (int64_t n : {1, 2, 3, 4, 5, 7, 8, 9, 11, 16, 50}) {
         // Strided rows (ldx, ldw, ldy wider than the data) catch an edge tile reading past its rows.
         const int64_t ldx = k + 3, ldw = k + 1, ldy = n + 2;
         const std::vector<float> x = values(m * ldx, static_cast<uint32_t>(k + m)),
                                  w = values(n * ldw, static_cast<uint32_t>(k * 7 + n));
         std::vector<float> vec(static_cast<size_t>(m * ldy), -1.f), ref(static_cast<size_t>(m * ldy), -1.f);
-        row_invariant_multiply(m, n, k, x.data(), ldx, w.data(), ldw, vec.data(), ldy, RowInvariantCode::kBest);
+        row_invariant_multiply(m, n, k, x.data(), ldx, w.data(), ldw, vec.data(), ldy, code);
         row_invariant_multiply(m, n, k, x.data(), ldx, w.data(), ldw, ref.data(), ldy, RowInvariantCode::kScalar);
         ASSERT_EQ(0, std::memcmp(vec.data(), ref.data(), vec.size() * sizeof(float)))
-            << "m " << m << " n " << n << " k " << k;
+            << "code " << static_cast<int>(code) << " m " << m << " n " << n << " k " << k;
       }
     }
   }
+}
+
+TEST(RowInvariantMultiply, VectorBodyGivesTheScalarBitsAtEveryTileEdge) {
+  if (!row_invariant_vector_code()) GTEST_SKIP() << "no AVX2+FMA body on this CPU or build";
+  expect_scalar_bits(RowInvariantCode::kAvx2);
+  expect_scalar_bits(RowInvariantCode::kBest);
+}
+
+TEST(RowInvariantMultiply, Avx512BodyGivesTheScalarBitsAtEveryTileEdge) {
+  if (!row_invariant_avx512_code()) GTEST_SKIP() << "no AVX-512 body on this CPU or build (AVX-512F)";
+  expect_scalar_bits(RowInvariantCode::kAvx512);
 }
 
 TEST(RowInvariantProject, ARowsBitsDoNotDependOnItsBatchOrThreads) {

@@ -15,6 +15,11 @@ namespace gpueval {
 namespace row_invariant_detail {
 void multiply_avx2(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, const float* w, int64_t ldw, float* y,
                    int64_t ldy);
+#ifdef GPUEVAL_ROW_INVARIANT_AVX512
+int64_t avx512_scratch_floats(int64_t n, int64_t k);
+void multiply_avx512(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, const float* w, int64_t ldw,
+                     float* y, int64_t ldy, float* scratch);
+#endif
 }  // namespace row_invariant_detail
 #endif
 
@@ -48,11 +53,38 @@ bool row_invariant_vector_code() {
 #endif
 }
 
+bool row_invariant_avx512_code() {
+#ifdef GPUEVAL_ROW_INVARIANT_AVX512
+  // GPUEVAL_ROW_INVARIANT_AVX512=0 keeps it off (the AVX2 body then, the same bits), to measure it.
+  static const bool avx512 = [] {
+    const char* setting = std::getenv("GPUEVAL_ROW_INVARIANT_AVX512");
+    return row_invariant_vector_code() && __builtin_cpu_supports("avx512f") &&
+           !(setting && std::strcmp(setting, "0") == 0);
+  }();
+  return avx512;
+#else
+  return false;
+#endif
+}
+
 void row_invariant_multiply(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, const float* w, int64_t ldw,
                             float* y, int64_t ldy, RowInvariantCode code) {
   if (m <= 0 || n <= 0) return;
+  if ((code == RowInvariantCode::kAvx2 && !row_invariant_vector_code()) ||
+      (code == RowInvariantCode::kAvx512 && !row_invariant_avx512_code()))
+    throw Error("row_invariant_multiply: this CPU or build has no such vector body");
+#ifdef GPUEVAL_ROW_INVARIANT_AVX512
+  if (code == RowInvariantCode::kAvx512 ||
+      (code == RowInvariantCode::kBest && m >= kAvx512MinRows && row_invariant_avx512_code())) {
+    // The packed weights, one buffer per thread (the threads share a product's outputs).
+    thread_local std::vector<float> scratch;
+    scratch.resize(static_cast<size_t>(std::max<int64_t>(1, row_invariant_detail::avx512_scratch_floats(n, k))));
+    row_invariant_detail::multiply_avx512(m, n, k, x, ldx, w, ldw, y, ldy, scratch.data());
+    return;
+  }
+#endif
 #ifdef GPUEVAL_ROW_INVARIANT_AVX2
-  if (code == RowInvariantCode::kBest && row_invariant_vector_code()) {
+  if (code == RowInvariantCode::kAvx2 || (code == RowInvariantCode::kBest && row_invariant_vector_code())) {
     row_invariant_detail::multiply_avx2(m, n, k, x, ldx, w, ldw, y, ldy);
     return;
   }

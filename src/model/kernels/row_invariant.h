@@ -11,7 +11,10 @@
 // zeros); then the sums added (s0+s4 + s2+s6) + (s1+s5 + s3+s7). Two bodies compute it: AVX2+FMA
 // vector code (row_invariant_avx2.cpp, 4 rows by 3 outputs per tile, as fast as oneDNN's sgemm on
 // decode shapes and 80-95% of it on prefill shapes; docs/performance.md) where the build and CPU have
-// it, else scalar code with std::fma. Both give the same bits (the tests compare them).
+// it, else scalar code with std::fma; and for products of at least kAvx512MinRows rows (a prefill) on
+// CPUs with AVX-512F, AVX-512 code (row_invariant_avx512.cpp: two outputs' 8 lanes in one register,
+// the weights packed in pairs first, 6 rows by 8 outputs per tile). All give the same bits (the tests
+// compare them).
 // May call cpu_parallel.h; stateless apart from the thread-local RowInvariantProducts switch.
 #pragma once
 
@@ -21,12 +24,17 @@
 
 namespace gpueval {
 
-// kBest: the vector body where row_invariant_vector_code(), else the scalar one; kScalar: always the
-// scalar one (the tests compare the two).
-enum class RowInvariantCode { kBest, kScalar };
+// kBest: the AVX-512 body for kAvx512MinRows rows or more where row_invariant_avx512_code(), else
+// the AVX2 body where row_invariant_vector_code(), else the scalar one. kScalar, kAvx2, kAvx512: that
+// body whatever the rows (the tests compare them; a vector body the CPU lacks is an Error).
+enum class RowInvariantCode { kBest, kScalar, kAvx2, kAvx512 };
+constexpr int64_t kAvx512MinRows = 16;
 
 // Whether the AVX2+FMA body runs here (built for x86-64, and the CPU has AVX2 and FMA).
 bool row_invariant_vector_code();
+// Whether the AVX-512 body runs here (that, and the CPU has AVX-512F; the environment's
+// GPUEVAL_ROW_INVARIANT_AVX512=0 turns it off, to measure it against the AVX2 body).
+bool row_invariant_avx512_code();
 
 // y[i * ldy + j] = x[i] · w[j] for i < m, j < n, each in the fixed order above; x rows of k floats
 // ldx apart, w rows ldw apart. On the calling thread alone.

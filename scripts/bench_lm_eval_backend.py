@@ -1,0 +1,203 @@
+#!/usr/bin/env python3
+"""lm-eval's command line with `--model hf` beside `--model gpueval`, on this machine's cores: wall times,
+start-up, and agreement.
+
+Not part of CI. Run it through scripts/bench_lm_eval_backend.sh, which provides lm-eval's venv (the one
+scripts/verify_lm_eval.sh makes, torch and transformers included) with ./python installed, and builds gpueval.
+
+Workloads, on the random 134M-parameter Llama of scripts/bench_vs_lmeval.py (`gpueval init-model`
+defaults with the Mistral 7B v0.1 tokenizer from ../shared, float32):
+  mmlu: MMLU 5-shot over --subjects (8) x --limit (50) questions: lm-eval's own mmlu_<subject>.yaml
+        over cais/mmlu rows made from the shared CSVs (verify_lm_eval.write_mmlu_task);
+  gsm8k: lm-eval's gsm8k_cot 8-shot over --gen-limit (16) documents of the shared test.jsonl, greedy,
+        its own generation_kwargs (256 new tokens at most; a random model never says "Q:");
+  startup: one MMLU question 0-shot, so that what is measured is each side's start-up.
+Each side is one lm-eval process, timed from start to exit (imports, model load, engine start-up
+included): `lm-eval run --model hf --model_args pretrained=M,dtype=float32 --device cpu --batch_size 1`
+(HFLM's default batch, torch's default threads: every core) and `gpueval-lm-eval run --model gpueval
+--model_args pretrained=M,dtype=float32,gpus=cpu:N,journal_dir=<fresh> --batch_size auto` (N = the
+cores; a fresh journal each run, so nothing is resumed). Runs alternate between the sides, --reps
+times each. Agreement from the samples files: every request's arguments identical, max |delta
+loglikelihood|, generations identical, metrics equal. Also timed: importing the package, and
+`gpueval requests --describe` (the check before any compute).
+
+Exit 0 when every row agrees, else 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "scripts"))
+import verify_lm_eval as V  # noqa: E402
+
+SUBJECTS = ["abstract_algebra", "anatomy", "astronomy", "business_ethics", "clinical_knowledge",
+            "college_biology", "college_chemistry", "college_computer_science"]
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def prepare(args, work: Path) -> None:
+    import lm_eval
+    builtin = Path(lm_eval.__file__).parent / "tasks"
+    data = Path(args.data)
+    lm_dir, dd = work / "lm_eval_tasks", work / "data"
+    for d in (lm_dir, dd):
+        d.mkdir(parents=True, exist_ok=True)
+    for s in args.subjects:
+        V.write_mmlu_task(data, dd, lm_dir / f"mmlu_{s}.yaml", builtin / "mmlu" / "default" / f"mmlu_{s}.yaml", s)
+    gsm = (data / "gsm8k" / "test.jsonl").resolve()
+    (lm_dir / "gsm8k_cot.yaml").write_text(
+        f"include: {builtin / 'gsm8k' / 'gsm8k-cot.yaml'}\ntask: gsm8k_cot\ndataset_path: json\n"
+        f"dataset_name: null\ndataset_kwargs:\n  data_files:\n    test: {gsm}\n"
+        "training_split: null\nvalidation_split: null\ntest_split: test\n")
+    model = work / "model"
+    if not (model / "config.json").exists():
+        if args.model:
+            shutil.copytree(args.model, model)
+        else:
+            tok = work / "tokenizer"
+            tok.mkdir(exist_ok=True)
+            for f in ("tokenizer.json", "tokenizer_config.json"):
+                shutil.copy(data / "tokenizers" / "mistral7b_v0.1" / f, tok / f)
+            subprocess.run([args.gpueval, "init-model", "--tokenizer", str(tok), "--out", str(model), "--force"],
+                           check=True, stdout=subprocess.DEVNULL)
+
+
+def command(args, work: Path, side: str, tasks: list[str], shots: int | None, limit: int, out: Path) -> list[str]:
+    bin_dir = Path(sys.executable).parent
+    model = work / "model"
+    if side == "hf":
+        cmd = [str(bin_dir / "lm-eval"), "run", "--model", "hf", "--model_args", f"pretrained={model},dtype=float32",
+               "--device", "cpu", "--batch_size", "1"]
+    else:
+        journal = out.parent / (out.name + "_journal")
+        cmd = [str(bin_dir / "gpueval-lm-eval"), "run", "--model", "gpueval", "--model_args",
+               f"pretrained={model},dtype=float32,gpus={args.gpus},binary={args.gpueval},journal_dir={journal}",
+               "--batch_size", "auto"]
+    cmd += ["--tasks", ",".join(tasks), "--include_path", str(work / "lm_eval_tasks"), "--limit", str(limit),
+            "--output_path", str(out), "--log_samples"]
+    if shots is not None:
+        cmd += ["--num_fewshot", str(shots)]
+    return cmd
+
+
+def timed(cmd: list[str], log_path: Path) -> float:
+    t0 = time.monotonic()
+    with log_path.open("w") as f:
+        proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT)
+    wall = time.monotonic() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} exited {proc.returncode}; see {log_path}")
+    return wall
+
+
+def read_out(out: Path, tasks: list[str]) -> dict:
+    results = json.loads(next(out.rglob("results_*.json")).read_text())
+    body = {}
+    for t in tasks:
+        samples = {}
+        for line in next(out.rglob(f"samples_{t}_*.jsonl")).read_text().splitlines():
+            s = json.loads(line)
+            samples[(s["doc_id"], s.get("filter", "none"))] = s
+        body[t] = {"samples": samples, "metrics": V._metrics_of(results["results"][t])}
+    return body
+
+
+def agree(ours: dict, theirs: dict) -> dict:
+    st = {"requests": 0, "args_equal": 0, "max_dll": 0.0, "gens": 0, "gens_equal": 0, "metrics_equal": True}
+    for t, b in theirs.items():
+        a = ours[t]
+        st["metrics_equal"] &= a["metrics"] == b["metrics"]
+        for key, sb in b["samples"].items():
+            sa = a["samples"].get(key)
+            st["requests"] += len(sb["arguments"])
+            if sa is None:
+                continue
+            st["args_equal"] += sum(x == y for x, y in zip(sa["arguments"], sb["arguments"]))
+            for ra, rb in zip(sa["resps"], sb["resps"]):
+                if isinstance(rb[0], str):
+                    st["gens"] += 1
+                    st["gens_equal"] += ra[0] == rb[0]
+                else:
+                    st["max_dll"] = max(st["max_dll"], abs(float(ra[0][0]) - float(rb[0][0])))
+    return st
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--gpueval", default=os.environ.get("GPUEVAL_BIN") or str(REPO / "build" / "gpueval"))
+    ap.add_argument("--data", default=str(REPO.parent / "shared" / "data"))
+    ap.add_argument("--model", help="a float32 checkpoint instead of the random 134M Llama")
+    ap.add_argument("--work", default="/tmp/gpueval-backend-bench")
+    ap.add_argument("--reps", type=int, default=1)
+    ap.add_argument("--subjects", type=lambda s: s.split(","), default=SUBJECTS)
+    ap.add_argument("--limit", type=int, default=50)
+    ap.add_argument("--gen-limit", type=int, default=16)
+    ap.add_argument("--gpus", default=f"cpu:{os.cpu_count()}")
+    ap.add_argument("--workloads", default="startup,mmlu,gsm8k")
+    args = ap.parse_args()
+    args.gpueval = str(Path(args.gpueval).resolve())
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    prepare(args, work)
+    t0 = time.monotonic()
+    subprocess.run([sys.executable, "-c", "import gpueval_lm_eval"], check=True)
+    t_import = time.monotonic() - t0
+    t0 = time.monotonic()
+    subprocess.run([args.gpueval, "requests", "--model", str(work / "model"), "--gpus", args.gpus, "--describe"],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    t_describe = time.monotonic() - t0
+    log(f"[startup] import gpueval_lm_eval {t_import:.2f} s (lm-eval and its dependencies included); "
+        f"gpueval requests --describe {t_describe:.2f} s")
+    workloads = {"startup": ([f"mmlu_{args.subjects[0]}"], 0, 1),
+                 "mmlu": ([f"mmlu_{s}" for s in args.subjects], 5, args.limit),
+                 "gsm8k": (["gsm8k_cot"], None, args.gen_limit)}
+    rows, ok = [], True
+    for name in args.workloads.split(","):
+        tasks, shots, limit = workloads[name]
+        walls = {"hf": [], "gpueval": []}
+        outs = {}
+        for rep in range(args.reps):
+            for side in ("hf", "gpueval"):
+                out = work / f"out_{name}_{side}_{rep}"
+                shutil.rmtree(out, ignore_errors=True)
+                shutil.rmtree(out.parent / (out.name + "_journal"), ignore_errors=True)
+                cmd = command(args, work, side, tasks, shots, limit, out)
+                log(f"[{name}] {side} rep {rep + 1}: {' '.join(cmd)}")
+                walls[side].append(timed(cmd, work / f"log_{name}_{side}_{rep}.txt"))
+                log(f"[{name}] {side} rep {rep + 1}: {walls[side][-1]:.1f} s")
+                outs[side] = out
+        st = agree(read_out(outs["gpueval"], tasks), read_out(outs["hf"], tasks))
+        hf, ours = statistics.median(walls["hf"]), statistics.median(walls["gpueval"])
+        good = st["args_equal"] == st["requests"] and st["max_dll"] <= 1e-4 and st["gens_equal"] == st["gens"] and \
+            st["metrics_equal"]
+        ok &= good
+        rows.append((name, tasks, shots, limit, walls, hf, ours, st, good))
+    print(f"lm-eval CLI, --model hf (batch 1, cpu, torch threads {os.cpu_count()}) vs --model gpueval (gpus "
+          f"{args.gpus}, batch auto); import {t_import:.2f} s, describe {t_describe:.2f} s\n")
+    print("| workload | requests | hf wall (s) | gpueval wall (s) | x hf | args equal | max abs dloglik | "
+          "generations equal | metrics equal |")
+    print("|---|---:|---:|---:|---:|---|---:|---|---|")
+    for name, tasks, shots, limit, walls, hf, ours, st, good in rows:
+        print(f"| {name} ({len(tasks)} task(s), {'default' if shots is None else shots}-shot, limit {limit}) | "
+              f"{st['requests']} | {' / '.join(f'{w:.1f}' for w in walls['hf'])} | "
+              f"{' / '.join(f'{w:.1f}' for w in walls['gpueval'])} | {hf / ours:.2f} | "
+              f"{st['args_equal']}/{st['requests']} | {st['max_dll']:.2e} | {st['gens_equal']}/{st['gens']} | "
+              f"{'yes' if st['metrics_equal'] else 'NO'} |")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

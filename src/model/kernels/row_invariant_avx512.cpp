@@ -1,0 +1,144 @@
+// The AVX-512 body of row_invariant_multiply (row_invariant.h), for products of many rows (a
+// generation's prefill). Built with -mavx512f -mavx2 -mfma, so it includes nothing but intrinsics (as
+// row_invariant_avx2.cpp, and for the same reason).
+//
+// It computes the AVX2 body's order, bit for bit: each output is 8 lanes, lane l summing
+// x[i][c] * w[j][c] for c = l, l + 8, ... as a chain of fused multiply-adds in index order (the last
+// partial group with zeros past k), then (l0+l4 + l2+l6) + (l1+l5 + l3+l7). A 512-bit register
+// holds two outputs' 8 lanes side by side: the row's 8 elements broadcast to both halves, the two
+// outputs' 8 weights beside each other, one FMA advancing both chains. The weights are packed first
+// (pairs of outputs interleaved by groups of 8, zeros past k, into the caller's scratch), so a pair
+// is one load. A tile holds up to 6 rows by 4 pairs (24 accumulators, 10 loads per 24 FMAs of 16
+// lanes); edge tiles run the same chains, so no output's bits depend on its tile or its rows.
+#include <immintrin.h>
+
+#include <cstdint>
+
+namespace gpueval::row_invariant_detail {
+
+void multiply_avx2(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, const float* w, int64_t ldw, float* y,
+                   int64_t ldy);
+
+namespace {
+
+constexpr int kRows = 6;  // rows of x per tile
+constexpr int kPairs = 4;  // pairs of outputs per tile
+constexpr int64_t kRowBlock = 48;  // rows that share one pass over a group of pairs (x stays in cache)
+
+int64_t groups_of(int64_t k) { return (k + 7) / 8; }
+
+// The AVX2 body's lane sum of one 8-lane half.
+float lane_sum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));  // l0+l4 .. l3+l7
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));  // (l0+l4)+(l2+l6), (l1+l5)+(l3+l7)
+  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+  return _mm_cvtss_f32(s);
+}
+
+// 8 floats of a row, in both halves.
+inline __m512 both_halves(const float* p) {
+  return _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_loadu_pd(reinterpret_cast<const double*>(p))));
+}
+inline __m512 both_halves_partial(const float* p, int64_t count) {
+  const __m256i lanes =
+      _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(count)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  return _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_maskload_ps(p, lanes))));
+}
+
+// Rows i < R against pairs p < P: panel + p * panel_stride holds pair p's packed weights.
+template <int R, int P>
+inline __attribute__((always_inline)) void tile(int64_t k, const float* x, int64_t ldx, const float* panel,
+                                                int64_t panel_stride, float* y, int64_t ldy) {
+  __m512 acc[R][P];
+#pragma GCC unroll 6
+  for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+    for (int p = 0; p < P; ++p) acc[i][p] = _mm512_setzero_ps();
+  const int64_t full = k / 8;
+  for (int64_t g = 0; g < full; ++g) {
+    __m512 wv[P];
+#pragma GCC unroll 4
+    for (int p = 0; p < P; ++p) wv[p] = _mm512_loadu_ps(panel + p * panel_stride + 16 * g);
+#pragma GCC unroll 6
+    for (int i = 0; i < R; ++i) {
+      const __m512 xv = both_halves(x + i * ldx + 8 * g);
+#pragma GCC unroll 4
+      for (int p = 0; p < P; ++p) acc[i][p] = _mm512_fmadd_ps(xv, wv[p], acc[i][p]);
+    }
+  }
+  if (full * 8 < k) {  // the last partial group: zeros past k, as the AVX2 body's masked loads
+    __m512 wv[P];
+    for (int p = 0; p < P; ++p) wv[p] = _mm512_loadu_ps(panel + p * panel_stride + 16 * full);
+    for (int i = 0; i < R; ++i) {
+      const __m512 xv = both_halves_partial(x + i * ldx + 8 * full, k - 8 * full);
+      for (int p = 0; p < P; ++p) acc[i][p] = _mm512_fmadd_ps(xv, wv[p], acc[i][p]);
+    }
+  }
+  for (int i = 0; i < R; ++i)
+    for (int p = 0; p < P; ++p) {
+      y[i * ldy + 2 * p] = lane_sum(_mm512_castps512_ps256(acc[i][p]));
+      y[i * ldy + 2 * p + 1] = lane_sum(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[i][p]), 1)));
+    }
+}
+
+template <int P>
+void rows(int64_t m, int64_t k, const float* x, int64_t ldx, const float* panel, int64_t panel_stride, float* y,
+          int64_t ldy) {
+  int64_t i = 0;
+  for (; i + kRows <= m; i += kRows) tile<kRows, P>(k, x + i * ldx, ldx, panel, panel_stride, y + i * ldy, ldy);
+  const float* xr = x + i * ldx;
+  float* yr = y + i * ldy;
+  switch (m - i) {
+    case 1: tile<1, P>(k, xr, ldx, panel, panel_stride, yr, ldy); break;
+    case 2: tile<2, P>(k, xr, ldx, panel, panel_stride, yr, ldy); break;
+    case 3: tile<3, P>(k, xr, ldx, panel, panel_stride, yr, ldy); break;
+    case 4: tile<4, P>(k, xr, ldx, panel, panel_stride, yr, ldy); break;
+    case 5: tile<5, P>(k, xr, ldx, panel, panel_stride, yr, ldy); break;
+    default: break;
+  }
+}
+
+}  // namespace
+
+int64_t avx512_scratch_floats(int64_t n, int64_t k) { return (n / 2) * groups_of(k) * 16; }
+
+void multiply_avx512(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, const float* w, int64_t ldw, float* y,
+                     int64_t ldy, float* scratch) {
+  const int64_t pairs = n / 2, groups = groups_of(k), panel_stride = groups * 16;
+  // Pack: pair p's group g is w[2p][8g .. 8g+8] then w[2p+1][8g .. 8g+8], zeros past k.
+  for (int64_t p = 0; p < pairs; ++p) {
+    const float* w0 = w + 2 * p * ldw;
+    const float* w1 = w0 + ldw;
+    float* out = scratch + p * panel_stride;
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t c = 8 * g;
+      if (c + 8 <= k) {
+        _mm256_storeu_ps(out + 16 * g, _mm256_loadu_ps(w0 + c));
+        _mm256_storeu_ps(out + 16 * g + 8, _mm256_loadu_ps(w1 + c));
+      } else {
+        for (int64_t l = 0; l < 8; ++l) {
+          out[16 * g + l] = c + l < k ? w0[c + l] : 0.0f;
+          out[16 * g + 8 + l] = c + l < k ? w1[c + l] : 0.0f;
+        }
+      }
+    }
+  }
+  for (int64_t r = 0; r < m; r += kRowBlock) {
+    const int64_t mb = m - r < kRowBlock ? m - r : kRowBlock;
+    const float* xb = x + r * ldx;
+    float* yb = y + r * ldy;
+    int64_t p = 0;
+    for (; p + kPairs <= pairs; p += kPairs)
+      rows<kPairs>(mb, k, xb, ldx, scratch + p * panel_stride, panel_stride, yb + 2 * p, ldy);
+    const float* panel = scratch + p * panel_stride;
+    switch (pairs - p) {
+      case 1: rows<1>(mb, k, xb, ldx, panel, panel_stride, yb + 2 * p, ldy); break;
+      case 2: rows<2>(mb, k, xb, ldx, panel, panel_stride, yb + 2 * p, ldy); break;
+      case 3: rows<3>(mb, k, xb, ldx, panel, panel_stride, yb + 2 * p, ldy); break;
+      default: break;
+    }
+  }
+  if (n % 2 == 1) multiply_avx2(m, 1, k, x, ldx, w + (n - 1) * ldw, ldw, y + (n - 1), ldy);  // the odd last output
+}
+
+}  // namespace gpueval::row_invariant_detail
