@@ -13,7 +13,9 @@ defaults with the Mistral 7B v0.1 tokenizer from ../shared, float32):
         its own generation_kwargs (256 new tokens at most; a random model never says "Q:");
   startup: one MMLU question 0-shot, so that what is measured is each side's start-up.
 Each side is one lm-eval process, timed from start to exit (imports, model load, engine start-up
-included): `lm-eval run --model hf --model_args pretrained=M,dtype=float32 --device cpu --batch_size 1`
+included), and inside it the time its model's loglikelihood / generate_until calls took (the
+requests computed, apart from lm-eval's own work: task loading, prompts, metrics; the hf side's
+model load is outside them, the gpueval side's engine start-up inside): `lm-eval run --model hf --model_args pretrained=M,dtype=float32 --device cpu --batch_size 1`
 (HFLM's default batch, torch's default threads: every core) and `gpueval-lm-eval run --model gpueval
 --model_args pretrained=M,dtype=float32,gpus=cpu:N,journal_dir=<fresh> --batch_size auto` (N = the
 cores; a fresh journal each run, so nothing is resumed). Runs alternate between the sides, --reps
@@ -75,17 +77,51 @@ def prepare(args, work: Path) -> None:
                            check=True, stdout=subprocess.DEVNULL)
 
 
-def command(args, work: Path, side: str, tasks: list[str], shots: int | None, limit: int, out: Path) -> list[str]:
-    bin_dir = Path(sys.executable).parent
-    model = work / "model"
+def child(side: str, times: str) -> None:
+    """lm-eval's CLI (sys.argv after `--child SIDE TIMES`), with the model's request methods timed:
+    what each side spends computing requests, apart from lm-eval's own work. The `gpueval` side is
+    what `gpueval-lm-eval` runs (its main()); the hf side what `lm-eval` runs."""
+    import atexit
+    import functools
+
+    spent = {"model_s": 0.0}
     if side == "hf":
-        cmd = [str(bin_dir / "lm-eval"), "run", "--model", "hf", "--model_args", f"pretrained={model},dtype=float32",
-               "--device", "cpu", "--batch_size", "1"]
+        from lm_eval.models.huggingface import HFLM as cls
+    else:
+        from gpueval_lm_eval.model import GpuevalLM as cls
+    for name in ("loglikelihood", "loglikelihood_rolling", "generate_until"):
+        method = getattr(cls, name)
+
+        @functools.wraps(method)
+        def timed_method(self, *a, __m=method, **kw):
+            t0 = time.monotonic()
+            try:
+                return __m(self, *a, **kw)
+            finally:
+                spent["model_s"] += time.monotonic() - t0
+
+        setattr(cls, name, timed_method)
+    atexit.register(lambda: Path(times).write_text(json.dumps(spent)))
+    sys.argv = ["lm-eval"] + sys.argv[4:]
+    if side == "hf":
+        from lm_eval.__main__ import cli_evaluate
+        cli_evaluate()
+    else:
+        from gpueval_lm_eval.cli import main as launcher
+        sys.exit(launcher())
+
+
+def command(args, work: Path, side: str, tasks: list[str], shots: int | None, limit: int, out: Path) -> list[str]:
+    model = work / "model"
+    cmd = [sys.executable, __file__, "--child", side, str(out) + ".times.json"]
+    if side == "hf":
+        cmd += ["run", "--model", "hf", "--model_args", f"pretrained={model},dtype=float32", "--device", "cpu",
+                "--batch_size", "1"]
     else:
         journal = out.parent / (out.name + "_journal")
-        cmd = [str(bin_dir / "gpueval-lm-eval"), "run", "--model", "gpueval", "--model_args",
-               f"pretrained={model},dtype=float32,gpus={args.gpus},binary={args.gpueval},journal_dir={journal}",
-               "--batch_size", "auto"]
+        cmd += ["run", "--model", "gpueval", "--model_args",
+                f"pretrained={model},dtype=float32,gpus={args.gpus},binary={args.gpueval},journal_dir={journal}",
+                "--batch_size", "auto"]
     cmd += ["--tasks", ",".join(tasks), "--include_path", str(work / "lm_eval_tasks"), "--limit", str(limit),
             "--output_path", str(out), "--log_samples"]
     if shots is not None:
@@ -93,10 +129,10 @@ def command(args, work: Path, side: str, tasks: list[str], shots: int | None, li
     return cmd
 
 
-def timed(cmd: list[str], log_path: Path) -> float:
+def timed(cmd: list[str], log_path: Path, env: dict | None = None) -> float:
     t0 = time.monotonic()
     with log_path.open("w") as f:
-        proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT)
+        proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
     wall = time.monotonic() - t0
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} exited {proc.returncode}; see {log_path}")
@@ -136,6 +172,9 @@ def agree(ours: dict, theirs: dict) -> dict:
 
 
 def main() -> int:
+    if len(sys.argv) > 3 and sys.argv[1] == "--child":
+        child(sys.argv[2], sys.argv[3])
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--gpueval", default=os.environ.get("GPUEVAL_BIN") or str(REPO / "build" / "gpueval"))
     ap.add_argument("--data", default=str(REPO.parent / "shared" / "data"))
@@ -147,6 +186,9 @@ def main() -> int:
     ap.add_argument("--gen-limit", type=int, default=16)
     ap.add_argument("--gpus", default=f"cpu:{os.cpu_count()}")
     ap.add_argument("--workloads", default="startup,mmlu,gsm8k")
+    ap.add_argument("--warm-cache", action="store_true",
+                    help="let the gpueval runs share the user's calibration cache (default: an empty one each, "
+                    "so every run probes its batch budget as a first run on a new checkpoint does)")
     args = ap.parse_args()
     args.gpueval = str(Path(args.gpueval).resolve())
     work = Path(args.work)
@@ -168,6 +210,7 @@ def main() -> int:
     for name in args.workloads.split(","):
         tasks, shots, limit = workloads[name]
         walls = {"hf": [], "gpueval": []}
+        model_s = {"hf": [], "gpueval": []}
         outs = {}
         for rep in range(args.reps):
             for side in ("hf", "gpueval"):
@@ -176,24 +219,33 @@ def main() -> int:
                 shutil.rmtree(out.parent / (out.name + "_journal"), ignore_errors=True)
                 cmd = command(args, work, side, tasks, shots, limit, out)
                 log(f"[{name}] {side} rep {rep + 1}: {' '.join(cmd)}")
-                walls[side].append(timed(cmd, work / f"log_{name}_{side}_{rep}.txt"))
-                log(f"[{name}] {side} rep {rep + 1}: {walls[side][-1]:.1f} s")
+                # A calibration cache of its own per run unless --warm-cache: a first run on this model.
+                env = None
+                if side == "gpueval" and not args.warm_cache:
+                    shutil.rmtree(str(out) + "_cache", ignore_errors=True)
+                    env = dict(os.environ, GPUEVAL_CACHE_DIR=str(out) + "_cache")
+                walls[side].append(timed(cmd, work / f"log_{name}_{side}_{rep}.txt", env))
+                model_s[side].append(json.loads(Path(str(out) + ".times.json").read_text())["model_s"])
+                log(f"[{name}] {side} rep {rep + 1}: {walls[side][-1]:.1f} s, {model_s[side][-1]:.1f} s in the model")
                 outs[side] = out
         st = agree(read_out(outs["gpueval"], tasks), read_out(outs["hf"], tasks))
         hf, ours = statistics.median(walls["hf"]), statistics.median(walls["gpueval"])
         good = st["args_equal"] == st["requests"] and st["max_dll"] <= 1e-4 and st["gens_equal"] == st["gens"] and \
             st["metrics_equal"]
         ok &= good
-        rows.append((name, tasks, shots, limit, walls, hf, ours, st, good))
+        rows.append((name, tasks, shots, limit, walls, hf, ours, st, good, model_s))
     print(f"lm-eval CLI, --model hf (batch 1, cpu, torch threads {os.cpu_count()}) vs --model gpueval (gpus "
           f"{args.gpus}, batch auto); import {t_import:.2f} s, describe {t_describe:.2f} s\n")
-    print("| workload | requests | hf wall (s) | gpueval wall (s) | x hf | args equal | max abs dloglik | "
-          "generations equal | metrics equal |")
-    print("|---|---:|---:|---:|---:|---|---:|---|---|")
-    for name, tasks, shots, limit, walls, hf, ours, st, good in rows:
+    print("| workload | requests | hf wall (s) | gpueval wall (s) | x hf | hf in model (s) | gpueval in model (s) | "
+          "x hf in model | args equal | max abs dloglik | generations equal | metrics equal |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---|---|")
+    for name, tasks, shots, limit, walls, hf, ours, st, good, model_s in rows:
+        mh, mo = statistics.median(model_s["hf"]), statistics.median(model_s["gpueval"])
         print(f"| {name} ({len(tasks)} task(s), {'default' if shots is None else shots}-shot, limit {limit}) | "
               f"{st['requests']} | {' / '.join(f'{w:.1f}' for w in walls['hf'])} | "
               f"{' / '.join(f'{w:.1f}' for w in walls['gpueval'])} | {hf / ours:.2f} | "
+              f"{' / '.join(f'{w:.1f}' for w in model_s['hf'])} | {' / '.join(f'{w:.1f}' for w in model_s['gpueval'])} | "
+              f"{mh / mo:.2f} | "
               f"{st['args_equal']}/{st['requests']} | {st['max_dll']:.2e} | {st['gens_equal']}/{st['gens']} | "
               f"{'yes' if st['metrics_equal'] else 'NO'} |")
     return 0 if ok else 1

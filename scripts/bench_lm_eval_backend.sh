@@ -7,8 +7,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lmeval_venv.sh
-if [ "$own_binary" = 1 ] && [ ! -x build/gpueval ]; then
-  if [ -f build/build.ninja ]; then cmake --build build --target gpueval; else bash scripts/build.sh; fi
-fi
-"$venv/bin/pip" install -q --no-deps --force-reinstall ./python
-exec "$venv/bin/python" scripts/bench_lm_eval_backend.py "$@"
+lmeval_with_package scripts/bench_lm_eval_backend.py "$@"

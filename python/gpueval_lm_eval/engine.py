@@ -82,9 +82,10 @@ class Engine:
             cmd = [*self._base(), "--requests", requests, "--results", results, "--journal-root", self.journal_root]
             code = subprocess.call(cmd)
             if code != 0:
+                how = f"was killed by signal {-code}" if code < 0 else f"exited with {code} (its error is above)"
                 raise GpuevalError(
-                    f"gpueval requests exited with {code} (its error is above); the results computed are "
-                    f"in its journal under {self.journal_root}: the same command goes on from there"
+                    f"gpueval requests {how}; the results computed are in its journal under "
+                    f"{self.journal_root}: the same command goes on from there"
                 )
             with open(results, encoding="utf-8") as f:
                 out = [json.loads(l) for l in f if l.strip()]

@@ -201,6 +201,48 @@ class ModelTest(unittest.TestCase):
         self.assertIn("the gpueval binary was not found", proc.stderr)
 
 
+class BridgeTest(unittest.TestCase):
+    """The bridge a gpueval run will call for lm-eval tasks (route 2): lm-eval's requests out as
+    `gpueval requests` lines, the engine's results back through lm-eval's metrics, the same scores as
+    lm-eval with the gpueval model (route 1)."""
+
+    def test_requests_out_and_scores_back_give_the_models_scores(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            tmp = Path(tmp)
+            tasks = demo_tasks(tmp)
+            common = ["--tasks", "demo_choice,demo_perplexity,demo_story", "--include_path", str(tasks),
+                      "--include_defaults", "false", "--limit", "10", "--model", str(MODEL), "--binary", BINARY]
+            bridge = [sys.executable, "-m", "gpueval_lm_eval.bridge"]
+            subprocess.run(bridge + ["requests", *common, "--out", str(tmp / "requests.jsonl")], check=True)
+            lines = [json.loads(l) for l in (tmp / "requests.jsonl").read_text().splitlines()]
+            self.assertEqual(len(lines), 10 * 4 + 10 + 10)
+            self.assertEqual(len({l["key"] for l in lines}), len(lines))
+            subprocess.run([BINARY, "requests", "--model", str(MODEL), "--gpus", "cpu:2", "--requests",
+                            str(tmp / "requests.jsonl"), "--results", str(tmp / "results.jsonl"), "--output",
+                            str(tmp / "engine"), "--quiet"], check=True)
+            subprocess.run(bridge + ["score", *common, "--requests", str(tmp / "requests.jsonl"), "--responses",
+                                     str(tmp / "results.jsonl"), "--out", str(tmp / "scores.json")], check=True)
+            scores = json.loads((tmp / "scores.json").read_text())
+            lm = GpuevalLM(pretrained=str(MODEL), gpus="cpu:1", binary=BINARY, journal_dir=str(tmp / "journal"))
+            tm = TaskManager(include_path=str(tasks), include_defaults=False)
+            direct = lm_eval.simple_evaluate(model=lm, tasks=["demo_choice", "demo_perplexity", "demo_story"],
+                                             limit=10, task_manager=tm, bootstrap_iters=0)
+            for task in ("demo_choice", "demo_perplexity", "demo_story"):
+                for metric, value in direct["results"][task].items():
+                    if isinstance(value, float) and "stderr" not in metric:
+                        # The same requests in another plan (one list, not one per type): fp32 rounding.
+                        self.assertAlmostEqual(scores["results"][task][metric], value, delta=1e-6 * max(1, abs(value)),
+                                               msg=f"{task} {metric}")
+            self.assertEqual(len(scores["samples"]["demo_choice"]), 10)
+            # Responses that do not match the requests: one line, exit 1.
+            (tmp / "short.jsonl").write_text("\n".join((tmp / "results.jsonl").read_text().splitlines()[:5]))
+            proc = subprocess.run(bridge + ["score", *common, "--requests", str(tmp / "requests.jsonl"),
+                                            "--responses", str(tmp / "short.jsonl"), "--out", str(tmp / "x.json")],
+                                  capture_output=True, text=True)
+            self.assertEqual(proc.returncode, 1)
+            self.assertIn("5 responses for 60 requests", proc.stderr)
+
+
 class LauncherTest(unittest.TestCase):
     def test_lm_evals_cli_runs_the_gpueval_model(self):
         launcher = shutil.which("gpueval-lm-eval", path=os.path.dirname(sys.executable))

@@ -37,8 +37,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr const char* kKeys[] = {"type",        "context", "continuation", "until", "max_gen_toks",
-                                 "temperature", "top_k",   "top_p",        "task",  "doc_id"};
+constexpr const char* kKeys[] = {"type",  "context", "continuation", "until",  "max_gen_toks", "temperature",
+                                 "top_k", "top_p",   "task",         "doc_id", "key"};
 
 Request read_line(const std::string& text, const std::string& where) {
   const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
@@ -70,6 +70,7 @@ Request read_line(const std::string& text, const std::string& where) {
       fail(where, "top_k and top_p apply when sampling only (temperature is 0: greedy)");
   }
   if (j.contains("task")) r.task = wire::get_string(j["task"], where + ": task");
+  if (j.contains("key")) wire::get_string(j["key"], where + ": key");  // the caller's own name for it
   r.doc_id = wire::get_int(j, where, "doc_id", 0, 0, std::numeric_limits<int64_t>::max());
   return r;
 }

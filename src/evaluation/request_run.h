@@ -34,6 +34,7 @@ namespace gpueval {
 //                   value takes the checkpoint's generation_config.json (request.h)
 //   "task", "doc_id": where it comes from (default "" and 0): sampled requests' seeds, the
 //                   journal's keys and the planner's families (one document's contexts) use them
+//   "key":          a string the caller names the request by (the lm-eval bridge's); not read
 // An unknown key, a missing or mistyped one is an Error naming <path>:<line>. Requests are numbered
 // in file order; `choice` counts a document's requests in file order (so repeats stay apart).
 std::vector<Request> read_request_lines(const std::string& text, const std::string& path);

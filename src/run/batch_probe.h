@@ -56,7 +56,12 @@ struct ProbeOptions {
   double knee = 0.95;  // choose the smallest budget with tok/s >= knee * best
   int64_t min_tokens = 256;
   int64_t max_tokens = int64_t{1} << 20;
-  int repeats = 2;  // timed runs per point (after one untimed warm-up run)
+  // Timed runs per point (after one untimed warm-up run); on a CPU a run of long_run_seconds or more
+  // is not repeated, and such a warm-up is the measurement itself (a long run's time varies little, and
+  // what a warm-up spends on first touches is small beside it: another long run would only lengthen
+  // the probe, which a short run on a new checkpoint pays in full).
+  int repeats = 2;
+  double long_run_seconds = 2;
   int patience = 2;  // doublings without a throughput gain before stopping
   double max_point_seconds = 10;  // stop after a point whose slowest run took longer
   // The work bound: 0 = none. work_tokens is what the run will compute (its padded rows and

@@ -102,8 +102,8 @@ void rows(int64_t m, int64_t k, const float* x, int64_t ldx, const float* panel,
 
 int64_t avx512_scratch_floats(int64_t n, int64_t k) { return (n / 2) * groups_of(k) * 16; }
 
-void multiply_avx512(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, const float* w, int64_t ldw, float* y,
-                     int64_t ldy, float* scratch) {
+void multiply_avx512(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, const float* w, int64_t ldw,
+                     float* y, int64_t ldy, float* scratch) {
   const int64_t pairs = n / 2, groups = groups_of(k), panel_stride = groups * 16;
   // Pack: pair p's group g is w[2p][8g .. 8g+8] then w[2p+1][8g .. 8g+8], zeros past k.
   for (int64_t p = 0; p < pairs; ++p) {
