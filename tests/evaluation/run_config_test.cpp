@@ -477,6 +477,29 @@ TEST_F(RunConfigTest, AddBosIsAutoTrueOrFalse) {
   EXPECT_THAT(overrides_error(overrides), AllOf(HasSubstr("--add-bos"), HasSubstr("'yes'")));
 }
 
+// --dtype, --max-length and --cpu-threads after `run` (and `requests`) override the file's keys,
+// checked as the file's are.
+TEST_F(RunConfigTest, DtypeMaxLengthAndCpuThreadsFlagsOverrideTheFile) {
+  RunConfig config = load("model: m\ntasks: [t]\ndtype: float32\nmax_length: 512\ncpu_threads: 2\n");
+  ConfigOverrides overrides;
+  overrides.dtype = "bfloat16";
+  overrides.max_length = 1024;
+  overrides.cpu_threads = 4;
+  apply_overrides(config, overrides);
+  EXPECT_EQ(config.dtype, "bfloat16");
+  EXPECT_EQ(config.max_length, 1024);
+  EXPECT_EQ(config.cpu_threads, 4);
+  ConfigOverrides bad;
+  bad.dtype = "int8";
+  EXPECT_THAT(overrides_error(bad), AllOf(HasSubstr("--dtype"), HasSubstr("'int8'")));
+  bad = ConfigOverrides{};
+  bad.max_length = 0;
+  EXPECT_THAT(overrides_error(bad), AllOf(HasSubstr("--max-length"), HasSubstr("positive integer")));
+  bad = ConfigOverrides{};
+  bad.cpu_threads = -1;
+  EXPECT_THAT(overrides_error(bad), HasSubstr("--cpu-threads"));
+}
+
 TEST_F(RunConfigTest, PrefixReuseIsOnOrOff) {
   EXPECT_TRUE(load("model: m\ntasks: [t]\n").prefix_reuse);
   EXPECT_FALSE(load("model: m\ntasks: [t]\nprefix_reuse: false\n").prefix_reuse);
