@@ -17,7 +17,10 @@ Per task it compares, document by document: the request arguments (lm-eval build
 sides; for chat rows they carry the prompt each side's template engine rendered), every
 loglikelihood (|delta| <= --tol), is_greedy, every generation (equal strings), the filtered
 responses and every per-document metric, then the aggregated metrics (equal; perplexities within
---tol-rel). It prints a table with both sides' wall times and writes it to WORK/table.md.
+--tol-rel). Each row runs a third time as a gpueval run's `lm_eval:` task will (route 2: the bridge's
+recording model, `gpueval requests`, its replaying model; python/gpueval_lm_eval/bridge.py), whose
+metrics must equal the `gpueval` model's. It prints a table with both sides' wall times and writes it
+to WORK/table.md.
 
 Exit status 0 when every row matches, 1 otherwise.
 """
@@ -179,6 +182,25 @@ def run(lm, lm_dir: Path, row: dict, limit: int) -> tuple[dict, float]:
     return res, time.perf_counter() - t0
 
 
+def run_bridge(args, model: Path, lm_dir: Path, row: dict, limit: int, journal: Path) -> dict:
+    """The same row as a gpueval run's lm_eval: task will take it (issue 55's route 2): the bridge's
+    recording model collects lm-eval's requests, `gpueval requests` computes them in one list, and its
+    replaying model hands the results back to lm-eval's metrics (python/gpueval_lm_eval/bridge.py)."""
+    from gpueval_lm_eval.bridge import RecordingLM, ReplayLM
+    common = dict(pretrained=str(model), gpus=args.gpus, dtype="float32", binary=args.gpueval,
+                  journal_dir=str(journal))
+    recorder = RecordingLM(**common)
+    run(recorder, lm_dir, row, limit)
+    results = recorder.engine.run(recorder.lines)
+    res, _ = run(ReplayLM({l["key"]: r for l, r in zip(recorder.lines, results)}, **common), lm_dir, row, limit)
+    return res
+
+
+def same_metrics(a: dict, b: dict, tol_rel: float) -> bool:
+    return set(a) == set(b) and all(
+        abs(a[k] - v) <= (tol_rel * max(1.0, abs(v)) if k.split(",")[0] in CONTINUOUS else 0) for k, v in b.items())
+
+
 def compare(row: dict, ours: dict, theirs: dict, tol: float, tol_rel: float) -> dict:
     task = row["name"]
     a, b = samples_of(ours, task), samples_of(theirs, task)
@@ -212,8 +234,7 @@ def compare(row: dict, ours: dict, theirs: dict, tol: float, tol_rel: float) -> 
         st["doc_metrics"] += same
     ma, mb = V._metrics_of(ours["results"][task]), V._metrics_of(theirs["results"][task])
     st["metrics"] = mb
-    st["metrics_equal"] = set(ma) == set(mb) and all(
-        abs(ma[k] - v) <= (tol_rel * max(1.0, abs(v)) if k.split(",")[0] in CONTINUOUS else 0) for k, v in mb.items())
+    st["metrics_equal"] = same_metrics(ma, mb, tol_rel)
     if st["args"] != st["n_args"]:
         st["problems"].append(f"arguments differ in {st['n_args'] - st['args']} documents")
     if st["max_dll"] > tol:
@@ -290,6 +311,12 @@ def main() -> int:
             theirs, t_hf = run(hf_lm, work / "lm_eval_tasks", row, limit)
             ours, t_ours = run(ours_lm, work / "lm_eval_tasks", row, limit)
             st = compare(row, ours, theirs, args.tol, args.tol_rel)
+            bridged = run_bridge(args, chat_dir if row.get("chat") or row.get("model") else model_dir,
+                                 work / "lm_eval_tasks", row, limit, journal)
+            st["route2_equal"] = same_metrics(V._metrics_of(bridged["results"][row["name"]]),
+                                              V._metrics_of(ours["results"][row["name"]]), args.tol_rel)
+            if not st["route2_equal"]:
+                st["problems"].append("route 2's metrics differ from --model gpueval's")
         except Exception as e:  # noqa: BLE001  a row that fails is reported, the others still run
             st = {"task": row["name"], "problems": [f"{type(e).__name__}: {e}"]}
             t_hf = t_ours = float("nan")
@@ -302,8 +329,8 @@ def main() -> int:
     lines = [f"hf vs gpueval as lm-eval models ({versions}; float32; hf batch_size 1 on cpu, gpueval batch_size "
              "auto)", "",
              "| task | shots | docs | requests equal | max abs dloglik | is_greedy | generations equal | "
-             "doc metrics equal | metrics (hf) | metrics equal | hf s | gpueval s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "doc metrics equal | metrics (hf) | metrics equal | route 2 metrics equal | hf s | gpueval s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for st in table:
         if "docs" not in st:
             lines.append(f"| {st['task']} | {st['shots']} | FAILED: {'; '.join(st['problems'])} |||||||||")
@@ -312,7 +339,8 @@ def main() -> int:
         lines.append(
             f"| {st['task']} | {st['shots']} | {st['docs']} | {st['args']}/{st['n_args']} | {st['max_dll']:.2e} | "
             f"{st['greedy']}/{st['n_ll']} | {st['gens']}/{st['n_gen']} | {st['doc_metrics']}/{st['n_args']} | "
-            f"{m} | {'yes' if st['metrics_equal'] else 'NO'} | {st['t_hf']:.1f} | {st['t_ours']:.1f} |")
+            f"{m} | {'yes' if st['metrics_equal'] else 'NO'} | {'yes' if st.get('route2_equal') else 'NO'} | "
+            f"{st['t_hf']:.1f} | {st['t_ours']:.1f} |")
     text = "\n".join(lines) + "\n"
     (work / "table.md").write_text(text)
     print(text)
