@@ -91,6 +91,33 @@ class CollectSink : public RunSink {
   std::vector<ItemResult> all_;
 };
 
+// A run that did not compute every request: a fatal error is thrown, an interruption or quarantined
+// batches are said in one line each and give the exit code (nothing is written; the journal holds
+// what was computed). 0 when every batch finished.
+int unfinished(const SchedulerReport& report, const RunJournal& journal, ProgressReporter& progress) {
+  if (!report.fatal_error.empty()) {
+    progress.finish("failed");
+    throw Error(report.fatal_error);
+  }
+  if (report.interrupted) {
+    progress.finish("interrupted");
+    Console::error(
+        fmt::format("[sched] interrupted: {} requests computed are in {}; the same command goes on from there",
+                    journal.requests_computed(), journal.path()));
+    return 128 + report.signal;
+  }
+  if (!report.quarantined.empty()) {
+    progress.finish("incomplete");
+    for (const QuarantinedBatch& q : report.quarantined)
+      Console::error(fmt::format("[sched] batch {} quarantined after {} attempts ({}); requests {}", q.batch_id,
+                                 q.attempts, q.last_failure, fmt::join(q.request_indices, ", ")));
+    Console::error(fmt::format("[sched] {} batches failed every attempt: no results written (the rest are in {})",
+                               report.quarantined.size(), journal.path()));
+    return kExitIncomplete;
+  }
+  return 0;
+}
+
 }  // namespace
 
 std::vector<Request> read_request_lines(const std::string& text, const std::string& path) {
@@ -196,26 +223,7 @@ int run_requests(const RequestRunOptions& run, const EvaluationOptions& options)
   scheduler.shutdown();
   const SchedulerReport& report = ran.scheduler;
   const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
-  if (!report.fatal_error.empty()) {
-    progress.finish("failed");
-    throw Error(report.fatal_error);
-  }
-  if (report.interrupted) {
-    progress.finish("interrupted");
-    Console::error(
-        fmt::format("[sched] interrupted: {} requests computed are in {}; the same command goes on from there",
-                    journal.requests_computed(), journal.path()));
-    return 128 + report.signal;
-  }
-  if (!report.quarantined.empty()) {
-    progress.finish("incomplete");
-    for (const QuarantinedBatch& q : report.quarantined)
-      Console::error(fmt::format("[sched] batch {} quarantined after {} attempts ({}); requests {}", q.batch_id,
-                                 q.attempts, q.last_failure, fmt::join(q.request_indices, ", ")));
-    Console::error(fmt::format("[sched] {} batches failed every attempt: no results written (the rest are in {})",
-                               report.quarantined.size(), journal.path()));
-    return kExitIncomplete;
-  }
+  if (const int code = unfinished(report, journal, progress)) return code;
   const std::vector<RequestResult> results = combine_items(collect.all());
   if (results.size() != in.requests.size())
     throw Error(fmt::format("internal error: {} results for {} requests", results.size(), in.requests.size()));
