@@ -180,17 +180,6 @@ void show_scores(const EvaluationOptions& options, const std::string& heading, c
 
 namespace {
 
-// One line per quarantined batch, logged; they open the report's incomplete list.
-std::vector<std::string> quarantine_lines(const SchedulerReport& report) {
-  std::vector<std::string> lines;
-  for (const QuarantinedBatch& q : report.quarantined) {
-    lines.push_back(fmt::format("batch {} quarantined after {} attempts ({}); requests {}", q.batch_id, q.attempts,
-                                q.last_failure, fmt::join(q.request_indices, ", ")));
-    Console::error("[sched] " + lines.back());  // why the run exits incomplete: shown even when quiet
-  }
-  return lines;
-}
-
 void log_outcome(const char* state, const Plan& plan, const SchedulerReport& report, const RunJournal& journal,
                  size_t scored, size_t docs_total, double wall_seconds, const std::string& output) {
   const ExecutionStats& st = report.stats;
@@ -267,6 +256,16 @@ const char* run_state(const SchedulerReport& report, size_t scored, size_t docs_
 }
 
 }  // namespace
+
+std::vector<std::string> quarantine_lines(const SchedulerReport& report) {
+  std::vector<std::string> lines;
+  for (const QuarantinedBatch& q : report.quarantined) {
+    lines.push_back(fmt::format("batch {} quarantined after {} attempts ({}); requests {}", q.batch_id, q.attempts,
+                                q.last_failure, fmt::join(q.request_indices, ", ")));
+    Console::error("[sched] " + lines.back());  // why the run exits incomplete: shown even when quiet
+  }
+  return lines;
+}
 
 CheckpointOutcome evaluate_checkpoint(const RunConfig& run_config, const EvaluationOptions& options,
                                       const RunTasks& tasks, const Checkpoint& checkpoint,

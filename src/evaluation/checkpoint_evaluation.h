@@ -75,6 +75,10 @@ struct CheckpointReports {
 CheckpointReports write_checkpoint_reports(const RunConfig& config, const RunInputs& in,
                                            const std::vector<DocRecord>& scored, const RunSummary& summary);
 
+// One line per quarantined batch ("batch B quarantined after N attempts (why); requests ..."), each
+// logged as an error (shown even when quiet): a run's report lists them first among what is incomplete.
+std::vector<std::string> quarantine_lines(const SchedulerReport& report);
+
 // Prints a report's table of scores, then "full report: <report_dir>/report.md", to
 // options.scores_out (null: nothing), under "## <heading>" when there is one (a checkpoint of a
 // nightly run). The console's status line is erased first, as stdout may share its terminal.

@@ -108,9 +108,7 @@ int unfinished(const SchedulerReport& report, const RunJournal& journal, Progres
   }
   if (!report.quarantined.empty()) {
     progress.finish("incomplete");
-    for (const QuarantinedBatch& q : report.quarantined)
-      Console::error(fmt::format("[sched] batch {} quarantined after {} attempts ({}); requests {}", q.batch_id,
-                                 q.attempts, q.last_failure, fmt::join(q.request_indices, ", ")));
+    quarantine_lines(report);  // logs each
     Console::error(fmt::format("[sched] {} batches failed every attempt: no results written (the rest are in {})",
                                report.quarantined.size(), journal.path()));
     return kExitIncomplete;
