@@ -17,9 +17,9 @@ Per task it compares, document by document: the request arguments (lm-eval build
 sides; for chat rows they carry the prompt each side's template engine rendered), every
 loglikelihood (|delta| <= --tol), is_greedy, every generation (equal strings), the filtered
 responses and every per-document metric, then the aggregated metrics (equal; perplexities within
---tol-rel). Each row runs a third time as a gpueval run's `lm_eval:` task will (route 2: the bridge's
-recording model, `gpueval requests`, its replaying model; python/gpueval_lm_eval/bridge.py), whose
-metrics must equal the `gpueval` model's. It prints a table with both sides' wall times and writes it
+--tol-rel). Each row runs a third time as a gpueval run's `lm_eval:` task (route 2: `gpueval run` on a
+config with tasks [lm_eval:<row>], lm-eval building and scoring the requests through
+python/gpueval_lm_eval/bridge.py), whose metrics must equal the `gpueval` model's. It prints a table with both sides' wall times and writes it
 to WORK/table.md.
 
 Exit status 0 when every row matches, 1 otherwise.
@@ -32,6 +32,7 @@ import gzip
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -182,18 +183,26 @@ def run(lm, lm_dir: Path, row: dict, limit: int) -> tuple[dict, float]:
     return res, time.perf_counter() - t0
 
 
-def run_bridge(args, model: Path, lm_dir: Path, row: dict, limit: int, journal: Path) -> dict:
-    """The same row as a gpueval run's lm_eval: task will take it (issue 55's route 2): the bridge's
-    recording model collects lm-eval's requests, `gpueval requests` computes them in one list, and its
-    replaying model hands the results back to lm-eval's metrics (python/gpueval_lm_eval/bridge.py)."""
-    from gpueval_lm_eval.bridge import RecordingLM, ReplayLM
-    common = dict(pretrained=str(model), gpus=args.gpus, dtype="float32", binary=args.gpueval,
-                  journal_dir=str(journal))
-    recorder = RecordingLM(**common)
-    run(recorder, lm_dir, row, limit)
-    results = recorder.engine.run(recorder.lines)
-    res, _ = run(ReplayLM({l["key"]: r for l, r in zip(recorder.lines, results)}, **common), lm_dir, row, limit)
-    return res
+def run_bridge(args, model: Path, lm_dir: Path, row: dict, limit: int, work: Path) -> dict:
+    """The same row as a gpueval run's `lm_eval:` task (issue 55's route 2): `gpueval run` on a config
+    with tasks [lm_eval:<row>], which asks lm-eval for the requests, computes them in its own plan and
+    journal, and has lm-eval score them (src/evaluation/lm_eval_tasks.h). Its results.json."""
+    out = work / "route2" / (row["name"] + ("_chat" if row.get("chat") else ""))
+    cfg = {"model": str(model), "tasks": [f"lm_eval:{row['name']}"], "limit": limit, "num_fewshot": row["shots"],
+           "dtype": "float32", "output": str(out),
+           "lm_eval": {"python": sys.executable, "include_path": str(lm_dir), "include_defaults": False,
+                       "confirm_run_unsafe_code": bool(row.get("unsafe"))}}
+    if row.get("chat"):
+        cfg.update(apply_chat_template=True, fewshot_as_multiturn=True, system_instruction=CHAT_SYSTEM)
+    path = out.with_suffix(".yaml")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(cfg))  # JSON is YAML
+    # evaluate.load("code_eval") looks in the working directory first: run where the copy is.
+    proc = subprocess.run([args.gpueval, "run", str(path), "--gpus", args.gpus, "--quiet"], cwd=work,
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"gpueval run with lm_eval:{row['name']}: {proc.stderr.strip().splitlines()[-1:]}")
+    return json.loads((out / "results.json").read_text())
 
 
 def same_metrics(a: dict, b: dict, tol_rel: float) -> bool:
@@ -263,6 +272,8 @@ def main() -> int:
     ap.add_argument("--code-eval", help="a local copy of huggingface/evaluate's metrics/code_eval (code_eval.py, "
                     "execute.py): humaneval's and mbpp's metric, which evaluate.load fetches from the Hub otherwise; "
                     "see scripts/verify_code_eval.py. Without it those rows are skipped")
+    ap.add_argument("--route2-only", action="store_true",
+                    help="skip hf: each row through the gpueval model and as a gpueval run's lm_eval: task only")
     ap.add_argument("--tol", type=float, default=1e-4)
     ap.add_argument("--tol-rel", type=float, default=1e-6)
     args = ap.parse_args()
@@ -308,11 +319,20 @@ def main() -> int:
         ours_lm, hf_lm = models(bool(row.get("chat") or row.get("model")))
         log(f"[row] {row['name']}{' (chat)' if row.get('chat') else ''}, {row['shots']}-shot, limit {limit}")
         try:
-            theirs, t_hf = run(hf_lm, work / "lm_eval_tasks", row, limit)
-            ours, t_ours = run(ours_lm, work / "lm_eval_tasks", row, limit)
-            st = compare(row, ours, theirs, args.tol, args.tol_rel)
+            if args.route2_only:
+                theirs, t_hf = None, float("nan")
+                ours, t_ours = run(ours_lm, work / "lm_eval_tasks", row, limit)
+                mb = V._metrics_of(ours["results"][row["name"]])
+                st = {"task": row["name"] + (" (chat)" if row.get("chat") else " (llama3)" if row.get("model") else ""),
+                      "docs": len(samples_of(ours, row["name"])), "metrics": mb, "problems": []}
+            else:
+                theirs, t_hf = run(hf_lm, work / "lm_eval_tasks", row, limit)
+                ours, t_ours = run(ours_lm, work / "lm_eval_tasks", row, limit)
+                st = compare(row, ours, theirs, args.tol, args.tol_rel)
+            t0 = time.perf_counter()
             bridged = run_bridge(args, chat_dir if row.get("chat") or row.get("model") else model_dir,
-                                 work / "lm_eval_tasks", row, limit, journal)
+                                 work / "lm_eval_tasks", row, limit, work)
+            st["t_route2"] = time.perf_counter() - t0
             st["route2_equal"] = same_metrics(V._metrics_of(bridged["results"][row["name"]]),
                                               V._metrics_of(ours["results"][row["name"]]), args.tol_rel)
             if not st["route2_equal"]:
@@ -341,6 +361,17 @@ def main() -> int:
             f"{st['greedy']}/{st['n_ll']} | {st['gens']}/{st['n_gen']} | {st['doc_metrics']}/{st['n_args']} | "
             f"{m} | {'yes' if st['metrics_equal'] else 'NO'} | {'yes' if st.get('route2_equal') else 'NO'} | "
             f"{st['t_hf']:.1f} | {st['t_ours']:.1f} |")
+    if args.route2_only:
+        lines = [f"route 2 (a gpueval run's lm_eval: task) vs lm-eval's gpueval model ({versions}; float32)", "",
+                 "| task | shots | docs | metrics (gpueval model) | route 2 metrics equal | gpueval model s | "
+                 "gpueval run s |", "|---|---|---|---|---|---|---|"]
+        for st in table:
+            if "docs" not in st:
+                lines.append(f"| {st['task']} | {st['shots']} | FAILED: {'; '.join(st['problems'])} |||||")
+                continue
+            m = ", ".join(f"{k.replace(',none', '')}={v:.4g}" for k, v in sorted(st["metrics"].items()))
+            lines.append(f"| {st['task']} | {st['shots']} | {st['docs']} | {m} | "
+                         f"{'yes' if st.get('route2_equal') else 'NO'} | {st['t_ours']:.1f} | {st['t_route2']:.1f} |")
     text = "\n".join(lines) + "\n"
     (work / "table.md").write_text(text)
     print(text)

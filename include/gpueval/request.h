@@ -40,6 +40,13 @@ struct Request {
   double temperature = 0.0;
   int64_t top_k = 0;
   double top_p = 1.0;
+  // A request lm-eval made (`gpueval requests`, a run's lm_eval: tasks), whose numbers must be
+  // lm-eval's hf model's (0.4.13): a rolling text is encoded with the tokenizer's special tokens
+  // (BOS as add_bos says, unless the text starts with it) before the windows' own prefix token, so
+  // a tokenizer that adds BOS scores P(BOS | BOS) first (gpueval's own tasks score the text's own
+  // tokens only); a generation stops at its `until` texts and the checkpoint's EOS only, not at a
+  // chat template's end of turn (PlanOptions::generation_stop_ids, which gpueval's own tasks stop at).
+  bool as_hf = false;
   bool sampled() const { return temperature != 0.0; }
 };
 

@@ -24,7 +24,10 @@ namespace gpueval {
 struct RunConfig {
   std::string source;  // the YAML file as it was named, for messages
   std::vector<std::string> models;  // checkpoint directories or globs (checkpoints.h); at least one
-  std::vector<std::string> tasks;  // task names ("demo_choice") or paths to task YAML files; at least one
+  // Task names ("demo_choice") or paths to task YAML files; at least one. "lm_eval:NAME" is a task
+  // or group of lm-evaluation-harness itself, scored by lm-eval in a helper process
+  // (evaluation/lm_eval_tasks.h, docs/lm_eval.md).
+  std::vector<std::string> tasks;
   std::string batch_size = "auto";  // "auto" or a positive integer (max sequences per batch), as given
   int64_t batch_tokens = 0;  // token budget per batch; 0 = choose automatically
   std::string dtype = "auto";  // auto | float32 | bfloat16 | float16
@@ -117,6 +120,22 @@ struct RunConfig {
     nlohmann::json to_json() const;
   } code_execution;
 
+  // How a run reaches lm-eval for its lm_eval: tasks (the file's `lm_eval:` mapping): the Python
+  // interpreter that has the gpueval_lm_eval package (python/; "": $GPUEVAL_LM_EVAL_PYTHON, else
+  // python3 on PATH), a folder of lm-eval task files (lm-eval's --include_path; "": none), and
+  // whether lm-eval's own task files are found too (lm-eval's include_defaults), and whether tasks
+  // that run the model's code (humaneval, mbpp) may, in lm-eval's process and as lm-eval runs it
+  // (lm-eval's --confirm_run_unsafe_code; gpueval's own code tasks use its sandbox instead).
+  struct LmEval {
+    std::string python;
+    std::string include_path;
+    bool include_defaults = true;
+    bool confirm_run_unsafe_code = false;
+    bool is_default() const {
+      return python.empty() && include_path.empty() && include_defaults && !confirm_run_unsafe_code;
+    }
+    nlohmann::json to_json() const;
+  } lm_eval;
   // Every field, unset optionals as null: the "config" object of results.json.
   nlohmann::json to_json() const;
 };

@@ -8,12 +8,16 @@ its `lm_eval:` tasks (issue 55, route 2). Two steps, each a process of its own:
       lm-eval builds the same requests again (deterministically: the same seeds), takes each one's
       response from the results of those lines (`gpueval requests`'s, in the same order), and runs
       its own filters, metrics and aggregation; scores.json holds lm-eval's "results", "groups",
-      "configs", "n-shot", "higher_is_better" and "samples".
+      "group_subtasks", "configs", "versions", "n-shot", "higher_is_better", "n-samples",
+      "task_hashes" and "samples" ({task: the text of its samples file, as lm-eval's --log_samples
+      writes it}).
 
-TASK_ARGS are lm-eval's: --tasks a,b --include_path DIR --num_fewshot N --limit N
---apply_chat_template [NAME] --fewshot_as_multiturn BOOL --system_instruction TEXT --seed N; --model
-is the checkpoint (its tokenizer name and chat template; nothing runs on it here), --binary the gpueval
-binary (chat templates render on it). Both steps call lm_eval.simple_evaluate with a model that records
+TASK_ARGS are lm-eval's: --tasks a,b --include_path DIR --include_defaults BOOL --confirm_run_unsafe_code
+--num_fewshot N --limit N
+--apply_chat_template [NAME] --fewshot_as_multiturn BOOL --system_instruction TEXT --seed N
+--fewshot_seed N; --model is the checkpoint (its tokenizer name and chat template; nothing runs on it
+here), --binary the gpueval binary (chat templates render on it), --model_arg KEY=VALUE a further
+model argument of the gpueval model (think_end_token, enable_thinking). Both steps call lm_eval.simple_evaluate with a model that records
 (requests) or replays (score) instead of computing, so what lm-eval does with the responses is
 exactly what it does with any model's.
 """
@@ -114,12 +118,17 @@ def _task_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--include_path")
     ap.add_argument("--include_defaults", type=lambda s: s.lower() in ("true", "1", "yes"), default=True,
                     help="also lm-eval's own tasks (default true; false: only --include_path's)")
+    ap.add_argument("--confirm_run_unsafe_code", action="store_true",
+                    help="let tasks that run the model's code (humaneval, mbpp) run it, as lm-eval's flag")
     ap.add_argument("--num_fewshot", type=int)
     ap.add_argument("--limit", type=float)
     ap.add_argument("--apply_chat_template", nargs="?", const=True, default=False)
     ap.add_argument("--fewshot_as_multiturn", type=lambda s: s.lower() in ("true", "1", "yes"), default=None)
     ap.add_argument("--system_instruction")
-    ap.add_argument("--seed", type=int, default=0, help="lm-eval's random seed (numpy and few-shot seeds: 1234)")
+    ap.add_argument("--seed", type=int, default=0, help="lm-eval's random seed (numpy and torch seeds: 1234)")
+    ap.add_argument("--fewshot_seed", type=int, default=1234, help="lm-eval's fewshot_random_seed")
+    ap.add_argument("--model_arg", action="append", default=[], metavar="KEY=VALUE",
+                    help="a model argument of the gpueval model (think_end_token, enable_thinking)")
     ap.add_argument("--model", required=True, help="the checkpoint")
     ap.add_argument("--binary", help="the gpueval binary")
     ap.add_argument("--out", required=True)
@@ -135,7 +144,41 @@ def _evaluate(args, lm, log_samples: bool) -> dict:
     return lm_eval.simple_evaluate(
         model=lm, tasks=args.tasks.split(","), num_fewshot=args.num_fewshot, limit=args.limit,
         task_manager=tm, log_samples=log_samples, apply_chat_template=chat, fewshot_as_multiturn=multiturn,
-        system_instruction=args.system_instruction, random_seed=args.seed)
+        system_instruction=args.system_instruction, random_seed=args.seed, fewshot_random_seed=args.fewshot_seed,
+        confirm_run_unsafe_code=args.confirm_run_unsafe_code)
+
+
+def samples_file(samples: list[dict]) -> str:
+    """A task's samples file as lm-eval's EvaluationTracker.save_results_samples writes it."""
+    from lm_eval.utils import handle_non_serializable, sanitize_list
+
+    out = []
+    for sample in samples:
+        sample = dict(sample)
+        sample["arguments"] = {f"gen_args_{i}": {f"arg_{j}": a for j, a in enumerate(arg)}
+                               for i, arg in enumerate(sample["arguments"])}
+        sample["resps"] = sanitize_list(sample["resps"])
+        sample["filtered_resps"] = sanitize_list(sample["filtered_resps"])
+        sample["target"] = str(sample["target"])
+        out.append(json.dumps(sample, default=handle_non_serializable, ensure_ascii=False) + "\n")
+    return "".join(out)
+
+
+def task_hash(samples: list[dict]) -> str:
+    """lm-eval's task hash (EvaluationTracker.save_results_aggregated)."""
+    from lm_eval.utils import hash_string
+
+    return hash_string("".join(s["doc_hash"] + s["prompt_hash"] + s["target_hash"] for s in samples))
+
+
+def model_arguments(pairs: list[str]) -> dict[str, Any]:
+    """--model_arg KEY=VALUE pairs as lm-eval's model_args read them (simple_parse_args_string)."""
+    from lm_eval.utils import simple_parse_args_string
+
+    for pair in pairs:
+        if "=" not in pair:
+            raise GpuevalError(f"gpueval bridge: --model_arg {pair!r} is not KEY=VALUE")
+    return simple_parse_args_string(",".join(pairs)) if pairs else {}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -147,8 +190,9 @@ def main(argv: list[str] | None = None) -> int:
     score.add_argument("--requests", required=True, help="the lines the requests step wrote")
     score.add_argument("--responses", required=True, help="gpueval requests' results for those lines, in order")
     args = ap.parse_args(argv)
-    common = dict(pretrained=args.model, binary=args.binary, journal_dir="/nonexistent-never-used")
     try:
+        common = dict(pretrained=args.model, binary=args.binary, journal_dir="/nonexistent-never-used",
+                      **model_arguments(args.model_arg))
         if args.step == "requests":
             lm = RecordingLM(**common)
             _evaluate(args, lm, log_samples=False)
@@ -164,7 +208,10 @@ def main(argv: list[str] | None = None) -> int:
             raise GpuevalError(f"gpueval bridge: {len(results)} responses for {len(keys)} requests")
         res = _evaluate(args, ReplayLM(dict(zip(keys, results)), **common), log_samples=True)
         keep = {k: res.get(k) for k in ("results", "groups", "group_subtasks", "configs", "versions", "n-shot",
-                                        "higher_is_better", "n-samples", "samples")}
+                                        "higher_is_better", "n-samples")}
+        samples = res.get("samples") or {}
+        keep["task_hashes"] = {t: task_hash(s) for t, s in samples.items()}
+        keep["samples"] = {t: samples_file(s) for t, s in samples.items()}
         with open(args.out, "w", encoding="utf-8") as f:
             json.dump(keep, f, default=str, ensure_ascii=False)
         return 0

@@ -233,7 +233,11 @@ class BridgeTest(unittest.TestCase):
                         # The same requests in another plan (one list, not one per type): fp32 rounding.
                         self.assertAlmostEqual(scores["results"][task][metric], value, delta=1e-6 * max(1, abs(value)),
                                                msg=f"{task} {metric}")
-            self.assertEqual(len(scores["samples"]["demo_choice"]), 10)
+            # Each task's samples file as lm-eval's --log_samples writes it, and its hash.
+            samples = [json.loads(l) for l in scores["samples"]["demo_choice"].splitlines()]
+            self.assertEqual([s["doc_id"] for s in samples], list(range(10)))
+            self.assertIn("gen_args_0", samples[0]["arguments"])
+            self.assertEqual(len(scores["task_hashes"]["demo_choice"]), 64)
             # Responses that do not match the requests: one line, exit 1.
             (tmp / "short.jsonl").write_text("\n".join((tmp / "results.jsonl").read_text().splitlines()[:5]))
             proc = subprocess.run(bridge + ["score", *common, "--requests", str(tmp / "requests.jsonl"),
@@ -241,6 +245,104 @@ class BridgeTest(unittest.TestCase):
                                   capture_output=True, text=True)
             self.assertEqual(proc.returncode, 1)
             self.assertIn("5 responses for 60 requests", proc.stderr)
+
+
+class RunConfigTest(unittest.TestCase):
+    """lm-eval's tasks inside a gpueval run (route 2): `tasks: [..., lm_eval:NAME]` with the config's
+    `lm_eval:` mapping; gpueval computes their requests in its own plan and journal, lm-eval scores them,
+    and the run's report and history hold them beside gpueval's own tasks."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = Path(tempfile.mkdtemp(prefix="gpueval-route2-test-"))
+        cls.tasks = demo_tasks(cls.tmp)
+        (cls.tasks / "demo_group.yaml").write_text(
+            "group: demo_group\ntask: [demo_choice, demo_story]\n"
+            "aggregate_metric_list:\n  - {metric: acc, weight_by_size: true}\nmetadata:\n  version: 2.0\n")
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def config(self, name: str, tasks: list[str], **lm_eval_keys) -> Path:
+        keys = {"python": sys.executable, "include_path": str(self.tasks), "include_defaults": False, **lm_eval_keys}
+        cfg = {"model": str(MODEL), "tasks": tasks, "limit": 6, "gpus": "cpu:2", "dtype": "float32",
+               "output": str(self.tmp / name / "out"), "history": str(self.tmp / name / "history.sqlite"),
+               "lm_eval": keys}
+        path = self.tmp / f"{name}.yaml"
+        path.write_text(json.dumps(cfg))  # JSON is YAML
+        return path
+
+    def run_gpueval(self, config: Path, *flags: str) -> subprocess.CompletedProcess:
+        return subprocess.run([BINARY, "run", str(config), *flags], capture_output=True, text=True)
+
+    def test_lm_eval_tasks_are_scored_beside_gpuevals_own_and_resume_from_the_journal(self):
+        cfg = self.config("mixed", ["demo_perplexity_text", "lm_eval:demo_group", "lm_eval:demo_perplexity"])
+        first = self.run_gpueval(cfg)
+        self.assertEqual(first.returncode, 0, first.stderr[-3000:])
+        out = self.tmp / "mixed" / "out"
+        results = json.loads((out / "results.json").read_text())
+        # lm-eval with the gpueval model (route 1) on the same tasks: the same metrics.
+        lm = GpuevalLM(pretrained=str(MODEL), gpus="cpu:1", binary=BINARY, journal_dir=str(self.tmp / "journal"))
+        tm = TaskManager(include_path=str(self.tasks), include_defaults=False)
+        direct = lm_eval.simple_evaluate(model=lm, tasks=["demo_group", "demo_perplexity"], limit=6,
+                                         task_manager=tm, log_samples=True)
+        for task in ("demo_choice", "demo_story", "demo_perplexity", "demo_group"):
+            for metric, value in direct["results"][task].items():
+                if isinstance(value, float) and "stderr" not in metric:
+                    self.assertAlmostEqual(results["results"][task][metric], value, delta=1e-6 * max(1, abs(value)),
+                                           msg=f"{task} {metric}")
+        self.assertIn("word_perplexity,none", results["results"]["demo_perplexity_text"])  # gpueval's own
+        self.assertEqual(results["groups"]["demo_group"]["alias"], "demo_group")
+        self.assertEqual(results["group_subtasks"]["demo_group"], ["demo_choice", "demo_story"])
+        self.assertEqual(results["n-samples"]["demo_choice"], {"original": 60, "effective": 6})
+        self.assertEqual({k: v for k, v in results["versions"].items() if k != "demo_perplexity_text"},
+                         json.loads(json.dumps(direct["versions"], default=str)))
+        self.assertEqual(results["higher_is_better"]["demo_perplexity"]["word_perplexity"], False)
+        self.assertEqual(results["configs"]["demo_story"]["output_type"], "generate_until")
+        samples = (out / "samples_demo_story.jsonl").read_text().splitlines()
+        self.assertEqual(len(samples), 6)
+        want = {s["doc_id"]: s["resps"] for s in direct["samples"]["demo_story"]}
+        for line in samples:
+            s = json.loads(line)
+            self.assertEqual(s["resps"], [[str(r) for r in want[s["doc_id"]][0]]])  # the same generations
+        report = (out / "report.md").read_text()
+        self.assertIn("| demo_choice |", report)
+        self.assertIn("| demo_group |", report)
+        for name in ("requests.jsonl", "responses.jsonl", "scores.json"):
+            self.assertTrue((out / "lm_eval" / name).is_file(), name)
+        self.assertIn("lm-eval builds the requests of demo_group,demo_perplexity", first.stderr)
+        # The history holds lm-eval's tasks and group as it holds gpueval's.
+        hist = subprocess.run([BINARY, "history", "--history", str(self.tmp / "mixed" / "history.sqlite")],
+                              capture_output=True, text=True)
+        self.assertEqual(hist.returncode, 0, hist.stderr)
+        for name in ("demo_choice", "demo_group", "demo_perplexity", "demo_perplexity_text"):
+            self.assertIn(name, hist.stdout)
+        # The same command again: every result from the journal, the same report.
+        second = self.run_gpueval(cfg)
+        self.assertEqual(second.returncode, 0, second.stderr[-3000:])
+        self.assertRegex(second.stderr, r"journal .*: computed 0 requests in 0 batches")
+        again = json.loads((out / "results.json").read_text())
+        self.assertEqual(again["results"], results["results"])
+
+    def test_a_config_lm_eval_cannot_honour_fails_in_one_line(self):
+        cases = [
+            (self.config("nopython", ["lm_eval:demo_choice"], python=str(self.tmp / "no-python")),
+             "lm_eval.python"),
+            (self.config("clash", ["demo_perplexity", "lm_eval:demo_perplexity"]),
+             "'demo_perplexity' is both one of gpueval's tasks and an lm-eval task of this run"),
+            (self.config("unknown", ["lm_eval:no_such_task"]), "lm-eval's requests step failed"),
+        ]
+        for cfg, message in cases:
+            proc = self.run_gpueval(cfg)
+            self.assertNotEqual(proc.returncode, 0, cfg)
+            self.assertIn(message, proc.stderr)
+            self.assertFalse((cfg.parent / cfg.stem / "out" / "results.json").exists())
+        bad = self.tmp / "bad.yaml"
+        bad.write_text(f"model: {MODEL}\ntasks: ['lm_eval:']\n")
+        proc = self.run_gpueval(bad)
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertIn("bad.yaml:2: key 'tasks' has 'lm_eval:' without a task name after it", proc.stderr)
 
 
 class LauncherTest(unittest.TestCase):

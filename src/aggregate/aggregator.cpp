@@ -49,13 +49,19 @@ std::vector<RequestResult> combine_items(const std::vector<ItemResult>& items) {
 Aggregator::Aggregator(const std::vector<Task>& tasks, const std::vector<Request>& requests)
     : tasks_(tasks),
       requests_(requests),
+      task_of_(requests.size(), kOutside),
       doc_requests_(tasks.size()),
       items_(requests.size()),
       requests_left_(tasks.size()),
       documents_done_(tasks.size(), 0) {
   for (size_t t = 0; t < tasks.size(); ++t) task_index_[tasks[t].name()] = t;
   for (const Request& r : requests) {
-    auto& docs = doc_requests_[task_index_.at(r.task)];
+    if (r.index < 0 || static_cast<size_t>(r.index) >= requests.size())
+      fail("aggregator", "request index {} outside [0, {})", r.index, requests.size());
+    const auto task = task_index_.find(r.task);
+    if (task == task_index_.end()) continue;  // an lm_eval: task's: kept apart
+    task_of_[static_cast<size_t>(r.index)] = task->second;
+    auto& docs = doc_requests_[task->second];
     if (docs.size() <= static_cast<size_t>(r.doc_id)) docs.resize(static_cast<size_t>(r.doc_id) + 1);
     docs[static_cast<size_t>(r.doc_id)].push_back(r.index);
   }
@@ -73,8 +79,8 @@ void Aggregator::add(std::vector<ItemResult> items) {
 }
 
 void Aggregator::count_if_complete(size_t i) {
-  if (static_cast<int32_t>(items_[i].size()) != items_[i].front().parts) return;
-  const size_t t = task_index_.at(requests_[i].task);
+  if (!ours(i) || static_cast<int32_t>(items_[i].size()) != items_[i].front().parts) return;
+  const size_t t = task_of_[i];
   if (--requests_left_[t][static_cast<size_t>(requests_[i].doc_id)] == 0) {
     ++documents_done_[t];
     if (tasks_[t].runs_programs()) ready_.emplace_back(t, static_cast<size_t>(requests_[i].doc_id));
@@ -115,6 +121,14 @@ nlohmann::json Aggregator::progress() const {
   nlohmann::json j = nlohmann::json::object();
   for (size_t t = 0; t < tasks_.size(); ++t)
     j[tasks_[t].name()] = {{"documents", doc_requests_[t].size()}, {"documents_done", documents_done_[t]}};
+  // The lm_eval: tasks' requests, counted together (lm-eval scores them after the run).
+  int64_t outside = 0, done = 0;
+  for (size_t i = 0; i < items_.size(); ++i) {
+    if (ours(i)) continue;
+    ++outside;
+    if (!items_[i].empty() && static_cast<int32_t>(items_[i].size()) == items_[i].front().parts) ++done;
+  }
+  if (outside > 0) j["lm_eval"] = {{"requests", outside}, {"requests_done", done}};
   return j;
 }
 
@@ -131,6 +145,28 @@ Aggregator::Documents Aggregator::records() const {
       out.scored.push_back(std::move(rec));
     }
   }
+  // The other tasks' requests, whole or not at all: their scorer (lm-eval) needs every response.
+  size_t missing = 0, outside = 0;
+  for (size_t i = 0; i < items_.size(); ++i) {
+    if (ours(i)) continue;
+    ++outside;
+    std::vector<RequestResult> combined;
+    try {
+      if (!items_[i].empty()) combined = combine_items(items_[i]);
+    } catch (const Error&) {
+      combined.clear();  // some windows of a rolling request are missing
+    }
+    if (combined.empty()) {
+      ++missing;
+    } else {
+      out.outside.push_back(std::move(combined.front()));
+    }
+  }
+  if (missing > 0) {
+    out.outside.clear();
+    out.incomplete.push_back(fmt::format(
+        "lm_eval tasks: {} of {} requests have no result, so lm-eval scored none of them", missing, outside));
+  }
   return out;
 }
 
@@ -138,6 +174,7 @@ Aggregator::Documents Aggregator::documents(const ProgramVerdicts* verdicts) con
   Documents all = records();
   Documents out;
   out.incomplete = std::move(all.incomplete);
+  out.outside = std::move(all.outside);
   for (DocRecord& rec : all.scored) {
     if (rec.task->runs_programs()) {
       // A document whose programs have no verdict (the run stopped before they ran) is not scored.

@@ -6,6 +6,10 @@
 // documents each task's metrics (filter by filter, each with its stderr, as lm-eval aggregates
 // them) and each group's scores (lm-eval's consolidate_group_results), together a Scores value.
 //
+// Requests of tasks outside the aggregator's own (a run's lm_eval: tasks, which lm-eval scores:
+// evaluation/lm_eval_tasks.h) are folded into request results too and handed out as they are
+// (Documents::outside), not scored here.
+//
 // It keeps results in memory only: the journal (store/journal.h) and the report files
 // (report/) are its callers' business. It may call tasks/, plan/ and common/. Not thread-safe.
 #pragma once
@@ -35,20 +39,25 @@ std::vector<RequestResult> combine_items(const std::vector<ItemResult>& items);
 
 class Aggregator {
  public:
-  // `tasks` and `requests` (numbered 0..N-1 in (task, document, choice) order, as build_requests
-  // gives them) must outlive the aggregator.
+  // `tasks` and `requests` (numbered 0..N-1; a task's in (document, choice) order, as
+  // build_requests gives them) must outlive the aggregator. A request of a task not in `tasks`
+  // is kept apart (Documents::outside).
   Aggregator(const std::vector<Task>& tasks, const std::vector<Request>& requests);
 
   // Item results of a finished batch, or resumed from the journal. Each (request, part) once.
   void add(std::vector<ItemResult> items);
 
   // For status.json: {task: {"documents": N, "documents_done": n}}, a document being done when
-  // every part of every one of its requests is in.
+  // every part of every one of its requests is in; with requests outside the tasks, also
+  // "lm_eval": {"requests": N, "requests_done": n}.
   nlohmann::json progress() const;
 
   struct Documents {
     std::vector<DocRecord> scored;  // complete documents with their metrics, task by task, in doc order
     std::vector<std::string> incomplete;  // "<task> doc <doc_id>" for each document missing a result
+    // The requests of tasks not in `tasks`, by request index, when every one of them has its
+    // result; else empty, and one line in `incomplete` says how many are missing.
+    std::vector<RequestResult> outside;
   };
   // `verdicts`: every program of programs() (tasks that run programs need them; Error otherwise).
   Documents documents(const ProgramVerdicts* verdicts = nullptr) const;
@@ -67,7 +76,12 @@ class Aggregator {
 
   void count_if_complete(size_t request);
 
+  // Whether request i is of one of tasks_ (else it is kept apart: Documents::outside).
+  bool ours(size_t i) const { return task_of_[i] != kOutside; }
+  static constexpr size_t kOutside = static_cast<size_t>(-1);
+
   const std::vector<Task>& tasks_;
+  std::vector<size_t> task_of_;  // [request] -> index into tasks_, or kOutside
   const std::vector<Request>& requests_;
   std::map<std::string, size_t> task_index_;
   std::vector<std::vector<std::vector<int64_t>>> doc_requests_;  // [task][doc] -> request indices
@@ -82,6 +96,24 @@ struct TaskScores {
   const Task* task = nullptr;
   std::vector<const DocRecord*> records;
   std::vector<MetricResult> metrics;
+};
+
+// A task or group of lm-evaluation-harness itself (a run's `lm_eval:` entries), scored by lm-eval
+// from the responses gpueval computed (evaluation/lm_eval_tasks.h): what lm-eval's results said of
+// it, kept as lm-eval wrote it for results.json, and its metrics as the table and the history read them.
+struct LmEvalScores {
+  std::string name;  // lm-eval's name, as its results key it
+  bool is_group = false;
+  nlohmann::ordered_json result = nlohmann::ordered_json::object();  // its "results" entry, as lm-eval wrote it
+  std::vector<MetricResult> metrics;  // the entry's numeric "<metric>,<filter>" values, n from n-samples
+  nlohmann::ordered_json config;  // "configs" entry (tasks; null for groups)
+  nlohmann::ordered_json version;  // "versions" entry (null: none)
+  int64_t num_fewshot = 0;  // "n-shot" (tasks)
+  nlohmann::ordered_json higher_is_better = nlohmann::ordered_json::object();  // {metric: bool}
+  nlohmann::ordered_json n_samples;  // {"original", "effective"} (tasks; null for groups)
+  std::vector<std::string> subtasks;  // "group_subtasks" (groups)
+  std::string task_hash;  // "task_hashes" entry; "" : none
+  std::string samples;  // samples_<name>.jsonl as lm-eval's --log_samples writes it (tasks)
 };
 
 // One group's scores over the scored tasks under it (filter "none" only, as lm-eval).
@@ -111,6 +143,7 @@ std::vector<GroupScores> score_groups(const std::vector<TaskScores>& tasks, cons
 struct Scores {
   std::vector<TaskScores> tasks;
   std::vector<GroupScores> groups;  // in the order of `groups` given to score_run
+  std::vector<LmEvalScores> lm_eval;  // the run's lm_eval: tasks and groups, as lm-eval scored them
 };
 
 // A task's documents that a run with `limit` documents per task scores (results.json's n-samples

@@ -205,7 +205,7 @@ int run_merge_command(const std::string& dir, const EvaluationOptions& options) 
     summary.code_execution = code_execution;
     const std::string state = docs.incomplete.empty() ? "complete" : "incomplete";
     incomplete = incomplete || !docs.incomplete.empty();
-    const CheckpointReports written = write_checkpoint_reports(config, m.work.in, docs.scored, summary);
+    const CheckpointReports written = write_checkpoint_reports(config, m.work.in, docs, summary);
     json line = {{"name", c.checkpoint.name}, {"state", state}};
     recorder.recorder(c.checkpoint, &line)(docs.scored, written.scores, summary, state);
     lines.push_back(line);

@@ -158,11 +158,23 @@ RunSummary run_summary(const RunConfig& config, const RunInputs& in, const Budge
 }
 
 CheckpointReports write_checkpoint_reports(const RunConfig& config, const RunInputs& in,
-                                           const std::vector<DocRecord>& scored, const RunSummary& summary) {
+                                           const Aggregator::Documents& docs, const RunSummary& summary) {
   std::vector<const Task*> task_ptrs;
   for (const Task& t : in.tasks) task_ptrs.push_back(&t);
   CheckpointReports written;
-  written.scores = score_run(task_ptrs, scored, summary.bootstrap_iters, summary.groups);
+  written.scores = score_run(task_ptrs, docs.scored, summary.bootstrap_iters, summary.groups);
+  if (in.lm_eval.empty() || docs.outside.empty()) {
+    written.table = write_reports(config.output, written.scores, summary);
+    return written;
+  }
+  try {
+    written.scores.lm_eval = score_lm_eval_tasks(in.lm_eval, docs.outside, in.lm_eval_first, config.output);
+  } catch (const Error& e) {
+    RunSummary without = summary;
+    without.incomplete.push_back(fmt::format("lm_eval tasks not scored: {}", e.what()));
+    write_reports(config.output, written.scores, without);
+    throw;
+  }
   written.table = write_reports(config.output, written.scores, summary);
   return written;
 }
@@ -330,7 +342,7 @@ CheckpointOutcome evaluate_checkpoint(const RunConfig& run_config, const Evaluat
   CheckpointReports written;
   progress.phase("scoring and writing the report");
   try {
-    written = write_checkpoint_reports(config, in, docs.scored, summary);
+    written = write_checkpoint_reports(config, in, docs, summary);
   } catch (const std::exception& e) {
     if (report.fatal_error.empty()) throw;
     // The run failed already (e.g. a full disk): say why the report is missing, keep the original error.

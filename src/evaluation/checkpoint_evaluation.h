@@ -71,9 +71,12 @@ struct CheckpointReports {
   std::string table;
 };
 
-// Scores `scored` (score_run) and writes their report files (gpueval/report.h) into config.output.
+// Scores the documents (score_run) and writes their report files (gpueval/report.h) into
+// config.output; the lm_eval: tasks' results (docs.outside) are scored by lm-eval first
+// (lm_eval_tasks.h). When lm-eval fails, the report is written without them, saying so among what is
+// incomplete, and its error is thrown after (the journal keeps every result: a rerun scores them).
 CheckpointReports write_checkpoint_reports(const RunConfig& config, const RunInputs& in,
-                                           const std::vector<DocRecord>& scored, const RunSummary& summary);
+                                           const Aggregator::Documents& docs, const RunSummary& summary);
 
 // One line per quarantined batch ("batch B quarantined after N attempts (why); requests ..."), each
 // logged as an error (shown even when quiet): a run's report lists them first among what is incomplete.

@@ -37,6 +37,14 @@ ScoreIndex index_scores(const Scores& scores, std::optional<int64_t> limit) {
     for (const MetricResult& m : t.metrics)
       if (m.chance) x.chance[name][m.name + "," + m.filter] = *m.chance;
   }
+  for (const LmEvalScores& t : scores.lm_eval) {  // lm-eval's tasks and groups, as lm-eval reported them
+    if (t.is_group) {
+      if (x.members.emplace(t.name, t.subtasks).second) x.group_order.push_back(t.name);
+    } else if (!t.metrics.empty()) {
+      x.effective[t.name] = t.metrics.front().n;
+    }
+    for (const MetricResult& m : t.metrics) x.higher[t.name][m.name] = m.higher_is_better;
+  }
   for (const GroupScores& g : scores.groups) {
     const std::string& name = g.group->name();
     if (x.members.emplace(name, g.group->members()).second) x.group_order.push_back(name);
@@ -137,6 +145,7 @@ std::vector<ScoreRow> score_rows(const Scores& scores, std::optional<int64_t> li
     by_name[t.task->name()] = rows_of(x, t.task->name(), t.metrics, false, parent);
   for (const GroupScores& g : scores.groups)
     by_name[g.group->name()] = rows_of(x, g.group->name(), g.metrics, true, parent);
+  for (const LmEvalScores& t : scores.lm_eval) by_name[t.name] = rows_of(x, t.name, t.metrics, t.is_group, parent);
   std::vector<ScoreRow> out;
   for (auto& [name, rows] : by_name) out.insert(out.end(), rows.begin(), rows.end());
   return out;

@@ -128,6 +128,7 @@ std::vector<Request> read_request_lines(const std::string& text, const std::stri
     Request r = read_line(line, fmt::format("{}:{}", path, number));
     r.index = static_cast<int64_t>(requests.size());
     r.choice = per_document[{r.task, r.doc_id}]++;
+    r.as_hf = true;  // lm-eval's requests: hf's numbers
     requests.push_back(std::move(r));
   }
   return requests;
@@ -207,7 +208,6 @@ int run_requests(const RequestRunOptions& run, const EvaluationOptions& options)
   if (nothing_stored) scheduler.start_workers(checkpoint.path);
   progress.phase("loading the tokenizer");
   RunInputs in = load_run_inputs(config, options.executable, checkpoint.path, &given);
-  in.plan_options.rolling_like_hf = true;
   RunJournal journal(config.output, checkpoint.fingerprint, in.model_dir, config_fp, in.requests, options.fresh);
   if (!nothing_stored && journal.stored_items() < in.requests.size()) scheduler.start_workers(in.model_dir);
   progress.phase(fmt::format("tokenizing {} requests", format_count(static_cast<int64_t>(in.requests.size()))));

@@ -3,7 +3,7 @@
 // generate_until with the whole list at once (`gpueval requests`, docs/lm_eval.md). The requests
 // come in as JSONL, go through the same flow as a native run's (run_inputs.h's load_run_inputs
 // without tasks, the planner: tokenized as lm-eval's hf model does, sorted, prefixes shared,
-// batched, rolling texts windowed as hf does (PlanOptions::rolling_like_hf); the run loop: journal, scheduler, one
+// batched, rolling texts windowed as hf does (Request::as_hf); the run loop: journal, scheduler, one
 // worker per device), and their results go out as JSONL in the order they came. Nothing here knows lm-eval: the package
 // turns its Instances into these lines and the results back.
 //
@@ -36,7 +36,8 @@ namespace gpueval {
 //                   journal's keys and the planner's families (one document's contexts) use them
 //   "key":          a string the caller names the request by (the lm-eval bridge's); not read
 // An unknown key, a missing or mistyped one is an Error naming <path>:<line>. Requests are numbered
-// in file order; `choice` counts a document's requests in file order (so repeats stay apart).
+// in file order; `choice` counts a document's requests in file order (so repeats stay apart); a
+// request is hf's (Request::as_hf).
 std::vector<Request> read_request_lines(const std::string& text, const std::string& path);
 
 // A result line for `r`: loglikelihood {"logprob", "is_greedy", "tokens"}, loglikelihood_rolling

@@ -13,6 +13,7 @@
 #include "common/byte_amount.h"
 #include "common/file_io.h"
 #include "common/yaml_json.h"
+#include "evaluation/lm_eval_tasks.h"
 #include "gpueval/error.h"
 #include "gpueval/task.h"
 #include "run/batch_probe.h"
@@ -60,7 +61,8 @@ const std::vector<std::string> kKeys = {"model",
                                         "fewshot_as_multiturn",
                                         "system_instruction",
                                         "chat_template_args",
-                                        "think_end_token"};
+                                        "think_end_token",
+                                        "lm_eval"};
 
 const std::vector<std::string> kDtypes = {"auto", "float32", "bfloat16", "float16"};
 
@@ -291,7 +293,13 @@ class ConfigReader {
                            [&](const std::string& p) { return resolve(p); });
     } else if (key == "tasks") {
       c.tasks = path_list(key, v, "a list of task names or task YAML files", "task", "a task name or path",
-                          [&](const std::string& t) { return looks_like_task_path(t) ? resolve(t) : t; });
+                          [&](const std::string& t) {
+                            if (is_lm_eval_task(t)) {
+                              check(key, v, lm_eval_task_problem(t));
+                              return t;
+                            }
+                            return looks_like_task_path(t) ? resolve(t) : t;
+                          });
     } else if (key == "seed") {
       c.seed = unsigned_integer(key, v);
     } else if (key == "fewshot_seed") {
@@ -304,10 +312,40 @@ class ConfigReader {
       read_data(c, v);
     } else if (key == "extra_metrics") {
       read_extra_metrics(c, key, v);
+    } else if (key == "lm_eval") {
+      read_lm_eval(c, v);
     } else {
       return false;
     }
     return true;
+  }
+
+  void read_lm_eval(RunConfig& c, const YAML::Node& v) {
+    if (v.IsNull()) return;
+    if (!v.IsMap())
+      fail(at(v),
+           "key 'lm_eval' must be a mapping (python, include_path, include_defaults, confirm_run_unsafe_code), got {}",
+           describe(v));
+    for (auto it = v.begin(); it != v.end(); ++it) {
+      const std::string name = it->first.IsScalar() ? it->first.Scalar() : std::string();
+      const std::string key = "lm_eval." + name;
+      const YAML::Node value = it->second;  // a copy: it->second is a member of a temporary
+      if (name == "python") {
+        // A command name is looked up on PATH when the run starts; a path is the file's.
+        const std::string text = scalar(key, value, "a Python interpreter (a path, or a name on PATH)");
+        check(key, value, path_problem(text));
+        c.lm_eval.python = text.find('/') == std::string::npos ? text : resolve(text);
+      } else if (name == "include_path") {
+        c.lm_eval.include_path = path(key, value, "a directory of lm-eval task files");
+      } else if (name == "include_defaults") {
+        check(key, value, switch_problem(scalar(key, value, "true or false"), &c.lm_eval.include_defaults));
+      } else if (name == "confirm_run_unsafe_code") {
+        check(key, value, switch_problem(scalar(key, value, "true or false"), &c.lm_eval.confirm_run_unsafe_code));
+      } else {
+        fail(at(it->first),
+             "unknown key 'lm_eval.{}' (known: python, include_path, include_defaults, confirm_run_unsafe_code)", name);
+      }
+    }
   }
 
   void read_extra_metrics(RunConfig& c, const std::string& key, const YAML::Node& v) {
@@ -632,7 +670,15 @@ nlohmann::json RunConfig::to_json() const {
   if (!system_instruction.empty()) out["system_instruction"] = system_instruction;
   if (!chat_template_args.empty()) out["chat_template_args"] = chat_template_args;
   if (!think_end_token.empty()) out["think_end_token"] = think_end_token;
+  if (!lm_eval.is_default()) out["lm_eval"] = lm_eval.to_json();
   return out;
+}
+
+nlohmann::json RunConfig::LmEval::to_json() const {
+  return {{"python", python},
+          {"include_path", include_path},
+          {"include_defaults", include_defaults},
+          {"confirm_run_unsafe_code", confirm_run_unsafe_code}};
 }
 
 bool RunConfig::CodeExecution::is_default() const { return to_json() == CodeExecution().to_json(); }
@@ -713,6 +759,8 @@ void apply_overrides(RunConfig& config, const ConfigOverrides& overrides) {
     std::vector<std::string> tasks;
     for (const std::string& task : *overrides.tasks) {
       if (task.empty()) fail("--tasks", "has an empty task entry");
+      if (is_lm_eval_task(task) && !lm_eval_task_problem(task).empty())
+        fail("--tasks", "{}", lm_eval_task_problem(task));
       if (std::find(tasks.begin(), tasks.end(), task) != tasks.end()) fail("--tasks", "lists '{}' twice", task);
       tasks.push_back(task);
     }

@@ -36,6 +36,7 @@ std::string canonical_request(const Request& r) {
   field(out, "type", request_type_name(r.type));
   field(out, "context", r.context);
   field(out, "continuation", r.continuation);
+  if (r.as_hf) field(out, "as_hf", "true");
   field(out, "stops", static_cast<int64_t>(r.stops.size()));
   for (const std::string& s : r.stops) field(out, "stop", s);
   field(out, "max_tokens", r.max_tokens);

@@ -5,6 +5,7 @@
 #include <iostream>
 #include <limits>
 #include <map>
+#include <set>
 #include <thread>
 
 #include <ATen/Context.h>
@@ -124,14 +125,17 @@ std::string chat_model_dir(const RunConfig& config) {
 TaskInputs load_tasks(const RunConfig& config, const std::string& executable) {
   const std::vector<std::string> search = task_search_dirs(config, executable);
   TaskInputs out;
+  std::vector<std::string> native;
+  for (const std::string& entry : config.tasks)
+    if (!is_lm_eval_task(entry)) native.push_back(entry);
   // Groups (`tasks: [mmlu]`) expand to their tasks; the report aggregates them back.
-  out.selection = expand_tasks(config.tasks, search);
+  if (!native.empty()) out.selection = expand_tasks(native, search);
   TaskLoadOptions load_options;
   load_options.data_roots = config.data;
   load_options.num_fewshot = config.num_fewshot;
   load_options.fewshot_seed = config.fewshot_seed;
   load_options.extra_metrics = config.extra_metrics;
-  if (config.chat() || !config.system_instruction.empty() || !config.think_end_token.empty()) {
+  if (!native.empty() && (config.chat() || !config.system_instruction.empty() || !config.think_end_token.empty())) {
     const ChatFormat chat = load_chat_format(config, chat_model_dir(config));
     load_options.prompt = chat.prompt;
     out.chat = chat.to_json();
@@ -142,6 +146,20 @@ TaskInputs load_tasks(const RunConfig& config, const std::string& executable) {
   for (const Task& t : out.tasks) task_ptrs.push_back(&t);
   check_member_metrics(out.selection.groups, task_ptrs);  // suite scores name metrics the tasks have
   out.requests = build_requests(task_ptrs, config.limit);
+  out.lm_eval_first = static_cast<int64_t>(out.requests.size());
+  if (std::any_of(config.tasks.begin(), config.tasks.end(), is_lm_eval_task)) {
+    out.lm_eval = load_lm_eval_requests(config, executable, chat_model_dir(config));
+    std::set<std::string> ours;
+    for (const Task& t : out.tasks) ours.insert(t.name());
+    for (const TaskGroup& g : out.selection.groups) ours.insert(g.name());
+    for (Request r : out.lm_eval.requests) {
+      const std::string name = r.task.substr(kLmEvalPrefix.size());
+      if (ours.count(name))
+        fail(config.source, "'{}' is both one of gpueval's tasks and an lm-eval task of this run; list it once", name);
+      r.index += out.lm_eval_first;
+      out.requests.push_back(std::move(r));
+    }
+  }
   return out;
 }
 
@@ -180,6 +198,8 @@ RunInputs load_run_inputs(const RunConfig& config, const std::string& executable
   }
   in.tasks = std::move(tasks.tasks);
   in.requests = std::move(tasks.requests);
+  in.lm_eval = std::move(tasks.lm_eval);
+  in.lm_eval_first = tasks.lm_eval_first;
   resolve_sampling(in.requests, in.model_dir);
   for (const Task& task : in.tasks) {
     for (const std::string& note : task.notes()) std::cerr << "[sched] note: " << note << "\n";

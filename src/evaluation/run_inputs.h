@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "evaluation/lm_eval_tasks.h"
 #include "gpueval/model_config.h"
 #include "gpueval/request.h"
 #include "gpueval/run_config.h"
@@ -31,7 +32,9 @@ struct RunInputs {
   std::unique_ptr<Tokenizer> tokenizer;
   TaskSelection selection;
   std::vector<Task> tasks;
-  std::vector<Request> requests;
+  std::vector<Request> requests;  // the tasks', then lm_eval's (from lm_eval_first)
+  LmEvalRequests lm_eval;  // the lm_eval: tasks (lm_eval_tasks.h)
+  int64_t lm_eval_first = 0;  // the index of lm_eval's first request in `requests`
   PlanOptions plan_options;  // batch_tokens: the config's, else 4096
 };
 
@@ -39,11 +42,16 @@ struct RunInputs {
 // `limit` documents of each, numbered in (task, document, choice) order. With apply_chat_template,
 // their contexts are rendered by the chat template of the config's first checkpoint (or its
 // chat_template file, with that checkpoint's special tokens): evaluation/chat_format.h.
+// The config's lm_eval: entries are lm-eval's (lm_eval_tasks.h): their requests, as lm-eval built
+// them for the same checkpoint, follow, numbered on from the tasks'. A name that is both one of
+// gpueval's tasks and an lm-eval task of the run is an Error (their reports would collide).
 struct TaskInputs {
   TaskSelection selection;
   std::vector<Task> tasks;
   std::vector<Request> requests;
   nlohmann::json chat;  // the prompt format they were built with (ChatFormat::to_json); {} for plain prompts
+  LmEvalRequests lm_eval;
+  int64_t lm_eval_first = 0;  // the index of lm_eval's first request in `requests`
 };
 TaskInputs load_tasks(const RunConfig& config, const std::string& executable);
 

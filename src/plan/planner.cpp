@@ -176,7 +176,7 @@ class RequestEncoder {
   }
 
   std::vector<WorkItem> rolling(const Request& r) const {
-    const std::vector<int32_t> tokens = options_.rolling_like_hf ? encode_context(r.context) : encode(r.context);
+    const std::vector<int32_t> tokens = r.as_hf ? encode_context(r.context) : encode(r.context);
     std::vector<ScoreRequest> windows = rolling_windows(tokens, prefix_token(), options_.max_length);
     if (windows.empty()) windows.push_back({{prefix_token()}, 1});  // an empty text: nothing to score, logprob 0
     if (windows.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max()))
@@ -223,6 +223,7 @@ class RequestEncoder {
     WorkItem item;
     item.request_index = r.index;
     item.type = r.type;
+    item.template_stops = !r.as_hf;
     return item;
   }
 
@@ -508,7 +509,7 @@ void add_generation_units(const std::vector<WorkItem>& gen, const PlanOptions& o
   for (const PrefixCluster& c : clusters) {
     if (c.groups.empty()) continue;
     Batch like;
-    like.stop_ids = options.generation_stop_ids;
+    if (gen.front().template_stops) like.stop_ids = options.generation_stop_ids;
     const size_t p = c.prefix_length;
     if (p > 0) {
       const auto& context = groups[c.groups.front()].context;
@@ -566,16 +567,17 @@ void add_generation_units(const std::vector<WorkItem>& gen, const PlanOptions& o
 void batch_items(std::vector<WorkItem> items, const PlanOptions& options, Plan& plan) {
   std::sort(items.begin(), items.end(), request_order);
   std::vector<WorkItem> scoring;
-  std::map<double, std::vector<WorkItem>> generation;  // by temperature: a batch samples under one setting
+  // By temperature (a batch samples under one setting) and stops (lm-eval's requests stop as hf's).
+  std::map<std::pair<double, bool>, std::vector<WorkItem>> generation;
   for (WorkItem& item : items) {
     if (item.type == RequestType::kGenerateUntil)
-      generation[item.temperature].push_back(std::move(item));
+      generation[{item.temperature, item.template_stops}].push_back(std::move(item));
     else
       scoring.push_back(std::move(item));
   }
   std::vector<Unit> units;
   add_scoring_units(scoring, options, plan, units);
-  for (auto& [temperature, gen] : generation) add_generation_units(gen, options, plan, units);
+  for (auto& [setting, gen] : generation) add_generation_units(gen, options, plan, units);
   append_batches(std::move(units), plan);
 }
 

@@ -41,6 +41,9 @@ struct WorkItem {
   int64_t top_k = 0;  // generate_until sampling: 0 is off
   double top_p = 1.0;  // generate_until sampling: 1 is off
   uint64_t seed = 0;  // generate_until: request_seed(), so sampling never depends on the worker
+  // generate_until: whether it also stops at PlanOptions::generation_stop_ids (not a request lm-eval
+  // made: Request::as_hf). A batch holds items of one kind. Planning only; not in a plan's JSON.
+  bool template_stops = true;
   // loglikelihood: the request index of the first of one document's requests whose contexts
   // differ but whose continuation is the same (a multiple-input task's choices); -1 otherwise.
   // Packing runs a family as one row over the prefix its contexts share (packing.h).
@@ -87,12 +90,6 @@ struct PlanOptions {
   // loglikelihood contexts and rolling windows use the prefix token (BOS, else
   // EOS) whatever this says, as lm-evaluation-harness does.
   bool add_bos = true;
-  // loglikelihood_rolling texts encoded as lm-eval's hf model encodes them (0.4.13: tok_encode with
-  // the tokenizer's special tokens, i.e. BOS as add_bos says, unless the text starts with it),
-  // before the windows' own prefix token: a tokenizer that adds BOS then scores P(BOS | BOS)
-  // first. Off (gpueval's runs): the text's own tokens only. On for lm-eval's requests
-  // (evaluation/request_run.h), whose numbers must be hf's.
-  bool rolling_like_hf = false;
   uint64_t seed = 1234;  // run seed for generate_until sampling
   // Tokenizer threads; 0 = one per core. Never changes the plan.
   int threads = 0;

@@ -127,12 +127,15 @@ nlohmann::ordered_json group_entry(const GroupScores& g) {
 }
 
 // "n-samples": each task's documents, and how many of them the limit let in.
-nlohmann::ordered_json n_samples(const std::vector<TaskScores>& tasks, const RunSummary& summary) {
+nlohmann::ordered_json n_samples(const std::vector<TaskScores>& tasks, const std::vector<LmEvalScores>& lm_eval,
+                                 const RunSummary& summary) {
   nlohmann::ordered_json out = nlohmann::ordered_json::object();
   for (const TaskScores& t : tasks) {
     const int64_t original = static_cast<int64_t>(t.task->documents().size());
     out[t.task->name()] = {{"original", original}, {"effective", documents_under_limit(*t.task, summary.limit)}};
   }
+  for (const LmEvalScores& t : lm_eval)
+    if (!t.is_group && !t.n_samples.is_null()) out[t.name] = t.n_samples;
   return out;
 }
 
@@ -149,7 +152,7 @@ nlohmann::ordered_json run_config_entry(const RunSummary& summary) {
 }
 
 // lm-eval's task hash: SHA-256 of the concatenated doc, prompt and target hashes of its samples.
-nlohmann::ordered_json task_hashes(const std::vector<TaskScores>& tasks) {
+nlohmann::ordered_json task_hashes(const std::vector<TaskScores>& tasks, const std::vector<LmEvalScores>& lm_eval) {
   nlohmann::ordered_json out = nlohmann::ordered_json::object();
   for (const TaskScores& t : tasks) {
     std::string hashes;
@@ -162,6 +165,8 @@ nlohmann::ordered_json task_hashes(const std::vector<TaskScores>& tasks) {
     }
     out[t.task->name()] = sha256_hex(hashes);
   }
+  for (const LmEvalScores& t : lm_eval)
+    if (!t.is_group && !t.task_hash.empty()) out[t.name] = t.task_hash;
   return out;
 }
 
@@ -191,9 +196,23 @@ nlohmann::ordered_json results(const Scores& scores, const RunSummary& summary) 
       if (m.chance) chance[name][m.name + "," + m.filter] = *m.chance;
     }
   }
+  // lm-eval's tasks and groups, as lm-eval wrote them.
+  for (const LmEvalScores& t : scores.lm_eval) {
+    per_task[t.name] = t.result;
+    versions[t.name] = t.version;
+    if (!t.higher_is_better.empty()) higher[t.name] = t.higher_is_better;
+    if (t.is_group) continue;
+    configs[t.name] = t.config;
+    n_shot[t.name] = t.num_fewshot;
+  }
   const std::vector<GroupScores>& groups = scores.groups;
   std::map<std::string, nlohmann::ordered_json> per_group;
   std::set<std::string> grouped;
+  for (const LmEvalScores& g : scores.lm_eval) {
+    if (!g.is_group) continue;
+    per_group[g.name] = g.result;
+    grouped.insert(g.subtasks.begin(), g.subtasks.end());
+  }
   for (const GroupScores& g : groups) {
     per_group[g.group->name()] = group_entry(g);
     per_task[g.group->name()] = per_group[g.group->name()];
@@ -209,30 +228,59 @@ nlohmann::ordered_json results(const Scores& scores, const RunSummary& summary) 
   }
   nlohmann::ordered_json out;
   out["results"] = sorted_by_name(per_task);  // lm-eval sorts its results table by task name
-  if (!groups.empty()) out["groups"] = sorted_by_name(per_group);
+  if (!per_group.empty()) out["groups"] = sorted_by_name(per_group);
   nlohmann::ordered_json subtasks = nlohmann::ordered_json::object();
   for (auto it = tasks.rbegin(); it != tasks.rend(); ++it) {
     if (!grouped.count(it->task->name())) subtasks[it->task->name()] = nlohmann::ordered_json::array();
   }
   for (const GroupScores& g : groups) subtasks[g.group->name()] = g.group->members();
+  for (const LmEvalScores& t : scores.lm_eval) {
+    if (t.is_group) {
+      subtasks[t.name] = t.subtasks;
+    } else if (!grouped.count(t.name)) {
+      subtasks[t.name] = nlohmann::ordered_json::array();
+    }
+  }
   out["group_subtasks"] = subtasks;
   out["configs"] = sorted_by_name(configs);
   out["versions"] = sorted_by_name(versions);
   out["n-shot"] = sorted_by_name(n_shot);
   out["higher_is_better"] = sorted_by_name(higher);
-  out["n-samples"] = n_samples(tasks, summary);
+  out["n-samples"] = n_samples(tasks, scores.lm_eval, summary);
   out["config"] = run_config_entry(summary);
   if (!summary.batching.empty()) out["batching"] = summary.batching;
   if (!summary.journal.empty()) out["journal"] = summary.journal;
   if (!summary.code_execution.empty()) out["code_execution"] = summary.code_execution;
   if (!summary.timing.empty()) out["timing"] = summary.timing;
   if (summary.date) out["date"] = *summary.date;
-  out["task_hashes"] = task_hashes(tasks);
+  out["task_hashes"] = task_hashes(tasks, scores.lm_eval);
   out["model_name"] = summary.model;
   out["total_evaluation_time_seconds"] = py::float_repr(summary.wall_seconds);
   if (!chance.empty()) out["chance"] = sorted_by_name(chance);  // gpueval's: what a uniform guess scores
   out["incomplete"] = summary.incomplete;
   return out;
+}
+
+// A version as the table shows it: Python's str() of it, "N/A" when there is none.
+std::string version_text(const nlohmann::json& version) { return version.is_null() ? "N/A" : py::str(version); }
+std::string version_text(const nlohmann::ordered_json& version) { return version.is_null() ? "N/A" : py::str(version); }
+
+std::string lm_eval_alias(const LmEvalScores& t) {
+  return t.result.contains("alias") && t.result["alias"].is_string() ? t.result["alias"].get<std::string>() : t.name;
+}
+
+// A task's row of report.md's table, and a group's.
+std::string metric_row(const std::string& alias, const std::string& version, int64_t num_fewshot,
+                       const MetricResult& m) {
+  return fmt::format("| {} | {} | {} | {} | {} | {} | {:.4f} | ± | {} | {} |\n", markdown_cell(alias),
+                     markdown_cell(version), markdown_cell(m.filter), num_fewshot, m.name,
+                     m.higher_is_better ? "↑" : "↓", m.value, m.stderr ? fmt::format("{:.4f}", *m.stderr) : "N/A", m.n);
+}
+
+std::string group_row(const std::string& alias, const std::string& version, const MetricResult& m) {
+  return fmt::format("| {} | {} | {} | {} | {:.4f} | ± | {} | {} |\n", markdown_cell(alias), markdown_cell(version),
+                     m.name, m.higher_is_better ? "↑" : "↓", m.value,
+                     m.stderr ? fmt::format("{:.4f}", *m.stderr) : "N/A", m.n);
 }
 
 // report.md's table of scores: a row per task, metric and filter, then (when a group has a score)
@@ -242,33 +290,32 @@ std::string scores_table(const Scores& scores) {
   std::string out = "| Task | Version | Filter | n-shot | Metric |   | Value |   | Stderr | n |\n";
   out += "|------|--------:|--------|-------:|--------|---|------:|---|-------:|--:|\n";
   for (const TaskScores& t : tasks) {
-    const std::string version = t.task->version().is_null() ? "N/A" : py::str(t.task->version());
+    const std::string version = version_text(t.task->version());
     if (t.metrics.empty()) {
       out += fmt::format("| {} | {} |  | {} | (no documents) |  |  |  |  | 0 |\n", markdown_cell(t.task->alias()),
                          markdown_cell(version), t.task->num_fewshot());
     }
-    for (const MetricResult& m : t.metrics) {
-      out += fmt::format("| {} | {} | {} | {} | {} | {} | {:.4f} | ± | {} | {} |\n", markdown_cell(t.task->alias()),
-                         markdown_cell(version), markdown_cell(m.filter), t.task->num_fewshot(), m.name,
-                         m.higher_is_better ? "↑" : "↓", m.value, m.stderr ? fmt::format("{:.4f}", *m.stderr) : "N/A",
-                         m.n);
-    }
+    for (const MetricResult& m : t.metrics) out += metric_row(t.task->alias(), version, t.task->num_fewshot(), m);
+  }
+  for (const LmEvalScores& t : scores.lm_eval) {
+    if (t.is_group) continue;
+    for (const MetricResult& m : t.metrics)
+      out += metric_row(lm_eval_alias(t), version_text(t.version), t.num_fewshot, m);
   }
   const std::vector<GroupScores>& groups = scores.groups;
   // A group without aggregate_metric_list (ai2_arc, like lm-eval's tags) has no row to show.
   const bool any_group_score =
-      std::any_of(groups.begin(), groups.end(), [](const GroupScores& g) { return !g.metrics.empty(); });
+      std::any_of(groups.begin(), groups.end(), [](const GroupScores& g) { return !g.metrics.empty(); }) ||
+      std::any_of(scores.lm_eval.begin(), scores.lm_eval.end(),
+                  [](const LmEvalScores& g) { return g.is_group && !g.metrics.empty(); });
   if (any_group_score) {
     out += "\n| Group | Version | Metric |   | Value |   | Stderr | n |\n";
     out += "|-------|--------:|--------|---|------:|---|-------:|--:|\n";
-    for (const GroupScores& g : groups) {
-      const std::string version = g.group->version().is_null() ? "N/A" : py::str(g.group->version());
-      for (const MetricResult& m : g.metrics) {
-        out += fmt::format("| {} | {} | {} | {} | {:.4f} | ± | {} | {} |\n", markdown_cell(g.alias),
-                           markdown_cell(version), m.name, m.higher_is_better ? "↑" : "↓", m.value,
-                           m.stderr ? fmt::format("{:.4f}", *m.stderr) : "N/A", m.n);
-      }
-    }
+    for (const GroupScores& g : groups)
+      for (const MetricResult& m : g.metrics) out += group_row(g.alias, version_text(g.group->version()), m);
+    for (const LmEvalScores& g : scores.lm_eval)
+      if (g.is_group)
+        for (const MetricResult& m : g.metrics) out += group_row(lm_eval_alias(g), version_text(g.version), m);
   }
   return out;
 }
@@ -342,6 +389,12 @@ std::string write_reports(const std::string& output_dir, const Scores& scores, c
     }
     io::write_file_atomic(output_dir + "/samples_" + t.task->name() + ".jsonl", lines);
   }
+  for (const LmEvalScores& t : scores.lm_eval) {
+    if (t.is_group) continue;
+    if (t.name.find('/') != std::string::npos)
+      fail("lm-eval task '" + t.name + "'", "a '/' cannot name a samples file");
+    io::write_file_atomic(output_dir + "/samples_" + t.name + ".jsonl", t.samples);
+  }
   // As lm-eval writes it: json.dumps(indent=2, ensure_ascii=False), no trailing newline.
   const nlohmann::ordered_json results_object = results(scores, summary);
   io::write_file_atomic(output_dir + "/results.json", py::json_dumps(results_object, 2));
@@ -350,6 +403,8 @@ std::string write_reports(const std::string& output_dir, const Scores& scores, c
   for (const TaskScores& t : scores.tasks) {
     for (const MetricResult& m : t.metrics) counts[t.task->name()][m.name] = m.n;  // the same n for every filter
   }
+  for (const LmEvalScores& t : scores.lm_eval)
+    for (const MetricResult& m : t.metrics) counts[t.name][m.name] = m.n;
   io::write_file_atomic(output_dir + "/report.html", report_html(results_object, counts));
   return scores_table(scores);
 }

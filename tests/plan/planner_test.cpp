@@ -232,6 +232,26 @@ TEST(Planner, GenerationPromptLeavesRoomForMaxTokens) {
   EXPECT_THROW(make_plan({generation(1, "x", {}, 100)}, tokenizer(), options(1 << 20, 100)), Error);
 }
 
+TEST(Planner, LmEvalsRequestsAreEncodedAndStoppedAsItsHfModelDoes) {
+  // Rolling: the text encoded with the tokenizer's BOS (stories260K adds it) after the window's own.
+  Request text = rolling(0, "Once upon a time");
+  Request hf = text;
+  hf.as_hf = true;
+  EXPECT_EQ(only_item(text).tokens, concat({bos()}, encode("Once upon a time")));
+  EXPECT_EQ(only_item(hf).tokens, concat({bos(), bos()}, encode("Once upon a time")));  // P(BOS | BOS) first
+  // Generation: a chat template's end of turn stops gpueval's own, not lm-eval's (hf stops at until and EOS).
+  PlanOptions o = options();
+  o.generation_stop_ids = {7};
+  Request own = generation(1, "Once upon a time", {"."}, 8), theirs = generation(2, "Once upon a time", {"."}, 8);
+  theirs.as_hf = true;
+  const Plan plan = make_plan({own, theirs}, tokenizer(), o);
+  ASSERT_EQ(plan.batches.size(), 2u);  // never one batch: stops are a batch's
+  for (const Batch& b : plan.batches) {
+    ASSERT_EQ(b.items.size(), 1u);
+    EXPECT_EQ(b.stop_ids, b.items[0].request_index == 1 ? std::vector<int32_t>{7} : std::vector<int32_t>{});
+  }
+}
+
 TEST(Planner, SeedsDependOnTheRequestAndTheRunSeedOnly) {
   EXPECT_EQ(request_seed(1, "gsm8k", 3, 0), request_seed(1, "gsm8k", 3, 0));
   std::set<uint64_t> seen;
