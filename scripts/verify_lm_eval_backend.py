@@ -351,7 +351,7 @@ def main() -> int:
              "| task | shots | docs | requests equal | max abs dloglik | is_greedy | generations equal | "
              "doc metrics equal | metrics (hf) | metrics equal | route 2 metrics equal | hf s | gpueval s |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for st in table:
+    for st in [] if args.route2_only else table:
         if "docs" not in st:
             lines.append(f"| {st['task']} | {st['shots']} | FAILED: {'; '.join(st['problems'])} |||||||||")
             continue

@@ -79,9 +79,9 @@ std::vector<std::string> bridge_arguments(const RunConfig& config, const std::ve
   if (!config.think_end_token.empty())
     args.insert(args.end(), {"--model_arg", "think_end_token=" + config.think_end_token});
   if (config.chat_template_args.contains("enable_thinking"))
-    args.insert(args.end(), {"--model_arg", std::string("enable_thinking=") +
-                                                (config.chat_template_args["enable_thinking"].get<bool>() ? "True"
-                                                                                                          : "False")});
+    args.insert(args.end(),
+                {"--model_arg", std::string("enable_thinking=") +
+                                    (config.chat_template_args["enable_thinking"].get<bool>() ? "True" : "False")});
   args.insert(args.end(), {"--model", model_dir, "--binary", executable});
   return args;
 }
@@ -124,6 +124,86 @@ void run_bridge(const std::string& python, const std::string& step, const std::v
 
 double number(const nlohmann::ordered_json& v) { return v.get<double>(); }
 
+// scores.json's `section` entry for `name`, or null.
+nlohmann::ordered_json entry_of(const nlohmann::ordered_json& j, const char* section, const std::string& name) {
+  if (!j.contains(section) || !j[section].is_object() || !j[section].contains(name)) return nullptr;
+  return j[section][name];
+}
+
+// The entry's numeric "<metric>,<filter>" values, each with its "<metric>_stderr,<filter>" (a
+// number, or "N/A": none), its direction and `n` documents.
+std::vector<MetricResult> metrics_of(const LmEvalScores& s, int64_t n) {
+  std::vector<MetricResult> out;
+  for (auto m = s.result.begin(); m != s.result.end(); ++m) {
+    const size_t comma = m.key().find(',');
+    if (comma == std::string::npos || !m.value().is_number()) continue;
+    const std::string metric = m.key().substr(0, comma), filter = m.key().substr(comma + 1);
+    if (metric.size() > 7 && metric.compare(metric.size() - 7, 7, "_stderr") == 0 &&
+        s.result.contains(metric.substr(0, metric.size() - 7) + "," + filter))
+      continue;
+    MetricResult r;
+    r.name = metric;
+    r.filter = filter;
+    r.value = number(m.value());
+    const std::string stderr_key = metric + "_stderr," + filter;
+    if (s.result.contains(stderr_key) && s.result[stderr_key].is_number()) r.stderr = number(s.result[stderr_key]);
+    r.higher_is_better = !(s.higher_is_better.contains(metric) && s.higher_is_better[metric].is_boolean() &&
+                           !s.higher_is_better[metric].get<bool>());
+    r.n = n;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+// What scores.json says of the task or group `name` (one of its "results").
+LmEvalScores scores_entry(const nlohmann::ordered_json& j, const std::string& name) {
+  LmEvalScores s;
+  s.name = name;
+  s.is_group = !entry_of(j, "groups", name).is_null();
+  s.result = j["results"][name];
+  s.config = entry_of(j, "configs", name);
+  s.version = entry_of(j, "versions", name);
+  if (const auto shots = entry_of(j, "n-shot", name); shots.is_number_integer()) s.num_fewshot = shots.get<int64_t>();
+  if (const auto hib = entry_of(j, "higher_is_better", name); hib.is_object()) s.higher_is_better = hib;
+  s.n_samples = entry_of(j, "n-samples", name);
+  if (const auto members = entry_of(j, "group_subtasks", name); members.is_array())
+    for (const auto& t : members)
+      if (t.is_string()) s.subtasks.push_back(t.get<std::string>());
+  if (const auto hash = entry_of(j, "task_hashes", name); hash.is_string()) s.task_hash = hash.get<std::string>();
+  if (const auto lines = entry_of(j, "samples", name); lines.is_string()) s.samples = lines.get<std::string>();
+  int64_t n = 0;
+  if (s.n_samples.is_object() && s.n_samples.contains("effective") && s.n_samples["effective"].is_number_integer())
+    n = s.n_samples["effective"].get<int64_t>();
+  s.metrics = metrics_of(s, n);
+  return s;
+}
+
+// A group's n for each of its metrics: the documents of the tasks under it that have the metric.
+void count_group_documents(const std::vector<LmEvalScores>& tasks, std::vector<LmEvalScores>& groups) {
+  std::map<std::string, const LmEvalScores*> by_name;
+  for (const LmEvalScores& t : tasks) by_name[t.name] = &t;
+  for (const LmEvalScores& g : groups) by_name[g.name] = &g;
+  std::function<int64_t(const std::string&, const std::string&, std::set<std::string>&)> count =
+      [&](const std::string& name, const std::string& metric, std::set<std::string>& seen) -> int64_t {
+    const auto it = by_name.find(name);
+    if (!seen.insert(name).second || it == by_name.end()) return 0;
+    if (!it->second->is_group) {
+      for (const MetricResult& m : it->second->metrics)
+        if (m.name == metric) return m.n;
+      return 0;
+    }
+    int64_t total = 0;
+    for (const std::string& member : it->second->subtasks) total += count(member, metric, seen);
+    return total;
+  };
+  for (LmEvalScores& g : groups) {
+    for (MetricResult& m : g.metrics) {
+      std::set<std::string> seen;
+      m.n = count(g.name, m.name, seen);
+    }
+  }
+}
+
 }  // namespace
 
 bool is_lm_eval_task(const std::string& entry) { return entry.rfind(kLmEvalPrefix, 0) == 0; }
@@ -145,8 +225,7 @@ LmEvalRequests load_lm_eval_requests(const RunConfig& config, const std::string&
   check_supported(config);
   out.python = interpreter(config);
   out.arguments = bridge_arguments(config, out.tasks, executable, model_dir);
-  std::cerr << fmt::format("[sched] lm-eval builds the requests of {} (through {})\n",
-                           out.arguments[1], out.python);
+  std::cerr << fmt::format("[sched] lm-eval builds the requests of {} (through {})\n", out.arguments[1], out.python);
   const ScratchDir scratch;
   std::vector<std::string> args = out.arguments;
   args.insert(args.end(), {"--out", scratch.path + "/requests.jsonl"});
@@ -191,79 +270,14 @@ std::vector<LmEvalScores> read_lm_eval_scores(const std::string& text, const std
   }
   if (!j.is_object() || !j.contains("results") || !j["results"].is_object())
     fail(where, "no \"results\" object (not the lm-eval bridge's scores)");
-  const auto section = [&](const char* key) {
-    return j.contains(key) && j[key].is_object() ? j[key] : nlohmann::ordered_json::object();
-  };
-  const nlohmann::ordered_json groups = section("groups"), subtasks = section("group_subtasks"),
-                               configs = section("configs"), versions = section("versions"),
-                               n_shot = section("n-shot"), higher = section("higher_is_better"),
-                               n_samples = section("n-samples"), hashes = section("task_hashes"),
-                               samples = section("samples");
-  std::vector<LmEvalScores> tasks, group_list;
+  std::vector<LmEvalScores> tasks, groups;
   for (auto it = j["results"].begin(); it != j["results"].end(); ++it) {
     if (!it.value().is_object()) fail(where, "results.{} is not an object", it.key());
-    LmEvalScores s;
-    s.name = it.key();
-    s.is_group = groups.contains(s.name);
-    s.result = it.value();
-    if (configs.contains(s.name)) s.config = configs[s.name];
-    if (versions.contains(s.name)) s.version = versions[s.name];
-    if (n_shot.contains(s.name) && n_shot[s.name].is_number_integer()) s.num_fewshot = n_shot[s.name].get<int64_t>();
-    if (higher.contains(s.name) && higher[s.name].is_object()) s.higher_is_better = higher[s.name];
-    if (n_samples.contains(s.name)) s.n_samples = n_samples[s.name];
-    if (subtasks.contains(s.name) && subtasks[s.name].is_array())
-      for (const auto& t : subtasks[s.name])
-        if (t.is_string()) s.subtasks.push_back(t.get<std::string>());
-    if (hashes.contains(s.name) && hashes[s.name].is_string()) s.task_hash = hashes[s.name].get<std::string>();
-    if (samples.contains(s.name) && samples[s.name].is_string()) s.samples = samples[s.name].get<std::string>();
-    int64_t n = 0;
-    if (s.n_samples.is_object() && s.n_samples.contains("effective") && s.n_samples["effective"].is_number_integer())
-      n = s.n_samples["effective"].get<int64_t>();
-    // "<metric>,<filter>" with a number; its "<metric>_stderr,<filter>" a number or "N/A".
-    for (auto m = s.result.begin(); m != s.result.end(); ++m) {
-      const size_t comma = m.key().find(',');
-      if (comma == std::string::npos || !m.value().is_number()) continue;
-      const std::string metric = m.key().substr(0, comma), filter = m.key().substr(comma + 1);
-      if (metric.size() > 7 && metric.compare(metric.size() - 7, 7, "_stderr") == 0 &&
-          s.result.contains(metric.substr(0, metric.size() - 7) + "," + filter))
-        continue;
-      MetricResult r;
-      r.name = metric;
-      r.filter = filter;
-      r.value = number(m.value());
-      const std::string stderr_key = metric + "_stderr," + filter;
-      if (s.result.contains(stderr_key) && s.result[stderr_key].is_number()) r.stderr = number(s.result[stderr_key]);
-      r.higher_is_better = !(s.higher_is_better.contains(metric) && s.higher_is_better[metric].is_boolean() &&
-                             !s.higher_is_better[metric].get<bool>());
-      r.n = n;
-      s.metrics.push_back(std::move(r));
-    }
-    (s.is_group ? group_list : tasks).push_back(std::move(s));
+    LmEvalScores s = scores_entry(j, it.key());
+    (s.is_group ? groups : tasks).push_back(std::move(s));
   }
-  // A group's n for a metric: the documents of the tasks under it that have the metric.
-  std::map<std::string, const LmEvalScores*> by_name;
-  for (const LmEvalScores& t : tasks) by_name[t.name] = &t;
-  for (const LmEvalScores& g : group_list) by_name[g.name] = &g;
-  std::function<int64_t(const std::string&, const std::string&, std::set<std::string>&)> count =
-      [&](const std::string& name, const std::string& metric, std::set<std::string>& seen) -> int64_t {
-    const auto it = by_name.find(name);
-    if (!seen.insert(name).second || it == by_name.end()) return 0;
-    if (!it->second->is_group) {
-      for (const MetricResult& m : it->second->metrics)
-        if (m.name == metric) return m.n;
-      return 0;
-    }
-    int64_t total = 0;
-    for (const std::string& member : it->second->subtasks) total += count(member, metric, seen);
-    return total;
-  };
-  for (LmEvalScores& g : group_list) {
-    for (MetricResult& m : g.metrics) {
-      std::set<std::string> seen;
-      m.n = count(g.name, m.name, seen);
-    }
-  }
-  tasks.insert(tasks.end(), std::make_move_iterator(group_list.begin()), std::make_move_iterator(group_list.end()));
+  count_group_documents(tasks, groups);
+  tasks.insert(tasks.end(), std::make_move_iterator(groups.begin()), std::make_move_iterator(groups.end()));
   return tasks;
 }
 

@@ -50,9 +50,7 @@ TEST(LmEvalConfigTest, EntriesAndTheMappingAreCheckedAsEveryOtherKey) {
             "python3.12");  // a name is looked up on PATH when the run starts
   EXPECT_FALSE(config_of(dir, "model: m\ntasks: [t]\n").to_json().contains("lm_eval"));  // unset: as before
 
-  const auto error = [&](const std::string& text) {
-    return testing::error_of([&] { config_of(dir, text); });
-  };
+  const auto error = [&](const std::string& text) { return testing::error_of([&] { config_of(dir, text); }); };
   EXPECT_THAT(error("model: m\ntasks: ['lm_eval:']\n"),
               HasSubstr("run.yaml:2: key 'tasks' has 'lm_eval:' without a task name after it"));
   EXPECT_THAT(error("model: m\ntasks: ['lm_eval:a,b']\n"), HasSubstr("no spaces or commas"));
@@ -109,7 +107,8 @@ TEST(LmEvalScoresTest, ScoresJsonBecomesTasksThenGroupsWithTheirMetrics) {
   ASSERT_EQ(s[2].metrics.size(), 1u);
   EXPECT_EQ(s[2].metrics[0].n, 4);  // the documents of the members with an acc: a's 4, not b's 3
 
-  EXPECT_THAT(testing::error_of([] { read_lm_eval_scores("{", "x/scores.json"); }), HasSubstr("x/scores.json: not JSON"));
+  EXPECT_THAT(testing::error_of([] { read_lm_eval_scores("{", "x/scores.json"); }),
+              HasSubstr("x/scores.json: not JSON"));
   EXPECT_THAT(testing::error_of([] { read_lm_eval_scores("{}", "x/scores.json"); }),
               HasSubstr("x/scores.json: no \"results\" object"));
 
@@ -153,7 +152,7 @@ TEST(LmEvalScoresTest, ScoresJsonBecomesTasksThenGroupsWithTheirMetrics) {
 TEST(LmEvalAggregatorTest, RequestsOfOtherTasksAreKeptApartWholeOrNotAtAll) {
   testing::TempDir dir;
   const Task quiz = Task::load(testing::write_quiz_task(dir, R"({"question": "Q", "choices": ["a", "b"], "label": 0})"
-                                                              "\n"),
+                                                             "\n"),
                                {});
   const std::vector<Task> tasks = {quiz};
   std::vector<Request> requests = quiz.requests(quiz.documents()[0]);
@@ -262,7 +261,8 @@ TEST_F(LmEvalRunTest, ARunComputesLmEvalsRequestsAndReportsLmEvalsScores) {
   EXPECT_TRUE(has("--include_path", dir_.path()));
   EXPECT_TRUE(has("--binary", fs::canonical(testing::binary()).string()) || has("--binary", testing::binary()));
   json score_args = argv("score");
-  for (const char* f : {"--requests", "--responses", "--out"}) EXPECT_NE(std::find(score_args.begin(), score_args.end(), f), score_args.end());
+  for (const char* f : {"--requests", "--responses", "--out"})
+    EXPECT_NE(std::find(score_args.begin(), score_args.end(), f), score_args.end());
 
   // The responses are the engine's numbers for lm-eval's lines, in their order (as `gpueval
   // requests` gives them for the same lines: rolling texts as hf windows them).
@@ -272,7 +272,8 @@ TEST_F(LmEvalRunTest, ARunComputesLmEvalsRequestsAndReportsLmEvalsScores) {
       {"requests", "--model", testing::source_dir() + "/models/stories260K", "--gpus", "cpu:1", "--requests", requests,
        "--results", dir_.file("direct.jsonl"), "--output", dir_.file("direct"), "--quiet"});
   ASSERT_EQ(direct.exit_code, 0) << direct.err;
-  std::istringstream got(io::read_file(out + "/lm_eval/responses.jsonl")), want(io::read_file(dir_.file("direct.jsonl")));
+  std::istringstream got(io::read_file(out + "/lm_eval/responses.jsonl")),
+      want(io::read_file(dir_.file("direct.jsonl")));
   double total = 0;
   int lines = 0;
   for (std::string g, w; std::getline(got, g) && std::getline(want, w); ++lines) {
