@@ -145,6 +145,13 @@ Aggregator::Documents Aggregator::records() const {
       out.scored.push_back(std::move(rec));
     }
   }
+  return out;
+}
+
+Aggregator::Documents Aggregator::documents(const ProgramVerdicts* verdicts) const {
+  Documents all = records();
+  Documents out;
+  out.incomplete = std::move(all.incomplete);
   // The other tasks' requests, whole or not at all: their scorer (lm-eval) needs every response.
   size_t missing = 0, outside = 0;
   for (size_t i = 0; i < items_.size(); ++i) {
@@ -167,14 +174,6 @@ Aggregator::Documents Aggregator::records() const {
     out.incomplete.push_back(fmt::format(
         "lm_eval tasks: {} of {} requests have no result, so lm-eval scored none of them", missing, outside));
   }
-  return out;
-}
-
-Aggregator::Documents Aggregator::documents(const ProgramVerdicts* verdicts) const {
-  Documents all = records();
-  Documents out;
-  out.incomplete = std::move(all.incomplete);
-  out.outside = std::move(all.outside);
   for (DocRecord& rec : all.scored) {
     if (rec.task->runs_programs()) {
       // A document whose programs have no verdict (the run stopped before they ran) is not scored.
