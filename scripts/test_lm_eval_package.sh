@@ -8,6 +8,9 @@ cd "$(dirname "$0")/.."
 venv="${LMEVAL_PACKAGE_VENV:-build/venv-lm-eval}"
 export GPUEVAL_BIN="$(realpath "${GPUEVAL_BIN:-build/gpueval}")"
 export HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+# The launcher's cache of lm-eval's task index (python/gpueval_lm_eval/task_index.py) in the build
+# folder, not the home directory.
+export GPUEVAL_LM_EVAL_INDEX_CACHE="${GPUEVAL_LM_EVAL_INDEX_CACHE:-$PWD/build/lm-eval-index-cache}"
 if ! "$venv/bin/python" -c 'import lm_eval' 2>/dev/null; then
   rm -rf "$venv"
   python3 -m venv "$venv"

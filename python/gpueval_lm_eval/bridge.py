@@ -138,6 +138,10 @@ def _evaluate(args, lm, log_samples: bool) -> dict:
     import lm_eval
     from lm_eval.tasks import TaskManager
 
+    from . import task_index, templates
+
+    task_index.install()  # lm-eval's task index from the cache while its YAML files are unchanged
+    templates.install()  # each prompt template compiled once, not once per document
     tm = TaskManager(include_path=args.include_path, include_defaults=args.include_defaults)
     chat = args.apply_chat_template
     multiturn = args.fewshot_as_multiturn if args.fewshot_as_multiturn is not None else bool(chat)
