@@ -60,7 +60,7 @@ TEST(RowInvariantMultiply, ScalarBodyIsTheDocumentedOrder) {
 // as kBest picks it) against the scalar body, at every tile edge of each.
 void expect_scalar_bits(RowInvariantCode code) {
   for (int64_t k : {1, 5, 8, 13, 64, 203, 517, 768}) {
-    for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 13, 15, 16, 17, 47, 48, 49, 97}) {
+    for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 15, 16, 17, 47, 48, 49, 97, 127, 128, 133}) {
       for (int64_t n : {1, 2, 3, 4, 5, 7, 8, 9, 11, 16, 50}) {
         // Strided rows (ldx, ldw, ldy wider than the data) catch an edge tile reading past its rows.
         const int64_t ldx = k + 3, ldw = k + 1, ldy = n + 2;

@@ -19,6 +19,10 @@ void multiply_avx2(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx,
 int64_t avx512_scratch_floats(int64_t n, int64_t k);
 void multiply_avx512(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, const float* w, int64_t ldw,
                      float* y, int64_t ldy, float* scratch);
+int64_t avx512_pair_scratch_floats(int64_t m, int64_t k);
+void pack_row_pairs(int64_t m, int64_t k, const float* x, int64_t ldx, float* out);
+void multiply_avx512_pairs(int64_t m, int64_t n, int64_t k, const float* xp, const float* w, int64_t ldw, float* y,
+                           int64_t ldy);
 #endif
 }  // namespace row_invariant_detail
 #endif
@@ -37,6 +41,16 @@ float scalar_dot(const float* a, const float* b, int64_t k) {
   }
   return ((sum[0] + sum[4]) + (sum[2] + sum[6])) + ((sum[1] + sum[5]) + (sum[3] + sum[7]));
 }
+
+#ifdef GPUEVAL_ROW_INVARIANT_AVX512
+// Which AVX-512 body a product of m rows takes: outputs paired for many rows, rows paired for a few
+// (one row alone stays with the AVX2 body under kBest: half of each pair would be padding).
+bool avx512_paired_rows(int64_t m) { return m < kAvx512PackedMinRows; }
+bool avx512_takes(RowInvariantCode code, int64_t m) {
+  return code == RowInvariantCode::kAvx512 ||
+         (code == RowInvariantCode::kBest && m >= 2 && row_invariant_avx512_code());
+}
+#endif
 
 bool is_cpu_float32(const at::Tensor& t) {
   return t.device().is_cpu() && t.scalar_type() == at::kFloat && t.layout() == at::kStrided;
@@ -74,8 +88,14 @@ void row_invariant_multiply(int64_t m, int64_t n, int64_t k, const float* x, int
       (code == RowInvariantCode::kAvx512 && !row_invariant_avx512_code()))
     throw Error("row_invariant_multiply: this CPU or build has no such vector body");
 #ifdef GPUEVAL_ROW_INVARIANT_AVX512
-  if (code == RowInvariantCode::kAvx512 ||
-      (code == RowInvariantCode::kBest && m >= kAvx512MinRows && row_invariant_avx512_code())) {
+  if (avx512_takes(code, m) && avx512_paired_rows(m)) {
+    thread_local std::vector<float> pairs;
+    pairs.resize(static_cast<size_t>(row_invariant_detail::avx512_pair_scratch_floats(m, k)));
+    row_invariant_detail::pack_row_pairs(m, k, x, ldx, pairs.data());
+    row_invariant_detail::multiply_avx512_pairs(m, n, k, pairs.data(), w, ldw, y, ldy);
+    return;
+  }
+  if (avx512_takes(code, m)) {
     // The packed weights, one buffer per thread (the threads share a product's outputs).
     thread_local std::vector<float> scratch;
     scratch.resize(static_cast<size_t>(std::max<int64_t>(1, row_invariant_detail::avx512_scratch_floats(n, k))));
@@ -117,6 +137,20 @@ at::Tensor row_invariant_project(const at::Tensor& x, const at::Tensor& weight_i
   // is computed whole by one call, so the chunks change no bits.
   constexpr int64_t kChunk = 48;
   const int64_t chunks = (out + kChunk - 1) / kChunk;
+#ifdef GPUEVAL_ROW_INVARIANT_AVX512
+  if (m > 0 && avx512_takes(RowInvariantCode::kBest, m) && avx512_paired_rows(m)) {
+    // A few rows (a decode step): paired once here, for every thread's chunks.
+    std::vector<float> pairs(static_cast<size_t>(row_invariant_detail::avx512_pair_scratch_floats(m, in)));
+    row_invariant_detail::pack_row_pairs(m, in, a, in, pairs.data());
+    cpu_parallel_for(0, chunks, 1, [&](int64_t begin, int64_t end) {
+      const int64_t first = begin * kChunk, last = std::min(out, end * kChunk);
+      row_invariant_detail::multiply_avx512_pairs(m, last - first, in, pairs.data(), w + first * in, in, c + first,
+                                                  out);
+    });
+    if (bias.defined()) y.add_(bias);
+    return y.view(shape);
+  }
+#endif
   if (m > 0)
     cpu_parallel_for(0, chunks, 1, [&](int64_t begin, int64_t end) {
       const int64_t first = begin * kChunk, last = std::min(out, end * kChunk);

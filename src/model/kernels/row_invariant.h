@@ -8,12 +8,14 @@
 //
 // The order, for x[i] · w[j] over k elements: 8 running sums, element c going to sum c mod 8, each a
 // chain of fused multiply-adds in index order starting from +0 (the last partial group padded with
-// zeros); then the sums added (s0+s4 + s2+s6) + (s1+s5 + s3+s7). Two bodies compute it: AVX2+FMA
+// zeros); then the sums added (s0+s4 + s2+s6) + (s1+s5 + s3+s7). Vector bodies compute it: AVX2+FMA
 // vector code (row_invariant_avx2.cpp, 4 rows by 3 outputs per tile, as fast as oneDNN's sgemm on
 // decode shapes and 80-95% of it on prefill shapes; docs/performance.md) where the build and CPU have
-// it, else scalar code with std::fma; and for products of at least kAvx512MinRows rows (a prefill) on
-// CPUs with AVX-512F, AVX-512 code (row_invariant_avx512.cpp: two outputs' 8 lanes in one register,
-// the weights packed in pairs first, 6 rows by 8 outputs per tile). All give the same bits (the tests
+// it, else scalar code with std::fma; and on CPUs with AVX-512F, AVX-512 code (row_invariant_avx512.cpp):
+// for products of at least kAvx512PackedMinRows rows (a prefill chunk) two outputs' 8 lanes in one
+// register, the weights packed in pairs first, 6 rows by 8 outputs per tile; for fewer rows (2 and
+// up: decode steps) two rows' 8 lanes in one register, the rows packed in pairs and the weights read
+// once from where they are, 8 rows by 6 outputs per tile. All give the same bits (the tests
 // compare them).
 // May call cpu_parallel.h; stateless apart from the thread-local RowInvariantProducts switch.
 #pragma once
@@ -24,11 +26,15 @@
 
 namespace gpueval {
 
-// kBest: the AVX-512 body for kAvx512MinRows rows or more where row_invariant_avx512_code(), else
-// the AVX2 body where row_invariant_vector_code(), else the scalar one. kScalar, kAvx2, kAvx512: that
-// body whatever the rows (the tests compare them; a vector body the CPU lacks is an Error).
+// kBest: an AVX-512 body for 2 rows or more where row_invariant_avx512_code(), else the AVX2 body
+// where row_invariant_vector_code(), else the scalar one. kScalar, kAvx2, kAvx512: that body
+// whatever the rows (kAvx512: rows paired below kAvx512PackedMinRows rows, outputs paired from there; the
+// tests compare them; a vector body the CPU lacks is an Error).
 enum class RowInvariantCode { kBest, kScalar, kAvx2, kAvx512 };
-constexpr int64_t kAvx512MinRows = 16;
+// Rows from which the AVX-512 body with packed weights takes over from the one with paired rows:
+// below it, packing the weights costs more than it saves (measured: paired rows 1.1-1.4x faster from
+// 8 to 64 rows, equal at 128, on 48-output chunks of a 768-wide product).
+constexpr int64_t kAvx512PackedMinRows = 128;
 
 // Whether the AVX2+FMA body runs here (built for x86-64, and the CPU has AVX2 and FMA).
 bool row_invariant_vector_code();

@@ -1,6 +1,6 @@
-// The AVX-512 body of row_invariant_multiply (row_invariant.h), for products of many rows (a
-// generation's prefill). Built with -mavx512f -mavx2 -mfma, so it includes nothing but intrinsics (as
-// row_invariant_avx2.cpp, and for the same reason).
+// The AVX-512 bodies of row_invariant_multiply (row_invariant.h): for products of many rows (a
+// generation's prefill) outputs paired, for a few rows (a decode step's) rows paired. Built with -mavx512f -mavx2
+// -mfma, so it includes nothing but intrinsics (as row_invariant_avx2.cpp, and for the same reason).
 //
 // It computes the AVX2 body's order, bit for bit: each output is 8 lanes, lane l summing
 // x[i][c] * w[j][c] for c = l, l + 8, ... as a chain of fused multiply-adds in index order (the last
@@ -10,6 +10,14 @@
 // (pairs of outputs interleaved by groups of 8, zeros past k, into the caller's scratch), so a pair
 // is one load. A tile holds up to 6 rows by 4 pairs (24 accumulators, 10 loads per 24 FMAs of 16
 // lanes); edge tiles run the same chains, so no output's bits depend on its tile or its rows.
+//
+// A decode step multiplies a few rows by large weights, read once from memory: packing them would
+// cost more than it saves. There the rows are paired instead (multiply_avx512_pairs): the caller
+// packs the rows once (two rows' groups of 8 side by side, zeros past k and for a missing last row),
+// and each output's 8 weights, broadcast to both halves straight from its row, advance two rows'
+// chains in one FMA. A tile holds up to 4 row pairs by 6 outputs (24 accumulators, 10 loads per 24
+// FMAs of 16 lanes), every row tile of an output block reading the block's weights while they are
+// in cache.
 #include <immintrin.h>
 
 #include <cstdint>
@@ -98,7 +106,99 @@ void rows(int64_t m, int64_t k, const float* x, int64_t ldx, const float* panel,
   }
 }
 
+// Row pairs r < RP against outputs q < Q: xp + r * pair_stride holds pair r's packed rows; y's rows
+// 2r and 2r + 1 (the second only where `last_odd` is false or r < RP - 1).
+template <int RP, int Q>
+inline __attribute__((always_inline)) void pair_tile(int64_t k, const float* xp, int64_t pair_stride, const float* w,
+                                                     int64_t ldw, float* y, int64_t ldy, bool last_odd) {
+  __m512 acc[RP][Q];
+#pragma GCC unroll 4
+  for (int r = 0; r < RP; ++r)
+#pragma GCC unroll 6
+    for (int q = 0; q < Q; ++q) acc[r][q] = _mm512_setzero_ps();
+  const int64_t full = k / 8;
+  for (int64_t g = 0; g < full; ++g) {
+    __m512 xv[RP];
+#pragma GCC unroll 4
+    for (int r = 0; r < RP; ++r) xv[r] = _mm512_loadu_ps(xp + r * pair_stride + 16 * g);
+#pragma GCC unroll 6
+    for (int q = 0; q < Q; ++q) {
+      const __m512 wv = both_halves(w + q * ldw + 8 * g);
+#pragma GCC unroll 4
+      for (int r = 0; r < RP; ++r) acc[r][q] = _mm512_fmadd_ps(xv[r], wv, acc[r][q]);
+    }
+  }
+  if (full * 8 < k) {  // the last partial group: zeros past k (packed rows; masked weights)
+    __m512 xv[RP];
+    for (int r = 0; r < RP; ++r) xv[r] = _mm512_loadu_ps(xp + r * pair_stride + 16 * full);
+    for (int q = 0; q < Q; ++q) {
+      const __m512 wv = both_halves_partial(w + q * ldw + 8 * full, k - 8 * full);
+      for (int r = 0; r < RP; ++r) acc[r][q] = _mm512_fmadd_ps(xv[r], wv, acc[r][q]);
+    }
+  }
+  for (int r = 0; r < RP; ++r)
+    for (int q = 0; q < Q; ++q) {
+      y[2 * r * ldy + q] = lane_sum(_mm512_castps512_ps256(acc[r][q]));
+      if (!(last_odd && r == RP - 1))
+        y[(2 * r + 1) * ldy + q] = lane_sum(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r][q]), 1)));
+    }
+}
+
+constexpr int kPairRows = 4;  // row pairs per tile
+constexpr int kOutputs = 6;  // outputs per tile
+
+template <int Q>
+void pair_rows(int64_t m, int64_t k, const float* xp, int64_t pair_stride, const float* w, int64_t ldw, float* y,
+               int64_t ldy) {
+  const int64_t pairs = (m + 1) / 2;
+  const bool odd = m % 2 == 1;
+  int64_t r = 0;
+  for (; r + kPairRows <= pairs; r += kPairRows)
+    pair_tile<kPairRows, Q>(k, xp + r * pair_stride, pair_stride, w, ldw, y + 2 * r * ldy, ldy,
+                            odd && r + kPairRows == pairs);
+  const float* xr = xp + r * pair_stride;
+  float* yr = y + 2 * r * ldy;
+  switch (pairs - r) {
+    case 1: pair_tile<1, Q>(k, xr, pair_stride, w, ldw, yr, ldy, odd); break;
+    case 2: pair_tile<2, Q>(k, xr, pair_stride, w, ldw, yr, ldy, odd); break;
+    case 3: pair_tile<3, Q>(k, xr, pair_stride, w, ldw, yr, ldy, odd); break;
+    default: break;
+  }
+}
+
 }  // namespace
+
+int64_t avx512_pair_scratch_floats(int64_t m, int64_t k) { return (m + 1) / 2 * groups_of(k) * 16; }
+
+void pack_row_pairs(int64_t m, int64_t k, const float* x, int64_t ldx, float* out) {
+  const int64_t groups = groups_of(k), stride = groups * 16;
+  for (int64_t r = 0; r < (m + 1) / 2; ++r)
+    for (int half = 0; half < 2; ++half) {
+      const int64_t i = 2 * r + half;
+      float* o = out + r * stride + 8 * half;
+      for (int64_t g = 0; g < groups; ++g)
+        for (int64_t l = 0; l < 8; ++l) {
+          const int64_t c = 8 * g + l;
+          o[16 * g + l] = i < m && c < k ? x[i * ldx + c] : 0.0f;
+        }
+    }
+}
+
+void multiply_avx512_pairs(int64_t m, int64_t n, int64_t k, const float* xp, const float* w, int64_t ldw, float* y,
+                           int64_t ldy) {
+  const int64_t pair_stride = groups_of(k) * 16;
+  int64_t j = 0;
+  for (; j + kOutputs <= n; j += kOutputs) pair_rows<kOutputs>(m, k, xp, pair_stride, w + j * ldw, ldw, y + j, ldy);
+  const float* wr = w + j * ldw;
+  switch (n - j) {
+    case 1: pair_rows<1>(m, k, xp, pair_stride, wr, ldw, y + j, ldy); break;
+    case 2: pair_rows<2>(m, k, xp, pair_stride, wr, ldw, y + j, ldy); break;
+    case 3: pair_rows<3>(m, k, xp, pair_stride, wr, ldw, y + j, ldy); break;
+    case 4: pair_rows<4>(m, k, xp, pair_stride, wr, ldw, y + j, ldy); break;
+    case 5: pair_rows<5>(m, k, xp, pair_stride, wr, ldw, y + j, ldy); break;
+    default: break;
+  }
+}
 
 int64_t avx512_scratch_floats(int64_t n, int64_t k) { return (n / 2) * groups_of(k) * 16; }
 
