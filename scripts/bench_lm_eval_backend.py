@@ -2,8 +2,13 @@
 """lm-eval's command line with `--model hf` beside `--model gpueval`, on this machine's cores: wall times,
 start-up, and agreement.
 
-Not part of CI. Run it through scripts/bench_lm_eval_backend.sh, which provides lm-eval's venv (the one
-scripts/verify_lm_eval.sh makes, torch and transformers included) with ./python installed, and builds gpueval.
+Not part of CI. Run it through scripts/bench_lm_eval_backend.sh, which provides lm-eval's venv for the hf
+side (the one scripts/verify_lm_eval.sh makes, torch and transformers included) and the package's own for the
+gpueval side (`pip install ./python`: lm-eval without torch, as the package's users have it; with torch in
+the same venv lm-eval imports it and collects torch's environment report, about 5 s here), and builds gpueval.
+The gpueval side's launcher caches lm-eval's task index (python/gpueval_lm_eval/task_index.py) in
+<work>/lm_eval_index: built (and timed) once before the runs, as a user's first launch with these task
+files builds it.
 
 Workloads, on the random 134M-parameter Llama of scripts/bench_vs_lmeval.py (`gpueval init-model`
 defaults with the Mistral 7B v0.1 tokenizer from ../shared, float32):
@@ -18,8 +23,9 @@ requests computed, apart from lm-eval's own work: task loading, prompts, metrics
 model load is outside them, the gpueval side's engine start-up inside): `lm-eval run --model hf --model_args pretrained=M,dtype=float32 --device cpu --batch_size 1`
 (HFLM's default batch, torch's default threads: every core) and `gpueval-lm-eval run --model gpueval
 --model_args pretrained=M,dtype=float32,gpus=cpu:N,journal_dir=<fresh> --batch_size auto` (N = the
-cores; a fresh journal each run, so nothing is resumed). Runs alternate between the sides, --reps
-times each. Agreement from the samples files: every request's arguments identical, max |delta
+cores; a fresh journal each run, so nothing is resumed; an empty calibration cache, so the batch
+budget is probed as on a first run of this architecture here; with --warm-cache, one more run reads the
+cache that one filled, as every later run does). Runs alternate between the sides, --reps times each. Agreement from the samples files: every request's arguments identical, max |delta
 loglikelihood|, generations identical, metrics equal. Also timed: importing the package, and
 `gpueval requests --describe` (the check before any compute).
 
@@ -113,14 +119,16 @@ def child(side: str, times: str) -> None:
 
 def command(args, work: Path, side: str, tasks: list[str], shots: int | None, limit: int, out: Path) -> list[str]:
     model = work / "model"
-    cmd = [sys.executable, __file__, "--child", side, str(out) + ".times.json"]
+    python = sys.executable if side == "hf" else args.gpueval_python
+    cmd = [python, __file__, "--child", side, str(out) + ".times.json"]
     if side == "hf":
         cmd += ["run", "--model", "hf", "--model_args", f"pretrained={model},dtype=float32", "--device", "cpu",
                 "--batch_size", "1"]
     else:
         journal = out.parent / (out.name + "_journal")
         cmd += ["run", "--model", "gpueval", "--model_args",
-                f"pretrained={model},dtype=float32,gpus={args.gpus},binary={args.gpueval},journal_dir={journal}",
+                f"pretrained={model},dtype=float32,gpus={args.gpus},cpu_threads={args.cpu_threads},"
+                f"binary={args.gpueval},journal_dir={journal}",
                 "--batch_size", "auto"]
     cmd += ["--tasks", ",".join(tasks), "--include_path", str(work / "lm_eval_tasks"), "--limit", str(limit),
             "--output_path", str(out), "--log_samples"]
@@ -185,22 +193,40 @@ def main() -> int:
     ap.add_argument("--limit", type=int, default=50)
     ap.add_argument("--gen-limit", type=int, default=16)
     ap.add_argument("--gpus", default=f"cpu:{os.cpu_count()}")
+    ap.add_argument("--cpu-threads", type=int, default=1,
+                    help="threads of each CPU worker (cpu_threads= in --model_args); --gpus cpu:1 --cpu-threads 2 "
+                    "is one worker on both cores, whose decode steps read the weights once for both")
+    ap.add_argument("--gpueval-python", default=sys.executable,
+                    help="the interpreter of the gpueval side: a venv made by `pip install ./python` (lm-eval and "
+                    "the package, no torch), as a user of the package has; default: this one")
     ap.add_argument("--workloads", default="startup,mmlu,gsm8k")
     ap.add_argument("--warm-cache", action="store_true",
-                    help="let the gpueval runs share the user's calibration cache (default: an empty one each, "
-                    "so every run probes its batch budget as a first run on a new checkpoint does)")
+                    help="after each cold gpueval run (an empty calibration cache: a first run of this "
+                    "architecture on this machine, which probes its batch budget), time one more with the "
+                    "cache that run filled: what every later run, a new checkpoint of the same architecture "
+                    "included, does")
     args = ap.parse_args()
     args.gpueval = str(Path(args.gpueval).resolve())
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     prepare(args, work)
     t0 = time.monotonic()
-    subprocess.run([sys.executable, "-c", "import gpueval_lm_eval"], check=True)
+    subprocess.run([args.gpueval_python, "-c", "import gpueval_lm_eval"], check=True)
     t_import = time.monotonic() - t0
     t0 = time.monotonic()
     subprocess.run([args.gpueval, "requests", "--model", str(work / "model"), "--gpus", args.gpus, "--describe"],
                    check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     t_describe = time.monotonic() - t0
+    # The launcher's task index for these task files (prepare() rewrites them): built here, timed apart,
+    # so that every run below starts as a user's launch does once it has run with these files.
+    t0 = time.monotonic()
+    subprocess.run([args.gpueval_python, "-c", "from lm_eval.tasks import TaskManager\nfrom gpueval_lm_eval import "
+                    f"task_index\ntask_index.install()\nTaskManager(include_path={str(work / 'lm_eval_tasks')!r})"],
+                   check=True, env=dict(os.environ, GPUEVAL_LM_EVAL_INDEX_CACHE=str(work / "lm_eval_index")),
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    t_index = time.monotonic() - t0
+    log(f"[startup] the launcher's task index built in {t_index:.2f} s (lm-eval's import included; later "
+        "launches read it)")
     log(f"[startup] import gpueval_lm_eval {t_import:.2f} s (lm-eval and its dependencies included); "
         f"gpueval requests --describe {t_describe:.2f} s")
     workloads = {"startup": ([f"mmlu_{args.subjects[0]}"], 0, 1),
@@ -209,42 +235,50 @@ def main() -> int:
     rows, ok = [], True
     for name in args.workloads.split(","):
         tasks, shots, limit = workloads[name]
-        walls = {"hf": [], "gpueval": []}
-        model_s = {"hf": [], "gpueval": []}
+        sides = ("hf", "gpueval", "warm") if args.warm_cache else ("hf", "gpueval")
+        walls = {side: [] for side in sides}
+        model_s = {side: [] for side in sides}
         outs = {}
         for rep in range(args.reps):
-            for side in ("hf", "gpueval"):
+            for side in sides:
                 out = work / f"out_{name}_{side}_{rep}"
                 shutil.rmtree(out, ignore_errors=True)
                 shutil.rmtree(out.parent / (out.name + "_journal"), ignore_errors=True)
-                cmd = command(args, work, side, tasks, shots, limit, out)
+                cmd = command(args, work, "hf" if side == "hf" else "gpueval", tasks, shots, limit, out)
                 log(f"[{name}] {side} rep {rep + 1}: {' '.join(cmd)}")
-                # A calibration cache of its own per run unless --warm-cache: a first run on this model.
+                # A calibration cache of its own per cold run (a first run on this architecture); the
+                # warm run reads the one its cold run filled (a fresh journal all the same).
                 env = None
-                if side == "gpueval" and not args.warm_cache:
-                    shutil.rmtree(str(out) + "_cache", ignore_errors=True)
-                    env = dict(os.environ, GPUEVAL_CACHE_DIR=str(out) + "_cache")
+                if side != "hf":
+                    cache = work / f"out_{name}_gpueval_{rep}_cache"
+                    if side == "gpueval":
+                        shutil.rmtree(cache, ignore_errors=True)
+                    env = dict(os.environ, GPUEVAL_CACHE_DIR=str(cache),
+                               GPUEVAL_LM_EVAL_INDEX_CACHE=str(work / "lm_eval_index"))
                 walls[side].append(timed(cmd, work / f"log_{name}_{side}_{rep}.txt", env))
                 model_s[side].append(json.loads(Path(str(out) + ".times.json").read_text())["model_s"])
                 log(f"[{name}] {side} rep {rep + 1}: {walls[side][-1]:.1f} s, {model_s[side][-1]:.1f} s in the model")
                 outs[side] = out
-        st = agree(read_out(outs["gpueval"], tasks), read_out(outs["hf"], tasks))
-        hf, ours = statistics.median(walls["hf"]), statistics.median(walls["gpueval"])
-        good = st["args_equal"] == st["requests"] and st["max_dll"] <= 1e-4 and st["gens_equal"] == st["gens"] and \
-            st["metrics_equal"]
-        ok &= good
-        rows.append((name, tasks, shots, limit, walls, hf, ours, st, good, model_s))
-    print(f"lm-eval CLI, --model hf (batch 1, cpu, torch threads {os.cpu_count()}) vs --model gpueval (gpus "
-          f"{args.gpus}, batch auto); import {t_import:.2f} s, describe {t_describe:.2f} s\n")
-    print("| workload | requests | hf wall (s) | gpueval wall (s) | x hf | hf in model (s) | gpueval in model (s) | "
-          "x hf in model | args equal | max abs dloglik | generations equal | metrics equal |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---|---|")
-    for name, tasks, shots, limit, walls, hf, ours, st, good, model_s in rows:
-        mh, mo = statistics.median(model_s["hf"]), statistics.median(model_s["gpueval"])
+        for side in sides[1:]:
+            st = agree(read_out(outs[side], tasks), read_out(outs["hf"], tasks))
+            good = st["args_equal"] == st["requests"] and st["max_dll"] <= 1e-4 and \
+                st["gens_equal"] == st["gens"] and st["metrics_equal"]
+            ok &= good
+            rows.append((name, side, tasks, shots, limit, walls, st, model_s))
+    print(f"lm-eval CLI, --model hf (batch 1, cpu, torch threads {os.cpu_count()}; {sys.executable}) vs --model "
+          f"gpueval (gpus {args.gpus}, cpu_threads {args.cpu_threads}, batch auto; {args.gpueval_python}); import {t_import:.2f} s, "
+          f"describe {t_describe:.2f} s\n")
+    print("| workload | gpueval run | requests | hf wall (s) | gpueval wall (s) | x hf | hf in model (s) | "
+          "gpueval in model (s) | x hf in model | args equal | max abs dloglik | generations equal | metrics equal |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---|---|")
+    for name, side, tasks, shots, limit, walls, st, model_s in rows:
+        hf, ours = statistics.median(walls["hf"]), statistics.median(walls[side])
+        mh, mo = statistics.median(model_s["hf"]), statistics.median(model_s[side])
         print(f"| {name} ({len(tasks)} task(s), {'default' if shots is None else shots}-shot, limit {limit}) | "
+              f"{'cold calibration cache' if side == 'gpueval' else 'warm calibration cache'} | "
               f"{st['requests']} | {' / '.join(f'{w:.1f}' for w in walls['hf'])} | "
-              f"{' / '.join(f'{w:.1f}' for w in walls['gpueval'])} | {hf / ours:.2f} | "
-              f"{' / '.join(f'{w:.1f}' for w in model_s['hf'])} | {' / '.join(f'{w:.1f}' for w in model_s['gpueval'])} | "
+              f"{' / '.join(f'{w:.1f}' for w in walls[side])} | {hf / ours:.2f} | "
+              f"{' / '.join(f'{w:.1f}' for w in model_s['hf'])} | {' / '.join(f'{w:.1f}' for w in model_s[side])} | "
               f"{mh / mo:.2f} | "
               f"{st['args_equal']}/{st['requests']} | {st['max_dll']:.2e} | {st['gens_equal']}/{st['gens']} | "
               f"{'yes' if st['metrics_equal'] else 'NO'} |")
