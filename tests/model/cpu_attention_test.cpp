@@ -321,6 +321,38 @@ TEST(CpuAttention, ResultsAreTheSameBitsOnOneThreadOrTwo) {
   EXPECT_TRUE(torch::equal(one, two));
 }
 
+// A decode step after a prefix (one query per row: the rows' prefix products shared, row_invariant.h):
+// equal to the definition with rows whose caches are left-padded by different amounts, a padding row
+// that sees nothing, more rows than one block of kDecodeRows (32) and grouped heads, in both softmax
+// paths; and a row's output is the same bits alone, beside other rows, and on one thread or two.
+TEST(CpuAttention, ADecodeStepAfterAPrefixMatchesAndKeepsEachRowsBits) {
+  if (!have_kernel()) GTEST_SKIP() << "this build has no oneDNN: attention takes the plain path";
+  torch::manual_seed(6);
+  const int64_t b = 37, h = 4, kv = 2, hd = 64, s = 70, p = 739;
+  at::Tensor q = torch::randn({b, h, 1, hd}), k = torch::randn({b, kv, s, hd}), v = torch::randn({b, kv, s, hd});
+  at::Tensor pk = torch::randn({1, kv, p, hd}), pv = torch::randn({1, kv, p, hd});
+  at::Tensor allowed = torch::ones({b, 1, p + s}, at::kBool);
+  for (int64_t r = 0; r < b; ++r) allowed[r].narrow(-1, p, (r * 7) % s).fill_(false);  // left padding
+  allowed[5].fill_(false);  // a free row of the running set: sees no key
+  const at::Tensor mask = additive(allowed);
+  expect_matches(q, k, v, mask, pk, pv, "a decode step after a prefix");
+  expect_matches(q * 3, k, v, mask, pk, pv, "a soft-capped decode step after a prefix", 2.0);
+  const at::Tensor all = tiled_attention(q, k, v, mask, pk, pv);
+  for (const int64_t row : {0, 9, 36}) {
+    const auto one = [&](const at::Tensor& t) { return t.narrow(0, row, 1); };
+    const at::Tensor alone = tiled_attention(one(q), one(k), one(v), one(mask), pk, pv);
+    EXPECT_TRUE(torch::equal(alone, one(all))) << "row " << row << " alone";
+    const at::Tensor three = tiled_attention(q.narrow(0, row / 2, 3), k.narrow(0, row / 2, 3), v.narrow(0, row / 2, 3),
+                                             mask.narrow(0, row / 2, 3), pk, pv);
+    EXPECT_TRUE(torch::equal(three, all.narrow(0, row / 2, 3))) << "rows from " << row / 2;
+  }
+  const int saved = at::get_num_threads();
+  at::set_num_threads(1);
+  const at::Tensor single = tiled_attention(q, k, v, mask, pk, pv);
+  at::set_num_threads(saved);
+  EXPECT_TRUE(torch::equal(single, all));
+}
+
 TEST(CpuAttention, TakesOnlyCpuFloat32InputsOfMatchingShapes) {
   const at::Tensor q = torch::randn({1, 4, 3, 8}), k = torch::randn({1, 2, 3, 8});
   const at::Tensor mask = torch::zeros({1, 1, 1, 3, 3});

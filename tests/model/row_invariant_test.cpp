@@ -8,6 +8,7 @@
 
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -85,6 +86,47 @@ TEST(RowInvariantMultiply, VectorBodyGivesTheScalarBitsAtEveryTileEdge) {
 TEST(RowInvariantMultiply, Avx512BodyGivesTheScalarBitsAtEveryTileEdge) {
   if (!row_invariant_avx512_code()) GTEST_SKIP() << "no AVX-512 body on this CPU or build (AVX-512F)";
   expect_scalar_bits(RowInvariantCode::kAvx512);
+}
+
+// row_invariant_weighted_sum: each output one FMA chain over c in order (from +0, or from y when
+// accumulating), written out here; every body this CPU has gives those bits at every tile edge
+// (rows 1..13, columns across the 16- and 64-column tiles), strided, and a row alone equals itself
+// beside others.
+TEST(RowInvariantWeightedSum, EveryBodyIsOneFmaChainPerOutputAtEveryTileEdge) {
+  std::vector<RowInvariantCode> codes = {RowInvariantCode::kScalar, RowInvariantCode::kBest};
+  if (row_invariant_vector_code()) codes.push_back(RowInvariantCode::kAvx2);
+  if (row_invariant_avx512_code()) codes.push_back(RowInvariantCode::kAvx512);
+  if (!row_invariant_avx512_code()) std::cout << "[ SKIPPED  ] the AVX-512 body: not on this CPU or build\n";
+  if (!row_invariant_vector_code()) std::cout << "[ SKIPPED  ] the AVX2 body: not on this CPU or build\n";
+  for (const bool accumulate : {false, true})
+    for (int64_t k : {0, 1, 7, 64, 739})
+      for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 12, 13})
+        for (int64_t n : {1, 8, 15, 16, 17, 63, 64, 65, 128, 130}) {
+          const int64_t ldx = k + 3, ldw = n + 5, ldy = n + 2;
+          const std::vector<float> x = values(m * ldx, static_cast<uint32_t>(k + m)),
+                                   w = values(std::max<int64_t>(k, 1) * ldw, static_cast<uint32_t>(k * 7 + n)),
+                                   start = values(m * ldy, static_cast<uint32_t>(n + 11));
+          std::vector<float> want = start;
+          for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j) {
+              float sum = accumulate ? start[static_cast<size_t>(i * ldy + j)] : 0.0f;
+              for (int64_t c = 0; c < k; ++c)
+                sum = std::fma(x[static_cast<size_t>(i * ldx + c)], w[static_cast<size_t>(c * ldw + j)], sum);
+              want[static_cast<size_t>(i * ldy + j)] = sum;
+            }
+          for (const RowInvariantCode code : codes) {
+            std::vector<float> got = start;
+            row_invariant_weighted_sum(m, n, k, x.data(), ldx, w.data(), ldw, got.data(), ldy, accumulate, code);
+            ASSERT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)))
+                << "code " << static_cast<int>(code) << " m " << m << " n " << n << " k " << k << " accumulate "
+                << accumulate;
+            if (m < 3) continue;
+            std::vector<float> alone = start;  // row 2 by itself: its bits beside the others
+            row_invariant_weighted_sum(1, n, k, x.data() + 2 * ldx, ldx, w.data(), ldw, alone.data() + 2 * ldy, ldy,
+                                       accumulate, code);
+            ASSERT_EQ(0, std::memcmp(alone.data() + 2 * ldy, want.data() + 2 * ldy, static_cast<size_t>(n) * 4));
+          }
+        }
 }
 
 TEST(RowInvariantProject, ARowsBitsDoNotDependOnItsBatchOrThreads) {

@@ -10,6 +10,7 @@
 
 #include "gpueval/error.h"
 #include "model/kernels/cpu_matmul.h"
+#include "model/kernels/row_invariant.h"
 #include "model/kernels/tile_softmax.h"
 
 namespace gpueval {
@@ -194,23 +195,22 @@ void span_scores(const TiledInputs& in, const Span& span, int64_t head, float* s
 
 // The span's scores become probabilities in place. Fused: unnormalised, each row's sum in `sums` (the
 // output rows are divided by it after the products). Plain: mask add, then ATen's softmax, copied back.
-void span_probabilities(const TiledInputs& in, const Span& span, at::Tensor& scores_buffer, std::vector<float>& sums) {
+void span_probabilities(const TiledInputs& in, const Span& span, float* s, float* sums) {
   const std::vector<AttentionTile>& row_tiles = (*in.tiles)[in.tiles->size() == 1 ? 0 : static_cast<size_t>(span.row)];
   const int64_t width = span.width, p = in.p, mask_ld = in.mask.stride(1);
-  float* s = scores_buffer.data_ptr<float>();
   for (size_t j = span.first_tile; j < span.first_tile + span.tiles; ++j) {
     const AttentionTile& tile = row_tiles[j];
     const int64_t n = tile.key_end - tile.key_begin, offset = tile.first - span.first;
     const float* tile_mask = in.mask.data_ptr<float>() + span.row * in.mask_batch_stride + tile.first * mask_ld;
     if (in.softcap > 0)  // cap * tanh(score / cap) on the prefix's scores and the tile's own, ATen's vector tanh
-      scores_buffer.as_strided({tile.rows, p + n}, {width, 1}, offset * width)
+      at::from_blob(s + offset * width, {tile.rows, p + n}, {width, 1}, in.q.options())
           .div_(in.softcap)
           .tanh_()
           .mul_(in.softcap);
     if (in.fused) {
       for (int64_t r = 0; r < tile.rows; ++r) {
         const float* m = tile_mask + r * mask_ld;  // [P + S']
-        sums[static_cast<size_t>(offset + r)] =
+        sums[offset + r] =
             masked_exp_row(s + (offset + r) * width, tile.whole_prefix ? nullptr : m, p, m + p + tile.key_begin, n);
       }
     } else {
@@ -220,7 +220,7 @@ void span_probabilities(const TiledInputs& in, const Span& span, at::Tensor& sco
         for (int64_t c = 0; c < p; ++c) x[c] += m[c];
         for (int64_t c = 0; c < n; ++c) x[p + c] += m[p + tile.key_begin + c];
       }
-      at::Tensor scores = scores_buffer.as_strided({tile.rows, p + n}, {width, 1}, offset * width);
+      at::Tensor scores = at::from_blob(s + offset * width, {tile.rows, p + n}, {width, 1}, in.q.options());
       scores.copy_(at::_softmax(scores, -1, false));
     }
   }
@@ -228,8 +228,7 @@ void span_probabilities(const TiledInputs& in, const Span& span, at::Tensor& sco
 
 // The span's outputs for one head: probabilities times the prefix's values, then each tile's own, then
 // (fused) each row divided by its sum.
-void span_outputs(const TiledInputs& in, const Span& span, int64_t head, const float* s,
-                  const std::vector<float>& sums) {
+void span_outputs(const TiledInputs& in, const Span& span, int64_t head, const float* s, const float* sums) {
   const std::vector<AttentionTile>& row_tiles = (*in.tiles)[in.tiles->size() == 1 ? 0 : static_cast<size_t>(span.row)];
   const int64_t row = span.row, kv = head / in.groups, width = span.width, p = in.p, hd = in.hd, ld = in.out_ld;
   float* o = in.out + row * in.t * ld + span.first * ld + head * hd;  // [rows, hd], row stride H * hd
@@ -247,11 +246,71 @@ void span_outputs(const TiledInputs& in, const Span& span, int64_t head, const f
   }
   if (in.fused) {
     for (int64_t r = 0; r < span.rows; ++r) {
-      const float inverse = 1.0f / sums[static_cast<size_t>(r)];
+      const float inverse = 1.0f / sums[r];
       float* y = o + r * ld;
       for (int64_t c = 0; c < hd; ++c) y[c] *= inverse;
     }
   }
+}
+
+// Rows [first, first + rows) of a decode step after a prefix (T = 1, P > 0), one head, with the
+// row-invariant products of row_invariant.h (no oneDNN call per row, whose fixed cost dominated at
+// one query): the rows' queries score the prefix's keys in one product and weigh its values in one
+// weighted sum, so the prefix is read once for the rows; each row's own keys in products of its own,
+// its weighted sum continuing the prefix's chain. A row's bits do not depend on which rows share the
+// step. s: [rows, width], sums: [rows].
+void decode_rows(const TiledInputs& in, int64_t first, int64_t rows, int64_t head, int64_t width, float* s,
+                 float* sums) {
+  const int64_t kv = head / in.groups, p = in.p, hd = in.hd, ld = in.out_ld;
+  const at::Tensor &q = in.q, &k = in.k, &v = in.v;
+  const float* qd = q.data_ptr<float>() + first * q.stride(0) + head * q.stride(1);
+  const auto tile_of = [&](int64_t row) -> const AttentionTile& {
+    return (*in.tiles)[in.tiles->size() == 1 ? 0 : static_cast<size_t>(row)].at(0);
+  };
+  const auto own_keys = [&](const at::Tensor& t, int64_t row) {
+    return t.data_ptr<float>() + row * t.stride(0) + kv * t.stride(1) + tile_of(row).key_begin * t.stride(2);
+  };
+  row_invariant_multiply(rows, p, hd, qd, q.stride(0), in.pk.data_ptr<float>() + kv * in.pk.stride(1),
+                         row_stride(in.pk), s, width);
+  for (int64_t r = 0; r < rows; ++r) {
+    const AttentionTile& tile = tile_of(first + r);
+    const int64_t n = tile.key_end - tile.key_begin;
+    float* sr = s + r * width;
+    row_invariant_multiply(1, n, hd, qd + r * q.stride(0), hd, own_keys(k, first + r), row_stride(k), sr + p, width);
+    for (int64_t c = 0; c < p + n; ++c) sr[c] *= in.scale;
+    span_probabilities(in, Span{first + r, 0, 1, 0, 1, width}, sr, sums + r);
+  }
+  float* o = in.out + first * ld + head * hd;  // [rows, hd], row stride H * hd
+  row_invariant_weighted_sum(rows, hd, p, s, width, in.pv.data_ptr<float>() + kv * in.pv.stride(1), row_stride(in.pv),
+                             o, ld);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t n = tile_of(first + r).key_end - tile_of(first + r).key_begin;
+    float* y = o + r * ld;
+    row_invariant_weighted_sum(1, hd, n, s + r * width + p, width, own_keys(v, first + r), row_stride(v), y, ld,
+                               /*accumulate=*/true);
+    if (!in.fused) continue;
+    const float inverse = 1.0f / sums[r];
+    for (int64_t c = 0; c < hd; ++c) y[c] *= inverse;
+  }
+}
+
+// A decode step after a prefix: blocks of up to kDecodeRows rows per head, head-major (consecutive
+// blocks share one head's prefix keys and values, which stay in cache), one block on one thread.
+constexpr int64_t kDecodeRows = 32;
+
+void decode_step(const TiledInputs& in, int64_t b) {
+  int64_t own = 0;
+  for (const std::vector<AttentionTile>& row_tiles : *in.tiles)
+    own = std::max(own, row_tiles.at(0).key_end - row_tiles.at(0).key_begin);
+  const int64_t width = in.p + own, blocks = (b + kDecodeRows - 1) / kDecodeRows;
+  cpu_parallel_for(0, in.heads * blocks, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores(static_cast<size_t>(std::min(b, kDecodeRows) * width)),
+        sums(static_cast<size_t>(kDecodeRows));
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t head = i / blocks, first = (i % blocks) * kDecodeRows;
+      decode_rows(in, first, std::min(kDecodeRows, b - first), head, width, scores.data(), sums.data());
+    }
+  });
 }
 
 }  // namespace
@@ -289,13 +348,17 @@ at::Tensor tiled_attention(const at::Tensor& q_in, const at::Tensor& k_in, const
     for (int64_t i = begin; i < end; ++i) tiles[static_cast<size_t>(i)] = attention_tiles(in.mask, i, in.p);
   });
   in.tiles = &tiles;
+  at::Tensor out = at::empty({b, in.t, in.heads, in.hd}, in.q.options());  // [B, T, H, hd]
+  in.out = out.data_ptr<float>();
+  in.out_ld = in.heads * in.hd;
+  if (in.t == 1 && in.p > 0 && row_invariant_vector_code()) {  // else spans of one row (oneDNN's products)
+    decode_step(in, b);
+    return out.view({b, in.t, in.heads * in.hd});
+  }
   const std::vector<Span> spans = attention_spans(tiles, b, in.p, own);
   int64_t widest = 0;
   for (const Span& span : spans) widest = std::max(widest, span.rows * span.width);
 
-  at::Tensor out = at::empty({b, in.t, in.heads, in.hd}, in.q.options());  // [B, T, H, hd]
-  in.out = out.data_ptr<float>();
-  in.out_ld = in.heads * in.hd;
   const int64_t units = static_cast<int64_t>(spans.size()) * in.heads;
   cpu_parallel_for(0, units, 1, [&](int64_t begin, int64_t end) {
     // One span's scores, then probabilities in place: [rows, width], reused across this thread's spans.
@@ -306,8 +369,8 @@ at::Tensor tiled_attention(const at::Tensor& q_in, const at::Tensor& k_in, const
       const int64_t head = i / static_cast<int64_t>(spans.size());
       const Span& span = spans[static_cast<size_t>(i % static_cast<int64_t>(spans.size()))];
       span_scores(in, span, head, scores_buffer.data_ptr<float>());
-      span_probabilities(in, span, scores_buffer, sums);
-      span_outputs(in, span, head, scores_buffer.data_ptr<float>(), sums);
+      span_probabilities(in, span, scores_buffer.data_ptr<float>(), sums.data());
+      span_outputs(in, span, head, scores_buffer.data_ptr<float>(), sums.data());
     }
   });
   return out.view({b, in.t, in.heads * in.hd});

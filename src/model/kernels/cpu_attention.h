@@ -18,10 +18,19 @@
 // sum); a tile whose queries all see the whole prefix skips adding its mask of zeros there. Else
 // the mask is added and ATen's softmax taken.
 //
+// A decode step after a prefix (one query per row, P > 0) is the exception: there a span would be one
+// row, and its oneDNN calls (four per row and head, each with a fixed cost that dominated at one
+// query) read the prefix once per row. Instead the rows of a block (up to 32) score the prefix's keys
+// of one head in one row-invariant product and weigh its values in one row-invariant weighted sum
+// (row_invariant.h), and each row's own keys in products of its own, its weighted sum continuing the
+// prefix's chain: a row's bits do not depend on which rows share the step. (On a CPU without AVX2,
+// where those products would run scalar code, the step keeps its spans of one row.)
+//
 // Same bits whatever the thread count: tiles and spans are cut by the mask alone, each span and
-// head computed on one thread by single-threaded oneDNN products (cpu_matmul.h) and the softmax
-// above. Stateless; callable from any thread. Only in builds with oneDNN; tiled_attention_applies
-// says when it is used.
+// head computed on one thread by single-threaded oneDNN products (cpu_matmul.h) or the row-invariant
+// ones, and the softmax above. Stateless; callable from any thread. May call cpu_matmul.h,
+// row_invariant.h, tile_softmax.h and cpu_parallel.h. Only in builds with oneDNN;
+// tiled_attention_applies says when it is used.
 #pragma once
 
 #include <cstdint>

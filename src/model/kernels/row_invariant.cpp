@@ -15,6 +15,8 @@ namespace gpueval {
 namespace row_invariant_detail {
 void multiply_avx2(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, const float* w, int64_t ldw, float* y,
                    int64_t ldy);
+void weighted_sum_avx2(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, const float* w, int64_t ldw,
+                       float* y, int64_t ldy, bool accumulate);
 #ifdef GPUEVAL_ROW_INVARIANT_AVX512
 int64_t avx512_scratch_floats(int64_t n, int64_t k);
 void multiply_avx512(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, const float* w, int64_t ldw,
@@ -23,6 +25,8 @@ int64_t avx512_pair_scratch_floats(int64_t m, int64_t k);
 void pack_row_pairs(int64_t m, int64_t k, const float* x, int64_t ldx, float* out);
 void multiply_avx512_pairs(int64_t m, int64_t n, int64_t k, const float* xp, const float* w, int64_t ldw, float* y,
                            int64_t ldy);
+void weighted_sum_avx512(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, const float* w, int64_t ldw,
+                         float* y, int64_t ldy, bool accumulate);
 #endif
 }  // namespace row_invariant_detail
 #endif
@@ -111,6 +115,32 @@ void row_invariant_multiply(int64_t m, int64_t n, int64_t k, const float* x, int
 #endif
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j) y[i * ldy + j] = scalar_dot(x + i * ldx, w + j * ldw, k);
+}
+
+void row_invariant_weighted_sum(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, const float* w,
+                                int64_t ldw, float* y, int64_t ldy, bool accumulate, RowInvariantCode code) {
+  if (m <= 0 || n <= 0) return;
+  if ((code == RowInvariantCode::kAvx2 && !row_invariant_vector_code()) ||
+      (code == RowInvariantCode::kAvx512 && !row_invariant_avx512_code()))
+    throw Error("row_invariant_weighted_sum: this CPU or build has no such vector body");
+#ifdef GPUEVAL_ROW_INVARIANT_AVX512
+  if (code == RowInvariantCode::kAvx512 || (code == RowInvariantCode::kBest && row_invariant_avx512_code())) {
+    row_invariant_detail::weighted_sum_avx512(m, n, k, x, ldx, w, ldw, y, ldy, accumulate);
+    return;
+  }
+#endif
+#ifdef GPUEVAL_ROW_INVARIANT_AVX2
+  if (code == RowInvariantCode::kAvx2 || (code == RowInvariantCode::kBest && row_invariant_vector_code())) {
+    row_invariant_detail::weighted_sum_avx2(m, n, k, x, ldx, w, ldw, y, ldy, accumulate);
+    return;
+  }
+#endif
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      float sum = accumulate ? y[i * ldy + j] : 0.0f;
+      for (int64_t c = 0; c < k; ++c) sum = std::fma(x[i * ldx + c], w[c * ldw + j], sum);
+      y[i * ldy + j] = sum;
+    }
 }
 
 bool row_invariant_project_applies(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {

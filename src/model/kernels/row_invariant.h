@@ -4,7 +4,9 @@
 // picks its kernel, and with it the order of its additions, by the matrix's shape: a sequence's
 // logits then change in their last bits with the batch it shares, and a greedy or sampled token can
 // flip on a near-tie. This is what the generation engine multiplies with (RowInvariantProducts), and
-// what a MoE router's choice of experts uses (model.h's MoeImpl).
+// what a MoE router's choice of experts uses (model.h's MoeImpl). A second product,
+// row_invariant_weighted_sum (x·W, W not transposed: one FMA chain per output), and this one with
+// it, are what a decode step's attention after a prefix multiplies with (cpu_attention.h).
 //
 // The order, for x[i] · w[j] over k elements: 8 running sums, element c going to sum c mod 8, each a
 // chain of fused multiply-adds in index order starting from +0 (the last partial group padded with
@@ -46,6 +48,17 @@ bool row_invariant_avx512_code();
 // ldx apart, w rows ldw apart. On the calling thread alone.
 void row_invariant_multiply(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, const float* w, int64_t ldw,
                             float* y, int64_t ldy, RowInvariantCode code = RowInvariantCode::kBest);
+
+// y[i * ldy + j] = sum over c < k of x[i * ldx + c] * w[c * ldw + j], for i < m, j < n: w not
+// transposed (attention's probabilities times the values, cpu_attention.h). Each output is one chain
+// of fused multiply-adds over c in index order, from +0, or from y[i * ldy + j] when `accumulate`
+// (a sum over two lists of values continued as one chain), in every body (AVX-512: 6 rows by 64
+// columns per tile, AVX2: 4 by 16, scalar: std::fma), so a row's bits depend neither on the other
+// rows nor on the body. kBest: AVX-512 where row_invariant_avx512_code(), else AVX2 where
+// row_invariant_vector_code(), else scalar. On the calling thread alone.
+void row_invariant_weighted_sum(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, const float* w,
+                                int64_t ldw, float* y, int64_t ldy, bool accumulate = false,
+                                RowInvariantCode code = RowInvariantCode::kBest);
 
 // x [..., in] · weight [out, in]ᵀ + bias [out] (bias may be undefined) -> [..., out], the threads
 // sharing the outputs (a row's bits do not depend on them). CPU float32 only (row_invariant_project_applies).

@@ -7,6 +7,9 @@
 // then the lanes are added (l0+l4 + l2+l6) + (l1+l5 + l3+l7). A tile holds up to 4 rows by 3 outputs
 // (12 accumulators, 7 loads per 12 FMAs); smaller tiles at the edges run the same chain per output,
 // so no output's bits depend on which tile, or how many rows, computed it.
+//
+// Also row_invariant_weighted_sum's AVX2 body (weighted_sum_avx2): 8 output columns per lane vector,
+// each lane its own chain over c, so it equals the scalar body with no reordering at all.
 #include <immintrin.h>
 
 #include <cstdint>
@@ -18,7 +21,7 @@ constexpr int kRows = 4;  // rows of x per tile
 constexpr int kOutputs = 3;  // rows of w (outputs) per tile
 constexpr int64_t kRowBlock = 48;  // rows that share one pass over a tile's outputs (x stays in cache)
 
-// Lanes [0, count) set, count in 1..7.
+// Lanes [0, count) set, count in 0..8.
 __m256i first_lanes(int64_t count) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(count)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
@@ -92,7 +95,56 @@ void rows(int64_t m, int64_t k, const float* x, int64_t ldx, const float* w, int
   edge_rows<O, false>(m - i, k, x + i * ldx, ldx, w, ldw, y + i * ldy, ldy);
 }
 
+// row_invariant_weighted_sum's tile: R rows of x by 16 columns of w (two 8-lane vectors, the
+// columns past n loaded as zeros and not stored), each output lane one chain of FMAs over c in order
+// (from +0, or from y's value when accumulating).
+template <int R>
+inline __attribute__((always_inline)) void weighted_tile(int64_t cols, int64_t k, const float* x, int64_t ldx,
+                                                         const float* w, int64_t ldw, float* y, int64_t ldy,
+                                                         bool accumulate) {
+  const __m256i lo = first_lanes(cols < 8 ? cols : 8), hi = first_lanes(cols < 8 ? 0 : cols - 8);
+  __m256 acc[R][2];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    acc[r][0] = accumulate ? _mm256_maskload_ps(y + r * ldy, lo) : _mm256_setzero_ps();
+    acc[r][1] = accumulate ? _mm256_maskload_ps(y + r * ldy + 8, hi) : _mm256_setzero_ps();
+  }
+  for (int64_t c = 0; c < k; ++c) {
+    const float* wc = w + c * ldw;
+    const __m256 w0 = _mm256_maskload_ps(wc, lo), w1 = _mm256_maskload_ps(wc + 8, hi);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m256 xb = _mm256_broadcast_ss(x + r * ldx + c);
+      acc[r][0] = _mm256_fmadd_ps(xb, w0, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(xb, w1, acc[r][1]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    _mm256_maskstore_ps(y + r * ldy, lo, acc[r][0]);
+    _mm256_maskstore_ps(y + r * ldy + 8, hi, acc[r][1]);
+  }
+}
+
 }  // namespace
+
+void weighted_sum_avx2(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, const float* w, int64_t ldw,
+                       float* y, int64_t ldy, bool accumulate) {
+  for (int64_t j = 0; j < n; j += 16) {
+    const int64_t cols = n - j < 16 ? n - j : 16;
+    int64_t i = 0;
+    for (; i + 4 <= m; i += 4)
+      weighted_tile<4>(cols, k, x + i * ldx, ldx, w + j, ldw, y + i * ldy + j, ldy, accumulate);
+    const float* xi = x + i * ldx;
+    float* yi = y + i * ldy + j;
+    switch (m - i) {
+      case 1: weighted_tile<1>(cols, k, xi, ldx, w + j, ldw, yi, ldy, accumulate); break;
+      case 2: weighted_tile<2>(cols, k, xi, ldx, w + j, ldw, yi, ldy, accumulate); break;
+      case 3: weighted_tile<3>(cols, k, xi, ldx, w + j, ldw, yi, ldy, accumulate); break;
+      default: break;
+    }
+  }
+}
 
 void multiply_avx2(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, const float* w, int64_t ldw, float* y,
                    int64_t ldy) {

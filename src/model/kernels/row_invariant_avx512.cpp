@@ -18,6 +18,9 @@
 // chains in one FMA. A tile holds up to 4 row pairs by 6 outputs (24 accumulators, 10 loads per 24
 // FMAs of 16 lanes), every row tile of an output block reading the block's weights while they are
 // in cache.
+//
+// Also row_invariant_weighted_sum's AVX-512 body (weighted_sum_avx512): 16 output columns per lane
+// vector, each lane its own chain over c, so it equals the scalar body with no reordering at all.
 #include <immintrin.h>
 
 #include <cstdint>
@@ -166,7 +169,64 @@ void pair_rows(int64_t m, int64_t k, const float* xp, int64_t pair_stride, const
   }
 }
 
+// row_invariant_weighted_sum's tile: R rows of x by 64 columns of w (four 16-lane vectors, the
+// columns past n loaded as zeros and not stored), each output lane one chain of FMAs over c in order
+// (from +0, or from y's value when accumulating).
+template <int R>
+inline __attribute__((always_inline)) void weighted_tile(int64_t cols, int64_t k, const float* x, int64_t ldx,
+                                                         const float* w, int64_t ldw, float* y, int64_t ldy,
+                                                         bool accumulate) {
+  __mmask16 lanes[4];
+#pragma GCC unroll 8
+  for (int v = 0; v < 4; ++v) {
+    const int64_t left = cols - 16 * v;
+    lanes[v] = left >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>(left <= 0 ? 0u : (1u << left) - 1u);
+  }
+  __m512 acc[R][4];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int v = 0; v < 4; ++v)
+      acc[r][v] = accumulate ? _mm512_maskz_loadu_ps(lanes[v], y + r * ldy + 16 * v) : _mm512_setzero_ps();
+  for (int64_t c = 0; c < k; ++c) {
+    const float* wc = w + c * ldw;
+    __m512 wv[4];
+#pragma GCC unroll 8
+    for (int v = 0; v < 4; ++v) wv[v] = _mm512_maskz_loadu_ps(lanes[v], wc + 16 * v);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m512 xb = _mm512_set1_ps(x[r * ldx + c]);
+#pragma GCC unroll 8
+      for (int v = 0; v < 4; ++v) acc[r][v] = _mm512_fmadd_ps(xb, wv[v], acc[r][v]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int v = 0; v < 4; ++v) _mm512_mask_storeu_ps(y + r * ldy + 16 * v, lanes[v], acc[r][v]);
+}
+
 }  // namespace
+
+void weighted_sum_avx512(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, const float* w, int64_t ldw,
+                         float* y, int64_t ldy, bool accumulate) {
+  for (int64_t j = 0; j < n; j += 64) {
+    const int64_t cols = n - j < 64 ? n - j : 64;
+    int64_t i = 0;
+    for (; i + 6 <= m; i += 6)
+      weighted_tile<6>(cols, k, x + i * ldx, ldx, w + j, ldw, y + i * ldy + j, ldy, accumulate);
+    const float* xi = x + i * ldx;
+    float* yi = y + i * ldy + j;
+    switch (m - i) {
+      case 1: weighted_tile<1>(cols, k, xi, ldx, w + j, ldw, yi, ldy, accumulate); break;
+      case 2: weighted_tile<2>(cols, k, xi, ldx, w + j, ldw, yi, ldy, accumulate); break;
+      case 3: weighted_tile<3>(cols, k, xi, ldx, w + j, ldw, yi, ldy, accumulate); break;
+      case 4: weighted_tile<4>(cols, k, xi, ldx, w + j, ldw, yi, ldy, accumulate); break;
+      case 5: weighted_tile<5>(cols, k, xi, ldx, w + j, ldw, yi, ldy, accumulate); break;
+      default: break;
+    }
+  }
+}
 
 int64_t avx512_pair_scratch_floats(int64_t m, int64_t k) { return (m + 1) / 2 * groups_of(k) * 16; }
 
