@@ -95,6 +95,12 @@ FAMILIES = {
     "gpt2": dict(tie_word_embeddings=True),
     # Unscaled attention scores (scale_attn_weights false), erf GELU, an untied lm_head.
     "gpt2-unscaled": dict(model_type="gpt2", scale_attn_weights=False, activation_function="gelu"),
+    # GLM-4: sandwich norms under GLM's names (its post_attention_layernorm is the norm before the MLP),
+    # fused gate_up_proj, q/k/v biases, RoPE on the interleaved pairs of half of each head (the
+    # family's default partial_rotary_factor), a tiny rms_norm_eps.
+    "glm4": dict(),
+    # The whole head rotated (partial_rotary_factor 1).
+    "glm4-full": dict(model_type="glm4", partial_rotary_factor=1.0),
     # Mixtures of experts (4 experts, top 2; the perturbed routers choose every expert somewhere:
     # scripts/moe_routing.py prints the histograms). Mixtral: Mistral's attention, always renormalised.
     "mixtral": dict(num_local_experts=4, num_experts_per_tok=2, sliding_window=None),
@@ -147,7 +153,7 @@ def family_config(family, shape, fixture):
     from transformers import AutoConfig
     extra = dict(FAMILIES[family])
     model_type = extra.pop("model_type", family)
-    if model_type in ("qwen3", "qwen3_moe"):
+    if model_type in ("qwen3", "qwen3_moe", "glm4"):
         extra["head_dim"] = 12 if fixture else 24
     if model_type == "deepseek_v3":
         dims = dict(DEEPSEEK_DIMS["fixture" if fixture else "verify"])

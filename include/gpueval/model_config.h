@@ -66,8 +66,10 @@ enum class NormKind { kRms, kLayerNorm };
 // interleaved per head); GPT-2's (transformer.h.N.attn.c_attn, Conv1D weights stored [in, out]); Gemma
 // 3's multimodal checkpoints (model_type gemma3: Llama's names under language_model., beside a vision
 // tower gpueval does not read); Mixtral's (block_sparse_moe.gate and block_sparse_moe.experts.E.w1/w2/w3
-// where the others have mlp.gate and mlp.experts.E.gate_proj/down_proj/up_proj).
-enum class WeightLayout { kLlama, kPhi3, kGptNeoX, kGpt2, kGemma3Multimodal, kMixtral };
+// where the others have mlp.gate and mlp.experts.E.gate_proj/down_proj/up_proj); GLM-4's (sandwich norms
+// named post_self_attn_layernorm, post_attention_layernorm (before the MLP) and post_mlp_layernorm, gate
+// and up fused in mlp.gate_up_proj).
+enum class WeightLayout { kLlama, kPhi3, kGptNeoX, kGpt2, kGemma3Multimodal, kMixtral, kGlm4 };
 
 // An RMSNorm on the queries and keys before RoPE (self_attn.q_norm / k_norm). kPerHead (Qwen3): over
 // each head's head_dim, weight [head_dim]. kWholeProjection (OLMo 2): over the projection's full width
@@ -161,6 +163,11 @@ struct Architecture {
   bool parallel_residual = false;
   // GPT-2: a learned position table (wpe) added to the token embeddings, and no RoPE anywhere.
   bool learned_positions = false;
+  // GLM-4: RoPE rotates the pairs (x[2i], x[2i+1]) of the first rotary_dim dimensions by frequency i
+  // (transformers' interleaved apply_rotary_pos_emb), not (x[i], x[i + rotary_dim/2]). The loader
+  // reorders each head's rows of q_proj and k_proj (weights and biases) to evens then odds over those
+  // dimensions, so the usual rotation gives the same values in that order, and q·k is unchanged.
+  bool rope_interleaved = false;
   MixtureOfExperts moe;
   LatentAttention mla;
   // OLMoE's clip_qkv: q, k and v clamped to [-c, c] after their projections (and q/k norms). Unset: none.

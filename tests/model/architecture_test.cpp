@@ -170,7 +170,7 @@ INSTANTIATE_TEST_SUITE_P(Families, ArchitectureFixture,
                                            "smollm3-window", "olmo3", "gemma2", "gemma3_text", "phi3", "phi3-partial",
                                            "gpt_neox", "gpt_neox-sequential", "gpt2", "gpt2-unscaled", "gemma3",
                                            "mixtral", "qwen3_moe", "qwen3_moe-unnormalized", "olmoe", "deepseek_v3",
-                                           "deepseek_v3-plain"),
+                                           "deepseek_v3-plain", "glm4", "glm4-full"),
                          [](const auto& info) {
                            std::string name = info.param;
                            for (char& ch : name)
@@ -182,6 +182,8 @@ INSTANTIATE_TEST_SUITE_P(Families, ArchitectureFixture,
 // architecture.
 TEST(ArchitectureConfig, ToJsonReadsBackAsTheSameArchitecture) {
   for (const char* family : {"llama-bias",
+                             "glm4",
+                             "glm4-full",
                              "qwen3",
                              "olmo2",
                              "granite",
@@ -223,6 +225,7 @@ TEST(ArchitectureConfig, ToJsonReadsBackAsTheSameArchitecture) {
     EXPECT_EQ(a.arch.mlp_bias, b.arch.mlp_bias) << family;
     EXPECT_EQ(a.arch.parallel_residual, b.arch.parallel_residual) << family;
     EXPECT_EQ(a.arch.learned_positions, b.arch.learned_positions) << family;
+    EXPECT_EQ(a.arch.rope_interleaved, b.arch.rope_interleaved) << family;
     EXPECT_EQ(a.partial_rotary_factor, b.partial_rotary_factor) << family;
     EXPECT_EQ(a.rms_norm_eps, b.rms_norm_eps) << family;
     EXPECT_EQ(a.num_parameters(), b.num_parameters()) << family;
@@ -459,6 +462,12 @@ TEST(ArchitectureConfig, FeaturesNotImplementedAreRefusedNamingTheKey) {
                              j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.0}};
                            }),
               HasSubstr("learned positions"));
+  // Mixtral and OLMoE without experts (transformers' sparse blocks cannot run one; Qwen3-MoE's layers
+  // turn dense instead, as transformers builds them).
+  EXPECT_THAT(config_error("mixtral", [](nlohmann::json& j) { j["num_local_experts"] = 0; }),
+              HasSubstr("key 'num_local_experts' must be >= 1, got 0"));
+  EXPECT_THAT(config_error("olmoe", [](nlohmann::json& j) { j["num_experts"] = 0; }),
+              HasSubstr("key 'num_experts' must be >= 1, got 0"));
   // DeepSeek-V3: the routers and layouts transformers' DeepseekV3 does not run, and impossible groups.
   EXPECT_THAT(config_error("deepseek_v3", [](nlohmann::json& j) { j["topk_method"] = "group_limited_greedy"; }),
               HasSubstr("topk_method \"group_limited_greedy\" is not supported"));

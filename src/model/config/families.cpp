@@ -103,14 +103,16 @@ void read_gemma(const json& j, const std::string& where, ModelConfig& c) {
 }
 
 // A mixture of experts: `experts` (under either spelling transformers uses: its 5.x files write
-// num_local_experts where the hub's Qwen3-MoE files have num_experts), num_experts_per_tok, the experts'
-// width and whether the chosen probabilities are renormalised.
+// num_local_experts where the hub's Qwen3-MoE files have num_experts), at least min_experts of them
+// (0 only where transformers makes a layer without experts dense: Qwen3-MoE; Mixtral's and OLMoE's
+// sparse blocks have no such case, so 0 there is refused), num_experts_per_tok, the experts' width and
+// whether the chosen probabilities are renormalised.
 constexpr int64_t kMaxExperts = 4096;
 void read_moe(const json& j, const std::string& where, ModelConfig& c, int64_t default_experts, int64_t default_top_k,
-              int64_t intermediate_size, bool normalize) {
+              int64_t intermediate_size, bool normalize, int64_t min_experts = 1) {
   MixtureOfExperts& m = c.arch.moe;
-  const int64_t either = get_int(j, where, "num_local_experts", default_experts, 0, kMaxExperts);
-  m.num_experts = get_int(j, where, "num_experts", either, 0, kMaxExperts);
+  const int64_t either = get_int(j, where, "num_local_experts", default_experts, min_experts, kMaxExperts);
+  m.num_experts = get_int(j, where, "num_experts", either, min_experts, kMaxExperts);
   m.top_k = get_int(j, where, "num_experts_per_tok", default_top_k, 1, kMaxExperts);
   if (m.num_experts > 0 && m.top_k > m.num_experts)
     fail(where, "num_experts_per_tok ({}) is more than the {} experts", m.top_k, m.num_experts);
@@ -215,6 +217,25 @@ const Family kFamilies[] = {
        c.arch.qk_norm = QkNorm::kWholeProjection;
        c.arch.o_proj_bias = c.attention_bias;
      }},
+    // GLM-4 (0414): sandwich RMSNorms without the unit offset, q/k/v biased (o_proj not), gate and up
+    // fused, RoPE on the interleaved pairs of half of each head (partial_rotary_factor 0.5 unless set).
+    {"glm4",
+     "Glm4ForCausalLM",
+     128,
+     1.5625e-7,
+     10000.0,
+     false,
+     true,
+     [](const json&, const std::string&, ModelConfig& c) {
+       c.arch.norm_placement = NormPlacement::kSandwich;
+       c.arch.layout = WeightLayout::kGlm4;
+       c.arch.rope_interleaved = true;
+     },
+     {},
+     "silu",
+     0.5,
+     0,
+     131072},
     // Mixtral: Mistral's attention, every layer a mixture of num_local_experts SwiGLU experts of
     // intermediate_size, top num_experts_per_tok always renormalised; Mixtral's weight names.
     {"mixtral", "MixtralForCausalLM", std::nullopt, 1e-5, 1000000.0, false, false,
@@ -229,7 +250,7 @@ const Family kFamilies[] = {
        c.arch.qk_norm = QkNorm::kPerHead;
        c.arch.o_proj_bias = c.attention_bias;
        read_moe(j, where, c, 128, 8, get_int(j, where, "moe_intermediate_size", 768, 1, int64_t{1} << 24),
-                get_bool(j, where, "norm_topk_prob", false));
+                get_bool(j, where, "norm_topk_prob", false), /*min_experts=*/0);
        c.arch.moe.weights_in_model_dtype = true;
        const int64_t step = get_int(j, where, "decoder_sparse_step", 1, 1, kMaxLayers);
        std::vector<bool> sparse(static_cast<size_t>(c.num_hidden_layers));

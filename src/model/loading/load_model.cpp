@@ -12,6 +12,29 @@ namespace gpueval {
 
 namespace {
 
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// Architecture::rope_interleaved: a q_proj or k_proj weight or bias with each head's first rotary_dim
+// rows reordered to the even ones, then the odd ones (the rest of the head as it is); anything else as given.
+at::Tensor interleaved_rope_rows(const ModelConfig& c, const std::string& name, const at::Tensor& t) {
+  if (!c.arch.rope_interleaved) return t;
+  bool projection = false;
+  for (const char* p : {"self_attn.q_proj.", "self_attn.k_proj."})
+    for (const char* kind : {"weight", "bias"}) projection = projection || ends_with(name, std::string(p) + kind);
+  if (!projection) return t;
+  const int64_t hd = c.head_dim, r = c.rotary_dim();
+  std::vector<int64_t> order;
+  for (int64_t i = 0; i < r; i += 2) order.push_back(i);
+  for (int64_t i = 1; i < r; i += 2) order.push_back(i);
+  for (int64_t i = r; i < hd; ++i) order.push_back(i);
+  std::vector<int64_t> heads = t.sizes().vec();
+  heads[0] = t.size(0) / hd;
+  heads.insert(heads.begin() + 1, hd);
+  return t.reshape(heads).index_select(1, at::tensor(order, at::kLong)).reshape(t.sizes());
+}
+
 DecoderModel build_with_source(const ModelConfig& config, LoadOptions options,
                                const std::function<at::Tensor(const std::string&)>& lookup,
                                const std::function<std::string(const std::string&)>& where_of) {
@@ -23,15 +46,18 @@ DecoderModel build_with_source(const ModelConfig& config, LoadOptions options,
     if (!at::isFloatingType(t.scalar_type()))
       fail(where_of(name), "tensor '{}' has dtype {}, expected a floating-point type", name,
            dtype_name(t.scalar_type()));
-    return t.to(options.device, options.dtype);
+    return interleaved_rope_rows(config, name, t).to(options.device, options.dtype);
   };
   c10::InferenceMode guard;
   return DecoderModel(config, source, options);
 }
 
 // A checkpoint's tensors as the modules ask for them, by module name, through the family's
-// stored_layout (weight_names.h): under the module's own name, else the layout's name or its bare form,
-// transposed and sliced as the layout says. `contains` and `tensor` look names up in the checkpoint.
+// stored_layout (weight_names.h): under the layout's name where the checkpoint has it (transposed and
+// sliced as the layout says), else under the module's own name, else the layout's bare form. The
+// layout's name comes first because a family may store another weight under a module's name: GLM-4's
+// post_attention_layernorm is the norm before its MLP, gpueval's pre_feedforward_layernorm.
+// `contains` and `tensor` look names up in the checkpoint.
 class StoredTensors {
  public:
   StoredTensors(const ModelConfig& config, std::function<bool(const std::string&)> contains,
@@ -45,11 +71,10 @@ class StoredTensors {
 
   // The checkpoint name that holds `module`'s tensor; "" when none does.
   std::string holder(const std::string& module) const {
-    if (contains_(module)) return module;
     const auto it = layout_.find(module);
-    if (it == layout_.end()) return "";
-    if (contains_(it->second.stored)) return it->second.stored;
-    if (!it->second.bare.empty() && contains_(it->second.bare)) return it->second.bare;
+    if (it != layout_.end() && contains_(it->second.stored)) return it->second.stored;
+    if (contains_(module)) return module;
+    if (it != layout_.end() && !it->second.bare.empty() && contains_(it->second.bare)) return it->second.bare;
     return "";
   }
   // The name a checkpoint of this family should hold `module`'s tensor under, for messages.
